@@ -1,0 +1,1 @@
+//! acp-child: an ACP agent server on stdio (in progress).

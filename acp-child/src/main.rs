@@ -1,0 +1,5 @@
+//! The `acp-child` binary.
+
+fn main() -> std::process::ExitCode {
+    std::process::ExitCode::SUCCESS
+}

@@ -1,0 +1,16 @@
+//! acp-host: run any ACP agent as an out-of-process subagent, and sync subagent definitions.
+//!
+//! The I/O edges of the host. Decisions live in `protocol`; this crate spawns, drives, tears down
+//! and writes files, then reports through the types `protocol` defines.
+//!
+//! - [`process`]: the one owner of a child process (group, parent-death signal, stderr tail, the
+//!   EOF -> TERM -> KILL ladder). Nothing else sends signals.
+//! - [`client`]: the ACP client connection on the official SDK.
+//! - [`run`]: validate -> spawn -> drive -> settle -> teardown, returning a result on every path.
+//! - [`sync_exec`]: executes a sync plan; [`fs_atomic`] is the one place that writes files.
+
+pub mod client;
+pub mod fs_atomic;
+pub mod process;
+pub mod run;
+pub mod sync_exec;

@@ -1,0 +1,118 @@
+//! Lifecycle events of a run and the NDJSON records of `acp-host run --json`.
+//!
+//! Invariants: `start` and `end` of one run carry the same host-minted run id; `end` always carries the
+//! status and, when a result was produced, the final output (`lastAssistantMessage`). Every record
+//! serializes with a `type` field so consumers can dispatch on one key.
+
+use serde::{Deserialize, Serialize};
+
+use crate::permission::PermissionDecision;
+use crate::result::{RunResult, Status};
+
+/// `subagent/start`: the child is ready (session/new answered).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StartEvent {
+    pub run_id: String,
+    /// How the user named the agent.
+    pub agent: String,
+    pub cwd: String,
+    pub pid: Option<u32>,
+    pub session_id: String,
+    pub scrubbed_env: Vec<String>,
+}
+
+/// `subagent/end`: the result settled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EndEvent {
+    pub run_id: String,
+    pub status: Status,
+    /// The final output; `None` when the run produced no result (nothing was spawned).
+    pub last_assistant_message: Option<String>,
+}
+
+/// What an observer sees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event")]
+pub enum LifecycleEvent {
+    #[serde(rename = "subagent/start")]
+    Start(StartEvent),
+    #[serde(rename = "subagent/end")]
+    End(EndEvent),
+}
+
+/// One line of `--json` output.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Record {
+    /// The child is ready.
+    Start(StartEvent),
+    /// One `session/update` from the agent, as sent (the `update` object of the notification).
+    Update {
+        #[serde(rename = "runId")]
+        run_id: String,
+        update: serde_json::Value,
+    },
+    /// One answered permission request.
+    Permission {
+        #[serde(rename = "runId")]
+        run_id: String,
+        #[serde(flatten)]
+        decision: PermissionDecision,
+    },
+    /// The last record: the run's result.
+    Result(RunResult),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::AgentExit;
+
+    #[test]
+    fn result_record_has_type_and_camel_case_fields() {
+        let record = Record::Result(RunResult {
+            run_id: "r".into(),
+            status: Status::Completed,
+            stop_reason: Some("end_turn".into()),
+            output: "hi".into(),
+            error: None,
+            scrubbed_env: vec!["OPENAI_API_KEY".into()],
+            agent_exit: AgentExit::default(),
+            stderr_tail: String::new(),
+            duration_ms: 5,
+            permissions: vec![],
+            session_id: None,
+        });
+        let value = serde_json::to_value(&record).unwrap();
+        for key in [
+            "type",
+            "status",
+            "stopReason",
+            "output",
+            "error",
+            "scrubbedEnv",
+            "agentExit",
+            "stderrTail",
+            "durationMs",
+            "permissions",
+        ] {
+            assert!(value.get(key).is_some(), "missing {key}: {value}");
+        }
+        assert_eq!(value["type"], "result");
+        assert_eq!(value["status"], "completed");
+    }
+
+    #[test]
+    fn lifecycle_events_are_named() {
+        let end = LifecycleEvent::End(EndEvent {
+            run_id: "r".into(),
+            status: Status::Aborted,
+            last_assistant_message: Some(String::new()),
+        });
+        let value = serde_json::to_value(&end).unwrap();
+        assert_eq!(value["event"], "subagent/end");
+        assert_eq!(value["lastAssistantMessage"], "");
+    }
+}

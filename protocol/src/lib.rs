@@ -1,0 +1,14 @@
+//! The shared vocabulary of acp-host and acp-child, and every decision that can be made without I/O.
+//!
+//! Invariants: nothing in this crate spawns a process, touches the terminal, or performs file I/O
+//! hidden behind a decision; functions take values and return values, so each decision has exactly
+//! one home and is unit-tested here. `acp-host` and `acp-child` call into it; it never calls back.
+
+pub mod definition;
+pub mod env_scrub;
+pub mod events;
+pub mod permission;
+pub mod registry;
+pub mod request;
+pub mod result;
+pub mod sync;

@@ -1,0 +1,176 @@
+//! The permission policy: how the host answers `session/request_permission`.
+//!
+//! Invariants: an option is chosen by its KIND, never its position (agents may list `allow_always`
+//! first, and `allow_always` can persist rules inside the agent); the `cancelled` outcome is used only
+//! when no option of a wanted kind exists, and for every request once the host has cancelled the turn
+//! (ACP requires it).
+
+use serde::{Deserialize, Serialize};
+
+/// What the user configured with `--permission`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PermissionPolicy {
+    /// Answer every request with a rejection (the default: safe when unattended).
+    #[default]
+    Reject,
+    /// Answer every request with an approval.
+    Allow,
+    /// Ask on the terminal; behaves as `Reject` when there is no terminal.
+    Ask,
+}
+
+/// The kind of a permission option, mirroring ACP's `PermissionOptionKind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptionKind {
+    AllowOnce,
+    AllowAlways,
+    RejectOnce,
+    RejectAlways,
+}
+
+/// One option as offered by the agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OfferedOption {
+    pub option_id: String,
+    pub kind: OptionKind,
+}
+
+/// What the host wants to answer, once the policy (or the user) has decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    Allow,
+    Reject,
+    /// The turn was cancelled: every request gets the `cancelled` outcome.
+    Cancelled,
+}
+
+/// The answer sent back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "outcome")]
+pub enum Outcome {
+    Selected { option_id: String, kind: OptionKind },
+    Cancelled,
+}
+
+/// Picks the option for `verdict` by kind: once before always; `Cancelled` when none fits.
+#[must_use]
+pub fn choose(verdict: Verdict, options: &[OfferedOption]) -> Outcome {
+    let preference: &[OptionKind] = match verdict {
+        Verdict::Allow => &[OptionKind::AllowOnce, OptionKind::AllowAlways],
+        Verdict::Reject => &[OptionKind::RejectOnce, OptionKind::RejectAlways],
+        Verdict::Cancelled => &[],
+    };
+    preference
+        .iter()
+        .find_map(|kind| options.iter().find(|o| o.kind == *kind))
+        .map_or(Outcome::Cancelled, |o| Outcome::Selected {
+            option_id: o.option_id.clone(),
+            kind: o.kind,
+        })
+}
+
+/// The verdict a non-interactive policy gives (`Ask` without a terminal rejects).
+#[must_use]
+pub fn policy_verdict(policy: PermissionPolicy) -> Verdict {
+    match policy {
+        PermissionPolicy::Allow => Verdict::Allow,
+        PermissionPolicy::Reject | PermissionPolicy::Ask => Verdict::Reject,
+    }
+}
+
+/// One answered request, recorded in the run result and streamed under `--json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionDecision {
+    pub tool_call_id: String,
+    /// The tool call's title, when the agent gave one.
+    pub title: Option<String>,
+    /// The tool kind (`edit`, `execute`, ...), when the agent gave one.
+    pub tool_kind: Option<String>,
+    pub offered: Vec<OfferedOption>,
+    pub verdict: Verdict,
+    /// Who decided: `policy`, `user`, or `cancel`.
+    pub decided_by: String,
+    pub outcome: Outcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opt(id: &str, kind: OptionKind) -> OfferedOption {
+        OfferedOption {
+            option_id: id.into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn allow_prefers_once_over_always_regardless_of_order() {
+        let options = [
+            opt("always", OptionKind::AllowAlways),
+            opt("no", OptionKind::RejectOnce),
+            opt("once", OptionKind::AllowOnce),
+        ];
+        assert_eq!(
+            choose(Verdict::Allow, &options),
+            Outcome::Selected {
+                option_id: "once".into(),
+                kind: OptionKind::AllowOnce
+            }
+        );
+        assert_eq!(
+            choose(Verdict::Allow, &options[..2]),
+            Outcome::Selected {
+                option_id: "always".into(),
+                kind: OptionKind::AllowAlways
+            }
+        );
+    }
+
+    #[test]
+    fn reject_prefers_once_then_always_then_cancelled() {
+        let options = [
+            opt("never", OptionKind::RejectAlways),
+            opt("no", OptionKind::RejectOnce),
+        ];
+        assert_eq!(
+            choose(Verdict::Reject, &options),
+            Outcome::Selected {
+                option_id: "no".into(),
+                kind: OptionKind::RejectOnce
+            }
+        );
+        assert_eq!(
+            choose(Verdict::Reject, &[opt("yes", OptionKind::AllowOnce)]),
+            Outcome::Cancelled
+        );
+    }
+
+    #[test]
+    fn allow_without_allow_option_is_cancelled() {
+        assert_eq!(
+            choose(Verdict::Allow, &[opt("no", OptionKind::RejectOnce)]),
+            Outcome::Cancelled
+        );
+    }
+
+    #[test]
+    fn cancelled_verdict_always_cancels() {
+        assert_eq!(
+            choose(Verdict::Cancelled, &[opt("yes", OptionKind::AllowOnce)]),
+            Outcome::Cancelled
+        );
+    }
+
+    #[test]
+    fn ask_without_terminal_rejects() {
+        assert_eq!(policy_verdict(PermissionPolicy::Ask), Verdict::Reject);
+        assert_eq!(policy_verdict(PermissionPolicy::Reject), Verdict::Reject);
+        assert_eq!(policy_verdict(PermissionPolicy::Allow), Verdict::Allow);
+    }
+}

@@ -1,0 +1,60 @@
+//! The start request: everything one run needs, already validated by the caller's edge.
+//!
+//! Invariants: `cwd` is absolute (the edge resolves and checks it once, before spawning); the agent
+//! command is already resolved from a registry name or a command line; durations are explicit so a
+//! library caller and the CLI share the same defaults ([`Timeouts::default`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::env_scrub::EnvForward;
+use crate::permission::PermissionPolicy;
+
+/// The program to spawn and how the user named it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentCommand {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// How the user named the agent (`acp-child`, `codex`, or the command line), for messages.
+    pub display: String,
+}
+
+/// Deadlines and graces of one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// The whole run (`--timeout`); `None` waits as long as the agent works.
+    pub overall: Option<Duration>,
+    /// initialize + session/new must answer within this; a silent agent is an error, not a hang.
+    pub handshake: Duration,
+    /// After session/cancel, how long to wait for the agent's `cancelled` before tearing down.
+    pub cancel_grace: Duration,
+    /// Teardown: after closing stdin, how long the agent may take to exit on its own.
+    pub eof_grace: Duration,
+    /// Teardown: after SIGTERM to the group, how long before SIGKILL.
+    pub term_grace: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            overall: None,
+            handshake: Duration::from_secs(60),
+            cancel_grace: Duration::from_secs(3),
+            eof_grace: Duration::from_secs(6),
+            term_grace: Duration::from_secs(3),
+        }
+    }
+}
+
+/// One run of one agent on one prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartRequest {
+    pub agent: AgentCommand,
+    pub prompt: String,
+    /// Absolute and checked; the process cwd and the session/new cwd.
+    pub cwd: PathBuf,
+    /// `--env` forwards, merged over the scrubbed ambient environment.
+    pub env: Vec<EnvForward>,
+    pub permission: PermissionPolicy,
+    pub timeouts: Timeouts,
+}

@@ -1,0 +1,226 @@
+//! The outcome of one run: statuses, the stop-reason -> status -> exit-code table, and the result
+//! record that the library returns and the CLI prints.
+//!
+//! Invariant: this file is the only place that maps a stop reason to a status or a status to an exit
+//! code. The CLI's exit codes, its `--help` table and the README are all derived from [`Status`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::permission::PermissionDecision;
+
+/// How a run ended. Serialized in kebab-case (`max-tokens`), which is also how it is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// The agent ended its turn normally (`end_turn`).
+    Completed,
+    /// The agent hit its token limit (`max_tokens`).
+    MaxTokens,
+    /// The agent hit its limit of model requests in one turn (`max_turn_requests`).
+    MaxTurnRequests,
+    /// The agent refused (`refusal`).
+    Refusal,
+    /// The run was cancelled (Ctrl-C, SIGTERM, or the library's cancel) or the agent said `cancelled`.
+    Aborted,
+    /// `--timeout` elapsed.
+    Timeout,
+    /// Anything else: spawn failure, crash, protocol error, unknown stop reason.
+    Error,
+}
+
+/// Usage errors (bad flags, bad cwd, bad `--env`) exit with this code; no child is spawned.
+pub const EXIT_USAGE: u8 = 2;
+
+impl Status {
+    /// Every status, in the order the exit-code table is documented.
+    pub const ALL: [Status; 7] = [
+        Status::Completed,
+        Status::MaxTokens,
+        Status::MaxTurnRequests,
+        Status::Refusal,
+        Status::Aborted,
+        Status::Timeout,
+        Status::Error,
+    ];
+
+    /// Maps an ACP stop reason (its wire name) to a status. Unknown reasons are errors, never a
+    /// silent success: a newer agent may add reasons, and treating one as success would hide it.
+    #[must_use]
+    pub fn from_stop_reason(reason: &str) -> Status {
+        match reason {
+            "end_turn" => Status::Completed,
+            "max_tokens" => Status::MaxTokens,
+            "max_turn_requests" => Status::MaxTurnRequests,
+            "refusal" => Status::Refusal,
+            "cancelled" => Status::Aborted,
+            _ => Status::Error,
+        }
+    }
+
+    /// The process exit code of `acp-host run` for this status.
+    #[must_use]
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Status::Completed => 0,
+            Status::Error => 1,
+            Status::MaxTokens => 3,
+            Status::MaxTurnRequests => 4,
+            Status::Refusal => 5,
+            Status::Timeout => 124,
+            Status::Aborted => 130,
+        }
+    }
+
+    /// The stop reason that produces this status, if one does (for documentation tables).
+    #[must_use]
+    pub fn stop_reason(self) -> Option<&'static str> {
+        match self {
+            Status::Completed => Some("end_turn"),
+            Status::MaxTokens => Some("max_tokens"),
+            Status::MaxTurnRequests => Some("max_turn_requests"),
+            Status::Refusal => Some("refusal"),
+            Status::Aborted => Some("cancelled"),
+            Status::Timeout | Status::Error => None,
+        }
+    }
+
+    /// The kebab-case name, as serialized and printed.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Completed => "completed",
+            Status::MaxTokens => "max-tokens",
+            Status::MaxTurnRequests => "max-turn-requests",
+            Status::Refusal => "refusal",
+            Status::Aborted => "aborted",
+            Status::Timeout => "timeout",
+            Status::Error => "error",
+        }
+    }
+
+    /// The exit-code table as text, for `--help` and the README (one source for both).
+    #[must_use]
+    pub fn exit_code_table() -> String {
+        let mut out = String::from("Exit codes:\n");
+        for status in Status::ALL {
+            let why = match status {
+                Status::Timeout => "--timeout elapsed".to_owned(),
+                Status::Error => {
+                    "spawn failure, agent crash, protocol error, unknown stop reason".to_owned()
+                }
+                Status::Aborted => {
+                    "cancelled (Ctrl-C, SIGTERM) or stop reason cancelled".to_owned()
+                }
+                other => format!("stop reason {}", other.stop_reason().unwrap_or_default()),
+            };
+            out.push_str(&format!(
+                "  {:>3}  {:<17}  {why}\n",
+                status.exit_code(),
+                status.as_str()
+            ));
+        }
+        out.push_str(&format!(
+            "  {EXIT_USAGE:>3}  {:<17}  bad flags, cwd or --env; nothing was spawned\n",
+            "usage"
+        ));
+        out
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How the agent process ended, as observed by the host after teardown.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentExit {
+    /// Exit code, when it exited on its own.
+    pub code: Option<i32>,
+    /// Signal number, when a signal ended it.
+    pub signal: Option<i32>,
+    /// The teardown rung that ended it: `exited`, `eof`, `term`, `kill`, or `not-spawned`.
+    pub ended_by: String,
+}
+
+/// The result of one run. Serialized as the last NDJSON record (`"type":"result"`) under `--json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// Minted by the host, unique per run; never the agent's session id.
+    pub run_id: String,
+    pub status: Status,
+    /// The agent's stop reason on the wire, when it answered the prompt.
+    pub stop_reason: Option<String>,
+    /// Every `agent_message_chunk` text, concatenated; kept on every path (partial on cancel/error).
+    pub output: String,
+    /// What went wrong, for statuses other than the stop-reason ones.
+    pub error: Option<String>,
+    /// Names (never values) of the variables withheld from the agent's environment.
+    pub scrubbed_env: Vec<String>,
+    pub agent_exit: AgentExit,
+    /// The last bytes the agent wrote to stderr (bounded), for diagnosis.
+    pub stderr_tail: String,
+    pub duration_ms: u64,
+    /// Every permission request and how it was answered, in order.
+    pub permissions: Vec<PermissionDecision>,
+    /// The agent's ACP session id, when a session was created (useful to correlate agent logs).
+    pub session_id: Option<String>,
+}
+
+impl RunResult {
+    #[must_use]
+    pub fn exit_code(&self) -> u8 {
+        self.status.exit_code()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reason_table() {
+        assert_eq!(Status::from_stop_reason("end_turn"), Status::Completed);
+        assert_eq!(Status::from_stop_reason("max_tokens"), Status::MaxTokens);
+        assert_eq!(
+            Status::from_stop_reason("max_turn_requests"),
+            Status::MaxTurnRequests
+        );
+        assert_eq!(Status::from_stop_reason("refusal"), Status::Refusal);
+        assert_eq!(Status::from_stop_reason("cancelled"), Status::Aborted);
+        assert_eq!(Status::from_stop_reason("something_new"), Status::Error);
+        assert_eq!(Status::from_stop_reason(""), Status::Error);
+    }
+
+    #[test]
+    fn exit_codes_are_distinct_and_documented() {
+        let codes: std::collections::HashSet<u8> =
+            Status::ALL.iter().map(|s| s.exit_code()).collect();
+        assert_eq!(codes.len(), Status::ALL.len());
+        assert!(!codes.contains(&EXIT_USAGE));
+        let table = Status::exit_code_table();
+        for status in Status::ALL {
+            assert!(table.contains(status.as_str()));
+        }
+    }
+
+    #[test]
+    fn status_serializes_kebab_case() {
+        for status in Status::ALL {
+            assert_eq!(
+                serde_json::to_value(status).unwrap(),
+                serde_json::Value::String(status.as_str().to_owned())
+            );
+            assert_eq!(
+                Status::from_stop_reason(status.stop_reason().unwrap_or("x")),
+                if status.stop_reason().is_some() {
+                    status
+                } else {
+                    Status::Error
+                }
+            );
+        }
+    }
+}

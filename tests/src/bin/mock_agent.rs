@@ -1,0 +1,3 @@
+//! The scripted mock ACP agent (in progress).
+
+fn main() {}
