@@ -1,1 +1,523 @@
-//! (in progress)
+//! The ACP client side of one run, on the official SDK: framing of the agent's stdout, the
+//! handlers for `session/update` and `session/request_permission`, and the drive
+//! initialize -> session/new -> session/prompt, with cancellation.
+//!
+//! Invariants:
+//! - no client capabilities are advertised, so `fs/*` and `terminal/*` requests get the SDK's
+//!   "method not found" (-32601);
+//! - output is every `agent_message_chunk` text, in order, kept in [`Shared`] so a partial output
+//!   survives cancel and error;
+//! - once cancellation began, every permission request (pending or new) is answered `cancelled`;
+//! - the prompt is never sent if cancellation came before `session/new` answered;
+//! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a frame larger
+//!   than [`DriveConfig::max_frame_bytes`] ends the run with a clear error instead of eating memory.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ContentBlock, InitializeRequest, NewSessionRequest, PermissionOptionKind,
+    PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, SessionNotification, SessionUpdate, TextContent,
+};
+use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
+use futures::Stream;
+use protocol::permission::{
+    self, OfferedOption, OptionKind, Outcome, PermissionDecision, PermissionPolicy, Verdict,
+};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::ChildStdout;
+use tokio_util::sync::CancellationToken;
+
+use crate::process::AgentPipes;
+
+/// Settings of one drive.
+#[derive(Debug, Clone)]
+pub struct DriveConfig {
+    /// Absolute; sent as the session/new cwd.
+    pub cwd: PathBuf,
+    pub prompt: String,
+    pub policy: PermissionPolicy,
+    /// initialize + session/new must both answer within this.
+    pub handshake_timeout: Duration,
+    /// After session/cancel, how long to wait for the agent's answer to the prompt.
+    pub cancel_grace: Duration,
+    /// Larger stdout lines end the run (a runaway agent must not exhaust the host's memory).
+    pub max_frame_bytes: usize,
+}
+
+/// A view of one permission request, for an interactive [`Asker`].
+#[derive(Debug, Clone)]
+pub struct PermissionView {
+    pub title: Option<String>,
+    pub tool_kind: Option<String>,
+    pub offered: Vec<OfferedOption>,
+}
+
+/// Answers `--permission ask` requests. Called on its own thread; may block on a terminal.
+pub trait Asker: Send + Sync {
+    /// `true` to allow, `false` to reject.
+    fn ask(&self, request: &PermissionView) -> bool;
+}
+
+/// What the drive reports as it goes.
+pub trait DriveEvents: Send + Sync {
+    /// session/new answered: the agent is ready.
+    fn ready(&self, session_id: &str);
+    /// One `session/update` (the `update` object as sent).
+    fn update(&self, update: &serde_json::Value);
+    /// One permission request was answered.
+    fn permission(&self, decision: &PermissionDecision);
+}
+
+/// State the handlers and the drive share, read by `run` on every settle path.
+#[derive(Debug, Default)]
+pub struct Shared {
+    output: Mutex<String>,
+    permissions: Mutex<Vec<PermissionDecision>>,
+    session_id: Mutex<Option<String>>,
+    /// Set before session/cancel is sent; from then on permissions are answered `cancelled`.
+    cancelling: AtomicBool,
+    /// Non-JSON lines skipped on the agent's stdout.
+    garbage_lines: AtomicU64,
+}
+
+impl Shared {
+    #[must_use]
+    pub fn output(&self) -> String {
+        self.output.lock().map(|o| o.clone()).unwrap_or_default()
+    }
+
+    #[must_use]
+    pub fn permissions(&self) -> Vec<PermissionDecision> {
+        self.permissions
+            .lock()
+            .map(|p| p.clone())
+            .unwrap_or_default()
+    }
+
+    #[must_use]
+    pub fn session_id(&self) -> Option<String> {
+        self.session_id.lock().ok().and_then(|s| s.clone())
+    }
+
+    #[must_use]
+    pub fn garbage_lines(&self) -> u64 {
+        self.garbage_lines.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
+        events.permission(&decision);
+        if let Ok(mut all) = self.permissions.lock() {
+            all.push(decision);
+        }
+    }
+}
+
+/// Where in the protocol the drive stopped without a stop reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Initialize,
+    NewSession,
+    Prompt,
+}
+
+impl Stage {
+    fn method(self) -> &'static str {
+        match self {
+            Stage::Initialize => "initialize",
+            Stage::NewSession => "session/new",
+            Stage::Prompt => "session/prompt",
+        }
+    }
+}
+
+/// How the drive ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriveEnd {
+    /// The agent answered the prompt with this stop reason (wire name, possibly unknown).
+    Stopped { stop_reason: String },
+    /// Cancellation was requested. `prompt_sent` is false when it came before session/new answered;
+    /// `stop_reason` is the agent's answer if it came within the cancel grace.
+    Cancelled {
+        prompt_sent: bool,
+        stop_reason: Option<String>,
+    },
+    /// The agent did not answer in time during the handshake.
+    HandshakeTimeout { stage: Stage },
+    /// The connection failed: the agent closed stdout (exited), or broke the protocol.
+    Failed {
+        stage: Stage,
+        /// The agent's stdout closed: it most likely exited; `run` adds the exit status.
+        closed: bool,
+        message: String,
+    },
+}
+
+/// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
+/// answered, the connection fails, or `cancel` fires (then session/cancel and a bounded wait).
+pub async fn drive(
+    pipes: AgentPipes,
+    config: DriveConfig,
+    shared: Arc<Shared>,
+    events: Arc<dyn DriveEvents>,
+    asker: Option<Arc<dyn Asker>>,
+    cancel: CancellationToken,
+) -> DriveEnd {
+    let frames = frames(pipes.stdout, config.max_frame_bytes, Arc::clone(&shared));
+    let transport = Lines::new(pipes.stdin, frames);
+
+    let on_update = {
+        let shared = Arc::clone(&shared);
+        let events = Arc::clone(&events);
+        async move |notification: SessionNotification, _cx: ConnectionTo<Agent>| {
+            on_session_update(&shared, events.as_ref(), &notification.update);
+            Ok(())
+        }
+    };
+    let on_permission = {
+        let shared = Arc::clone(&shared);
+        let events = Arc::clone(&events);
+        let cancel = cancel.clone();
+        let policy = config.policy;
+        async move |request: RequestPermissionRequest,
+                    responder: agent_client_protocol::v1::Responder<RequestPermissionResponse>,
+                    cx: ConnectionTo<Agent>| {
+            let view = permission_view(&request);
+            let tool_call_id = request.tool_call.tool_call_id.to_string();
+            let decide = decide_permission(
+                policy,
+                asker.clone(),
+                view.clone(),
+                Arc::clone(&shared),
+                cancel.clone(),
+            );
+            let shared = Arc::clone(&shared);
+            let events = Arc::clone(&events);
+            // Decide off the dispatch loop: an interactive question must not stall updates.
+            cx.spawn(async move {
+                let (verdict, decided_by) = decide.await;
+                let outcome = permission::choose(verdict, &view.offered);
+                let response = RequestPermissionResponse::new(match &outcome {
+                    Outcome::Selected { option_id, .. } => RequestPermissionOutcome::Selected(
+                        SelectedPermissionOutcome::new(option_id.clone()),
+                    ),
+                    Outcome::Cancelled => RequestPermissionOutcome::Cancelled,
+                });
+                shared.record(
+                    PermissionDecision {
+                        tool_call_id,
+                        title: view.title,
+                        tool_kind: view.tool_kind,
+                        offered: view.offered,
+                        verdict,
+                        decided_by: decided_by.to_owned(),
+                        outcome,
+                    },
+                    events.as_ref(),
+                );
+                responder.respond(response)
+            })
+        }
+    };
+
+    let result = Client
+        .v1()
+        .name("acp-host")
+        .on_receive_notification(on_update, agent_client_protocol::on_receive_notification!())
+        .on_receive_request(on_permission, agent_client_protocol::on_receive_request!())
+        .connect_with(transport, async |cx: ConnectionTo<Agent>| {
+            Ok(converse(&cx, &config, &shared, events.as_ref(), &cancel).await)
+        })
+        .await;
+    result.unwrap_or_else(|err| DriveEnd::Failed {
+        stage: Stage::Initialize,
+        closed: false,
+        message: format!("connection to the agent failed: {err}"),
+    })
+}
+
+async fn converse(
+    cx: &ConnectionTo<Agent>,
+    config: &DriveConfig,
+    shared: &Shared,
+    events: &dyn DriveEvents,
+    cancel: &CancellationToken,
+) -> DriveEnd {
+    // Which handshake step a timeout interrupted, for the message.
+    let initialized = AtomicBool::new(false);
+    let handshake = async {
+        cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::Initialize, &err))?;
+        initialized.store(true, Ordering::Relaxed);
+        // Untyped so that a response without a session id is reported as such, not as a parse error.
+        let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
+            .map_err(|err| failed(Stage::NewSession, &err))?;
+        let response = cx
+            .send_request(new_session)
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::NewSession, &err))?;
+        match response
+            .get("sessionId")
+            .and_then(serde_json::Value::as_str)
+        {
+            Some(id) if !id.is_empty() => Ok(id.to_owned()),
+            _ => Err(DriveEnd::Failed {
+                stage: Stage::NewSession,
+                closed: false,
+                message: format!("agent answered session/new without a sessionId: {response}"),
+            }),
+        }
+    };
+    let session_id = tokio::select! {
+        biased;
+        () = cancel.cancelled() => {
+            return DriveEnd::Cancelled { prompt_sent: false, stop_reason: None };
+        }
+        answer = tokio::time::timeout(config.handshake_timeout, handshake) => match answer {
+            Ok(Ok(id)) => id,
+            Ok(Err(end)) => return end,
+            Err(_) => {
+                let stage = if initialized.load(Ordering::Relaxed) {
+                    Stage::NewSession
+                } else {
+                    Stage::Initialize
+                };
+                return DriveEnd::HandshakeTimeout { stage };
+            }
+        },
+    };
+    if let Ok(mut slot) = shared.session_id.lock() {
+        *slot = Some(session_id.clone());
+    }
+    events.ready(&session_id);
+
+    let prompt = PromptRequest::new(
+        session_id.clone(),
+        vec![ContentBlock::Text(TextContent::new(config.prompt.clone()))],
+    );
+    let prompt = match UntypedMessage::new("session/prompt", prompt) {
+        Ok(message) => message,
+        Err(err) => return failed(Stage::Prompt, &err),
+    };
+    let answer = cx.send_request(prompt).block_task();
+    tokio::pin!(answer);
+    tokio::select! {
+        biased;
+        response = &mut answer => match response {
+            Ok(value) => stop_reason_of(&value),
+            Err(err) => failed(Stage::Prompt, &err),
+        },
+        () = cancel.cancelled() => {
+            shared.cancelling.store(true, Ordering::SeqCst);
+            if let Err(err) = cx.send_notification(CancelNotification::new(session_id)) {
+                tracing::debug!(%err, "could not send session/cancel");
+            }
+            let stop_reason = match tokio::time::timeout(config.cancel_grace, answer).await {
+                Ok(Ok(value)) => match stop_reason_of(&value) {
+                    DriveEnd::Stopped { stop_reason } => Some(stop_reason),
+                    _ => None,
+                },
+                // A torn pipe after cancel, or no answer within the grace: still a cancel.
+                Ok(Err(_)) | Err(_) => None,
+            };
+            DriveEnd::Cancelled { prompt_sent: true, stop_reason }
+        }
+    }
+}
+
+fn stop_reason_of(value: &serde_json::Value) -> DriveEnd {
+    match value.get("stopReason").and_then(serde_json::Value::as_str) {
+        Some(reason) => DriveEnd::Stopped {
+            stop_reason: reason.to_owned(),
+        },
+        None => DriveEnd::Failed {
+            stage: Stage::Prompt,
+            closed: false,
+            message: format!("agent answered session/prompt without a stopReason: {value}"),
+        },
+    }
+}
+
+fn failed(stage: Stage, err: &agent_client_protocol::Error) -> DriveEnd {
+    let closed = err
+        .data
+        .as_ref()
+        .and_then(|d| d.get("reason"))
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|r| r.contains("closed"));
+    let message = if closed {
+        format!(
+            "agent closed its output before answering {}",
+            stage.method()
+        )
+    } else {
+        let data = err
+            .data
+            .as_ref()
+            .map(|d| format!(" ({d})"))
+            .unwrap_or_default();
+        format!(
+            "agent answered {} with error {}: {}{data}",
+            stage.method(),
+            err.code,
+            err.message
+        )
+    };
+    DriveEnd::Failed {
+        stage,
+        closed,
+        message,
+    }
+}
+
+fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &SessionUpdate) {
+    if let SessionUpdate::AgentMessageChunk(chunk) = update
+        && let ContentBlock::Text(text) = &chunk.content
+        && let Ok(mut output) = shared.output.lock()
+    {
+        output.push_str(&text.text);
+    }
+    match serde_json::to_value(update) {
+        Ok(value) => events.update(&value),
+        Err(err) => tracing::debug!(%err, "could not serialize a session update"),
+    }
+}
+
+fn permission_view(request: &RequestPermissionRequest) -> PermissionView {
+    let fields = &request.tool_call.fields;
+    PermissionView {
+        title: fields.title.clone(),
+        tool_kind: fields.kind.as_ref().and_then(|k| {
+            serde_json::to_value(k)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+        }),
+        offered: request
+            .options
+            .iter()
+            .filter_map(|o| {
+                let kind = match o.kind {
+                    PermissionOptionKind::AllowOnce => OptionKind::AllowOnce,
+                    PermissionOptionKind::AllowAlways => OptionKind::AllowAlways,
+                    PermissionOptionKind::RejectOnce => OptionKind::RejectOnce,
+                    PermissionOptionKind::RejectAlways => OptionKind::RejectAlways,
+                    // A kind newer than this host: never chosen, since we cannot know what it means.
+                    _ => return None,
+                };
+                Some(OfferedOption {
+                    option_id: o.option_id.to_string(),
+                    kind,
+                })
+            })
+            .collect(),
+    }
+}
+
+/// The verdict for one request and who gave it (`policy`, `user`, `cancel`).
+async fn decide_permission(
+    policy: PermissionPolicy,
+    asker: Option<Arc<dyn Asker>>,
+    view: PermissionView,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
+) -> (Verdict, &'static str) {
+    if shared.cancelling.load(Ordering::SeqCst) || cancel.is_cancelled() {
+        return (Verdict::Cancelled, "cancel");
+    }
+    let (PermissionPolicy::Ask, Some(asker)) = (policy, asker) else {
+        return (permission::policy_verdict(policy), "policy");
+    };
+    // A plain thread, not spawn_blocking: a question nobody answers must not hold up runtime
+    // shutdown.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(asker.ask(&view));
+    });
+    tokio::select! {
+        () = cancel.cancelled() => (Verdict::Cancelled, "cancel"),
+        answer = rx => match answer {
+            Ok(true) => (Verdict::Allow, "user"),
+            Ok(false) | Err(_) => (Verdict::Reject, "user"),
+        },
+    }
+}
+
+/// The agent's stdout as a stream of JSON frames: blank and non-JSON lines are skipped (some
+/// agents print banners to stdout), oversized frames end the stream with an error.
+fn frames(
+    stdout: ChildStdout,
+    max_frame_bytes: usize,
+    shared: Arc<Shared>,
+) -> impl Stream<Item = std::io::Result<String>> + Send + 'static {
+    let state = (BufReader::new(stdout), Vec::new(), false);
+    futures::stream::unfold(state, move |(mut reader, mut buf, done)| {
+        let shared = Arc::clone(&shared);
+        async move {
+            if done {
+                return None;
+            }
+            loop {
+                match read_frame(&mut reader, &mut buf, max_frame_bytes).await {
+                    Ok(Some(line)) => {
+                        let text = std::str::from_utf8(line).map(str::trim);
+                        match text {
+                            Ok("") => {}
+                            Ok(frame) if frame.starts_with('{') => {
+                                let frame = frame.to_owned();
+                                return Some((Ok(frame), (reader, buf, false)));
+                            }
+                            _ => {
+                                shared.garbage_lines.fetch_add(1, Ordering::Relaxed);
+                                tracing::debug!(
+                                    line = %String::from_utf8_lossy(&line[..line.len().min(200)]),
+                                    "skipped a non-JSON line on the agent's stdout"
+                                );
+                            }
+                        }
+                    }
+                    Ok(None) => return None,
+                    Err(err) => return Some((Err(err), (reader, buf, true))),
+                }
+            }
+        }
+    })
+}
+
+/// Reads one `\n`-terminated line into `buf` (without the newline); `None` at EOF.
+async fn read_frame<'b>(
+    reader: &mut BufReader<ChildStdout>,
+    buf: &'b mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Option<&'b [u8]>> {
+    buf.clear();
+    loop {
+        let available = reader.fill_buf().await?;
+        if available.is_empty() {
+            return Ok(if buf.is_empty() { None } else { Some(buf) });
+        }
+        let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
+            Some(i) => (&available[..i], Some(i + 1)),
+            None => (available, None),
+        };
+        if buf.len() + chunk.len() > max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("agent sent a frame larger than {max} bytes"),
+            ));
+        }
+        buf.extend_from_slice(chunk);
+        let consumed = found.unwrap_or(chunk.len());
+        reader.consume(consumed);
+        if found.is_some() {
+            return Ok(Some(buf));
+        }
+    }
+}

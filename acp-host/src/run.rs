@@ -1,1 +1,492 @@
-//! (in progress)
+//! One run: validate -> spawn -> drive -> settle -> teardown, returning a [`RunResult`] on every
+//! path after validation.
+//!
+//! Invariants:
+//! - validation ([`prepare`]) happens before anything is spawned; its errors are usage errors;
+//! - after validation nothing panics or hangs: spawn, transport and protocol failures become
+//!   status `error` with a message; the handshake has a deadline; cancellation (the injected
+//!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
+//! - teardown runs on every path once a process exists, and the result records how it ended;
+//! - the run id is minted here, never taken from the agent;
+//! - observers are called in isolation: one that fails or panics is logged and the others still
+//!   see every event.
+
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use protocol::env_scrub::{self, EnvForwardError, Scrubbed};
+use protocol::events::{EndEvent, Event, StartEvent};
+use protocol::permission::PermissionDecision;
+use protocol::request::StartRequest;
+use protocol::result::{AgentExit, RunResult, Status};
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{self, Asker, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
+use crate::process::{AgentProcess, Graces, SpawnSpec};
+
+/// Default limit of one frame on the agent's stdout.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+/// Default size of the stderr tail kept for the result.
+pub const DEFAULT_STDERR_TAIL_BYTES: usize = 16 * 1024;
+/// After the agent exits, how long the drive may still read what it wrote before exiting.
+const EXIT_DRAIN: Duration = Duration::from_millis(500);
+
+/// Error returned by an observer; logged, never propagated.
+pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Sees every event of a run (lifecycle `subagent/start` / `subagent/end`, updates, permission
+/// decisions). Observe-only.
+pub trait Observer: Send + Sync {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
+}
+
+/// Cancellation of a run, injected by the caller (Ctrl-C handler, a parent agent, a test).
+///
+/// `cancel` is graceful: session/cancel, then a bounded wait, then the teardown ladder. `kill`
+/// skips the graces (a second Ctrl-C).
+#[derive(Debug, Clone, Default)]
+pub struct Cancel {
+    graceful: CancellationToken,
+    immediate: CancellationToken,
+}
+
+impl Cancel {
+    #[must_use]
+    pub fn new() -> Self {
+        Cancel::default()
+    }
+
+    pub fn cancel(&self) {
+        self.graceful.cancel();
+    }
+
+    pub fn kill(&self) {
+        self.graceful.cancel();
+        self.immediate.cancel();
+    }
+
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.graceful.is_cancelled()
+    }
+}
+
+/// Host-side settings that are not part of the start request.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    pub observers: Vec<Arc<dyn Observer>>,
+    /// Answers `--permission ask`; without one, `ask` behaves as `reject`.
+    pub asker: Option<Arc<dyn Asker>>,
+    /// Copy the agent's stderr to ours as it arrives.
+    pub echo_stderr: bool,
+    /// `None` uses [`DEFAULT_MAX_FRAME_BYTES`].
+    pub max_frame_bytes: Option<usize>,
+    /// `None` uses [`DEFAULT_STDERR_TAIL_BYTES`].
+    pub stderr_tail_bytes: Option<usize>,
+}
+
+/// The request was refused before anything was spawned.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("working directory must be absolute: {0} (resolve it first, e.g. with resolve_cwd)")]
+    RelativeCwd(PathBuf),
+    #[error("working directory is not an accessible directory: {path} ({reason})")]
+    InaccessibleCwd { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Env(#[from] EnvForwardError),
+    #[error("no working directory: the current directory cannot be read ({0}); pass --cwd")]
+    NoCurrentDir(#[source] std::io::Error),
+}
+
+/// Resolves `--cwd` (or the caller's directory) to an absolute path, once, up front.
+pub fn resolve_cwd(cwd: Option<&Path>) -> Result<PathBuf, PrepareError> {
+    let current = || std::env::current_dir().map_err(PrepareError::NoCurrentDir);
+    match cwd {
+        Some(path) if path.is_absolute() => Ok(path.to_path_buf()),
+        Some(path) => Ok(current()?.join(path)),
+        None => current(),
+    }
+}
+
+/// A validated run, ready to start.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    request: StartRequest,
+    env: Scrubbed,
+}
+
+impl Prepared {
+    /// Names withheld from the agent's environment.
+    #[must_use]
+    pub fn scrubbed(&self) -> &[String] {
+        &self.env.scrubbed
+    }
+}
+
+/// Validates the request against the machine (cwd) and computes the agent's environment from
+/// `ambient` (normally `std::env::vars()`).
+pub fn prepare(
+    request: StartRequest,
+    ambient: impl IntoIterator<Item = (String, String)>,
+) -> Result<Prepared, PrepareError> {
+    check_cwd(&request.cwd)?;
+    let env = env_scrub::scrub(ambient, &request.env)?;
+    Ok(Prepared { request, env })
+}
+
+fn check_cwd(cwd: &Path) -> Result<(), PrepareError> {
+    if !cwd.is_absolute() {
+        return Err(PrepareError::RelativeCwd(cwd.to_path_buf()));
+    }
+    let inaccessible = |reason: String| PrepareError::InaccessibleCwd {
+        path: cwd.to_path_buf(),
+        reason,
+    };
+    let meta = std::fs::metadata(cwd).map_err(|e| inaccessible(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(inaccessible("not a directory".into()));
+    }
+    nix::unistd::access(cwd, nix::unistd::AccessFlags::X_OK)
+        .map_err(|e| inaccessible(format!("cannot enter it: {}", e.desc())))?;
+    Ok(())
+}
+
+/// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.
+pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> RunResult {
+    let started = Instant::now();
+    let Prepared { request, env } = prepared;
+    let run_id = uuid::Uuid::new_v4().to_string();
+    let notifier = Arc::new(Notifier {
+        run_id: run_id.clone(),
+        observers: options.observers.clone(),
+        agent: request.agent.display.clone(),
+        cwd: request.cwd.display().to_string(),
+        scrubbed: env.scrubbed.clone(),
+        pid: std::sync::atomic::AtomicU32::new(0),
+    });
+    let mut result = unsettled_result(run_id, env.scrubbed.clone());
+
+    if cancel.is_cancelled() {
+        result.status = Status::Aborted;
+        return finish(result, started, &notifier, None);
+    }
+
+    let spec = SpawnSpec {
+        program: request.agent.program.clone(),
+        args: request.agent.args.clone(),
+        cwd: request.cwd.clone(),
+        env: env.env,
+        stderr_tail_bytes: options
+            .stderr_tail_bytes
+            .unwrap_or(DEFAULT_STDERR_TAIL_BYTES),
+        echo_stderr: options.echo_stderr,
+    };
+    let (mut process, pipes) = match AgentProcess::spawn(&spec) {
+        Ok(spawned) => spawned,
+        Err(err) => {
+            result.error = Some(error_chain(&err));
+            return finish(result, started, &notifier, None);
+        }
+    };
+    notifier.pid.store(process.pid(), Ordering::Relaxed);
+
+    let shared = Arc::new(Shared::default());
+    let timeouts = request.timeouts;
+    let supervised = supervise(
+        &mut process,
+        pipes,
+        &request,
+        options,
+        cancel,
+        &shared,
+        Arc::clone(&notifier) as Arc<dyn DriveEvents>,
+    )
+    .await;
+    let Supervised {
+        end,
+        killed,
+        timed_out,
+    } = supervised;
+
+    let graces = if killed {
+        Graces {
+            eof: Duration::ZERO,
+            term: Duration::ZERO,
+        }
+    } else {
+        Graces {
+            eof: timeouts.eof_grace,
+            term: timeouts.term_grace,
+        }
+    };
+    let teardown = process.shutdown(graces).await;
+    result.agent_exit = AgentExit {
+        code: teardown.code,
+        signal: teardown.signal,
+        ended_by: teardown.rung.as_str().to_owned(),
+    };
+    if !teardown.survivors.is_empty() {
+        tracing::warn!(survivors = ?teardown.survivors, "processes of the agent survived SIGKILL");
+    }
+    result.stderr_tail = process.stderr_tail();
+    result.output = shared.output();
+    result.permissions = shared.permissions();
+    result.session_id = shared.session_id();
+
+    settle(&mut result, end, timed_out, &timeouts);
+    if shared.garbage_lines() > 0 {
+        tracing::info!(
+            lines = shared.garbage_lines(),
+            "skipped non-JSON lines on the agent's stdout"
+        );
+    }
+    let output = Some(result.output.clone());
+    finish(result, started, &notifier, output)
+}
+
+/// How supervision of the drive ended.
+struct Supervised {
+    /// `None` when the run was killed before the drive ended.
+    end: Option<DriveEnd>,
+    killed: bool,
+    timed_out: bool,
+}
+
+/// Drives the protocol while watching the caller's cancel, the overall deadline and the agent's
+/// exit, whichever comes first.
+async fn supervise(
+    process: &mut AgentProcess,
+    pipes: crate::process::AgentPipes,
+    request: &StartRequest,
+    options: &RunOptions,
+    cancel: &Cancel,
+    shared: &Arc<Shared>,
+    events: Arc<dyn DriveEvents>,
+) -> Supervised {
+    let timeouts = request.timeouts;
+    let config = DriveConfig {
+        cwd: request.cwd.clone(),
+        prompt: request.prompt.clone(),
+        policy: request.permission,
+        handshake_timeout: timeouts.handshake,
+        cancel_grace: timeouts.cancel_grace,
+        max_frame_bytes: options.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
+    };
+    // The drive watches its own token: the caller's cancel and our deadline both feed it.
+    let drive_cancel = cancel.graceful.child_token();
+    let drive = client::drive(
+        pipes,
+        config,
+        Arc::clone(shared),
+        events,
+        options.asker.clone(),
+        drive_cancel.clone(),
+    );
+    tokio::pin!(drive);
+    let deadline = async {
+        match timeouts.overall {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+
+    let mut timed_out = false;
+    loop {
+        tokio::select! {
+            biased;
+            () = cancel.immediate.cancelled() => {
+                return Supervised { end: None, killed: true, timed_out };
+            }
+            end = &mut drive => return Supervised { end: Some(end), killed: false, timed_out },
+            () = &mut deadline, if !timed_out => {
+                timed_out = true;
+                drive_cancel.cancel();
+            }
+            _ = process.exited() => {
+                // A grandchild may hold stdout open after the agent died: give the drive a moment
+                // to read what was written, then settle without it.
+                let end = tokio::time::timeout(EXIT_DRAIN, &mut drive)
+                    .await
+                    .unwrap_or_else(|_| DriveEnd::Failed {
+                        stage: Stage::Prompt,
+                        closed: true,
+                        message: "agent exited before answering".into(),
+                    });
+                return Supervised { end: Some(end), killed: false, timed_out };
+            }
+        }
+    }
+}
+
+/// The result before anything happened: status error until settled, nothing spawned yet.
+fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
+    RunResult {
+        run_id,
+        status: Status::Error,
+        stop_reason: None,
+        output: String::new(),
+        error: None,
+        scrubbed_env,
+        agent_exit: AgentExit {
+            ended_by: "not-spawned".into(),
+            ..AgentExit::default()
+        },
+        stderr_tail: String::new(),
+        duration_ms: 0,
+        permissions: Vec::new(),
+        session_id: None,
+    }
+}
+
+/// Maps how the drive ended onto status, stop reason and error message.
+fn settle(
+    result: &mut RunResult,
+    end: Option<DriveEnd>,
+    timed_out: bool,
+    timeouts: &protocol::request::Timeouts,
+) {
+    let exit = describe_exit(&result.agent_exit);
+    let (status, stop_reason, error) = match end {
+        // A second Ctrl-C: killed at once.
+        None => (Status::Aborted, None, None),
+        Some(_) if timed_out => (
+            Status::Timeout,
+            None,
+            Some(format!(
+                "timed out after {}",
+                human_duration(timeouts.overall.unwrap_or_default())
+            )),
+        ),
+        Some(DriveEnd::Stopped { stop_reason }) => {
+            let status = Status::from_stop_reason(&stop_reason);
+            let error = (status == Status::Error)
+                .then(|| format!("agent returned an unknown stop reason: {stop_reason:?}"));
+            (status, Some(stop_reason), error)
+        }
+        Some(DriveEnd::Cancelled { stop_reason, .. }) => (Status::Aborted, stop_reason, None),
+        Some(DriveEnd::HandshakeTimeout { stage }) => (
+            Status::Error,
+            None,
+            Some(format!(
+                "agent did not answer {} within {} (is it an ACP agent? try --verbose)",
+                match stage {
+                    Stage::Initialize => "initialize",
+                    Stage::NewSession => "session/new",
+                    Stage::Prompt => "session/prompt",
+                },
+                human_duration(timeouts.handshake)
+            )),
+        ),
+        Some(DriveEnd::Failed {
+            closed, message, ..
+        }) => (
+            Status::Error,
+            None,
+            Some(if closed {
+                format!("{message}; it {exit}")
+            } else {
+                message
+            }),
+        ),
+    };
+    result.status = status;
+    result.stop_reason = stop_reason;
+    result.error = error;
+}
+
+fn describe_exit(exit: &AgentExit) -> String {
+    match (exit.code, exit.signal) {
+        (Some(code), _) => format!("exited with code {code}"),
+        (None, Some(signal)) => format!("was killed by signal {signal}"),
+        (None, None) => "ended".to_owned(),
+    }
+}
+
+fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+fn finish(
+    mut result: RunResult,
+    started: Instant,
+    notifier: &Notifier,
+    last_assistant_message: Option<String>,
+) -> RunResult {
+    result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    notifier.notify(&Event::End(EndEvent {
+        run_id: result.run_id.clone(),
+        status: result.status,
+        last_assistant_message,
+    }));
+    result
+}
+
+/// Fans events out to observers, each in isolation.
+struct Notifier {
+    run_id: String,
+    observers: Vec<Arc<dyn Observer>>,
+    agent: String,
+    cwd: String,
+    scrubbed: Vec<String>,
+    pid: std::sync::atomic::AtomicU32,
+}
+
+impl Notifier {
+    fn notify(&self, event: &Event) {
+        for observer in &self.observers {
+            match std::panic::catch_unwind(AssertUnwindSafe(|| observer.on_event(event))) {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => tracing::warn!(%err, run_id = %self.run_id, "observer failed"),
+                Err(_) => tracing::warn!(run_id = %self.run_id, "observer panicked"),
+            }
+        }
+    }
+}
+
+impl DriveEvents for Notifier {
+    fn ready(&self, session_id: &str) {
+        let pid = self.pid.load(Ordering::Relaxed);
+        self.notify(&Event::Start(StartEvent {
+            run_id: self.run_id.clone(),
+            agent: self.agent.clone(),
+            cwd: self.cwd.clone(),
+            pid: (pid != 0).then_some(pid),
+            session_id: session_id.to_owned(),
+            scrubbed_env: self.scrubbed.clone(),
+        }));
+    }
+
+    fn update(&self, update: &serde_json::Value) {
+        self.notify(&Event::Update {
+            run_id: self.run_id.clone(),
+            update: update.clone(),
+        });
+    }
+
+    fn permission(&self, decision: &PermissionDecision) {
+        self.notify(&Event::Permission {
+            run_id: self.run_id.clone(),
+            decision: decision.clone(),
+        });
+    }
+}

@@ -32,21 +32,13 @@ pub struct EndEvent {
     pub last_assistant_message: Option<String>,
 }
 
-/// What an observer sees.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "event")]
-pub enum LifecycleEvent {
-    #[serde(rename = "subagent/start")]
-    Start(StartEvent),
-    #[serde(rename = "subagent/end")]
-    End(EndEvent),
-}
-
-/// One line of `--json` output.
+/// One event of a run, as observers see it and as `--json` streams it (one per line).
+///
+/// `Start` is the ACP subagent lifecycle's `subagent/start`, `End` its `subagent/end`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "camelCase")]
-pub enum Record {
-    /// The child is ready.
+pub enum Event {
+    /// The child is ready (session/new answered).
     Start(StartEvent),
     /// One `session/update` from the agent, as sent (the `update` object of the notification).
     Update {
@@ -61,7 +53,26 @@ pub enum Record {
         #[serde(flatten)]
         decision: PermissionDecision,
     },
-    /// The last record: the run's result.
+    /// The result settled.
+    End(EndEvent),
+}
+
+impl Event {
+    /// The lifecycle name of the event (`subagent/start`, `subagent/end`), if it is one.
+    #[must_use]
+    pub fn lifecycle_name(&self) -> Option<&'static str> {
+        match self {
+            Event::Start(_) => Some("subagent/start"),
+            Event::End(_) => Some("subagent/end"),
+            Event::Update { .. } | Event::Permission { .. } => None,
+        }
+    }
+}
+
+/// The last line of `--json`: `{"type":"result", ...RunResult}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ResultRecord {
     Result(RunResult),
 }
 
@@ -72,7 +83,7 @@ mod tests {
 
     #[test]
     fn result_record_has_type_and_camel_case_fields() {
-        let record = Record::Result(RunResult {
+        let record = ResultRecord::Result(RunResult {
             run_id: "r".into(),
             status: Status::Completed,
             stop_reason: Some("end_turn".into()),
@@ -106,13 +117,14 @@ mod tests {
 
     #[test]
     fn lifecycle_events_are_named() {
-        let end = LifecycleEvent::End(EndEvent {
+        let end = Event::End(EndEvent {
             run_id: "r".into(),
             status: Status::Aborted,
             last_assistant_message: Some(String::new()),
         });
         let value = serde_json::to_value(&end).unwrap();
-        assert_eq!(value["event"], "subagent/end");
+        assert_eq!(value["type"], "end");
+        assert_eq!(end.lifecycle_name(), Some("subagent/end"));
         assert_eq!(value["lastAssistantMessage"], "");
     }
 }

@@ -41,7 +41,7 @@ pub fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run(args) => run::execute(args),
+        Command::Run(args) => run::execute(&args),
         Command::Sync(args) => sync::execute(args),
         Command::Agents(args) => agents::execute(&args),
     }
