@@ -25,7 +25,7 @@ pub const NAME_SUBSTRINGS: &[&str] = &[
 ];
 
 /// Whole `_`-separated name segments that mark a credential (substring matching would catch AUTHOR).
-pub const NAME_SEGMENTS: &[&str] = &["AUTH", "OAUTH", "AUTHORIZATION", "COOKIE", "SESSION"];
+pub const NAME_SEGMENTS: &[&str] = &["AUTH", "OAUTH", "AUTHORIZATION", "COOKIE"];
 
 /// Value prefixes of well-known token formats (OpenAI/DeepSeek/Anthropic `sk-`, GitHub, GitLab,
 /// Slack, Google API keys, Stripe, npm, Hugging Face).
