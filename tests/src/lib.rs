@@ -85,7 +85,10 @@ fn is_zombie(pid: u32) -> bool {
     })
 }
 
-fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+/// Polls `condition` every few milliseconds until it holds; `false` if it still does not after
+/// `timeout`. The building block of the other waits, for conditions they do not cover.
+#[must_use]
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         if condition() {
