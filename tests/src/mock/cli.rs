@@ -90,13 +90,13 @@ pub enum Scenario {
     ExitBeforeInit { code: u8 },
     /// Reads everything, answers nothing.
     Silent,
-    /// Text "process: <getcwd>\nsession: <session/new cwd>".
+    /// Text `"process: <getcwd>\nsession: <session/new cwd>"`.
     EchoCwd,
     /// One line per name: `NAME=value` or `NAME unset`.
     EchoEnv { names: Vec<String> },
     /// Sends `fs/read_text_file` and `terminal/create`, reports each error code (or result).
     FsRequest,
-    /// Text "session <the session id of the prompt>".
+    /// Text `"session <the prompt's session id>"`.
     SessionEcho,
     /// `chunks` chunks "c1 ", "c2 ", ... `interval` apart (`--ready` after the first);
     /// answers `session/cancel` mid-stream with `cancelled`.
