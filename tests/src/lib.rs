@@ -1,1 +1,146 @@
-//! Shared helpers of the end-to-end suites (in progress).
+//! Shared helpers of the end-to-end suites, and the implementation of the `mock-agent` binary
+//! ([`mock`]).
+//!
+//! The helpers wait on conditions (a file appearing, a process dying) by polling with short
+//! intervals up to a deadline; they never sleep a fixed time and never wait unbounded.
+
+pub mod mock;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
+/// How often the wait helpers re-check their condition.
+const POLL: Duration = Duration::from_millis(10);
+
+/// The path of binary `name` built from another workspace package (for example `acp-host`).
+///
+/// Cargo only exposes `CARGO_BIN_EXE_*` for the test's own package, so this looks next to the
+/// running test executable: `target/<profile>/deps/<test>` -> `target/<profile>/<name>`.
+/// Panics, with the fix, when the binary has not been built.
+#[must_use]
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path is readable");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test executable lives in target/<profile>/deps");
+    let path = profile_dir.join(name);
+    assert!(
+        path.is_file(),
+        "binary {name} not found at {}: run `cargo build --workspace` (same profile) before the \
+         end-to-end suites",
+        path.display()
+    );
+    path
+}
+
+/// Polls until `path` exists; `false` if it still does not after `timeout`.
+#[must_use]
+pub fn wait_for_file(path: impl AsRef<Path>, timeout: Duration) -> bool {
+    let path = path.as_ref();
+    wait_until(timeout, || path.exists())
+}
+
+/// Whether process `pid` is alive. A zombie (exited, not yet reaped) counts as dead: it runs no
+/// code and holds no resources a test cares about. Pid 0 and pids beyond `i32` are never alive.
+#[must_use]
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    // `kill(0, ..)` would address our own process group, not a process.
+    if raw == 0 {
+        return false;
+    }
+    match kill(Pid::from_raw(raw), None) {
+        // EPERM: it exists but belongs to someone else.
+        Ok(()) | Err(Errno::EPERM) => !is_zombie(pid),
+        Err(_) => false,
+    }
+}
+
+/// Polls until process `pid` is dead (see [`process_alive`]); `false` if it is still alive
+/// after `timeout`.
+#[must_use]
+pub fn wait_until_dead(pid: u32, timeout: Duration) -> bool {
+    wait_until(timeout, || !process_alive(pid))
+}
+
+/// Reads a pid file written by the mock (`--pid-file`); `None` if absent or not a pid.
+#[must_use]
+pub fn read_pid(path: impl AsRef<Path>) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// State `Z` in `/proc/<pid>/stat`. The state follows the command name, which is in
+/// parentheses and may itself contain spaces or parentheses, hence the last `)`.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// Polls `condition` every few milliseconds until it holds; `false` if it still does not after
+/// `timeout`. The building block of the other waits, for conditions they do not cover.
+#[must_use]
+pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_process_is_alive_until_it_exits_and_is_reaped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("1000")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert!(process_alive(pid));
+        child.kill().unwrap();
+        // Killed but not yet reaped: a zombie, which counts as dead.
+        assert!(wait_until_dead(pid, Duration::from_secs(5)));
+        child.wait().unwrap();
+        assert!(!process_alive(pid));
+    }
+
+    #[test]
+    fn pid_zero_and_out_of_range_pids_are_not_alive() {
+        assert!(!process_alive(0));
+        assert!(!process_alive(u32::MAX));
+    }
+
+    #[test]
+    fn wait_for_file_sees_a_file_and_times_out_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ready");
+        assert!(!wait_for_file(&path, Duration::from_millis(30)));
+        std::fs::write(&path, "").unwrap();
+        assert!(wait_for_file(&path, Duration::from_millis(30)));
+    }
+
+    #[test]
+    fn read_pid_parses_the_mock_format() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pid");
+        assert_eq!(read_pid(&path), None);
+        std::fs::write(&path, "1234\n").unwrap();
+        assert_eq!(read_pid(&path), Some(1234));
+    }
+}

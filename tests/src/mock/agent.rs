@@ -1,0 +1,299 @@
+//! Process setup and the agent's main loop, plus the waits every script is built from.
+//!
+//! One task owns stdout and runs the script; the stdin reader and the SIGTERM trap are the
+//! only other tasks. The script is sequential: while a prompt turn is in flight it pulls
+//! messages itself ([`Agent::absorb`]), filing responses by id and noting `session/cancel`,
+//! and defers anything else to the main loop. Stdin EOF is handled in exactly one place,
+//! [`Agent::at_eof`], whichever wait observes it.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::cli::{Common, Config, Scenario};
+use super::files::{self, Log};
+use super::inbox::Inbox;
+use super::signals::{self, TermAction};
+use super::wire::{self, Inbound, Outbound};
+
+/// Exit status when the mock cannot set itself up (`EX_SOFTWARE`).
+pub const SETUP_FAILURE_EXIT: i32 = 70;
+
+/// How often `gated-session` looks for its go file.
+const GATE_POLL: Duration = Duration::from_millis(10);
+
+/// What stdin EOF (or a closed stdout) means for the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum EofPolicy {
+    /// Exit 0, like a well-behaved agent.
+    Exit,
+    /// Wait, create the marker, exit 0: an agent flushing its session on EOF.
+    FlushMarker { marker: PathBuf, delay: Duration },
+    /// Keep running until a signal ends the process.
+    Ignore,
+}
+
+impl EofPolicy {
+    fn of(scenario: &Scenario, common: &Common) -> Self {
+        match scenario {
+            Scenario::FlushOnEof { marker, delay } => Self::FlushMarker {
+                marker: marker.clone(),
+                delay: *delay,
+            },
+            Scenario::Stubborn | Scenario::TermMarker { .. } => Self::Ignore,
+            _ if common.ignore_eof => Self::Ignore,
+            _ => Self::Exit,
+        }
+    }
+}
+
+/// The running mock.
+pub struct Agent {
+    pub(super) scenario: Scenario,
+    pub(super) common: Common,
+    pub(super) log: Log,
+    /// Set when `session/cancel` arrives during a prompt turn; reset when a turn starts.
+    pub(super) cancelled: bool,
+    /// The `cwd` of `session/new`, for `echo-cwd` and `fs-request`.
+    pub(super) session_cwd: Option<String>,
+    out: Outbound,
+    inbox: Inbox,
+    eof: EofPolicy,
+    next_request_id: u64,
+    responses: HashMap<u64, Result<Value, Value>>,
+    /// Held (never waited on) so the grandchild outlives any of our own bookkeeping; the test
+    /// checks it is reaped by the host's process-group teardown.
+    _grandchild: Option<Child>,
+}
+
+/// Runs the mock; returns only the status of a process that ends before serving (setup
+/// failure, `exit-before-init`). Every other exit goes through `std::process::exit` after
+/// stdout is flushed, because a tokio runtime would otherwise wait for the blocked stdin read.
+pub async fn run(config: Config) -> i32 {
+    let Config { scenario, common } = config;
+    if let Some(text) = &common.stderr {
+        if text.ends_with('\n') {
+            eprint!("{text}");
+        } else {
+            eprintln!("{text}");
+        }
+    }
+    let mut grandchild = None;
+    if let Scenario::Grandchild = scenario {
+        match spawn_grandchild() {
+            Ok(child) => grandchild = Some(child),
+            Err(error) => {
+                eprintln!("mock: cannot spawn the grandchild `sleep 1000`: {error}");
+                return SETUP_FAILURE_EXIT;
+            }
+        }
+    }
+    if let Some(pid_file) = &common.pid_file {
+        let pid = grandchild.as_ref().map_or_else(std::process::id, Child::id);
+        files::write_atomically(pid_file, &format!("{pid}\n"));
+    }
+    if let Scenario::ExitBeforeInit { code } = scenario {
+        eprintln!("mock: cannot start");
+        return code.into();
+    }
+    let term = match &scenario {
+        Scenario::TermMarker { marker } => Some(TermAction::Marker(marker.clone())),
+        Scenario::Stubborn => Some(TermAction::Ignore),
+        _ if common.trap_term => Some(TermAction::Ignore),
+        _ => None,
+    };
+    if let Some(action) = term
+        && let Err(error) = signals::trap_term(action)
+    {
+        eprintln!("mock: cannot register the SIGTERM listener: {error}");
+        return SETUP_FAILURE_EXIT;
+    }
+
+    let log = Log::new(common.log.clone());
+    let mut agent = Agent {
+        eof: EofPolicy::of(&scenario, &common),
+        out: Outbound::new(scenario == Scenario::Garbage),
+        inbox: Inbox::spawn(log.clone()),
+        scenario,
+        common,
+        log,
+        cancelled: false,
+        session_cwd: None,
+        next_request_id: 0,
+        responses: HashMap::new(),
+        _grandchild: grandchild,
+    };
+    if let Err(error) = agent.out.preamble().await {
+        agent.stdout_closed(&error).await;
+    }
+    match agent.serve().await {}
+}
+
+/// `sleep 1000` in our process group, with stdin detached but stdout/stderr inherited, like the
+/// real agent under a wrapper launcher (it keeps the host's pipes open until it dies).
+fn spawn_grandchild() -> std::io::Result<Child> {
+    Command::new("sleep")
+        .arg("1000")
+        .stdin(Stdio::null())
+        .spawn()
+}
+
+impl Agent {
+    async fn serve(&mut self) -> Infallible {
+        loop {
+            match self.next().await {
+                Inbound::Request { id, method, params } => {
+                    self.on_request(&id, &method, &params).await;
+                }
+                // A `session/cancel` outside a prompt turn has nothing to cancel.
+                Inbound::Notification { .. } => {}
+                Inbound::Response { id, outcome } => self.file_response(&id, outcome),
+            }
+        }
+    }
+
+    async fn on_request(&mut self, id: &Value, method: &str, params: &Value) {
+        if self.scenario == Scenario::Silent {
+            return;
+        }
+        match method {
+            "initialize" => {
+                self.send(&wire::response(id, wire::initialize_result()))
+                    .await;
+            }
+            "session/new" => self.new_session(id, params).await,
+            "session/prompt" => self.prompt(id, params).await,
+            other => {
+                let message = format!("the mock agent does not implement {other}");
+                self.send(&wire::error_response(id, wire::METHOD_NOT_FOUND, &message))
+                    .await;
+            }
+        }
+    }
+
+    async fn new_session(&mut self, id: &Value, params: &Value) {
+        self.session_cwd = params.get("cwd").and_then(Value::as_str).map(str::to_owned);
+        let result = match &self.scenario {
+            Scenario::NoSessionId => json!({}),
+            Scenario::GatedSession { go } => {
+                let go = go.clone();
+                self.touch_ready();
+                self.gate(&go).await;
+                json!({"sessionId": wire::SESSION_ID})
+            }
+            _ => json!({"sessionId": wire::SESSION_ID}),
+        };
+        self.send(&wire::response(id, result)).await;
+    }
+
+    /// Waits until `go` exists, still handling stdin (EOF ends the wait per the EOF policy).
+    async fn gate(&mut self, go: &Path) {
+        while !go.exists() {
+            tokio::select! {
+                () = self.absorb() => {}
+                () = tokio::time::sleep(GATE_POLL) => {}
+            }
+        }
+    }
+
+    /// The next message for the main loop (deferred ones first).
+    async fn next(&mut self) -> Inbound {
+        match self.inbox.next().await {
+            Some(message) => message,
+            None => match self.at_eof().await {},
+        }
+    }
+
+    /// Takes one fresh message during a script step: responses are filed by id,
+    /// `session/cancel` sets [`Self::cancelled`], anything else waits for the main loop.
+    /// Cancel-safe, so steps may race it against a timer.
+    pub(super) async fn absorb(&mut self) {
+        let Some(message) = self.inbox.next_fresh().await else {
+            match self.at_eof().await {}
+        };
+        match message {
+            Inbound::Response { id, outcome } => self.file_response(&id, outcome),
+            Inbound::Notification { method, .. } if method == "session/cancel" => {
+                self.cancelled = true;
+            }
+            other => self.inbox.defer(other),
+        }
+    }
+
+    fn file_response(&mut self, id: &Value, outcome: Result<Value, Value>) {
+        match id.as_u64() {
+            Some(id) => {
+                self.responses.insert(id, outcome);
+            }
+            None => eprintln!("mock: ignoring a response to an id it never used: {id}"),
+        }
+    }
+
+    /// Sends a request to the client; returns its id for [`Self::response_to`].
+    pub(super) async fn request(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_request_id;
+        self.next_request_id += 1;
+        self.send(&wire::request(id, method, params)).await;
+        id
+    }
+
+    /// Waits for the client's answer to our request `id`.
+    pub(super) async fn response_to(&mut self, id: u64) -> Result<Value, Value> {
+        loop {
+            if let Some(outcome) = self.responses.remove(&id) {
+                return outcome;
+            }
+            self.absorb().await;
+        }
+    }
+
+    /// Waits until `session/cancel` has arrived in this turn.
+    pub(super) async fn until_cancelled(&mut self) {
+        while !self.cancelled {
+            self.absorb().await;
+        }
+    }
+
+    /// `true` if `session/cancel` arrives within `duration`.
+    pub(super) async fn cancelled_within(&mut self, duration: Duration) -> bool {
+        tokio::select! {
+            () = self.until_cancelled() => true,
+            () = tokio::time::sleep(duration) => false,
+        }
+    }
+
+    /// Writes a frame; a closed stdout means the client is gone, handled like stdin EOF.
+    pub(super) async fn send(&mut self, frame: &Value) {
+        if let Err(error) = self.out.send(frame).await {
+            self.stdout_closed(&error).await;
+        }
+    }
+
+    async fn stdout_closed(&mut self, error: &std::io::Error) {
+        eprintln!("mock: stdout is closed ({error}); handling it like stdin EOF");
+        match self.at_eof().await {}
+    }
+
+    /// The single home of what EOF means (see [`EofPolicy`]).
+    async fn at_eof(&mut self) -> Infallible {
+        match &self.eof {
+            EofPolicy::Exit => std::process::exit(0),
+            EofPolicy::FlushMarker { marker, delay } => {
+                tokio::time::sleep(*delay).await;
+                files::touch(marker);
+                std::process::exit(0)
+            }
+            EofPolicy::Ignore => std::future::pending().await,
+        }
+    }
+
+    pub(super) fn touch_ready(&self) {
+        if let Some(ready) = &self.common.ready {
+            files::touch(ready);
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! The mock agent's command line: `mock-agent <scenario> [NAME...] [--flag VALUE | --flag=VALUE ...]`.
+//!
+//! Parsing is strict on purpose: an unknown scenario, an unknown flag, or a flag the chosen
+//! scenario does not read is a usage error (the binary exits 64). A typo in a test's agent
+//! command then fails loudly instead of silently running a different script.
+//! Parsing is pure (no I/O), so it is unit-tested here.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Exit status for usage errors (`EX_USAGE` from sysexits.h).
+pub const USAGE_EXIT: i32 = 64;
+
+/// Scenario names, in the order the usage message lists them.
+pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on-cancel, \
+    crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, garbage, \
+    huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
+    echo-env, fs-request, session-echo, slow-stream";
+
+/// Flags only some scenarios read; each scenario takes the ones it uses, leftovers are errors.
+const SPECIFIC_FLAGS: &[&str] = &[
+    "text",
+    "stop",
+    "chunks",
+    "options",
+    "go",
+    "bytes",
+    "marker",
+    "delay-ms",
+    "code",
+    "interval-ms",
+];
+
+/// The permission option kinds offered when `--options` is absent: all four, `allow_always`
+/// first, because a host choosing by position (not by kind) is exactly the bug to catch.
+pub const DEFAULT_PERMISSION_OPTIONS: &[&str] =
+    &["allow_always", "allow_once", "reject_once", "reject_always"];
+
+/// Default size of the `huge` scenario's single chunk: 8 MiB.
+pub const DEFAULT_HUGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The script the mock follows. Unless a variant says otherwise: `initialize` and
+/// `session/new` are answered at once, `--ready` is touched when the prompt arrives, and stdin
+/// EOF ends the process with status 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scenario {
+    /// Text "hello from acp child", `end_turn`.
+    Hello,
+    /// `text` split into `chunks` chunks (none when empty), then the stop reason `stop`, which
+    /// may be any string, including ones ACP does not define.
+    Text {
+        text: String,
+        stop: String,
+        chunks: usize,
+    },
+    /// A thought, a tool call (+ update), a plan and a user-message chunk, then "final answer".
+    Thought,
+    /// Text "partial ", `--ready`, then waits; answers `session/cancel` with `cancelled`.
+    Hang,
+    /// Like `Hang` but never answers `session/cancel`.
+    IgnoreCancel,
+    /// Like `Hang` but exits with status 9 when `session/cancel` arrives.
+    CrashOnCancel,
+    /// Text "partial output", "mock: fatal error" on stderr, exit status 3.
+    CrashOnPrompt,
+    /// Asks `session/request_permission` with these option kinds (ids = kinds), in this order,
+    /// then reports the answer as text (`selected <id>` / `cancelled`).
+    Permission { options: Vec<String> },
+    /// `--ready` on prompt, waits for `session/cancel`, then asks permission and reports the
+    /// outcome on stderr and in `--log`, then answers the prompt `cancelled`.
+    PermissionAfterCancel,
+    /// On `session/new`: touches `--ready`, answers only once `go` exists (or exits on EOF).
+    GatedSession { go: PathBuf },
+    /// Answers `session/new` with `{}` (no session id).
+    NoSessionId,
+    /// Non-JSON lines on stdout before and between frames, otherwise `Hello`.
+    Garbage,
+    /// One text chunk of `bytes` bytes of `x`, `end_turn`.
+    Huge { bytes: usize },
+    /// Spawns `sleep 1000` in the mock's process group, writes ITS pid to `--pid-file`, then `Hang`.
+    Grandchild,
+    /// `Hello` (touching `--ready` after answering), but ignores stdin EOF and SIGTERM.
+    Stubborn,
+    /// `Hello`; on stdin EOF waits `delay`, creates `marker`, exits 0.
+    FlushOnEof { marker: PathBuf, delay: Duration },
+    /// `Hello`; ignores stdin EOF; on SIGTERM creates `marker` and exits 0.
+    TermMarker { marker: PathBuf },
+    /// "mock: cannot start" on stderr and exit `code` before reading anything.
+    ExitBeforeInit { code: u8 },
+    /// Reads everything, answers nothing.
+    Silent,
+    /// Text `"process: <getcwd>\nsession: <session/new cwd>"`.
+    EchoCwd,
+    /// One line per name: `NAME=value` or `NAME unset`.
+    EchoEnv { names: Vec<String> },
+    /// Sends `fs/read_text_file` and `terminal/create`, reports each error code (or result).
+    FsRequest,
+    /// Text `"session <the prompt's session id>"`.
+    SessionEcho,
+    /// `chunks` chunks "c1 ", "c2 ", ... `interval` apart (`--ready` after the first);
+    /// answers `session/cancel` mid-stream with `cancelled`.
+    SlowStream { chunks: usize, interval: Duration },
+}
+
+/// Flags every scenario accepts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Common {
+    /// `--log FILE`: one line per received message, appended and flushed at once.
+    pub log: Option<PathBuf>,
+    /// `--ready FILE`: touched when the scenario reaches its "ready" point (normally the prompt).
+    pub ready: Option<PathBuf>,
+    /// `--pid-file FILE`: the mock's pid (for `grandchild`: the grandchild's pid).
+    pub pid_file: Option<PathBuf>,
+    /// `--stderr TEXT`: written to stderr at start.
+    pub stderr: Option<String>,
+    /// `--ignore-eof`: keep running after stdin closes (until a signal ends the process).
+    pub ignore_eof: bool,
+    /// `--ignore-cancel`: hang-like scenarios never answer `session/cancel`.
+    pub ignore_cancel: bool,
+    /// `--trap-term`: register a SIGTERM listener that does nothing, so only SIGKILL ends us.
+    pub trap_term: bool,
+}
+
+/// A parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub scenario: Scenario,
+    pub common: Common,
+}
+
+/// Why a command line was rejected. Each message names the offending argument and what would
+/// be accepted instead.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UsageError {
+    #[error("missing scenario: usage is `mock-agent <scenario> [flags]`; scenarios: {SCENARIOS}")]
+    MissingScenario,
+    #[error("unknown scenario {0:?}; known scenarios: {SCENARIOS}")]
+    UnknownScenario(String),
+    #[error(
+        "unknown flag --{0}; common flags are --log, --ready, --pid-file, --stderr, \
+         --ignore-eof, --ignore-cancel, --trap-term"
+    )]
+    UnknownFlag(String),
+    #[error("flag --{0} needs a value (`--{0} VALUE` or `--{0}=VALUE`)")]
+    MissingValue(String),
+    #[error("flag --{0} takes no value")]
+    UnexpectedValue(String),
+    #[error("flag --{flag} does not apply to scenario {scenario}; remove it")]
+    NotApplicable { flag: String, scenario: String },
+    #[error("scenario {scenario} needs --{flag}")]
+    MissingFlag { scenario: String, flag: String },
+    #[error("invalid value {value:?} for --{flag}: expected {expected}")]
+    InvalidValue {
+        flag: String,
+        value: String,
+        expected: &'static str,
+    },
+    #[error("unexpected argument {arg:?}: scenario {scenario} takes no positional arguments")]
+    UnexpectedPositional { scenario: String, arg: String },
+    #[error("argument {0:?} is not valid UTF-8")]
+    NotUtf8(String),
+}
+
+/// Parses the arguments after the program name.
+pub fn parse<I>(args: I) -> Result<Config, UsageError>
+where
+    I: IntoIterator<Item = String>,
+{
+    let mut args = args.into_iter();
+    let name = args.next().ok_or(UsageError::MissingScenario)?;
+    let mut common = Common::default();
+    let mut specific = Specific {
+        scenario: name.clone(),
+        values: BTreeMap::new(),
+    };
+    let mut positional = Vec::new();
+
+    while let Some(arg) = args.next() {
+        let Some(flag) = arg.strip_prefix("--") else {
+            positional.push(arg);
+            continue;
+        };
+        let (flag, inline) = match flag.split_once('=') {
+            Some((flag, value)) => (flag, Some(value.to_owned())),
+            None => (flag, None),
+        };
+        let switch = match flag {
+            "ignore-eof" => Some(&mut common.ignore_eof),
+            "ignore-cancel" => Some(&mut common.ignore_cancel),
+            "trap-term" => Some(&mut common.trap_term),
+            _ => None,
+        };
+        if let Some(switch) = switch {
+            if inline.is_some() {
+                return Err(UsageError::UnexpectedValue(flag.to_owned()));
+            }
+            *switch = true;
+            continue;
+        }
+        let known = matches!(flag, "log" | "ready" | "pid-file" | "stderr")
+            || SPECIFIC_FLAGS.contains(&flag);
+        if !known {
+            return Err(UsageError::UnknownFlag(flag.to_owned()));
+        }
+        // The value is the next argument verbatim, even when it starts with `--`: a test may
+        // well want the mock to print "--".
+        let value = match inline {
+            Some(value) => value,
+            None => args
+                .next()
+                .ok_or_else(|| UsageError::MissingValue(flag.to_owned()))?,
+        };
+        match flag {
+            "log" => common.log = Some(value.into()),
+            "ready" => common.ready = Some(value.into()),
+            "pid-file" => common.pid_file = Some(value.into()),
+            "stderr" => common.stderr = Some(value),
+            _ => {
+                specific.values.insert(flag.to_owned(), value);
+            }
+        }
+    }
+
+    let scenario = scenario(&name, &mut specific, &common, &mut positional)?;
+    if let Some(arg) = positional.into_iter().next() {
+        return Err(UsageError::UnexpectedPositional {
+            scenario: name,
+            arg,
+        });
+    }
+    if let Some(flag) = specific.values.into_keys().next() {
+        return Err(UsageError::NotApplicable {
+            flag,
+            scenario: name,
+        });
+    }
+    Ok(Config { scenario, common })
+}
+
+/// Builds the scenario, taking the scenario-specific flags (and positionals) it reads.
+fn scenario(
+    name: &str,
+    s: &mut Specific,
+    common: &Common,
+    positional: &mut Vec<String>,
+) -> Result<Scenario, UsageError> {
+    Ok(match name {
+        "hello" => Scenario::Hello,
+        "text" => Scenario::Text {
+            text: s.take("text").unwrap_or_default(),
+            stop: s.take("stop").unwrap_or_else(|| "end_turn".to_owned()),
+            chunks: s.positive("chunks")?.unwrap_or(1),
+        },
+        "thought" => Scenario::Thought,
+        "hang" => Scenario::Hang,
+        "ignore-cancel" => Scenario::IgnoreCancel,
+        "crash-on-cancel" => Scenario::CrashOnCancel,
+        "crash-on-prompt" => Scenario::CrashOnPrompt,
+        "permission" => Scenario::Permission {
+            options: s.take("options").map_or_else(
+                || {
+                    DEFAULT_PERMISSION_OPTIONS
+                        .iter()
+                        .map(|kind| (*kind).to_owned())
+                        .collect()
+                },
+                |list| {
+                    list.split(',')
+                        .map(str::trim)
+                        .filter(|kind| !kind.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                },
+            ),
+        },
+        "permission-after-cancel" => Scenario::PermissionAfterCancel,
+        "gated-session" => {
+            if common.ready.is_none() {
+                return Err(s.missing("ready"));
+            }
+            Scenario::GatedSession {
+                go: s.take("go").ok_or_else(|| s.missing("go"))?.into(),
+            }
+        }
+        "no-session-id" => Scenario::NoSessionId,
+        "garbage" => Scenario::Garbage,
+        "huge" => Scenario::Huge {
+            bytes: s.number("bytes")?.unwrap_or(DEFAULT_HUGE_BYTES),
+        },
+        "grandchild" => {
+            if common.pid_file.is_none() {
+                return Err(s.missing("pid-file"));
+            }
+            Scenario::Grandchild
+        }
+        "stubborn" => Scenario::Stubborn,
+        "flush-on-eof" => Scenario::FlushOnEof {
+            marker: s.take("marker").ok_or_else(|| s.missing("marker"))?.into(),
+            delay: Duration::from_millis(s.number("delay-ms")?.unwrap_or(0)),
+        },
+        "term-marker" => Scenario::TermMarker {
+            marker: s.take("marker").ok_or_else(|| s.missing("marker"))?.into(),
+        },
+        "exit-before-init" => Scenario::ExitBeforeInit {
+            code: s.number("code")?.unwrap_or(7),
+        },
+        "silent" => Scenario::Silent,
+        "echo-cwd" => Scenario::EchoCwd,
+        "echo-env" => Scenario::EchoEnv {
+            names: std::mem::take(positional),
+        },
+        "fs-request" => Scenario::FsRequest,
+        "session-echo" => Scenario::SessionEcho,
+        "slow-stream" => Scenario::SlowStream {
+            chunks: s.positive("chunks")?.unwrap_or(5),
+            interval: Duration::from_millis(s.number("interval-ms")?.unwrap_or(100)),
+        },
+        other => return Err(UsageError::UnknownScenario(other.to_owned())),
+    })
+}
+
+/// The scenario-specific flag values not yet taken by the scenario.
+struct Specific {
+    scenario: String,
+    values: BTreeMap<String, String>,
+}
+
+impl Specific {
+    fn take(&mut self, flag: &str) -> Option<String> {
+        self.values.remove(flag)
+    }
+
+    fn missing(&self, flag: &str) -> UsageError {
+        UsageError::MissingFlag {
+            scenario: self.scenario.clone(),
+            flag: flag.to_owned(),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&mut self, flag: &str) -> Result<Option<T>, UsageError> {
+        self.take(flag)
+            .map(|value| {
+                value.parse().map_err(|_| UsageError::InvalidValue {
+                    flag: flag.to_owned(),
+                    value,
+                    expected: "a non-negative integer in range",
+                })
+            })
+            .transpose()
+    }
+
+    fn positive(&mut self, flag: &str) -> Result<Option<usize>, UsageError> {
+        match self.number::<usize>(flag)? {
+            Some(0) => Err(UsageError::InvalidValue {
+                flag: flag.to_owned(),
+                value: "0".to_owned(),
+                expected: "a positive integer",
+            }),
+            other => Ok(other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_str(line: &str) -> Result<Config, UsageError> {
+        parse(line.split(' ').map(str::to_owned))
+    }
+
+    #[test]
+    fn text_takes_any_stop_reason_and_chunk_count() {
+        let config = parse_str("text --text hi --stop galaxy_brain --chunks=3").unwrap();
+        assert_eq!(
+            config.scenario,
+            Scenario::Text {
+                text: "hi".into(),
+                stop: "galaxy_brain".into(),
+                chunks: 3
+            }
+        );
+    }
+
+    #[test]
+    fn common_flags_follow_the_scenario_in_any_order() {
+        let config = parse_str("--log l hang --ready r --ignore-eof --ignore-cancel");
+        // The scenario is the first argument, so a leading flag is not a scenario name.
+        assert_eq!(config, Err(UsageError::UnknownScenario("--log".into())));
+        let config = parse_str("hang --log l --ready r --ignore-eof --trap-term").unwrap();
+        assert_eq!(config.scenario, Scenario::Hang);
+        assert_eq!(
+            config.common,
+            Common {
+                log: Some("l".into()),
+                ready: Some("r".into()),
+                ignore_eof: true,
+                trap_term: true,
+                ..Common::default()
+            }
+        );
+    }
+
+    #[test]
+    fn flag_values_may_start_with_dashes() {
+        let config = parse_str("text --text --").unwrap();
+        assert!(matches!(config.scenario, Scenario::Text { text, .. } if text == "--"));
+    }
+
+    #[test]
+    fn permission_options_keep_order_and_default_to_all_four() {
+        let config = parse_str("permission --options reject_once,allow_once").unwrap();
+        assert_eq!(
+            config.scenario,
+            Scenario::Permission {
+                options: vec!["reject_once".into(), "allow_once".into()]
+            }
+        );
+        let config = parse_str("permission").unwrap();
+        assert_eq!(
+            config.scenario,
+            Scenario::Permission {
+                options: DEFAULT_PERMISSION_OPTIONS
+                    .iter()
+                    .map(|k| (*k).to_owned())
+                    .collect()
+            }
+        );
+    }
+
+    #[test]
+    fn echo_env_takes_names_other_scenarios_reject_positionals() {
+        let config = parse_str("echo-env A B").unwrap();
+        assert_eq!(
+            config.scenario,
+            Scenario::EchoEnv {
+                names: vec!["A".into(), "B".into()]
+            }
+        );
+        assert_eq!(
+            parse_str("hello extra"),
+            Err(UsageError::UnexpectedPositional {
+                scenario: "hello".into(),
+                arg: "extra".into()
+            })
+        );
+    }
+
+    #[test]
+    fn usage_errors_are_specific() {
+        assert_eq!(
+            parse(Vec::<String>::new()),
+            Err(UsageError::MissingScenario)
+        );
+        assert_eq!(
+            parse_str("nope"),
+            Err(UsageError::UnknownScenario("nope".into()))
+        );
+        assert_eq!(
+            parse_str("hello --bogus"),
+            Err(UsageError::UnknownFlag("bogus".into()))
+        );
+        assert_eq!(
+            parse_str("hello --bytes 3"),
+            Err(UsageError::NotApplicable {
+                flag: "bytes".into(),
+                scenario: "hello".into()
+            })
+        );
+        assert_eq!(
+            parse_str("hello --log"),
+            Err(UsageError::MissingValue("log".into()))
+        );
+        assert_eq!(
+            parse_str("hello --ignore-eof=yes"),
+            Err(UsageError::UnexpectedValue("ignore-eof".into()))
+        );
+        assert_eq!(
+            parse_str("gated-session --go g"),
+            Err(UsageError::MissingFlag {
+                scenario: "gated-session".into(),
+                flag: "ready".into()
+            })
+        );
+        assert!(matches!(
+            parse_str("text --chunks 0"),
+            Err(UsageError::InvalidValue { .. })
+        ));
+        assert!(matches!(
+            parse_str("exit-before-init --code 300"),
+            Err(UsageError::InvalidValue { .. })
+        ));
+    }
+
+    #[test]
+    fn defaults() {
+        assert_eq!(
+            parse_str("huge").unwrap().scenario,
+            Scenario::Huge {
+                bytes: DEFAULT_HUGE_BYTES
+            }
+        );
+        assert_eq!(
+            parse_str("exit-before-init").unwrap().scenario,
+            Scenario::ExitBeforeInit { code: 7 }
+        );
+        assert_eq!(
+            parse_str("flush-on-eof --marker m").unwrap().scenario,
+            Scenario::FlushOnEof {
+                marker: "m".into(),
+                delay: Duration::ZERO
+            }
+        );
+    }
+}

@@ -1,0 +1,379 @@
+//! What each scenario does with a `session/prompt` turn. Pure helpers (chunk splitting,
+//! permission request shape, outcome wording) are separate functions, unit-tested below.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::agent::Agent;
+use super::cli::{DEFAULT_PERMISSION_OPTIONS, Scenario};
+use super::wire;
+
+const HELLO: &str = "hello from acp child";
+
+/// What a hang-like scenario does once `session/cancel` arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnCancel {
+    /// Answer the pending prompt with `cancelled` (a cooperative agent).
+    Answer,
+    /// Keep waiting.
+    Ignore,
+    /// Exit with status 9 (tears the pipe mid-turn).
+    Crash,
+}
+
+impl Agent {
+    pub(super) async fn prompt(&mut self, id: &Value, params: &Value) {
+        self.cancelled = false;
+        let session = params
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .unwrap_or(wire::SESSION_ID)
+            .to_owned();
+        let session = session.as_str();
+        // Ready at the prompt, except where a scenario's own step says otherwise.
+        if !matches!(
+            self.scenario,
+            Scenario::Stubborn
+                | Scenario::Hang
+                | Scenario::Grandchild
+                | Scenario::IgnoreCancel
+                | Scenario::CrashOnCancel
+                | Scenario::SlowStream { .. }
+        ) {
+            self.touch_ready();
+        }
+        match self.scenario.clone() {
+            // `silent` never gets here; the gated, id-less and pre-init ones only differ
+            // before the prompt.
+            Scenario::Hello
+            | Scenario::Garbage
+            | Scenario::FlushOnEof { .. }
+            | Scenario::TermMarker { .. }
+            | Scenario::GatedSession { .. }
+            | Scenario::NoSessionId
+            | Scenario::ExitBeforeInit { .. }
+            | Scenario::Silent => self.reply(id, session, [HELLO], "end_turn").await,
+            Scenario::Stubborn => {
+                self.reply(id, session, [HELLO], "end_turn").await;
+                self.touch_ready();
+            }
+            Scenario::Text { text, stop, chunks } => {
+                self.reply(id, session, split_chunks(&text, chunks), &stop)
+                    .await;
+            }
+            Scenario::Thought => self.thought(id, session).await,
+            Scenario::Hang | Scenario::Grandchild => {
+                let on_cancel = if self.common.ignore_cancel {
+                    OnCancel::Ignore
+                } else {
+                    OnCancel::Answer
+                };
+                self.hang(id, session, on_cancel).await;
+            }
+            Scenario::IgnoreCancel => self.hang(id, session, OnCancel::Ignore).await,
+            Scenario::CrashOnCancel => self.hang(id, session, OnCancel::Crash).await,
+            Scenario::CrashOnPrompt => {
+                self.say(session, "partial output").await;
+                eprintln!("mock: fatal error");
+                std::process::exit(3);
+            }
+            Scenario::Permission { options } => self.permission(id, session, &options).await,
+            Scenario::PermissionAfterCancel => self.permission_after_cancel(id, session).await,
+            Scenario::Huge { bytes } => {
+                self.reply(id, session, ["x".repeat(bytes)], "end_turn")
+                    .await;
+            }
+            Scenario::EchoCwd => {
+                let process = std::env::current_dir().map_or_else(
+                    |error| format!("<unavailable: {error}>"),
+                    |cwd| cwd.display().to_string(),
+                );
+                let announced = self.session_cwd.as_deref().unwrap_or("<none>");
+                let text = format!("process: {process}\nsession: {announced}");
+                self.reply(id, session, [text], "end_turn").await;
+            }
+            Scenario::EchoEnv { names } => {
+                let lines: Vec<String> = names.iter().map(|name| env_line(name)).collect();
+                self.reply(id, session, [lines.join("\n")], "end_turn")
+                    .await;
+            }
+            Scenario::FsRequest => self.fs_request(id, session).await,
+            Scenario::SessionEcho => {
+                let text = format!("session {session}");
+                self.reply(id, session, [text], "end_turn").await;
+            }
+            Scenario::SlowStream { chunks, interval } => {
+                self.slow_stream(id, session, chunks, interval).await;
+            }
+        }
+    }
+
+    /// The chunk is sent before `--ready` is touched, so a test that cancels on ready knows
+    /// the partial text is already on the wire.
+    async fn hang(&mut self, id: &Value, session: &str, on_cancel: OnCancel) {
+        self.say(session, "partial ").await;
+        self.touch_ready();
+        loop {
+            self.until_cancelled().await;
+            match on_cancel {
+                OnCancel::Answer => {
+                    self.finish(id, "cancelled").await;
+                    return;
+                }
+                OnCancel::Crash => {
+                    eprintln!("mock: crashing on session/cancel");
+                    std::process::exit(9);
+                }
+                OnCancel::Ignore => self.cancelled = false,
+            }
+        }
+    }
+
+    async fn thought(&mut self, id: &Value, session: &str) {
+        let updates = [
+            wire::text_chunk("agent_thought_chunk", "thinking..."),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "call-1",
+                   "title": "Read notes.txt", "kind": "read", "status": "pending"}),
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "call-1",
+                   "status": "completed"}),
+            json!({"sessionUpdate": "plan", "entries": [
+                {"content": "Answer the question", "priority": "high", "status": "in_progress"}
+            ]}),
+            wire::text_chunk("user_message_chunk", "echo"),
+        ];
+        for update in updates {
+            self.send(&wire::session_update(session, update)).await;
+        }
+        self.reply(id, session, ["final answer"], "end_turn").await;
+    }
+
+    async fn permission(&mut self, id: &Value, session: &str, options: &[String]) {
+        let asked = self
+            .request(
+                "session/request_permission",
+                permission_request(session, options),
+            )
+            .await;
+        let outcome = describe_permission(&self.response_to(asked).await);
+        // A cancel that arrived while the question was open ends the turn as ACP requires.
+        let stop = if self.cancelled {
+            "cancelled"
+        } else {
+            "end_turn"
+        };
+        self.reply(id, session, [outcome], stop).await;
+    }
+
+    /// `--ready` after the first chunk, so a test interrupting on ready interrupts mid-stream.
+    async fn slow_stream(&mut self, id: &Value, session: &str, chunks: usize, interval: Duration) {
+        for index in 1..=chunks {
+            self.say(session, format!("c{index} ")).await;
+            if index == 1 {
+                self.touch_ready();
+            }
+            if index < chunks && self.cancelled_within(interval).await {
+                self.finish(id, "cancelled").await;
+                return;
+            }
+        }
+        self.finish(id, "end_turn").await;
+    }
+
+    /// ACP requires a client that has sent `session/cancel` to answer every later permission
+    /// request with `cancelled`; the outcome goes to stderr and the log for the test to check.
+    async fn permission_after_cancel(&mut self, id: &Value, session: &str) {
+        self.until_cancelled().await;
+        let options: Vec<String> = DEFAULT_PERMISSION_OPTIONS
+            .iter()
+            .map(|kind| (*kind).to_owned())
+            .collect();
+        let asked = self
+            .request(
+                "session/request_permission",
+                permission_request(session, &options),
+            )
+            .await;
+        let outcome = describe_permission(&self.response_to(asked).await);
+        eprintln!("mock: permission after cancel: {outcome}");
+        self.log.line(&format!("permission {outcome}"));
+        self.finish(id, "cancelled").await;
+    }
+
+    /// Both requests go out before either answer is awaited, as a real agent may do.
+    async fn fs_request(&mut self, id: &Value, session: &str) {
+        let cwd = self.session_cwd.clone().unwrap_or_else(|| ".".to_owned());
+        let read = self
+            .request(
+                "fs/read_text_file",
+                json!({"sessionId": session, "path": format!("{cwd}/notes.txt")}),
+            )
+            .await;
+        let terminal = self
+            .request(
+                "terminal/create",
+                json!({"sessionId": session, "command": "true"}),
+            )
+            .await;
+        let read = describe_reply(&self.response_to(read).await);
+        let terminal = describe_reply(&self.response_to(terminal).await);
+        let text = format!("fs: {read} terminal: {terminal}");
+        self.reply(id, session, [text], "end_turn").await;
+    }
+
+    /// Sends each text as an `agent_message_chunk`, then answers the prompt with `stop`.
+    async fn reply<T: Into<String>>(
+        &mut self,
+        id: &Value,
+        session: &str,
+        texts: impl IntoIterator<Item = T>,
+        stop: &str,
+    ) {
+        for text in texts {
+            self.say(session, text).await;
+        }
+        self.finish(id, stop).await;
+    }
+
+    async fn say(&mut self, session: &str, text: impl Into<String>) {
+        let chunk = wire::text_chunk("agent_message_chunk", text);
+        self.send(&wire::session_update(session, chunk)).await;
+    }
+
+    async fn finish(&mut self, id: &Value, stop: &str) {
+        self.send(&wire::response(id, json!({"stopReason": stop})))
+            .await;
+    }
+}
+
+/// `text` cut into exactly `count` pieces of near-equal length (on char boundaries, longer
+/// pieces first); no pieces for empty text, so an empty answer sends no chunk at all.
+fn split_chunks(text: &str, count: usize) -> Vec<String> {
+    if text.is_empty() || count == 0 {
+        return Vec::new();
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let (base, longer) = (chars.len() / count, chars.len() % count);
+    let mut rest = chars.as_slice();
+    (0..count)
+        .map(|index| {
+            let (piece, tail) = rest.split_at(base + usize::from(index < longer));
+            rest = tail;
+            piece.iter().collect()
+        })
+        .collect()
+}
+
+/// `session/request_permission` params for writing notes.txt, offering `kinds` in order with
+/// each option id equal to its kind.
+fn permission_request(session: &str, kinds: &[String]) -> Value {
+    let options: Vec<Value> = kinds
+        .iter()
+        .map(|kind| json!({"optionId": kind, "name": option_name(kind), "kind": kind}))
+        .collect();
+    json!({
+        "sessionId": session,
+        "toolCall": {
+            "toolCallId": "call-1",
+            "title": "Write notes.txt",
+            "kind": "edit",
+            "status": "pending",
+        },
+        "options": options,
+    })
+}
+
+fn option_name(kind: &str) -> &str {
+    match kind {
+        "allow_once" => "Allow once",
+        "allow_always" => "Always allow",
+        "reject_once" => "Reject",
+        "reject_always" => "Always reject",
+        other => other,
+    }
+}
+
+/// `selected <optionId>`, `cancelled`, `error <code>`, or `unexpected <json>`.
+fn describe_permission(reply: &Result<Value, Value>) -> String {
+    match reply {
+        Ok(result) => match result.pointer("/outcome/outcome").and_then(Value::as_str) {
+            Some("selected") => match result.pointer("/outcome/optionId") {
+                Some(Value::String(option)) => format!("selected {option}"),
+                _ => format!("unexpected {result}"),
+            },
+            Some("cancelled") => "cancelled".to_owned(),
+            _ => format!("unexpected {result}"),
+        },
+        Err(error) => format!("error {}", error.get("code").unwrap_or(error)),
+    }
+}
+
+/// An error's code, or the whole result as JSON.
+fn describe_reply(reply: &Result<Value, Value>) -> String {
+    match reply {
+        Ok(result) => result.to_string(),
+        Err(error) => error.get("code").unwrap_or(error).to_string(),
+    }
+}
+
+fn env_line(name: &str) -> String {
+    match std::env::var_os(name) {
+        Some(value) => format!("{name}={}", value.to_string_lossy()),
+        None => format!("{name} unset"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_exact_in_count_and_content() {
+        assert_eq!(split_chunks("hello", 2), ["hel", "lo"]);
+        assert_eq!(split_chunks("héllo", 5), ["h", "é", "l", "l", "o"]);
+        assert_eq!(split_chunks("ab", 3), ["a", "b", ""]);
+        assert!(split_chunks("", 3).is_empty());
+    }
+
+    #[test]
+    fn permission_request_matches_the_acp_shape() {
+        let kinds = vec!["reject_once".to_owned()];
+        assert_eq!(
+            permission_request("s", &kinds),
+            json!({
+                "sessionId": "s",
+                "toolCall": {"toolCallId": "call-1", "title": "Write notes.txt",
+                             "kind": "edit", "status": "pending"},
+                "options": [{"optionId": "reject_once", "name": "Reject", "kind": "reject_once"}],
+            })
+        );
+    }
+
+    #[test]
+    fn permission_outcomes_are_described() {
+        let selected = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
+        assert_eq!(describe_permission(&Ok(selected)), "selected allow_once");
+        let cancelled = json!({"outcome": {"outcome": "cancelled"}});
+        assert_eq!(describe_permission(&Ok(cancelled)), "cancelled");
+        assert_eq!(
+            describe_permission(&Err(json!({"code": -32603}))),
+            "error -32603"
+        );
+        assert_eq!(
+            describe_permission(&Ok(json!({}))),
+            "unexpected {}".to_owned()
+        );
+    }
+
+    #[test]
+    fn replies_are_described_by_code_or_result() {
+        assert_eq!(
+            describe_reply(&Err(json!({"code": -32601, "message": "x"}))),
+            "-32601"
+        );
+        assert_eq!(
+            describe_reply(&Ok(json!({"content": "hi"}))),
+            r#"{"content":"hi"}"#
+        );
+    }
+}
