@@ -1,0 +1,974 @@
+//! End-to-end: `acp-host run` driving the scripted mock agent through real processes and pipes.
+//!
+//! Each test asserts the exit code, the exact stdout, the relevant stderr or JSON fields, and that
+//! the agent (and any grandchild) is gone afterwards. Waits are on conditions (ready files, stderr
+//! lines, process death), never fixed sleeps; generous deadlines only guard against hangs.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use acp_tests::{bin, read_pid, wait_for_file, wait_until_dead};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+/// Guards every wait against a hang; never expected to elapse.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+fn mock_path() -> &'static str {
+    env!("CARGO_BIN_EXE_mock-agent")
+}
+
+/// The `--agent` command line for the mock with these arguments.
+fn mock(args: &[&str]) -> String {
+    let mut words = vec![mock_path().to_owned()];
+    words.extend(args.iter().map(|a| (*a).to_owned()));
+    shell_join(&words)
+}
+
+fn shell_join(words: &[String]) -> String {
+    words
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `acp-host run` with short teardown graces (so ladder tests stay quick) and a clean env.
+fn host(dir: &Path) -> Command {
+    let mut cmd = Command::new(bin("acp-host"));
+    cmd.current_dir(dir)
+        .env_remove("ACP_HOST_LOG")
+        .arg("run")
+        .args(["--eof-grace", "2", "--term-grace", "2", "--cancel-grace", "2"]);
+    cmd
+}
+
+fn run_to_end(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("acp-host starts");
+    wait_output(child)
+}
+
+/// Waits for a spawned host with a hang guard: a hang fails the test instead of wedging CI.
+fn wait_output(child: Child) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(HANG_GUARD * 2) {
+        Ok(output) => output.expect("acp-host output is readable"),
+        Err(_) => {
+            let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGKILL);
+            panic!("acp-host did not exit within {:?}", HANG_GUARD * 2);
+        }
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("acp-host exited normally")
+}
+
+/// All NDJSON records of a `--json` run; asserts every stdout line is JSON.
+fn records(output: &Output) -> Vec<Value> {
+    stdout(output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
+        .collect()
+}
+
+fn result_record(output: &Output) -> Value {
+    let records = records(output);
+    let last = records.last().expect("at least the result record").clone();
+    assert_eq!(last["type"], "result", "last record is the result: {last}");
+    last
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 temp path")
+}
+
+fn assert_dead(pid_file: &Path) {
+    let pid = read_pid(pid_file).expect("the mock wrote its pid");
+    assert!(
+        wait_until_dead(pid, HANG_GUARD),
+        "process {pid} is still alive after acp-host exited"
+    );
+}
+
+fn signal(child: &Child, sig: Signal) {
+    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).expect("signal acp-host");
+}
+
+/// Starts a host whose stderr lines are forwarded to a channel (to wait on diagnostics).
+fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("acp-host starts");
+    let err = child.stderr.take().expect("stderr piped");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+fn wait_line(rx: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + HANG_GUARD;
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let found = line.contains(needle);
+                seen.push(line);
+                if found {
+                    return seen;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    panic!("stderr never contained {needle:?}; saw {seen:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The happy path and the stop-reason table
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn happy_path_prints_exactly_the_agent_text() {
+    let dir = temp();
+    let pid = dir.path().join("pid");
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--agent", &mock(&["hello", "--pid-file", path_str(&pid)])])
+            .arg("hi"),
+    );
+    assert_eq!(code(&out), 0, "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "hello from acp child");
+    assert_eq!(stderr(&out), "");
+    assert_dead(&pid);
+}
+
+#[test]
+fn stop_reasons_map_to_statuses_and_exit_codes() {
+    let dir = temp();
+    for (reason, text, status, exit) in [
+        ("end_turn", "done", "completed", 0),
+        ("max_tokens", "trunc", "max-tokens", 3),
+        ("max_turn_requests", "many", "max-turn-requests", 4),
+        ("refusal", "", "refusal", 5),
+        ("cancelled", "", "aborted", 130),
+        ("galaxy_brain", "odd", "error", 1),
+    ] {
+        let out = run_to_end(
+            host(dir.path())
+                .args(["--json", "--agent"])
+                .arg(mock(&["text", "--text", text, "--stop", reason]))
+                .arg("go"),
+        );
+        assert_eq!(code(&out), exit, "{reason}: {}", stderr(&out));
+        let result = result_record(&out);
+        assert_eq!(result["status"], status, "{reason}");
+        assert_eq!(result["stopReason"], reason);
+        assert_eq!(result["output"], text, "{reason}");
+        if status == "error" {
+            assert_eq!(
+                result["error"],
+                "agent returned an unknown stop reason: \"galaxy_brain\""
+            );
+        } else {
+            assert_eq!(result["error"], Value::Null);
+        }
+    }
+}
+
+#[test]
+fn human_mode_reports_non_completed_status_on_stderr_only() {
+    let dir = temp();
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--agent"])
+            .arg(mock(&["text", "--text", "partial", "--stop", "max_tokens"]))
+            .arg("go"),
+    );
+    assert_eq!(code(&out), 3);
+    assert_eq!(stdout(&out), "partial");
+    assert_eq!(stderr(&out).trim(), "acp-host: max-tokens");
+}
+
+#[test]
+fn chunks_are_concatenated_and_thoughts_tools_plans_are_not_output() {
+    let dir = temp();
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--agent", &mock(&["thought"])])
+            .arg("think"),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "final answer");
+
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--agent"])
+            .arg(mock(&["text", "--text", "one two three four", "--chunks", "4"]))
+            .arg("go"),
+    );
+    assert_eq!(stdout(&out), "one two three four");
+}
+
+#[test]
+fn verbose_shows_thoughts_and_tool_calls_on_stderr_not_stdout() {
+    let dir = temp();
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--verbose", "--agent", &mock(&["thought"])])
+            .arg("think"),
+    );
+    assert_eq!(code(&out), 0);
+    assert_eq!(stdout(&out), "final answer");
+    let err = stderr(&out);
+    assert!(err.contains("thinking..."), "{err}");
+    assert!(err.contains("[tool_call]"), "{err}");
+    assert!(err.contains("[plan]"), "{err}");
+}
+
+#[test]
+fn json_streams_start_updates_and_a_complete_result() {
+    let dir = temp();
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--json", "--agent", &mock(&["thought"])])
+            .arg("think"),
+    );
+    assert_eq!(code(&out), 0);
+    let records = records(&out);
+    assert_eq!(records[0]["type"], "start");
+    assert_eq!(records[0]["sessionId"], "mock-session-1");
+    let updates: Vec<&str> = records
+        .iter()
+        .filter(|r| r["type"] == "update")
+        .map(|r| r["update"]["sessionUpdate"].as_str().unwrap())
+        .collect();
+    assert!(updates.contains(&"agent_thought_chunk"), "{updates:?}");
+    assert!(updates.contains(&"agent_message_chunk"), "{updates:?}");
+    let result = result_record(&out);
+    for key in [
+        "status",
+        "stopReason",
+        "output",
+        "error",
+        "scrubbedEnv",
+        "agentExit",
+        "stderrTail",
+        "durationMs",
+        "permissions",
+    ] {
+        assert!(result.get(key).is_some(), "result lacks {key}: {result}");
+    }
+    assert_eq!(result["output"], "final answer");
+    assert_eq!(result["agentExit"]["code"], 0);
+    assert_eq!(result["agentExit"]["endedBy"], "eof");
+    assert_eq!(result["runId"], records[0]["runId"]);
+}
+
+#[test]
+fn run_ids_are_minted_by_the_host_and_differ_between_runs() {
+    let dir = temp();
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            let out = run_to_end(
+                host(dir.path())
+                    .args(["--json", "--agent", &mock(&["session-echo"])])
+                    .arg("x"),
+            );
+            let result = result_record(&out);
+            assert_eq!(result["output"], "session mock-session-1");
+            assert_eq!(result["sessionId"], "mock-session-1");
+            result["runId"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_ne!(ids[0], ids[1]);
+    assert!(ids.iter().all(|id| id != "mock-session-1" && !id.is_empty()));
+}
+
+#[test]
+fn prompt_can_come_from_stdin() {
+    let dir = temp();
+    let mut child = host(dir.path())
+        .args(["--agent", &mock(&["echo-env", "NOTHING"]), "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"from stdin").unwrap();
+    let out = wait_output(child);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "NOTHING unset");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Permissions
+// ---------------------------------------------------------------------------------------------
+
+fn permission_run(dir: &Path, policy: Option<&str>, options: Option<&str>) -> (String, Value) {
+    let mut args = vec!["permission"];
+    if let Some(options) = options {
+        args.extend(["--options", options]);
+    }
+    let mut cmd = host(dir);
+    cmd.args(["--json", "--agent", &mock(&args)]);
+    if let Some(policy) = policy {
+        cmd.args(["--permission", policy]);
+    }
+    let out = run_to_end(cmd.arg("write notes"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    (result["output"].as_str().unwrap().to_owned(), result)
+}
+
+#[test]
+fn permission_default_policy_rejects_by_kind() {
+    let dir = temp();
+    let (output, result) = permission_run(dir.path(), None, None);
+    assert_eq!(output, "selected reject_once");
+    let decision = &result["permissions"][0];
+    assert_eq!(decision["verdict"], "reject");
+    assert_eq!(decision["decidedBy"], "policy");
+    assert_eq!(decision["title"], "Write notes.txt");
+    assert_eq!(decision["toolKind"], "edit");
+    assert_eq!(decision["outcome"]["optionId"], "reject_once");
+}
+
+#[test]
+fn permission_allow_prefers_allow_once_even_when_always_is_listed_first() {
+    let dir = temp();
+    let (output, _) = permission_run(dir.path(), Some("allow"), None);
+    assert_eq!(output, "selected allow_once");
+    let (output, _) = permission_run(
+        dir.path(),
+        Some("allow"),
+        Some("reject_once,allow_always"),
+    );
+    assert_eq!(output, "selected allow_always");
+}
+
+#[test]
+fn permission_without_a_matching_kind_is_cancelled() {
+    let dir = temp();
+    let (output, result) = permission_run(dir.path(), Some("allow"), Some("reject_once"));
+    assert_eq!(output, "cancelled");
+    assert_eq!(result["permissions"][0]["outcome"]["outcome"], "cancelled");
+    let (output, _) = permission_run(dir.path(), Some("reject"), Some("allow_once"));
+    assert_eq!(output, "cancelled");
+}
+
+#[test]
+fn permission_ask_without_a_terminal_rejects() {
+    let dir = temp();
+    let mut cmd = host(dir.path());
+    // No controlling terminal: `ask` must behave as `reject`, not hang.
+    cmd.args(["--json", "--permission", "ask", "--agent", &mock(&["permission"])])
+        .arg("x");
+    let out = run_without_tty(&mut cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(result_record(&out)["output"], "selected reject_once");
+}
+
+/// Runs in a new session (setsid) so /dev/tty is unavailable, as in CI.
+fn run_without_tty(cmd: &mut Command) -> Output {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    // A new process group alone keeps the controlling terminal; setsid detaches from it.
+    let mut wrapped = Command::new("setsid");
+    wrapped
+        .arg("-w")
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .current_dir(cmd.get_current_dir().unwrap());
+    run_to_end(&mut wrapped)
+}
+
+#[test]
+fn permission_requests_after_cancel_are_answered_cancelled() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let log = dir.path().join("log");
+    let (child, rx) = spawn_watched(host(dir.path()).args([
+        "--permission",
+        "allow",
+        "--agent",
+        &mock(&[
+            "permission-after-cancel",
+            "--ready",
+            path_str(&ready),
+            "--log",
+            path_str(&log),
+        ]),
+        "x",
+    ]));
+    assert!(wait_for_file(&ready, HANG_GUARD));
+    signal(&child, Signal::SIGINT);
+    let lines = wait_line(&rx, "acp-host: aborted");
+    let out = wait_output(child);
+    assert_eq!(code(&out), 130, "{lines:?}");
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(log.contains("permission cancelled"), "mock log: {log}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation
+// ---------------------------------------------------------------------------------------------
+
+fn cancel_run(scenario: &[&str], sig: Signal) -> (Output, PathBuf, tempfile::TempDir) {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let log = dir.path().join("log");
+    let mut args = scenario.to_vec();
+    args.extend(["--ready", path_str(&ready), "--log", path_str(&log)]);
+    let (child, _rx) = spawn_watched(host(dir.path()).args(["--json", "--agent", &mock(&args), "x"]));
+    assert!(wait_for_file(&ready, HANG_GUARD), "the mock never got the prompt");
+    signal(&child, sig);
+    let out = wait_output(child);
+    (out, log, dir)
+}
+
+#[test]
+fn ctrl_c_cancels_a_cooperative_agent_and_keeps_partial_output() {
+    let (out, log, _dir) = cancel_run(&["hang"], Signal::SIGINT);
+    assert_eq!(code(&out), 130);
+    let result = result_record(&out);
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["stopReason"], "cancelled");
+    assert_eq!(result["output"], "partial ");
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("session/cancel"), "{log}");
+}
+
+#[test]
+fn sigterm_to_the_host_cancels_like_ctrl_c() {
+    let (out, _log, _dir) = cancel_run(&["hang"], Signal::SIGTERM);
+    assert_eq!(code(&out), 130);
+    assert_eq!(result_record(&out)["status"], "aborted");
+}
+
+#[test]
+fn an_agent_crashing_on_cancel_is_aborted_not_error() {
+    let (out, _log, _dir) = cancel_run(&["crash-on-cancel"], Signal::SIGINT);
+    assert_eq!(code(&out), 130);
+    let result = result_record(&out);
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["error"], Value::Null);
+    assert_eq!(result["agentExit"]["code"], 9);
+}
+
+#[test]
+fn an_agent_ignoring_cancel_is_aborted_after_the_grace_and_reaped() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let pid = dir.path().join("pid");
+    let (child, _rx) = spawn_watched(host(dir.path()).args([
+        "--json",
+        "--agent",
+        &mock(&[
+            "ignore-cancel",
+            "--ignore-eof",
+            "--ready",
+            path_str(&ready),
+            "--pid-file",
+            path_str(&pid),
+        ]),
+        "x",
+    ]));
+    assert!(wait_for_file(&ready, HANG_GUARD));
+    signal(&child, Signal::SIGINT);
+    let out = wait_output(child);
+    assert_eq!(code(&out), 130);
+    let result = result_record(&out);
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["output"], "partial ");
+    assert_eq!(result["agentExit"]["endedBy"], "term");
+    assert_dead(&pid);
+}
+
+#[test]
+fn ctrl_c_mid_stream_keeps_what_streamed() {
+    let (out, _log, _dir) = cancel_run(
+        &["slow-stream", "--chunks", "1000", "--interval-ms", "20"],
+        Signal::SIGINT,
+    );
+    assert_eq!(code(&out), 130);
+    let result = result_record(&out);
+    let output = result["output"].as_str().unwrap();
+    assert!(output.starts_with("c1 "), "{output:?}");
+    assert!(!output.contains("c1000 "), "the stream was not cut: {output:?}");
+}
+
+#[test]
+fn a_second_ctrl_c_kills_at_once() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let pid = dir.path().join("pid");
+    let mut cmd = Command::new(bin("acp-host"));
+    // Graces long enough that only the second Ctrl-C can explain a prompt exit.
+    cmd.current_dir(dir.path()).args([
+        "run",
+        "--cancel-grace",
+        "600",
+        "--eof-grace",
+        "600",
+        "--term-grace",
+        "600",
+        "--agent",
+        &mock(&[
+            "ignore-cancel",
+            "--ignore-eof",
+            "--trap-term",
+            "--ready",
+            path_str(&ready),
+            "--pid-file",
+            path_str(&pid),
+        ]),
+        "x",
+    ]);
+    let (child, rx) = spawn_watched(&mut cmd);
+    assert!(wait_for_file(&ready, HANG_GUARD));
+    signal(&child, Signal::SIGINT);
+    wait_line(&rx, "cancelling");
+    signal(&child, Signal::SIGINT);
+    let out = wait_output(child);
+    assert_eq!(code(&out), 130);
+    assert_dead(&pid);
+}
+
+#[test]
+fn cancel_before_session_new_never_sends_the_prompt() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let go = dir.path().join("go");
+    let log = dir.path().join("log");
+    let (child, _rx) = spawn_watched(host(dir.path()).args([
+        "--json",
+        "--agent",
+        &mock(&[
+            "gated-session",
+            "--ready",
+            path_str(&ready),
+            "--go",
+            path_str(&go),
+            "--log",
+            path_str(&log),
+        ]),
+        "x",
+    ]));
+    assert!(wait_for_file(&ready, HANG_GUARD));
+    signal(&child, Signal::SIGINT);
+    let out = wait_output(child);
+    assert_eq!(code(&out), 130);
+    let result = result_record(&out);
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["output"], "");
+    assert_eq!(result["sessionId"], Value::Null);
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(!log.contains("session/prompt"), "prompt was sent: {log}");
+    assert!(!log.contains("session/cancel"), "no session to cancel: {log}");
+}
+
+#[test]
+fn timeout_cancels_and_exits_124() {
+    let dir = temp();
+    let pid = dir.path().join("pid");
+    let out = run_to_end(host(dir.path()).args([
+        "--json",
+        "--timeout",
+        "0.5",
+        "--agent",
+        &mock(&["hang", "--pid-file", path_str(&pid)]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 124);
+    let result = result_record(&out);
+    assert_eq!(result["status"], "timeout");
+    assert_eq!(result["output"], "partial ");
+    assert_eq!(result["error"], "timed out after 500 ms");
+    assert_dead(&pid);
+}
+
+#[test]
+fn a_silent_agent_fails_the_handshake_deadline_or_the_timeout() {
+    let dir = temp();
+    let out = run_to_end(host(dir.path()).args([
+        "--handshake-timeout",
+        "0.5",
+        "--agent",
+        &mock(&["silent"]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("agent did not answer initialize within 500 ms"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run_to_end(host(dir.path()).args([
+        "--timeout",
+        "0.5",
+        "--agent",
+        &mock(&["silent"]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_missing_command_is_an_error_naming_it() {
+    let dir = temp();
+    let out = run_to_end(host(dir.path()).args(["--json", "--agent", "no-such-agent-xyz --acp", "x"]));
+    assert_eq!(code(&out), 1);
+    let result = result_record(&out);
+    assert_eq!(result["status"], "error");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("agent command not found: no-such-agent-xyz"),
+        "{error}"
+    );
+    assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
+}
+
+#[test]
+fn a_crash_mid_turn_is_an_error_with_partial_output_and_stderr_tail() {
+    let dir = temp();
+    let out = run_to_end(host(dir.path()).args(["--agent", &mock(&["crash-on-prompt"]), "x"]));
+    assert_eq!(code(&out), 1);
+    assert_eq!(stdout(&out), "partial output");
+    let err = stderr(&out);
+    assert!(
+        err.contains("acp-host: error: agent closed its output before answering session/prompt; it exited with code 3"),
+        "{err}"
+    );
+    assert!(err.contains("mock: fatal error"), "{err}");
+    // Reported once.
+    assert_eq!(err.matches("acp-host: error:").count(), 1, "{err}");
+}
+
+#[test]
+fn an_agent_exiting_before_initialize_is_an_error() {
+    let dir = temp();
+    let out = run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["exit-before-init"]), "x"]));
+    assert_eq!(code(&out), 1);
+    let result = result_record(&out);
+    assert_eq!(
+        result["error"],
+        "agent closed its output before answering initialize; it exited with code 7"
+    );
+    assert_eq!(result["stderrTail"], "mock: cannot start\n");
+}
+
+#[test]
+fn session_new_without_a_session_id_is_a_startup_failure_and_the_agent_quiesces() {
+    let dir = temp();
+    let log = dir.path().join("log");
+    let out = run_to_end(host(dir.path()).args([
+        "--json",
+        "--agent",
+        &mock(&["no-session-id", "--log", path_str(&log)]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 1);
+    let result = result_record(&out);
+    assert_eq!(result["error"], "agent answered session/new without a sessionId: {}");
+    assert_eq!(result["agentExit"]["endedBy"], "eof");
+    let log = std::fs::read_to_string(log).unwrap();
+    assert!(log.contains("eof"), "{log}");
+    assert!(!log.contains("session/prompt"), "{log}");
+}
+
+#[test]
+fn non_json_lines_on_stdout_are_skipped() {
+    let dir = temp();
+    let out = run_to_end(host(dir.path()).args(["--agent", &mock(&["garbage"]), "x"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hello from acp child");
+}
+
+#[test]
+fn a_huge_frame_is_delivered_whole() {
+    let dir = temp();
+    let bytes = 8 * 1024 * 1024;
+    let out = run_to_end(host(dir.path()).args([
+        "--agent",
+        &mock(&["huge", "--bytes", &bytes.to_string()]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.len(), bytes);
+    assert!(text.bytes().all(|b| b == b'x'));
+}
+
+#[test]
+fn fs_and_terminal_requests_get_method_not_found() {
+    let dir = temp();
+    let out = run_to_end(host(dir.path()).args(["--agent", &mock(&["fs-request"]), "x"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "fs: -32601 terminal: -32601");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Teardown
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_grandchild_is_not_left_behind() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let grandchild = dir.path().join("grandchild");
+    let out = run_to_end(host(dir.path()).args([
+        "--json",
+        "--timeout",
+        "1",
+        "--agent",
+        &mock(&[
+            "grandchild",
+            "--pid-file",
+            path_str(&grandchild),
+            "--ready",
+            path_str(&ready),
+        ]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    assert_dead(&grandchild);
+}
+
+#[test]
+fn an_agent_ignoring_eof_and_sigterm_is_killed() {
+    let dir = temp();
+    let pid = dir.path().join("pid");
+    let out = run_to_end(host(dir.path()).args([
+        "--json",
+        "--eof-grace",
+        "0.2",
+        "--term-grace",
+        "0.2",
+        "--agent",
+        &mock(&["stubborn", "--pid-file", path_str(&pid)]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["output"], "hello from acp child");
+    assert_eq!(result["agentExit"]["endedBy"], "kill");
+    assert_eq!(result["agentExit"]["signal"], 9);
+    assert_dead(&pid);
+}
+
+#[test]
+fn the_eof_grace_lets_an_agent_flush_before_exiting() {
+    let dir = temp();
+    let marker = dir.path().join("flushed");
+    let out = run_to_end(host(dir.path()).args([
+        "--json",
+        "--eof-grace",
+        "10",
+        "--agent",
+        &mock(&["flush-on-eof", "--marker", path_str(&marker), "--delay-ms", "300"]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 0);
+    assert_eq!(result_record(&out)["agentExit"]["endedBy"], "eof");
+    assert!(marker.exists(), "the agent was killed before it flushed");
+}
+
+#[test]
+fn the_sigterm_rung_fires_when_eof_is_ignored() {
+    let dir = temp();
+    let marker = dir.path().join("termed");
+    let out = run_to_end(host(dir.path()).args([
+        "--json",
+        "--eof-grace",
+        "0.2",
+        "--agent",
+        &mock(&["term-marker", "--marker", path_str(&marker)]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 0);
+    assert_eq!(result_record(&out)["agentExit"]["endedBy"], "term");
+    assert!(marker.exists(), "SIGTERM did not reach the agent");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Environment and working directory
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn credentials_are_scrubbed_and_explicit_forwards_reach_the_agent() {
+    let dir = temp();
+    let out = run_to_end(
+        host(dir.path())
+            .env("OPENAI_API_KEY", "sk-test-not-a-real-key-0123456789")
+            .env("MY_SECRET_THING", "x")
+            .env("INNOCENT_URL", "https://user:hunter2@example.com/")
+            .env("PLAIN_VALUE", "hello")
+            .env("FORWARDED_TOKEN", "keep-me")
+            .args([
+                "--json",
+                "--env",
+                "FORWARDED_TOKEN",
+                "--env",
+                "SET_HERE=42",
+                "--agent",
+                &mock(&[
+                    "echo-env",
+                    "OPENAI_API_KEY",
+                    "MY_SECRET_THING",
+                    "INNOCENT_URL",
+                    "PLAIN_VALUE",
+                    "FORWARDED_TOKEN",
+                    "SET_HERE",
+                ]),
+                "x",
+            ]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(
+        result["output"],
+        "OPENAI_API_KEY unset\nMY_SECRET_THING unset\nINNOCENT_URL unset\nPLAIN_VALUE=hello\nFORWARDED_TOKEN=keep-me\nSET_HERE=42"
+    );
+    let scrubbed: Vec<&str> = result["scrubbedEnv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for name in ["OPENAI_API_KEY", "MY_SECRET_THING", "INNOCENT_URL"] {
+        assert!(scrubbed.contains(&name), "{name} not reported: {scrubbed:?}");
+    }
+    assert!(!scrubbed.contains(&"FORWARDED_TOKEN"));
+    assert!(!stdout(&out).contains("hunter2"), "a secret value leaked into the JSON");
+}
+
+#[test]
+fn forwarding_an_unset_variable_is_a_usage_error() {
+    let dir = temp();
+    let log = dir.path().join("log");
+    let out = run_to_end(
+        host(dir.path())
+            .env_remove("NOT_SET_ANYWHERE")
+            .args([
+                "--env",
+                "NOT_SET_ANYWHERE",
+                "--agent",
+                &mock(&["hello", "--log", path_str(&log)]),
+                "x",
+            ]),
+    );
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--env NOT_SET_ANYWHERE: the variable is not set"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!log.exists(), "an agent was spawned");
+}
+
+#[test]
+fn cwd_defaults_to_the_callers_directory() {
+    let dir = temp();
+    let canonical = dir.path().canonicalize().unwrap();
+    let out = run_to_end(host(&canonical).args(["--agent", &mock(&["echo-cwd"]), "x"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let cwd = canonical.display();
+    assert_eq!(stdout(&out), format!("process: {cwd}\nsession: {cwd}"));
+}
+
+#[test]
+fn a_configured_cwd_wins_and_a_relative_one_is_made_absolute() {
+    let dir = temp();
+    let canonical = dir.path().canonicalize().unwrap();
+    let sub = canonical.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let out = run_to_end(host(&canonical).args([
+        "--cwd",
+        "sub",
+        "--agent",
+        &mock(&["echo-cwd"]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let cwd = sub.display();
+    assert_eq!(stdout(&out), format!("process: {cwd}\nsession: {cwd}"));
+}
+
+#[test]
+fn an_unusable_cwd_is_refused_before_spawning() {
+    let dir = temp();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let sentinel = dir.path().join("spawned");
+    let agent = format!("touch {}", path_str(&sentinel));
+    for cwd in [dir.path().join("missing"), file] {
+        let out = run_to_end(host(dir.path()).args(["--cwd", path_str(&cwd), "--agent", &agent, "x"]));
+        assert_eq!(code(&out), 2);
+        assert!(
+            stderr(&out).contains(&format!(
+                "working directory is not an accessible directory: {}",
+                cwd.display()
+            )),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!sentinel.exists(), "an agent was spawned for cwd {}", cwd.display());
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = temp();
+    for args in [
+        vec!["--permission", "maybe", "x"],
+        vec!["--timeout", "soon", "x"],
+        vec!["--env", "=x", "x"],
+        vec!["--agent", "", "x"],
+        vec!["--agent", "grok", "x"],
+        vec!["  "],
+    ] {
+        let out = run_to_end(host(dir.path()).args(&args));
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).is_empty());
+    }
+}
