@@ -2,6 +2,7 @@
 //! stdio until stdin closes (exit code 0) or the connection fails (exit code 1).
 
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 
 use acp_child::command::COMMANDS_HELP;
@@ -75,6 +76,8 @@ fn init_logging() {
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // Colour codes only for a human at a terminal, not in a client's captured log.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(filter)
         .init();
     if let Some((directives, error)) = bad_filter {
