@@ -759,3 +759,27 @@ async fn stdin_eof_before_any_frame_exits_zero() {
     let finished = spawned.finish().await;
     assert!(finished.stdout.is_empty());
 }
+
+#[test]
+fn version_and_help_describe_the_agent() {
+    assert_cmd::Command::new(acp_child_bin())
+        .arg("--version")
+        .assert()
+        .success()
+        .stdout("acp-child 0.1.0\n");
+    let help = assert_cmd::Command::new(acp_child_bin())
+        .arg("--help")
+        .assert()
+        .success();
+    let help = String::from_utf8(help.get_output().stdout.clone()).unwrap();
+    for needle in [
+        "ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout",
+        "launched by an ACP client such as Zed or acp-host",
+        "/read PATH",
+        "/write PATH TEXT",
+        "/sleep SECONDS",
+        "ACP_CHILD_LOG",
+    ] {
+        assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
+    }
+}
