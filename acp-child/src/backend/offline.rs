@@ -1,0 +1,212 @@
+//! The offline backend: no model, just honest replies and the offline commands.
+//!
+//! Plain text gets a fixed reply ([`NO_MODEL_REPLY`]) saying no model is configured. The commands
+//! (see [`crate::command`]) are real tool calls:
+//! - `/read PATH`: a `read` tool call, then the file's text as the reply;
+//! - `/write PATH TEXT`: an `edit` tool call that asks permission (`allow-once` / `reject-once`)
+//!   and writes only when allowed;
+//! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`.
+//!
+//! Every reply is deterministic, so clients and tests can match it exactly. Refusals and I/O
+//! errors are replies (the turn still ends with `end_turn`), never protocol errors.
+
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{
+    Diff, PermissionOption, PermissionOptionKind, StopReason, ToolCall, ToolCallContent,
+    ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdateFields, ToolKind,
+};
+use futures::future::BoxFuture;
+
+use super::{Backend, PermissionAnswer, Turn, TurnError};
+use crate::command::{self, Command, Parsed};
+use crate::describe;
+use crate::tools::Workspace;
+
+/// The option id that approves a single write.
+pub const ALLOW_ONCE: &str = "allow-once";
+/// The option id that rejects a single write.
+pub const REJECT_ONCE: &str = "reject-once";
+
+/// The reply to a plain-text prompt, streamed one line per chunk.
+pub const NO_MODEL_REPLY: [&str; 3] = [
+    "No model is configured: acp-child is running its offline backend and cannot answer free-form prompts.\n",
+    "A model backend (any OpenAI-compatible API) is planned but not available in this version.\n",
+    // Kept in step with `COMMANDS_SUMMARY` by the unit test below.
+    "Offline commands that work now: /read PATH, /write PATH TEXT, /sleep SECONDS.\n",
+];
+
+/// The backend used when no model is configured.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offline;
+
+impl Backend for Offline {
+    fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>> {
+        Box::pin(run(turn))
+    }
+}
+
+async fn run(turn: &mut Turn) -> Result<StopReason, TurnError> {
+    if turn.is_cancelled() {
+        return Ok(StopReason::Cancelled);
+    }
+    match command::parse(&turn.prompt_text()) {
+        Ok(Parsed::Text(_)) => {
+            for line in NO_MODEL_REPLY {
+                turn.say(line)?;
+            }
+            Ok(StopReason::EndTurn)
+        }
+        Ok(Parsed::Command(Command::Read { path })) => read(turn, &path),
+        Ok(Parsed::Command(Command::Write { path, text })) => write(turn, &path, &text).await,
+        Ok(Parsed::Command(Command::Sleep { secs })) => sleep(turn, secs).await,
+        Err(error) => {
+            turn.say(error.to_string())?;
+            Ok(StopReason::EndTurn)
+        }
+    }
+}
+
+fn read(turn: &mut Turn, path: &str) -> Result<StopReason, TurnError> {
+    let call = ToolCall::new("", format!("Read {path}"))
+        .kind(ToolKind::Read)
+        .status(ToolCallStatus::InProgress)
+        .locations(locations(turn.workspace(), path));
+    let id = turn.start_tool_call(call)?;
+    match turn.workspace().read_text(path) {
+        Ok(text) => {
+            turn.update_tool_call(
+                &id,
+                ToolCallUpdateFields::new()
+                    .status(ToolCallStatus::Completed)
+                    .content(vec![ToolCallContent::from(text.clone())]),
+            )?;
+            turn.say(text)?;
+        }
+        Err(error) => fail_with(turn, &id, &error)?,
+    }
+    Ok(StopReason::EndTurn)
+}
+
+async fn write(turn: &mut Turn, path: &str, text: &str) -> Result<StopReason, TurnError> {
+    let call = ToolCall::new("", format!("Write {path}"))
+        .kind(ToolKind::Edit)
+        .status(ToolCallStatus::Pending)
+        .locations(locations(turn.workspace(), path));
+    let id = turn.start_tool_call(call)?;
+    // Refuse before asking: never ask a user to approve a write that would be refused anyway.
+    let target = match turn.workspace().resolve_for_write(path) {
+        Ok(target) => target,
+        Err(error) => {
+            fail_with(turn, &id, &error)?;
+            return Ok(StopReason::EndTurn);
+        }
+    };
+    let preview = Diff::new(&target, text).old_text(Workspace::existing_text(&target));
+    let options = vec![
+        PermissionOption::new(ALLOW_ONCE, "Allow once", PermissionOptionKind::AllowOnce),
+        PermissionOption::new(REJECT_ONCE, "Reject once", PermissionOptionKind::RejectOnce),
+    ];
+    let answer = turn
+        .request_permission(
+            &id,
+            ToolCallUpdateFields::new().content(vec![ToolCallContent::from(preview)]),
+            options,
+        )
+        .await?;
+    // A cancelled turn never writes, whatever the answer raced with.
+    if turn.is_cancelled() {
+        fail(turn, &id, "cancelled: did not write")?;
+        return Ok(StopReason::Cancelled);
+    }
+    match answer {
+        PermissionAnswer::Selected(option) if option == ALLOW_ONCE => {
+            // `write_text` resolves the path again: the file system may have changed while the
+            // user was deciding.
+            match turn.workspace().write_text(path, text) {
+                Ok(written) => {
+                    let diff = Diff::new(written.path, text).old_text(written.old_text);
+                    turn.update_tool_call(
+                        &id,
+                        ToolCallUpdateFields::new()
+                            .status(ToolCallStatus::Completed)
+                            .content(vec![ToolCallContent::from(diff)]),
+                    )?;
+                    turn.say(format!("wrote {} bytes to {path}", written.bytes))?;
+                }
+                Err(error) => fail_with(turn, &id, &error)?,
+            }
+        }
+        PermissionAnswer::Selected(_) | PermissionAnswer::Dismissed => {
+            fail(turn, &id, "permission denied")?;
+            turn.say(format!("permission denied: did not write {path}"))?;
+        }
+        PermissionAnswer::TurnCancelled => {
+            // Only reachable with `is_cancelled()` true, handled above; kept total for safety.
+            fail(turn, &id, "cancelled: did not write")?;
+            return Ok(StopReason::Cancelled);
+        }
+    }
+    Ok(StopReason::EndTurn)
+}
+
+async fn sleep(turn: &mut Turn, secs: u64) -> Result<StopReason, TurnError> {
+    let call = ToolCall::new("", format!("Sleep {secs} s"))
+        .kind(ToolKind::Other)
+        .status(ToolCallStatus::InProgress);
+    let id = turn.start_tool_call(call)?;
+    let cancelled = tokio::select! {
+        biased;
+        () = turn.cancelled() => true,
+        () = tokio::time::sleep(Duration::from_secs(secs)) => false,
+    };
+    if cancelled {
+        fail(turn, &id, "cancelled")?;
+        return Ok(StopReason::Cancelled);
+    }
+    turn.update_tool_call(
+        &id,
+        ToolCallUpdateFields::new().status(ToolCallStatus::Completed),
+    )?;
+    turn.say(format!("slept {secs} s"))?;
+    Ok(StopReason::EndTurn)
+}
+
+/// Marks a tool call failed, with the reason as its content.
+fn fail(turn: &Turn, id: &ToolCallId, reason: &str) -> Result<(), TurnError> {
+    turn.update_tool_call(
+        id,
+        ToolCallUpdateFields::new()
+            .status(ToolCallStatus::Failed)
+            .content(vec![ToolCallContent::from(reason.to_owned())]),
+    )
+}
+
+/// Marks a tool call failed because of `error`, and replies with the same explanation.
+fn fail_with(turn: &Turn, id: &ToolCallId, error: &dyn std::error::Error) -> Result<(), TurnError> {
+    let reason = describe(error);
+    fail(turn, id, &reason)?;
+    turn.say(reason)
+}
+
+/// The tool call's location: the lexically resolved path, or none when the path is refused.
+fn locations(workspace: &Workspace, path: &str) -> Vec<ToolCallLocation> {
+    workspace
+        .locate(path)
+        .map(ToolCallLocation::new)
+        .into_iter()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::COMMANDS_SUMMARY;
+
+    #[test]
+    fn no_model_reply_names_the_offline_commands() {
+        assert_eq!(NO_MODEL_REPLY.len(), 3, "the reply stays 2-4 lines");
+        assert!(NO_MODEL_REPLY[2].contains(COMMANDS_SUMMARY));
+        assert!(NO_MODEL_REPLY.iter().all(|line| line.ends_with('\n')));
+    }
+}

@@ -1,0 +1,276 @@
+//! Parsing of the offline slash commands (`/read`, `/write`, `/sleep`).
+//!
+//! Pure and synchronous: a prompt's text goes in, a [`Parsed`] value comes out. Every place that
+//! names the commands to a user (the offline reply, the unknown-command reply, `--help`) uses
+//! [`COMMANDS_SUMMARY`] or [`COMMANDS_HELP`], so the list has one home.
+//!
+//! Grammar (after leading whitespace is skipped):
+//! - text that does not start with `/` is a plain prompt;
+//! - `/read PATH`;
+//! - `/write PATH TEXT`: `PATH` is one whitespace-free token, `TEXT` is everything after the
+//!   whitespace that follows it, kept verbatim (inner newlines included);
+//! - `/sleep SECONDS`: a whole number from 0 to [`MAX_SLEEP_SECS`].
+
+use thiserror::Error;
+
+/// One line naming every offline command, for replies.
+pub const COMMANDS_SUMMARY: &str = "/read PATH, /write PATH TEXT, /sleep SECONDS";
+
+/// How to use one offline command, for `--help` and the session's available-commands list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommandHelp {
+    /// The name, without the slash.
+    pub name: &'static str,
+    /// The arguments, as in `PATH TEXT`.
+    pub input: &'static str,
+    /// What it does.
+    pub description: &'static str,
+}
+
+/// Every offline command, in the order of [`COMMANDS_SUMMARY`].
+pub const COMMANDS_HELP: &[CommandHelp] = &[
+    CommandHelp {
+        name: "read",
+        input: "PATH",
+        description: "show a file inside the session directory",
+    },
+    CommandHelp {
+        name: "write",
+        input: "PATH TEXT",
+        description: "write TEXT to a file inside the session directory, after asking permission",
+    },
+    CommandHelp {
+        name: "sleep",
+        input: "SECONDS",
+        description: "wait SECONDS (0 to 3600); session/cancel stops the wait",
+    },
+];
+
+/// The longest `/sleep` accepted: long enough to test cancellation, short enough that a typo can't
+/// park a session for days.
+pub const MAX_SLEEP_SECS: u64 = 3600;
+
+/// A prompt, classified.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parsed {
+    /// Free-form text for a model.
+    Text(String),
+    /// A well-formed offline command.
+    Command(Command),
+}
+
+/// A well-formed offline command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// `/read PATH`.
+    Read { path: String },
+    /// `/write PATH TEXT`.
+    Write { path: String, text: String },
+    /// `/sleep SECONDS`.
+    Sleep { secs: u64 },
+}
+
+/// Why a `/...` prompt is not a command; the `Display` text is the reply shown to the user.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ParseError {
+    #[error("unknown command /{name}. Offline commands: {COMMANDS_SUMMARY}.")]
+    Unknown { name: String },
+    #[error("usage: /{command} {usage} ({reason})")]
+    Usage {
+        command: &'static str,
+        usage: &'static str,
+        reason: String,
+    },
+}
+
+/// Classifies a prompt's text.
+pub fn parse(prompt: &str) -> Result<Parsed, ParseError> {
+    let trimmed = prompt.trim_start();
+    let Some(body) = trimmed.strip_prefix('/') else {
+        return Ok(Parsed::Text(prompt.to_owned()));
+    };
+    let (name, rest) = split_token(body);
+    let command = match name {
+        "read" => {
+            let (path, extra) = split_token(rest);
+            if path.is_empty() {
+                return Err(usage("read", "PATH", "missing PATH"));
+            }
+            if !extra.trim().is_empty() {
+                return Err(usage(
+                    "read",
+                    "PATH",
+                    "PATH is one word; paths with spaces are not supported",
+                ));
+            }
+            Command::Read {
+                path: path.to_owned(),
+            }
+        }
+        "write" => {
+            let (path, text) = split_token(rest);
+            if path.is_empty() {
+                return Err(usage("write", "PATH TEXT", "missing PATH and TEXT"));
+            }
+            if text.is_empty() {
+                return Err(usage("write", "PATH TEXT", "missing TEXT"));
+            }
+            Command::Write {
+                path: path.to_owned(),
+                text: text.to_owned(),
+            }
+        }
+        "sleep" => {
+            let (secs, extra) = split_token(rest);
+            let reason = || format!("SECONDS must be a whole number from 0 to {MAX_SLEEP_SECS}");
+            if !extra.trim().is_empty() {
+                return Err(usage("sleep", "SECONDS", &reason()));
+            }
+            match secs.parse::<u64>() {
+                Ok(secs) if secs <= MAX_SLEEP_SECS => Command::Sleep { secs },
+                _ => return Err(usage("sleep", "SECONDS", &reason())),
+            }
+        }
+        other => {
+            return Err(ParseError::Unknown {
+                name: other.to_owned(),
+            });
+        }
+    };
+    Ok(Parsed::Command(command))
+}
+
+fn usage(command: &'static str, usage: &'static str, reason: &str) -> ParseError {
+    ParseError::Usage {
+        command,
+        usage,
+        reason: reason.to_owned(),
+    }
+}
+
+/// Splits off the first whitespace-delimited token; the rest starts after the whitespace run that
+/// ends the token, so `/write` text keeps its own inner and trailing whitespace.
+fn split_token(input: &str) -> (&str, &str) {
+    let input = input.trim_start();
+    match input.find(char::is_whitespace) {
+        Some(end) => (&input[..end], input[end..].trim_start()),
+        None => (input, ""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(prompt: &str) -> Command {
+        match parse(prompt) {
+            Ok(Parsed::Command(command)) => command,
+            other => panic!("expected a command for {prompt:?}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn plain_text_is_kept_verbatim() {
+        assert_eq!(parse("hello"), Ok(Parsed::Text("hello".into())));
+        assert_eq!(
+            parse("  what is a /read?  "),
+            Ok(Parsed::Text("  what is a /read?  ".into()))
+        );
+    }
+
+    #[test]
+    fn read_takes_one_path() {
+        assert_eq!(
+            command("/read src/main.rs"),
+            Command::Read {
+                path: "src/main.rs".into()
+            }
+        );
+        assert_eq!(
+            command("  /read   a.txt \n"),
+            Command::Read {
+                path: "a.txt".into()
+            }
+        );
+        assert!(matches!(
+            parse("/read"),
+            Err(ParseError::Usage {
+                command: "read",
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse("/read a b"),
+            Err(ParseError::Usage {
+                command: "read",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn write_keeps_text_verbatim() {
+        assert_eq!(
+            command("/write notes.md hello  world\nline 2\n"),
+            Command::Write {
+                path: "notes.md".into(),
+                text: "hello  world\nline 2\n".into()
+            }
+        );
+        assert_eq!(
+            parse("/write notes.md").unwrap_err().to_string(),
+            "usage: /write PATH TEXT (missing TEXT)"
+        );
+        assert!(matches!(
+            parse("/write"),
+            Err(ParseError::Usage {
+                command: "write",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn sleep_takes_bounded_whole_seconds() {
+        assert_eq!(command("/sleep 30"), Command::Sleep { secs: 30 });
+        assert_eq!(command("/sleep 0"), Command::Sleep { secs: 0 });
+        assert_eq!(command("/sleep 3600"), Command::Sleep { secs: 3600 });
+        for bad in [
+            "/sleep",
+            "/sleep -1",
+            "/sleep 1.5",
+            "/sleep 3601",
+            "/sleep x",
+            "/sleep 1 2",
+        ] {
+            assert_eq!(
+                parse(bad).unwrap_err().to_string(),
+                "usage: /sleep SECONDS (SECONDS must be a whole number from 0 to 3600)",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_and_summary_agree() {
+        let from_help: Vec<String> = COMMANDS_HELP
+            .iter()
+            .map(|help| format!("/{} {}", help.name, help.input))
+            .collect();
+        assert_eq!(from_help.join(", "), COMMANDS_SUMMARY);
+    }
+
+    #[test]
+    fn unknown_command_lists_the_commands() {
+        assert_eq!(
+            parse("/frobnicate now").unwrap_err().to_string(),
+            "unknown command /frobnicate. Offline commands: /read PATH, /write PATH TEXT, /sleep SECONDS."
+        );
+        assert_eq!(
+            parse("/").unwrap_err(),
+            ParseError::Unknown {
+                name: String::new()
+            }
+        );
+    }
+}

@@ -1,0 +1,240 @@
+//! The sessions of one connection and their in-flight prompt turns.
+//!
+//! Invariants: a session id is handed out once per connection (`sess-1`, `sess-2`, ...); a session
+//! has at most one prompt turn in flight; the turn's slot is freed when its [`ActiveTurn`] guard is
+//! dropped, which the server does *before* answering `session/prompt`, so a client may send its
+//! next prompt as soon as it sees the response. Cancelling a session cancels only its current turn.
+//!
+//! Synchronous on purpose: every method is a short critical section, safe to call from the SDK's
+//! dispatch loop (which must not block) and from spawned turn tasks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::tools::Workspace;
+
+/// Why a prompt cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum SessionError {
+    #[error("unknown session {id}; create a session with session/new first")]
+    Unknown { id: String },
+    #[error(
+        "session {id} already has a prompt in flight; wait for its response or send session/cancel first"
+    )]
+    Busy { id: String },
+}
+
+/// All sessions of one connection.
+#[derive(Debug, Default)]
+pub struct Sessions {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    created: u64,
+    turns_started: u64,
+    sessions: HashMap<String, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    workspace: Arc<Workspace>,
+    turn: Option<InFlight>,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    number: u64,
+    cancel: CancellationToken,
+}
+
+/// A prompt turn in flight: holds its session's slot until dropped.
+#[derive(Debug)]
+pub struct ActiveTurn {
+    sessions: Arc<Sessions>,
+    session_id: String,
+    number: u64,
+    cancel: CancellationToken,
+    workspace: Arc<Workspace>,
+}
+
+impl Sessions {
+    /// Registers a new session working in `workspace` and returns its id.
+    pub fn create(&self, workspace: Workspace) -> String {
+        let mut inner = self.lock();
+        inner.created += 1;
+        let id = format!("sess-{}", inner.created);
+        inner.sessions.insert(
+            id.clone(),
+            Entry {
+                workspace: Arc::new(workspace),
+                turn: None,
+            },
+        );
+        id
+    }
+
+    /// Starts a prompt turn, or says why it cannot start.
+    pub fn begin_turn(self: &Arc<Self>, session_id: &str) -> Result<ActiveTurn, SessionError> {
+        let mut inner = self.lock();
+        inner.turns_started += 1;
+        let number = inner.turns_started;
+        let entry = inner
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| SessionError::Unknown {
+                id: session_id.to_owned(),
+            })?;
+        if entry.turn.is_some() {
+            return Err(SessionError::Busy {
+                id: session_id.to_owned(),
+            });
+        }
+        let cancel = CancellationToken::new();
+        entry.turn = Some(InFlight {
+            number,
+            cancel: cancel.clone(),
+        });
+        Ok(ActiveTurn {
+            sessions: Arc::clone(self),
+            session_id: session_id.to_owned(),
+            number,
+            cancel,
+            workspace: Arc::clone(&entry.workspace),
+        })
+    }
+
+    /// Cancels the session's in-flight turn; returns whether there was one.
+    pub fn cancel(&self, session_id: &str) -> bool {
+        let inner = self.lock();
+        match inner
+            .sessions
+            .get(session_id)
+            .and_then(|entry| entry.turn.as_ref())
+        {
+            Some(turn) => {
+                turn.cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Cancels every in-flight turn (the connection is closing).
+    pub fn cancel_all(&self) {
+        let inner = self.lock();
+        for turn in inner
+            .sessions
+            .values()
+            .filter_map(|entry| entry.turn.as_ref())
+        {
+            turn.cancel.cancel();
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Every critical section leaves `Inner` consistent, so a panic elsewhere that poisoned
+        // the lock left nothing half-done: keep serving.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl ActiveTurn {
+    /// The session this turn belongs to.
+    #[must_use]
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// Cancelled when the client sends `session/cancel` for this session.
+    #[must_use]
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The session's directory.
+    #[must_use]
+    pub fn workspace(&self) -> &Arc<Workspace> {
+        &self.workspace
+    }
+}
+
+impl Drop for ActiveTurn {
+    fn drop(&mut self) {
+        let mut inner = self.sessions.lock();
+        if let Some(entry) = inner.sessions.get_mut(&self.session_id)
+            && entry
+                .turn
+                .as_ref()
+                .is_some_and(|turn| turn.number == self.number)
+        {
+            entry.turn = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions_with_two() -> (Arc<Sessions>, String, String, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = Arc::new(Sessions::default());
+        let first = sessions.create(Workspace::open(dir.path()).unwrap());
+        let second = sessions.create(Workspace::open(dir.path()).unwrap());
+        (sessions, first, second, dir)
+    }
+
+    #[test]
+    fn ids_are_sequential_and_unique() {
+        let (_, first, second, _dir) = sessions_with_two();
+        assert_eq!((first.as_str(), second.as_str()), ("sess-1", "sess-2"));
+    }
+
+    #[test]
+    fn one_turn_per_session_and_the_slot_frees_on_drop() {
+        let (sessions, first, second, _dir) = sessions_with_two();
+        let turn = sessions.begin_turn(&first).unwrap();
+        assert_eq!(
+            sessions.begin_turn(&first).unwrap_err(),
+            SessionError::Busy { id: first.clone() }
+        );
+        // Another session is independent.
+        let other = sessions.begin_turn(&second).unwrap();
+        drop(turn);
+        let again = sessions.begin_turn(&first).unwrap();
+        assert_eq!(again.session_id(), first);
+        drop((other, again));
+    }
+
+    #[test]
+    fn unknown_sessions_are_reported() {
+        let sessions = Arc::new(Sessions::default());
+        assert_eq!(
+            sessions.begin_turn("sess-9").unwrap_err().to_string(),
+            "unknown session sess-9; create a session with session/new first"
+        );
+        assert!(!sessions.cancel("sess-9"));
+    }
+
+    #[test]
+    fn cancel_reaches_only_the_sessions_current_turn() {
+        let (sessions, first, second, _dir) = sessions_with_two();
+        assert!(!sessions.cancel(&first), "nothing in flight yet");
+        let turn = sessions.begin_turn(&first).unwrap();
+        let other = sessions.begin_turn(&second).unwrap();
+        assert!(sessions.cancel(&first));
+        assert!(turn.cancellation().is_cancelled());
+        assert!(!other.cancellation().is_cancelled());
+        drop(turn);
+        // A new turn starts uncancelled.
+        let next = sessions.begin_turn(&first).unwrap();
+        assert!(!next.cancellation().is_cancelled());
+        sessions.cancel_all();
+        assert!(next.cancellation().is_cancelled() && other.cancellation().is_cancelled());
+    }
+}
