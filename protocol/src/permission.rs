@@ -50,7 +50,11 @@ pub enum Verdict {
 
 /// The answer sent back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "outcome")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "outcome"
+)]
 pub enum Outcome {
     Selected { option_id: String, kind: OptionKind },
     Cancelled,

@@ -43,7 +43,14 @@ fn host(dir: &Path) -> Command {
     cmd.current_dir(dir)
         .env_remove("ACP_HOST_LOG")
         .arg("run")
-        .args(["--eof-grace", "2", "--term-grace", "2", "--cancel-grace", "2"]);
+        .args([
+            "--eof-grace",
+            "2",
+            "--term-grace",
+            "2",
+            "--cancel-grace",
+            "2",
+        ]);
     cmd
 }
 
@@ -64,12 +71,11 @@ fn wait_output(child: Child) -> Output {
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
     });
-    match rx.recv_timeout(HANG_GUARD * 2) {
-        Ok(output) => output.expect("acp-host output is readable"),
-        Err(_) => {
-            let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGKILL);
-            panic!("acp-host did not exit within {:?}", HANG_GUARD * 2);
-        }
+    if let Ok(output) = rx.recv_timeout(HANG_GUARD * 2) {
+        output.expect("acp-host output is readable")
+    } else {
+        let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGKILL);
+        panic!("acp-host did not exit within {:?}", HANG_GUARD * 2);
     }
 }
 
@@ -238,7 +244,13 @@ fn chunks_are_concatenated_and_thoughts_tools_plans_are_not_output() {
     let out = run_to_end(
         host(dir.path())
             .args(["--agent"])
-            .arg(mock(&["text", "--text", "one two three four", "--chunks", "4"]))
+            .arg(mock(&[
+                "text",
+                "--text",
+                "one two three four",
+                "--chunks",
+                "4",
+            ]))
             .arg("go"),
     );
     assert_eq!(stdout(&out), "one two three four");
@@ -316,7 +328,10 @@ fn run_ids_are_minted_by_the_host_and_differ_between_runs() {
         })
         .collect();
     assert_ne!(ids[0], ids[1]);
-    assert!(ids.iter().all(|id| id != "mock-session-1" && !id.is_empty()));
+    assert!(
+        ids.iter()
+            .all(|id| id != "mock-session-1" && !id.is_empty())
+    );
 }
 
 #[test]
@@ -373,11 +388,7 @@ fn permission_allow_prefers_allow_once_even_when_always_is_listed_first() {
     let dir = temp();
     let (output, _) = permission_run(dir.path(), Some("allow"), None);
     assert_eq!(output, "selected allow_once");
-    let (output, _) = permission_run(
-        dir.path(),
-        Some("allow"),
-        Some("reject_once,allow_always"),
-    );
+    let (output, _) = permission_run(dir.path(), Some("allow"), Some("reject_once,allow_always"));
     assert_eq!(output, "selected allow_always");
 }
 
@@ -396,8 +407,14 @@ fn permission_ask_without_a_terminal_rejects() {
     let dir = temp();
     let mut cmd = host(dir.path());
     // No controlling terminal: `ask` must behave as `reject`, not hang.
-    cmd.args(["--json", "--permission", "ask", "--agent", &mock(&["permission"])])
-        .arg("x");
+    cmd.args([
+        "--json",
+        "--permission",
+        "ask",
+        "--agent",
+        &mock(&["permission"]),
+    ])
+    .arg("x");
     let out = run_without_tty(&mut cmd);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(result_record(&out)["output"], "selected reject_once");
@@ -454,8 +471,12 @@ fn cancel_run(scenario: &[&str], sig: Signal) -> (Output, PathBuf, tempfile::Tem
     let log = dir.path().join("log");
     let mut args = scenario.to_vec();
     args.extend(["--ready", path_str(&ready), "--log", path_str(&log)]);
-    let (child, _rx) = spawn_watched(host(dir.path()).args(["--json", "--agent", &mock(&args), "x"]));
-    assert!(wait_for_file(&ready, HANG_GUARD), "the mock never got the prompt");
+    let (child, _rx) =
+        spawn_watched(host(dir.path()).args(["--json", "--agent", &mock(&args), "x"]));
+    assert!(
+        wait_for_file(&ready, HANG_GUARD),
+        "the mock never got the prompt"
+    );
     signal(&child, sig);
     let out = wait_output(child);
     (out, log, dir)
@@ -529,7 +550,10 @@ fn ctrl_c_mid_stream_keeps_what_streamed() {
     let result = result_record(&out);
     let output = result["output"].as_str().unwrap();
     assert!(output.starts_with("c1 "), "{output:?}");
-    assert!(!output.contains("c1000 "), "the stream was not cut: {output:?}");
+    assert!(
+        !output.contains("c1000 "),
+        "the stream was not cut: {output:?}"
+    );
 }
 
 #[test]
@@ -599,7 +623,10 @@ fn cancel_before_session_new_never_sends_the_prompt() {
     assert_eq!(result["sessionId"], Value::Null);
     let log = std::fs::read_to_string(log).unwrap();
     assert!(!log.contains("session/prompt"), "prompt was sent: {log}");
-    assert!(!log.contains("session/cancel"), "no session to cancel: {log}");
+    assert!(
+        !log.contains("session/cancel"),
+        "no session to cancel: {log}"
+    );
 }
 
 #[test]
@@ -639,13 +666,8 @@ fn a_silent_agent_fails_the_handshake_deadline_or_the_timeout() {
         stderr(&out)
     );
 
-    let out = run_to_end(host(dir.path()).args([
-        "--timeout",
-        "0.5",
-        "--agent",
-        &mock(&["silent"]),
-        "x",
-    ]));
+    let out =
+        run_to_end(host(dir.path()).args(["--timeout", "0.5", "--agent", &mock(&["silent"]), "x"]));
     assert_eq!(code(&out), 124, "{}", stderr(&out));
 }
 
@@ -656,7 +678,8 @@ fn a_silent_agent_fails_the_handshake_deadline_or_the_timeout() {
 #[test]
 fn a_missing_command_is_an_error_naming_it() {
     let dir = temp();
-    let out = run_to_end(host(dir.path()).args(["--json", "--agent", "no-such-agent-xyz --acp", "x"]));
+    let out =
+        run_to_end(host(dir.path()).args(["--json", "--agent", "no-such-agent-xyz --acp", "x"]));
     assert_eq!(code(&out), 1);
     let result = result_record(&out);
     assert_eq!(result["status"], "error");
@@ -687,7 +710,8 @@ fn a_crash_mid_turn_is_an_error_with_partial_output_and_stderr_tail() {
 #[test]
 fn an_agent_exiting_before_initialize_is_an_error() {
     let dir = temp();
-    let out = run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["exit-before-init"]), "x"]));
+    let out =
+        run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["exit-before-init"]), "x"]));
     assert_eq!(code(&out), 1);
     let result = result_record(&out);
     assert_eq!(
@@ -709,7 +733,10 @@ fn session_new_without_a_session_id_is_a_startup_failure_and_the_agent_quiesces(
     ]));
     assert_eq!(code(&out), 1);
     let result = result_record(&out);
-    assert_eq!(result["error"], "agent answered session/new without a sessionId: {}");
+    assert_eq!(
+        result["error"],
+        "agent answered session/new without a sessionId: {}"
+    );
     assert_eq!(result["agentExit"]["endedBy"], "eof");
     let log = std::fs::read_to_string(log).unwrap();
     assert!(log.contains("eof"), "{log}");
@@ -805,7 +832,13 @@ fn the_eof_grace_lets_an_agent_flush_before_exiting() {
         "--eof-grace",
         "10",
         "--agent",
-        &mock(&["flush-on-eof", "--marker", path_str(&marker), "--delay-ms", "300"]),
+        &mock(&[
+            "flush-on-eof",
+            "--marker",
+            path_str(&marker),
+            "--delay-ms",
+            "300",
+        ]),
         "x",
     ]));
     assert_eq!(code(&out), 0);
@@ -876,27 +909,29 @@ fn credentials_are_scrubbed_and_explicit_forwards_reach_the_agent() {
         .map(|v| v.as_str().unwrap())
         .collect();
     for name in ["OPENAI_API_KEY", "MY_SECRET_THING", "INNOCENT_URL"] {
-        assert!(scrubbed.contains(&name), "{name} not reported: {scrubbed:?}");
+        assert!(
+            scrubbed.contains(&name),
+            "{name} not reported: {scrubbed:?}"
+        );
     }
     assert!(!scrubbed.contains(&"FORWARDED_TOKEN"));
-    assert!(!stdout(&out).contains("hunter2"), "a secret value leaked into the JSON");
+    assert!(
+        !stdout(&out).contains("hunter2"),
+        "a secret value leaked into the JSON"
+    );
 }
 
 #[test]
 fn forwarding_an_unset_variable_is_a_usage_error() {
     let dir = temp();
     let log = dir.path().join("log");
-    let out = run_to_end(
-        host(dir.path())
-            .env_remove("NOT_SET_ANYWHERE")
-            .args([
-                "--env",
-                "NOT_SET_ANYWHERE",
-                "--agent",
-                &mock(&["hello", "--log", path_str(&log)]),
-                "x",
-            ]),
-    );
+    let out = run_to_end(host(dir.path()).env_remove("NOT_SET_ANYWHERE").args([
+        "--env",
+        "NOT_SET_ANYWHERE",
+        "--agent",
+        &mock(&["hello", "--log", path_str(&log)]),
+        "x",
+    ]));
     assert_eq!(code(&out), 2);
     assert!(
         stderr(&out).contains("--env NOT_SET_ANYWHERE: the variable is not set"),
@@ -922,13 +957,8 @@ fn a_configured_cwd_wins_and_a_relative_one_is_made_absolute() {
     let canonical = dir.path().canonicalize().unwrap();
     let sub = canonical.join("sub");
     std::fs::create_dir(&sub).unwrap();
-    let out = run_to_end(host(&canonical).args([
-        "--cwd",
-        "sub",
-        "--agent",
-        &mock(&["echo-cwd"]),
-        "x",
-    ]));
+    let out =
+        run_to_end(host(&canonical).args(["--cwd", "sub", "--agent", &mock(&["echo-cwd"]), "x"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let cwd = sub.display();
     assert_eq!(stdout(&out), format!("process: {cwd}\nsession: {cwd}"));
@@ -942,7 +972,8 @@ fn an_unusable_cwd_is_refused_before_spawning() {
     let sentinel = dir.path().join("spawned");
     let agent = format!("touch {}", path_str(&sentinel));
     for cwd in [dir.path().join("missing"), file] {
-        let out = run_to_end(host(dir.path()).args(["--cwd", path_str(&cwd), "--agent", &agent, "x"]));
+        let out =
+            run_to_end(host(dir.path()).args(["--cwd", path_str(&cwd), "--agent", &agent, "x"]));
         assert_eq!(code(&out), 2);
         assert!(
             stderr(&out).contains(&format!(
@@ -952,7 +983,11 @@ fn an_unusable_cwd_is_refused_before_spawning() {
             "{}",
             stderr(&out)
         );
-        assert!(!sentinel.exists(), "an agent was spawned for cwd {}", cwd.display());
+        assert!(
+            !sentinel.exists(),
+            "an agent was spawned for cwd {}",
+            cwd.display()
+        );
     }
 }
 

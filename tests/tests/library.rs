@@ -1,0 +1,284 @@
+//! The acp-host library API, driven directly: injected cancellation, observers, and the teardown
+//! ladder of the process owner on plain commands. Real processes, no fixed sleeps.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use acp_host::process::{AgentPipes, AgentProcess, Graces, Rung, SpawnSpec};
+use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use protocol::events::Event;
+use protocol::permission::PermissionPolicy;
+use protocol::request::{AgentCommand, StartRequest, Timeouts};
+use protocol::result::Status;
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
+    StartRequest {
+        agent: AgentCommand {
+            program: PathBuf::from(program),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            display: program.to_owned(),
+        },
+        prompt: "hi".into(),
+        cwd: cwd.to_path_buf(),
+        env: Vec::new(),
+        permission: PermissionPolicy::Reject,
+        timeouts: Timeouts {
+            eof_grace: Duration::from_secs(2),
+            term_grace: Duration::from_secs(2),
+            ..Timeouts::default()
+        },
+    }
+}
+
+fn ambient() -> Vec<(String, String)> {
+    std::env::vars().collect()
+}
+
+/// Records every event; optionally fails or panics on each one.
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<Event>>,
+}
+
+impl Observer for Recorder {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+        self.events.lock().unwrap().push(event.clone());
+        Ok(())
+    }
+}
+
+struct Panicker;
+
+impl Observer for Panicker {
+    fn on_event(&self, _event: &Event) -> Result<(), ObserverError> {
+        panic!("observer bug");
+    }
+}
+
+struct Failer;
+
+impl Observer for Failer {
+    fn on_event(&self, _event: &Event) -> Result<(), ObserverError> {
+        Err("sink is full".into())
+    }
+}
+
+#[test]
+fn a_pre_cancelled_run_spawns_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let sentinel = dir.path().join("spawned");
+    let prepared = run::prepare(
+        request("touch", &[sentinel.to_str().unwrap()], dir.path()),
+        ambient(),
+    )
+    .unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let options = RunOptions {
+        observers: vec![recorder.clone()],
+        ..RunOptions::default()
+    };
+    let cancel = Cancel::new();
+    cancel.cancel();
+    let result = runtime().block_on(run::run(prepared, &options, &cancel));
+    assert_eq!(result.status, Status::Aborted);
+    assert_eq!(result.output, "");
+    assert_eq!(result.agent_exit.ended_by, "not-spawned");
+    assert!(!sentinel.exists(), "the agent was spawned");
+    let events = recorder.events.lock().unwrap();
+    assert_eq!(events.len(), 1);
+    let Event::End(end) = &events[0] else {
+        panic!("expected only the end event: {events:?}");
+    };
+    assert_eq!(end.status, Status::Aborted);
+    assert_eq!(end.last_assistant_message, None);
+    assert_eq!(end.run_id, result.run_id);
+}
+
+#[test]
+fn observers_are_isolated_and_see_start_and_end_with_one_run_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = run::prepare(
+        request(env!("CARGO_BIN_EXE_mock-agent"), &["hello"], dir.path()),
+        ambient(),
+    )
+    .unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let options = RunOptions {
+        // The failing and panicking observers come first: they must not starve the recorder.
+        observers: vec![Arc::new(Failer), Arc::new(Panicker), recorder.clone()],
+        ..RunOptions::default()
+    };
+    let result = runtime().block_on(run::run(prepared, &options, &Cancel::new()));
+    assert_eq!(result.status, Status::Completed);
+    assert_eq!(result.output, "hello from acp child");
+    let events = recorder.events.lock().unwrap();
+    let Some(Event::Start(start)) = events.first() else {
+        panic!("first event is start: {events:?}");
+    };
+    let Some(Event::End(end)) = events.last() else {
+        panic!("last event is end: {events:?}");
+    };
+    assert_eq!(start.run_id, result.run_id);
+    assert_eq!(end.run_id, result.run_id);
+    assert_ne!(start.run_id, start.session_id);
+    assert_eq!(
+        end.last_assistant_message.as_deref(),
+        Some("hello from acp child")
+    );
+    assert!(events.iter().any(|e| matches!(e, Event::Update { .. })));
+}
+
+#[test]
+fn a_crash_with_a_failing_observer_still_yields_one_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = run::prepare(
+        request(
+            env!("CARGO_BIN_EXE_mock-agent"),
+            &["crash-on-prompt"],
+            dir.path(),
+        ),
+        ambient(),
+    )
+    .unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let options = RunOptions {
+        observers: vec![Arc::new(Panicker), recorder.clone()],
+        ..RunOptions::default()
+    };
+    let result = runtime().block_on(run::run(prepared, &options, &Cancel::new()));
+    assert_eq!(result.status, Status::Error);
+    assert_eq!(result.output, "partial output");
+    let ends = recorder
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e, Event::End(_)))
+        .count();
+    assert_eq!(ends, 1);
+}
+
+#[test]
+fn a_relative_cwd_is_refused_by_the_library() {
+    let err = run::prepare(request("true", &[], Path::new("relative")), ambient()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "working directory must be absolute: relative (resolve it first, e.g. with resolve_cwd)"
+    );
+}
+
+/// Spawns a plain command; the pipes are returned so stdin stays open until teardown closes it.
+fn spawn(args: &[&str]) -> (AgentProcess, AgentPipes) {
+    let spec = SpawnSpec {
+        program: PathBuf::from(args[0]),
+        args: args[1..].iter().map(|a| (*a).to_owned()).collect(),
+        cwd: std::env::temp_dir(),
+        env: std::env::vars().collect::<BTreeMap<_, _>>(),
+        stderr_tail_bytes: 1024,
+        echo_stderr: false,
+    };
+    AgentProcess::spawn(&spec).unwrap()
+}
+
+const SHORT: Graces = Graces {
+    eof: Duration::from_secs(5),
+    term: Duration::from_millis(300),
+};
+
+#[test]
+fn ladder_eof_rung_for_a_process_that_exits_on_eof() {
+    runtime().block_on(async {
+        let (mut process, _pipes) = spawn(&["sh", "-c", "read line; exit 0"]);
+        let outcome = process.shutdown(SHORT).await;
+        assert_eq!(outcome.rung, Rung::Eof);
+        assert_eq!(outcome.code, Some(0));
+        assert_eq!(outcome.signal, None);
+        // Idempotent: a second shutdown reports the same outcome.
+        assert_eq!(process.shutdown(SHORT).await, outcome);
+    });
+}
+
+#[test]
+fn ladder_term_rung_for_sleep() {
+    runtime().block_on(async {
+        let (mut process, _pipes) = spawn(&["sleep", "60"]);
+        let outcome = process
+            .shutdown(Graces {
+                eof: Duration::from_millis(100),
+                term: Duration::from_secs(5),
+            })
+            .await;
+        assert_eq!(outcome.rung, Rung::Term);
+        assert_eq!(outcome.signal, Some(15));
+    });
+}
+
+#[test]
+fn ladder_kill_rung_for_a_process_trapping_term() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let ready = dir.path().join("trapped");
+        let script = format!("trap '' TERM; touch {}; sleep 60", ready.display());
+        let (mut process, _pipes) = spawn(&["sh", "-c", &script]);
+        assert!(acp_tests::wait_for_file(&ready, Duration::from_secs(10)));
+        let pid = process.pid();
+        let outcome = process
+            .shutdown(Graces {
+                eof: Duration::from_millis(100),
+                term: Duration::from_millis(300),
+            })
+            .await;
+        assert_eq!(outcome.rung, Rung::Kill);
+        assert_eq!(outcome.signal, Some(9));
+        assert!(outcome.survivors.is_empty());
+        assert!(!acp_tests::process_alive(pid));
+    });
+}
+
+#[test]
+fn leftover_group_members_are_terminated_after_the_leader_exits() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("grandchild");
+        // The leader exits on EOF but leaves a background sleeper in its group.
+        let script = format!(
+            "sleep 60 & echo $! > {}; read line; exit 0",
+            pid_file.display()
+        );
+        let (mut process, _pipes) = spawn(&["sh", "-c", &script]);
+        assert!(acp_tests::wait_for_file(&pid_file, Duration::from_secs(10)));
+        assert!(acp_tests::wait_until(Duration::from_secs(10), || {
+            acp_tests::read_pid(&pid_file).is_some()
+        }));
+        let grandchild = acp_tests::read_pid(&pid_file).unwrap();
+        let outcome = process.shutdown(SHORT).await;
+        assert_eq!(outcome.rung, Rung::Eof);
+        assert_eq!(outcome.leftovers, 1);
+        assert!(acp_tests::wait_until_dead(
+            grandchild,
+            Duration::from_secs(10)
+        ));
+    });
+}
+
+#[test]
+fn dropping_a_process_kills_its_group() {
+    let rt = runtime();
+    let pid = rt.block_on(async {
+        let (process, _pipes) = spawn(&["sh", "-c", "trap '' TERM; sleep 60"]);
+        let pid = process.pid();
+        drop(process);
+        pid
+    });
+    assert!(acp_tests::wait_until_dead(pid, Duration::from_secs(10)));
+}
