@@ -12,6 +12,7 @@
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a frame larger
 //!   than [`DriveConfig::max_frame_bytes`] ends the run with a clear error instead of eating memory.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -84,6 +85,9 @@ pub struct Shared {
     cancelling: AtomicBool,
     /// Non-JSON lines skipped on the agent's stdout.
     garbage_lines: AtomicU64,
+    /// Title and kind of each tool call seen in updates: a permission request may carry only the
+    /// tool call id, and the decision should still say what it was about.
+    tool_calls: Mutex<HashMap<String, (Option<String>, Option<String>)>>,
 }
 
 impl Shared {
@@ -187,7 +191,7 @@ pub async fn drive(
         async move |request: RequestPermissionRequest,
                     responder: agent_client_protocol::v1::Responder<RequestPermissionResponse>,
                     cx: ConnectionTo<Agent>| {
-            let view = permission_view(&request);
+            let view = permission_view(&request, &shared);
             let tool_call_id = request.tool_call.tool_call_id.to_string();
             let decide = decide_permission(
                 policy,
@@ -379,11 +383,29 @@ fn failed(stage: Stage, err: &agent_client_protocol::Error) -> DriveEnd {
 }
 
 fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &SessionUpdate) {
-    if let SessionUpdate::AgentMessageChunk(chunk) = update
-        && let ContentBlock::Text(text) = &chunk.content
-        && let Ok(mut output) = shared.output.lock()
-    {
-        output.push_str(&text.text);
+    match update {
+        SessionUpdate::AgentMessageChunk(chunk) => {
+            if let ContentBlock::Text(text) = &chunk.content
+                && let Ok(mut output) = shared.output.lock()
+            {
+                output.push_str(&text.text);
+            }
+        }
+        SessionUpdate::ToolCall(call) => {
+            remember_tool_call(
+                shared,
+                call.tool_call_id.to_string(),
+                Some(call.title.clone()),
+                kind_name(&call.kind),
+            );
+        }
+        SessionUpdate::ToolCallUpdate(call) => remember_tool_call(
+            shared,
+            call.tool_call_id.to_string(),
+            call.fields.title.clone(),
+            call.fields.kind.as_ref().and_then(kind_name),
+        ),
+        _ => {}
     }
     match serde_json::to_value(update) {
         Ok(value) => events.update(&value),
@@ -391,15 +413,37 @@ fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &Session
     }
 }
 
-fn permission_view(request: &RequestPermissionRequest) -> PermissionView {
+fn remember_tool_call(shared: &Shared, id: String, title: Option<String>, kind: Option<String>) {
+    if let Ok(mut calls) = shared.tool_calls.lock() {
+        let entry = calls.entry(id).or_default();
+        entry.0 = title.or(entry.0.take());
+        entry.1 = kind.or(entry.1.take());
+    }
+}
+
+/// The wire name of a tool kind (`edit`, `execute`, ...).
+fn kind_name(kind: &agent_client_protocol::v1::schema::ToolKind) -> Option<String> {
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+}
+
+/// What the request is about: its own fields, completed from earlier tool call updates.
+fn permission_view(request: &RequestPermissionRequest, shared: &Shared) -> PermissionView {
     let fields = &request.tool_call.fields;
+    let (known_title, known_kind) = shared
+        .tool_calls
+        .lock()
+        .ok()
+        .and_then(|calls| {
+            calls
+                .get(&request.tool_call.tool_call_id.to_string())
+                .cloned()
+        })
+        .unwrap_or_default();
     PermissionView {
-        title: fields.title.clone(),
-        tool_kind: fields.kind.as_ref().and_then(|k| {
-            serde_json::to_value(k)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-        }),
+        title: fields.title.clone().or(known_title),
+        tool_kind: fields.kind.as_ref().and_then(kind_name).or(known_kind),
         offered: request
             .options
             .iter()
