@@ -87,7 +87,14 @@ pub struct Shared {
     garbage_lines: AtomicU64,
     /// Title and kind of each tool call seen in updates: a permission request may carry only the
     /// tool call id, and the decision should still say what it was about.
-    tool_calls: Mutex<HashMap<String, (Option<String>, Option<String>)>>,
+    tool_calls: Mutex<HashMap<String, ToolCallInfo>>,
+}
+
+/// What updates said about one tool call.
+#[derive(Debug, Clone, Default)]
+struct ToolCallInfo {
+    title: Option<String>,
+    kind: Option<String>,
 }
 
 impl Shared {
@@ -396,14 +403,14 @@ fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &Session
                 shared,
                 call.tool_call_id.to_string(),
                 Some(call.title.clone()),
-                kind_name(&call.kind),
+                kind_name(call.kind),
             );
         }
         SessionUpdate::ToolCallUpdate(call) => remember_tool_call(
             shared,
             call.tool_call_id.to_string(),
             call.fields.title.clone(),
-            call.fields.kind.as_ref().and_then(kind_name),
+            call.fields.kind.and_then(kind_name),
         ),
         _ => {}
     }
@@ -416,13 +423,13 @@ fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &Session
 fn remember_tool_call(shared: &Shared, id: String, title: Option<String>, kind: Option<String>) {
     if let Ok(mut calls) = shared.tool_calls.lock() {
         let entry = calls.entry(id).or_default();
-        entry.0 = title.or(entry.0.take());
-        entry.1 = kind.or(entry.1.take());
+        entry.title = title.or(entry.title.take());
+        entry.kind = kind.or(entry.kind.take());
     }
 }
 
 /// The wire name of a tool kind (`edit`, `execute`, ...).
-fn kind_name(kind: &agent_client_protocol::v1::schema::ToolKind) -> Option<String> {
+fn kind_name(kind: agent_client_protocol::v1::schema::ToolKind) -> Option<String> {
     serde_json::to_value(kind)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -431,7 +438,7 @@ fn kind_name(kind: &agent_client_protocol::v1::schema::ToolKind) -> Option<Strin
 /// What the request is about: its own fields, completed from earlier tool call updates.
 fn permission_view(request: &RequestPermissionRequest, shared: &Shared) -> PermissionView {
     let fields = &request.tool_call.fields;
-    let (known_title, known_kind) = shared
+    let known = shared
         .tool_calls
         .lock()
         .ok()
@@ -442,8 +449,8 @@ fn permission_view(request: &RequestPermissionRequest, shared: &Shared) -> Permi
         })
         .unwrap_or_default();
     PermissionView {
-        title: fields.title.clone().or(known_title),
-        tool_kind: fields.kind.as_ref().and_then(kind_name).or(known_kind),
+        title: fields.title.clone().or(known.title),
+        tool_kind: fields.kind.and_then(kind_name).or(known.kind),
         offered: request
             .options
             .iter()
