@@ -1007,3 +1007,88 @@ fn usage_errors_exit_2() {
         assert!(!stderr(&out).is_empty());
     }
 }
+
+#[test]
+fn the_agent_dies_with_the_host() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let pid = dir.path().join("pid");
+    let (child, _rx) = spawn_watched(host(dir.path()).args([
+        "--agent",
+        &mock(&[
+            "ignore-cancel",
+            "--ignore-eof",
+            "--ready",
+            path_str(&ready),
+            "--pid-file",
+            path_str(&pid),
+        ]),
+        "x",
+    ]));
+    assert!(wait_for_file(&ready, HANG_GUARD));
+    // SIGKILL: the host gets no chance to tear down; the parent-death signal must do it.
+    signal(&child, Signal::SIGKILL);
+    let _ = wait_output(child);
+    assert_dead(&pid);
+}
+
+#[test]
+fn a_closed_stdout_pipe_is_not_an_error() {
+    let dir = temp();
+    let mut child = host(dir.path())
+        .args(["--agent", &mock(&["huge", "--bytes", "4000000"]), "x"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 5];
+    std::io::Read::read_exact(&mut out, &mut first).unwrap();
+    assert_eq!(&first, b"xxxxx");
+    drop(out);
+    let output = wait_output(child);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(stderr(&output), "");
+}
+
+/// `--permission ask` on a real terminal: `script` gives acp-host a pseudo-terminal whose input
+/// is the answer we type.
+fn ask_on_a_terminal(answer: &str) -> String {
+    let dir = temp();
+    let command = shell_join(&[
+        bin("acp-host").display().to_string(),
+        "run".into(),
+        "--permission".into(),
+        "ask".into(),
+        "--agent".into(),
+        mock(&["permission"]),
+        "x".into(),
+    ]);
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux is installed");
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), answer.as_bytes()).unwrap();
+    let out = wait_output(child);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    stdout(&out)
+}
+
+#[test]
+fn permission_ask_prompts_on_the_terminal_with_title_and_kind() {
+    let yes = ask_on_a_terminal("y\n");
+    assert!(
+        yes.contains("acp-host: allow edit \"Write notes.txt\"? [y/N]"),
+        "{yes}"
+    );
+    assert!(yes.contains("selected allow_once"), "{yes}");
+    assert!(yes.contains("[by user]"), "{yes}");
+
+    let no = ask_on_a_terminal("n\n");
+    assert!(no.contains("selected reject_once"), "{no}");
+}
