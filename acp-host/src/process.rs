@@ -345,8 +345,8 @@ fn set_parent_death_signal(command: &mut tokio::process::Command) {
     let _ = command;
 }
 
-/// Writes each line plus `\n`; drops the pipe (EOF for the agent) when told to or when the
-/// protocol layer goes away.
+/// Writes each line plus `\n`; drops the pipe (EOF for the agent) only when teardown says so or
+/// the agent stops reading.
 async fn write_lines(
     mut stdin: tokio::process::ChildStdin,
     mut rx: mpsc::UnboundedReceiver<String>,
@@ -358,7 +358,12 @@ async fn write_lines(
             () = close.cancelled() => break,
             line = rx.recv() => match line {
                 Some(line) => line,
-                None => break,
+                // The protocol layer is done, but EOF is the ladder's first rung: keep the pipe
+                // open until teardown closes it, so the rung that ended the agent is exact.
+                None => {
+                    close.cancelled().await;
+                    break;
+                }
             },
         };
         let written = async {
