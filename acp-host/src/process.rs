@@ -356,15 +356,15 @@ async fn write_lines(
         let line = tokio::select! {
             biased;
             () = close.cancelled() => break,
-            line = rx.recv() => match line {
-                Some(line) => line,
-                // The protocol layer is done, but EOF is the ladder's first rung: keep the pipe
-                // open until teardown closes it, so the rung that ended the agent is exact.
-                None => {
+            line = rx.recv() => {
+                let Some(line) = line else {
+                    // The protocol layer is done, but EOF is the ladder's first rung: keep the
+                    // pipe open until teardown closes it, so the rung that ended the agent is exact.
                     close.cancelled().await;
                     break;
-                }
-            },
+                };
+                line
+            }
         };
         let written = async {
             stdin.write_all(line.as_bytes()).await?;

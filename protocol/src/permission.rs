@@ -48,6 +48,18 @@ pub enum Verdict {
     Cancelled,
 }
 
+impl Verdict {
+    /// The kebab-case name, as serialized and printed.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Allow => "allow",
+            Verdict::Reject => "reject",
+            Verdict::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// The answer sent back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(

@@ -434,30 +434,66 @@ fn run_without_tty(cmd: &mut Command) -> Output {
     run_to_end(&mut wrapped)
 }
 
+/// A host whose mock agent has reached its ready point (normally: the prompt arrived). The mock
+/// writes its pid and logs every message it receives.
+struct Started {
+    child: Child,
+    stderr: mpsc::Receiver<String>,
+    pid: PathBuf,
+    log: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Started {
+    /// `acp-host run --json <host_args> --agent "<mock scenario...> --ready --pid-file --log" x`,
+    /// then waits for the ready file. `{dir}` in a scenario argument is the test's temp dir.
+    fn new(host_args: &[&str], scenario: &[&str]) -> Started {
+        let dir = temp();
+        let ready = dir.path().join("ready");
+        let pid = dir.path().join("pid");
+        let log = dir.path().join("log");
+        let base = path_str(dir.path()).to_owned();
+        let mut args: Vec<String> = scenario.iter().map(|a| a.replace("{dir}", &base)).collect();
+        for (flag, path) in [("--ready", &ready), ("--pid-file", &pid), ("--log", &log)] {
+            args.extend([flag.to_owned(), path_str(path).to_owned()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (child, stderr) = spawn_watched(host(dir.path()).arg("--json").args(host_args).args([
+            "--agent",
+            &mock(&args),
+            "x",
+        ]));
+        assert!(
+            wait_for_file(&ready, HANG_GUARD),
+            "the mock never became ready"
+        );
+        Started {
+            child,
+            stderr,
+            pid,
+            log,
+            dir,
+        }
+    }
+
+    fn signal(&self, sig: Signal) {
+        signal(&self.child, sig);
+    }
+
+    /// Waits for the host to exit; returns its output and the mock's log.
+    fn finish(self) -> (Output, String, PathBuf, tempfile::TempDir) {
+        let out = wait_output(self.child);
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        (out, log, self.pid, self.dir)
+    }
+}
+
 #[test]
 fn permission_requests_after_cancel_are_answered_cancelled() {
-    let dir = temp();
-    let ready = dir.path().join("ready");
-    let log = dir.path().join("log");
-    let (child, rx) = spawn_watched(host(dir.path()).args([
-        "--permission",
-        "allow",
-        "--agent",
-        &mock(&[
-            "permission-after-cancel",
-            "--ready",
-            path_str(&ready),
-            "--log",
-            path_str(&log),
-        ]),
-        "x",
-    ]));
-    assert!(wait_for_file(&ready, HANG_GUARD));
-    signal(&child, Signal::SIGINT);
-    let lines = wait_line(&rx, "acp-host: aborted");
-    let out = wait_output(child);
-    assert_eq!(code(&out), 130, "{lines:?}");
-    let log = std::fs::read_to_string(&log).unwrap();
+    let started = Started::new(&["--permission", "allow"], &["permission-after-cancel"]);
+    started.signal(Signal::SIGINT);
+    let (out, log, ..) = started.finish();
+    assert_eq!(code(&out), 130);
     assert!(log.contains("permission cancelled"), "mock log: {log}");
 }
 
@@ -465,45 +501,34 @@ fn permission_requests_after_cancel_are_answered_cancelled() {
 // Cancellation
 // ---------------------------------------------------------------------------------------------
 
-fn cancel_run(scenario: &[&str], sig: Signal) -> (Output, PathBuf, tempfile::TempDir) {
-    let dir = temp();
-    let ready = dir.path().join("ready");
-    let log = dir.path().join("log");
-    let mut args = scenario.to_vec();
-    args.extend(["--ready", path_str(&ready), "--log", path_str(&log)]);
-    let (child, _rx) =
-        spawn_watched(host(dir.path()).args(["--json", "--agent", &mock(&args), "x"]));
-    assert!(
-        wait_for_file(&ready, HANG_GUARD),
-        "the mock never got the prompt"
-    );
-    signal(&child, sig);
-    let out = wait_output(child);
-    (out, log, dir)
-}
-
 #[test]
 fn ctrl_c_cancels_a_cooperative_agent_and_keeps_partial_output() {
-    let (out, log, _dir) = cancel_run(&["hang"], Signal::SIGINT);
+    let started = Started::new(&[], &["hang"]);
+    started.signal(Signal::SIGINT);
+    let (out, log, pid, _dir) = started.finish();
     assert_eq!(code(&out), 130);
     let result = result_record(&out);
     assert_eq!(result["status"], "aborted");
     assert_eq!(result["stopReason"], "cancelled");
     assert_eq!(result["output"], "partial ");
-    let log = std::fs::read_to_string(log).unwrap();
     assert!(log.contains("session/cancel"), "{log}");
+    assert_dead(&pid);
 }
 
 #[test]
 fn sigterm_to_the_host_cancels_like_ctrl_c() {
-    let (out, _log, _dir) = cancel_run(&["hang"], Signal::SIGTERM);
+    let started = Started::new(&[], &["hang"]);
+    started.signal(Signal::SIGTERM);
+    let (out, ..) = started.finish();
     assert_eq!(code(&out), 130);
     assert_eq!(result_record(&out)["status"], "aborted");
 }
 
 #[test]
 fn an_agent_crashing_on_cancel_is_aborted_not_error() {
-    let (out, _log, _dir) = cancel_run(&["crash-on-cancel"], Signal::SIGINT);
+    let started = Started::new(&[], &["crash-on-cancel"]);
+    started.signal(Signal::SIGINT);
+    let (out, ..) = started.finish();
     assert_eq!(code(&out), 130);
     let result = result_record(&out);
     assert_eq!(result["status"], "aborted");
@@ -513,25 +538,9 @@ fn an_agent_crashing_on_cancel_is_aborted_not_error() {
 
 #[test]
 fn an_agent_ignoring_cancel_is_aborted_after_the_grace_and_reaped() {
-    let dir = temp();
-    let ready = dir.path().join("ready");
-    let pid = dir.path().join("pid");
-    let (child, _rx) = spawn_watched(host(dir.path()).args([
-        "--json",
-        "--agent",
-        &mock(&[
-            "ignore-cancel",
-            "--ignore-eof",
-            "--ready",
-            path_str(&ready),
-            "--pid-file",
-            path_str(&pid),
-        ]),
-        "x",
-    ]));
-    assert!(wait_for_file(&ready, HANG_GUARD));
-    signal(&child, Signal::SIGINT);
-    let out = wait_output(child);
+    let started = Started::new(&[], &["ignore-cancel", "--ignore-eof"]);
+    started.signal(Signal::SIGINT);
+    let (out, _log, pid, _dir) = started.finish();
     assert_eq!(code(&out), 130);
     let result = result_record(&out);
     assert_eq!(result["status"], "aborted");
@@ -542,10 +551,12 @@ fn an_agent_ignoring_cancel_is_aborted_after_the_grace_and_reaped() {
 
 #[test]
 fn ctrl_c_mid_stream_keeps_what_streamed() {
-    let (out, _log, _dir) = cancel_run(
+    let started = Started::new(
+        &[],
         &["slow-stream", "--chunks", "1000", "--interval-ms", "20"],
-        Signal::SIGINT,
     );
+    started.signal(Signal::SIGINT);
+    let (out, ..) = started.finish();
     assert_eq!(code(&out), 130);
     let result = result_record(&out);
     let output = result["output"].as_str().unwrap();
@@ -558,75 +569,44 @@ fn ctrl_c_mid_stream_keeps_what_streamed() {
 
 #[test]
 fn a_second_ctrl_c_kills_at_once() {
-    let dir = temp();
-    let ready = dir.path().join("ready");
-    let pid = dir.path().join("pid");
-    let mut cmd = Command::new(bin("acp-host"));
     // Graces long enough that only the second Ctrl-C can explain a prompt exit.
-    cmd.current_dir(dir.path()).args([
-        "run",
-        "--cancel-grace",
-        "600",
-        "--eof-grace",
-        "600",
-        "--term-grace",
-        "600",
-        "--agent",
-        &mock(&[
-            "ignore-cancel",
-            "--ignore-eof",
-            "--trap-term",
-            "--ready",
-            path_str(&ready),
-            "--pid-file",
-            path_str(&pid),
-        ]),
-        "x",
-    ]);
-    let (child, rx) = spawn_watched(&mut cmd);
-    assert!(wait_for_file(&ready, HANG_GUARD));
-    signal(&child, Signal::SIGINT);
-    wait_line(&rx, "cancelling");
-    signal(&child, Signal::SIGINT);
-    let out = wait_output(child);
+    let started = Started::new(
+        &[
+            "--cancel-grace",
+            "600",
+            "--eof-grace",
+            "600",
+            "--term-grace",
+            "600",
+        ],
+        &["ignore-cancel", "--ignore-eof", "--trap-term"],
+    );
+    started.signal(Signal::SIGINT);
+    wait_line(&started.stderr, "cancelling");
+    started.signal(Signal::SIGINT);
+    let (out, _log, pid, _dir) = started.finish();
     assert_eq!(code(&out), 130);
+    assert_eq!(result_record(&out)["agentExit"]["endedBy"], "kill");
     assert_dead(&pid);
 }
 
 #[test]
 fn cancel_before_session_new_never_sends_the_prompt() {
-    let dir = temp();
-    let ready = dir.path().join("ready");
-    let go = dir.path().join("go");
-    let log = dir.path().join("log");
-    let (child, _rx) = spawn_watched(host(dir.path()).args([
-        "--json",
-        "--agent",
-        &mock(&[
-            "gated-session",
-            "--ready",
-            path_str(&ready),
-            "--go",
-            path_str(&go),
-            "--log",
-            path_str(&log),
-        ]),
-        "x",
-    ]));
-    assert!(wait_for_file(&ready, HANG_GUARD));
-    signal(&child, Signal::SIGINT);
-    let out = wait_output(child);
+    // The mock touches the ready file on session/new and then waits for a go file that never comes.
+    let started = Started::new(&[], &["gated-session", "--go", "{dir}/go"]);
+    started.signal(Signal::SIGINT);
+    let (out, log, pid, _dir) = started.finish();
     assert_eq!(code(&out), 130);
     let result = result_record(&out);
     assert_eq!(result["status"], "aborted");
     assert_eq!(result["output"], "");
     assert_eq!(result["sessionId"], Value::Null);
-    let log = std::fs::read_to_string(log).unwrap();
     assert!(!log.contains("session/prompt"), "prompt was sent: {log}");
     assert!(
         !log.contains("session/cancel"),
         "no session to cancel: {log}"
     );
+    assert_dead(&pid);
 }
 
 #[test]
@@ -1010,25 +990,10 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn the_agent_dies_with_the_host() {
-    let dir = temp();
-    let ready = dir.path().join("ready");
-    let pid = dir.path().join("pid");
-    let (child, _rx) = spawn_watched(host(dir.path()).args([
-        "--agent",
-        &mock(&[
-            "ignore-cancel",
-            "--ignore-eof",
-            "--ready",
-            path_str(&ready),
-            "--pid-file",
-            path_str(&pid),
-        ]),
-        "x",
-    ]));
-    assert!(wait_for_file(&ready, HANG_GUARD));
+    let started = Started::new(&[], &["ignore-cancel", "--ignore-eof"]);
     // SIGKILL: the host gets no chance to tear down; the parent-death signal must do it.
-    signal(&child, Signal::SIGKILL);
-    let _ = wait_output(child);
+    started.signal(Signal::SIGKILL);
+    let (_out, _log, pid, _dir) = started.finish();
     assert_dead(&pid);
 }
 

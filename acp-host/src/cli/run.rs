@@ -358,13 +358,8 @@ impl Renderer {
     }
 
     fn human_update(&self, update: &serde_json::Value) {
-        let kind = update
-            .get("sessionUpdate")
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("");
-        let text = update
-            .pointer("/content/text")
-            .and_then(serde_json::Value::as_str);
+        let kind = text_at(update, "/sessionUpdate").unwrap_or("");
+        let text = text_at(update, "/content/text");
         match (kind, text) {
             ("agent_message_chunk", Some(text)) => {
                 if let Ok(mut newline) = self.ended_with_newline.lock()
@@ -376,17 +371,11 @@ impl Renderer {
             }
             _ if !self.verbose => {}
             ("agent_thought_chunk", Some(text)) => eprint!("{text}"),
-            ("tool_call" | "tool_call_update", _) => {
-                let title = update
-                    .get("title")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("");
-                let status = update
-                    .get("status")
-                    .and_then(serde_json::Value::as_str)
-                    .unwrap_or("");
-                eprintln!("acp-host: [{kind}] {title} {status}");
-            }
+            ("tool_call" | "tool_call_update", _) => eprintln!(
+                "acp-host: [{kind}] {} {}",
+                text_at(update, "/title").unwrap_or(""),
+                text_at(update, "/status").unwrap_or("")
+            ),
             ("plan", _) => eprintln!(
                 "acp-host: [plan] {}",
                 update
@@ -415,10 +404,7 @@ impl Observer for Renderer {
                 };
                 eprintln!(
                     "acp-host: permission {} for {} ({}): {answer} [by {}]",
-                    serde_json::to_value(decision.verdict)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
+                    decision.verdict.as_str(),
                     decision.title.as_deref().unwrap_or("a tool call"),
                     decision.tool_kind.as_deref().unwrap_or("unknown kind"),
                     decision.decided_by
@@ -434,6 +420,11 @@ impl Observer for Renderer {
         }
         Ok(())
     }
+}
+
+/// The string at a JSON pointer of a session update, if there is one.
+fn text_at<'a>(value: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
+    value.pointer(pointer).and_then(serde_json::Value::as_str)
 }
 
 fn last_lines(text: &str, n: usize) -> impl Iterator<Item = &str> {
