@@ -38,7 +38,7 @@ impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {
             overall: None,
-            handshake: Duration::from_secs(60),
+            handshake: Duration::from_mins(1),
             cancel_grace: Duration::from_secs(3),
             eof_grace: Duration::from_secs(6),
             term_grace: Duration::from_secs(3),

@@ -4,6 +4,8 @@
 //! Invariant: this file is the only place that maps a stop reason to a status or a status to an exit
 //! code. The CLI's exit codes, its `--help` table and the README are all derived from [`Status`].
 
+use std::fmt::Write as _;
+
 use serde::{Deserialize, Serialize};
 
 use crate::permission::PermissionDecision;
@@ -113,16 +115,18 @@ impl Status {
                 }
                 other => format!("stop reason {}", other.stop_reason().unwrap_or_default()),
             };
-            out.push_str(&format!(
-                "  {:>3}  {:<17}  {why}\n",
+            let _ = writeln!(
+                out,
+                "  {:>3}  {:<17}  {why}",
                 status.exit_code(),
                 status.as_str()
-            ));
+            );
         }
-        out.push_str(&format!(
-            "  {EXIT_USAGE:>3}  {:<17}  bad flags, cwd or --env; nothing was spawned\n",
+        let _ = writeln!(
+            out,
+            "  {EXIT_USAGE:>3}  {:<17}  bad flags, cwd or --env; nothing was spawned",
             "usage"
-        ));
+        );
         out
     }
 }
