@@ -1201,7 +1201,7 @@ mod properties {
     fn foreign() -> impl Strategy<Value = String> {
         (
             "[a-z]{1,8}",
-            prop::collection::vec("[a-zA-Z0-9 :#'-]{1,20}", 1..3),
+            prop::collection::vec("[a-zA-Z0-9:#'-][a-zA-Z0-9 :#'-]{0,19}", 1..3),
             "[a-z ]{0,12}",
         )
             .prop_map(|(id, lines, comment)| {
