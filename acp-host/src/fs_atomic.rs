@@ -146,6 +146,49 @@ fn sync_folder(folder: &Path) -> Result<(), FsError> {
 /// Atomically replaces (or creates) the file `path` resolves to with `contents`, creating
 /// missing parent folders and keeping an existing file's mode.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FsError> {
+    let folder = replace(path, contents)?;
+    sync_folder(&folder)
+}
+
+/// Writes many files; each write is atomic, and each touched folder is fsynced once, at
+/// [`Batch::finish`] (one folder fsync makes every rename in it durable, so a sync of thousands of
+/// files does not pay one folder fsync per file).
+#[derive(Debug, Default)]
+pub struct Batch {
+    folders: std::collections::BTreeSet<PathBuf>,
+}
+
+impl Batch {
+    /// As [`write_atomic`], minus the folder fsync (deferred to [`Batch::finish`]).
+    pub fn write(&mut self, path: &Path, contents: &[u8]) -> Result<(), FsError> {
+        self.folders.insert(replace(path, contents)?);
+        Ok(())
+    }
+
+    /// As [`remove`], minus the folder fsync (deferred to [`Batch::finish`]).
+    pub fn remove(&mut self, path: &Path) -> Result<(), FsError> {
+        self.folders.extend(unlink(path)?);
+        Ok(())
+    }
+
+    /// As [`write_new`], with the folder fsync deferred to [`Batch::finish`].
+    pub fn write_new(&mut self, path: &Path, contents: &[u8]) -> Result<(), FsError> {
+        write_new(path, contents)?;
+        self.folders
+            .insert(path.parent().unwrap_or(Path::new("/")).to_path_buf());
+        Ok(())
+    }
+
+    /// Fsyncs every folder touched.
+    pub fn finish(self) -> Result<(), FsError> {
+        self.folders
+            .iter()
+            .try_for_each(|folder| sync_folder(folder))
+    }
+}
+
+/// The atomic replace without the folder fsync; returns the folder to fsync.
+fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
     let Resolved { physical, .. } = resolve(path)?;
     let folder = create_parent(&physical)?;
     let write_error = |source| FsError::Write {
@@ -167,11 +210,18 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FsError> {
         .map_err(write_error)?;
     temp.as_file().sync_all().map_err(write_error)?;
     temp.persist(&physical).map_err(|e| write_error(e.error))?;
-    sync_folder(folder)
+    Ok(folder.to_path_buf())
 }
 
 /// Removes the file `path` resolves to (and the symlink itself, when `path` is one).
 pub fn remove(path: &Path) -> Result<(), FsError> {
+    unlink(path)?
+        .iter()
+        .try_for_each(|folder| sync_folder(folder))
+}
+
+/// The removal without the folder fsync; returns the folders to fsync.
+fn unlink(path: &Path) -> Result<Vec<PathBuf>, FsError> {
     let Resolved { physical, link } = resolve(path)?;
     let remove = |p: &Path| match fs::remove_file(p) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(FsError::Remove {
@@ -181,10 +231,12 @@ pub fn remove(path: &Path) -> Result<(), FsError> {
         _ => Ok(()),
     };
     remove(&physical)?;
+    let mut folders = vec![physical.parent().unwrap_or(Path::new("/")).to_path_buf()];
     if link.is_some() {
         remove(path)?;
+        folders.push(path.parent().unwrap_or(Path::new("/")).to_path_buf());
     }
-    sync_folder(physical.parent().unwrap_or(Path::new("/")))
+    Ok(folders)
 }
 
 /// Writes a new file, failing if it exists (backups are never overwritten).

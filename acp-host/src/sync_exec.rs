@@ -477,6 +477,7 @@ fn back_up(
     config: &ExecConfig,
 ) -> Result<(Vec<FileResult>, Option<PathBuf>), ExecutionResult> {
     let mut backup_dir: Option<PathBuf> = None;
+    let mut batch = fs_atomic::Batch::default();
     for &i in pending {
         let file = &plan.files[i];
         if !matches!(
@@ -492,7 +493,7 @@ fn back_up(
         .and_then(|dir| {
             let path = backup_path(&dir, &file.path);
             backup_dir = Some(dir);
-            fs_atomic::write_new(&path, file.current())?;
+            batch.write_new(&path, file.current())?;
             Ok(path)
         });
         match made {
@@ -514,6 +515,17 @@ fn back_up(
             }
         }
     }
+    // The backups are durable before the first target is touched.
+    if let Err(e) = batch.finish() {
+        let mut result = stop(
+            files,
+            format!("cannot sync the backups to disk: {e}; nothing was written"),
+            Vec::new(),
+            "not written: a backup failed",
+        );
+        result.backup_dir = backup_dir;
+        return Err(result);
+    }
     Ok((files, backup_dir))
 }
 
@@ -524,11 +536,12 @@ fn write_all(
     mut files: Vec<FileResult>,
     backup_dir: Option<PathBuf>,
 ) -> ExecutionResult {
+    let mut batch = fs_atomic::Batch::default();
     for &i in pending {
         let file = &plan.files[i];
         let written = match &file.change {
-            Change::Write(bytes) => fs_atomic::write_atomic(&file.target, bytes),
-            Change::Remove => fs_atomic::remove(&file.target),
+            Change::Write(bytes) => batch.write(&file.target, bytes),
+            Change::Remove => batch.remove(&file.target),
             Change::Keep => Ok(()),
         };
         if let Err(e) = written {
@@ -556,6 +569,17 @@ fn write_all(
         }
         files[i].outcome = Outcome::Applied;
         files[i].detail = None;
+    }
+    if let Err(e) = batch.finish() {
+        // Every file is in place; only its durability across a crash is in doubt.
+        let mut result = stop(
+            files,
+            format!("files were written but their folder could not be synced to disk: {e}"),
+            Vec::new(),
+            "",
+        );
+        result.backup_dir = backup_dir;
+        return result;
     }
     ExecutionResult {
         success: true,
