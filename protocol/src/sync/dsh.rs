@@ -76,7 +76,17 @@ impl Item {
     /// `toolName` (an item the user wrote by hand for the same tool).
     #[must_use]
     pub fn claims(&self, name: &str) -> bool {
-        self.our_name() == Some(name) || (self.plugin && self.tool_name.as_deref() == Some(name))
+        self.claimed_names().contains(&name)
+    }
+
+    /// Every subagent the item stands for (at most two: by id, by plugin toolName).
+    #[must_use]
+    pub fn claimed_names(&self) -> Vec<&str> {
+        let by_id = self.our_name();
+        let by_tool = self.tool_name.as_deref().filter(|_| self.plugin);
+        let mut names: Vec<&str> = by_id.into_iter().chain(by_tool).collect();
+        names.dedup();
+        names
     }
 
     /// Whether we own the item as subagent `name`'s block.
@@ -109,6 +119,11 @@ impl<'a> Offsets<'a> {
             .nth(mark.col())
             .map_or(line.len(), |(i, _)| i);
         start + col
+    }
+
+    /// The 1-based line holding `byte` (binary search: the locator stays linear).
+    fn line_number(&self, byte: usize) -> usize {
+        self.line_starts.partition_point(|&start| start <= byte)
     }
 
     fn line_start(&self, byte: usize) -> usize {
@@ -316,7 +331,7 @@ fn finish(
     while !text[line_start..].starts_with('-') {
         if line_start <= previous_end || line_start == 0 {
             return Err(DshError::Layout {
-                line: line_number(text, draft.first),
+                line: offsets.line_number(draft.first),
             });
         }
         line_start = offsets.line_start(line_start - 1);
@@ -341,7 +356,7 @@ fn finish(
     Ok(Item {
         start: line_start,
         end,
-        line: line_number(text, line_start),
+        line: offsets.line_number(line_start),
         id: draft.id,
         plugin: draft.plugin,
         tool_name: draft.tool_name,
@@ -353,10 +368,6 @@ impl Draft {
     fn our_name(&self) -> Option<&str> {
         self.id.as_deref()?.strip_prefix(DSH_ID_PREFIX)
     }
-}
-
-fn line_number(text: &str, byte: usize) -> usize {
-    text[..byte].matches('\n').count() + 1
 }
 
 /// What to do to the file: replace or remove located items (by index), append new items.

@@ -357,11 +357,22 @@ impl Planner<'_> {
                 return;
             }
         };
+        // Which items claim which subagent, in one pass (a lookup per definition would make the
+        // plan quadratic in the number of items).
+        let mut claims: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (index, item) in items.iter().enumerate() {
+            for name in item.claimed_names() {
+                claims.entry(name).or_default().push(index);
+            }
+        }
         let mut edits = Edits::default();
         let mut ops: Vec<usize> = defined
             .iter()
             .map(|definition| {
-                let op = self.shared_defined(&path, &text, &items, definition, &mut edits);
+                let claimed = claims
+                    .get(definition.name.as_str())
+                    .map_or(&[][..], Vec::as_slice);
+                let op = self.shared_defined(&path, &text, &items, claimed, definition, &mut edits);
                 self.push(op)
             })
             .collect();
@@ -405,17 +416,15 @@ impl Planner<'_> {
         path: &Path,
         text: &str,
         items: &[dsh::Item],
+        claims: &[usize],
         definition: &Definition,
         edits: &mut Edits,
     ) -> Operation {
         let agent = "dsh";
         let name = definition.name.as_str();
         let rendered = render::render_dsh_item(definition);
-        let claims: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].claims(name))
-            .collect();
         let path = Some(path.to_path_buf());
-        match claims.as_slice() {
+        match claims {
             [] => {
                 edits.appends.push(rendered);
                 new_op(
