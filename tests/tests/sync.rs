@@ -1250,3 +1250,83 @@ mod properties {
         }
     }
 }
+
+// ---- Failed writes ----
+
+#[test]
+fn a_failed_backup_writes_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "claude-code");
+    env.sync_ok(&[]);
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [claude-code]\n---\nChanged.\n",
+    );
+    let before = env.read(".claude/agents/x.md");
+    // The state folder is a file: no backup folder can be made (even as root).
+    fs::create_dir_all(env.state.parent().unwrap()).unwrap();
+    fs::write(&env.state, "not a folder").unwrap();
+    let json = env.sync(&["--json"]).json();
+    assert_eq!(json["success"], false);
+    let result = &json["result"];
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot back up "),
+        "{result}"
+    );
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("nothing was written"),
+        "{result}"
+    );
+    assert_eq!(result["partial"], false);
+    assert_eq!(result["files"][0]["outcome"], "failed");
+    assert_eq!(env.read(".claude/agents/x.md"), before);
+    assert_eq!(env.sync(&[]).code, 1);
+}
+
+/// A write that fails after another succeeded: reported per file, as a partial run.
+#[test]
+fn a_failed_write_reports_the_file_and_partial_completion() {
+    use acp_host::sync_exec::Outcome;
+    use protocol::sync::{Change, FilePlan, Plan};
+
+    let env = Env::new();
+    let good = env.home.join("a/good.md");
+    fs::write(env.home.join("blocker"), "a file where a folder should be").unwrap();
+    let bad = env.home.join("blocker/sub/bad.md");
+    let file = |target: &Path| FilePlan {
+        path: target.to_path_buf(),
+        target: target.to_path_buf(),
+        pre_image: Some(acp_host::sync_exec::read_facts(target)),
+        change: Change::Write(b"new\n".to_vec()),
+        operations: Vec::new(),
+    };
+    let plan = Plan {
+        operations: Vec::new(),
+        files: vec![file(&good), file(&bad)],
+        errors: Vec::new(),
+    };
+    let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state));
+    let result = acp_host::sync_exec::execute(&plan, &exec);
+    assert!(!result.success);
+    assert!(result.partial && result.recovery_required());
+    assert_eq!(result.failed_files, [bad]);
+    let error = result.error.as_deref().unwrap();
+    assert!(
+        error.starts_with("write failed: cannot inspect "),
+        "{error}"
+    );
+    assert!(
+        error.contains("1 file(s) were already written (partial sync"),
+        "{error}"
+    );
+    let outcomes: Vec<_> = result.files.iter().map(|f| f.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Applied, Outcome::Failed]);
+    assert_eq!(fs::read_to_string(&good).unwrap(), "new\n");
+}
