@@ -1,4 +1,346 @@
 //! The one place that writes files: atomic replace (temp file in the same folder, fsync, rename),
 //! keeping the file mode, never following a symlink out of the target folder.
 //!
-//! (Being built under the sync issue.)
+//! Invariants:
+//! - A reader sees the old bytes or the new bytes, never a mix: content goes to a temp file in
+//!   the destination folder (same filesystem), is fsynced, then renamed over the target, and the
+//!   folder is fsynced so the rename survives a crash.
+//! - A target that is a symlink is written through only when the file it resolves to lies inside
+//!   the link's own folder ([`resolve`]); otherwise the write is refused. The same rule decides
+//!   what the planner sees ([`crate::sync_exec::read_facts`]) and what gets written.
+//! - Backups are created with `create_new`: an existing file is never overwritten.
+
+use std::fs::{self, File, OpenOptions, Permissions};
+use std::io::{self, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+/// Mode of files we create (existing files keep theirs).
+const NEW_FILE_MODE: u32 = 0o644;
+
+/// A failed file-system operation, with the path it was about.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error(
+        "refusing to write through {path}: it is a symlink to {target}, outside its folder; replace the link with a regular file"
+    )]
+    SymlinkEscapes { path: PathBuf, target: PathBuf },
+    #[error("cannot create folder {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot remove {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot inspect {path}: {source}")]
+    Inspect {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Where a write to a path lands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// The file that is read and written (canonical folder, symlink inside its folder followed).
+    pub physical: PathBuf,
+    /// The symlink target as read, when the path is a symlink.
+    pub link: Option<PathBuf>,
+}
+
+/// The canonical form of a path whose tail may not exist yet: the nearest existing ancestor is
+/// canonicalized and the missing components are appended.
+fn canonical_lenient(path: &Path) -> PathBuf {
+    let mut existing = path;
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(canonical) = fs::canonicalize(existing) {
+            return tail.iter().rev().fold(canonical, |acc, c| acc.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Resolves `path` for reading and writing, refusing a symlink that leaves its folder.
+pub fn resolve(path: &Path) -> Result<Resolved, FsError> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let folder = canonical_lenient(parent);
+    let file_name = path.file_name().map(PathBuf::from).unwrap_or_default();
+    let metadata = match fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Ok(Resolved {
+                physical: folder.join(file_name),
+                link: None,
+            });
+        }
+        Err(source) => {
+            return Err(FsError::Inspect {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    if !metadata.file_type().is_symlink() {
+        return Ok(Resolved {
+            physical: folder.join(file_name),
+            link: None,
+        });
+    }
+    let target = fs::read_link(path).map_err(|source| FsError::Inspect {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let joined = parent.join(&target);
+    let resolved = fs::canonicalize(&joined).unwrap_or_else(|_| canonical_lenient(&joined));
+    if resolved.starts_with(&folder) && resolved != folder {
+        Ok(Resolved {
+            physical: resolved,
+            link: Some(target),
+        })
+    } else {
+        Err(FsError::SymlinkEscapes {
+            path: path.to_path_buf(),
+            target,
+        })
+    }
+}
+
+fn create_parent(path: &Path) -> Result<&Path, FsError> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    fs::create_dir_all(parent).map_err(|source| FsError::CreateDir {
+        path: parent.to_path_buf(),
+        source,
+    })?;
+    Ok(parent)
+}
+
+/// Makes a rename or removal in `folder` durable.
+fn sync_folder(folder: &Path) -> Result<(), FsError> {
+    File::open(folder)
+        .and_then(|f| f.sync_all())
+        .map_err(|source| FsError::Write {
+            path: folder.to_path_buf(),
+            source,
+        })
+}
+
+/// Atomically replaces (or creates) the file `path` resolves to with `contents`, creating
+/// missing parent folders and keeping an existing file's mode.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FsError> {
+    let folder = replace(path, contents)?;
+    sync_folder(&folder)
+}
+
+/// Writes many files; each write is atomic, and each touched folder is fsynced once, at
+/// [`Batch::finish`] (one folder fsync makes every rename in it durable, so a sync of thousands of
+/// files does not pay one folder fsync per file).
+#[derive(Debug, Default)]
+pub struct Batch {
+    folders: std::collections::BTreeSet<PathBuf>,
+}
+
+impl Batch {
+    /// As [`write_atomic`], minus the folder fsync (deferred to [`Batch::finish`]).
+    pub fn write(&mut self, path: &Path, contents: &[u8]) -> Result<(), FsError> {
+        self.folders.insert(replace(path, contents)?);
+        Ok(())
+    }
+
+    /// As [`remove`], minus the folder fsync (deferred to [`Batch::finish`]).
+    pub fn remove(&mut self, path: &Path) -> Result<(), FsError> {
+        self.folders.extend(unlink(path)?);
+        Ok(())
+    }
+
+    /// As [`write_new`], with the folder fsync deferred to [`Batch::finish`].
+    pub fn write_new(&mut self, path: &Path, contents: &[u8]) -> Result<(), FsError> {
+        write_new(path, contents)?;
+        self.folders
+            .insert(path.parent().unwrap_or(Path::new("/")).to_path_buf());
+        Ok(())
+    }
+
+    /// Fsyncs every folder touched.
+    pub fn finish(self) -> Result<(), FsError> {
+        self.folders
+            .iter()
+            .try_for_each(|folder| sync_folder(folder))
+    }
+}
+
+/// The atomic replace without the folder fsync; returns the folder to fsync.
+fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
+    let Resolved { physical, .. } = resolve(path)?;
+    let folder = create_parent(&physical)?;
+    let write_error = |source| FsError::Write {
+        path: physical.clone(),
+        source,
+    };
+    let mode = match fs::metadata(&physical) {
+        Ok(metadata) => metadata.permissions().mode(),
+        Err(_) => NEW_FILE_MODE,
+    };
+    let mut temp = tempfile::Builder::new()
+        .prefix(".acp-host-")
+        .suffix(".tmp")
+        .tempfile_in(folder)
+        .map_err(write_error)?;
+    temp.write_all(contents).map_err(write_error)?;
+    temp.as_file()
+        .set_permissions(Permissions::from_mode(mode))
+        .map_err(write_error)?;
+    temp.as_file().sync_all().map_err(write_error)?;
+    temp.persist(&physical).map_err(|e| write_error(e.error))?;
+    Ok(folder.to_path_buf())
+}
+
+/// Removes the file `path` resolves to (and the symlink itself, when `path` is one).
+pub fn remove(path: &Path) -> Result<(), FsError> {
+    unlink(path)?
+        .iter()
+        .try_for_each(|folder| sync_folder(folder))
+}
+
+/// The removal without the folder fsync; returns the folders to fsync.
+fn unlink(path: &Path) -> Result<Vec<PathBuf>, FsError> {
+    let Resolved { physical, link } = resolve(path)?;
+    let remove = |p: &Path| match fs::remove_file(p) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(FsError::Remove {
+            path: p.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    };
+    remove(&physical)?;
+    let mut folders = vec![physical.parent().unwrap_or(Path::new("/")).to_path_buf()];
+    if link.is_some() {
+        remove(path)?;
+        folders.push(path.parent().unwrap_or(Path::new("/")).to_path_buf());
+    }
+    Ok(folders)
+}
+
+/// Writes a new file, failing if it exists (backups are never overwritten).
+pub fn write_new(path: &Path, contents: &[u8]) -> Result<(), FsError> {
+    create_parent(path)?;
+    let write_error = |source| FsError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(write_error)?;
+    file.write_all(contents).map_err(write_error)?;
+    file.sync_all().map_err(write_error)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    #[test]
+    fn writes_atomically_creating_folders_and_keeping_the_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/c.md");
+        write_atomic(&path, b"one").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"one");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+        fs::set_permissions(&path, Permissions::from_mode(0o600)).unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let leftovers: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temp file left behind");
+    }
+
+    #[test]
+    fn follows_a_symlink_inside_its_folder_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let agents = dir.path().join("agents");
+        fs::create_dir(&agents).unwrap();
+        fs::write(agents.join("real.md"), "old").unwrap();
+        symlink("real.md", agents.join("link.md")).unwrap();
+        write_atomic(&agents.join("link.md"), b"new").unwrap();
+        assert_eq!(fs::read(agents.join("real.md")).unwrap(), b"new");
+        assert!(
+            fs::symlink_metadata(agents.join("link.md"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+
+        let outside = dir.path().join("outside.md");
+        fs::write(&outside, "theirs").unwrap();
+        symlink(&outside, agents.join("escape.md")).unwrap();
+        let err = write_atomic(&agents.join("escape.md"), b"x").unwrap_err();
+        assert!(matches!(err, FsError::SymlinkEscapes { .. }), "{err}");
+        assert!(err.to_string().starts_with("refusing to write through"));
+        assert_eq!(fs::read(&outside).unwrap(), b"theirs");
+        assert!(matches!(
+            remove(&agents.join("escape.md")),
+            Err(FsError::SymlinkEscapes { .. })
+        ));
+        assert_eq!(fs::read(&outside).unwrap(), b"theirs");
+    }
+
+    #[test]
+    fn a_symlinked_folder_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("dotfiles")).unwrap();
+        symlink(dir.path().join("dotfiles"), dir.path().join("agents")).unwrap();
+        write_atomic(&dir.path().join("agents/x.md"), b"x").unwrap();
+        assert_eq!(fs::read(dir.path().join("dotfiles/x.md")).unwrap(), b"x");
+        let resolved = resolve(&dir.path().join("agents/x.md")).unwrap();
+        assert_eq!(
+            resolved.physical,
+            fs::canonicalize(dir.path()).unwrap().join("dotfiles/x.md")
+        );
+    }
+
+    #[test]
+    fn backups_are_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("b/x.md");
+        write_new(&path, b"1").unwrap();
+        assert!(write_new(&path, b"2").is_err());
+        assert_eq!(fs::read(&path).unwrap(), b"1");
+    }
+
+    #[test]
+    fn remove_deletes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.md");
+        fs::write(&path, "x").unwrap();
+        remove(&path).unwrap();
+        assert!(!path.exists());
+    }
+}

@@ -7,10 +7,12 @@
 //!   EOF -> TERM -> KILL ladder). Nothing else sends signals.
 //! - [`client`]: the ACP client connection on the official SDK.
 //! - [`run`]: validate -> spawn -> drive -> settle -> teardown, returning a result on every path.
-//! - [`sync_exec`]: executes a sync plan; [`fs_atomic`] is the one place that writes files.
+//! - [`sync_exec`]: prepares (reads definitions and targets, plans) and executes a sync plan;
+//!   [`fs_atomic`] is the one place that writes files; [`installed`] gathers PATH/$HOME facts.
 
 pub mod client;
 pub mod fs_atomic;
+pub mod installed;
 pub mod process;
 pub mod run;
 pub mod sync_exec;

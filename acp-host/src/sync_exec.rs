@@ -1,3 +1,592 @@
 //! Executes a sync plan: pre-image re-check, backups, atomic writes, per-file results.
 //!
-//! (Being built under the sync issue.)
+//! Flow: [`prepare`] reads the canonical folder, gathers host facts into a
+//! [`protocol::sync::RegistryView`], reads every file the planner needs into a snapshot and calls
+//! the pure planner; [`execute`] then applies the plan. Invariants:
+//! - A plan that cannot apply writes nothing.
+//! - Every pre-image is re-checked before the first write; any difference fails the run as stale
+//!   ("plan is stale: <file>") with nothing written.
+//! - Every file that is replaced or removed is first copied to a new, timestamped backup folder
+//!   under the user's state folder; backups are never overwritten.
+//! - Writes go through [`crate::fs_atomic`] in sorted path order; the first failure stops the run
+//!   and the result says which file failed and whether earlier files were already written.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use protocol::definition::{self, Definition, DefinitionErrors, SourceEntry};
+use protocol::registry::{self, Scope};
+use protocol::sync::{
+    self, Action, AgentView, Authorization, Change, FileFacts, FilePlan, FileState, Plan,
+    RegistryView, Snapshot,
+};
+use serde::Serialize;
+
+use crate::fs_atomic::{self, FsError};
+use crate::installed;
+
+/// What a sync run works on (built by the CLI from its flags, or by a library caller).
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    /// The canonical folder (`subagents/`).
+    pub source: PathBuf,
+    pub scope: Scope,
+    /// The user's home ($HOME): user-scope targets, marker folders, pi's extension, codex config.
+    pub home: PathBuf,
+    /// The project root (project-scope targets).
+    pub project_root: PathBuf,
+    /// Only these agents (canonical names); empty means every sync agent.
+    pub agents: Vec<&'static str>,
+    pub authorization: Authorization,
+    /// The PATH value used to find installed binaries.
+    pub path_var: Option<OsString>,
+}
+
+/// Where execution keeps its backups.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// `$XDG_STATE_HOME/acp-host/backups` or `~/.local/state/acp-host/backups`.
+    pub backup_root: PathBuf,
+}
+
+impl ExecConfig {
+    /// The backup root from the user's state folder: `state_home` (`$XDG_STATE_HOME`) when set and
+    /// absolute, else `home/.local/state`.
+    #[must_use]
+    pub fn for_user(home: &Path, state_home: Option<&Path>) -> Self {
+        let state = state_home
+            .filter(|p| p.is_absolute())
+            .map_or_else(|| home.join(".local/state"), Path::to_path_buf);
+        ExecConfig {
+            backup_root: state.join("acp-host/backups"),
+        }
+    }
+}
+
+/// Why a sync could not even be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(
+        "source folder {path} does not exist; create it with one <name>.md per subagent, or pass --source DIR"
+    )]
+    SourceMissing { path: PathBuf },
+    #[error(
+        "source folder {path} is a symlink; point --source at the real folder so every definition is read from one place"
+    )]
+    SourceSymlink { path: PathBuf },
+    #[error("source {path} is not a folder; pass --source DIR with one <name>.md per subagent")]
+    SourceNotAFolder { path: PathBuf },
+    #[error("cannot read source folder {path}: {source}")]
+    SourceRead {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Definitions(#[from] DefinitionErrors),
+}
+
+/// Everything [`prepare`] produced: the definitions, the agents it considered, the plan.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub definitions: Vec<Definition>,
+    pub view: RegistryView,
+    pub plan: Plan,
+}
+
+/// Reads the canonical folder without following symlinks.
+pub fn read_source(dir: &Path) -> Result<Vec<SourceEntry>, SyncError> {
+    let read_error = |source| SyncError::SourceRead {
+        path: dir.to_path_buf(),
+        source,
+    };
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(SyncError::SourceMissing {
+                path: dir.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(read_error(e)),
+        Ok(m) if m.file_type().is_symlink() => {
+            return Err(SyncError::SourceSymlink {
+                path: dir.to_path_buf(),
+            });
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(SyncError::SourceNotAFolder {
+                path: dir.to_path_buf(),
+            });
+        }
+        Ok(_) => {}
+    }
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(dir).map_err(read_error)? {
+        let entry = entry.map_err(read_error)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let kind = entry.file_type().map_err(read_error)?;
+        entries.push(if kind.is_symlink() {
+            SourceEntry::Symlink { name }
+        } else if kind.is_dir() {
+            SourceEntry::Folder { name }
+        } else if kind.is_file() {
+            let contents = fs::read(entry.path()).map_err(read_error)?;
+            SourceEntry::File { name, contents }
+        } else {
+            SourceEntry::Other { name }
+        });
+    }
+    Ok(entries)
+}
+
+/// The agents a sync considers, with their availability and readiness on this host.
+#[must_use]
+pub fn registry_view(config: &SyncConfig) -> RegistryView {
+    let path_var = config.path_var.as_deref();
+    let agents = registry::AGENTS
+        .iter()
+        .filter(|spec| spec.sync.is_some())
+        .filter(|spec| config.agents.is_empty() || config.agents.contains(&spec.name))
+        .map(|spec| {
+            let target = spec.sync.expect("filtered on sync targets");
+            let availability = installed::availability(spec, &config.home, path_var);
+            let requires_present = target
+                .requires
+                .is_none_or(|file| config.home.join(file).is_file());
+            let switch_contents = target
+                .switch
+                .and_then(|switch| fs::read_to_string(config.home.join(switch.file)).ok());
+            AgentView {
+                spec,
+                readiness: sync::readiness(
+                    spec,
+                    config.scope,
+                    &availability,
+                    requires_present,
+                    switch_contents.as_deref(),
+                ),
+                availability,
+            }
+        })
+        .collect();
+    RegistryView {
+        scope: config.scope,
+        base: match config.scope {
+            Scope::User => config.home.clone(),
+            Scope::Project => config.project_root.clone(),
+        },
+        agents,
+    }
+}
+
+/// What is at `path` now: the one reader of target files, used for planning and for the
+/// pre-image re-check alike.
+#[must_use]
+pub fn read_facts(path: &Path) -> FileFacts {
+    let resolved = match fs_atomic::resolve(path) {
+        Ok(resolved) => resolved,
+        Err(e) => {
+            let link = match &e {
+                FsError::SymlinkEscapes { target, .. } => Some(target.clone()),
+                _ => None,
+            };
+            return FileFacts {
+                physical: path.to_path_buf(),
+                link,
+                state: FileState::Unwritable(e.to_string()),
+            };
+        }
+    };
+    let state = match fs::symlink_metadata(&resolved.physical) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => FileState::Missing,
+        Err(e) => FileState::Unwritable(format!("cannot inspect {}: {e}", path.display())),
+        Ok(m) if m.is_file() => match fs::read(&resolved.physical) {
+            Ok(bytes) => FileState::File(bytes),
+            Err(e) => FileState::Unwritable(format!("cannot read {}: {e}", path.display())),
+        },
+        Ok(_) => FileState::NotAFile,
+    };
+    FileFacts {
+        physical: resolved.physical,
+        link: resolved.link,
+        state,
+    }
+}
+
+/// Reads what a scan request asks for. A folder that cannot be listed lists nothing.
+#[must_use]
+pub fn read_snapshot(request: &sync::ScanRequest) -> Snapshot {
+    let mut snapshot = Snapshot::default();
+    for path in &request.files {
+        snapshot.files.insert(path.clone(), read_facts(path));
+    }
+    for folder in request.folders.keys() {
+        let mut entries: Vec<String> = fs::read_dir(folder)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        entries.sort();
+        for path in request.candidates(folder, &entries) {
+            snapshot
+                .files
+                .entry(path.clone())
+                .or_insert_with(|| read_facts(&path));
+        }
+        snapshot.folders.insert(folder.clone(), entries);
+    }
+    snapshot
+}
+
+/// Reads and validates the definitions, gathers host facts and files, and plans. Writes nothing.
+pub fn prepare(config: &SyncConfig) -> Result<Prepared, SyncError> {
+    let definitions = definition::load_set(read_source(&config.source)?)?;
+    let view = registry_view(config);
+    let snapshot = read_snapshot(&view.scan_request(&definitions));
+    let plan = sync::plan(&definitions, &view, &snapshot, &config.authorization);
+    Ok(Prepared {
+        definitions,
+        view,
+        plan,
+    })
+}
+
+/// What happened to one physical file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Written or removed.
+    Applied,
+    /// Nothing to change (up to date, or an orphan left in place).
+    Noop,
+    /// Not written: the agent is skipped, or the run stopped before this file.
+    Skipped,
+    /// Holds an unauthorized conflict or an error; never written.
+    Conflicted,
+    /// The write (or the pre-image check) failed.
+    Failed,
+}
+
+/// The result for one physical file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileResult {
+    pub path: PathBuf,
+    pub outcome: Outcome,
+    /// `write`, `remove` or `keep`.
+    pub change: &'static str,
+    /// Why it was skipped or how it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The copy of the previous contents, when the file was replaced or removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup: Option<PathBuf>,
+}
+
+/// The structured result of [`execute`] (INV-SUB-06).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecutionResult {
+    /// Every file that had to change did, and the plan could apply.
+    pub success: bool,
+    /// One entry per physical file of the plan, in path order.
+    pub files: Vec<FileResult>,
+    /// What stopped the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub failed_files: Vec<PathBuf>,
+    /// Some files were written before a failure: the targets are a mix of old and new.
+    pub partial: bool,
+    /// Where this run's backups are (only when it made some).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup_dir: Option<PathBuf>,
+}
+
+impl ExecutionResult {
+    /// How many files ended with this outcome.
+    #[must_use]
+    pub fn count(&self, outcome: Outcome) -> usize {
+        self.files.iter().filter(|f| f.outcome == outcome).count()
+    }
+
+    /// Whether restoring from backups may be needed (a partial run).
+    #[must_use]
+    pub fn recovery_required(&self) -> bool {
+        self.partial
+    }
+}
+
+/// The outcome of a file that is not written, from its operations.
+fn resting_outcome(plan: &Plan, file: &FilePlan) -> Outcome {
+    let ops: Vec<_> = plan.operations_of(file).collect();
+    if ops
+        .iter()
+        .any(|op| op.action == Action::Error || (op.action == Action::Conflict && !op.authorized))
+    {
+        Outcome::Conflicted
+    } else if ops.iter().all(|op| op.action == Action::Skip) {
+        Outcome::Skipped
+    } else {
+        Outcome::Noop
+    }
+}
+
+fn result_for(plan: &Plan, file: &FilePlan) -> FileResult {
+    let outcome = if file.change == Change::Keep {
+        resting_outcome(plan, file)
+    } else {
+        Outcome::Skipped
+    };
+    let detail = match outcome {
+        Outcome::Skipped if file.change != Change::Keep => Some("not attempted".to_owned()),
+        Outcome::Skipped => plan.operations_of(file).next().map(|op| op.reason.clone()),
+        _ => None,
+    };
+    FileResult {
+        path: file.path.clone(),
+        outcome,
+        change: file.change.as_str(),
+        detail,
+        backup: None,
+    }
+}
+
+/// Marks every not-yet-done file to change as skipped with `detail`, and returns a failure.
+fn stop(
+    mut files: Vec<FileResult>,
+    error: String,
+    failed: Vec<PathBuf>,
+    detail: &str,
+) -> ExecutionResult {
+    for file in &mut files {
+        if file.outcome == Outcome::Skipped && file.change != "keep" && !failed.contains(&file.path)
+        {
+            file.detail = Some(detail.to_owned());
+        }
+    }
+    let partial = files.iter().any(|f| f.outcome == Outcome::Applied);
+    ExecutionResult {
+        success: false,
+        files,
+        error: Some(error),
+        failed_files: failed,
+        partial,
+        backup_dir: None,
+    }
+}
+
+/// A new backup folder for this run: `<root>/<UTC timestamp>[-n]`, never an existing one.
+fn new_backup_dir(root: &Path) -> Result<PathBuf, FsError> {
+    let stamp = jiff::Timestamp::now()
+        .strftime("%Y%m%dT%H%M%S%.3fZ")
+        .to_string();
+    fs::create_dir_all(root).map_err(|source| FsError::CreateDir {
+        path: root.to_path_buf(),
+        source,
+    })?;
+    for n in 0u32.. {
+        let dir = if n == 0 {
+            root.join(&stamp)
+        } else {
+            root.join(format!("{stamp}-{n}"))
+        };
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(FsError::CreateDir { path: dir, source }),
+        }
+    }
+    unreachable!("u32 suffixes exhausted")
+}
+
+/// The backup location of a file: its absolute path mirrored under the run's backup folder.
+fn backup_path(dir: &Path, file: &Path) -> PathBuf {
+    dir.join(file.strip_prefix("/").unwrap_or(file))
+}
+
+/// Applies a plan. Never panics on I/O; every failure is in the result.
+#[must_use]
+pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
+    let files: Vec<FileResult> = plan.files.iter().map(|f| result_for(plan, f)).collect();
+    if !plan.can_apply() {
+        let conflicts = plan
+            .operations
+            .iter()
+            .filter(|op| op.action == Action::Conflict && !op.authorized)
+            .count();
+        let errors = plan.count(Action::Error) + plan.errors.len();
+        return stop(
+            files,
+            format!(
+                "plan cannot apply ({conflicts} unauthorized conflicts, {errors} errors); nothing was written"
+            ),
+            Vec::new(),
+            "not written: the plan cannot apply",
+        );
+    }
+    let pending: Vec<usize> = (0..plan.files.len())
+        .filter(|&i| plan.files[i].change != Change::Keep)
+        .collect();
+    let files = match check_pre_images(plan, &pending, files) {
+        Ok(files) => files,
+        Err(result) => return result,
+    };
+    let (files, backup_dir) = match back_up(plan, &pending, files, config) {
+        Ok(done) => done,
+        Err(result) => return result,
+    };
+    write_all(plan, &pending, files, backup_dir)
+}
+
+/// Re-reads every file about to change; any difference from its pre-image fails the run.
+fn check_pre_images(
+    plan: &Plan,
+    pending: &[usize],
+    mut files: Vec<FileResult>,
+) -> Result<Vec<FileResult>, ExecutionResult> {
+    let stale: Vec<usize> = pending
+        .iter()
+        .copied()
+        .filter(|&i| plan.files[i].pre_image.as_ref() != Some(&read_facts(&plan.files[i].target)))
+        .collect();
+    if stale.is_empty() {
+        return Ok(files);
+    }
+    for &i in &stale {
+        files[i].outcome = Outcome::Failed;
+        files[i].detail = Some("changed since planning".to_owned());
+    }
+    let paths: Vec<PathBuf> = stale.iter().map(|&i| plan.files[i].path.clone()).collect();
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    Err(stop(
+        files,
+        format!(
+            "plan is stale: {} changed since planning; nothing was written (run sync again)",
+            names.join(", ")
+        ),
+        paths,
+        "not written: the plan is stale",
+    ))
+}
+
+/// Copies every file about to be replaced or removed into this run's backup folder.
+fn back_up(
+    plan: &Plan,
+    pending: &[usize],
+    mut files: Vec<FileResult>,
+    config: &ExecConfig,
+) -> Result<(Vec<FileResult>, Option<PathBuf>), ExecutionResult> {
+    let mut backup_dir: Option<PathBuf> = None;
+    let mut batch = fs_atomic::Batch::default();
+    for &i in pending {
+        let file = &plan.files[i];
+        if !matches!(
+            file.pre_image.as_ref().map(|f| &f.state),
+            Some(FileState::File(_))
+        ) {
+            continue;
+        }
+        let made = match &backup_dir {
+            Some(dir) => Ok(dir.clone()),
+            None => new_backup_dir(&config.backup_root),
+        }
+        .and_then(|dir| {
+            let path = backup_path(&dir, &file.path);
+            backup_dir = Some(dir);
+            batch.write_new(&path, file.current())?;
+            Ok(path)
+        });
+        match made {
+            Ok(path) => files[i].backup = Some(path),
+            Err(e) => {
+                files[i].outcome = Outcome::Failed;
+                files[i].detail = Some(format!("backup failed: {e}"));
+                let mut result = stop(
+                    files,
+                    format!(
+                        "cannot back up {}: {e}; nothing was written",
+                        file.path.display()
+                    ),
+                    vec![file.path.clone()],
+                    "not written: a backup failed",
+                );
+                result.backup_dir = backup_dir;
+                return Err(result);
+            }
+        }
+    }
+    // The backups are durable before the first target is touched.
+    if let Err(e) = batch.finish() {
+        let mut result = stop(
+            files,
+            format!("cannot sync the backups to disk: {e}; nothing was written"),
+            Vec::new(),
+            "not written: a backup failed",
+        );
+        result.backup_dir = backup_dir;
+        return Err(result);
+    }
+    Ok((files, backup_dir))
+}
+
+/// Writes in path order; the first failure stops the run.
+fn write_all(
+    plan: &Plan,
+    pending: &[usize],
+    mut files: Vec<FileResult>,
+    backup_dir: Option<PathBuf>,
+) -> ExecutionResult {
+    let mut batch = fs_atomic::Batch::default();
+    for &i in pending {
+        let file = &plan.files[i];
+        let written = match &file.change {
+            Change::Write(bytes) => batch.write(&file.target, bytes),
+            Change::Remove => batch.remove(&file.target),
+            Change::Keep => Ok(()),
+        };
+        if let Err(e) = written {
+            files[i].outcome = Outcome::Failed;
+            files[i].detail = Some(e.to_string());
+            let applied = files
+                .iter()
+                .filter(|f| f.outcome == Outcome::Applied)
+                .count();
+            let error = if applied == 0 {
+                format!("write failed: {e}; nothing was written")
+            } else {
+                format!(
+                    "write failed: {e}; {applied} file(s) were already written (partial sync: restore from the backups or fix the cause and sync again)"
+                )
+            };
+            let mut result = stop(
+                files,
+                error,
+                vec![file.path.clone()],
+                "not attempted: an earlier write failed",
+            );
+            result.backup_dir = backup_dir;
+            return result;
+        }
+        files[i].outcome = Outcome::Applied;
+        files[i].detail = None;
+    }
+    if let Err(e) = batch.finish() {
+        // Every file is in place; only its durability across a crash is in doubt.
+        let mut result = stop(
+            files,
+            format!("files were written but their folder could not be synced to disk: {e}"),
+            Vec::new(),
+            "",
+        );
+        result.backup_dir = backup_dir;
+        return result;
+    }
+    ExecutionResult {
+        success: true,
+        files,
+        error: None,
+        failed_files: Vec::new(),
+        partial: false,
+        backup_dir,
+    }
+}

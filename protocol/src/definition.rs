@@ -1,3 +1,690 @@
 //! Canonical subagent definitions: `subagents/<name>.md` parsing and validation.
 //!
-//! (Being built under the sync issue.)
+//! A definition is YAML frontmatter (`description`, `agents`, and one option map per agent name)
+//! followed by a non-blank body: the subagent's instructions. This module takes the folder's entries
+//! as values (the caller read them) and either returns every definition, sorted by name, or every
+//! problem found, each naming the file and the field. Invariants: validation is total — an unknown
+//! agent, an unknown option, a wrongly typed option, a symlink or a stray entry is an error, never a
+//! silent skip — and one bad file rejects the whole set, so a sync never writes or prunes from a
+//! partial view of the canonical folder. Option names and types come from the registry
+//! ([`crate::registry::SyncTarget::options`]); nothing here repeats them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::registry::{self, AgentSpec, OptionKind};
+
+/// OS junk files that may sit in any folder; ignored rather than reported.
+pub const IGNORED_ENTRIES: &[&str] = &[".DS_Store", "Thumbs.db", "desktop.ini"];
+
+/// One entry of the canonical folder, as the caller found it (symlinks are not followed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceEntry {
+    File {
+        name: String,
+        contents: Vec<u8>,
+    },
+    Symlink {
+        name: String,
+    },
+    Folder {
+        name: String,
+    },
+    /// A socket, fifo, device…
+    Other {
+        name: String,
+    },
+}
+
+impl SourceEntry {
+    #[must_use]
+    pub fn name(&self) -> &str {
+        match self {
+            SourceEntry::File { name, .. }
+            | SourceEntry::Symlink { name }
+            | SourceEntry::Folder { name }
+            | SourceEntry::Other { name } => name,
+        }
+    }
+}
+
+/// A validated option value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum OptionValue {
+    String(String),
+    Bool(bool),
+    Int(u64),
+    List(Vec<String>),
+    Table(serde_json::Map<String, Value>),
+}
+
+/// One agent's options, sorted by name (rendering is deterministic whatever the source order).
+pub type AgentOptions = BTreeMap<String, OptionValue>;
+
+/// One validated canonical definition.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Definition {
+    /// The file name without `.md`; matches `^[a-z][a-z0-9-]*$`.
+    pub name: String,
+    pub description: String,
+    /// Canonical agent names, in the order written, unique.
+    pub agents: Vec<&'static str>,
+    /// Option maps keyed by canonical agent name (may include agents not in `agents`: validated,
+    /// unused, so a user can drop an agent from `agents` without deleting its options).
+    pub options: BTreeMap<&'static str, AgentOptions>,
+    /// Trailing whitespace trimmed, leading blank lines dropped, line endings LF.
+    pub body: String,
+}
+
+impl Definition {
+    /// The options for one agent (empty when none were given).
+    #[must_use]
+    pub fn options_for(&self, agent: &str) -> &AgentOptions {
+        static EMPTY: AgentOptions = BTreeMap::new();
+        self.options.get(agent).unwrap_or(&EMPTY)
+    }
+
+    /// Whether the definition targets this agent.
+    #[must_use]
+    pub fn targets(&self, agent: &str) -> bool {
+        self.agents.contains(&agent)
+    }
+}
+
+/// What is wrong with one file of the canonical folder.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    #[error(
+        "not a subagent definition: the source folder holds only <name>.md files whose name matches ^[a-z][a-z0-9-]*$ (rename or move it)"
+    )]
+    BadFileName,
+    #[error(
+        "is a symlink; canonical definitions must be regular files (replace the link with the file it points to)"
+    )]
+    Symlink,
+    #[error("is a folder; the source folder holds only <name>.md files (move it elsewhere)")]
+    Folder,
+    #[error("is not a regular file (remove it from the source folder)")]
+    NotAFile,
+    #[error("is not UTF-8 text (save it as UTF-8)")]
+    NotUtf8,
+    #[error(
+        "has no YAML frontmatter: start the file with a line `---`, then the fields, then a closing `---` line"
+    )]
+    NoFrontmatter,
+    #[error("frontmatter is not valid YAML: {0}")]
+    Yaml(#[source] serde_saphyr::Error),
+    #[error("frontmatter must be a mapping of fields (description, agents, per-agent options)")]
+    NotAMapping,
+    #[error("field `{field}`: {message}")]
+    Field { field: String, message: String },
+    #[error("the body is empty: write the subagent's instructions after the closing `---` line")]
+    EmptyBody,
+}
+
+/// One problem, with the file it is in.
+#[derive(Debug, thiserror::Error)]
+#[error("subagents/{file}: {problem}")]
+pub struct DefinitionError {
+    /// The entry's name inside the source folder.
+    pub file: String,
+    #[source]
+    pub problem: Problem,
+}
+
+impl DefinitionError {
+    /// The field at fault, when the problem is about one field.
+    #[must_use]
+    pub fn field(&self) -> Option<&str> {
+        match &self.problem {
+            Problem::Field { field, .. } => Some(field),
+            _ => None,
+        }
+    }
+}
+
+/// Every problem found in the canonical folder (never empty).
+#[derive(Debug, thiserror::Error)]
+pub struct DefinitionErrors(pub Vec<DefinitionError>);
+
+impl fmt::Display for DefinitionErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(
+            f,
+            "{n} invalid subagent definition{}; nothing was written (fix and re-run):",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for error in &self.0 {
+            write!(f, "\n  {error}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether a string is a valid subagent name: `^[a-z][a-z0-9-]*$`.
+#[must_use]
+pub fn is_valid_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_lowercase())
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Validates every entry of the canonical folder. Returns the definitions sorted by name, or every
+/// problem found (one bad file rejects the set).
+pub fn load_set(entries: Vec<SourceEntry>) -> Result<Vec<Definition>, DefinitionErrors> {
+    let mut definitions = Vec::new();
+    let mut errors = Vec::new();
+    for entry in entries {
+        let file = entry.name().to_owned();
+        if IGNORED_ENTRIES.contains(&file.as_str()) {
+            continue;
+        }
+        let result = match entry {
+            SourceEntry::File { name, contents } => parse(&name, &contents),
+            SourceEntry::Symlink { .. } => Err(Problem::Symlink),
+            SourceEntry::Folder { .. } => Err(Problem::Folder),
+            SourceEntry::Other { .. } => Err(Problem::NotAFile),
+        };
+        match result {
+            Ok(definition) => definitions.push(definition),
+            Err(problem) => errors.push(DefinitionError { file, problem }),
+        }
+    }
+    if errors.is_empty() {
+        definitions.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(definitions)
+    } else {
+        errors.sort_by(|a, b| a.file.cmp(&b.file));
+        Err(DefinitionErrors(errors))
+    }
+}
+
+/// Parses and validates one file of the canonical folder, given its entry name and bytes.
+pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
+    let name = file_name
+        .strip_suffix(".md")
+        .filter(|n| is_valid_name(n))
+        .ok_or(Problem::BadFileName)?;
+    let text = std::str::from_utf8(contents).map_err(|_| Problem::NotUtf8)?;
+    let text = text.replace("\r\n", "\n");
+    let (frontmatter, body) = split_frontmatter(&text).ok_or(Problem::NoFrontmatter)?;
+    let value: Value = if frontmatter.trim().is_empty() {
+        Value::Object(serde_json::Map::new())
+    } else {
+        serde_saphyr::from_str(frontmatter).map_err(Problem::Yaml)?
+    };
+    let Value::Object(fields) = value else {
+        return Err(Problem::NotAMapping);
+    };
+    let body = normalize_body(body);
+    if body.is_empty() {
+        return Err(Problem::EmptyBody);
+    }
+    let mut description = None;
+    let mut agents = None;
+    let mut options = BTreeMap::new();
+    // Fields are checked in a fixed order (serde_json maps are sorted) so errors are deterministic.
+    for (key, value) in &fields {
+        match key.as_str() {
+            "description" => description = Some(parse_description(value)?),
+            "agents" => agents = Some(parse_agents(value)?),
+            other => {
+                let Some(spec) = registry::find_canonical(other).filter(|a| a.sync.is_some())
+                else {
+                    return Err(field(
+                        other,
+                        format!(
+                            "unknown field; allowed: description, agents, or an agent name with its options ({})",
+                            sync_agent_names().join(", ")
+                        ),
+                    ));
+                };
+                options.insert(spec.name, parse_options(spec, value)?);
+            }
+        }
+    }
+    let description = description.ok_or_else(|| {
+        field(
+            "description",
+            "missing: add `description: \"what this subagent does\"`",
+        )
+    })?;
+    let agents = agents.ok_or_else(|| {
+        field(
+            "agents",
+            "missing: add `agents: [\"claude-code\", \"codex\"]` (the agents to sync to)",
+        )
+    })?;
+    Ok(Definition {
+        name: name.to_owned(),
+        description,
+        agents,
+        options,
+        body,
+    })
+}
+
+/// Splits `---\n<frontmatter>\n---\n<body>` (LF only). The closing fence is the first line that is
+/// exactly `---` (trailing spaces allowed).
+fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix("---\n")?;
+    let mut offset = 0;
+    for line in rest.split_inclusive('\n') {
+        if line.trim_end() == "---" {
+            return Some((&rest[..offset], &rest[offset + line.len()..]));
+        }
+        offset += line.len();
+    }
+    None
+}
+
+/// Trailing whitespace trimmed, leading blank lines dropped (the first line keeps its indentation).
+fn normalize_body(body: &str) -> String {
+    let trimmed = body.trim_end();
+    let mut start = 0;
+    for line in trimmed.split_inclusive('\n') {
+        if line.trim().is_empty() && line.ends_with('\n') {
+            start += line.len();
+        } else {
+            break;
+        }
+    }
+    trimmed[start..].to_owned()
+}
+
+fn field(field: &str, message: impl Into<String>) -> Problem {
+    Problem::Field {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+fn sync_agent_names() -> Vec<&'static str> {
+    registry::AGENTS
+        .iter()
+        .filter(|a| a.sync.is_some())
+        .map(|a| a.name)
+        .collect()
+}
+
+/// How a JSON value is named in "got ..." messages.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing (null)",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a table",
+    }
+}
+
+fn parse_description(value: &Value) -> Result<String, Problem> {
+    match value {
+        Value::String(s) if !s.trim().is_empty() => Ok(s.clone()),
+        Value::String(_) => Err(field("description", "must not be empty")),
+        other => Err(field(
+            "description",
+            format!("must be a non-empty string, got {}", kind_of(other)),
+        )),
+    }
+}
+
+fn parse_agents(value: &Value) -> Result<Vec<&'static str>, Problem> {
+    let Value::Array(items) = value else {
+        return Err(field(
+            "agents",
+            format!(
+                "must be a list of agent names, got {}; e.g. agents: [\"claude-code\"]",
+                kind_of(value)
+            ),
+        ));
+    };
+    if items.is_empty() {
+        return Err(field(
+            "agents",
+            "must list at least one agent (known: ".to_owned()
+                + &sync_agent_names().join(", ")
+                + ")",
+        ));
+    }
+    let mut agents: Vec<&'static str> = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::String(name) = item else {
+            return Err(field(
+                "agents",
+                format!("each item must be an agent name, got {}", kind_of(item)),
+            ));
+        };
+        let Some(spec) = registry::find_canonical(name) else {
+            return Err(field(
+                "agents",
+                format!(
+                    "unknown agent `{name}`; known: {}",
+                    sync_agent_names().join(", ")
+                ),
+            ));
+        };
+        if spec.sync.is_none() {
+            return Err(field(
+                "agents",
+                format!(
+                    "agent `{name}` takes no subagent definitions; sync targets: {}",
+                    sync_agent_names().join(", ")
+                ),
+            ));
+        }
+        if agents.contains(&spec.name) {
+            return Err(field("agents", format!("`{name}` is listed twice")));
+        }
+        agents.push(spec.name);
+    }
+    Ok(agents)
+}
+
+fn parse_options(spec: &AgentSpec, value: &Value) -> Result<AgentOptions, Problem> {
+    let target = spec
+        .sync
+        .expect("caller checked the agent takes definitions");
+    let Value::Object(map) = value else {
+        return Err(field(
+            spec.name,
+            format!(
+                "must be a table of {} options, got {}",
+                spec.name,
+                kind_of(value)
+            ),
+        ));
+    };
+    let mut options = AgentOptions::new();
+    for (key, value) in map {
+        let path = format!("{}.{key}", spec.name);
+        let Some(option) = target.option(key) else {
+            let allowed: Vec<_> = target.options.iter().map(|o| o.name).collect();
+            return Err(field(
+                &path,
+                format!(
+                    "unknown {} option; allowed: {}",
+                    spec.name,
+                    allowed.join(", ")
+                ),
+            ));
+        };
+        let parsed = parse_option(option.kind, value).ok_or_else(|| {
+            field(
+                &path,
+                format!(
+                    "must be {}, got {}",
+                    option.kind.describe(),
+                    describe_value(value)
+                ),
+            )
+        })?;
+        options.insert(key.clone(), parsed);
+    }
+    Ok(options)
+}
+
+fn describe_value(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("the string {}", Value::String(s.clone())),
+        Value::Number(n) => format!("the number {n}"),
+        Value::Bool(b) => format!("the boolean {b}"),
+        other => kind_of(other).to_owned(),
+    }
+}
+
+fn non_empty(s: &str) -> bool {
+    !s.trim().is_empty()
+}
+
+fn string_list(items: &[Value]) -> Option<Vec<String>> {
+    if items.is_empty() {
+        return None;
+    }
+    items
+        .iter()
+        .map(|item| match item {
+            Value::String(s) if non_empty(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Checks one option value against its kind; `None` when it does not fit.
+fn parse_option(kind: OptionKind, value: &Value) -> Option<OptionValue> {
+    match (kind, value) {
+        (OptionKind::String | OptionKind::StringOrTable, Value::String(s)) if non_empty(s) => {
+            Some(OptionValue::String(s.clone()))
+        }
+        (OptionKind::Bool, Value::Bool(b)) => Some(OptionValue::Bool(*b)),
+        (OptionKind::List | OptionKind::StringOrList, Value::Array(items)) => {
+            string_list(items).map(OptionValue::List)
+        }
+        (OptionKind::StringOrList, Value::String(s)) if non_empty(s) => {
+            Some(OptionValue::List(vec![s.clone()]))
+        }
+        (OptionKind::StringOrTable, Value::Object(map)) if !map.is_empty() => {
+            Some(OptionValue::Table(map.clone()))
+        }
+        (OptionKind::PositiveInt, Value::Number(n)) => {
+            n.as_u64().filter(|n| *n >= 1).map(OptionValue::Int)
+        }
+        (OptionKind::OneOf(allowed), Value::String(s)) if allowed.contains(&s.as_str()) => {
+            Some(OptionValue::String(s.clone()))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(text: &str) -> Definition {
+        parse("review.md", text.as_bytes()).unwrap()
+    }
+
+    fn err(text: &str) -> String {
+        DefinitionError {
+            file: "review.md".into(),
+            problem: parse("review.md", text.as_bytes()).unwrap_err(),
+        }
+        .to_string()
+    }
+
+    #[test]
+    fn parses_the_reference_example() {
+        let d = ok(
+            "---\ndescription: \"Review code changes\"\nagents: [\"codex\", \"claude-code\"]\ncodex: {\"model\": \"o3\"}\n---\n\nReview the changes and report findings.\n",
+        );
+        assert_eq!(d.name, "review");
+        assert_eq!(d.description, "Review code changes");
+        assert_eq!(d.agents, vec!["codex", "claude-code"]);
+        assert_eq!(
+            d.options_for("codex").get("model"),
+            Some(&OptionValue::String("o3".into()))
+        );
+        assert_eq!(d.body, "Review the changes and report findings.");
+        assert!(d.options_for("claude-code").is_empty());
+    }
+
+    #[test]
+    fn body_is_normalized() {
+        let d = ok(
+            "---\r\ndescription: d\r\nagents: [codex]\r\n---\r\n\r\n  \r\n  indented\r\nnext  \r\n\r\n",
+        );
+        assert_eq!(d.body, "  indented\nnext");
+    }
+
+    #[test]
+    fn names() {
+        assert!(is_valid_name("a"));
+        assert!(is_valid_name("code-review2"));
+        for bad in ["", "A", "1a", "-a", "a_b", "a.b", "é"] {
+            assert!(!is_valid_name(bad), "{bad}");
+        }
+        assert!(matches!(
+            parse("Bad.md", b"---\n---\nx"),
+            Err(Problem::BadFileName)
+        ));
+        assert!(matches!(
+            parse("bad.txt", b"---\n---\nx"),
+            Err(Problem::BadFileName)
+        ));
+    }
+
+    #[test]
+    fn field_errors_name_the_file_and_field() {
+        let cases = [
+            (
+                "---\nagents: [codex]\n---\nx",
+                "field `description`: missing",
+            ),
+            (
+                "---\ndescription: \"\"\nagents: [codex]\n---\nx",
+                "field `description`: must not be empty",
+            ),
+            ("---\ndescription: d\n---\nx", "field `agents`: missing"),
+            (
+                "---\ndescription: d\nagents: []\n---\nx",
+                "field `agents`: must list at least one agent",
+            ),
+            (
+                "---\ndescription: d\nagents: [codex, codex]\n---\nx",
+                "`codex` is listed twice",
+            ),
+            (
+                "---\ndescription: d\nagents: [nope]\n---\nx",
+                "unknown agent `nope`",
+            ),
+            (
+                "---\ndescription: d\nagents: [gemini]\n---\nx",
+                "agent `gemini` takes no subagent definitions",
+            ),
+            (
+                "---\ndescripton: d\nagents: [codex]\n---\nx",
+                "field `descripton`: unknown field",
+            ),
+            (
+                "---\ndescription: d\nagents: [codex]\ncodex: {temperature: \"1\"}\n---\nx",
+                "field `codex.temperature`: unknown codex option; allowed: model, model_reasoning_effort",
+            ),
+            (
+                "---\ndescription: d\nagents: [codex]\ncodex: {model: 3}\n---\nx",
+                "field `codex.model`: must be a non-empty string, got the number 3",
+            ),
+            (
+                "---\ndescription: d\nagents: [codex]\ncodex: o3\n---\nx",
+                "field `codex`: must be a table of codex options",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {tools: 123}\n---\nx",
+                "field `dsh.tools`",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {tools: [\"\"]}\n---\nx",
+                "field `dsh.tools`",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {maxTokens: -10}\n---\nx",
+                "field `dsh.maxTokens`: must be a positive integer (unquoted), got the number -10",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {maxTokens: \"4096\"}\n---\nx",
+                "got the string \"4096\"",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {maxTokens: true}\n---\nx",
+                "got the boolean true",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {backgroundMode: invalid}\n---\nx",
+                "field `dsh.backgroundMode`: must be one of: one-shot, continuable",
+            ),
+            (
+                "---\ndescription: d\nagents: [codex]\n---\n  \n",
+                "the body is empty",
+            ),
+            ("description: d\n", "has no YAML frontmatter"),
+            ("---\ndescription: d\n", "has no YAML frontmatter"),
+            ("---\n- a\n---\nx", "frontmatter must be a mapping"),
+            (
+                "---\ndescription: [\n---\nx",
+                "frontmatter is not valid YAML",
+            ),
+        ];
+        for (text, expected) in cases {
+            let message = err(text);
+            assert!(message.starts_with("subagents/review.md: "), "{message}");
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn option_coercions() {
+        let d = ok(
+            "---\ndescription: d\nagents: [dsh, grok]\ndsh: {tools: x, maxTokens: 4096, backgroundMode: continuable}\ngrok: {mcpInheritance: {a: 1}, agents_md: true}\n---\nx",
+        );
+        let dsh = d.options_for("dsh");
+        assert_eq!(dsh["tools"], OptionValue::List(vec!["x".into()]));
+        assert_eq!(dsh["maxTokens"], OptionValue::Int(4096));
+        let grok = d.options_for("grok");
+        assert_eq!(grok["agents_md"], OptionValue::Bool(true));
+        assert!(matches!(grok["mcpInheritance"], OptionValue::Table(_)));
+    }
+
+    #[test]
+    fn load_set_reports_every_problem_and_ignores_junk() {
+        let good = b"---\ndescription: d\nagents: [codex]\n---\nbody\n".to_vec();
+        let entries = vec![
+            SourceEntry::File {
+                name: "b.md".into(),
+                contents: good.clone(),
+            },
+            SourceEntry::File {
+                name: "a.md".into(),
+                contents: good.clone(),
+            },
+            SourceEntry::File {
+                name: ".DS_Store".into(),
+                contents: vec![0xff],
+            },
+        ];
+        let set = load_set(entries).unwrap();
+        assert_eq!(
+            set.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+
+        let entries = vec![
+            SourceEntry::File {
+                name: "a.md".into(),
+                contents: good,
+            },
+            SourceEntry::Symlink {
+                name: "link.md".into(),
+            },
+            SourceEntry::Folder {
+                name: "nested".into(),
+            },
+            SourceEntry::File {
+                name: "notes.txt".into(),
+                contents: vec![],
+            },
+        ];
+        let errors = load_set(entries).unwrap_err();
+        let files: Vec<_> = errors.0.iter().map(|e| e.file.as_str()).collect();
+        assert_eq!(files, ["link.md", "nested", "notes.txt"]);
+        assert!(
+            errors
+                .to_string()
+                .starts_with("3 invalid subagent definitions; nothing was written")
+        );
+    }
+}

@@ -3,20 +3,124 @@
 //!
 //! Invariants: `run` and `sync` resolve agents only here (INV-SUB-05); availability is decided by a
 //! pure function over facts the caller gathered (binaries on PATH, folders under $HOME), so it is
-//! unit-tested without touching the machine.
+//! unit-tested without touching the machine. Everything `sync` knows about an agent (its format, its
+//! paths, the options its definitions may carry and their types, the switch that disables its
+//! subagents) is data in [`AGENTS`]; the sync planner and the definition validator read it here.
 
 use serde::Serialize;
+
+use OptionKind::{Bool, List, OneOf, PositiveInt, StringOrList, StringOrTable};
+// `String` would shadow the std type in this module.
+const STRING: OptionKind = OptionKind::String;
 
 /// The on-disk format `sync` renders for an agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TargetFormat {
     /// One Markdown file per subagent, YAML frontmatter (claude-code, opencode, copilot, agy, grok, pi).
-    Markdown,
+    Markdown(Frontmatter),
     /// One TOML file per subagent (codex).
     CodexToml,
     /// One shared YAML list, one item per subagent (dsh `.dsh/cordis.patch.yml`).
     DshShared,
+}
+
+/// How the YAML frontmatter of a Markdown target orders its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Frontmatter {
+    /// `name`, `description`, then the options sorted by key (claude-code, agy, grok, pi).
+    NameDescriptionOptions,
+    /// `description`, `mode: "subagent"`, then the options sorted by key (opencode).
+    DescriptionModeOptions,
+    /// Every key sorted, `name` defaulting to the subagent name (github-copilot).
+    AllSorted,
+}
+
+/// The type an agent option must have in a canonical definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "type", content = "values")]
+pub enum OptionKind {
+    /// A non-empty string.
+    String,
+    /// `true` or `false`.
+    Bool,
+    /// A list of non-empty strings.
+    List,
+    /// A non-empty string or a list of them; a string becomes a one-item list.
+    StringOrList,
+    /// A non-empty string or a table (rendered as inline JSON).
+    StringOrTable,
+    /// An integer >= 1 (a boolean or a quoted number is refused).
+    PositiveInt,
+    /// One of the listed strings.
+    OneOf(&'static [&'static str]),
+}
+
+impl OptionKind {
+    /// How the kind is named in error messages and `acp-host agents`.
+    #[must_use]
+    pub fn describe(self) -> String {
+        match self {
+            Self::String => "a non-empty string".to_owned(),
+            Self::Bool => "true or false".to_owned(),
+            Self::List => "a list of non-empty strings".to_owned(),
+            Self::StringOrList => "a non-empty string or a list of them".to_owned(),
+            Self::StringOrTable => "a non-empty string or a table".to_owned(),
+            Self::PositiveInt => "a positive integer (unquoted)".to_owned(),
+            Self::OneOf(values) => format!("one of: {}", values.join(", ")),
+        }
+    }
+}
+
+/// One option a definition may set for an agent (`codex: {model: "o3"}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OptionSpec {
+    pub name: &'static str,
+    pub kind: OptionKind,
+}
+
+const fn opt(name: &'static str, kind: OptionKind) -> OptionSpec {
+    OptionSpec { name, kind }
+}
+
+/// A boolean in a TOML config file under $HOME that, when `false`, disables the agent's subagents
+/// (codex: `[agents] enabled = false` in `.codex/config.toml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ConfigSwitch {
+    /// Relative to $HOME.
+    pub file: &'static str,
+    pub table: &'static str,
+    pub key: &'static str,
+}
+
+/// Why a [`ConfigSwitch`] could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "~/{file} is not valid TOML ({message}); fix it so acp-host can tell whether subagents are enabled"
+)]
+pub struct ConfigSwitchError {
+    pub file: &'static str,
+    pub message: String,
+}
+
+impl ConfigSwitch {
+    /// Whether the config file's contents disable subagents. A missing table or key leaves them
+    /// enabled; a value that is not a boolean counts as enabled too (the agent decides, not us).
+    pub fn disables(&self, contents: &str) -> Result<bool, ConfigSwitchError> {
+        let table: toml::Table =
+            contents
+                .parse()
+                .map_err(|e: toml::de::Error| ConfigSwitchError {
+                    file: self.file,
+                    message: e.message().to_owned(),
+                })?;
+        Ok(table
+            .get(self.table)
+            .and_then(|t| t.get(self.key))
+            .and_then(toml::Value::as_bool)
+            == Some(false))
+    }
 }
 
 /// Where definitions go for one scope. `{name}` is replaced with the subagent name.
@@ -29,6 +133,35 @@ pub struct SyncTarget {
     pub project_path: Option<&'static str>,
     /// A file that must exist under $HOME for the agent to accept subagents (pi's extension).
     pub requires: Option<&'static str>,
+    /// The options a definition may set for this agent, sorted by name.
+    pub options: &'static [OptionSpec],
+    /// A config switch that disables the agent's subagents; syncing to it then is an error.
+    pub switch: Option<ConfigSwitch>,
+}
+
+impl SyncTarget {
+    /// The path template for a scope (`None`: the agent has no project scope).
+    #[must_use]
+    pub fn template(&self, scope: Scope) -> Option<&'static str> {
+        match scope {
+            Scope::User => Some(self.user_path),
+            Scope::Project => self.project_path,
+        }
+    }
+
+    /// Looks an option up by name.
+    #[must_use]
+    pub fn option(&self, name: &str) -> Option<&'static OptionSpec> {
+        self.options.iter().find(|o| o.name == name)
+    }
+}
+
+/// Where `sync` writes: under $HOME (`user`) or under the project root (`project`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scope {
+    User,
+    Project,
 }
 
 /// One known agent.
@@ -71,10 +204,12 @@ pub const AGENTS: &[AgentSpec] = &[
         marker_dirs: &[".claude"],
         acp_command: Some(&["claude-code-acp"]),
         sync: Some(SyncTarget {
-            format: TargetFormat::Markdown,
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
             user_path: ".claude/agents/{name}.md",
             project_path: Some(".claude/agents/{name}.md"),
             requires: None,
+            options: &[opt("effort", STRING), opt("model", STRING)],
+            switch: None,
         }),
         summary: "Claude Code (ACP via claude-code-acp)",
     },
@@ -89,6 +224,12 @@ pub const AGENTS: &[AgentSpec] = &[
             user_path: ".codex/agents/{name}.toml",
             project_path: Some(".codex/agents/{name}.toml"),
             requires: None,
+            options: &[opt("model", STRING), opt("model_reasoning_effort", STRING)],
+            switch: Some(ConfigSwitch {
+                file: ".codex/config.toml",
+                table: "agents",
+                key: "enabled",
+            }),
         }),
         summary: "OpenAI Codex CLI (ACP via codex-acp)",
     },
@@ -108,10 +249,12 @@ pub const AGENTS: &[AgentSpec] = &[
         marker_dirs: &[".config/opencode"],
         acp_command: Some(&["opencode", "acp"]),
         sync: Some(SyncTarget {
-            format: TargetFormat::Markdown,
+            format: TargetFormat::Markdown(Frontmatter::DescriptionModeOptions),
             user_path: ".config/opencode/agents/{name}.md",
             project_path: Some(".opencode/agents/{name}.md"),
             requires: None,
+            options: &[opt("model", STRING)],
+            switch: None,
         }),
         summary: "OpenCode (ACP via opencode acp)",
     },
@@ -122,10 +265,19 @@ pub const AGENTS: &[AgentSpec] = &[
         marker_dirs: &[".copilot"],
         acp_command: None,
         sync: Some(SyncTarget {
-            format: TargetFormat::Markdown,
+            format: TargetFormat::Markdown(Frontmatter::AllSorted),
             user_path: ".copilot/agents/{name}.agent.md",
             project_path: Some(".github/agents/{name}.agent.md"),
             requires: None,
+            options: &[
+                opt("disable-model-invocation", Bool),
+                opt("model", STRING),
+                opt("name", STRING),
+                opt("target", STRING),
+                opt("tools", List),
+                opt("user-invocable", Bool),
+            ],
+            switch: None,
         }),
         summary: "GitHub Copilot CLI",
     },
@@ -136,10 +288,12 @@ pub const AGENTS: &[AgentSpec] = &[
         marker_dirs: &[".gemini/config"],
         acp_command: None,
         sync: Some(SyncTarget {
-            format: TargetFormat::Markdown,
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
             user_path: ".gemini/config/agents/{name}/agent.md",
             project_path: Some(".agents/agents/{name}/agent.md"),
             requires: None,
+            options: &[opt("model", STRING), opt("tools", StringOrList)],
+            switch: None,
         }),
         summary: "Antigravity CLI",
     },
@@ -150,10 +304,21 @@ pub const AGENTS: &[AgentSpec] = &[
         marker_dirs: &[".grok"],
         acp_command: None,
         sync: Some(SyncTarget {
-            format: TargetFormat::Markdown,
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
             user_path: ".grok/agents/{name}.md",
             project_path: None,
             requires: None,
+            options: &[
+                opt("agents_md", Bool),
+                opt("mcpInheritance", StringOrTable),
+                opt("model", STRING),
+                opt("permission_mode", STRING),
+                opt("prompt_mode", STRING),
+                opt("reasoning_effort", STRING),
+                opt("skills", List),
+                opt("tools", List),
+            ],
+            switch: None,
         }),
         summary: "Grok CLI",
     },
@@ -164,10 +329,12 @@ pub const AGENTS: &[AgentSpec] = &[
         marker_dirs: &[".pi"],
         acp_command: None,
         sync: Some(SyncTarget {
-            format: TargetFormat::Markdown,
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
             user_path: ".pi/agent/agents/{name}.md",
             project_path: None,
             requires: Some(".pi/agent/extensions/subagent/index.ts"),
+            options: &[opt("model", STRING), opt("tools", StringOrList)],
+            switch: None,
         }),
         summary: "pi coding agent (needs its subagent extension)",
     },
@@ -182,6 +349,14 @@ pub const AGENTS: &[AgentSpec] = &[
             user_path: ".dsh/cordis.patch.yml",
             project_path: None,
             requires: None,
+            options: &[
+                opt("backgroundMode", OneOf(&["one-shot", "continuable"])),
+                opt("maxTokens", PositiveInt),
+                opt("model", STRING),
+                opt("provider", STRING),
+                opt("tools", StringOrList),
+            ],
+            switch: None,
         }),
         summary: "DeepSeek Harness (shared .dsh/cordis.patch.yml)",
     },
@@ -279,5 +454,27 @@ mod tests {
             AgentAvailability::MarkerDir(".codex".into())
         );
         assert!(!availability(codex, |_| false, |_| false).is_installed());
+    }
+
+    #[test]
+    fn option_tables_are_sorted_and_unique() {
+        for agent in AGENTS {
+            if let Some(target) = agent.sync {
+                let names: Vec<_> = target.options.iter().map(|o| o.name).collect();
+                let mut sorted = names.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                assert_eq!(names, sorted, "{}", agent.name);
+            }
+        }
+    }
+
+    #[test]
+    fn codex_switch() {
+        let switch = find("codex").unwrap().sync.unwrap().switch.unwrap();
+        assert!(switch.disables("[agents]\nenabled = false\n").unwrap());
+        assert!(!switch.disables("[agents]\nenabled = true\n").unwrap());
+        assert!(!switch.disables("model = \"o3\"\n").unwrap());
+        assert!(switch.disables("[agents\n").is_err());
     }
 }

@@ -1,0 +1,1332 @@
+//! End-to-end tests of `acp-host sync` and `acp-host agents` through the real binary, with a
+//! temporary $HOME, a controlled PATH and a temporary state folder. Every scenario of the reference
+//! (sync.md 1-19), every state-table row, and the reference's known failure modes.
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt as _, symlink};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use acp_tests::bin;
+use serde_json::Value;
+
+/// A temporary machine: $HOME, a project with `subagents/`, a PATH folder, a state folder.
+struct Env {
+    _root: tempfile::TempDir,
+    home: PathBuf,
+    project: PathBuf,
+    path_dir: PathBuf,
+    state: PathBuf,
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", self.stdout, self.stderr))
+    }
+}
+
+impl Env {
+    fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let home = root.path().join("home");
+        let project = root.path().join("project");
+        let path_dir = root.path().join("bin");
+        let state = root.path().join("state");
+        for dir in [&home, &project.join("subagents"), &path_dir] {
+            fs::create_dir_all(dir).unwrap();
+        }
+        Env {
+            _root: root,
+            home,
+            project,
+            path_dir,
+            state,
+        }
+    }
+
+    /// Marks agents installed through their marker folders.
+    fn install(&self, agents: &[&str]) {
+        for agent in agents {
+            let spec = protocol::registry::find_canonical(agent).unwrap();
+            fs::create_dir_all(self.home.join(spec.marker_dirs[0])).unwrap();
+        }
+    }
+
+    /// Puts a fake executable on PATH.
+    fn on_path(&self, binary: &str) {
+        let path = self.path_dir.join(binary);
+        fs::write(&path, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    fn define(&self, name: &str, text: &str) {
+        fs::write(
+            self.project.join("subagents").join(format!("{name}.md")),
+            text,
+        )
+        .unwrap();
+    }
+
+    fn simple(&self, name: &str, agents: &str) {
+        self.define(
+            name,
+            &format!(
+                "---\ndescription: \"{name} things\"\nagents: [{agents}]\n---\n\nDo {name}.\n"
+            ),
+        );
+    }
+
+    fn undefine(&self, name: &str) {
+        fs::remove_file(self.project.join("subagents").join(format!("{name}.md"))).unwrap();
+    }
+
+    fn write(&self, rel: &str, contents: &str) {
+        let path = self.home.join(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, contents).unwrap();
+    }
+
+    fn read(&self, rel: &str) -> String {
+        fs::read_to_string(self.home.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+
+    fn exists(&self, rel: &str) -> bool {
+        self.home.join(rel).exists()
+    }
+
+    fn command(&self, args: &[&str]) -> Run {
+        let output = Command::new(bin("acp-host"))
+            .args(args)
+            .current_dir(&self.project)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", &self.path_dir)
+            .env("XDG_STATE_HOME", &self.state)
+            .output()
+            .unwrap();
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(output.stdout).unwrap(),
+            stderr: String::from_utf8(output.stderr).unwrap(),
+        }
+    }
+
+    fn sync(&self, args: &[&str]) -> Run {
+        let mut all = vec!["sync"];
+        all.extend_from_slice(args);
+        self.command(&all)
+    }
+
+    /// A sync expected to succeed.
+    fn sync_ok(&self, args: &[&str]) -> Run {
+        let run = self.sync(args);
+        assert_eq!(
+            run.code, 0,
+            "stdout:\n{}\nstderr:\n{}",
+            run.stdout, run.stderr
+        );
+        run
+    }
+
+    /// `(action, agent/name)` of every planned operation (a `--dry-run --json` run).
+    fn actions(&self, args: &[&str]) -> Vec<(String, String)> {
+        let mut all = vec!["--dry-run", "--json"];
+        all.extend_from_slice(args);
+        let json = self.sync(&all).json();
+        json["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|op| {
+                (
+                    op["action"].as_str().unwrap().to_owned(),
+                    format!(
+                        "{}/{}",
+                        op["agent"].as_str().unwrap(),
+                        op["name"].as_str().unwrap()
+                    ),
+                )
+            })
+            .collect()
+    }
+
+    /// Every file under $HOME except the state folder, with its bytes.
+    fn tree(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+            let Ok(entries) = fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, out);
+                } else {
+                    out.push((path.clone(), fs::read(&path).unwrap_or_default()));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.home, &mut out);
+        out.sort();
+        out
+    }
+
+    fn backups(&self) -> Vec<PathBuf> {
+        let root = self.state.join("acp-host/backups");
+        let mut runs: Vec<PathBuf> = fs::read_dir(&root)
+            .map(|entries| entries.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        runs.sort();
+        runs
+    }
+}
+
+fn pair(action: &str, target: &str) -> (String, String) {
+    (action.to_owned(), target.to_owned())
+}
+
+fn marker(name: &str) -> String {
+    protocol::sync::render::marker(name)
+}
+
+const CORDIS: &str = ".dsh/cordis.patch.yml";
+
+fn yaml(text: &str) -> Value {
+    serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("invalid YAML ({e}):\n{text}"))
+}
+
+// ---- Scenarios of the reference (sync.md) ----
+
+#[test]
+fn s01_planning_writes_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex"]);
+    env.simple("review", "claude-code, codex");
+    let before = env.tree();
+    let json = env.sync(&["--dry-run", "--json"]).json();
+    assert_eq!(json["can_apply"], true);
+    assert!(json["changes"].as_u64().unwrap() > 0);
+    assert_eq!(json["result"], Value::Null);
+    assert_eq!(env.tree(), before);
+    assert!(!env.exists(".claude/agents"));
+}
+
+#[test]
+fn s02_unmarked_files_conflict_and_force_authorizes_exactly_one() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex"]);
+    env.simple("verifier", "claude-code, codex");
+    env.write(".claude/agents/verifier.md", "my claude verifier\n");
+    env.write(".codex/agents/verifier.toml", "name = \"mine\"\n");
+    let before = env.tree();
+
+    let run = env.sync(&[]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stdout
+            .lines()
+            .filter(|l| l.starts_with("conflict "))
+            .count(),
+        2,
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("(resolve with --force claude-code/verifier)"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stderr.contains("plan cannot apply"), "{}", run.stderr);
+    assert_eq!(env.tree(), before);
+
+    let json = env
+        .sync(&["--json", "--force", "claude-code/verifier"])
+        .json();
+    let ops = json["operations"].as_array().unwrap();
+    assert_eq!(
+        (ops[0]["action"].as_str(), ops[0]["authorized"].as_bool()),
+        (Some("update"), Some(true))
+    );
+    assert_eq!(
+        (ops[1]["action"].as_str(), ops[1]["authorized"].as_bool()),
+        (Some("conflict"), Some(false))
+    );
+    assert_eq!(json["success"], false);
+    assert_eq!(
+        env.tree(),
+        before,
+        "a plan with a remaining conflict writes nothing"
+    );
+
+    for malformed in [
+        "claude-code",
+        "claude-code/verifier/x",
+        "",
+        "*/verifier",
+        "claude-code/*",
+        "nope/verifier",
+    ] {
+        let run = env.sync(&["--force", malformed]);
+        assert_eq!(run.code, 2, "{malformed}: {}", run.stderr);
+        assert!(run.stderr.contains("--force"), "{}", run.stderr);
+    }
+    assert_eq!(env.tree(), before);
+
+    env.sync_ok(&[
+        "--force",
+        "claude-code/verifier",
+        "--force",
+        "codex/verifier",
+    ]);
+    assert!(
+        env.read(".claude/agents/verifier.md")
+            .contains(&marker("verifier"))
+    );
+    assert!(
+        env.read(".codex/agents/verifier.toml")
+            .starts_with(&format!("# {}", marker("verifier")))
+    );
+}
+
+#[test]
+fn s03_orphans_are_reported_and_pruned_unmanaged_never_appear() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("legacy", "claude-code");
+    env.sync_ok(&[]);
+    env.undefine("legacy");
+    env.simple("review", "claude-code");
+    env.write(".claude/agents/user_notes.md", "my notes\n");
+
+    let run = env.sync_ok(&[]);
+    assert!(
+        run.stdout.contains("orphan    claude-code/legacy"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("(resolve with --prune)"));
+    assert!(
+        run.stderr
+            .contains("warning: 1 managed orphan(s) kept; run with --prune"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("user_notes"));
+    assert!(env.exists(".claude/agents/legacy.md"));
+
+    let ops = env.actions(&["--prune"]);
+    assert_eq!(
+        ops,
+        [
+            pair("remove", "claude-code/legacy"),
+            pair("noop", "claude-code/review")
+        ]
+    );
+    let run = env.sync_ok(&["--prune"]);
+    assert!(!run.stdout.contains("user_notes"));
+    assert!(!env.exists(".claude/agents/legacy.md"));
+    assert_eq!(env.read(".claude/agents/user_notes.md"), "my notes\n");
+}
+
+#[test]
+fn s04_two_dsh_subagents_make_one_file_plan() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    env.simple("alpha", "dsh");
+    env.simple("beta", "dsh");
+    let json = env.sync(&["--dry-run", "--json"]).json();
+    let files = json["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1);
+    assert!(files[0]["path"].as_str().unwrap().ends_with(CORDIS));
+    assert_eq!(files[0]["operations"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn s05_execute_creates_files() {
+    let env = Env::new();
+    env.install(&["claude-code", "dsh"]);
+    env.simple("alpha", "claude-code, dsh");
+    env.simple("beta", "dsh");
+    let run = env.sync_ok(&[]);
+    assert!(
+        run.stdout
+            .contains("sync: 2 applied, 0 noop, 0 skipped, 0 conflicted, 0 failed"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        env.read(".claude/agents/alpha.md")
+            .ends_with("\n\nDo alpha.\n")
+    );
+    let cordis = env.read(CORDIS);
+    assert!(cordis.contains("- id: acp-host-subagent-alpha\n"));
+    assert!(cordis.contains("- id: acp-host-subagent-beta\n"));
+    assert_eq!(yaml(&cordis).as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn s06_a_stale_plan_writes_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code", "dsh"]);
+    env.simple("alpha", "claude-code, dsh");
+    env.write(CORDIS, "- initial: true\n");
+    let config = acp_host::sync_exec::SyncConfig {
+        source: env.project.join("subagents"),
+        scope: protocol::registry::Scope::User,
+        home: env.home.clone(),
+        project_root: env.project.clone(),
+        agents: Vec::new(),
+        authorization: protocol::sync::Authorization::default(),
+        path_var: None,
+    };
+    let prepared = acp_host::sync_exec::prepare(&config).unwrap();
+    assert!(prepared.plan.can_apply());
+    env.write(CORDIS, "- initial: false\n- edited: elsewhere\n");
+    let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state));
+    let result = acp_host::sync_exec::execute(&prepared.plan, &exec);
+    assert!(!result.success);
+    let error = result.error.as_deref().unwrap();
+    assert!(error.starts_with("plan is stale: "), "{error}");
+    assert!(error.contains(CORDIS), "{error}");
+    assert_eq!(result.failed_files.len(), 1);
+    assert!(result.failed_files[0].ends_with(CORDIS));
+    assert!(!result.partial);
+    assert_eq!(env.read(CORDIS), "- initial: false\n- edited: elsewhere\n");
+    assert!(
+        !env.exists(".claude/agents/alpha.md"),
+        "nothing is written when any file is stale"
+    );
+    assert!(env.backups().is_empty());
+}
+
+#[test]
+fn s07_unmarked_conflicts_marked_updates_identical_noops() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("mine", "claude-code");
+    env.simple("ours", "claude-code");
+    env.write(
+        ".claude/agents/mine.md",
+        "---\nname: mine\n---\nhand written\n",
+    );
+    env.sync(&[]);
+    assert_eq!(
+        env.read(".claude/agents/mine.md"),
+        "---\nname: mine\n---\nhand written\n"
+    );
+
+    env.undefine("mine");
+    env.sync_ok(&[]);
+    assert_eq!(env.actions(&[]), [pair("noop", "claude-code/ours")]);
+    env.define(
+        "ours",
+        "---\ndescription: changed\nagents: [claude-code]\n---\nNew body.\n",
+    );
+    assert_eq!(env.actions(&[]), [pair("update", "claude-code/ours")]);
+    env.sync_ok(&[]);
+    assert!(env.read(".claude/agents/ours.md").contains("New body."));
+    assert_eq!(env.actions(&[]), [pair("noop", "claude-code/ours")]);
+}
+
+#[test]
+fn s08_unmanaged_dsh_items_survive() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    env.simple("alpha", "dsh");
+    let manual = "# my harness settings\n- id: custom-manual\n  persona: Keep me intact\n";
+    env.write(CORDIS, manual);
+    env.sync_ok(&[]);
+    let cordis = env.read(CORDIS);
+    assert!(cordis.starts_with(manual), "{cordis}");
+    assert_eq!(yaml(&cordis).as_array().unwrap().len(), 2);
+}
+
+/// The golden files of the `protocol` crate, written through the binary.
+#[test]
+fn s09_every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
+    let env = Env::new();
+    let all = [
+        "claude-code",
+        "codex",
+        "opencode",
+        "github-copilot",
+        "agy",
+        "grok",
+        "pi",
+        "dsh",
+    ];
+    env.install(&all);
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/golden");
+    env.define(
+        "review",
+        "---
+description: \"Review changes\"
+agents: [claude-code, codex, opencode, github-copilot, agy, grok, pi, dsh]
+claude-code: {model: \"example\", effort: \"high\"}
+codex: {model_reasoning_effort: \"high\", model: \"o3\"}
+opencode: {model: \"anthropic/claude-sonnet\"}
+github-copilot: {user-invocable: true, tools: [read, edit], model: \"gpt-5\", disable-model-invocation: false, target: \"vscode\"}
+agy: {tools: read, model: \"gemini-3\"}
+grok: {tools: [read], skills: [review], agents_md: true, mcpInheritance: {servers: [github], mode: \"inherit\"}, model: \"grok-4\", reasoning_effort: \"high\", prompt_mode: \"append\", permission_mode: \"ask\"}
+pi: {tools: [read, bash], model: \"sonnet\"}
+dsh: {model: \"example\", maxTokens: 4096, tools: read, backgroundMode: one-shot}
+---
+
+Review carefully.
+
+Keep 用户 context.
+",
+    );
+    let ops = env.actions(&[]);
+    assert!(ops.contains(&pair("skip", "pi/review")), "{ops:?}");
+    env.sync_ok(&[]);
+    assert!(!env.exists(".pi/agent/agents/review.md"));
+    env.write(".pi/agent/extensions/subagent/index.ts", "export {}\n");
+    assert_eq!(
+        env.actions(&[])
+            .iter()
+            .filter(|(a, _)| a == "create")
+            .count(),
+        1
+    );
+    env.sync_ok(&[]);
+    for (rel, file) in [
+        (".claude/agents/review.md", "claude-code.md"),
+        (".codex/agents/review.toml", "codex.toml"),
+        (".config/opencode/agents/review.md", "opencode.md"),
+        (".copilot/agents/review.agent.md", "github-copilot.agent.md"),
+        (".gemini/config/agents/review/agent.md", "agy.md"),
+        (".grok/agents/review.md", "grok.md"),
+        (".pi/agent/agents/review.md", "pi.md"),
+        (CORDIS, "dsh.yml"),
+    ] {
+        assert_eq!(
+            env.read(rel),
+            fs::read_to_string(golden.join(file)).unwrap(),
+            "{rel}"
+        );
+    }
+    // A second sync is a no-op everywhere (the copilot marker sits on line 10).
+    let json = env.sync(&["--json"]).json();
+    assert!(
+        json["operations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|op| op["action"] == "noop"),
+        "{json}"
+    );
+}
+
+#[test]
+fn s10_awkward_descriptions_round_trip() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex", "dsh"]);
+    let description = "Say \"hi\": use & and # and\nnew lines, 'quotes' and \\ too";
+    env.define(
+        "awkward",
+        &format!(
+            "---\ndescription: {}\nagents: [claude-code, codex, dsh]\n---\nBody with ''' and \"\"\" inside\nid: x\nname: y\n",
+            serde_json::to_string(description).unwrap()
+        ),
+    );
+    env.sync_ok(&[]);
+    let codex: toml::Table = env.read(".codex/agents/awkward.toml").parse().unwrap();
+    assert_eq!(codex["description"].as_str(), Some(description));
+    assert_eq!(
+        codex["developer_instructions"].as_str(),
+        Some("Body with ''' and \"\"\" inside\nid: x\nname: y")
+    );
+    let claude = env.read(".claude/agents/awkward.md");
+    let frontmatter = claude
+        .strip_prefix("---\n")
+        .unwrap()
+        .split_once("\n---\n")
+        .unwrap()
+        .0;
+    assert_eq!(yaml(frontmatter)["description"], description);
+    let dsh = yaml(&env.read(CORDIS));
+    assert_eq!(
+        dsh[0]["config"]["persona"],
+        "Body with ''' and \"\"\" inside\nid: x\nname: y"
+    );
+    // The persona's `id:` / `name:` lines do not hide the item: the next sync is a no-op.
+    assert!(env.actions(&[]).iter().all(|(a, _)| a == "noop"));
+}
+
+#[test]
+fn s11_a_broken_definition_aborts_before_any_prune() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("legacy", "claude-code");
+    env.simple("review", "claude-code");
+    env.sync_ok(&[]);
+    env.undefine("legacy");
+    env.define(
+        "review",
+        "---\ndescripton: typo\nagents: [claude-code]\n---\nbody\n",
+    );
+    let before = env.tree();
+    let run = env.sync(&["--prune"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("subagents/review.md: field `descripton`: unknown field"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("nothing was written"), "{}", run.stderr);
+    assert_eq!(env.tree(), before);
+    assert!(env.exists(".claude/agents/legacy.md"));
+
+    env.define("review", "---\nagents: [claude-code]\n---\nbody\n");
+    let run = env.sync(&["--prune"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("subagents/review.md: field `description`: missing"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(env.tree(), before);
+}
+
+#[test]
+fn s12_codex_disabled_blocks_everything() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex"]);
+    env.write(".codex/config.toml", "[agents]\nenabled = false\n");
+    env.simple("review", "claude-code, codex");
+    let run = env.sync(&[]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stdout.contains("error     codex/review"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout
+            .contains("subagents are disabled in ~/.codex/config.toml"),
+        "{}",
+        run.stdout
+    );
+    assert!(!env.exists(".codex/agents/review.toml"));
+    assert!(!env.exists(".claude/agents/review.md"));
+}
+
+#[test]
+fn s13_option_validation_names_the_field() {
+    let env = Env::new();
+    env.install(&["dsh", "codex"]);
+    let cases = [
+        (
+            "codex: {temperature: \"1\"}",
+            "field `codex.temperature`: unknown codex option",
+        ),
+        (
+            "codex: {model: 3}",
+            "field `codex.model`: must be a non-empty string, got the number 3",
+        ),
+        ("dsh: {tools: 123}", "field `dsh.tools`"),
+        ("dsh: {tools: [\"\"]}", "field `dsh.tools`"),
+        ("dsh: {maxTokens: -10}", "field `dsh.maxTokens`"),
+        ("dsh: {maxTokens: \"4096\"}", "field `dsh.maxTokens`"),
+        ("dsh: {maxTokens: true}", "field `dsh.maxTokens`"),
+        (
+            "dsh: {backgroundMode: invalid}",
+            "field `dsh.backgroundMode`: must be one of: one-shot, continuable",
+        ),
+        ("platform: {x: 1}", "field `platform`: unknown field"),
+    ];
+    for (options, expected) in cases {
+        env.define(
+            "x",
+            &format!("---\ndescription: d\nagents: [dsh]\n{options}\n---\nbody\n"),
+        );
+        let run = env.sync(&[]);
+        assert_eq!(run.code, 1, "{options}");
+        assert!(
+            run.stderr.contains(&format!("subagents/x.md: {expected}")),
+            "{options}: {}",
+            run.stderr
+        );
+        assert!(!env.exists(CORDIS));
+    }
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [dsh]\ndsh: {tools: x}\n---\nbody\n",
+    );
+    env.sync_ok(&[]);
+    assert_eq!(
+        yaml(&env.read(CORDIS))[0]["config"]["toolFilter"]["allow"],
+        serde_json::json!(["x"])
+    );
+}
+
+#[test]
+fn s14_an_empty_canonical_folder_creates_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex", "dsh"]);
+    let before = env.tree();
+    let run = env.sync_ok(&[]);
+    assert!(run.stdout.contains("sync: 0 applied"), "{}", run.stdout);
+    assert_eq!(env.tree(), before);
+    assert!(!env.exists(".claude/agents"));
+    // A missing source folder is an error, not an empty set.
+    let run = env.sync(&["--source", "nowhere"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("source folder nowhere does not exist"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn s15_dry_run_lists_actions_and_writes_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code", "dsh"]);
+    env.simple("alpha", "claude-code, dsh");
+    env.sync_ok(&[]);
+    env.define(
+        "alpha",
+        "---\ndescription: changed\nagents: [claude-code, dsh]\n---\nNew.\n",
+    );
+    env.simple("beta", "claude-code");
+    let before = env.tree();
+    let run = env.sync_ok(&["--dry-run", "--diff"]);
+    assert!(
+        run.stdout.contains("update    claude-code/alpha"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains("create    claude-code/beta"));
+    assert!(run.stdout.contains("update    dsh/alpha"));
+    assert!(run.stdout.contains("-Do alpha.\n+New.\n"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("+++ b/~/.claude/agents/beta.md"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("dry run: 3 file(s) would change"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(env.tree(), before);
+    assert!(env.backups().is_empty());
+}
+
+#[test]
+fn s16_an_unmanaged_dsh_item_with_our_tool_name_conflicts_until_forced() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    env.simple("alpha", "dsh");
+    let text = "- id: my-alpha\n  name: '@deepseek-ai/dsh-tool-subagent'\n  config:\n    toolName: alpha\n    persona: mine\n- id: other\n  x: 1\n";
+    env.write(CORDIS, text);
+    let run = env.sync(&[]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("conflict  dsh/alpha"), "{}", run.stdout);
+    assert!(run.stdout.contains("(resolve with --force dsh/alpha)"));
+    assert_eq!(env.read(CORDIS), text);
+
+    env.sync_ok(&["--force", "dsh/alpha"]);
+    let cordis = env.read(CORDIS);
+    assert!(
+        cordis.starts_with(&format!(
+            "- id: acp-host-subagent-alpha\n  # {}\n",
+            marker("alpha")
+        )),
+        "{cordis}"
+    );
+    assert!(cordis.ends_with("- id: other\n  x: 1\n"));
+    assert_eq!(env.actions(&[]), [pair("noop", "dsh/alpha")]);
+}
+
+#[test]
+fn s17_prune_never_touches_unmanaged_dsh_items() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    let text = "- id: acp-host-subagent-old\n  name: '@deepseek-ai/dsh-tool-subagent'\n  config:\n    toolName: old\n- id: custom\n  persona: mine\n";
+    env.write(CORDIS, text);
+    let run = env.sync_ok(&["--prune"]);
+    assert!(!run.stdout.contains("dsh/old"), "{}", run.stdout);
+    assert_eq!(env.read(CORDIS), text);
+}
+
+#[test]
+fn s18_agents_not_installed_are_skipped() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("review", "claude-code, codex, dsh");
+    let run = env.sync_ok(&[]);
+    let codex = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("skip      codex/review "))
+        .unwrap();
+    assert!(
+        codex.contains(
+            "  ~/.codex/agents/review.toml  not installed on this host (no `codex` on PATH"
+        ),
+        "{codex}"
+    );
+    assert!(run.stdout.contains("skip      dsh/review"));
+    assert!(!env.exists(".codex"));
+    assert!(!env.exists(".dsh"));
+    // Installed through PATH instead: no longer skipped.
+    env.on_path("codex");
+    assert!(env.actions(&[]).contains(&pair("create", "codex/review")));
+}
+
+#[test]
+fn s19_dropping_dsh_orphans_its_item_and_prune_removes_it() {
+    let env = Env::new();
+    env.install(&["dsh", "claude-code"]);
+    env.write(CORDIS, "- id: custom\n  persona: mine\n");
+    env.simple("alpha", "dsh, claude-code");
+    env.simple("beta", "dsh");
+    env.sync_ok(&[]);
+    env.simple("alpha", "claude-code");
+    assert!(env.actions(&[]).contains(&pair("orphan", "dsh/alpha")));
+    env.sync_ok(&["--prune"]);
+    let cordis = env.read(CORDIS);
+    assert!(!cordis.contains("acp-host-subagent-alpha"), "{cordis}");
+    assert!(cordis.starts_with("- id: custom\n  persona: mine\n- id: acp-host-subagent-beta\n"));
+    assert!(env.exists(".claude/agents/alpha.md"));
+}
+
+// ---- The state table, row by row, on a dedicated file ----
+
+#[test]
+fn state_table_rows() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    let target = ".claude/agents/x.md";
+    env.simple("x", "claude-code");
+    // missing, defined -> CREATE
+    assert_eq!(env.actions(&[]), [pair("create", "claude-code/x")]);
+    env.sync_ok(&[]);
+    // present, marker, identical -> NOOP
+    assert_eq!(env.actions(&[]), [pair("noop", "claude-code/x")]);
+    // present, marker, changed -> UPDATE
+    env.write(
+        target,
+        &env.read(target).replace("Do x.", "Edited by hand."),
+    );
+    assert_eq!(env.actions(&[]), [pair("update", "claude-code/x")]);
+    env.sync_ok(&[]);
+    // present, no marker, defined, no force -> CONFLICT (preserve)
+    env.write(target, "mine\n");
+    assert_eq!(env.actions(&[]), [pair("conflict", "claude-code/x")]);
+    assert_eq!(env.sync(&[]).code, 1);
+    assert_eq!(env.read(target), "mine\n");
+    // ... with --force -> UPDATE (authorized)
+    assert_eq!(
+        env.actions(&["--force", "claude-code/x"]),
+        [pair("update", "claude-code/x")]
+    );
+    env.sync_ok(&["--force", "claude-code/x"]);
+    assert!(env.read(target).contains(&marker("x")));
+    // present, marker, not defined, no prune -> ORPHAN (notify only)
+    env.undefine("x");
+    assert_eq!(env.actions(&[]), [pair("orphan", "claude-code/x")]);
+    env.sync_ok(&[]);
+    assert!(env.exists(target));
+    // ... with --prune -> REMOVE (authorized)
+    assert_eq!(env.actions(&["--prune"]), [pair("remove", "claude-code/x")]);
+    env.sync_ok(&["--prune"]);
+    assert!(!env.exists(target));
+    // present, no marker, not defined, any flags -> IGNORE (preserve)
+    env.write(target, "mine\n");
+    for flags in [&[][..], &["--prune"][..]] {
+        assert!(env.actions(flags).is_empty());
+        env.sync_ok(flags);
+        assert_eq!(env.read(target), "mine\n");
+    }
+}
+
+// ---- The reference's failure modes ----
+
+#[test]
+fn editing_a_dsh_item_that_is_not_last_keeps_valid_yaml_and_comments() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    env.simple("alpha", "dsh");
+    env.simple("beta", "dsh");
+    env.write(CORDIS, "- id: first\n  x: 1\n");
+    env.sync_ok(&[]);
+    // A user comment after the alpha item, and another item after it.
+    let cordis = env.read(CORDIS).replace(
+        "- id: acp-host-subagent-beta",
+        "# keep this comment about alpha\n- id: acp-host-subagent-beta",
+    );
+    env.write(CORDIS, &cordis);
+    env.define(
+        "alpha",
+        "---\ndescription: d\nagents: [dsh]\n---\nA much longer\npersona\nnow.\n",
+    );
+    assert_eq!(
+        env.actions(&[]),
+        [pair("update", "dsh/alpha"), pair("noop", "dsh/beta")]
+    );
+    env.sync_ok(&[]);
+    let cordis = env.read(CORDIS);
+    let items = yaml(&cordis);
+    assert_eq!(items.as_array().unwrap().len(), 3, "{cordis}");
+    assert_eq!(
+        items[1]["config"]["persona"],
+        "A much longer\npersona\nnow."
+    );
+    assert!(
+        cordis.contains(
+            "      now.\n# keep this comment about alpha\n- id: acp-host-subagent-beta\n"
+        ),
+        "{cordis}"
+    );
+    assert!(env.actions(&[]).iter().all(|(a, _)| a == "noop"));
+}
+
+#[test]
+fn a_dsh_file_that_is_a_mapping_is_refused() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    env.simple("alpha", "dsh");
+    for text in [
+        "plugins:\n  - a\n",
+        "",
+        "# nothing but a comment\n",
+        "[a, b]\n",
+    ] {
+        env.write(CORDIS, text);
+        let run = env.sync(&[]);
+        assert_eq!(run.code, 1, "{text:?}");
+        assert!(run.stdout.contains("error     dsh/alpha"), "{}", run.stdout);
+        assert_eq!(env.read(CORDIS), text);
+    }
+}
+
+#[test]
+fn backups_keep_every_previous_version() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "claude-code");
+    env.sync_ok(&[]);
+    assert!(env.backups().is_empty(), "creating a file needs no backup");
+    let first = env.read(".claude/agents/x.md");
+    env.define(
+        "x",
+        "---\ndescription: two\nagents: [claude-code]\n---\nTwo.\n",
+    );
+    let run = env.sync_ok(&[]);
+    assert!(run.stdout.contains("backups in "), "{}", run.stdout);
+    let second = env.read(".claude/agents/x.md");
+    env.define(
+        "x",
+        "---\ndescription: three\nagents: [claude-code]\n---\nThree.\n",
+    );
+    env.sync_ok(&[]);
+    let runs = env.backups();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let mirrored = |run: &Path| {
+        let canonical = fs::canonicalize(env.home.join(".claude/agents/x.md")).unwrap();
+        fs::read_to_string(run.join(canonical.strip_prefix("/").unwrap())).unwrap()
+    };
+    assert_eq!(mirrored(&runs[0]), first);
+    assert_eq!(mirrored(&runs[1]), second);
+    // Prune backs up what it removes.
+    env.undefine("x");
+    env.sync_ok(&["--prune"]);
+    assert_eq!(env.backups().len(), 3);
+}
+
+#[test]
+fn a_symlink_out_of_the_target_folder_is_never_written() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "claude-code");
+    let outside = env.home.join("dotfiles-x.md");
+    fs::write(&outside, "theirs\n").unwrap();
+    fs::create_dir_all(env.home.join(".claude/agents")).unwrap();
+    symlink(&outside, env.home.join(".claude/agents/x.md")).unwrap();
+    let run = env.sync(&["--force", "claude-code/x"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stdout.contains("refusing to write through"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "theirs\n");
+}
+
+#[test]
+fn a_symlink_inside_the_target_folder_is_written_through() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "claude-code");
+    env.sync_ok(&[]);
+    let agents = env.home.join(".claude/agents");
+    fs::rename(agents.join("x.md"), agents.join("real-x.md")).unwrap();
+    symlink("real-x.md", agents.join("x.md")).unwrap();
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [claude-code]\n---\nChanged.\n",
+    );
+    env.sync_ok(&[]);
+    assert!(
+        fs::symlink_metadata(agents.join("x.md"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        fs::read_to_string(agents.join("real-x.md"))
+            .unwrap()
+            .contains("Changed.")
+    );
+}
+
+#[test]
+fn two_targets_joined_by_a_symlink_collide() {
+    let env = Env::new();
+    env.install(&["claude-code", "grok"]);
+    env.simple("x", "claude-code, grok");
+    fs::create_dir_all(env.home.join(".claude/agents")).unwrap();
+    symlink(
+        env.home.join(".claude/agents"),
+        env.home.join(".grok/agents"),
+    )
+    .unwrap();
+    let run = env.sync(&[]);
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("error: collision: "), "{}", run.stderr);
+    assert!(!env.exists(".claude/agents/x.md"));
+}
+
+#[test]
+fn the_file_mode_is_kept() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "claude-code");
+    env.sync_ok(&[]);
+    let path = env.home.join(".claude/agents/x.md");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [claude-code]\n---\nChanged.\n",
+    );
+    env.sync_ok(&[]);
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+// ---- CLI surface ----
+
+#[test]
+fn a_force_that_matches_no_conflict_is_rejected_and_nothing_is_written() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "claude-code");
+    let run = env.sync(&["--force", "claude-code/x"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr
+            .contains("--force claude-code/x matches no conflict (it is create)"),
+        "{}",
+        run.stderr
+    );
+    assert!(!env.exists(".claude/agents/x.md"));
+}
+
+#[test]
+fn agent_filter_and_usage_errors() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex"]);
+    env.simple("x", "claude-code, codex");
+    assert_eq!(
+        env.actions(&["--agent", "codex"]),
+        [pair("create", "codex/x")]
+    );
+    // Aliases resolve to the canonical name.
+    assert_eq!(
+        env.actions(&["--agent", "claude"]),
+        [pair("create", "claude-code/x")]
+    );
+    for args in [
+        &["--agent", "nope"][..],
+        &["--agent", "gemini"],
+        &["--scope", "galaxy"],
+        &["--bogus"],
+    ] {
+        let run = env.sync(args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+    }
+    assert!(!env.exists(".codex/agents"));
+}
+
+#[test]
+fn project_scope_writes_under_the_project_root() {
+    let env = Env::new();
+    env.install(&["claude-code", "github-copilot", "opencode", "grok"]);
+    env.simple("x", "claude-code, github-copilot, opencode, grok");
+    let run = env.sync_ok(&["--scope", "project"]);
+    assert!(
+        run.stdout.contains("grok has no project scope"),
+        "{}",
+        run.stdout
+    );
+    for rel in [
+        ".claude/agents/x.md",
+        ".github/agents/x.agent.md",
+        ".opencode/agents/x.md",
+    ] {
+        assert!(env.project.join(rel).is_file(), "{rel}");
+    }
+    assert!(!env.exists(".claude/agents"));
+    let root = tempfile::tempdir().unwrap();
+    env.sync_ok(&[
+        "--scope",
+        "project",
+        "--project-root",
+        root.path().to_str().unwrap(),
+    ]);
+    assert!(root.path().join(".claude/agents/x.md").is_file());
+}
+
+#[test]
+fn json_result_is_structured_per_file() {
+    let env = Env::new();
+    env.install(&["claude-code", "dsh"]);
+    env.simple("x", "claude-code, dsh, grok");
+    let json = env.sync(&["--json"]).json();
+    assert_eq!(json["success"], true);
+    let result = &json["result"];
+    assert_eq!(result["partial"], false);
+    assert_eq!(result["failed_files"], serde_json::json!([]));
+    let outcomes: Vec<&str> = result["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes.iter().filter(|o| **o == "applied").count(), 2);
+    assert_eq!(outcomes.iter().filter(|o| **o == "skipped").count(), 1);
+}
+
+#[test]
+fn help_teaches_with_examples() {
+    let env = Env::new();
+    let run = env.command(&["sync", "--help"]);
+    assert_eq!(run.code, 0);
+    for needle in [
+        "Examples:",
+        "--force <AGENT/NAME>",
+        "--dry-run",
+        "Exit codes:",
+        "subagents/review.md",
+    ] {
+        assert!(run.stdout.contains(needle), "{needle}: {}", run.stdout);
+    }
+    let run = env.command(&["agents", "--help"]);
+    assert!(run.stdout.contains("Examples:"));
+}
+
+#[test]
+fn agents_lists_the_registry_with_evidence() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.on_path("codex");
+    let run = env.command(&["agents"]);
+    assert_eq!(run.code, 0);
+    let line = |name: &str| {
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name}: {}", run.stdout))
+            .to_owned()
+    };
+    assert!(line("claude-code").contains("installed (~/.claude exists)"));
+    assert!(
+        line("claude-code")
+            .contains("~/.claude/agents/{name}.md (project: .claude/agents/{name}.md)")
+    );
+    assert!(line("claude-code").contains("acp: claude-code-acp"));
+    assert!(line("codex").contains("installed (`codex` on PATH)"));
+    assert!(line("grok").contains("not installed"));
+    assert!(line("pi").contains("[needs ~/.pi/agent/extensions/subagent/index.ts]"));
+    let json = env.command(&["agents", "--json"]).json();
+    let agents = json["agents"].as_array().unwrap();
+    let codex = agents.iter().find(|a| a["name"] == "codex").unwrap();
+    assert_eq!(codex["installed"], true);
+    assert_eq!(codex["availability"]["evidence"], "codex");
+    assert_eq!(codex["sync"]["options"][0]["name"], "model");
+}
+
+// ---- Properties through the binary ----
+
+mod properties {
+    use std::fmt::Write as _;
+
+    use proptest::prelude::*;
+    use protocol::sync::dsh;
+
+    use super::*;
+
+    const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+
+    /// The file without the items we manage: the bytes a sync must never change.
+    fn outside_managed(text: &str) -> String {
+        let Ok(items) = dsh::locate(text.as_bytes()) else {
+            return text.to_owned();
+        };
+        let mut edits = dsh::Edits::default();
+        for (i, item) in items.iter().enumerate() {
+            if item.our_name().is_some_and(|n| item.managed_for(n)) {
+                edits.items.insert(i, None);
+            }
+        }
+        dsh::apply(text, &items, &edits)
+    }
+
+    fn foreign() -> impl Strategy<Value = String> {
+        (
+            "[a-z]{1,8}",
+            prop::collection::vec("[a-zA-Z0-9:#'-][a-zA-Z0-9 :#'-]{0,19}", 1..3),
+            "[a-z ]{0,12}",
+        )
+            .prop_map(|(id, lines, comment)| {
+                let mut item = format!("# {comment}\n- id: {id}\n  persona: |-\n");
+                for line in lines {
+                    let _ = writeln!(item, "    {line}");
+                }
+                item
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(12))]
+
+        #[test]
+        fn outside_bytes_never_change_and_a_second_sync_is_a_noop(
+            foreign_items in prop::collection::vec(foreign(), 1..4),
+            first in prop::collection::btree_set(0..NAMES.len(), 0..=NAMES.len()),
+            second in prop::collection::btree_set(0..NAMES.len(), 0..=NAMES.len()),
+            bodies in prop::collection::vec("[a-zA-Z :#'\n-]{1,30}", NAMES.len()),
+        ) {
+            let env = Env::new();
+            env.install(&["dsh"]);
+            let original = foreign_items.concat();
+            env.write(CORDIS, &original);
+            for (round, defined) in [&first, &second].into_iter().enumerate() {
+                for (i, name) in NAMES.iter().enumerate() {
+                    let path = env.project.join("subagents").join(format!("{name}.md"));
+                    if defined.contains(&i) {
+                        let body = format!("{}\nround {round}", bodies[i].trim());
+                        env.define(name, &format!("---\ndescription: d\nagents: [dsh]\n---\n{body}\n"));
+                    } else if path.exists() {
+                        env.undefine(name);
+                    }
+                }
+                let before = env.read(CORDIS);
+                let run = env.sync(&["--prune"]);
+                prop_assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+                let after = if env.exists(CORDIS) { env.read(CORDIS) } else { String::new() };
+                prop_assert_eq!(outside_managed(&after), outside_managed(&before));
+                prop_assert_eq!(outside_managed(&after), original.clone());
+                let json = env.sync(&["--prune", "--json"]).json();
+                prop_assert_eq!(&json["changes"], 0, "{}", json);
+                prop_assert_eq!(env.read(CORDIS), after);
+            }
+        }
+    }
+}
+
+// ---- Failed writes ----
+
+#[test]
+fn a_failed_backup_writes_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "claude-code");
+    env.sync_ok(&[]);
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [claude-code]\n---\nChanged.\n",
+    );
+    let before = env.read(".claude/agents/x.md");
+    // The state folder is a file: no backup folder can be made (even as root).
+    fs::create_dir_all(env.state.parent().unwrap()).unwrap();
+    fs::write(&env.state, "not a folder").unwrap();
+    let json = env.sync(&["--json"]).json();
+    assert_eq!(json["success"], false);
+    let result = &json["result"];
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot back up "),
+        "{result}"
+    );
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .ends_with("nothing was written"),
+        "{result}"
+    );
+    assert_eq!(result["partial"], false);
+    assert_eq!(result["files"][0]["outcome"], "failed");
+    assert_eq!(env.read(".claude/agents/x.md"), before);
+    assert_eq!(env.sync(&[]).code, 1);
+}
+
+/// A write that fails after another succeeded: reported per file, as a partial run.
+#[test]
+fn a_failed_write_reports_the_file_and_partial_completion() {
+    use acp_host::sync_exec::Outcome;
+    use protocol::sync::{Change, FilePlan, Plan};
+
+    let env = Env::new();
+    let good = env.home.join("a/good.md");
+    fs::write(env.home.join("blocker"), "a file where a folder should be").unwrap();
+    let bad = env.home.join("blocker/sub/bad.md");
+    let file = |target: &Path| FilePlan {
+        path: target.to_path_buf(),
+        target: target.to_path_buf(),
+        pre_image: Some(acp_host::sync_exec::read_facts(target)),
+        change: Change::Write(b"new\n".to_vec()),
+        operations: Vec::new(),
+    };
+    let plan = Plan {
+        operations: Vec::new(),
+        files: vec![file(&good), file(&bad)],
+        errors: Vec::new(),
+    };
+    let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state));
+    let result = acp_host::sync_exec::execute(&plan, &exec);
+    assert!(!result.success);
+    assert!(result.partial && result.recovery_required());
+    assert_eq!(result.failed_files, [bad]);
+    let error = result.error.as_deref().unwrap();
+    assert!(
+        error.starts_with("write failed: cannot inspect "),
+        "{error}"
+    );
+    assert!(
+        error.contains("1 file(s) were already written (partial sync"),
+        "{error}"
+    );
+    let outcomes: Vec<_> = result.files.iter().map(|f| f.outcome).collect();
+    assert_eq!(outcomes, [Outcome::Applied, Outcome::Failed]);
+    assert_eq!(fs::read_to_string(&good).unwrap(), "new\n");
+}
