@@ -85,9 +85,19 @@ pub struct Shared {
     cancelling: AtomicBool,
     /// Non-JSON lines skipped on the agent's stdout.
     garbage_lines: AtomicU64,
+    /// Orders `ready` before every update: the session/new answer reaches the drive on another
+    /// task than the notifications that follow it, so an early update waits here until ready.
+    start_gate: Mutex<StartGate>,
     /// Title and kind of each tool call seen in updates: a permission request may carry only the
     /// tool call id, and the decision should still say what it was about.
     tool_calls: Mutex<HashMap<String, ToolCallInfo>>,
+}
+
+/// Updates that arrived before the drive announced the session as ready.
+#[derive(Debug, Default)]
+struct StartGate {
+    open: bool,
+    held: Vec<serde_json::Value>,
 }
 
 /// What updates said about one tool call.
@@ -119,6 +129,29 @@ impl Shared {
     #[must_use]
     pub fn garbage_lines(&self) -> u64 {
         self.garbage_lines.load(Ordering::Relaxed)
+    }
+
+    /// Announces the session, then releases the updates that raced ahead of it, in order.
+    fn open_start_gate(&self, session_id: &str, events: &dyn DriveEvents) {
+        let Ok(mut gate) = self.start_gate.lock() else {
+            return;
+        };
+        events.ready(session_id);
+        for update in gate.held.drain(..) {
+            events.update(&update);
+        }
+        gate.open = true;
+    }
+
+    fn publish_update(&self, update: serde_json::Value, events: &dyn DriveEvents) {
+        let Ok(mut gate) = self.start_gate.lock() else {
+            return;
+        };
+        if gate.open {
+            events.update(&update);
+        } else {
+            gate.held.push(update);
+        }
     }
 
     fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
@@ -308,7 +341,7 @@ async fn converse(
     if let Ok(mut slot) = shared.session_id.lock() {
         *slot = Some(session_id.clone());
     }
-    events.ready(&session_id);
+    shared.open_start_gate(&session_id, events);
 
     let prompt = PromptRequest::new(
         session_id.clone(),
@@ -415,7 +448,7 @@ fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &Session
         _ => {}
     }
     match serde_json::to_value(update) {
-        Ok(value) => events.update(&value),
+        Ok(value) => shared.publish_update(value, events),
         Err(err) => tracing::debug!(%err, "could not serialize a session update"),
     }
 }

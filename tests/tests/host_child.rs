@@ -127,3 +127,33 @@ fn ctrl_c_during_sleep_aborts_and_leaves_no_process() {
         !acp_tests::process_alive(agent_pid)
     }));
 }
+
+#[test]
+fn the_start_record_comes_before_updates_sent_right_after_session_new() {
+    // acp-child announces its commands right after answering session/new: that update races the
+    // answer inside the host and must still be streamed after `start`.
+    for _ in 0..5 {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(host(dir.path()).args(["--json", "hello"]));
+        assert_eq!(out.status.code(), Some(0));
+        let types: Vec<String> = text(&out.stdout)
+            .lines()
+            .map(|line| {
+                let record: serde_json::Value = serde_json::from_str(line).unwrap();
+                let kind = record["update"]["sessionUpdate"].as_str().unwrap_or("");
+                format!(
+                    "{}{}",
+                    record["type"].as_str().unwrap(),
+                    if kind.is_empty() {
+                        String::new()
+                    } else {
+                        format!(":{kind}")
+                    }
+                )
+            })
+            .collect();
+        assert_eq!(types[0], "start", "{types:?}");
+        assert_eq!(types[1], "update:available_commands_update", "{types:?}");
+        assert_eq!(types.last().unwrap(), "result");
+    }
+}
