@@ -365,4 +365,168 @@ mod tests {
             "model server rejected the API key (HTTP 401): set ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY) to a valid key; with acp-host forward it with --env ACP_CHILD_API_KEY (the key sent came from DEEPSEEK_API_KEY)"
         );
     }
+
+    mod over_loopback {
+        use futures::StreamExt as _;
+
+        use super::super::super::stub::{Answer, serve};
+        use super::*;
+        use crate::backend::model::config::ModelOptions;
+        use crate::backend::model::wire::Message;
+
+        fn client(base_url: &str, key: Option<(&'static str, &str)>) -> ModelClient {
+            let options = ModelOptions {
+                model: Some("test-model".into()),
+                base_url: Some(base_url.into()),
+                state_dir: Some("/unused".into()),
+                retry_base_ms: Some(1),
+                max_retries: Some(2),
+                ..ModelOptions::default()
+            };
+            let config = ModelConfig::resolve(options, |name| {
+                key.filter(|(variable, _)| *variable == name)
+                    .map(|(_, value)| value.to_owned())
+            })
+            .unwrap()
+            .unwrap();
+            ModelClient::new(Arc::new(config)).unwrap()
+        }
+
+        async fn send(client: &ModelClient) -> Result<Option<Vec<String>>, ModelError> {
+            let messages = [Message::User {
+                content: "hi".into(),
+            }];
+            let tools = serde_json::json!([]);
+            let request = ChatRequest {
+                model: &client.config().model,
+                messages: &messages,
+                stream: true,
+                tools: &tools,
+            };
+            let Some(events) = client.stream(&request, &CancellationToken::new()).await? else {
+                return Ok(None);
+            };
+            let data = events
+                .map(|event| event.unwrap().data)
+                .collect::<Vec<_>>()
+                .await;
+            Ok(Some(data))
+        }
+
+        #[tokio::test]
+        async fn streams_events_and_sends_the_key_as_a_bearer_token() {
+            let (base, seen) = serve(vec![Answer::sse(&["{\"a\":1}", "[DONE]"])]).await;
+            let client = client(&base, Some(("ACP_CHILD_API_KEY", "sk-test")));
+            let data = send(&client).await.unwrap().unwrap();
+            assert_eq!(data, ["{\"a\":1}", "[DONE]"]);
+            let seen = seen.lock().unwrap();
+            assert!(
+                seen[0]
+                    .head
+                    .starts_with("POST /v1/chat/completions HTTP/1.1")
+            );
+            assert!(
+                seen[0]
+                    .head
+                    .to_ascii_lowercase()
+                    .contains("authorization: bearer sk-test")
+            );
+            let body: serde_json::Value = serde_json::from_str(&seen[0].body).unwrap();
+            assert_eq!(body["model"], "test-model");
+            assert_eq!(body["stream"], true);
+        }
+
+        #[tokio::test]
+        async fn no_key_means_no_authorization_header() {
+            let (base, seen) = serve(vec![Answer::sse(&["[DONE]"])]).await;
+            send(&client(&base, None)).await.unwrap().unwrap();
+            assert!(
+                !seen.lock().unwrap()[0]
+                    .head
+                    .to_ascii_lowercase()
+                    .contains("authorization")
+            );
+        }
+
+        #[tokio::test]
+        async fn a_rejected_key_fails_at_once_naming_the_variable() {
+            let (base, seen) = serve(vec![Answer::error(401, "invalid api key")]).await;
+            let error = send(&client(&base, Some(("DEEPSEEK_API_KEY", "sk-bad"))))
+                .await
+                .unwrap_err();
+            let message = crate::describe(&error);
+            assert!(
+                message.starts_with(
+                    "model server rejected the API key (HTTP 401): set ACP_CHILD_API_KEY"
+                ),
+                "{message}"
+            );
+            assert!(
+                message.ends_with("(the key sent came from DEEPSEEK_API_KEY)"),
+                "{message}"
+            );
+            assert!(!message.contains("sk-bad"));
+            assert_eq!(seen.lock().unwrap().len(), 1, "a 401 is not retried");
+        }
+
+        #[tokio::test]
+        async fn rate_limits_are_retried_then_succeed() {
+            let mut limited = Answer::error(429, "slow down");
+            limited.headers.push(("Retry-After", "0".to_owned()));
+            let (base, seen) = serve(vec![
+                limited,
+                Answer::error(503, "busy"),
+                Answer::sse(&["[DONE]"]),
+            ])
+            .await;
+            let data = send(&client(&base, None)).await.unwrap().unwrap();
+            assert_eq!(data, ["[DONE]"]);
+            assert_eq!(seen.lock().unwrap().len(), 3);
+        }
+
+        #[tokio::test]
+        async fn rate_limits_past_the_retry_budget_are_a_clear_error() {
+            let (base, seen) = serve(
+                (0..3)
+                    .map(|_| Answer::error(429, "quota exceeded"))
+                    .collect(),
+            )
+            .await;
+            let error = send(&client(&base, None)).await.unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                "the model server is rate limiting requests (HTTP 429), still after 2 retries: quota exceeded; wait and try again, or raise --max-retries"
+            );
+            assert_eq!(seen.lock().unwrap().len(), 3);
+        }
+
+        #[tokio::test]
+        async fn an_unreachable_server_is_named() {
+            // Bind then drop: nothing listens on the port any more.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let base = format!("http://127.0.0.1:{port}/v1");
+            let error = send(&client(&base, None)).await.unwrap_err();
+            let message = crate::describe(&error);
+            assert!(
+                message.starts_with(&format!("cannot reach the model server at {base}: ")),
+                "{message}"
+            );
+        }
+
+        #[tokio::test]
+        async fn other_refusals_name_the_model_and_url() {
+            let (base, _) = serve(vec![Answer::error(404, "model not found")]).await;
+            let error = send(&client(&base, None)).await.unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "the model server refused the request (HTTP 404): model not found; check the model name (test-model) and the base URL ({base})"
+                )
+            );
+        }
+    }
 }

@@ -8,6 +8,8 @@
 pub mod client;
 pub mod config;
 pub mod replay;
+#[cfg(test)]
+pub(crate) mod stub;
 pub mod tools;
 pub mod turn;
 pub mod wire;
