@@ -2,6 +2,7 @@
 //! records the requests it saw. One request per connection (`Connection: close`), so the client
 //! under test opens a new connection per attempt and no keep-alive state leaks between answers.
 
+use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -17,10 +18,10 @@ pub struct Answer {
 impl Answer {
     /// A 200 SSE answer made of `data:` events.
     pub fn sse(events: &[&str]) -> Self {
-        let body: String = events
-            .iter()
-            .map(|data| format!("data: {data}\n\n"))
-            .collect();
+        let mut body = String::new();
+        for data in events {
+            let _ = write!(body, "data: {data}\n\n");
+        }
         Self {
             status: 200,
             headers: vec![("Content-Type", "text/event-stream".to_owned())],
@@ -89,7 +90,7 @@ pub async fn serve(answers: Vec<Answer>) -> (String, Arc<Mutex<Vec<Seen>>>) {
                 answer.body.len()
             );
             for (name, value) in &answer.headers {
-                response.push_str(&format!("{name}: {value}\r\n"));
+                let _ = write!(response, "{name}: {value}\r\n");
             }
             response.push_str("\r\n");
             response.push_str(&answer.body);
