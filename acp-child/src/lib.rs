@@ -9,8 +9,10 @@
 
 pub mod backend;
 pub mod command;
+pub mod persona;
 pub mod server;
 pub mod session;
+pub mod store;
 pub mod tools;
 
 pub use server::{AgentConfig, ServeError, serve, serve_stdio};

@@ -1,10 +1,16 @@
 //! The `acp-child` binary: parses the command line, sends logs to stderr, and serves ACP on
-//! stdio until stdin closes (exit code 0) or the connection fails (exit code 1).
+//! stdio until stdin closes (exit code 0) or the connection fails (exit code 1). A bad model
+//! configuration (base URL, persona file, state directory) is reported before serving (exit 2).
 
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use acp_child::backend::model::config::{
+    BASE_URL_VAR, DEEPSEEK_BASE_URL, KEY_VARIABLES, MODEL_VAR, OPENAI_BASE_URL, STATE_DIR_VAR,
+};
+use acp_child::backend::model::{ModelConfig, ModelOptions};
 use acp_child::command::COMMANDS_HELP;
 use acp_child::{AGENT_NAME, AgentConfig, describe, serve_stdio};
 use clap::Parser;
@@ -13,20 +19,110 @@ use tracing_subscriber::EnvFilter;
 /// The environment variable holding the log filter (`tracing` directives, e.g. `debug`).
 const LOG_ENV: &str = "ACP_CHILD_LOG";
 
-/// An ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout.
-///
-/// It is meant to be launched by an ACP client such as Zed or acp-host, which writes requests to
-/// its stdin and reads responses and session updates from its stdout. Run by hand it just waits
-/// for JSON-RPC frames; close stdin (Ctrl-D) to exit.
-///
-/// No model is configured yet (a model backend via an OpenAI-compatible API is planned); prompts
-/// get an explanatory reply, and the offline commands below work now.
+/// The command line; the texts are user-facing, so they live in `help` attributes and
+/// [`LONG_ABOUT`] rather than in doc comments.
 #[derive(Debug, Parser)]
-#[command(name = AGENT_NAME, version, after_help = after_help())]
-struct Cli {}
+#[command(
+    name = AGENT_NAME,
+    version,
+    about = "An ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout.",
+    long_about = LONG_ABOUT,
+    after_help = after_help()
+)]
+struct Cli {
+    #[arg(
+        long,
+        value_name = "NAME",
+        help = "The model name; enables the model backend [env: ACP_CHILD_MODEL]"
+    )]
+    model: Option<String>,
+    #[arg(
+        long,
+        value_name = "URL",
+        help = "The OpenAI-compatible base URL including /v1 [env: ACP_CHILD_BASE_URL] [default: https://api.deepseek.com/v1 with DEEPSEEK_API_KEY, else https://api.openai.com/v1]"
+    )]
+    base_url: Option<String>,
+    #[arg(
+        long,
+        value_name = "FILE",
+        help = "A system prompt file; {model} and {cwd} in it are replaced [default: built in]"
+    )]
+    persona: Option<PathBuf>,
+    #[arg(
+        long,
+        value_name = "N",
+        help = "The most model requests per prompt; reaching it ends the turn with max_turn_requests [default: 25]"
+    )]
+    max_turn_requests: Option<u32>,
+    #[arg(
+        long,
+        value_name = "DIR",
+        help = "Where sessions are saved as JSONL [env: ACP_CHILD_STATE_DIR] [default: $XDG_STATE_HOME/acp-child/sessions or ~/.local/state/acp-child/sessions]"
+    )]
+    state_dir: Option<PathBuf>,
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        help = "How long run_command may run before it is killed [default: 120]"
+    )]
+    command_timeout: Option<u64>,
+    #[arg(
+        long,
+        value_name = "N",
+        help = "How many times a rate-limited (429) or failed (5xx) model request is retried [default: 3]"
+    )]
+    max_retries: Option<u32>,
+    #[arg(
+        long,
+        value_name = "MS",
+        help = "The first retry's delay in milliseconds, doubled for each further retry; a Retry-After header wins [default: 200]"
+    )]
+    retry_base_ms: Option<u64>,
+}
+
+/// The long description in `--help`.
+const LONG_ABOUT: &str = "An ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout.
+
+It is meant to be launched by an ACP client such as Zed or acp-host, which writes requests to its \
+stdin and reads responses and session updates from its stdout. Run by hand it just waits for \
+JSON-RPC frames; close stdin (Ctrl-D) to exit.
+
+With a model (--model or ACP_CHILD_MODEL) it is a coding agent backed by any OpenAI-compatible \
+Chat Completions API (DeepSeek, OpenAI, llama.cpp, vLLM, Ollama): it streams answers and uses \
+tools (read_file, list_dir, search, write_file, edit_file, run_command), asking permission before \
+every write and command. Without a model it runs its offline backend: prompts get an explanatory \
+reply, and the offline commands below work.";
+
+impl Cli {
+    fn model_options(self) -> ModelOptions {
+        ModelOptions {
+            model: self.model,
+            base_url: self.base_url,
+            persona: self.persona,
+            max_turn_requests: self.max_turn_requests,
+            state_dir: self.state_dir,
+            command_timeout_secs: self.command_timeout,
+            max_retries: self.max_retries,
+            retry_base_ms: self.retry_base_ms,
+        }
+    }
+}
 
 fn after_help() -> String {
-    let mut help = String::from("Offline commands (send them as the prompt text):\n");
+    let mut help = format!(
+        "Environment:\n  \
+         {MODEL_VAR:<20} the model name (same as --model)\n  \
+         {BASE_URL_VAR:<20} the base URL (same as --base-url)\n  \
+         {:<20} the API key; else {}, else {}; none: no key is sent\n  \
+         {STATE_DIR_VAR:<20} the session directory (same as --state-dir)\n\n\
+         acp-host passes no keys to its agents unless told: acp-host run --env {} ...\n\
+         Base URL default: {DEEPSEEK_BASE_URL} when the key is {}, else {OPENAI_BASE_URL}.\n\n\
+         Examples:\n  \
+         DEEPSEEK_API_KEY=... acp-child --model deepseek-chat\n  \
+         acp-child --model qwen2.5-coder --base-url http://localhost:11434/v1    # Ollama\n\n",
+        KEY_VARIABLES[0], KEY_VARIABLES[1], KEY_VARIABLES[2], KEY_VARIABLES[0], KEY_VARIABLES[1],
+    );
+    help.push_str("Offline commands (send them as the prompt text):\n");
     for command in COMMANDS_HELP {
         let usage = format!("/{} {}", command.name, command.input);
         // Writing to a String cannot fail.
@@ -40,8 +136,31 @@ fn after_help() -> String {
 }
 
 fn main() -> ExitCode {
-    let Cli {} = Cli::parse();
+    let cli = Cli::parse();
     init_logging();
+    let config = match ModelConfig::resolve(cli.model_options(), |name| std::env::var(name).ok()) {
+        Ok(None) => AgentConfig::offline(),
+        Ok(Some(model)) => {
+            tracing::info!(
+                model = model.model,
+                base_url = model.base_url,
+                key_from = model.api_key.as_ref().map_or("none", |key| key.variable),
+                state_dir = %model.state_dir.display(),
+                "model backend"
+            );
+            match AgentConfig::model(model) {
+                Ok(config) => config,
+                Err(error) => {
+                    eprintln!("{AGENT_NAME}: error: {}", describe(&error));
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        Err(error) => {
+            eprintln!("{AGENT_NAME}: error: {}", describe(&error));
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -52,7 +171,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(serve_stdio(AgentConfig::offline()));
+    let result = runtime.block_on(serve_stdio(config));
     // tokio reads stdin on a blocking thread that cannot be interrupted; if the connection ended
     // while stdin is still open, a plain drop would wait for one more line. Don't wait.
     runtime.shutdown_background();

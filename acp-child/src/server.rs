@@ -1,5 +1,10 @@
-//! The ACP agent server: SDK handlers for `initialize`, `session/new`, `session/prompt` and
-//! `session/cancel`.
+//! The ACP agent server: SDK handlers for `initialize`, `session/new`, `session/load`,
+//! `session/prompt` and `session/cancel`.
+//!
+//! Sessions persist only with a session store (the model backend): then `loadSession` is
+//! advertised, session ids are random (`sess-<uuid>`, unique across connections), each session
+//! gets a JSONL file, and `session/load` replays a saved conversation before answering. Without a
+//! store (the offline backend) ids are `sess-1`, `sess-2`, ... and `session/load` is refused.
 //!
 //! Invariants:
 //! - handlers run inside the SDK's dispatch loop, which processes one message at a time; they
@@ -12,14 +17,14 @@
 //! - a spawned turn task never returns an error (the SDK would shut the connection down): a
 //!   failed turn is answered with a JSON-RPC error and logged.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate,
-    CancelNotification, Implementation, InitializeRequest, InitializeResponse, NewSessionRequest,
-    NewSessionResponse, PromptRequest, PromptResponse, SessionId, SessionNotification,
-    SessionUpdate, UnstructuredCommandInput,
+    CancelNotification, Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
+    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
+    SessionId, SessionNotification, SessionUpdate, UnstructuredCommandInput,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
@@ -29,10 +34,12 @@ use agent_client_protocol::{
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
+use crate::backend::model::{ClientBuildError, Model, replay};
 use crate::backend::offline::Offline;
-use crate::backend::{Backend, Turn};
+use crate::backend::{Backend, ClientFs, Turn};
 use crate::command::COMMANDS_HELP;
-use crate::session::{SessionError, Sessions};
+use crate::session::{Memory, SessionError, Sessions};
+use crate::store::{Store, StoreError};
 use crate::tools::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION, describe};
 
@@ -41,6 +48,8 @@ use crate::{AGENT_NAME, AGENT_VERSION, describe};
 pub struct AgentConfig {
     /// Answers prompt turns.
     pub backend: Arc<dyn Backend>,
+    /// Where sessions are saved; `None`: sessions are not persisted and cannot be loaded.
+    pub store: Option<Arc<Store>>,
 }
 
 impl AgentConfig {
@@ -49,7 +58,17 @@ impl AgentConfig {
     pub fn offline() -> Self {
         Self {
             backend: Arc::new(Offline),
+            store: None,
         }
+    }
+
+    /// The configuration with a model: the [`Model`] backend, sessions saved in its state directory.
+    pub fn model(config: crate::backend::model::ModelConfig) -> Result<Self, ClientBuildError> {
+        let store = Store::new(config.state_dir.clone());
+        Ok(Self {
+            backend: Arc::new(Model::new(config)?),
+            store: Some(Arc::new(store)),
+        })
     }
 }
 
@@ -92,24 +111,50 @@ pub async fn serve(
 ) -> Result<(), ServeError> {
     let sessions = Arc::new(Sessions::default());
     let backend = config.backend;
+    let store = config.store;
+    // Set by `initialize`; read when a turn starts.
+    let client_fs = Arc::new(Mutex::new(ClientFs::default()));
+    let title = backend.title();
     let result = Agent
         .v1()
         .name(AGENT_NAME)
         .on_receive_request(
-            async |request: InitializeRequest,
-                   responder: Responder<InitializeResponse>,
-                   _cx: ConnectionTo<Client>| {
-                responder.respond(initialize(&request))
+            {
+                let client_fs = Arc::clone(&client_fs);
+                let persistent = store.is_some();
+                async move |request: InitializeRequest,
+                            responder: Responder<InitializeResponse>,
+                            _cx: ConnectionTo<Client>| {
+                    let fs = &request.client_capabilities.fs;
+                    *client_fs.lock().unwrap_or_else(PoisonError::into_inner) = ClientFs {
+                        read: fs.read_text_file,
+                        write: fs.write_text_file,
+                    };
+                    responder.respond(initialize(&request, &title, persistent))
+                }
             },
             on_receive_request!(),
         )
         .on_receive_request(
             {
                 let sessions = Arc::clone(&sessions);
+                let store = store.clone();
                 async move |request: NewSessionRequest,
                             responder: Responder<NewSessionResponse>,
                             cx: ConnectionTo<Client>| {
-                    new_session(&sessions, &request, responder, &cx)
+                    new_session(&sessions, store.as_ref(), &request, responder, &cx)
+                }
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let sessions = Arc::clone(&sessions);
+                let store = store.clone();
+                async move |request: LoadSessionRequest,
+                            responder: Responder<LoadSessionResponse>,
+                            cx: ConnectionTo<Client>| {
+                    load_session(&sessions, store.as_ref(), &request, responder, &cx)
                 }
             },
             on_receive_request!(),
@@ -120,7 +165,8 @@ pub async fn serve(
                 async move |request: PromptRequest,
                             responder: Responder<PromptResponse>,
                             cx: ConnectionTo<Client>| {
-                    prompt(&sessions, &backend, request, responder, &cx)
+                    let fs = *client_fs.lock().unwrap_or_else(PoisonError::into_inner);
+                    prompt(&sessions, &backend, fs, request, responder, &cx)
                 }
             },
             on_receive_request!(),
@@ -147,16 +193,17 @@ pub async fn serve(
     result.map_err(|source| ServeError::Connection { source })
 }
 
-fn initialize(request: &InitializeRequest) -> InitializeResponse {
+fn initialize(request: &InitializeRequest, title: &str, persistent: bool) -> InitializeResponse {
     tracing::debug!(client_version = ?request.protocol_version, "initialize");
     // Only v1 is spoken; answering with it lets a newer client downgrade or disconnect.
     InitializeResponse::new(ProtocolVersion::V1)
-        .agent_capabilities(AgentCapabilities::new())
-        .agent_info(Implementation::new(AGENT_NAME, AGENT_VERSION).title("acp-child (offline)"))
+        .agent_capabilities(AgentCapabilities::new().load_session(persistent))
+        .agent_info(Implementation::new(AGENT_NAME, AGENT_VERSION).title(title))
 }
 
 fn new_session(
     sessions: &Sessions,
+    store: Option<&Arc<Store>>,
     request: &NewSessionRequest,
     responder: Responder<NewSessionResponse>,
     cx: &ConnectionTo<Client>,
@@ -170,6 +217,25 @@ fn new_session(
             ));
         }
     };
+    if let Some(store) = store {
+        let id = format!("sess-{}", uuid::Uuid::new_v4().simple());
+        if let Err(error) = store.create(&id, workspace.root()) {
+            return responder.respond_with_error(AcpError::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("session/new: {}", describe(&error)),
+            ));
+        }
+        let memory = Memory::persistent(Arc::clone(store), &id, Vec::new());
+        if let Err(error) = sessions.open(&id, workspace, memory) {
+            // A fresh random id cannot be open already; answer rather than assume.
+            return responder.respond_with_error(AcpError::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("session/new: {error}"),
+            ));
+        }
+        tracing::debug!(session = id, cwd = %request.cwd.display(), "persistent session created");
+        return responder.respond(NewSessionResponse::new(id));
+    }
     let id = sessions.create(workspace);
     tracing::debug!(session = id, cwd = %request.cwd.display(), "session created");
     responder.respond(NewSessionResponse::new(id.clone()))?;
@@ -188,9 +254,60 @@ fn new_session(
     ))
 }
 
+fn load_session(
+    sessions: &Sessions,
+    store: Option<&Arc<Store>>,
+    request: &LoadSessionRequest,
+    responder: Responder<LoadSessionResponse>,
+    cx: &ConnectionTo<Client>,
+) -> Result<(), AcpError> {
+    let refuse = |code, message: String| AcpError::new(code, format!("session/load: {message}"));
+    let Some(store) = store else {
+        return responder.respond_with_error(refuse(
+            ErrorCode::METHOD_NOT_FOUND,
+            "sessions are saved only when a model is configured (--model or ACP_CHILD_MODEL); this agent runs offline and does not advertise loadSession".to_owned(),
+        ));
+    };
+    let id = request.session_id.0.as_ref();
+    let workspace = match Workspace::open(&request.cwd) {
+        Ok(workspace) => workspace,
+        Err(error) => {
+            return responder
+                .respond_with_error(refuse(ErrorCode::INVALID_PARAMS, describe(&error)));
+        }
+    };
+    let saved = match store.load(id) {
+        Ok(saved) => saved,
+        Err(error) => {
+            let code = match error {
+                StoreError::NotFound { .. } => ErrorCode::RESOURCE_NOT_FOUND,
+                StoreError::BadId { .. } => ErrorCode::INVALID_PARAMS,
+                StoreError::Io { .. } | StoreError::NoHeader { .. } => ErrorCode::INTERNAL_ERROR,
+            };
+            return responder.respond_with_error(refuse(code, describe(&error)));
+        }
+    };
+    let updates = replay::updates(&saved.history, &workspace);
+    let memory = Memory::persistent(Arc::clone(store), id, saved.history);
+    if let Err(error) = sessions.open(id, workspace, memory) {
+        return responder.respond_with_error(refuse(ErrorCode::INVALID_REQUEST, error.to_string()));
+    }
+    tracing::debug!(
+        session = id,
+        updates = updates.len(),
+        "session loaded; replaying"
+    );
+    // Replayed before the response: the same ordered outgoing queue carries both.
+    for update in updates {
+        cx.send_notification(SessionNotification::new(request.session_id.clone(), update))?;
+    }
+    responder.respond(LoadSessionResponse::new())
+}
+
 fn prompt(
     sessions: &Arc<Sessions>,
     backend: &Arc<dyn Backend>,
+    client_fs: ClientFs,
     request: PromptRequest,
     responder: Responder<PromptResponse>,
     cx: &ConnectionTo<Client>,
@@ -200,14 +317,16 @@ fn prompt(
         Err(error) => {
             let code = match error {
                 SessionError::Unknown { .. } => ErrorCode::RESOURCE_NOT_FOUND,
-                SessionError::Busy { .. } => ErrorCode::INVALID_REQUEST,
+                SessionError::Busy { .. } | SessionError::AlreadyOpen { .. } => {
+                    ErrorCode::INVALID_REQUEST
+                }
             };
             return responder
                 .respond_with_error(AcpError::new(code, format!("session/prompt: {error}")));
         }
     };
     let backend = Arc::clone(backend);
-    let mut turn = Turn::new(active, cx.clone(), request.prompt);
+    let mut turn = Turn::new(active, cx.clone(), request.prompt, client_fs);
     cx.spawn(async move {
         let result = backend.run_turn(&mut turn).await;
         // Free the session's slot before answering, so the next prompt is never refused as busy.

@@ -5,6 +5,10 @@
 //! dropped, which the server does *before* answering `session/prompt`, so a client may send its
 //! next prompt as soon as it sees the response. Cancelling a session cancels only its current turn.
 //!
+//! Each session also has a [`Memory`]: the conversation so far (for the model backend and
+//! `session/load`) and the standing permission answers (`allow-always` / `reject-always`, per tool
+//! kind). It lives as long as the connection and is shared with the session's turns.
+//!
 //! Synchronous on purpose: every method is a short critical section, safe to call from the SDK's
 //! dispatch loop (which must not block) and from spawned turn tasks.
 
@@ -14,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+use crate::store::{Record, Store};
 use crate::tools::Workspace;
 
 /// Why a prompt cannot start.
@@ -25,6 +30,74 @@ pub enum SessionError {
         "session {id} already has a prompt in flight; wait for its response or send session/cancel first"
     )]
     Busy { id: String },
+    #[error("session {id} is already open on this connection; keep using it")]
+    AlreadyOpen { id: String },
+}
+
+/// What a session remembers between its turns.
+#[derive(Debug, Default)]
+pub struct Memory {
+    history: Mutex<Vec<Record>>,
+    standing: Mutex<HashMap<String, bool>>,
+    /// Where the conversation is also saved (persistent sessions only).
+    saved_to: Option<(Arc<Store>, String)>,
+}
+
+impl Memory {
+    /// A memory holding an earlier conversation, kept in memory only.
+    #[must_use]
+    pub fn with_history(history: Vec<Record>) -> Self {
+        Self {
+            history: Mutex::new(history),
+            ..Self::default()
+        }
+    }
+
+    /// A memory whose additions are also appended to session `id`'s file in `store`.
+    #[must_use]
+    pub fn persistent(store: Arc<Store>, id: &str, history: Vec<Record>) -> Self {
+        Self {
+            history: Mutex::new(history),
+            standing: Mutex::default(),
+            saved_to: Some((store, id.to_owned())),
+        }
+    }
+
+    /// The conversation so far.
+    #[must_use]
+    pub fn history(&self) -> Vec<Record> {
+        lock(&self.history).clone()
+    }
+
+    /// Adds to the conversation, and saves it for a persistent session. A failed save is logged
+    /// and the turn goes on: losing the file must not lose the answer being given.
+    pub fn extend(&self, records: impl IntoIterator<Item = Record>) {
+        let records: Vec<Record> = records.into_iter().collect();
+        if let Some((store, id)) = &self.saved_to
+            && let Err(error) = store.append(id, &records)
+        {
+            tracing::warn!(session = %id, error = %crate::describe(&error), "cannot save the session");
+        }
+        lock(&self.history).extend(records);
+    }
+
+    /// The standing answer for a tool kind: `Some(true)` after allow-always, `Some(false)` after
+    /// reject-always, `None` when the user must be asked.
+    #[must_use]
+    pub fn standing(&self, kind: &str) -> Option<bool> {
+        lock(&self.standing).get(kind).copied()
+    }
+
+    /// Remembers an allow-always (`true`) or reject-always (`false`) for a tool kind.
+    pub fn set_standing(&self, kind: &str, allow: bool) {
+        lock(&self.standing).insert(kind.to_owned(), allow);
+    }
+}
+
+/// Every critical section leaves its data consistent, so a panic elsewhere that poisoned a lock
+/// left nothing half-done: keep serving.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// All sessions of one connection.
@@ -43,6 +116,7 @@ struct Inner {
 #[derive(Debug)]
 struct Entry {
     workspace: Arc<Workspace>,
+    memory: Arc<Memory>,
     turn: Option<InFlight>,
 }
 
@@ -60,6 +134,7 @@ pub struct ActiveTurn {
     number: u64,
     cancel: CancellationToken,
     workspace: Arc<Workspace>,
+    memory: Arc<Memory>,
 }
 
 impl Sessions {
@@ -72,10 +147,29 @@ impl Sessions {
             id.clone(),
             Entry {
                 workspace: Arc::new(workspace),
+                memory: Arc::default(),
                 turn: None,
             },
         );
         id
+    }
+
+    /// Registers a session under an id chosen by the caller (a persistent session, new or
+    /// loaded), with what it remembers. Refuses an id already open on this connection.
+    pub fn open(&self, id: &str, workspace: Workspace, memory: Memory) -> Result<(), SessionError> {
+        let mut inner = self.lock();
+        if inner.sessions.contains_key(id) {
+            return Err(SessionError::AlreadyOpen { id: id.to_owned() });
+        }
+        inner.sessions.insert(
+            id.to_owned(),
+            Entry {
+                workspace: Arc::new(workspace),
+                memory: Arc::new(memory),
+                turn: None,
+            },
+        );
+        Ok(())
     }
 
     /// Starts a prompt turn, or says why it cannot start.
@@ -105,6 +199,7 @@ impl Sessions {
             number,
             cancel,
             workspace: Arc::clone(&entry.workspace),
+            memory: Arc::clone(&entry.memory),
         })
     }
 
@@ -137,9 +232,7 @@ impl Sessions {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // Every critical section leaves `Inner` consistent, so a panic elsewhere that poisoned
-        // the lock left nothing half-done: keep serving.
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.inner)
     }
 }
 
@@ -160,6 +253,12 @@ impl ActiveTurn {
     #[must_use]
     pub fn workspace(&self) -> &Arc<Workspace> {
         &self.workspace
+    }
+
+    /// What the session remembers.
+    #[must_use]
+    pub fn memory(&self) -> &Arc<Memory> {
+        &self.memory
     }
 }
 
@@ -219,6 +318,40 @@ mod tests {
             "unknown session sess-9; create a session with session/new first"
         );
         assert!(!sessions.cancel("sess-9"));
+    }
+
+    #[test]
+    fn opened_sessions_keep_their_id_and_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = Arc::new(Sessions::default());
+        let history = vec![Record::User { text: "hi".into() }];
+        sessions
+            .open(
+                "sess-x",
+                Workspace::open(dir.path()).unwrap(),
+                Memory::with_history(history.clone()),
+            )
+            .unwrap();
+        assert_eq!(
+            sessions
+                .open(
+                    "sess-x",
+                    Workspace::open(dir.path()).unwrap(),
+                    Memory::default()
+                )
+                .unwrap_err(),
+            SessionError::AlreadyOpen {
+                id: "sess-x".into()
+            }
+        );
+        let turn = sessions.begin_turn("sess-x").unwrap();
+        assert_eq!(turn.memory().history(), history);
+        assert_eq!(turn.memory().standing("edit"), None);
+        turn.memory().set_standing("edit", true);
+        drop(turn);
+        let again = sessions.begin_turn("sess-x").unwrap();
+        assert_eq!(again.memory().standing("edit"), Some(true));
+        assert_eq!(again.memory().standing("execute"), None);
     }
 
     #[test]

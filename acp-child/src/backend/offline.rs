@@ -14,11 +14,11 @@ use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
     Diff, PermissionOption, PermissionOptionKind, StopReason, ToolCall, ToolCallContent,
-    ToolCallId, ToolCallLocation, ToolCallStatus, ToolCallUpdateFields, ToolKind,
+    ToolCallId, ToolCallStatus, ToolCallUpdateFields, ToolKind,
 };
 use futures::future::BoxFuture;
 
-use super::{Backend, PermissionAnswer, Turn, TurnError};
+use super::{Backend, PermissionAnswer, Turn, TurnError, locations};
 use crate::command::{self, Command, Parsed};
 use crate::describe;
 use crate::tools::Workspace;
@@ -43,6 +43,10 @@ pub struct Offline;
 impl Backend for Offline {
     fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>> {
         Box::pin(run(turn))
+    }
+
+    fn title(&self) -> String {
+        "acp-child (offline)".to_owned()
     }
 }
 
@@ -187,15 +191,6 @@ fn fail_with(turn: &Turn, id: &ToolCallId, error: &dyn std::error::Error) -> Res
     let reason = describe(error);
     fail(turn, id, &reason)?;
     turn.say(reason)
-}
-
-/// The tool call's location: the lexically resolved path, or none when the path is refused.
-fn locations(workspace: &Workspace, path: &str) -> Vec<ToolCallLocation> {
-    workspace
-        .locate(path)
-        .map(ToolCallLocation::new)
-        .into_iter()
-        .collect()
 }
 
 #[cfg(test)]

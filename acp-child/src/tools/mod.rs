@@ -1,4 +1,4 @@
-//! File access for the offline tools, confined to a session's directory.
+//! File access for the agent's tools, confined to a session's directory.
 //!
 //! Invariant: every path a tool touches is inside the session directory (the [`Workspace`] root,
 //! canonicalised when the session is created). Confinement is checked twice: lexically first
@@ -6,15 +6,20 @@
 //! system (the canonical target, or for a new file its canonical parent, must still be under the
 //! root, which catches symlinks pointing outside).
 //!
-//! Today this reads and writes the local file system directly; a later issue can route the same
-//! [`Workspace`] calls through the client's `fs/read_text_file` / `fs/write_text_file` instead.
-//! Writes are atomic (a temporary file in the same directory, then a rename) so a failed write
+//! The [`Workspace`] reads and writes the local file system; the model backend routes reads and
+//! writes through the client's `fs/read_text_file` / `fs/write_text_file` when the client offers
+//! them, after resolving the path here. Submodules: [`listing`] (list a folder, search text),
+//! [`shell`] (run a command), [`edit`] (exact replacement). Writes are atomic (a temporary file in the same directory, then a rename) so a failed write
 //! never leaves a half-written file behind.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use thiserror::Error;
+
+pub mod edit;
+pub mod listing;
+pub mod shell;
 
 /// The largest file `/read` returns; larger files would flood the client's transcript.
 pub const MAX_READ_BYTES: u64 = 1024 * 1024;
@@ -61,6 +66,24 @@ pub enum ToolError {
     },
     #[error("cannot write {requested}: it is a directory; name a file")]
     IsDirectory { requested: String },
+    #[error("cannot list {requested}: it is not a directory; use read_file for files")]
+    NotADirectory { requested: String },
+    #[error("old_text is empty; give the exact text to replace (use write_file to create a file)")]
+    EmptyOldText,
+    #[error(
+        "old_text was not found in {requested}; read the file and copy the exact text, including whitespace"
+    )]
+    OldTextNotFound { requested: String },
+    #[error(
+        "old_text matches {count} places in {requested}; include more surrounding lines so it matches exactly one"
+    )]
+    OldTextAmbiguous { requested: String, count: usize },
+    #[error("cannot run the command in {}", cwd.display())]
+    Spawn {
+        cwd: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("cannot show {requested}: it is not UTF-8 text")]
     NotText { requested: String },
     #[error(
@@ -116,6 +139,29 @@ impl Workspace {
     /// for display (tool call locations); use [`Self::read_text`] / [`Self::write_text`] to act.
     pub fn locate(&self, requested: &str) -> Result<PathBuf, ToolError> {
         confine_lexically(&self.root, requested)
+    }
+
+    /// Resolves an existing directory inside the workspace, the root itself included (an empty
+    /// path or `.` names the root), following symlinks.
+    pub fn resolve_dir(&self, requested: &str) -> Result<PathBuf, ToolError> {
+        let lexical = if requested.trim().is_empty() {
+            self.root.clone()
+        } else {
+            normalize_within(&self.root, requested)?
+        };
+        let target = std::fs::canonicalize(&lexical).map_err(|source| ToolError::Io {
+            action: "list",
+            requested: requested.to_owned(),
+            source,
+        })?;
+        let target = self.check_inside(requested, target)?;
+        if target.is_dir() {
+            Ok(target)
+        } else {
+            Err(ToolError::NotADirectory {
+                requested: requested.to_owned(),
+            })
+        }
     }
 
     /// Resolves an existing file, following symlinks, and checks it is still inside the root.
@@ -257,6 +303,20 @@ pub fn confine_lexically(root: &Path, requested: &str) -> Result<PathBuf, ToolEr
     if requested.trim().is_empty() {
         return Err(ToolError::EmptyPath);
     }
+    let resolved = normalize_within(root, requested)?;
+    if resolved == root {
+        Err(ToolError::Escapes {
+            requested: requested.to_owned(),
+            root: root.to_path_buf(),
+        })
+    } else {
+        Ok(resolved)
+    }
+}
+
+/// Joins `requested` to `root` and normalises `.` and `..` lexically; the result is `root` or a
+/// path under it.
+fn normalize_within(root: &Path, requested: &str) -> Result<PathBuf, ToolError> {
     let escapes = || ToolError::Escapes {
         requested: requested.to_owned(),
         root: root.to_path_buf(),
@@ -273,7 +333,7 @@ pub fn confine_lexically(root: &Path, requested: &str) -> Result<PathBuf, ToolEr
             other => resolved.push(other),
         }
     }
-    if resolved.starts_with(root) && resolved != root {
+    if resolved.starts_with(root) {
         Ok(resolved)
     } else {
         Err(escapes())

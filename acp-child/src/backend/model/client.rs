@@ -1,0 +1,532 @@
+//! The HTTP side: one streamed Chat Completions request, with bounded retries and clear errors.
+//!
+//! Client choice: `reqwest` + `eventsource-stream` rather than `async-openai`. acp-child needs
+//! (1) DeepSeek's `reasoning_content` deltas and vLLM/Ollama's `reasoning`, which async-openai's
+//! typed deltas drop (its "byot" escape hatch means declaring the types anyway); (2) exact control
+//! of status handling: a 401 must fail at once naming the key variable, a 429 must honour
+//! `Retry-After` a bounded number of times, and async-openai's built-in exponential backoff
+//! retries for minutes; (3) a lean build. The wire types are a few serde structs
+//! ([`super::wire`]); HTTP and SSE framing stay with the crates that do them well.
+//!
+//! Invariants: the API key is sent only as the `Authorization` header and never logged or put in
+//! an error; every wait (a request, a backoff sleep) races the turn's cancellation, and the caller
+//! races it while reading the stream, so `session/cancel` is prompt; a retry happens only for 429
+//! and 5xx, at most `max_retries` times, each waiting `Retry-After` (capped at
+//! [`MAX_RETRY_AFTER`]) or `retry_base * 2^n`.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use eventsource_stream::{Event, EventStreamError, Eventsource as _};
+use futures::Stream;
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use super::config::{ApiKey, KEY_VARIABLES, ModelConfig};
+use super::wire::{ChatRequest, ErrorBody};
+
+/// The longest `Retry-After` honoured; a server asking for more gets this.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_mins(1);
+/// Connecting must succeed within this.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// A streamed response may be silent this long (reasoning models pause, but servers send
+/// keep-alive comments) before the turn fails rather than hangs.
+pub const READ_TIMEOUT: Duration = Duration::from_mins(5);
+/// How much of an error body is quoted in a message.
+const MAX_QUOTED_BODY: usize = 500;
+
+/// A model request failed.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    #[error(
+        "model server rejected the API key (HTTP {status}): set {own} (or {others}) to a valid key; with acp-host forward it with --env {own} ({key_state})",
+        own = KEY_VARIABLES[0],
+        others = KEY_VARIABLES[1..].join(" / ")
+    )]
+    BadKey { status: u16, key_state: String },
+    #[error("cannot reach the model server at {base_url}")]
+    Unreachable {
+        base_url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error(
+        "the model server is rate limiting requests (HTTP 429), still after {retries} retries: {message}; wait and try again, or raise --max-retries"
+    )]
+    RateLimited { retries: u32, message: String },
+    #[error(
+        "the model server failed (HTTP {status}), still after {retries} retries: {message}; try again later"
+    )]
+    ServerFailed {
+        status: u16,
+        retries: u32,
+        message: String,
+    },
+    #[error(
+        "the model server refused the request (HTTP {status}): {message}; check the model name ({model}) and the base URL ({base_url})"
+    )]
+    Refused {
+        status: u16,
+        message: String,
+        model: String,
+        base_url: String,
+    },
+    #[error("the model's response stream from {base_url} broke off")]
+    Stream {
+        base_url: String,
+        #[source]
+        source: EventStreamError<reqwest::Error>,
+    },
+    #[error("the model server reported an error mid-stream: {message}")]
+    InStream { message: String },
+    #[error("the model server sent data that is not a chat completion chunk: {data}")]
+    BadChunk {
+        data: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A response being streamed: its server-sent events.
+pub type Events =
+    Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+
+/// Sends Chat Completions requests for one model configuration.
+#[derive(Debug, Clone)]
+pub struct ModelClient {
+    http: reqwest::Client,
+    config: Arc<ModelConfig>,
+}
+
+/// The client could not be built (the TLS set-up failed).
+#[derive(Debug, Error)]
+#[error("cannot set up the HTTP client for the model server")]
+pub struct ClientBuildError(#[source] reqwest::Error);
+
+impl ModelClient {
+    /// A client for `config`.
+    pub fn new(config: Arc<ModelConfig>) -> Result<Self, ClientBuildError> {
+        // reqwest is built without a default crypto provider (see the workspace manifest);
+        // installing one twice is harmless, so the error is ignored.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .user_agent(concat!("acp-child/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(ClientBuildError)?;
+        Ok(Self { http, config })
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Sends a streamed request and returns its events once the server accepted it; `Ok(None)`
+    /// when `cancel` fired first. Retries 429 and 5xx answers (see the module docs).
+    pub async fn stream(
+        &self,
+        request: &ChatRequest<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Events>, ModelError> {
+        // Serialising plain structs and a JSON value cannot fail.
+        let body = serde_json::to_vec(request).unwrap_or_default();
+        let mut retries = 0;
+        loop {
+            let sent = self
+                .http
+                .post(self.config.endpoint())
+                .headers(self.headers())
+                .body(body.clone())
+                .send();
+            let response = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Ok(None),
+                response = sent => response.map_err(|source| ModelError::Unreachable {
+                    base_url: self.config.base_url.clone(),
+                    source,
+                })?,
+            };
+            let status = response.status();
+            if status.is_success() {
+                return Ok(Some(Box::pin(response.bytes_stream().eventsource())));
+            }
+            let retry_after = retry_after(response.headers());
+            let message = error_message(response).await;
+            match classify(status, retries, self.config.max_retries) {
+                Outcome::Retry => {
+                    let delay = backoff(self.config.retry_base, retries, retry_after);
+                    tracing::warn!(
+                        status = status.as_u16(),
+                        retry = retries + 1,
+                        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                        %message,
+                        "model request failed; retrying"
+                    );
+                    tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                    retries += 1;
+                }
+                Outcome::Fail => return Err(self.failure(status, retries, message)),
+            }
+        }
+    }
+
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+        if let Some(key) = &self.config.api_key
+            && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", key.value))
+        {
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        headers
+    }
+
+    fn failure(&self, status: StatusCode, retries: u32, message: String) -> ModelError {
+        match status.as_u16() {
+            401 | 403 => ModelError::BadKey {
+                status: status.as_u16(),
+                key_state: key_state(self.config.api_key.as_ref()),
+            },
+            429 => ModelError::RateLimited { retries, message },
+            code if status.is_server_error() => ModelError::ServerFailed {
+                status: code,
+                retries,
+                message,
+            },
+            code => ModelError::Refused {
+                status: code,
+                message,
+                model: self.config.model.clone(),
+                base_url: self.config.base_url.clone(),
+            },
+        }
+    }
+}
+
+/// What to do with a failed answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Retry,
+    Fail,
+}
+
+/// Rate limits (429) and server errors (5xx) are retried while retries remain; anything else
+/// (a bad key, a bad request) would fail the same way again.
+#[must_use]
+pub fn classify(status: StatusCode, retries_done: u32, max_retries: u32) -> Outcome {
+    let transient = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
+    if transient && retries_done < max_retries {
+        Outcome::Retry
+    } else {
+        Outcome::Fail
+    }
+}
+
+/// The delay before retry number `retries_done + 1`: the server's `Retry-After` (capped), else
+/// `base * 2^retries_done`.
+#[must_use]
+pub fn backoff(base: Duration, retries_done: u32, retry_after: Option<Duration>) -> Duration {
+    retry_after.map_or_else(
+        || base.saturating_mul(2_u32.saturating_pow(retries_done)),
+        |after| after.min(MAX_RETRY_AFTER),
+    )
+}
+
+/// `Retry-After` in seconds (the HTTP-date form is rare for APIs and is ignored).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let text = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    text.parse::<f64>()
+        .ok()
+        .filter(|secs| secs.is_finite() && *secs >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+/// Says where the key came from, without the key.
+fn key_state(key: Option<&ApiKey>) -> String {
+    match key {
+        Some(key) => format!("the key sent came from {}", key.variable),
+        None => "no key was set, so none was sent".to_owned(),
+    }
+}
+
+/// The server's explanation: `error.message` from a JSON body, else the body's start.
+async fn error_message(response: reqwest::Response) -> String {
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    explain_body(status, &body)
+}
+
+/// The server's explanation from an error body (pure, for tests).
+#[must_use]
+pub fn explain_body(status: StatusCode, body: &str) -> String {
+    let from_json = serde_json::from_str::<ErrorBody>(body)
+        .ok()
+        .and_then(|body| body.error)
+        .and_then(|error| error.message);
+    let text = from_json.unwrap_or_else(|| body.trim().to_owned());
+    if text.is_empty() {
+        return status
+            .canonical_reason()
+            .unwrap_or("no explanation given")
+            .to_owned();
+    }
+    match text.char_indices().nth(MAX_QUOTED_BODY) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_rate_limits_and_server_errors_are_retried_and_boundedly() {
+        let retry = |code: u16, done| classify(StatusCode::from_u16(code).unwrap(), done, 3);
+        assert_eq!(retry(429, 0), Outcome::Retry);
+        assert_eq!(retry(503, 2), Outcome::Retry);
+        assert_eq!(retry(429, 3), Outcome::Fail);
+        for code in [400, 401, 403, 404] {
+            assert_eq!(retry(code, 0), Outcome::Fail, "{code}");
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_and_honours_retry_after() {
+        let base = Duration::from_millis(200);
+        assert_eq!(backoff(base, 0, None), Duration::from_millis(200));
+        assert_eq!(backoff(base, 2, None), Duration::from_millis(800));
+        assert_eq!(
+            backoff(base, 2, Some(Duration::from_secs(1))),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            backoff(base, 0, Some(Duration::from_hours(1))),
+            MAX_RETRY_AFTER
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&headers), Some(Duration::from_secs(2)));
+        headers.insert(
+            RETRY_AFTER,
+            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
+        assert_eq!(retry_after(&headers), None);
+    }
+
+    #[test]
+    fn error_bodies_are_quoted_briefly() {
+        assert_eq!(
+            explain_body(
+                StatusCode::NOT_FOUND,
+                r#"{"error":{"message":"model x does not exist","type":"invalid_request_error"}}"#
+            ),
+            "model x does not exist"
+        );
+        assert_eq!(
+            explain_body(StatusCode::BAD_GATEWAY, "  upstream down \n"),
+            "upstream down"
+        );
+        assert_eq!(
+            explain_body(StatusCode::SERVICE_UNAVAILABLE, ""),
+            "Service Unavailable"
+        );
+        assert_eq!(
+            explain_body(StatusCode::BAD_REQUEST, &"x".repeat(600))
+                .chars()
+                .count(),
+            MAX_QUOTED_BODY + 1
+        );
+    }
+
+    #[test]
+    fn a_bad_key_names_the_variables_never_the_key() {
+        let error = ModelError::BadKey {
+            status: 401,
+            key_state: key_state(Some(&ApiKey {
+                variable: "DEEPSEEK_API_KEY",
+                value: "sk-secret".into(),
+            })),
+        };
+        assert_eq!(
+            error.to_string(),
+            "model server rejected the API key (HTTP 401): set ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY) to a valid key; with acp-host forward it with --env ACP_CHILD_API_KEY (the key sent came from DEEPSEEK_API_KEY)"
+        );
+    }
+
+    mod over_loopback {
+        use futures::StreamExt as _;
+
+        use super::super::super::stub::{Answer, serve};
+        use super::*;
+        use crate::backend::model::config::ModelOptions;
+        use crate::backend::model::wire::Message;
+
+        fn client(base_url: &str, key: Option<(&'static str, &str)>) -> ModelClient {
+            let options = ModelOptions {
+                model: Some("test-model".into()),
+                base_url: Some(base_url.into()),
+                state_dir: Some("/unused".into()),
+                retry_base_ms: Some(1),
+                max_retries: Some(2),
+                ..ModelOptions::default()
+            };
+            let config = ModelConfig::resolve(options, |name| {
+                key.filter(|(variable, _)| *variable == name)
+                    .map(|(_, value)| value.to_owned())
+            })
+            .unwrap()
+            .unwrap();
+            ModelClient::new(Arc::new(config)).unwrap()
+        }
+
+        async fn send(client: &ModelClient) -> Result<Option<Vec<String>>, ModelError> {
+            let messages = [Message::User {
+                content: "hi".into(),
+            }];
+            let tools = serde_json::json!([]);
+            let request = ChatRequest {
+                model: &client.config().model,
+                messages: &messages,
+                stream: true,
+                tools: &tools,
+            };
+            let Some(events) = client.stream(&request, &CancellationToken::new()).await? else {
+                return Ok(None);
+            };
+            let data = events
+                .map(|event| event.unwrap().data)
+                .collect::<Vec<_>>()
+                .await;
+            Ok(Some(data))
+        }
+
+        #[tokio::test]
+        async fn streams_events_and_sends_the_key_as_a_bearer_token() {
+            let (base, seen) = serve(vec![Answer::sse(&["{\"a\":1}", "[DONE]"])]).await;
+            let client = client(&base, Some(("ACP_CHILD_API_KEY", "sk-test")));
+            let data = send(&client).await.unwrap().unwrap();
+            assert_eq!(data, ["{\"a\":1}", "[DONE]"]);
+            let seen = seen.lock().unwrap();
+            assert!(
+                seen[0]
+                    .head
+                    .starts_with("POST /v1/chat/completions HTTP/1.1")
+            );
+            assert!(
+                seen[0]
+                    .head
+                    .to_ascii_lowercase()
+                    .contains("authorization: bearer sk-test")
+            );
+            let body: serde_json::Value = serde_json::from_str(&seen[0].body).unwrap();
+            assert_eq!(body["model"], "test-model");
+            assert_eq!(body["stream"], true);
+        }
+
+        #[tokio::test]
+        async fn no_key_means_no_authorization_header() {
+            let (base, seen) = serve(vec![Answer::sse(&["[DONE]"])]).await;
+            send(&client(&base, None)).await.unwrap().unwrap();
+            assert!(
+                !seen.lock().unwrap()[0]
+                    .head
+                    .to_ascii_lowercase()
+                    .contains("authorization")
+            );
+        }
+
+        #[tokio::test]
+        async fn a_rejected_key_fails_at_once_naming_the_variable() {
+            let (base, seen) = serve(vec![Answer::error(401, "invalid api key")]).await;
+            let error = send(&client(&base, Some(("DEEPSEEK_API_KEY", "sk-bad"))))
+                .await
+                .unwrap_err();
+            let message = crate::describe(&error);
+            assert!(
+                message.starts_with(
+                    "model server rejected the API key (HTTP 401): set ACP_CHILD_API_KEY"
+                ),
+                "{message}"
+            );
+            assert!(
+                message.ends_with("(the key sent came from DEEPSEEK_API_KEY)"),
+                "{message}"
+            );
+            assert!(!message.contains("sk-bad"));
+            assert_eq!(seen.lock().unwrap().len(), 1, "a 401 is not retried");
+        }
+
+        #[tokio::test]
+        async fn rate_limits_are_retried_then_succeed() {
+            let mut limited = Answer::error(429, "slow down");
+            limited.headers.push(("Retry-After", "0".to_owned()));
+            let (base, seen) = serve(vec![
+                limited,
+                Answer::error(503, "busy"),
+                Answer::sse(&["[DONE]"]),
+            ])
+            .await;
+            let data = send(&client(&base, None)).await.unwrap().unwrap();
+            assert_eq!(data, ["[DONE]"]);
+            assert_eq!(seen.lock().unwrap().len(), 3);
+        }
+
+        #[tokio::test]
+        async fn rate_limits_past_the_retry_budget_are_a_clear_error() {
+            let (base, seen) = serve(
+                (0..3)
+                    .map(|_| Answer::error(429, "quota exceeded"))
+                    .collect(),
+            )
+            .await;
+            let error = send(&client(&base, None)).await.unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                "the model server is rate limiting requests (HTTP 429), still after 2 retries: quota exceeded; wait and try again, or raise --max-retries"
+            );
+            assert_eq!(seen.lock().unwrap().len(), 3);
+        }
+
+        #[tokio::test]
+        async fn an_unreachable_server_is_named() {
+            // Bind then drop: nothing listens on the port any more.
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let base = format!("http://127.0.0.1:{port}/v1");
+            let error = send(&client(&base, None)).await.unwrap_err();
+            let message = crate::describe(&error);
+            assert!(
+                message.starts_with(&format!("cannot reach the model server at {base}: ")),
+                "{message}"
+            );
+        }
+
+        #[tokio::test]
+        async fn other_refusals_name_the_model_and_url() {
+            let (base, _) = serve(vec![Answer::error(404, "model not found")]).await;
+            let error = send(&client(&base, None)).await.unwrap_err();
+            assert_eq!(
+                error.to_string(),
+                format!(
+                    "the model server refused the request (HTTP 404): model not found; check the model name (test-model) and the base URL ({base})"
+                )
+            );
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The model backend's configuration, resolved from command-line values and the environment.
+//!
+//! The rules (the CLI contract, documented in `--help` and docs/acp-child.md) have one home here:
+//! - the model backend is on iff a model name is given (`--model` or `ACP_CHILD_MODEL`);
+//! - the API key comes from the first set variable of [`KEY_VARIABLES`]; none is fine (local
+//!   servers), then no `Authorization` header is sent;
+//! - the base URL (including `/v1`) comes from `--base-url`, else `ACP_CHILD_BASE_URL`, else the
+//!   provider the key belongs to: DeepSeek for `DEEPSEEK_API_KEY`, OpenAI otherwise;
+//! - the state directory is `--state-dir`, else `ACP_CHILD_STATE_DIR`, else
+//!   `$XDG_STATE_HOME/acp-child/sessions`, else `~/.local/state/acp-child/sessions`.
+//!
+//! Pure: the environment is read through a lookup function, so every rule is unit-tested. Empty
+//! values count as unset. The key is never printed: [`ApiKey`]'s `Debug` redacts it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::persona::Persona;
+
+/// The variable naming the model.
+pub const MODEL_VAR: &str = "ACP_CHILD_MODEL";
+/// The variable naming the base URL.
+pub const BASE_URL_VAR: &str = "ACP_CHILD_BASE_URL";
+/// The variable naming the session store directory.
+pub const STATE_DIR_VAR: &str = "ACP_CHILD_STATE_DIR";
+/// Where the API key is looked for, in order.
+pub const KEY_VARIABLES: [&str; 3] = ["ACP_CHILD_API_KEY", "DEEPSEEK_API_KEY", "OPENAI_API_KEY"];
+/// DeepSeek's OpenAI-compatible API.
+pub const DEEPSEEK_BASE_URL: &str = "https://api.deepseek.com/v1";
+/// OpenAI's API.
+pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Default for `--max-turn-requests`.
+pub const DEFAULT_MAX_TURN_REQUESTS: u32 = 25;
+/// Default for `--command-timeout`, in seconds.
+pub const DEFAULT_COMMAND_TIMEOUT_SECS: u64 = 120;
+/// Default for `--max-retries`.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+/// Default for `--retry-base-ms`.
+pub const DEFAULT_RETRY_BASE_MS: u64 = 200;
+
+/// What the command line said; `None` means "not given" (the environment or a default decides).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelOptions {
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub persona: Option<PathBuf>,
+    pub max_turn_requests: Option<u32>,
+    pub state_dir: Option<PathBuf>,
+    pub command_timeout_secs: Option<u64>,
+    pub max_retries: Option<u32>,
+    pub retry_base_ms: Option<u64>,
+}
+
+/// An API key and the variable it came from.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    /// The variable it was read from (one of [`KEY_VARIABLES`]).
+    pub variable: &'static str,
+    /// The secret.
+    pub value: String,
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKey")
+            .field("variable", &self.variable)
+            .field("value", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The resolved model backend configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// The model name sent in each request.
+    pub model: String,
+    /// The base URL including `/v1`, without a trailing slash.
+    pub base_url: String,
+    /// The API key, if any.
+    pub api_key: Option<ApiKey>,
+    /// The system prompt template.
+    pub persona: Persona,
+    /// The most model requests one prompt turn may make.
+    pub max_turn_requests: u32,
+    /// Where sessions are saved.
+    pub state_dir: PathBuf,
+    /// How long `run_command` may run.
+    pub command_timeout: Duration,
+    /// How many times a rate-limited (429) or failed (5xx) request is retried.
+    pub max_retries: u32,
+    /// The first retry's delay; each further retry doubles it (unless the server sends
+    /// `Retry-After`).
+    pub retry_base: Duration,
+}
+
+/// The configuration cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error(
+        "invalid base URL {url:?} ({reason}); give the server's OpenAI-compatible base URL including /v1, e.g. http://localhost:11434/v1"
+    )]
+    BaseUrl { url: String, reason: String },
+    #[error(
+        "no state directory: set --state-dir or {STATE_DIR_VAR} (or XDG_STATE_HOME / HOME) to where sessions should be saved"
+    )]
+    NoStateDir,
+    #[error("{what} must be at least 1")]
+    Zero { what: &'static str },
+    #[error(transparent)]
+    Persona(#[from] crate::persona::PersonaError),
+}
+
+impl ModelConfig {
+    /// Resolves the configuration; `Ok(None)` when no model is configured (the offline backend
+    /// applies). `env` looks a variable up.
+    pub fn resolve(
+        options: ModelOptions,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<Self>, ConfigError> {
+        let lookup = |name: &str| env(name).filter(|value| !value.trim().is_empty());
+        let Some(model) = options
+            .model
+            .filter(|model| !model.trim().is_empty())
+            .or_else(|| lookup(MODEL_VAR))
+        else {
+            return Ok(None);
+        };
+        let api_key = KEY_VARIABLES.iter().find_map(|&variable| {
+            lookup(variable).map(|value| ApiKey {
+                variable,
+                value: value.trim().to_owned(),
+            })
+        });
+        let base_url = match options.base_url.or_else(|| lookup(BASE_URL_VAR)) {
+            Some(url) => check_base_url(&url)?,
+            None if api_key
+                .as_ref()
+                .is_some_and(|key| key.variable == "DEEPSEEK_API_KEY") =>
+            {
+                DEEPSEEK_BASE_URL.to_owned()
+            }
+            None => OPENAI_BASE_URL.to_owned(),
+        };
+        let state_dir = match options.state_dir {
+            Some(dir) => dir,
+            None => default_state_dir(&lookup).ok_or(ConfigError::NoStateDir)?,
+        };
+        let persona = match options.persona {
+            Some(path) => Persona::load(&path)?,
+            None => Persona::default(),
+        };
+        let max_turn_requests = options
+            .max_turn_requests
+            .unwrap_or(DEFAULT_MAX_TURN_REQUESTS);
+        if max_turn_requests == 0 {
+            return Err(ConfigError::Zero {
+                what: "--max-turn-requests",
+            });
+        }
+        Ok(Some(Self {
+            model: model.trim().to_owned(),
+            base_url,
+            api_key,
+            persona,
+            max_turn_requests,
+            state_dir,
+            command_timeout: Duration::from_secs(
+                options
+                    .command_timeout_secs
+                    .unwrap_or(DEFAULT_COMMAND_TIMEOUT_SECS),
+            ),
+            max_retries: options.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+            retry_base: Duration::from_millis(
+                options.retry_base_ms.unwrap_or(DEFAULT_RETRY_BASE_MS),
+            ),
+        }))
+    }
+
+    /// The chat completions endpoint.
+    #[must_use]
+    pub fn endpoint(&self) -> String {
+        format!("{}/chat/completions", self.base_url)
+    }
+}
+
+fn check_base_url(url: &str) -> Result<String, ConfigError> {
+    let trimmed = url.trim().trim_end_matches('/');
+    let invalid = |reason: String| ConfigError::BaseUrl {
+        url: url.to_owned(),
+        reason,
+    };
+    let parsed = reqwest::Url::parse(trimmed).map_err(|error| invalid(error.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(format!(
+            "scheme {} is not http or https",
+            parsed.scheme()
+        )));
+    }
+    Ok(trimmed.to_owned())
+}
+
+fn default_state_dir(lookup: &impl Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(dir) = lookup(STATE_DIR_VAR) {
+        return Some(PathBuf::from(dir));
+    }
+    let base = lookup("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| lookup("HOME").map(|home| PathBuf::from(home).join(".local/state")))?;
+    Some(base.join("acp-child/sessions"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn resolve(
+        options: ModelOptions,
+        vars: &[(&str, &str)],
+    ) -> Result<Option<ModelConfig>, ConfigError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect();
+        ModelConfig::resolve(options, |name| vars.get(name).cloned())
+    }
+
+    fn with_model() -> ModelOptions {
+        ModelOptions {
+            model: Some("m".into()),
+            ..ModelOptions::default()
+        }
+    }
+
+    #[test]
+    fn no_model_means_offline() {
+        assert_eq!(
+            resolve(ModelOptions::default(), &[("DEEPSEEK_API_KEY", "k")]).unwrap(),
+            None
+        );
+        assert_eq!(
+            resolve(ModelOptions::default(), &[(MODEL_VAR, " ")]).unwrap(),
+            None
+        );
+        let from_env = resolve(
+            ModelOptions::default(),
+            &[(MODEL_VAR, "deepseek-chat"), ("HOME", "/h")],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(from_env.model, "deepseek-chat");
+    }
+
+    #[test]
+    fn key_order_and_base_url_defaults() {
+        let config = |vars: &[(&str, &str)]| resolve(with_model(), vars).unwrap().unwrap();
+        let deepseek = config(&[
+            ("DEEPSEEK_API_KEY", "d"),
+            ("OPENAI_API_KEY", "o"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(
+            deepseek.api_key.as_ref().unwrap().variable,
+            "DEEPSEEK_API_KEY"
+        );
+        assert_eq!(deepseek.base_url, DEEPSEEK_BASE_URL);
+        let own = config(&[
+            ("ACP_CHILD_API_KEY", "a"),
+            ("DEEPSEEK_API_KEY", "d"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(own.api_key.as_ref().unwrap().value, "a");
+        assert_eq!(own.base_url, OPENAI_BASE_URL);
+        let none = config(&[("HOME", "/h")]);
+        assert_eq!(
+            (none.api_key, none.base_url.as_str()),
+            (None, OPENAI_BASE_URL)
+        );
+        let local = config(&[
+            (BASE_URL_VAR, "http://127.0.0.1:8080/v1/"),
+            ("DEEPSEEK_API_KEY", "d"),
+            ("HOME", "/h"),
+        ]);
+        assert_eq!(local.base_url, "http://127.0.0.1:8080/v1");
+        assert_eq!(
+            local.endpoint(),
+            "http://127.0.0.1:8080/v1/chat/completions"
+        );
+        let flag = resolve(
+            ModelOptions {
+                base_url: Some("http://localhost:11434/v1".into()),
+                ..with_model()
+            },
+            &[(BASE_URL_VAR, "http://ignored/v1"), ("HOME", "/h")],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(flag.base_url, "http://localhost:11434/v1");
+    }
+
+    #[test]
+    fn bad_base_urls_are_explained() {
+        let error = resolve(
+            ModelOptions {
+                base_url: Some("ftp://x/v1".into()),
+                ..with_model()
+            },
+            &[("HOME", "/h")],
+        )
+        .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "invalid base URL \"ftp://x/v1\" (scheme ftp is not http or https); give the server's OpenAI-compatible base URL including /v1, e.g. http://localhost:11434/v1"
+        );
+        assert!(matches!(
+            resolve(
+                ModelOptions {
+                    base_url: Some("not a url".into()),
+                    ..with_model()
+                },
+                &[("HOME", "/h")]
+            ),
+            Err(ConfigError::BaseUrl { .. })
+        ));
+    }
+
+    #[test]
+    fn state_dir_order() {
+        let dir = |options: ModelOptions, vars: &[(&str, &str)]| {
+            resolve(options, vars).unwrap().unwrap().state_dir
+        };
+        assert_eq!(
+            dir(with_model(), &[("HOME", "/h")]),
+            PathBuf::from("/h/.local/state/acp-child/sessions")
+        );
+        assert_eq!(
+            dir(with_model(), &[("HOME", "/h"), ("XDG_STATE_HOME", "/x")]),
+            PathBuf::from("/x/acp-child/sessions")
+        );
+        assert_eq!(
+            dir(with_model(), &[("HOME", "/h"), (STATE_DIR_VAR, "/s")]),
+            PathBuf::from("/s")
+        );
+        assert_eq!(
+            dir(
+                ModelOptions {
+                    state_dir: Some("/flag".into()),
+                    ..with_model()
+                },
+                &[(STATE_DIR_VAR, "/s")]
+            ),
+            PathBuf::from("/flag")
+        );
+        assert!(matches!(
+            resolve(with_model(), &[]),
+            Err(ConfigError::NoStateDir)
+        ));
+    }
+
+    #[test]
+    fn defaults_and_the_key_never_shows_in_debug() {
+        let config = resolve(
+            with_model(),
+            &[("OPENAI_API_KEY", "sk-secret"), ("HOME", "/h")],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.max_turn_requests, 25);
+        assert_eq!(config.command_timeout, Duration::from_mins(2));
+        assert_eq!(config.max_retries, 3);
+        assert_eq!(config.retry_base, Duration::from_millis(200));
+        assert!(!format!("{config:?}").contains("sk-secret"));
+        assert!(matches!(
+            resolve(
+                ModelOptions {
+                    max_turn_requests: Some(0),
+                    ..with_model()
+                },
+                &[("HOME", "/h")]
+            ),
+            Err(ConfigError::Zero { .. })
+        ));
+    }
+}

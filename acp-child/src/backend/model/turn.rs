@@ -1,0 +1,146 @@
+//! One prompt turn against the model: request -> stream -> tool calls -> results -> next request.
+//!
+//! Invariants:
+//! - at most `max_turn_requests` model requests per turn (retries of one request do not count);
+//!   reaching the limit with tool results still unanswered ends the turn with `max_turn_requests`;
+//! - the conversation is recorded (memory and, for persistent sessions, the session file) as it
+//!   happens: the prompt first, each model reply once complete, each tool result once known. A
+//!   reply cut off by cancellation keeps its streamed text but drops its unfinished tool calls;
+//!   calls a cancelled turn did not run are recorded as cancelled, so the next request is valid;
+//! - cancellation is raced at every wait (request, stream, permission, command) and the turn then
+//!   returns `cancelled`; model failures become [`TurnError::Model`] (a JSON-RPC error).
+
+use agent_client_protocol::v1::schema::StopReason;
+use futures::StreamExt as _;
+
+use super::client::{ModelClient, ModelError};
+use super::tools::{self, CANCELLED};
+use super::wire::{self, Accumulator, ChatRequest, Chunk, Finish, Reply};
+use crate::backend::{Turn, TurnError};
+use crate::store::Record;
+
+/// Runs one turn.
+pub async fn run(
+    client: &ModelClient,
+    tool_definitions: &serde_json::Value,
+    turn: &mut Turn,
+) -> Result<StopReason, TurnError> {
+    if turn.is_cancelled() {
+        return Ok(StopReason::Cancelled);
+    }
+    let config = client.config();
+    let memory = std::sync::Arc::clone(turn.memory());
+    memory.extend([Record::User {
+        text: turn.prompt_text(),
+    }]);
+    let system = config
+        .persona
+        .render(&config.model, turn.workspace().root());
+    for request_number in 1..=config.max_turn_requests {
+        tracing::debug!(request_number, "model request");
+        let messages = wire::messages(system.clone(), &memory.history());
+        let request = ChatRequest {
+            model: &config.model,
+            messages: &messages,
+            stream: true,
+            tools: tool_definitions,
+        };
+        let Some(reply) = stream_reply(client, &request, turn).await? else {
+            return Ok(StopReason::Cancelled);
+        };
+        let calls = match reply.finish {
+            // Tool calls of a cut-off or filtered reply may be truncated: never run them.
+            Finish::Length | Finish::ContentFilter | Finish::Stop => Vec::new(),
+            Finish::ToolCalls => reply.tool_calls,
+        };
+        memory.extend([Record::Assistant {
+            text: reply.text,
+            tool_calls: calls.clone(),
+        }]);
+        match reply.finish {
+            Finish::Stop => return Ok(StopReason::EndTurn),
+            Finish::Length => return Ok(StopReason::MaxTokens),
+            Finish::ContentFilter => return Ok(StopReason::Refusal),
+            Finish::ToolCalls => {}
+        }
+        for call in &calls {
+            let result = if turn.is_cancelled() {
+                tools::ToolResult {
+                    content: CANCELLED.to_owned(),
+                    failed: true,
+                }
+            } else {
+                tools::run(turn, call, config.command_timeout).await?
+            };
+            memory.extend([Record::Tool {
+                call_id: call.id.clone(),
+                content: result.content,
+                failed: result.failed,
+            }]);
+        }
+        if turn.is_cancelled() {
+            return Ok(StopReason::Cancelled);
+        }
+    }
+    Ok(StopReason::MaxTurnRequests)
+}
+
+/// Sends one request and streams its reply to the client (text as message chunks, reasoning as
+/// thought chunks). `Ok(None)`: the turn was cancelled; the text already streamed is recorded.
+async fn stream_reply(
+    client: &ModelClient,
+    request: &ChatRequest<'_>,
+    turn: &Turn,
+) -> Result<Option<Reply>, TurnError> {
+    let Some(mut events) = client.stream(request, turn.cancellation()).await? else {
+        return Ok(None);
+    };
+    let mut accumulator = Accumulator::default();
+    loop {
+        let event = tokio::select! {
+            biased;
+            () = turn.cancelled() => None,
+            event = events.next() => Some(event),
+        };
+        let Some(event) = event else {
+            // Keep what the user already saw; drop tool calls that never ran.
+            if !accumulator.text().is_empty() {
+                turn.memory().extend([Record::Assistant {
+                    text: accumulator.text().to_owned(),
+                    tool_calls: Vec::new(),
+                }]);
+            }
+            return Ok(None);
+        };
+        let Some(event) = event else { break };
+        let event = event.map_err(|source| ModelError::Stream {
+            base_url: client.config().base_url.clone(),
+            source,
+        })?;
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            break;
+        }
+        if data.is_empty() {
+            continue;
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(|source| ModelError::BadChunk {
+            data: data.chars().take(200).collect(),
+            source,
+        })?;
+        if let Some(error) = &chunk.error {
+            let message = error.message.as_deref().unwrap_or("no message").to_owned();
+            return Err(ModelError::InStream { message }.into());
+        }
+        let shown = accumulator.push(chunk);
+        if let Some(thought) = shown.thought {
+            turn.think(thought)?;
+        }
+        if let Some(text) = shown.text {
+            turn.say(text)?;
+        }
+    }
+    Ok(Some(accumulator.finish(|| {
+        format!("call_{}", uuid::Uuid::new_v4().simple())
+    })))
+}

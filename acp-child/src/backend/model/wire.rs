@@ -1,0 +1,479 @@
+//! The Chat Completions wire format: the request body, streamed chunks, and the pure rules that
+//! turn one into the other's inputs.
+//!
+//! - [`messages`] assembles the request's messages from the system prompt and the session's
+//!   [`Record`]s. It guarantees the shape OpenAI-compatible servers insist on: every assistant
+//!   tool call is followed by a tool message answering it (a turn that was interrupted between the
+//!   two gets a placeholder result).
+//! - [`Accumulator`] folds streamed chunks into one [`Reply`]: text, reasoning (DeepSeek's
+//!   `reasoning_content`; `reasoning` on vLLM and Ollama) and tool calls, which arrive in pieces
+//!   keyed by `index`.
+//! - [`Finish`] maps `finish_reason` to what the turn does next.
+//!
+//! Only the fields acp-child uses are modelled; unknown fields are ignored, so servers that add
+//! their own (usage, logprobs, ...) are fine.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::{Record, RecordedCall};
+
+/// The tool result recorded for a call whose turn ended before it ran.
+pub const INTERRUPTED_RESULT: &str = "not run: the turn ended before this tool call ran";
+
+/// A `POST /chat/completions` body.
+#[derive(Debug, Serialize)]
+pub struct ChatRequest<'a> {
+    pub model: &'a str,
+    pub messages: &'a [Message],
+    pub stream: bool,
+    pub tools: &'a serde_json::Value,
+}
+
+/// One request message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum Message {
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        // `null` rather than "" when the reply was only tool calls, as OpenAI itself sends.
+        content: Option<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+/// A tool call in an assistant message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WireToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: WireFunction,
+}
+
+/// The function a tool call invokes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WireFunction {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Builds the request's messages: the system prompt, then the conversation.
+#[must_use]
+pub fn messages(system: String, history: &[Record]) -> Vec<Message> {
+    let mut out = vec![Message::System { content: system }];
+    // Calls announced by the last assistant message and not answered yet.
+    let mut pending: Vec<String> = Vec::new();
+    let close = |pending: &mut Vec<String>, out: &mut Vec<Message>| {
+        for id in pending.drain(..) {
+            out.push(Message::Tool {
+                tool_call_id: id,
+                content: INTERRUPTED_RESULT.to_owned(),
+            });
+        }
+    };
+    for record in history {
+        match record {
+            Record::Session { .. } => {}
+            Record::User { text } => {
+                close(&mut pending, &mut out);
+                out.push(Message::User {
+                    content: text.clone(),
+                });
+            }
+            Record::Assistant { text, tool_calls } => {
+                close(&mut pending, &mut out);
+                pending = tool_calls.iter().map(|call| call.id.clone()).collect();
+                out.push(Message::Assistant {
+                    content: (!text.is_empty()).then(|| text.clone()),
+                    tool_calls: tool_calls
+                        .iter()
+                        .map(|call| WireToolCall {
+                            id: call.id.clone(),
+                            kind: "function",
+                            function: WireFunction {
+                                name: call.name.clone(),
+                                arguments: call.arguments.clone(),
+                            },
+                        })
+                        .collect(),
+                });
+            }
+            Record::Tool {
+                call_id, content, ..
+            } => {
+                // A result for a call that is not pending would be rejected by the server.
+                if let Some(position) = pending.iter().position(|id| id == call_id) {
+                    pending.remove(position);
+                    out.push(Message::Tool {
+                        tool_call_id: call_id.clone(),
+                        content: content.clone(),
+                    });
+                }
+            }
+        }
+    }
+    close(&mut pending, &mut out);
+    out
+}
+
+/// One streamed `chat.completion.chunk`.
+#[derive(Debug, Default, Deserialize)]
+pub struct Chunk {
+    #[serde(default)]
+    pub choices: Vec<Choice>,
+    /// Some servers report failures mid-stream as a chunk with an `error` object.
+    #[serde(default)]
+    pub error: Option<ApiError>,
+}
+
+/// An error object, as in `{"error": {"message": ...}}`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ApiError {
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// The error body of a failed request, if it is the usual JSON shape.
+#[derive(Debug, Default, Deserialize)]
+pub struct ErrorBody {
+    #[serde(default)]
+    pub error: Option<ApiError>,
+}
+
+/// One choice of a chunk (acp-child asks for one).
+#[derive(Debug, Default, Deserialize)]
+pub struct Choice {
+    #[serde(default)]
+    pub delta: Option<Delta>,
+    #[serde(default)]
+    pub finish_reason: Option<String>,
+}
+
+/// What a chunk adds.
+#[derive(Debug, Default, Deserialize)]
+pub struct Delta {
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+    #[serde(default)]
+    pub reasoning: Option<String>,
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+/// A piece of a tool call.
+#[derive(Debug, Default, Deserialize)]
+pub struct ToolCallDelta {
+    #[serde(default)]
+    pub index: Option<usize>,
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub function: Option<FunctionDelta>,
+}
+
+/// A piece of a tool call's function.
+#[derive(Debug, Default, Deserialize)]
+pub struct FunctionDelta {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub arguments: Option<String>,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    /// A complete answer.
+    Stop,
+    /// It wants tool results.
+    ToolCalls,
+    /// It hit its output limit.
+    Length,
+    /// The provider's content filter stopped it.
+    ContentFilter,
+}
+
+impl Finish {
+    /// Maps `finish_reason`. Servers disagree on what they send with tool calls (Ollama and
+    /// llama.cpp may say `stop`, some send nothing), so tool calls present means [`Finish::ToolCalls`]
+    /// unless the output was cut or filtered.
+    #[must_use]
+    pub fn from_reason(reason: Option<&str>, has_tool_calls: bool) -> Self {
+        match reason {
+            Some("length") => Self::Length,
+            Some("content_filter") => Self::ContentFilter,
+            _ if has_tool_calls => Self::ToolCalls,
+            _ => Self::Stop,
+        }
+    }
+}
+
+/// A complete reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub text: String,
+    pub tool_calls: Vec<RecordedCall>,
+    pub finish: Finish,
+}
+
+/// What a chunk contributes that should be shown at once.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Shown {
+    pub text: Option<String>,
+    pub thought: Option<String>,
+}
+
+/// Folds a stream of chunks into a [`Reply`].
+#[derive(Debug, Default)]
+pub struct Accumulator {
+    text: String,
+    calls: BTreeMap<usize, PartialCall>,
+    last_index: Option<usize>,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl Accumulator {
+    /// Adds a chunk; returns the text and reasoning to stream to the client now.
+    pub fn push(&mut self, chunk: Chunk) -> Shown {
+        let mut shown = Shown::default();
+        // acp-child requests one choice; extra choices, if a server sends them, are ignored.
+        let Some(choice) = chunk.choices.into_iter().next() else {
+            return shown;
+        };
+        if let Some(reason) = choice.finish_reason {
+            self.finish_reason = Some(reason);
+        }
+        let Some(delta) = choice.delta else {
+            return shown;
+        };
+        if let Some(text) = delta.content.filter(|text| !text.is_empty()) {
+            self.text.push_str(&text);
+            shown.text = Some(text);
+        }
+        let thought: String = [delta.reasoning_content, delta.reasoning]
+            .into_iter()
+            .flatten()
+            .collect();
+        if !thought.is_empty() {
+            shown.thought = Some(thought);
+        }
+        for piece in delta.tool_calls.unwrap_or_default() {
+            self.push_call(piece);
+        }
+        shown
+    }
+
+    fn push_call(&mut self, piece: ToolCallDelta) {
+        let starts_new = piece.id.as_deref().is_some_and(|id| !id.is_empty());
+        // Without an index (some local servers), a piece with an id starts a new call and the
+        // others continue the latest one.
+        let index = piece.index.unwrap_or_else(|| match self.last_index {
+            Some(last) if !starts_new => last,
+            Some(last) => last + 1,
+            None => 0,
+        });
+        self.last_index = Some(index);
+        let call = self.calls.entry(index).or_default();
+        if let Some(id) = piece.id.filter(|id| !id.is_empty()) {
+            call.id = id;
+        }
+        if let Some(function) = piece.function {
+            if let Some(name) = function.name {
+                call.name.push_str(&name);
+            }
+            if let Some(arguments) = function.arguments {
+                call.arguments.push_str(&arguments);
+            }
+        }
+    }
+
+    /// The reply so far: its text, and tool calls with missing ids filled in (`new_id` makes one).
+    pub fn finish(self, mut new_id: impl FnMut() -> String) -> Reply {
+        let tool_calls: Vec<RecordedCall> = self
+            .calls
+            .into_values()
+            .filter(|call| !call.name.is_empty())
+            .map(|call| RecordedCall {
+                id: if call.id.is_empty() {
+                    new_id()
+                } else {
+                    call.id
+                },
+                name: call.name,
+                arguments: call.arguments,
+            })
+            .collect();
+        Reply {
+            finish: Finish::from_reason(self.finish_reason.as_deref(), !tool_calls.is_empty()),
+            text: self.text,
+            tool_calls,
+        }
+    }
+
+    /// The text streamed so far (kept when a turn is cancelled mid-stream).
+    #[must_use]
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(json: &str) -> Chunk {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn text_reasoning_and_tool_calls_accumulate() {
+        let mut acc = Accumulator::default();
+        assert_eq!(
+            acc.push(chunk(
+                r#"{"choices":[{"delta":{"role":"assistant","reasoning_content":"hmm"}}]}"#
+            )),
+            Shown {
+                text: None,
+                thought: Some("hmm".into())
+            }
+        );
+        assert_eq!(
+            acc.push(chunk(
+                r#"{"choices":[{"delta":{"content":"Let me look."}}]}"#
+            )),
+            Shown {
+                text: Some("Let me look.".into()),
+                thought: None
+            }
+        );
+        acc.push(chunk(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read_file","arguments":""}}]}}]}"#));
+        acc.push(chunk(r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"call_b","function":{"name":"list_dir","arguments":"{\"path\":"}}]}}]}"#));
+        acc.push(chunk(r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":\"a\"}"}}]}}]}"#));
+        acc.push(chunk(r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\".\"}"}}]}}]}"#));
+        acc.push(chunk(
+            r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}],"usage":{"total_tokens":5}}"#,
+        ));
+        let reply = acc.finish(|| unreachable!());
+        assert_eq!(reply.text, "Let me look.");
+        assert_eq!(reply.finish, Finish::ToolCalls);
+        assert_eq!(
+            reply.tool_calls,
+            vec![
+                RecordedCall {
+                    id: "call_a".into(),
+                    name: "read_file".into(),
+                    arguments: r#"{"path":"a"}"#.into()
+                },
+                RecordedCall {
+                    id: "call_b".into(),
+                    name: "list_dir".into(),
+                    arguments: r#"{"path":"."}"#.into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn calls_without_index_or_id_are_handled() {
+        let mut acc = Accumulator::default();
+        acc.push(chunk(r#"{"choices":[{"delta":{"tool_calls":[{"function":{"name":"search","arguments":"{}"}}]},"finish_reason":"stop"}]}"#));
+        let mut made = 0;
+        let reply = acc.finish(|| {
+            made += 1;
+            format!("call_gen{made}")
+        });
+        assert_eq!(
+            reply.finish,
+            Finish::ToolCalls,
+            "tool calls with `stop` still run"
+        );
+        assert_eq!(reply.tool_calls[0].id, "call_gen1");
+    }
+
+    #[test]
+    fn finish_reasons_map_to_turn_outcomes() {
+        assert_eq!(Finish::from_reason(Some("stop"), false), Finish::Stop);
+        assert_eq!(Finish::from_reason(None, false), Finish::Stop);
+        assert_eq!(Finish::from_reason(Some("length"), true), Finish::Length);
+        assert_eq!(
+            Finish::from_reason(Some("content_filter"), false),
+            Finish::ContentFilter
+        );
+        assert_eq!(
+            Finish::from_reason(Some("tool_calls"), true),
+            Finish::ToolCalls
+        );
+        assert_eq!(Finish::from_reason(Some("tool_calls"), false), Finish::Stop);
+    }
+
+    #[test]
+    fn messages_pair_every_tool_call_with_a_result() {
+        let call = |id: &str| RecordedCall {
+            id: id.into(),
+            name: "read_file".into(),
+            arguments: "{}".into(),
+        };
+        let history = vec![
+            Record::User { text: "q".into() },
+            Record::Assistant {
+                text: String::new(),
+                tool_calls: vec![call("a"), call("b")],
+            },
+            Record::Tool {
+                call_id: "a".into(),
+                content: "A".into(),
+                failed: false,
+            },
+            // "b" never got a result (the turn was interrupted).
+            Record::User {
+                text: "again".into(),
+            },
+            Record::Assistant {
+                text: "done".into(),
+                tool_calls: vec![],
+            },
+            Record::Tool {
+                call_id: "stray".into(),
+                content: "x".into(),
+                failed: false,
+            },
+        ];
+        let json = serde_json::to_value(messages("sys".into(), &history)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "read_file", "arguments": "{}"}},
+                    {"id": "b", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "a", "content": "A"},
+                {"role": "tool", "tool_call_id": "b", "content": INTERRUPTED_RESULT},
+                {"role": "user", "content": "again"},
+                {"role": "assistant", "content": "done"}
+            ])
+        );
+    }
+}

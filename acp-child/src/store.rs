@@ -1,0 +1,290 @@
+//! Session persistence: one JSONL file per session under the state directory.
+//!
+//! File `<dir>/<session-id>.jsonl`: the first line is a [`Record::Session`] header (the session's
+//! directory), then one [`Record`] per conversation step, appended as the turn goes (a user prompt,
+//! an assistant message with its tool calls, a tool result). Loading reads them back in order.
+//!
+//! Invariants: a session id becomes a file name only after [`check_id`] (letters, digits, `-`,
+//! `_`; no path separators, so a client cannot name a file outside the directory); records are only
+//! ever appended, one complete line per write, so a crash loses at most the line being written and
+//! a torn last line is skipped on load (with a warning) rather than making the session unloadable.
+
+use std::io::{self, BufRead as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// One line of a session file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    /// The header: where the session works.
+    Session { cwd: PathBuf },
+    /// A prompt from the user.
+    User { text: String },
+    /// A reply from the model: its text and the tools it called.
+    Assistant {
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<RecordedCall>,
+    },
+    /// The result of one tool call, as returned to the model.
+    Tool {
+        call_id: String,
+        content: String,
+        #[serde(default)]
+        failed: bool,
+    },
+}
+
+/// A tool call the model made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedCall {
+    /// The call id, shared by the model's message, the ACP tool call and the tool result.
+    pub id: String,
+    /// The tool's name (`read_file`, ...).
+    pub name: String,
+    /// The arguments, as the JSON text the model sent.
+    pub arguments: String,
+}
+
+/// A session file could not be used.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error(
+        "invalid session id {id:?}: session ids are letters, digits, '-' and '_' (as returned by session/new)"
+    )]
+    BadId { id: String },
+    #[error("unknown session {id}: no saved session in {}; create one with session/new", dir.display())]
+    NotFound { id: String, dir: PathBuf },
+    #[error("cannot {action} session file {}; check the state directory (--state-dir / ACP_CHILD_STATE_DIR)", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("session file {} does not start with a session header; it is not an acp-child session", path.display())]
+    NoHeader { path: PathBuf },
+}
+
+/// A loaded session: where it works and what was said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    /// The session directory recorded at session/new.
+    pub cwd: PathBuf,
+    /// The conversation, in order (without the header).
+    pub history: Vec<Record>,
+}
+
+/// The directory holding the session files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// A store in `dir`; the directory is created on the first write.
+    #[must_use]
+    pub fn new(dir: PathBuf) -> Self {
+        Self { dir }
+    }
+
+    /// The directory holding the session files.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Starts a session file with its header. Refuses to overwrite an existing file.
+    pub fn create(&self, id: &str, cwd: &Path) -> Result<(), StoreError> {
+        let path = self.path(id)?;
+        let io_error = |action, source| StoreError::Io {
+            action,
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|source| io_error("create the directory of", source))?;
+        let line = line(&Record::Session {
+            cwd: cwd.to_path_buf(),
+        });
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|source| io_error("create", source))?;
+        file.write_all(line.as_bytes())
+            .map_err(|source| io_error("write", source))
+    }
+
+    /// Appends records to a session file, one line each, in one write.
+    pub fn append(&self, id: &str, records: &[Record]) -> Result<(), StoreError> {
+        let path = self.path(id)?;
+        let text: String = records.iter().map(line).collect();
+        let io_error = |action, source| StoreError::Io {
+            action,
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|source| io_error("open", source))?;
+        file.write_all(text.as_bytes())
+            .map_err(|source| io_error("append to", source))
+    }
+
+    /// Reads a session back.
+    pub fn load(&self, id: &str) -> Result<Saved, StoreError> {
+        let path = self.path(id)?;
+        let file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound {
+                    id: id.to_owned(),
+                    dir: self.dir.clone(),
+                });
+            }
+            Err(source) => {
+                return Err(StoreError::Io {
+                    action: "open",
+                    path,
+                    source,
+                });
+            }
+        };
+        let mut records = Vec::new();
+        for (number, text) in io::BufReader::new(file).lines().enumerate() {
+            let text = text.map_err(|source| StoreError::Io {
+                action: "read",
+                path: path.clone(),
+                source,
+            })?;
+            if text.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Record>(&text) {
+                Ok(record) => records.push(record),
+                Err(error) => tracing::warn!(
+                    path = %path.display(),
+                    line = number + 1,
+                    %error,
+                    "skipping an unreadable line of a session file"
+                ),
+            }
+        }
+        let mut records = records.into_iter();
+        match records.next() {
+            Some(Record::Session { cwd }) => Ok(Saved {
+                cwd,
+                history: records.collect(),
+            }),
+            _ => Err(StoreError::NoHeader { path }),
+        }
+    }
+
+    fn path(&self, id: &str) -> Result<PathBuf, StoreError> {
+        check_id(id)?;
+        Ok(self.dir.join(format!("{id}.jsonl")))
+    }
+}
+
+/// Checks that a session id is safe as a file name.
+pub fn check_id(id: &str) -> Result<(), StoreError> {
+    let valid = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if valid {
+        Ok(())
+    } else {
+        Err(StoreError::BadId { id: id.to_owned() })
+    }
+}
+
+fn line(record: &Record) -> String {
+    // Serialising these plain structs cannot fail.
+    let mut text = serde_json::to_string(record).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().join("sessions"));
+        store.create("sess-a", Path::new("/project")).unwrap();
+        let history = vec![
+            Record::User {
+                text: "hi\nthere".into(),
+            },
+            Record::Assistant {
+                text: String::new(),
+                tool_calls: vec![RecordedCall {
+                    id: "call_1".into(),
+                    name: "read_file".into(),
+                    arguments: r#"{"path":"a.txt"}"#.into(),
+                }],
+            },
+            Record::Tool {
+                call_id: "call_1".into(),
+                content: "A".into(),
+                failed: false,
+            },
+        ];
+        store.append("sess-a", &history[..1]).unwrap();
+        store.append("sess-a", &history[1..]).unwrap();
+        let saved = store.load("sess-a").unwrap();
+        assert_eq!(saved.cwd, PathBuf::from("/project"));
+        assert_eq!(saved.history, history);
+        // Never clobbered.
+        assert!(matches!(
+            store.create("sess-a", Path::new("/other")),
+            Err(StoreError::Io { .. })
+        ));
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        store.create("s", Path::new("/p")).unwrap();
+        store
+            .append("s", &[Record::User { text: "a".into() }])
+            .unwrap();
+        let path = dir.path().join("s.jsonl");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"type\":\"user\",\"te");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            store.load("s").unwrap().history,
+            vec![Record::User { text: "a".into() }]
+        );
+    }
+
+    #[test]
+    fn ids_cannot_name_other_files() {
+        let store = Store::new(PathBuf::from("/state"));
+        for bad in ["", "../x", "a/b", "a.b", "é"] {
+            assert!(
+                matches!(store.load(bad), Err(StoreError::BadId { .. })),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            store.load("sess-missing"),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert_eq!(
+            store.load("x/y").unwrap_err().to_string(),
+            "invalid session id \"x/y\": session ids are letters, digits, '-' and '_' (as returned by session/new)"
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! `run_command`: a shell command in the session directory, bounded in time and output.
+//!
+//! The command runs as `sh -c COMMAND` in its own process group, with stdin closed. It ends in one
+//! of three ways ([`Ended`]): it exits; it outlives the timeout; or the turn is cancelled. In the
+//! last two cases the whole process group is killed (SIGKILL), so nothing it started lingers. When
+//! the shell exits first, anything it left in the background is killed too once its output pipes
+//! have had [`DRAIN_GRACE`] to close: a tool call never hangs on a background process holding a
+//! pipe open. Each stream keeps its first [`MAX_STREAM_BYTES`] bytes (the rest is counted and
+//! discarded, never blocking the child on a full pipe).
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt as _;
+use tokio_util::sync::CancellationToken;
+
+use super::ToolError;
+
+/// Each of stdout and stderr keeps at most this many bytes (64 KiB for both).
+pub const MAX_STREAM_BYTES: usize = 32 * 1024;
+/// How long output pipes may stay open after the shell exits.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+
+/// How a command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It exited on its own.
+    Exited(ExitStatus),
+    /// It ran longer than the timeout and was killed.
+    TimedOut(Duration),
+    /// The turn was cancelled and it was killed.
+    Cancelled,
+}
+
+/// What a command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutput {
+    /// How it ended.
+    pub ended: Ended,
+    /// Its standard output (the first [`MAX_STREAM_BYTES`], lossy UTF-8).
+    pub stdout: Captured,
+    /// Its standard error (the first [`MAX_STREAM_BYTES`], lossy UTF-8).
+    pub stderr: Captured,
+}
+
+/// One output stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    /// The bytes kept.
+    pub bytes: Vec<u8>,
+    /// How many bytes the stream produced in all.
+    pub total: usize,
+}
+
+impl CommandOutput {
+    /// Whether the command exited with status 0.
+    #[must_use]
+    pub fn succeeded(&self) -> bool {
+        matches!(self.ended, Ended::Exited(status) if status.success())
+    }
+
+    /// The tool result shown to the model and the user.
+    #[must_use]
+    pub fn render(&self) -> String {
+        let mut text = match self.ended {
+            Ended::Exited(status) => match status.code() {
+                Some(code) => format!("exit code: {code}"),
+                None => format!("killed by a signal ({status})"),
+            },
+            Ended::TimedOut(limit) => format!(
+                "timed out after {} s and was killed (raise --command-timeout for longer commands)",
+                limit.as_secs()
+            ),
+            Ended::Cancelled => "cancelled by the user and killed".to_owned(),
+        };
+        for (name, captured) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            if captured.total == 0 {
+                continue;
+            }
+            let _ = write!(
+                text,
+                "\n--- {name} ---\n{}",
+                String::from_utf8_lossy(&captured.bytes)
+            );
+            if captured.total > captured.bytes.len() {
+                let _ = write!(
+                    text,
+                    "\n[{name} truncated: showing the first {} of {} bytes]",
+                    captured.bytes.len(),
+                    captured.total
+                );
+            }
+        }
+        text
+    }
+}
+
+/// Runs `command` with `sh -c` in `cwd`.
+pub async fn run(
+    command: &str,
+    cwd: &Path,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Result<CommandOutput, ToolError> {
+    let mut child = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ToolError::Spawn {
+            cwd: cwd.to_path_buf(),
+            source,
+        })?;
+    let group = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .map(Pid::from_raw);
+    let stdout = Arc::new(Mutex::new(Captured::default()));
+    let stderr = Arc::new(Mutex::new(Captured::default()));
+    let mut readers = tokio::task::JoinSet::new();
+    if let Some(pipe) = child.stdout.take() {
+        readers.spawn(drain(pipe, Arc::clone(&stdout)));
+    }
+    if let Some(pipe) = child.stderr.take() {
+        readers.spawn(drain(pipe, Arc::clone(&stderr)));
+    }
+    let ended = tokio::select! {
+        biased;
+        () = cancel.cancelled() => Ended::Cancelled,
+        () = tokio::time::sleep(timeout) => Ended::TimedOut(timeout),
+        status = child.wait() => match status {
+            Ok(status) => Ended::Exited(status),
+            Err(source) => return Err(ToolError::Spawn { cwd: cwd.to_path_buf(), source }),
+        },
+    };
+    if matches!(ended, Ended::Exited(_)) {
+        // Let the pipes close on their own; then clear out anything left in the background.
+        let _ = tokio::time::timeout(DRAIN_GRACE, async {
+            while readers.join_next().await.is_some() {}
+        })
+        .await;
+    }
+    if let Some(group) = group {
+        // ESRCH (the group is already gone) is the expected, fine outcome.
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    if !matches!(ended, Ended::Exited(_)) {
+        let _ = child.wait().await;
+    }
+    // Killed, the group's pipes close at once; a process that left the group and kept a pipe
+    // is not waited for.
+    let _ = tokio::time::timeout(DRAIN_GRACE, async {
+        while readers.join_next().await.is_some() {}
+    })
+    .await;
+    readers.abort_all();
+    let take = |captured: &Arc<Mutex<Captured>>| {
+        std::mem::take(&mut *captured.lock().unwrap_or_else(PoisonError::into_inner))
+    };
+    Ok(CommandOutput {
+        ended,
+        stdout: take(&stdout),
+        stderr: take(&stderr),
+    })
+}
+
+/// Reads a pipe to its end, keeping the first [`MAX_STREAM_BYTES`].
+async fn drain(mut pipe: impl tokio::io::AsyncRead + Unpin, into: Arc<Mutex<Captured>>) {
+    let mut buffer = vec![0_u8; 8192];
+    loop {
+        match pipe.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(read) => {
+                let mut captured = into.lock().unwrap_or_else(PoisonError::into_inner);
+                captured.total += read;
+                let room = MAX_STREAM_BYTES.saturating_sub(captured.bytes.len());
+                captured.bytes.extend_from_slice(&buffer[..read.min(room)]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    async fn run_in_temp(command: &str, timeout: Duration) -> CommandOutput {
+        let dir = tempfile::tempdir().unwrap();
+        run(command, dir.path(), timeout, &CancellationToken::new())
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn output_and_exit_code_are_reported() {
+        let output = run_in_temp("echo out; echo err >&2; exit 3", Duration::from_secs(30)).await;
+        assert!(!output.succeeded());
+        assert_eq!(
+            output.render(),
+            "exit code: 3\n--- stdout ---\nout\n\n--- stderr ---\nerr\n"
+        );
+        let quiet = run_in_temp("true", Duration::from_secs(30)).await;
+        assert!(quiet.succeeded());
+        assert_eq!(quiet.render(), "exit code: 0");
+    }
+
+    #[tokio::test]
+    async fn runs_in_the_given_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("marker"), "m").unwrap();
+        let output = run(
+            "cat marker",
+            dir.path(),
+            Duration::from_secs(30),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(output.stdout.bytes, b"m");
+    }
+
+    #[tokio::test]
+    async fn output_is_capped() {
+        let output = run_in_temp("head -c 100000 /dev/zero", Duration::from_secs(30)).await;
+        assert_eq!(output.stdout.bytes.len(), MAX_STREAM_BYTES);
+        assert_eq!(output.stdout.total, 100_000);
+        assert!(output.render().ends_with(&format!(
+            "[stdout truncated: showing the first {MAX_STREAM_BYTES} of 100000 bytes]"
+        )));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let started = Instant::now();
+        let output = run_in_temp(
+            "sleep 30 & sleep 30; echo never",
+            Duration::from_millis(300),
+        )
+        .await;
+        assert_eq!(output.ended, Ended::TimedOut(Duration::from_millis(300)));
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(
+            output
+                .render()
+                .starts_with("timed out after 0 s and was killed")
+        );
+    }
+
+    #[tokio::test]
+    async fn cancellation_kills_promptly() {
+        let dir = tempfile::tempdir().unwrap();
+        let cancel = CancellationToken::new();
+        let trigger = cancel.clone();
+        let started = Instant::now();
+        let (output, ()) = tokio::join!(
+            run(
+                "echo started; sleep 30",
+                dir.path(),
+                Duration::from_mins(1),
+                &cancel
+            ),
+            async move {
+                tokio::task::yield_now().await;
+                trigger.cancel();
+            }
+        );
+        let output = output.unwrap();
+        assert_eq!(output.ended, Ended::Cancelled);
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn a_background_process_holding_the_pipe_does_not_hang_the_call() {
+        let started = Instant::now();
+        let output = run_in_temp("sleep 30 & echo done", Duration::from_mins(1)).await;
+        assert!(output.succeeded());
+        assert_eq!(output.stdout.bytes, b"done\n");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}
