@@ -428,3 +428,53 @@ fn waits_report_false_when_nothing_arrives() {
     assert!(!llm.wait_for_stream_ends(1, Duration::from_millis(30)));
     assert!(llm.requests().is_empty());
 }
+
+#[test]
+fn http_1_1_clients_get_a_chunked_stream_on_a_kept_alive_connection() {
+    // What real clients (reqwest, the SDKs) speak: keep-alive, chunked transfer encoding.
+    let llm = MockLlm::start(vec![Reply::text(["one"]), Reply::text(["two"])]);
+    let mut stream = connect(llm.addr());
+    let body = prompt("x").to_string();
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    for expected in ["one", "two"] {
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut head = Vec::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            head.push(line.trim_end().to_ascii_lowercase());
+        }
+        assert_eq!(head[0], "http/1.1 200 ok");
+        assert!(
+            head.contains(&"transfer-encoding: chunked".to_owned()),
+            "{head:?}"
+        );
+        // Read chunk by chunk up to the terminating zero-size chunk.
+        let mut sse = String::new();
+        loop {
+            let mut size = String::new();
+            reader.read_line(&mut size).unwrap();
+            let size = usize::from_str_radix(size.trim_end(), 16).unwrap();
+            let mut data = vec![0; size + 2];
+            reader.read_exact(&mut data).unwrap();
+            if size == 0 {
+                break;
+            }
+            sse.push_str(std::str::from_utf8(&data[..size]).unwrap());
+        }
+        assert!(sse.ends_with("data: [DONE]\n\n"), "{sse:?}");
+        assert!(
+            sse.contains(&format!(r#""content":"{expected}""#)),
+            "{sse:?}"
+        );
+    }
+    assert_eq!(llm.requests().len(), 2);
+}
