@@ -8,11 +8,11 @@
 //! or extra request fails the test loudly instead of hanging it. With a required key, a request
 //! whose `Authorization` is not `Bearer <key>` gets 401 and consumes nothing.
 //!
-//! Streams are SSE framed exactly as OpenAI-compatible servers frame them (`data: <chunk>\n\n` ... `data: [DONE]\n\n`,
-//! no comments, no keep-alives). When a client leaves mid-stream the connection drops the stream
-//! at its next write, so the mock stops writing promptly; how every stream ended is recorded
-//! ([`MockLlm::stream_ends`]). Dropping the [`MockLlm`] stops the runtime: the port is closed and
-//! hanging replies are abandoned.
+//! Streams are SSE framed exactly as OpenAI-compatible servers frame them
+//! (`data: <chunk>\n\n` ... `data: [DONE]\n\n`, no comments, no keep-alives). When a client
+//! leaves mid-stream, the connection drops the stream at its next write, so the mock stops
+//! writing promptly; how every stream ended is recorded ([`MockLlm::stream_ends`]). Dropping the
+//! [`MockLlm`] stops its runtime: the port is closed and hanging replies are abandoned.
 
 mod record;
 mod script;
@@ -49,10 +49,10 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum MockLlmError {
     /// The runtime could not be built (threads or the I/O driver).
-    #[error("mock llm: cannot start its tokio runtime: {0}; check thread and file limits")]
+    #[error("mock llm: cannot start its tokio runtime (check thread and file limits)")]
     Runtime(#[source] std::io::Error),
     /// The loopback listener could not be set up.
-    #[error("mock llm: cannot listen on 127.0.0.1:0: {0}; check that loopback is up")]
+    #[error("mock llm: cannot listen on 127.0.0.1:0 (check that loopback is up)")]
     Bind(#[source] std::io::Error),
 }
 
@@ -127,7 +127,10 @@ impl MockLlmBuilder {
     /// Binds and starts serving; panics (failing the test) when loopback is unusable.
     #[must_use]
     pub fn start(self) -> MockLlm {
-        self.try_start().unwrap_or_else(|err| panic!("{err}"))
+        self.try_start().unwrap_or_else(|err| {
+            let cause = std::error::Error::source(&err).map(ToString::to_string);
+            panic!("{err}: {}", cause.unwrap_or_default())
+        })
     }
 }
 
