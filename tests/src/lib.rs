@@ -1,10 +1,11 @@
-//! Shared helpers of the end-to-end suites, and the implementation of the `mock-agent` binary
-//! ([`mock`]).
+//! Shared helpers of the end-to-end suites, the implementation of the `mock-agent` binary
+//! ([`mock`]), and the mock OpenAI-compatible model server ([`mock_llm`]).
 //!
 //! The helpers wait on conditions (a file appearing, a process dying) by polling with short
 //! intervals up to a deadline; they never sleep a fixed time and never wait unbounded.
 
 pub mod mock;
+pub mod mock_llm;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

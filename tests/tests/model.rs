@@ -1,0 +1,789 @@
+//! End-to-end: `acp-host run` driving `acp-child` on its model backend, against the scripted
+//! OpenAI-compatible mock server (`acp_tests::mock_llm`), through the real binaries.
+//!
+//! Each test scripts the model's replies, then asserts what the user sees (exit code, exact
+//! stdout, stderr where it matters), what the model was sent (the recorded requests), files on
+//! disk, and that no process is left behind. Waits are on conditions (stdout records, recorded
+//! requests, process death) with hang guards, never fixed sleeps.
+//!
+//! These tests are written against the model backend's contract (flags `--model`, `--base-url`,
+//! `--max-retries`, `--retry-base-ms`, `--max-turn-requests`; tools `read_file`, `list_dir`,
+//! `search`, `write_file`, `edit_file`, `run_command`; key from `ACP_CHILD_API_KEY`).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use acp_tests::mock_llm::{Finish, MockLlm, RecordedRequest, Reply};
+use acp_tests::{bin, wait_until_dead};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+
+/// Guards every wait against a hang; never expected to elapse.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// The key the tests forward; the mock requires it unless a test says otherwise.
+const KEY: &str = "test-key";
+
+/// The model name every test configures.
+const MODEL: &str = "mock-model";
+
+/// Variables of the test's own environment that would change what acp-child does.
+const AMBIENT: &[&str] = &[
+    "ACP_HOST_LOG",
+    "ACP_CHILD_LOG",
+    "ACP_CHILD_MODEL",
+    "ACP_CHILD_BASE_URL",
+    "ACP_CHILD_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENAI_API_KEY",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+/// A mock requiring [`KEY`] and answering with `script`.
+fn llm(script: Vec<Reply>) -> MockLlm {
+    MockLlm::builder()
+        .replies(script)
+        .require_key(Some(KEY))
+        .start()
+}
+
+/// `acp-host run` in `dir` with short teardown graces and none of the ambient model settings.
+fn host(dir: &Path) -> Command {
+    let mut cmd = Command::new(bin("acp-host"));
+    cmd.current_dir(dir);
+    for name in AMBIENT {
+        cmd.env_remove(name);
+    }
+    cmd.arg("run").args([
+        "--eof-grace",
+        "2",
+        "--term-grace",
+        "2",
+        "--cancel-grace",
+        "2",
+    ]);
+    cmd
+}
+
+/// The `--agent` command line: `acp-child --model mock-model --base-url URL` plus `extra`.
+fn agent(base_url: &str, extra: &[&str]) -> String {
+    let mut words = vec!["acp-child", "--model", MODEL, "--base-url", base_url];
+    words.extend_from_slice(extra);
+    shell_words::join(words)
+}
+
+/// `acp-host run --env ACP_CHILD_API_KEY=test-key --agent "<agent>" <host_args>`; the prompt
+/// is appended by the caller.
+fn model_host(dir: &Path, llm: &MockLlm, agent_args: &[&str], host_args: &[&str]) -> Command {
+    let mut cmd = host(dir);
+    cmd.args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+        .args(["--agent", &agent(&llm.base_url(), agent_args)])
+        .args(host_args);
+    cmd
+}
+
+fn run_to_end(cmd: &mut Command) -> Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("acp-host starts");
+    wait_output(child)
+}
+
+/// Waits for a spawned host with a hang guard: a hang fails the test instead of wedging CI.
+fn wait_output(child: Child) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    if let Ok(output) = rx.recv_timeout(HANG_GUARD * 2) {
+        output.expect("acp-host output is readable")
+    } else {
+        let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGKILL);
+        panic!("acp-host did not exit within {:?}", HANG_GUARD * 2);
+    }
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().expect("acp-host exited normally")
+}
+
+/// Asserts the exit code, showing stderr and the model's requests when it differs.
+fn assert_code(output: &Output, expected: i32, llm: &MockLlm) {
+    assert_eq!(
+        code(output),
+        expected,
+        "stdout: {}\nstderr: {}\nrequests: {:#?}",
+        stdout(output),
+        stderr(output),
+        llm.requests()
+    );
+}
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+fn read(path: impl AsRef<Path>) -> String {
+    let path = path.as_ref();
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The recorded requests, asserting there are exactly `n`, all to the chat endpoint.
+fn chat_requests(llm: &MockLlm, n: usize) -> Vec<RecordedRequest> {
+    let requests = llm.requests();
+    assert_eq!(requests.len(), n, "{requests:#?}");
+    for request in &requests {
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            ("POST", "/v1/chat/completions")
+        );
+    }
+    requests
+}
+
+/// The tool result for `id` in `request`, asserting the assistant's call announces it first.
+fn tool_result(request: &RecordedRequest, id: &str) -> String {
+    assert!(
+        request.tool_call_precedes_result(id),
+        "no assistant tool call {id} before its result: {:#}",
+        request.body
+    );
+    request
+        .tool_result(id)
+        .unwrap_or_else(|| panic!("no tool message for {id}: {:#}", request.body))
+}
+
+/// A port nothing listens on: bound, then released.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a probe port");
+    listener.local_addr().unwrap().port()
+}
+
+/// A host whose stdout NDJSON lines go to a channel, for waiting on records mid-run.
+struct Watched {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Watched {
+    fn spawn(cmd: &mut Command) -> Watched {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("acp-host starts");
+        let out = child.stdout.take().expect("stdout piped");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Watched {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits for a JSON record matching `wanted`, returning it.
+    fn wait_record(&mut self, wanted: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            let Ok(line) = self.lines.recv_timeout(left) else {
+                break;
+            };
+            self.seen.push(line.clone());
+            let record: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+            if wanted(&record) {
+                return record;
+            }
+        }
+        let _ = self.child.kill();
+        panic!("no such record on stdout; saw {:#?}", self.seen);
+    }
+
+    fn interrupt(&self) {
+        kill(
+            Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
+            Signal::SIGINT,
+        )
+        .expect("signal acp-host");
+    }
+
+    /// Waits for the exit; returns it with every stdout record (seen earlier or not).
+    fn finish(self) -> (Output, Vec<Value>) {
+        let Watched {
+            child,
+            lines,
+            mut seen,
+        } = self;
+        let output = wait_output(child);
+        // The reader thread ends at stdout EOF, which came with the exit.
+        seen.extend(lines.iter());
+        let records = seen
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+            .collect();
+        (output, records)
+    }
+}
+
+fn start_pid(start: &Value) -> u32 {
+    assert_eq!(start["type"], "start", "{start}");
+    u32::try_from(
+        start["pid"]
+            .as_u64()
+            .expect("the start record has the agent pid"),
+    )
+    .unwrap()
+}
+
+fn is_message_chunk(record: &Value) -> bool {
+    record["type"] == "update"
+        && record["update"]["sessionUpdate"] == "agent_message_chunk"
+        && record["update"]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Streaming text and the request the model receives
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_text_stream_prints_exactly_the_text_and_the_request_is_openai_shaped() {
+    let dir = temp();
+    let llm = llm(vec![Reply::text(["Hello", " world"])]);
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &[]).arg("say hello"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "Hello world");
+    assert_eq!(stderr(&out), "");
+
+    let request = &chat_requests(&llm, 1)[0];
+    assert_eq!(request.body["model"], MODEL);
+    assert_eq!(request.body["stream"], true);
+    assert_eq!(request.authorization(), Some("Bearer test-key"));
+    let user = request.last_user_text().expect("a user message");
+    assert!(user.contains("say hello"), "user message: {user:?}");
+
+    let tools: BTreeSet<&str> = request.tool_names().into_iter().collect();
+    assert_eq!(
+        tools,
+        BTreeSet::from([
+            "read_file",
+            "list_dir",
+            "search",
+            "write_file",
+            "edit_file",
+            "run_command"
+        ]),
+        "{:#}",
+        request.body["tools"]
+    );
+    for tool in request.tools() {
+        assert_eq!(tool["type"], "function", "{tool}");
+        let name = tool["function"]["name"].as_str().unwrap();
+        let properties: BTreeSet<&str> = tool["function"]["parameters"]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{name} has parameters.properties: {tool}"))
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let expected: &[&str] = match name {
+            "read_file" | "list_dir" => &["path"],
+            "search" => &["pattern", "path"],
+            "write_file" => &["path", "content"],
+            "edit_file" => &["path", "old_text", "new_text"],
+            "run_command" => &["command"],
+            other => panic!("unexpected tool {other}"),
+        };
+        assert_eq!(properties, expected.iter().copied().collect(), "{name}");
+    }
+}
+
+#[test]
+fn model_and_base_url_come_from_the_environment_too() {
+    let dir = temp();
+    let llm = llm(vec![Reply::text(["from env"])]);
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+            .args(["--env", &format!("ACP_CHILD_MODEL={MODEL}")])
+            .args(["--env", &format!("ACP_CHILD_BASE_URL={}", llm.base_url())])
+            .args(["--agent", "acp-child"])
+            .arg("hi"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "from env");
+    assert_eq!(chat_requests(&llm, 1)[0].body["model"], MODEL);
+}
+
+#[test]
+fn without_a_model_the_backend_stays_offline_and_calls_nothing() {
+    let dir = temp();
+    let llm = llm(vec![Reply::text(["never"])]);
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+            .args([
+                "--agent",
+                &shell_words::join(["acp-child", "--base-url", &llm.base_url()]),
+            ])
+            .arg("hello"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(
+        stdout(&out),
+        acp_child::backend::offline::NO_MODEL_REPLY.concat()
+    );
+    assert!(llm.requests().is_empty(), "{:#?}", llm.requests());
+}
+
+#[test]
+fn the_deepseek_key_is_a_fallback_for_the_bearer() {
+    let dir = temp();
+    let llm = MockLlm::builder()
+        .reply(Reply::text(["ok"]))
+        .require_key(Some("ds-fallback-key"))
+        .start();
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--env", "DEEPSEEK_API_KEY=ds-fallback-key"])
+            .args(["--agent", &agent(&llm.base_url(), &[])])
+            .arg("hi"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "ok");
+    assert_eq!(
+        chat_requests(&llm, 1)[0].authorization(),
+        Some("Bearer ds-fallback-key")
+    );
+}
+
+#[test]
+fn the_key_goes_only_into_the_authorization_header() {
+    let dir = temp();
+    let secret = "sk-mock-7f3a9c2e-never-print-me";
+    let llm = MockLlm::builder()
+        .reply(Reply::text(["fine"]))
+        .require_key(Some(secret))
+        .start();
+    // --json and --verbose together show the most: every event, the agent's stderr.
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--env", &format!("ACP_CHILD_API_KEY={secret}")])
+            .args(["--agent", &agent(&llm.base_url(), &[])])
+            .args(["--json", "--verbose"])
+            .arg("hi"),
+    );
+    assert_code(&out, 0, &llm);
+    let request = &chat_requests(&llm, 1)[0];
+    assert_eq!(
+        request.authorization(),
+        Some(format!("Bearer {secret}").as_str())
+    );
+    assert!(!request.raw_body.contains(secret), "key in the body");
+    assert!(!stdout(&out).contains(secret), "key on stdout");
+    assert!(!stderr(&out).contains(secret), "key on stderr");
+}
+
+#[test]
+fn reasoning_goes_to_thoughts_not_to_stdout() {
+    let dir = temp();
+    let thoughts = || Reply::Reasoning {
+        thoughts: vec!["pondering ".into(), "the question".into()],
+        text: vec!["the answer".into()],
+    };
+    let llm = llm(vec![thoughts(), thoughts(), thoughts()]);
+
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &[]).arg("think"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "the answer");
+    assert_eq!(stderr(&out), "", "thoughts are hidden without --verbose");
+
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &["--verbose"]).arg("think"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "the answer");
+    assert!(
+        stderr(&out).contains("pondering the question"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &["--json"]).arg("think"));
+    assert_code(&out, 0, &llm);
+    let records: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let thought: String = records
+        .iter()
+        .filter(|r| r["type"] == "update" && r["update"]["sessionUpdate"] == "agent_thought_chunk")
+        .filter_map(|r| r["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(thought, "pondering the question");
+    let result = records.last().unwrap();
+    assert_eq!(result["type"], "result");
+    assert_eq!(result["output"], "the answer");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stop reasons and errors
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn finish_length_is_max_tokens_exit_3() {
+    let dir = temp();
+    let llm = llm(vec![Reply::Text {
+        chunks: vec!["trunc".into(), "ated".into()],
+        finish: Finish::Length,
+    }]);
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &[]).arg("long"));
+    assert_code(&out, 3, &llm);
+    assert_eq!(stdout(&out), "truncated");
+    assert_eq!(stderr(&out).trim(), "acp-host: max-tokens");
+}
+
+#[test]
+fn finish_content_filter_is_refusal_exit_5() {
+    let dir = temp();
+    let llm = llm(vec![Reply::Text {
+        chunks: Vec::new(),
+        finish: Finish::ContentFilter,
+    }]);
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &[]).arg("bad"));
+    assert_code(&out, 5, &llm);
+    assert_eq!(stdout(&out), "");
+    assert_eq!(stderr(&out).trim(), "acp-host: refusal");
+}
+
+#[test]
+fn a_wrong_key_is_exit_1_naming_the_key_variable() {
+    let dir = temp();
+    let llm = llm(vec![Reply::text(["never"])]);
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--env", "ACP_CHILD_API_KEY=wrong-key-4011"])
+            .args(["--agent", &agent(&llm.base_url(), &[])])
+            .arg("hi"),
+    );
+    assert_code(&out, 1, &llm);
+    assert_eq!(stdout(&out), "");
+    let err = stderr(&out);
+    assert!(err.contains("ACP_CHILD_API_KEY"), "{err}");
+    assert!(!err.contains("wrong-key-4011"), "the key leaked: {err}");
+    let requests = llm.requests();
+    let first = requests.first().expect("the model was called");
+    assert_eq!(first.authorization(), Some("Bearer wrong-key-4011"));
+    assert_eq!(llm.remaining(), 1, "a 401 consumes no reply");
+}
+
+#[test]
+fn an_unreachable_server_is_exit_1_naming_the_base_url() {
+    let dir = temp();
+    let base_url = format!("http://127.0.0.1:{}/v1", closed_port());
+    let out = run_to_end(
+        host(dir.path())
+            .args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+            .args(["--agent", &agent(&base_url, &["--retry-base-ms", "10"])])
+            .arg("hi"),
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(stderr(&out).contains(&base_url), "{}", stderr(&out));
+}
+
+#[test]
+fn rate_limits_are_retried_then_the_answer_streams() {
+    let dir = temp();
+    let llm = llm(vec![
+        Reply::status(429, "Rate limit reached"),
+        Reply::status(429, "Rate limit reached"),
+        Reply::text(["after ", "retries"]),
+    ]);
+    let out = run_to_end(
+        model_host(
+            dir.path(),
+            &llm,
+            &["--max-retries", "3", "--retry-base-ms", "10"],
+            &[],
+        )
+        .arg("hi"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "after retries");
+    let requests = chat_requests(&llm, 3);
+    assert!(
+        requests.iter().all(|r| r.body == requests[0].body),
+        "a retry resends the same request"
+    );
+}
+
+#[test]
+fn rate_limits_beyond_max_retries_are_an_error() {
+    let dir = temp();
+    let llm = llm(vec![
+        Reply::status(429, "Rate limit reached"),
+        Reply::status(429, "Rate limit reached"),
+        Reply::text(["never"]),
+    ]);
+    let out = run_to_end(
+        model_host(
+            dir.path(),
+            &llm,
+            &["--max-retries", "1", "--retry-base-ms", "10"],
+            &[],
+        )
+        .arg("hi"),
+    );
+    assert_code(&out, 1, &llm);
+    assert_eq!(stdout(&out), "");
+    // One attempt plus one retry.
+    chat_requests(&llm, 2);
+}
+
+#[test]
+fn max_turn_requests_stops_before_a_second_model_call_exit_4() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
+    let llm = llm(vec![
+        Reply::tool_call("call_read_1", "read_file", &json!({"path": "notes.txt"}), 2),
+        Reply::text(["never"]),
+    ]);
+    let out = run_to_end(
+        model_host(dir.path(), &llm, &["--max-turn-requests", "1"], &["--json"]).arg("read"),
+    );
+    assert_code(&out, 4, &llm);
+    let result: Value = serde_json::from_str(stdout(&out).lines().last().unwrap()).unwrap();
+    assert_eq!(result["status"], "max-turn-requests");
+    assert_eq!(result["output"], "");
+    chat_requests(&llm, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn read_file_needs_no_permission_and_its_content_goes_back_to_the_model() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "line one\nline two\n").unwrap();
+    let llm = llm(vec![
+        Reply::tool_call("call_read_1", "read_file", &json!({"path": "notes.txt"}), 5),
+        Reply::text(["read it"]),
+    ]);
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &[]).arg("read notes"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "read it");
+    assert_eq!(stderr(&out), "", "no permission was asked");
+    let requests = chat_requests(&llm, 2);
+    let result = tool_result(&requests[1], "call_read_1");
+    assert!(result.contains("line one\nline two"), "{result:?}");
+}
+
+fn write_script() -> Vec<Reply> {
+    vec![
+        Reply::tool_call(
+            "call_write_1",
+            "write_file",
+            &json!({"path": "out.txt", "content": "written by model"}),
+            4,
+        ),
+        Reply::text(["done"]),
+    ]
+}
+
+#[test]
+fn write_file_with_permission_allow_writes_exactly_the_content() {
+    let dir = temp();
+    let llm = llm(write_script());
+    let out = run_to_end(
+        model_host(dir.path(), &llm, &[], &["--permission", "allow"]).arg("write out.txt"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "done");
+    assert_eq!(read(dir.path().join("out.txt")), "written by model");
+    assert!(
+        stderr(&out).contains("selected allow-once [by policy]"),
+        "{}",
+        stderr(&out)
+    );
+    let requests = chat_requests(&llm, 2);
+    assert_eq!(requests[0].tool_result("call_write_1"), None);
+    let result = tool_result(&requests[1], "call_write_1");
+    assert!(!result.contains("permission denied"), "{result:?}");
+}
+
+#[test]
+fn write_file_is_rejected_by_default_and_the_model_is_told() {
+    let dir = temp();
+    let llm = llm(write_script());
+    let out = run_to_end(model_host(dir.path(), &llm, &[], &[]).arg("write out.txt"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "done");
+    assert!(!dir.path().join("out.txt").exists());
+    assert!(
+        stderr(&out).contains("selected reject-once [by policy]"),
+        "{}",
+        stderr(&out)
+    );
+    let requests = chat_requests(&llm, 2);
+    let result = tool_result(&requests[1], "call_write_1");
+    assert!(result.contains("permission denied"), "{result:?}");
+}
+
+#[test]
+fn edit_file_with_permission_allow_replaces_exactly_the_old_text() {
+    let dir = temp();
+    let path = dir.path().join("poem.txt");
+    std::fs::write(&path, "alpha beta gamma\nbeta is second\n").unwrap();
+    let llm = llm(vec![
+        Reply::tool_call(
+            "call_edit_1",
+            "edit_file",
+            &json!({"path": "poem.txt", "old_text": "alpha beta", "new_text": "alpha BETA"}),
+            3,
+        ),
+        Reply::text(["edited"]),
+    ]);
+    let out = run_to_end(
+        model_host(dir.path(), &llm, &[], &["--permission", "allow"]).arg("edit poem.txt"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "edited");
+    assert_eq!(read(&path), "alpha BETA gamma\nbeta is second\n");
+    tool_result(&chat_requests(&llm, 2)[1], "call_edit_1");
+}
+
+#[test]
+fn run_command_with_permission_allow_runs_in_the_session_directory() {
+    let dir = temp();
+    let llm = llm(vec![
+        Reply::tool_call(
+            "call_run_1",
+            "run_command",
+            &json!({"command": "echo hi > made.txt"}),
+            2,
+        ),
+        Reply::text(["ran"]),
+    ]);
+    let out = run_to_end(
+        model_host(dir.path(), &llm, &[], &["--permission", "allow"]).arg("make a file"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "ran");
+    assert_eq!(read(dir.path().join("made.txt")), "hi\n");
+    tool_result(&chat_requests(&llm, 2)[1], "call_run_1");
+}
+
+#[test]
+fn a_path_outside_the_session_directory_is_refused_even_when_allowed() {
+    let dir = temp();
+    let inner = dir.path().join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let llm = llm(vec![
+        Reply::tool_call(
+            "call_escape_1",
+            "write_file",
+            &json!({"path": "../outside.txt", "content": "escaped"}),
+            3,
+        ),
+        Reply::text(["ok"]),
+    ]);
+    let out = run_to_end(model_host(&inner, &llm, &[], &["--permission", "allow"]).arg("escape"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "ok");
+    assert!(!dir.path().join("outside.txt").exists());
+    let result = tool_result(&chat_requests(&llm, 2)[1], "call_escape_1");
+    assert!(
+        result.contains("outside the session directory"),
+        "{result:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation
+// ---------------------------------------------------------------------------------------------
+
+/// Interrupts a `--json` run once `ready` holds, then asserts exit 130, a cancelled result, and
+/// the agent process gone. Returns the result record.
+fn interrupt_run(dir: &Path, llm: &MockLlm, ready: impl FnOnce(&mut Watched)) -> Value {
+    let mut run = Watched::spawn(model_host(dir, llm, &[], &["--json"]).arg("stream"));
+    let pid = start_pid(&run.wait_record(|r| r["type"] == "start"));
+    ready(&mut run);
+    run.interrupt();
+    let (out, records) = run.finish();
+    assert_code(&out, 130, llm);
+    let result = records.last().expect("a result record").clone();
+    assert_eq!(result["type"], "result", "{result}");
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["stopReason"], "cancelled", "the agent acknowledged");
+    assert!(
+        wait_until_dead(pid, HANG_GUARD),
+        "acp-child {pid} is still alive after acp-host exited"
+    );
+    result
+}
+
+#[test]
+fn ctrl_c_mid_stream_stops_the_stream_and_leaves_no_process() {
+    let dir = temp();
+    let chunks: Vec<String> = (0..500).map(|i| format!("c{i} ")).collect();
+    let full: String = chunks.concat();
+    let llm = llm(vec![Reply::Slow {
+        chunks,
+        interval: Duration::from_millis(50),
+    }]);
+    let result = interrupt_run(dir.path(), &llm, |run| {
+        let first = run.wait_record(is_message_chunk);
+        let text = first["update"]["content"]["text"].as_str().unwrap();
+        assert!(text.starts_with("c0 "), "{first}");
+    });
+    let output = result["output"].as_str().unwrap();
+    assert!(
+        output.starts_with("c0 ") && full.starts_with(output),
+        "{output:?}"
+    );
+    // The whole stream takes 25 s; the connection must be dropped long before.
+    assert!(llm.wait_for_stream_ends(1, HANG_GUARD));
+    let end = llm.stream_ends()[0];
+    assert!(!end.complete(), "{end:?}");
+    chat_requests(&llm, 1);
+}
+
+#[test]
+fn ctrl_c_while_the_model_has_not_answered_leaves_no_process() {
+    let dir = temp();
+    let llm = llm(vec![Reply::Hang]);
+    let result = interrupt_run(dir.path(), &llm, |_| {
+        assert!(llm.wait_for_requests(1, HANG_GUARD), "the model was called");
+    });
+    assert_eq!(result["output"], "");
+    chat_requests(&llm, 1);
+}
