@@ -5,7 +5,7 @@
 
 use std::ffi::OsStr;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use protocol::registry::{self, AgentAvailability, AgentSpec};
 
@@ -21,12 +21,21 @@ pub fn on_path(binary: &str, path_var: Option<&OsStr>) -> bool {
     })
 }
 
-/// Whether an agent is installed: a binary on PATH, or a marker folder under `home`.
+/// `name` installed next to the running `acp-host`, if it is there: the pair (acp-host and
+/// acp-child) is built and released together, so the sibling wins over whatever PATH holds.
+#[must_use]
+pub fn sibling(name: &str) -> Option<PathBuf> {
+    let candidate = std::env::current_exe().ok()?.parent()?.join(name);
+    candidate.is_file().then_some(candidate)
+}
+
+/// Whether an agent is installed: a binary on PATH or beside acp-host, or a marker folder under
+/// `home`.
 #[must_use]
 pub fn availability(spec: &AgentSpec, home: &Path, path_var: Option<&OsStr>) -> AgentAvailability {
     registry::availability(
         spec,
-        |binary| on_path(binary, path_var),
+        |binary| on_path(binary, path_var) || sibling(binary).is_some(),
         |dir| home.join(dir).is_dir(),
     )
 }

@@ -157,3 +157,23 @@ fn the_start_record_comes_before_updates_sent_right_after_session_new() {
         assert_eq!(types.last().unwrap(), "result");
     }
 }
+
+#[test]
+fn agents_lists_acp_child_installed_beside_acp_host() {
+    let home = tempfile::tempdir().unwrap();
+    let out = run(Command::new(bin("acp-host"))
+        .args(["agents", "--json"])
+        .env("HOME", home.path())
+        // Not on PATH: found beside acp-host, as `run --agent acp-child` finds it.
+        .env("PATH", "/usr/bin:/bin"));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let child = listing["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "acp-child")
+        .unwrap();
+    assert_eq!(child["installed"], true);
+    assert_eq!(child["acp_command"], serde_json::json!(["acp-child"]));
+}

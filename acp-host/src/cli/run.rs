@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use acp_host::client::{Asker, PermissionView};
+use acp_host::installed;
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use protocol::env_scrub::EnvForward;
 use protocol::events::{Event, ResultRecord};
@@ -235,7 +236,7 @@ fn resolve_agent(agent: &str) -> Result<AgentCommand, String> {
         return Err("--agent is empty (pass a registry name or a command line)".into());
     };
     let program = if program == registry::ACP_CHILD {
-        sibling_binary(registry::ACP_CHILD).unwrap_or_else(|| PathBuf::from(program))
+        installed::sibling(registry::ACP_CHILD).unwrap_or_else(|| PathBuf::from(program))
     } else {
         PathBuf::from(program)
     };
@@ -244,12 +245,6 @@ fn resolve_agent(agent: &str) -> Result<AgentCommand, String> {
         args: args.to_vec(),
         display: agent.to_owned(),
     })
-}
-
-/// `acp-child` installed next to this binary wins over one on PATH: the pair is released together.
-fn sibling_binary(name: &str) -> Option<PathBuf> {
-    let candidate = std::env::current_exe().ok()?.parent()?.join(name);
-    candidate.is_file().then_some(candidate)
 }
 
 fn init_tracing(verbose: bool) {
