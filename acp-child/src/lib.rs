@@ -22,19 +22,8 @@ pub const AGENT_NAME: &str = "acp-child";
 /// The agent's version, from the crate.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// An error and its chain of causes on one line (`outer: cause: root cause`), as shown to users
-/// in replies and JSON-RPC error messages.
-#[must_use]
-pub fn describe(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+/// An error and its chain of causes on one line, as shown in replies and JSON-RPC errors.
+pub use protocol::report::describe;
 
 #[cfg(test)]
 mod tests {

@@ -187,7 +187,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     let (mut process, pipes) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,
         Err(err) => {
-            result.error = Some(error_chain(&err));
+            result.error = Some(protocol::report::describe(&err));
             return finish(result, started, &notifier, None);
         }
     };
@@ -413,17 +413,6 @@ fn human_duration(d: Duration) -> String {
     } else {
         format!("{ms} ms")
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut message = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }
 
 fn finish(

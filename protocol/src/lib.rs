@@ -9,6 +9,7 @@ pub mod env_scrub;
 pub mod events;
 pub mod permission;
 pub mod registry;
+pub mod report;
 pub mod request;
 pub mod result;
 pub mod sync;
