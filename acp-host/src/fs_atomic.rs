@@ -239,6 +239,21 @@ fn unlink(path: &Path) -> Result<Vec<PathBuf>, FsError> {
     Ok(folders)
 }
 
+/// Removes a whole folder this tool created (an old backup run). Refuses a symlink: only a real
+/// folder is deleted, never what a link points to.
+pub fn remove_tree(path: &Path) -> Result<(), FsError> {
+    let inspect = |source| FsError::Remove {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = fs::symlink_metadata(path).map_err(inspect)?;
+    if !meta.is_dir() {
+        return Err(inspect(io::Error::other("not a folder")));
+    }
+    fs::remove_dir_all(path).map_err(inspect)?;
+    sync_folder(path.parent().unwrap_or(Path::new("/")))
+}
+
 /// Writes a new file, failing if it exists (backups are never overwritten).
 pub fn write_new(path: &Path, contents: &[u8]) -> Result<(), FsError> {
     create_parent(path)?;

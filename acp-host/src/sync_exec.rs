@@ -44,11 +44,18 @@ pub struct SyncConfig {
     pub path_var: Option<OsString>,
 }
 
-/// Where execution keeps its backups.
+/// How many run folders of backups a sync keeps by default. The reference kept every backup
+/// forever (1.9 MB per edit at 1,000 DSH blocks); a bounded history still covers recent mistakes.
+pub const DEFAULT_KEEP_BACKUPS: usize = 20;
+
+/// Where execution keeps its backups, and how many.
 #[derive(Debug, Clone)]
 pub struct ExecConfig {
     /// `$XDG_STATE_HOME/acp-host/backups` or `~/.local/state/acp-host/backups`.
     pub backup_root: PathBuf,
+    /// After a successful run that made backups, only the newest this many run folders are kept;
+    /// `0` keeps them all.
+    pub keep_backups: usize,
 }
 
 impl ExecConfig {
@@ -61,6 +68,7 @@ impl ExecConfig {
             .map_or_else(|| home.join(".local/state"), Path::to_path_buf);
         ExecConfig {
             backup_root: state.join("acp-host/backups"),
+            keep_backups: DEFAULT_KEEP_BACKUPS,
         }
     }
 }
@@ -435,7 +443,46 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
         Ok(done) => done,
         Err(result) => return result,
     };
-    write_all(plan, &pending, files, backup_dir)
+    let result = write_all(plan, &pending, files, backup_dir);
+    if result.success && result.backup_dir.is_some() {
+        prune_backups(&config.backup_root, config.keep_backups);
+    }
+    result
+}
+
+/// Removes all but the newest `keep` run folders under `root` (0 keeps all). Only folders named
+/// like ours (`YYYYMMDDTHHMMSS...Z[-n]`) are touched; a failure is logged, never fatal: the sync
+/// itself succeeded.
+fn prune_backups(root: &Path, keep: usize) {
+    if keep == 0 {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    let mut runs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|e| e.file_name().to_str().is_some_and(is_backup_run_name))
+        .map(|e| e.path())
+        .collect();
+    // The timestamp names sort chronologically.
+    runs.sort();
+    let excess = runs.len().saturating_sub(keep);
+    for old in &runs[..excess] {
+        if let Err(e) = fs_atomic::remove_tree(old) {
+            tracing::warn!(error = %e, "could not prune an old backup folder");
+        }
+    }
+}
+
+/// `20261129T235959.123Z`, optionally followed by `-<n>`.
+fn is_backup_run_name(name: &str) -> bool {
+    let stamp = name.split_once('-').map_or(name, |(stamp, _)| stamp);
+    stamp.len() == 20
+        && stamp.as_bytes()[8] == b'T'
+        && stamp.ends_with('Z')
+        && stamp[..8].bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Re-reads every file about to change; any difference from its pre-image fails the run.

@@ -949,6 +949,37 @@ fn backups_keep_every_previous_version() {
 }
 
 #[test]
+fn old_backup_runs_are_pruned_to_keep_backups() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    // A folder that is not one of our runs is never touched by retention.
+    let foreign = env.state.join("acp-host/backups/keep-me");
+    fs::create_dir_all(&foreign).unwrap();
+    let mut versions = Vec::new();
+    for n in 0..4 {
+        env.define(
+            "x",
+            &format!("---\ndescription: v{n}\nagents: [claude-code]\n---\nV{n}.\n"),
+        );
+        env.sync_ok(&["--keep-backups", "2"]);
+        versions.push(env.read(".claude/agents/x.md"));
+    }
+    let runs: Vec<PathBuf> = env
+        .backups()
+        .into_iter()
+        .filter(|r| *r != foreign)
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let canonical = fs::canonicalize(env.home.join(".claude/agents/x.md")).unwrap();
+    let mirrored =
+        |run: &Path| fs::read_to_string(run.join(canonical.strip_prefix("/").unwrap())).unwrap();
+    // The newest two backups hold the versions before the last two updates.
+    assert_eq!(mirrored(&runs[0]), versions[1]);
+    assert_eq!(mirrored(&runs[1]), versions[2]);
+    assert!(foreign.is_dir());
+}
+
+#[test]
 fn a_symlink_out_of_the_target_folder_is_never_written() {
     let env = Env::new();
     env.install(&["claude-code"]);

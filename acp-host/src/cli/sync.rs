@@ -72,6 +72,9 @@ pub struct SyncArgs {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     json: bool,
+    /// Keep only the newest N run folders of backups (0 keeps all).
+    #[arg(long, value_name = "N", default_value_t = sync_exec::DEFAULT_KEEP_BACKUPS)]
+    keep_backups: usize,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -131,7 +134,10 @@ pub fn execute(args: SyncArgs) -> ExitCode {
         path_var: std::env::var_os("PATH"),
     };
     let state_home = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
-    let exec_config = ExecConfig::for_user(&home, state_home.as_deref());
+    let exec_config = ExecConfig {
+        keep_backups: args.keep_backups,
+        ..ExecConfig::for_user(&home, state_home.as_deref())
+    };
     let prepared = match sync_exec::prepare(&config) {
         Ok(prepared) => prepared,
         Err(e) => {
