@@ -1,9 +1,11 @@
 //! Shared helpers of the end-to-end suites, the implementation of the `mock-agent` binary
-//! ([`mock`]), and the mock OpenAI-compatible model server ([`mock_llm`]).
+//! ([`mock`]), the mock OpenAI-compatible model server ([`mock_llm`]), and the scripted ACP client
+//! the `acp-child` suites drive the agent with ([`acp_client`]).
 //!
 //! The helpers wait on conditions (a file appearing, a process dying) by polling with short
 //! intervals up to a deadline; they never sleep a fixed time and never wait unbounded.
 
+pub mod acp_client;
 pub mod mock;
 pub mod mock_llm;
 

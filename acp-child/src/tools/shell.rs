@@ -5,7 +5,8 @@
 //! last two cases the whole process group is killed (SIGKILL), so nothing it started lingers. When
 //! the shell exits first, anything it left in the background is killed too once its output pipes
 //! have had [`DRAIN_GRACE`] to close: a tool call never hangs on a background process holding a
-//! pipe open. Each stream keeps its first [`MAX_STREAM_BYTES`] bytes (the rest is counted and
+//! pipe open. The group is also killed when the call is abandoned (its future dropped, as when
+//! the connection closes mid-turn and the turn's task goes with it). Each stream keeps its first [`MAX_STREAM_BYTES`] bytes (the rest is counted and
 //! discarded, never blocking the child on a full pipe).
 
 use std::fmt::Write as _;
@@ -121,10 +122,12 @@ pub async fn run(
             cwd: cwd.to_path_buf(),
             source,
         })?;
-    let group = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .map(Pid::from_raw);
+    let mut group = GroupKiller(
+        child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .map(Pid::from_raw),
+    );
     let stdout = Arc::new(Mutex::new(Captured::default()));
     let stderr = Arc::new(Mutex::new(Captured::default()));
     let mut readers = tokio::task::JoinSet::new();
@@ -150,10 +153,7 @@ pub async fn run(
         })
         .await;
     }
-    if let Some(group) = group {
-        // ESRCH (the group is already gone) is the expected, fine outcome.
-        let _ = killpg(group, Signal::SIGKILL);
-    }
+    group.kill();
     if !matches!(ended, Ended::Exited(_)) {
         let _ = child.wait().await;
     }
@@ -172,6 +172,26 @@ pub async fn run(
         stdout: take(&stdout),
         stderr: take(&stderr),
     })
+}
+
+/// The command's process group, killed once: explicitly when the command is done with, or when
+/// dropped. `kill_on_drop` alone reaches only the shell, so without this an abandoned call would
+/// leave the shell's children running after the agent is gone.
+struct GroupKiller(Option<Pid>);
+
+impl GroupKiller {
+    fn kill(&mut self) {
+        if let Some(group) = self.0.take() {
+            // ESRCH (the group is already gone) is the expected, fine outcome.
+            let _ = killpg(group, Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// Reads a pipe to its end, keeping the first [`MAX_STREAM_BYTES`].
@@ -279,6 +299,49 @@ mod tests {
         let output = output.unwrap();
         assert_eq!(output.ended, Ended::Cancelled);
         assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_call_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("sleep.pid");
+        let never = CancellationToken::new();
+        let call = run(
+            "sleep 600 & echo $! > sleep.pid.tmp && mv sleep.pid.tmp sleep.pid; wait",
+            dir.path(),
+            Duration::from_mins(10),
+            &never,
+        );
+        // Drop the call once the grandchild is running, as a dropped turn task does.
+        let pid = tokio::select! {
+            output = call => panic!("the command ended: {output:?}"),
+            pid = async {
+                loop {
+                    if let Ok(text) = std::fs::read_to_string(&pid_file) {
+                        break text.trim().parse::<i32>().unwrap();
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            } => pid,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "sleep (pid {pid}) outlived its call"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Whether `pid` exists and is not a zombie (killed, not yet reaped by its new parent).
+    fn running(pid: i32) -> bool {
+        nix::sys::signal::kill(Pid::from_raw(pid), None).is_ok()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+                // The state follows the command name, which is in parentheses.
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
     }
 
     #[tokio::test]

@@ -1,0 +1,579 @@
+//! A scripted ACP client for the protocol-level suites of `acp-child`: the real binary over real
+//! pipes, driven with the SDK's client side (`Client.v1()`).
+//!
+//! The transport is built by hand so that every line the agent writes to stdout, and every line
+//! the client sends, is recorded. [`Spawned::finish`] then checks the invariants of every run:
+//! stdout carried only JSON-RPC frames, and the agent exited with code 0 once its stdin closed.
+//!
+//! The agent is started without the ambient model settings of the developer's environment
+//! ([`AMBIENT`]), so an offline launch stays offline and a model launch talks only to the model
+//! server the test names. Debug logging is always on, to prove logs stay off stdout.
+//!
+//! No fixed sleeps: callers wait for protocol events (an update, a response, EOF), each wait
+//! bounded by [`TIMEOUT`].
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::util::MatchDispatch;
+use agent_client_protocol::v1::schema::{
+    CancelNotification, ClientCapabilities, ContentBlock, ContentChunk, FileSystemCapabilities,
+    InitializeRequest, InitializeResponse, PromptResponse, ReadTextFileRequest,
+    ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate,
+    StopReason, ToolCall, ToolCallStatus, ToolCallUpdate, WriteTextFileRequest,
+    WriteTextFileResponse,
+};
+use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
+use agent_client_protocol::{Agent, Client, Error as AcpError, ErrorCode, Lines};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+
+/// The bound on every wait; generous for a loaded 2-core machine, far below "hung".
+pub const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Environment variables that would configure the agent behind the test's back.
+pub const AMBIENT: [&str; 6] = [
+    "ACP_CHILD_MODEL",
+    "ACP_CHILD_BASE_URL",
+    "ACP_CHILD_API_KEY",
+    "ACP_CHILD_STATE_DIR",
+    "DEEPSEEK_API_KEY",
+    "OPENAI_API_KEY",
+];
+
+/// The model name model launches use; the mock server accepts any.
+pub const MODEL: &str = "mock-model";
+
+/// How to start the agent and what the client says in `initialize`.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    args: Vec<OsString>,
+    initialize: InitializeRequest,
+}
+
+impl Launch {
+    /// The offline backend; the client advertises no capabilities.
+    #[must_use]
+    pub fn offline() -> Self {
+        Self {
+            args: Vec::new(),
+            initialize: InitializeRequest::new(ProtocolVersion::V1),
+        }
+    }
+
+    /// The model backend against `base_url` (a mock model server), saving sessions in
+    /// `state_dir`; the client advertises no capabilities.
+    #[must_use]
+    pub fn model(base_url: &str, state_dir: &Path) -> Self {
+        let mut launch = Self::offline();
+        launch.args = vec![
+            "--model".into(),
+            MODEL.into(),
+            "--base-url".into(),
+            base_url.into(),
+            "--state-dir".into(),
+            state_dir.into(),
+        ];
+        launch
+    }
+
+    /// Advertises `fs.readTextFile` / `fs.writeTextFile` in `initialize`.
+    #[must_use]
+    pub fn client_fs(mut self, read: bool, write: bool) -> Self {
+        self.initialize = self.initialize.client_capabilities(
+            ClientCapabilities::new().fs(FileSystemCapabilities::new()
+                .read_text_file(read)
+                .write_text_file(write)),
+        );
+        self
+    }
+}
+
+/// A running agent whose stdout is recorded line by line.
+#[derive(Debug)]
+pub struct Spawned {
+    child: Child,
+    stdout_log: Arc<Mutex<Vec<String>>>,
+    sent_log: Arc<Mutex<Vec<String>>>,
+    stdout_done: tokio::task::JoinHandle<()>,
+    stderr: tokio::task::JoinHandle<String>,
+}
+
+/// The agent's stdout, one line per item, as the SDK's `Lines` transport wants it.
+pub type StdoutLines = futures::channel::mpsc::UnboundedReceiver<std::io::Result<String>>;
+
+/// Spawns `acp-child` with `args` (and debug logging, none of [`AMBIENT`]); returns it with its
+/// stdin and its stdout lines, which are also recorded.
+///
+/// # Panics
+///
+/// When the binary is missing (see [`crate::bin`]) or cannot be started.
+#[must_use]
+pub fn spawn_agent(args: &[OsString]) -> (Spawned, ChildStdin, StdoutLines) {
+    let mut command = Command::new(crate::bin("acp-child"));
+    for name in AMBIENT {
+        command.env_remove(name);
+    }
+    let mut child = command
+        .args(args)
+        .env("ACP_CHILD_LOG", "debug")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn acp-child");
+    let stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let stdout_log = Arc::new(Mutex::new(Vec::new()));
+    let (tx, lines) = futures::channel::mpsc::unbounded();
+    // Reads stdout to EOF on its own, whatever the client side does, so the agent never blocks
+    // on a full pipe and every line it wrote is recorded.
+    let stdout_done = tokio::spawn({
+        let stdout_log = Arc::clone(&stdout_log);
+        async move {
+            let mut reader = BufReader::new(stdout).lines();
+            loop {
+                match reader.next_line().await {
+                    Ok(Some(line)) => {
+                        lock(&stdout_log).push(line.clone());
+                        drop(tx.unbounded_send(Ok(line)));
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        drop(tx.unbounded_send(Err(error)));
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let stderr = tokio::spawn(async move {
+        let mut text = String::new();
+        drop(stderr.read_to_string(&mut text).await);
+        text
+    });
+    let spawned = Spawned {
+        child,
+        stdout_log,
+        sent_log: Arc::default(),
+        stdout_done,
+        stderr,
+    };
+    (spawned, stdin, lines)
+}
+
+/// A test thread that panicked while holding a log left it consistent: keep reading it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a finished run left behind.
+#[derive(Debug)]
+pub struct Finished {
+    /// Every line the agent wrote to stdout, in order.
+    pub stdout: Vec<String>,
+    /// Everything the agent wrote to stderr.
+    pub stderr: String,
+    /// Every line the SDK client sent (runs through [`with_launch`] only), in order.
+    pub sent: Vec<String>,
+}
+
+impl Finished {
+    /// The stdout frames, parsed (every line is one; [`Spawned::finish`] checked it).
+    ///
+    /// # Panics
+    ///
+    /// Never after `finish`; a line that is not JSON panics.
+    #[must_use]
+    pub fn frames(&self) -> Vec<Value> {
+        parse(&self.stdout)
+    }
+
+    /// The frames the client sent, parsed.
+    ///
+    /// # Panics
+    ///
+    /// When a sent line is not JSON (the SDK only sends JSON).
+    #[must_use]
+    pub fn sent_frames(&self) -> Vec<Value> {
+        parse(&self.sent)
+    }
+
+    /// The JSON-RPC id of the first request the client sent with `method`.
+    ///
+    /// # Panics
+    ///
+    /// When no such request was sent.
+    #[must_use]
+    pub fn sent_request_id(&self, method: &str) -> Value {
+        self.sent_frames()
+            .into_iter()
+            .find(|frame| frame["method"] == method)
+            .unwrap_or_else(|| panic!("the client sent no {method} request"))["id"]
+            .clone()
+    }
+}
+
+fn parse(lines: &[String]) -> Vec<Value> {
+    lines
+        .iter()
+        .map(|line| {
+            serde_json::from_str(line)
+                .unwrap_or_else(|error| panic!("line is not JSON ({error}): {line}"))
+        })
+        .collect()
+}
+
+impl Spawned {
+    /// Waits for stdout EOF and the exit (the caller has closed stdin), then checks the invariants
+    /// of every run: exit code 0 and a stdout made only of JSON-RPC frames.
+    ///
+    /// # Panics
+    ///
+    /// When an invariant does not hold, or the agent does not exit within [`TIMEOUT`].
+    pub async fn finish(mut self) -> Finished {
+        tokio::time::timeout(TIMEOUT, &mut self.stdout_done)
+            .await
+            .expect("acp-child closes stdout after stdin EOF")
+            .expect("the stdout reader finished");
+        let status: ExitStatus = tokio::time::timeout(TIMEOUT, self.child.wait())
+            .await
+            .expect("acp-child exits after stdin EOF")
+            .expect("the exit status is readable");
+        let stderr = self.stderr.await.expect("the stderr reader finished");
+        assert_eq!(status.code(), Some(0), "exit status; stderr:\n{stderr}");
+        let stdout = lock(&self.stdout_log).clone();
+        for line in &stdout {
+            let frame: Value = serde_json::from_str(line)
+                .unwrap_or_else(|error| panic!("stdout line is not JSON ({error}): {line}"));
+            assert_eq!(frame["jsonrpc"], "2.0", "not a JSON-RPC frame: {line}");
+            assert!(
+                frame.get("id").is_some() || frame.get("method").is_some(),
+                "not a JSON-RPC frame: {line}"
+            );
+        }
+        let sent = lock(&self.sent_log).clone();
+        Finished {
+            stdout,
+            stderr,
+            sent,
+        }
+    }
+}
+
+/// Runs `main` against a fresh offline agent; see [`with_launch`].
+pub async fn with_agent<R>(
+    main: impl AsyncFnOnce(ConnectionTo<Agent>, InitializeResponse) -> Result<R, AcpError>,
+) -> (R, Finished) {
+    with_launch(Launch::offline(), main).await
+}
+
+/// Runs `main` against a fresh agent started as `launch` says, after `initialize`; then closes
+/// the agent's stdin (by ending the connection) and checks how it exited.
+///
+/// # Panics
+///
+/// When the client session fails or outlasts [`TIMEOUT`], or [`Spawned::finish`] panics.
+pub async fn with_launch<R>(
+    launch: Launch,
+    main: impl AsyncFnOnce(ConnectionTo<Agent>, InitializeResponse) -> Result<R, AcpError>,
+) -> (R, Finished) {
+    let (spawned, stdin, lines) = spawn_agent(&launch.args);
+    let sent_log = Arc::clone(&spawned.sent_log);
+    let sink = futures::sink::unfold(stdin, move |mut stdin: ChildStdin, line: String| {
+        lock(&sent_log).push(line.clone());
+        async move {
+            stdin.write_all(line.as_bytes()).await?;
+            stdin.write_all(b"\n").await?;
+            stdin.flush().await?;
+            Ok::<_, std::io::Error>(stdin)
+        }
+    });
+    let transport = Lines::new(Box::pin(sink), lines);
+    let initialize = launch.initialize;
+    // The transport, and with it the agent's stdin, is dropped when `connect_with` returns.
+    let result = tokio::time::timeout(
+        TIMEOUT,
+        Client
+            .v1()
+            .connect_with(transport, async |cx: ConnectionTo<Agent>| {
+                let init = cx.send_request(initialize).block_task().await?;
+                main(cx, init).await
+            }),
+    )
+    .await
+    .expect("the client session finished in time")
+    .expect("the client session succeeded");
+    (result, spawned.finish().await)
+}
+
+/// How the test client answers `session/request_permission`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Permission {
+    /// Select `allow-once`.
+    Allow,
+    /// Select `reject-once`.
+    Reject,
+    /// Answer with the `cancelled` outcome, without cancelling the turn.
+    Dismiss,
+    /// Send `session/cancel` first, then answer `cancelled`, as a client does when the user stops
+    /// the turn while a permission prompt is open.
+    CancelTurn,
+    /// Fail the test if asked.
+    NotExpected,
+}
+
+/// How the test client answers the agent's requests during a turn.
+#[derive(Debug, Clone)]
+pub struct Answers {
+    permission: Permission,
+    /// `None`: the client serves no `fs/*` requests (one fails the test). `Some`: it answers
+    /// `fs/read_text_file` from these editor buffers (keyed by absolute path) and accepts every
+    /// `fs/write_text_file`, recording both.
+    buffers: Option<HashMap<PathBuf, String>>,
+}
+
+impl From<Permission> for Answers {
+    fn from(permission: Permission) -> Self {
+        Self {
+            permission,
+            buffers: None,
+        }
+    }
+}
+
+impl Answers {
+    /// Answers permission requests with `permission` and serves `fs/*` from editor buffers;
+    /// add them with [`Self::buffer`].
+    #[must_use]
+    pub fn editor(permission: Permission) -> Self {
+        Self {
+            permission,
+            buffers: Some(HashMap::new()),
+        }
+    }
+
+    /// An editor buffer: `fs/read_text_file` of `path` returns `text`.
+    #[must_use]
+    pub fn buffer(mut self, path: impl Into<PathBuf>, text: &str) -> Self {
+        self.buffers
+            .get_or_insert_with(HashMap::new)
+            .insert(path.into(), text.to_owned());
+        self
+    }
+}
+
+/// Everything the agent sent for one prompt turn.
+#[derive(Debug, Default)]
+pub struct TurnLog {
+    /// The agent's message text, concatenated.
+    pub text: String,
+    /// Every session update, in order.
+    pub updates: Vec<SessionUpdate>,
+    /// Every permission request, in order.
+    pub permission_requests: Vec<RequestPermissionRequest>,
+    /// Every `fs/read_text_file` request, in order.
+    pub reads: Vec<ReadTextFileRequest>,
+    /// Every `fs/write_text_file` request, in order.
+    pub writes: Vec<WriteTextFileRequest>,
+}
+
+impl TurnLog {
+    /// The `tool_call` updates.
+    #[must_use]
+    pub fn tool_calls(&self) -> Vec<&ToolCall> {
+        self.updates
+            .iter()
+            .filter_map(|update| match update {
+                SessionUpdate::ToolCall(call) => Some(call),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The `tool_call_update` updates.
+    #[must_use]
+    pub fn tool_call_updates(&self) -> Vec<&ToolCallUpdate> {
+        self.updates
+            .iter()
+            .filter_map(|update| match update {
+                SessionUpdate::ToolCallUpdate(update) => Some(update),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The final status of the last updated tool call of the turn.
+    ///
+    /// # Panics
+    ///
+    /// When no tool call was updated, or the last update sets no status.
+    #[must_use]
+    pub fn final_status(&self) -> ToolCallStatus {
+        let updates = self.tool_call_updates();
+        let last = updates.last().expect("the tool call was updated");
+        last.fields.status.expect("the last update sets a status")
+    }
+}
+
+/// Reads the session's updates, answering the agent's requests as `answers` says, until
+/// `stop_at` matches an update (returns `None`) or the prompt response arrives (returns it).
+///
+/// # Errors
+///
+/// When the connection fails.
+///
+/// # Panics
+///
+/// On a request `answers` does not expect, or a message that is neither an update, a request
+/// nor the prompt response.
+pub async fn read_until(
+    session: &mut ActiveSession<'static, Agent>,
+    log: &mut TurnLog,
+    answers: impl Into<Answers>,
+    stop_at: impl Fn(&SessionUpdate) -> bool,
+) -> Result<Option<Result<PromptResponse, AcpError>>, AcpError> {
+    let answers = answers.into();
+    loop {
+        match session.read_update().await? {
+            SessionMessage::PromptResponse(response) => return Ok(Some(response)),
+            SessionMessage::Message(dispatch) => {
+                let mut stop = false;
+                let session_id = session.session_id().clone();
+                let connection = session.connection().clone();
+                MatchDispatch::new(dispatch.into_raw())
+                    .if_notification(async |notification: SessionNotification| {
+                        if let SessionUpdate::AgentMessageChunk(ContentChunk {
+                            content: ContentBlock::Text(text),
+                            ..
+                        }) = &notification.update
+                        {
+                            log.text.push_str(&text.text);
+                        }
+                        stop = stop_at(&notification.update);
+                        log.updates.push(notification.update);
+                        Ok(())
+                    })
+                    .await
+                    .if_request(async |request: RequestPermissionRequest, responder| {
+                        log.permission_requests.push(request);
+                        let outcome = match answers.permission {
+                            Permission::Allow => RequestPermissionOutcome::Selected(
+                                SelectedPermissionOutcome::new("allow-once"),
+                            ),
+                            Permission::Reject => RequestPermissionOutcome::Selected(
+                                SelectedPermissionOutcome::new("reject-once"),
+                            ),
+                            Permission::Dismiss => RequestPermissionOutcome::Cancelled,
+                            Permission::CancelTurn => {
+                                connection
+                                    .send_notification(CancelNotification::new(session_id))?;
+                                RequestPermissionOutcome::Cancelled
+                            }
+                            Permission::NotExpected => panic!("unexpected permission request"),
+                        };
+                        responder.respond(RequestPermissionResponse::new(outcome))
+                    })
+                    .await
+                    .if_request(async |request: ReadTextFileRequest, responder| {
+                        let Some(buffers) = &answers.buffers else {
+                            panic!("fs/read_text_file sent to a client without fs: {request:?}");
+                        };
+                        let buffer = buffers.get(&request.path).cloned();
+                        let path = request.path.display().to_string();
+                        log.reads.push(request);
+                        match buffer {
+                            Some(text) => responder.respond(ReadTextFileResponse::new(text)),
+                            None => responder.respond_with_error(AcpError::new(
+                                ErrorCode::RESOURCE_NOT_FOUND,
+                                format!("no buffer for {path}"),
+                            )),
+                        }
+                    })
+                    .await
+                    .if_request(async |request: WriteTextFileRequest, responder| {
+                        assert!(
+                            answers.buffers.is_some(),
+                            "fs/write_text_file sent to a client without fs: {request:?}"
+                        );
+                        log.writes.push(request);
+                        responder.respond(WriteTextFileResponse::new())
+                    })
+                    .await
+                    .otherwise_ignore()?;
+                if stop {
+                    return Ok(None);
+                }
+            }
+            other => panic!("unexpected session message {other:?}"),
+        }
+    }
+}
+
+/// Sends `prompt` and reads the whole turn.
+///
+/// # Errors
+///
+/// When the connection fails; a JSON-RPC error answering the prompt is in the returned result.
+///
+/// # Panics
+///
+/// See [`read_until`].
+pub async fn prompt(
+    session: &mut ActiveSession<'static, Agent>,
+    prompt: &str,
+    answers: impl Into<Answers>,
+) -> Result<(TurnLog, Result<PromptResponse, AcpError>), AcpError> {
+    session.send_prompt(prompt)?;
+    let mut log = TurnLog::default();
+    let response = read_until(session, &mut log, answers, |_| false)
+        .await?
+        .expect("read_until stops only at the response");
+    Ok((log, response))
+}
+
+/// Starts a session in `cwd` with `session/new`.
+///
+/// # Errors
+///
+/// When the agent refuses or the connection fails.
+pub async fn new_session(
+    cx: &ConnectionTo<Agent>,
+    cwd: &Path,
+) -> Result<ActiveSession<'static, Agent>, AcpError> {
+    Ok(cx
+        .build_session(cwd)
+        .block_task()
+        .start_session()
+        .await?
+        .session)
+}
+
+/// The stop reason of a successful prompt.
+///
+/// # Panics
+///
+/// When the prompt was answered with an error.
+#[must_use]
+pub fn stop_reason(response: Result<PromptResponse, AcpError>) -> StopReason {
+    response.expect("the prompt succeeded").stop_reason
+}
+
+/// The canonical form of an existing path (tempdirs may sit behind symlinks, e.g. on macOS).
+///
+/// # Panics
+///
+/// When the path does not exist.
+#[must_use]
+pub fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).expect("the path exists")
+}
