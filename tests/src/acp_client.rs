@@ -84,6 +84,13 @@ impl Launch {
         launch
     }
 
+    /// One more command-line argument for the agent (e.g. `--persona FILE`).
+    #[must_use]
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
     /// Advertises `fs.readTextFile` / `fs.writeTextFile` in `initialize`.
     #[must_use]
     pub fn client_fs(mut self, read: bool, write: bool) -> Self {
@@ -321,6 +328,8 @@ pub async fn with_launch<R>(
 pub enum Permission {
     /// Select `allow-once`.
     Allow,
+    /// Select `allow-always`: the agent should not ask again for this kind of tool.
+    AllowAlways,
     /// Select `reject-once`.
     Reject,
     /// Answer with the `cancelled` outcome, without cancelling the turn.
@@ -469,6 +478,9 @@ pub async fn read_until(
                         let outcome = match answers.permission {
                             Permission::Allow => RequestPermissionOutcome::Selected(
                                 SelectedPermissionOutcome::new("allow-once"),
+                            ),
+                            Permission::AllowAlways => RequestPermissionOutcome::Selected(
+                                SelectedPermissionOutcome::new("allow-always"),
                             ),
                             Permission::Reject => RequestPermissionOutcome::Selected(
                                 SelectedPermissionOutcome::new("reject-once"),

@@ -966,3 +966,107 @@ async fn stdin_eof_while_a_command_runs_exits_zero_and_kills_the_command() {
         "the command (pid {pid}) outlived the agent"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Remembered permissions and the persona
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn allow_always_is_remembered_for_the_session_and_that_tool_kind_only() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        Reply::tool_call(
+            "call_w1",
+            "write_file",
+            &json!({"path": "a.txt", "content": "A"}),
+            1,
+        ),
+        Reply::text(["first"]),
+        Reply::tool_call(
+            "call_w2",
+            "write_file",
+            &json!({"path": "b.txt", "content": "B"}),
+            1,
+        ),
+        Reply::text(["second"]),
+        Reply::tool_call(
+            "call_c1",
+            "run_command",
+            &json!({"command": "echo ran > c.txt"}),
+            1,
+        ),
+        Reply::text(["third"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (logs, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        // The first edit is allowed "always"...
+        let (first, response) = prompt(&mut session, "write a", Permission::AllowAlways).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        // ...so the second edit must not ask at all...
+        let (second, response) = prompt(&mut session, "write b", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        // ...but a command is another kind of tool and still asks.
+        let (third, response) = prompt(&mut session, "run it", Permission::Reject).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok((first, second, third))
+    })
+    .await;
+    let (first, second, third) = logs;
+    assert_eq!(first.permission_requests.len(), 1);
+    assert!(second.permission_requests.is_empty());
+    assert_eq!(third.permission_requests.len(), 1);
+    assert_eq!(
+        (
+            first.text.as_str(),
+            second.text.as_str(),
+            third.text.as_str()
+        ),
+        ("first", "second", "third")
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("a.txt")).unwrap(),
+        "A"
+    );
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("b.txt")).unwrap(),
+        "B"
+    );
+    assert!(
+        !cwd.path().join("c.txt").exists(),
+        "the rejected command ran"
+    );
+    assert!(tool_result(&llm.requests()[5], "call_c1").contains("permission denied"));
+}
+
+#[tokio::test]
+async fn the_persona_file_becomes_the_system_prompt_with_model_and_cwd() {
+    let cwd = temp();
+    let state = temp();
+    let persona = state.path().join("persona.md");
+    std::fs::write(
+        &persona,
+        "You are a careful reviewer using {model} in {cwd}.",
+    )
+    .unwrap();
+    let llm = MockLlm::start(vec![Reply::text(["ok"])]);
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .arg("--persona")
+        .arg(persona.as_os_str());
+    let (text, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (log, response) = prompt(&mut session, "hi", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(log.text)
+    })
+    .await;
+    assert_eq!(text, "ok");
+    assert_eq!(
+        system_prompt(&llm.requests()[0]),
+        format!(
+            "You are a careful reviewer using mock-model in {}.",
+            canonical(cwd.path()).display()
+        )
+    );
+}
