@@ -27,7 +27,7 @@ use tokio::io::AsyncWriteExt as _;
 
 /// The reply to plain text, exactly.
 const NO_MODEL_REPLY: &str = "No model is configured: acp-child is running its offline backend and cannot answer free-form prompts.\n\
-A model backend (any OpenAI-compatible API) is planned but not available in this version.\n\
+To use a model, start it with --model NAME and a key in ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY), or --base-url for a local server.\n\
 Offline commands that work now: /read PATH, /write PATH TEXT, /sleep SECONDS.\n";
 
 #[tokio::test]

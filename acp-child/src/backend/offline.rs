@@ -31,7 +31,7 @@ pub const REJECT_ONCE: &str = "reject-once";
 /// The reply to a plain-text prompt, streamed one line per chunk.
 pub const NO_MODEL_REPLY: [&str; 3] = [
     "No model is configured: acp-child is running its offline backend and cannot answer free-form prompts.\n",
-    "A model backend (any OpenAI-compatible API) is planned but not available in this version.\n",
+    "To use a model, start it with --model NAME and a key in ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY), or --base-url for a local server.\n",
     // Kept in step with `COMMANDS_SUMMARY` by the unit test below.
     "Offline commands that work now: /read PATH, /write PATH TEXT, /sleep SECONDS.\n",
 ];
