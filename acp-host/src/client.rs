@@ -70,7 +70,7 @@ pub trait DriveEvents: Send + Sync {
     /// session/new answered: the agent is ready.
     fn ready(&self, session_id: &str);
     /// One `session/update` (the `update` object as sent).
-    fn update(&self, update: &serde_json::Value);
+    fn update(&self, update: serde_json::Value);
     /// One permission request was answered.
     fn permission(&self, decision: &PermissionDecision);
 }
@@ -138,7 +138,7 @@ impl Shared {
         };
         events.ready(session_id);
         for update in gate.held.drain(..) {
-            events.update(&update);
+            events.update(update);
         }
         gate.open = true;
     }
@@ -148,7 +148,7 @@ impl Shared {
             return;
         };
         if gate.open {
-            events.update(&update);
+            events.update(update);
         } else {
             gate.held.push(update);
         }
@@ -550,23 +550,17 @@ fn frames(
             }
             loop {
                 match read_frame(&mut reader, &mut buf, max_frame_bytes).await {
-                    Ok(Some(line)) => {
-                        let text = std::str::from_utf8(line).map(str::trim);
-                        match text {
-                            Ok("") => {}
-                            Ok(frame) if frame.starts_with('{') => {
-                                let frame = frame.to_owned();
-                                return Some((Ok(frame), (reader, buf, false)));
-                            }
-                            _ => {
-                                shared.garbage_lines.fetch_add(1, Ordering::Relaxed);
-                                tracing::debug!(
-                                    line = %String::from_utf8_lossy(&line[..line.len().min(200)]),
-                                    "skipped a non-JSON line on the agent's stdout"
-                                );
-                            }
+                    Ok(Some(())) => match frame_text(&mut buf) {
+                        Some(frame) => return Some((Ok(frame), (reader, buf, false))),
+                        None if buf.is_empty() => {}
+                        None => {
+                            shared.garbage_lines.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(
+                                line = %String::from_utf8_lossy(&buf[..buf.len().min(200)]),
+                                "skipped a non-JSON line on the agent's stdout"
+                            );
                         }
-                    }
+                    },
                     Ok(None) => return None,
                     Err(err) => return Some((Err(err), (reader, buf, true))),
                 }
@@ -575,17 +569,35 @@ fn frames(
     })
 }
 
+/// The JSON frame in `buf`, moved out without copying when the line needs no trimming. `None`
+/// leaves `buf` holding a non-JSON line (or nothing, for a blank one) for the caller to report.
+fn frame_text(buf: &mut Vec<u8>) -> Option<String> {
+    let trimmed = std::str::from_utf8(buf).ok()?.trim();
+    if trimmed.is_empty() {
+        buf.clear();
+        return None;
+    }
+    if !trimmed.starts_with('{') {
+        return None;
+    }
+    if trimmed.len() == buf.len() {
+        // Valid UTF-8 was checked above; the frame is the whole line: no copy.
+        return String::from_utf8(std::mem::take(buf)).ok();
+    }
+    Some(trimmed.to_owned())
+}
+
 /// Reads one `\n`-terminated line into `buf` (without the newline); `None` at EOF.
-async fn read_frame<'b>(
+async fn read_frame(
     reader: &mut BufReader<ChildStdout>,
-    buf: &'b mut Vec<u8>,
+    buf: &mut Vec<u8>,
     max: usize,
-) -> std::io::Result<Option<&'b [u8]>> {
+) -> std::io::Result<Option<()>> {
     buf.clear();
     loop {
         let available = reader.fill_buf().await?;
         if available.is_empty() {
-            return Ok(if buf.is_empty() { None } else { Some(buf) });
+            return Ok(if buf.is_empty() { None } else { Some(()) });
         }
         let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
             Some(i) => (&available[..i], Some(i + 1)),
@@ -601,7 +613,7 @@ async fn read_frame<'b>(
         let consumed = found.unwrap_or(chunk.len());
         reader.consume(consumed);
         if found.is_some() {
-            return Ok(Some(buf));
+            return Ok(Some(()));
         }
     }
 }

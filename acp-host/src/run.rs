@@ -465,10 +465,10 @@ impl DriveEvents for Notifier {
         }));
     }
 
-    fn update(&self, update: &serde_json::Value) {
+    fn update(&self, update: serde_json::Value) {
         self.notify(&Event::Update {
             run_id: self.run_id.clone(),
-            update: update.clone(),
+            update,
         });
     }
 
