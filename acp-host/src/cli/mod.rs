@@ -22,7 +22,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// A flag given twice takes its last value, so wrappers can append overrides.
+    // A flag given twice takes its last value, so wrappers can append overrides.
     #[command(args_override_self = true)]
     Run(run::RunArgs),
     Sync(sync::SyncArgs),

@@ -15,12 +15,12 @@ use serde_json::json;
 
 const AFTER_HELP: &str = "\
 Examples:
-  acp-host sync --dry-run                  show what would change; write nothing (exit 1 on conflicts)
+  acp-host sync --dry-run                  show what would change (exit 1 on conflicts)
   acp-host sync                            write ./subagents into every installed agent
   acp-host sync --agent codex --diff       only codex, with unified diffs of the changes
   acp-host sync --force claude-code/review replace one unmanaged file (exactly that target)
   acp-host sync --prune                    also remove managed files whose definition is gone
-  acp-host sync --scope project            write into the project (.claude/agents, .github/agents, ...)
+  acp-host sync --scope project            write into the project (.claude/agents, ...)
 
 A definition, subagents/review.md:
   ---
