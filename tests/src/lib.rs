@@ -41,6 +41,75 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Guards every wait of the end-to-end suites against a hang; never expected to elapse.
+pub const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// Runs `cmd` (stdin closed, stdout and stderr captured) to its end, under [`HANG_GUARD`].
+///
+/// # Panics
+///
+/// When the command cannot start or does not exit in time (it is then killed).
+#[must_use]
+pub fn run_to_end(cmd: &mut std::process::Command) -> std::process::Output {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    wait_output(child)
+}
+
+/// Waits for a spawned process and collects its output, with a hang guard: a hang fails the
+/// test (and the process is killed) instead of wedging CI.
+///
+/// # Panics
+///
+/// When the process does not exit within twice [`HANG_GUARD`].
+#[must_use]
+pub fn wait_output(child: std::process::Child) -> std::process::Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    if let Ok(output) = rx.recv_timeout(HANG_GUARD * 2) {
+        output.expect("the output is readable")
+    } else {
+        if let Ok(pid) = i32::try_from(pid) {
+            let _ = kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+        panic!("process {pid} did not exit within {:?}", HANG_GUARD * 2);
+    }
+}
+
+/// A finished process's stdout.
+///
+/// # Panics
+///
+/// When it is not UTF-8.
+#[must_use]
+pub fn stdout(output: &std::process::Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// A finished process's stderr, lossily decoded.
+#[must_use]
+pub fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A finished process's exit code.
+///
+/// # Panics
+///
+/// When a signal ended it.
+#[must_use]
+pub fn code(output: &std::process::Output) -> i32 {
+    output.status.code().expect("the process exited normally")
+}
+
 /// Polls until `path` exists; `false` if it still does not after `timeout`.
 #[must_use]
 pub fn wait_for_file(path: impl AsRef<Path>, timeout: Duration) -> bool {

@@ -18,13 +18,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use acp_tests::mock_llm::{Finish, MockLlm, RecordedRequest, Reply};
-use acp_tests::{bin, wait_until_dead};
+use acp_tests::{HANG_GUARD, bin, code, run_to_end, stderr, stdout, wait_output, wait_until_dead};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
-
-/// Guards every wait against a hang; never expected to elapse.
-const HANG_GUARD: Duration = Duration::from_secs(30);
 
 /// The key the tests forward; the mock requires it unless a test says otherwise.
 const KEY: &str = "test-key";
@@ -88,43 +85,6 @@ fn model_host(dir: &Path, llm: &MockLlm, agent_args: &[&str], host_args: &[&str]
         .args(["--agent", &agent(&llm.base_url(), agent_args)])
         .args(host_args);
     cmd
-}
-
-fn run_to_end(cmd: &mut Command) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("acp-host starts");
-    wait_output(child)
-}
-
-/// Waits for a spawned host with a hang guard: a hang fails the test instead of wedging CI.
-fn wait_output(child: Child) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    if let Ok(output) = rx.recv_timeout(HANG_GUARD * 2) {
-        output.expect("acp-host output is readable")
-    } else {
-        let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGKILL);
-        panic!("acp-host did not exit within {:?}", HANG_GUARD * 2);
-    }
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("acp-host exited normally")
 }
 
 /// Asserts the exit code, showing stderr and the model's requests when it differs.

@@ -8,15 +8,14 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
 
-use acp_tests::{bin, read_pid, wait_for_file, wait_until_dead};
+use acp_tests::{
+    HANG_GUARD, bin, code, read_pid, run_to_end, stderr, stdout, wait_for_file, wait_output,
+    wait_until_dead,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
-
-/// Guards every wait against a hang; never expected to elapse.
-const HANG_GUARD: Duration = Duration::from_secs(30);
 
 fn mock_path() -> &'static str {
     env!("CARGO_BIN_EXE_mock-agent")
@@ -52,43 +51,6 @@ fn host(dir: &Path) -> Command {
             "2",
         ]);
     cmd
-}
-
-fn run_to_end(cmd: &mut Command) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("acp-host starts");
-    wait_output(child)
-}
-
-/// Waits for a spawned host with a hang guard: a hang fails the test instead of wedging CI.
-fn wait_output(child: Child) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    if let Ok(output) = rx.recv_timeout(HANG_GUARD * 2) {
-        output.expect("acp-host output is readable")
-    } else {
-        let _ = kill(Pid::from_raw(i32::try_from(pid).unwrap()), Signal::SIGKILL);
-        panic!("acp-host did not exit within {:?}", HANG_GUARD * 2);
-    }
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn code(output: &Output) -> i32 {
-    output.status.code().expect("acp-host exited normally")
 }
 
 /// All NDJSON records of a `--json` run; asserts every stdout line is JSON.
