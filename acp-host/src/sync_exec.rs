@@ -279,6 +279,7 @@ pub enum Outcome {
 
 /// The result for one physical file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct FileResult {
     pub path: PathBuf,
     pub outcome: Outcome,
@@ -294,6 +295,7 @@ pub struct FileResult {
 
 /// The structured result of [`execute`] (INV-SUB-06).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ExecutionResult {
     /// Every file that had to change did, and the plan could apply.
     pub success: bool,

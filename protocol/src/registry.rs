@@ -75,6 +75,7 @@ impl OptionKind {
 
 /// One option a definition may set for an agent (`codex: {model: "o3"}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct OptionSpec {
     pub name: &'static str,
     pub kind: OptionKind,
@@ -87,6 +88,7 @@ const fn opt(name: &'static str, kind: OptionKind) -> OptionSpec {
 /// A boolean in a TOML config file under $HOME that, when `false`, disables the agent's subagents
 /// (codex: `[agents] enabled = false` in `.codex/config.toml`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ConfigSwitch {
     /// Relative to $HOME.
     pub file: &'static str,
@@ -125,6 +127,7 @@ impl ConfigSwitch {
 
 /// Where definitions go for one scope. `{name}` is replaced with the subagent name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SyncTarget {
     pub format: TargetFormat,
     /// Relative to $HOME.
@@ -166,6 +169,7 @@ pub enum Scope {
 
 /// One known agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AgentSpec {
     /// The canonical name used by `--agent`, definitions' `agents:` lists and `--force`.
     pub name: &'static str,

@@ -175,5 +175,5 @@ fn agents_lists_acp_child_installed_beside_acp_host() {
         .find(|a| a["name"] == "acp-child")
         .unwrap();
     assert_eq!(child["installed"], true);
-    assert_eq!(child["acp_command"], serde_json::json!(["acp-child"]));
+    assert_eq!(child["acpCommand"], serde_json::json!(["acp-child"]));
 }

@@ -211,7 +211,7 @@ fn s01_planning_writes_nothing() {
     env.simple("review", "claude-code, codex");
     let before = env.tree();
     let json = env.sync(&["--dry-run", "--json"]).json();
-    assert_eq!(json["can_apply"], true);
+    assert_eq!(json["canApply"], true);
     assert!(json["changes"].as_u64().unwrap() > 0);
     assert_eq!(json["result"], Value::Null);
     assert_eq!(env.tree(), before);
@@ -1143,7 +1143,7 @@ fn json_result_is_structured_per_file() {
     assert_eq!(json["success"], true);
     let result = &json["result"];
     assert_eq!(result["partial"], false);
-    assert_eq!(result["failed_files"], serde_json::json!([]));
+    assert_eq!(result["failedFiles"], serde_json::json!([]));
     let outcomes: Vec<&str> = result["files"]
         .as_array()
         .unwrap()

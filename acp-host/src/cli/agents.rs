@@ -80,7 +80,7 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
                     "installed": availability.is_installed(),
                     "availability": availability,
                     "sync": spec.sync,
-                    "acp_command": spec.acp_command,
+                    "acpCommand": spec.acp_command,
                 })
             })
             .collect();

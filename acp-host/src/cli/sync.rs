@@ -318,8 +318,8 @@ fn json_report(
     let success = result.map_or_else(|| plan.can_apply(), |r| r.success);
     let mut report = json!({
         "success": success,
-        "dry_run": dry_run,
-        "can_apply": plan.can_apply(),
+        "dryRun": dry_run,
+        "canApply": plan.can_apply(),
         "changes": plan.changes(),
         "operations": plan.operations,
         "files": files,

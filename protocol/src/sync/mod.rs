@@ -72,6 +72,7 @@ impl Action {
 
 /// One planned operation on one target (a dedicated file, or one item of the shared file).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Operation {
     pub action: Action,
     pub agent: &'static str,
@@ -121,6 +122,7 @@ impl Operation {
 /// in its folder is followed (`physical` is where it points), one that leaves it is
 /// [`FileState::Unwritable`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct FileFacts {
     /// The file that would be written.
     pub physical: PathBuf,
@@ -220,6 +222,7 @@ pub fn readiness(
 
 /// One selected agent as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct AgentView {
     pub spec: &'static AgentSpec,
     pub availability: AgentAvailability,
@@ -346,6 +349,7 @@ impl ScanRequest {
 
 /// One `--force` target: exactly one agent and one subagent.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ForceTarget {
     pub agent: &'static str,
     pub name: String,
