@@ -239,6 +239,21 @@ fn unlink(path: &Path) -> Result<Vec<PathBuf>, FsError> {
     Ok(folders)
 }
 
+/// Removes `path` if it is an empty folder (a real one, not a symlink); a folder with anything
+/// in it is kept and reported as an error.
+pub fn remove_empty_folder(path: &Path) -> Result<(), FsError> {
+    let error = |source| FsError::Remove {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !fs::symlink_metadata(path).map_err(error)?.is_dir() {
+        return Err(error(io::Error::other("not a folder")));
+    }
+    // `remove_dir` refuses a folder that is not empty, which is exactly the rule.
+    fs::remove_dir(path).map_err(error)?;
+    sync_folder(path.parent().unwrap_or(Path::new("/")))
+}
+
 /// Removes a whole folder this tool created (an old backup run). Refuses a symlink: only a real
 /// folder is deleted, never what a link points to.
 pub fn remove_tree(path: &Path) -> Result<(), FsError> {

@@ -452,6 +452,20 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
     result
 }
 
+/// After a removal, the folder the target format made for that one subagent (agy's
+/// `agents/<name>/agent.md`) goes too, but only when it is empty: nothing else is ever deleted.
+fn remove_subagent_folder(plan: &Plan, file: &FilePlan) {
+    let Some(folder) = file.target.parent() else {
+        return;
+    };
+    let named_for_it = file.operations.iter().any(|&op| {
+        folder.file_name().and_then(|n| n.to_str()) == Some(plan.operations[op].name.as_str())
+    });
+    if named_for_it && let Err(e) = fs_atomic::remove_empty_folder(folder) {
+        tracing::debug!(error = %e, "subagent folder kept");
+    }
+}
+
 /// Removes all but the newest `keep` run folders under `root` (0 keeps all). Only folders named
 /// like ours (`YYYYMMDDTHHMMSS...Z[-n]`) are touched; a failure is logged, never fatal: the sync
 /// itself succeeded.
@@ -629,6 +643,12 @@ fn write_all(
         );
         result.backup_dir = backup_dir;
         return result;
+    }
+    // Only once the removals are durable: their folders' fsync needs the folders.
+    for &i in pending {
+        if plan.files[i].change == Change::Remove {
+            remove_subagent_folder(plan, &plan.files[i]);
+        }
     }
     ExecutionResult {
         success: true,

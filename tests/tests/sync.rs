@@ -949,6 +949,28 @@ fn backups_keep_every_previous_version() {
 }
 
 #[test]
+fn pruning_an_agy_subagent_removes_its_folder_only_when_empty() {
+    let env = Env::new();
+    env.install(&["agy"]);
+    env.simple("x", "agy");
+    env.simple("y", "agy");
+    env.sync_ok(&[]);
+    assert!(env.exists(".gemini/config/agents/x/agent.md"));
+    // The user keeps a file of their own next to y's definition.
+    fs::write(env.home.join(".gemini/config/agents/y/notes.txt"), "mine").unwrap();
+    env.undefine("x");
+    env.undefine("y");
+    env.sync_ok(&["--prune"]);
+    assert!(
+        !env.exists(".gemini/config/agents/x"),
+        "the emptied folder of x stays behind"
+    );
+    assert!(!env.exists(".gemini/config/agents/y/agent.md"));
+    assert_eq!(env.read(".gemini/config/agents/y/notes.txt"), "mine");
+    assert!(env.exists(".gemini/config/agents"));
+}
+
+#[test]
 fn old_backup_runs_are_pruned_to_keep_backups() {
     let env = Env::new();
     env.install(&["claude-code"]);
