@@ -59,9 +59,8 @@ pub struct Graces {
 /// The spawn failed; nothing is running.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
-    #[error(
-        "agent command not found: {program} (install it, put it on PATH, or pass --agent with a full path)"
-    )]
+    /// The caller knows how to fix it (install hints), so the message states only the fact.
+    #[error("agent command not found: {program}")]
     NotFound {
         program: String,
         #[source]

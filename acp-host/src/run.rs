@@ -25,7 +25,7 @@ use protocol::result::{AgentExit, RunResult, Status};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, Asker, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
-use crate::process::{AgentProcess, Graces, SpawnSpec};
+use crate::process::{AgentProcess, Graces, SpawnError, SpawnSpec};
 
 /// Default limit of one frame on the agent's stdout.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
@@ -187,7 +187,18 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     let (mut process, pipes) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,
         Err(err) => {
-            result.error = Some(protocol::report::describe(&err));
+            let mut message = protocol::report::describe(&err);
+            if let SpawnError::NotFound { .. } = err {
+                let install = request
+                    .agent
+                    .install_hint
+                    .as_ref()
+                    .map_or_else(String::new, |hint| format!(" (`{hint}`)"));
+                message = format!(
+                    "{message}; install it{install}, put it on PATH, or pass --agent with a full path"
+                );
+            }
+            result.error = Some(message);
             return finish(result, started, &notifier, None);
         }
     };

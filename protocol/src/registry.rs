@@ -185,6 +185,8 @@ pub struct AgentSpec {
     pub sync: Option<SyncTarget>,
     /// One line for `acp-host agents` and `--help`.
     pub summary: &'static str,
+    /// How to install the ACP command, shown when it cannot be started.
+    pub install: Option<&'static str>,
 }
 
 /// The name of our own agent, launched from the sibling binary of `acp-host`.
@@ -200,6 +202,7 @@ pub const AGENTS: &[AgentSpec] = &[
         acp_command: Some(&["acp-child"]),
         sync: None,
         summary: "this project's agent (offline backend unless a model is configured)",
+        install: Some("build it beside acp-host: cargo build --workspace"),
     },
     AgentSpec {
         name: "claude-code",
@@ -216,6 +219,7 @@ pub const AGENTS: &[AgentSpec] = &[
             switch: None,
         }),
         summary: "Claude Code (ACP via claude-code-acp)",
+        install: Some("npm install -g @zed-industries/claude-code-acp"),
     },
     AgentSpec {
         name: "codex",
@@ -236,6 +240,7 @@ pub const AGENTS: &[AgentSpec] = &[
             }),
         }),
         summary: "OpenAI Codex CLI (ACP via codex-acp)",
+        install: Some("npm install -g @zed-industries/codex-acp"),
     },
     AgentSpec {
         name: "gemini",
@@ -245,6 +250,7 @@ pub const AGENTS: &[AgentSpec] = &[
         acp_command: Some(&["gemini", "--acp"]),
         sync: None,
         summary: "Gemini CLI (ACP via gemini --acp)",
+        install: Some("npm install -g @google/gemini-cli"),
     },
     AgentSpec {
         name: "opencode",
@@ -261,6 +267,7 @@ pub const AGENTS: &[AgentSpec] = &[
             switch: None,
         }),
         summary: "OpenCode (ACP via opencode acp)",
+        install: Some("npm install -g opencode-ai"),
     },
     AgentSpec {
         name: "github-copilot",
@@ -284,6 +291,7 @@ pub const AGENTS: &[AgentSpec] = &[
             switch: None,
         }),
         summary: "GitHub Copilot CLI",
+        install: None,
     },
     AgentSpec {
         name: "agy",
@@ -300,6 +308,7 @@ pub const AGENTS: &[AgentSpec] = &[
             switch: None,
         }),
         summary: "Antigravity CLI",
+        install: None,
     },
     AgentSpec {
         name: "grok",
@@ -325,6 +334,7 @@ pub const AGENTS: &[AgentSpec] = &[
             switch: None,
         }),
         summary: "Grok CLI",
+        install: None,
     },
     AgentSpec {
         name: "pi",
@@ -341,6 +351,7 @@ pub const AGENTS: &[AgentSpec] = &[
             switch: None,
         }),
         summary: "pi coding agent (needs its subagent extension)",
+        install: None,
     },
     AgentSpec {
         name: "dsh",
@@ -363,6 +374,7 @@ pub const AGENTS: &[AgentSpec] = &[
             switch: None,
         }),
         summary: "DeepSeek Harness (shared .dsh/cordis.patch.yml)",
+        install: None,
     },
 ];
 

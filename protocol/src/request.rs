@@ -17,6 +17,8 @@ pub struct AgentCommand {
     pub args: Vec<String>,
     /// How the user named the agent (`acp-child`, `codex`, or the command line), for messages.
     pub display: String,
+    /// How to install the program, when it is known (registry agents): shown if it is missing.
+    pub install_hint: Option<String>,
 }
 
 /// Deadlines and graces of one run.

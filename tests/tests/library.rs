@@ -27,6 +27,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
             program: PathBuf::from(program),
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             display: program.to_owned(),
+            install_hint: None,
         },
         prompt: "hi".into(),
         cwd: cwd.to_path_buf(),

@@ -1019,3 +1019,20 @@ fn permission_ask_prompts_on_the_terminal_with_title_and_kind() {
     let no = ask_on_a_terminal("n\n");
     assert!(no.contains("selected reject_once"), "{no}");
 }
+
+#[test]
+fn a_missing_registry_agent_says_how_to_install_it() {
+    let dir = temp();
+    let out = run_to_end(
+        host(dir.path())
+            .env("PATH", "/usr/bin:/bin")
+            .args(["--json", "--agent", "claude", "x"]),
+    );
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        result_record(&out)["error"],
+        "agent command not found: claude-code-acp: No such file or directory (os error 2); \
+         install it (`npm install -g @zed-industries/claude-code-acp`), put it on PATH, or pass \
+         --agent with a full path"
+    );
+}

@@ -81,6 +81,7 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
                     "availability": availability,
                     "sync": spec.sync,
                     "acpCommand": spec.acp_command,
+                    "install": spec.install,
                 })
             })
             .collect();
@@ -91,11 +92,14 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
     let name_width = rows.iter().map(|(s, _)| s.name.len()).max().unwrap_or(0);
     let statuses: Vec<String> = rows.iter().map(|(_, a)| status(a)).collect();
     let status_width = statuses.iter().map(String::len).max().unwrap_or(0);
-    for ((spec, _), status) in rows.iter().zip(&statuses) {
-        let acp = spec.acp_command.map_or_else(
+    for ((spec, availability), status) in rows.iter().zip(&statuses) {
+        let mut acp = spec.acp_command.map_or_else(
             || "no ACP command".to_owned(),
             |cmd| format!("acp: {}", cmd.join(" ")),
         );
+        if let (false, Some(install)) = (availability.is_installed(), spec.install) {
+            acp = format!("{acp} (install: {install})");
+        }
         // A closed stdout (`| head`) is not an error.
         let _ = writeln!(
             out,

@@ -235,6 +235,12 @@ fn resolve_agent(agent: &str) -> Result<AgentCommand, String> {
     let Some((program, args)) = words.split_first() else {
         return Err("--agent is empty (pass a registry name or a command line)".into());
     };
+    // A known agent's program, named directly or in a command line, comes with its install hint.
+    let install_hint = registry::AGENTS
+        .iter()
+        .find(|a| a.acp_command.and_then(<[_]>::first) == Some(&program.as_str()))
+        .and_then(|a| a.install)
+        .map(str::to_owned);
     let program = if program == registry::ACP_CHILD {
         installed::sibling(registry::ACP_CHILD).unwrap_or_else(|| PathBuf::from(program))
     } else {
@@ -244,6 +250,7 @@ fn resolve_agent(agent: &str) -> Result<AgentCommand, String> {
         program,
         args: args.to_vec(),
         display: agent.to_owned(),
+        install_hint,
     })
 }
 
