@@ -408,10 +408,17 @@ fn failed(stage: Stage, err: &agent_client_protocol::Error) -> DriveEnd {
             .as_ref()
             .map(|d| format!(" ({d})"))
             .unwrap_or_default();
+        // acp-host never runs an agent's interactive login, so say how to get past it.
+        let fix = if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED {
+            "; the agent needs authentication: log in with the agent itself once, or forward its \
+             API key with --env NAME"
+        } else {
+            ""
+        };
         format!(
-            "agent answered {} with error {}: {}{data}",
+            "agent answered {} with error {}: {}{data}{fix}",
             stage.method(),
-            err.code,
+            err.code.value(),
             err.message
         )
     };

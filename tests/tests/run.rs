@@ -1036,3 +1036,16 @@ fn a_missing_registry_agent_says_how_to_install_it() {
          --agent with a full path"
     );
 }
+
+#[test]
+fn an_agent_requiring_authentication_says_how_to_get_past_it() {
+    let dir = temp();
+    let out =
+        run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["auth-required"]), "x"]));
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        result_record(&out)["error"],
+        "agent answered session/new with error -32000: Authentication required; the agent needs \
+         authentication: log in with the agent itself once, or forward its API key with --env NAME"
+    );
+}

@@ -179,6 +179,11 @@ impl Agent {
         self.session_cwd = params.get("cwd").and_then(Value::as_str).map(str::to_owned);
         let result = match &self.scenario {
             Scenario::NoSessionId => json!({}),
+            Scenario::AuthRequired => {
+                let error = wire::error_response(id, -32000, "Authentication required");
+                self.send(&error).await;
+                return;
+            }
             Scenario::GatedSession { go } => {
                 let go = go.clone();
                 self.touch_ready();

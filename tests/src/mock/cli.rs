@@ -14,7 +14,7 @@ pub const USAGE_EXIT: i32 = 64;
 
 /// Scenario names, in the order the usage message lists them.
 pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on-cancel, \
-    crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, garbage, \
+    crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
     echo-env, fs-request, session-echo, slow-stream";
 
@@ -74,6 +74,8 @@ pub enum Scenario {
     GatedSession { go: PathBuf },
     /// Answers `session/new` with `{}` (no session id).
     NoSessionId,
+    /// Answers `session/new` with ACP's `auth_required` error (-32000).
+    AuthRequired,
     /// Non-JSON lines on stdout before and between frames, otherwise `Hello`.
     Garbage,
     /// One text chunk of `bytes` bytes of `x`, `end_turn`.
@@ -284,6 +286,7 @@ fn scenario(
             }
         }
         "no-session-id" => Scenario::NoSessionId,
+        "auth-required" => Scenario::AuthRequired,
         "garbage" => Scenario::Garbage,
         "huge" => Scenario::Huge {
             bytes: s.number("bytes")?.unwrap_or(DEFAULT_HUGE_BYTES),

@@ -52,6 +52,7 @@ impl Agent {
             | Scenario::TermMarker { .. }
             | Scenario::GatedSession { .. }
             | Scenario::NoSessionId
+            | Scenario::AuthRequired
             | Scenario::ExitBeforeInit { .. }
             | Scenario::Silent => self.reply(id, session, [HELLO], "end_turn").await,
             Scenario::Stubborn => {
