@@ -1049,3 +1049,21 @@ fn an_agent_requiring_authentication_says_how_to_get_past_it() {
          authentication: log in with the agent itself once, or forward its API key with --env NAME"
     );
 }
+
+#[test]
+fn a_non_executable_command_is_an_error_naming_it() {
+    let dir = temp();
+    let script = dir.path().join("agent.sh");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    let out = run_to_end(host(dir.path()).args(["--json", "--agent", path_str(&script), "x"]));
+    assert_eq!(code(&out), 1);
+    let result = result_record(&out);
+    assert_eq!(
+        result["error"],
+        format!(
+            "agent command is not executable: {} (check its permissions): Permission denied (os error 13)",
+            script.display()
+        )
+    );
+    assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
+}
