@@ -84,6 +84,27 @@ pub fn wait_output(child: std::process::Child) -> std::process::Output {
     }
 }
 
+/// Forwards each line read from `reader` (a child's stdout or stderr) to a channel, from a
+/// thread, so a test can wait for a line with a deadline while the process runs.
+#[must_use]
+pub fn line_channel(
+    reader: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(reader)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// A finished process's stdout.
 ///
 /// # Panics

@@ -11,14 +11,15 @@
 //! `search`, `write_file`, `edit_file`, `run_command`; key from `ACP_CHILD_API_KEY`).
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use acp_tests::mock_llm::{Finish, MockLlm, RecordedRequest, Reply};
-use acp_tests::{HANG_GUARD, bin, code, run_to_end, stderr, stdout, wait_output, wait_until_dead};
+use acp_tests::{
+    HANG_GUARD, bin, code, line_channel, run_to_end, stderr, stdout, wait_output, wait_until_dead,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -154,15 +155,7 @@ impl Watched {
             .stderr(Stdio::piped())
             .spawn()
             .expect("acp-host starts");
-        let out = child.stdout.take().expect("stdout piped");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let lines = line_channel(child.stdout.take().expect("stdout piped"));
         Watched {
             child,
             lines,

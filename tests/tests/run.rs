@@ -4,14 +4,13 @@
 //! the agent (and any grandchild) is gone afterwards. Waits are on conditions (ready files, stderr
 //! lines, process death), never fixed sleeps; generous deadlines only guard against hangs.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 
 use acp_tests::{
-    HANG_GUARD, bin, code, read_pid, run_to_end, stderr, stdout, wait_for_file, wait_output,
-    wait_until_dead,
+    HANG_GUARD, bin, code, line_channel, read_pid, run_to_end, stderr, stdout, wait_for_file,
+    wait_output, wait_until_dead,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -96,15 +95,7 @@ fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("acp-host starts");
-    let err = child.stderr.take().expect("stderr piped");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(err).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = line_channel(child.stderr.take().expect("stderr piped"));
     (child, rx)
 }
 
