@@ -1070,3 +1070,36 @@ async fn the_persona_file_becomes_the_system_prompt_with_model_and_cwd() {
         )
     );
 }
+
+#[tokio::test]
+async fn a_prompt_whose_model_request_failed_is_not_kept_in_the_history() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        Reply::status(401, "bad key"),
+        Reply::text(["second answer"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (second, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (_, failed) = prompt(&mut session, "first prompt", Permission::NotExpected).await?;
+        assert!(failed.is_err(), "a 401 fails the prompt: {failed:?}");
+        let (log, response) =
+            prompt(&mut session, "second prompt", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(log.text)
+    })
+    .await;
+    assert_eq!(second, "second answer");
+    // Sending again after fixing the key must not show the model the failed prompt as well.
+    assert_eq!(
+        conversation(&llm.requests()[1]),
+        pairs(&[("user", "second prompt")])
+    );
+    let saved: String = std::fs::read_dir(state.path())
+        .unwrap()
+        .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+        .collect();
+    assert!(!saved.contains("first prompt"), "{saved}");
+    assert!(saved.contains("second prompt"), "{saved}");
+}

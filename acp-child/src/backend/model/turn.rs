@@ -4,7 +4,9 @@
 //! - at most `max_turn_requests` model requests per turn (retries of one request do not count);
 //!   reaching the limit with tool results still unanswered ends the turn with `max_turn_requests`;
 //! - the conversation is recorded (memory and, for persistent sessions, the session file) as it
-//!   happens: the prompt first, each model reply once complete, each tool result once known. A
+//!   happens: the prompt together with the first reply (or the cancellation), each later model
+//!   reply once complete, each tool result once known. A prompt whose first request fails (a bad
+//!   key, an unreachable server) is not recorded, so sending it again does not show it twice. A
 //!   reply cut off by cancellation keeps its streamed text but drops its unfinished tool calls;
 //!   calls a cancelled turn did not run are recorded as cancelled, so the next request is valid;
 //! - cancellation is raced at every wait (request, stream, permission, command) and the turn then
@@ -30,23 +32,40 @@ pub async fn run(
     }
     let config = client.config();
     let memory = std::sync::Arc::clone(turn.memory());
-    memory.extend([Record::User {
+    // Recorded with the first reply (see the module invariants).
+    let mut prompt = Some(Record::User {
         text: turn.prompt_text(),
-    }]);
+    });
     let system = config
         .persona
         .render(&config.model, turn.workspace().root());
     for request_number in 1..=config.max_turn_requests {
         tracing::debug!(request_number, "model request");
-        let messages = wire::messages(system.clone(), &memory.history());
+        let mut history = memory.history();
+        history.extend(prompt.clone());
+        let messages = wire::messages(system.clone(), &history);
         let request = ChatRequest {
             model: &config.model,
             messages: &messages,
             stream: true,
             tools: tool_definitions,
         };
-        let Some(reply) = stream_reply(client, &request, turn).await? else {
-            return Ok(StopReason::Cancelled);
+        let streamed = stream_reply(client, &request, turn).await?;
+        if let Some(prompt) = prompt.take() {
+            memory.extend([prompt]);
+        }
+        let reply = match streamed {
+            Streamed::Complete(reply) => reply,
+            Streamed::Cancelled { partial } => {
+                // Keep what the user already saw; drop tool calls that never ran.
+                if !partial.is_empty() {
+                    memory.extend([Record::Assistant {
+                        text: partial,
+                        tool_calls: Vec::new(),
+                    }]);
+                }
+                return Ok(StopReason::Cancelled);
+            }
         };
         let calls = match reply.finish {
             // Tool calls of a cut-off or filtered reply may be truncated: never run them.
@@ -85,15 +104,26 @@ pub async fn run(
     Ok(StopReason::MaxTurnRequests)
 }
 
+/// How streaming one reply ended, when it did not fail.
+enum Streamed {
+    Complete(Reply),
+    /// The turn was cancelled; `partial` is the text the user already saw.
+    Cancelled {
+        partial: String,
+    },
+}
+
 /// Sends one request and streams its reply to the client (text as message chunks, reasoning as
-/// thought chunks). `Ok(None)`: the turn was cancelled; the text already streamed is recorded.
+/// thought chunks).
 async fn stream_reply(
     client: &ModelClient,
     request: &ChatRequest<'_>,
     turn: &Turn,
-) -> Result<Option<Reply>, TurnError> {
+) -> Result<Streamed, TurnError> {
     let Some(mut events) = client.stream(request, turn.cancellation()).await? else {
-        return Ok(None);
+        return Ok(Streamed::Cancelled {
+            partial: String::new(),
+        });
     };
     let mut accumulator = Accumulator::default();
     loop {
@@ -103,14 +133,9 @@ async fn stream_reply(
             event = events.next() => Some(event),
         };
         let Some(event) = event else {
-            // Keep what the user already saw; drop tool calls that never ran.
-            if !accumulator.text().is_empty() {
-                turn.memory().extend([Record::Assistant {
-                    text: accumulator.text().to_owned(),
-                    tool_calls: Vec::new(),
-                }]);
-            }
-            return Ok(None);
+            return Ok(Streamed::Cancelled {
+                partial: accumulator.text().to_owned(),
+            });
         };
         let Some(event) = event else { break };
         let event = event.map_err(|source| ModelError::Stream {
@@ -140,7 +165,7 @@ async fn stream_reply(
             turn.say(text)?;
         }
     }
-    Ok(Some(accumulator.finish(|| {
+    Ok(Streamed::Complete(accumulator.finish(|| {
         format!("call_{}", uuid::Uuid::new_v4().simple())
     })))
 }
