@@ -176,4 +176,16 @@ fn agents_lists_acp_child_installed_beside_acp_host() {
         .unwrap();
     assert_eq!(child["installed"], true);
     assert_eq!(child["acpCommand"], serde_json::json!(["acp-child"]));
+    assert_eq!(child["acpCommandFound"], true);
+    let claude = listing["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "claude-code")
+        .unwrap();
+    assert_eq!(claude["acpCommandFound"], false);
+    assert_eq!(
+        claude["install"],
+        "npm install -g @zed-industries/claude-code-acp"
+    );
 }

@@ -59,6 +59,16 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
         .map(PathBuf::from)
         .unwrap_or_default();
     let path_var = std::env::var_os("PATH");
+    // Whether `run --agent NAME` can start the agent: its ACP program on PATH or beside acp-host.
+    // This differs from "installed" (the sync rule, which also accepts a marker folder).
+    let runnable = |spec: &AgentSpec| {
+        spec.acp_command
+            .and_then(<[_]>::first)
+            .is_some_and(|program| {
+                installed::on_path(program, path_var.as_deref())
+                    || installed::sibling(program).is_some()
+            })
+    };
     let rows: Vec<_> = AGENTS
         .iter()
         .map(|spec| {
@@ -81,6 +91,7 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
                     "availability": availability,
                     "sync": spec.sync,
                     "acpCommand": spec.acp_command,
+                    "acpCommandFound": spec.acp_command.is_some().then(|| runnable(spec)),
                     "install": spec.install,
                 })
             })
@@ -92,13 +103,18 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
     let name_width = rows.iter().map(|(s, _)| s.name.len()).max().unwrap_or(0);
     let statuses: Vec<String> = rows.iter().map(|(_, a)| status(a)).collect();
     let status_width = statuses.iter().map(String::len).max().unwrap_or(0);
-    for ((spec, availability), status) in rows.iter().zip(&statuses) {
+    for ((spec, _), status) in rows.iter().zip(&statuses) {
         let mut acp = spec.acp_command.map_or_else(
             || "no ACP command".to_owned(),
             |cmd| format!("acp: {}", cmd.join(" ")),
         );
-        if let (false, Some(install)) = (availability.is_installed(), spec.install) {
-            acp = format!("{acp} (install: {install})");
+        if spec.acp_command.is_some() && !runnable(spec) {
+            acp.push_str(" (not found");
+            if let Some(install) = spec.install {
+                acp.push_str("; install: ");
+                acp.push_str(install);
+            }
+            acp.push(')');
         }
         // A closed stdout (`| head`) is not an error.
         let _ = writeln!(
