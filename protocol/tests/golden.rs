@@ -10,21 +10,12 @@ use protocol::registry::{self, TargetFormat};
 use protocol::sync::render;
 use serde_json::Value;
 
-const FRONTMATTER: &str = "description: \"Review changes\"
-agents: [claude-code, codex, opencode, github-copilot, agy, grok, pi, dsh]
-claude-code: {model: \"example\", effort: \"high\"}
-codex: {model_reasoning_effort: \"high\", model: \"o3\"}
-opencode: {model: \"anthropic/claude-sonnet\"}
-github-copilot: {user-invocable: true, tools: [read, edit], model: \"gpt-5\", disable-model-invocation: false, target: \"vscode\"}
-agy: {tools: read, model: \"gemini-3\"}
-grok: {tools: [read], skills: [review], agents_md: true, mcpInheritance: {servers: [github], mode: \"inherit\"}, model: \"grok-4\", reasoning_effort: \"high\", prompt_mode: \"append\", permission_mode: \"ask\"}
-pi: {tools: [read, bash], model: \"sonnet\"}
-dsh: {model: \"example\", maxTokens: 4096, tools: read, backgroundMode: one-shot}
-";
+/// The reference definition of shared/reference/sync.md with options for every agent; the
+/// end-to-end sync suite writes the same file and compares the binary's output to these goldens.
+const REFERENCE: &str = include_str!("golden/source/review.md");
 
 fn reference() -> Definition {
-    let text = format!("---\n{FRONTMATTER}---\n\nReview carefully.\n\nKeep 用户 context.\n");
-    parse(&text)
+    parse(REFERENCE)
 }
 
 fn parse(text: &str) -> Definition {
@@ -148,13 +139,11 @@ fn minimal_definitions_match_their_golden_bytes() {
 
 #[test]
 fn rendering_ignores_option_order() {
-    let shuffled = FRONTMATTER
+    let shuffled = REFERENCE
         .replace("{model: \"example\", effort: \"high\"}", "{effort: \"high\", model: \"example\"}")
         .replace("{user-invocable: true, tools: [read, edit], model: \"gpt-5\", disable-model-invocation: false, target: \"vscode\"}", "{target: \"vscode\", model: \"gpt-5\", disable-model-invocation: false, tools: [read, edit], user-invocable: true}");
     let a = reference();
-    let b = parse(&format!(
-        "---\n{shuffled}---\n\nReview carefully.\n\nKeep 用户 context.\n"
-    ));
+    let b = parse(&shuffled);
     for agent in ["claude-code", "github-copilot", "codex", "dsh", "grok"] {
         assert_eq!(render(agent, &a), render(agent, &b), "{agent}");
     }

@@ -44,6 +44,25 @@ pub fn bin(name: &str) -> PathBuf {
 /// Guards every wait of the end-to-end suites against a hang; never expected to elapse.
 pub const HANG_GUARD: Duration = Duration::from_secs(30);
 
+/// `acp-host run` in `dir`, with short teardown graces (so ladder tests stay quick; a test may
+/// pass its own, the last value wins) and without `ACP_HOST_LOG`, so stderr is exactly ours.
+#[must_use]
+pub fn host_run(dir: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin("acp-host"));
+    cmd.current_dir(dir)
+        .env_remove("ACP_HOST_LOG")
+        .arg("run")
+        .args([
+            "--eof-grace",
+            "2",
+            "--term-grace",
+            "2",
+            "--cancel-grace",
+            "2",
+        ]);
+    cmd
+}
+
 /// Runs `cmd` (stdin closed, stdout and stderr captured) to its end, under [`HANG_GUARD`].
 ///
 /// # Panics

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use acp_tests::mock_llm::{Finish, MockLlm, RecordedRequest, Reply};
 use acp_tests::{
-    HANG_GUARD, bin, code, line_channel, run_to_end, stderr, stdout, wait_output, wait_until_dead,
+    HANG_GUARD, code, line_channel, run_to_end, stderr, stdout, wait_output, wait_until_dead,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -53,21 +53,12 @@ fn llm(script: Vec<Reply>) -> MockLlm {
         .start()
 }
 
-/// `acp-host run` in `dir` with short teardown graces and none of the ambient model settings.
+/// `acp-host run` in `dir` (see [`acp_tests::host_run`]) without the ambient model settings.
 fn host(dir: &Path) -> Command {
-    let mut cmd = Command::new(bin("acp-host"));
-    cmd.current_dir(dir);
+    let mut cmd = acp_tests::host_run(dir);
     for name in AMBIENT {
         cmd.env_remove(name);
     }
-    cmd.arg("run").args([
-        "--eof-grace",
-        "2",
-        "--term-grace",
-        "2",
-        "--cancel-grace",
-        "2",
-    ]);
     cmd
 }
 

@@ -35,21 +35,8 @@ fn shell_join(words: &[String]) -> String {
         .join(" ")
 }
 
-/// `acp-host run` with short teardown graces (so ladder tests stay quick) and a clean env.
 fn host(dir: &Path) -> Command {
-    let mut cmd = Command::new(bin("acp-host"));
-    cmd.current_dir(dir)
-        .env_remove("ACP_HOST_LOG")
-        .arg("run")
-        .args([
-            "--eof-grace",
-            "2",
-            "--term-grace",
-            "2",
-            "--cancel-grace",
-            "2",
-        ]);
-    cmd
+    acp_tests::host_run(dir)
 }
 
 /// All NDJSON records of a `--json` run; asserts every stdout line is JSON.

@@ -465,26 +465,8 @@ fn s09_every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
     ];
     env.install(&all);
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/golden");
-    env.define(
-        "review",
-        "---
-description: \"Review changes\"
-agents: [claude-code, codex, opencode, github-copilot, agy, grok, pi, dsh]
-claude-code: {model: \"example\", effort: \"high\"}
-codex: {model_reasoning_effort: \"high\", model: \"o3\"}
-opencode: {model: \"anthropic/claude-sonnet\"}
-github-copilot: {user-invocable: true, tools: [read, edit], model: \"gpt-5\", disable-model-invocation: false, target: \"vscode\"}
-agy: {tools: read, model: \"gemini-3\"}
-grok: {tools: [read], skills: [review], agents_md: true, mcpInheritance: {servers: [github], mode: \"inherit\"}, model: \"grok-4\", reasoning_effort: \"high\", prompt_mode: \"append\", permission_mode: \"ask\"}
-pi: {tools: [read, bash], model: \"sonnet\"}
-dsh: {model: \"example\", maxTokens: 4096, tools: read, backgroundMode: one-shot}
----
-
-Review carefully.
-
-Keep 用户 context.
-",
-    );
+    let definition = fs::read_to_string(golden.join("source/review.md")).unwrap();
+    env.define("review", &definition);
     let ops = env.actions(&[]);
     assert!(ops.contains(&pair("skip", "pi/review")), "{ops:?}");
     env.sync_ok(&[]);
