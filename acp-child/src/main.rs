@@ -17,7 +17,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 /// The environment variable holding the log filter (`tracing` directives, e.g. `debug`).
-const LOG_ENV: &str = "ACP_CHILD_LOG";
+const LOG_ENV: &str = protocol::env_vars::ACP_CHILD_LOG;
 
 /// The command line; the texts are user-facing, so they live in `help` attributes and
 /// [`LONG_ABOUT`] rather than in doc comments.

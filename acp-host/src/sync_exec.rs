@@ -59,17 +59,15 @@ pub struct ExecConfig {
 }
 
 impl ExecConfig {
-    /// The backup root from the user's state folder: `state_home` (`$XDG_STATE_HOME`) when set and
-    /// absolute, else `home/.local/state`.
+    /// The backup root under the user's state folder ([`protocol::env_vars::state_home`]); `None`
+    /// when there is neither a usable `$XDG_STATE_HOME` nor a home.
     #[must_use]
-    pub fn for_user(home: &Path, state_home: Option<&Path>) -> Self {
-        let state = state_home
-            .filter(|p| p.is_absolute())
-            .map_or_else(|| home.join(".local/state"), Path::to_path_buf);
-        ExecConfig {
+    pub fn for_user(home: &Path, xdg_state_home: Option<&Path>) -> Option<Self> {
+        let state = protocol::env_vars::state_home(Some(home), xdg_state_home)?;
+        Some(ExecConfig {
             backup_root: state.join("acp-host/backups"),
             keep_backups: DEFAULT_KEEP_BACKUPS,
-        }
+        })
     }
 }
 

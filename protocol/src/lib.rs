@@ -6,6 +6,7 @@
 
 pub mod definition;
 pub mod env_scrub;
+pub mod env_vars;
 pub mod events;
 pub mod permission;
 pub mod registry;

@@ -390,7 +390,8 @@ fn s06_a_stale_plan_writes_nothing() {
     let prepared = acp_host::sync_exec::prepare(&config).unwrap();
     assert!(prepared.plan.can_apply());
     env.write(CORDIS, "- initial: false\n- edited: elsewhere\n");
-    let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state));
+    let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state))
+        .expect("a state folder");
     let result = acp_host::sync_exec::execute(&prepared.plan, &exec);
     assert!(!result.success);
     let error = result.error.as_deref().unwrap();
@@ -1347,7 +1348,8 @@ fn a_failed_write_reports_the_file_and_partial_completion() {
         files: vec![file(&good), file(&bad)],
         errors: Vec::new(),
     };
-    let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state));
+    let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state))
+        .expect("a state folder");
     let result = acp_host::sync_exec::execute(&plan, &exec);
     assert!(!result.success);
     assert!(result.partial && result.recovery_required());

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use acp_host::installed;
+use protocol::env_vars;
 use protocol::registry::{AGENTS, AgentAvailability, AgentSpec};
 use serde_json::json;
 
@@ -55,10 +56,10 @@ fn target(spec: &AgentSpec) -> String {
 }
 
 pub fn execute(args: &AgentsArgs) -> ExitCode {
-    let home = std::env::var_os("HOME")
+    let home = std::env::var_os(env_vars::HOME)
         .map(PathBuf::from)
         .unwrap_or_default();
-    let path_var = std::env::var_os("PATH");
+    let path_var = std::env::var_os(env_vars::PATH);
     // Whether `run --agent NAME` can start the agent: its ACP program on PATH or beside acp-host.
     // This differs from "installed" (the sync rule, which also accepts a marker folder).
     let runnable = |spec: &AgentSpec| {

@@ -256,7 +256,7 @@ fn resolve_agent(agent: &str) -> Result<AgentCommand, String> {
 
 fn init_tracing(verbose: bool) {
     let default = if verbose { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ACP_HOST_LOG")
+    let filter = tracing_subscriber::EnvFilter::try_from_env(protocol::env_vars::ACP_HOST_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

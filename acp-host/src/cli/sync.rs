@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, Prepared, SyncConfig};
+use protocol::env_vars;
 use protocol::registry::{self, Scope};
 use protocol::sync::{Action, Authorization, Change, ForceTarget, Plan};
 use serde_json::json;
@@ -107,7 +108,7 @@ fn usage_error(message: &str) -> ExitCode {
 }
 
 pub fn execute(args: SyncArgs) -> ExitCode {
-    let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+    let Some(home) = std::env::var_os(env_vars::HOME).filter(|h| !h.is_empty()) else {
         return usage_error("HOME is not set; acp-host sync writes under $HOME");
     };
     let home = PathBuf::from(home);
@@ -131,12 +132,15 @@ pub fn execute(args: SyncArgs) -> ExitCode {
             forces: args.forces.into_iter().collect(),
             prune: args.prune,
         },
-        path_var: std::env::var_os("PATH"),
+        path_var: std::env::var_os(env_vars::PATH),
     };
-    let state_home = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from);
+    let xdg_state_home = std::env::var_os(env_vars::XDG_STATE_HOME).map(PathBuf::from);
+    let Some(exec_config) = ExecConfig::for_user(&home, xdg_state_home.as_deref()) else {
+        return usage_error("no state folder for backups: set HOME or XDG_STATE_HOME");
+    };
     let exec_config = ExecConfig {
         keep_backups: args.keep_backups,
-        ..ExecConfig::for_user(&home, state_home.as_deref())
+        ..exec_config
     };
     let prepared = match sync_exec::prepare(&config) {
         Ok(prepared) => prepared,

@@ -15,18 +15,23 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use protocol::env_vars;
 use thiserror::Error;
 
 use crate::persona::Persona;
 
 /// The variable naming the model.
-pub const MODEL_VAR: &str = "ACP_CHILD_MODEL";
+pub const MODEL_VAR: &str = env_vars::ACP_CHILD_MODEL;
 /// The variable naming the base URL.
-pub const BASE_URL_VAR: &str = "ACP_CHILD_BASE_URL";
+pub const BASE_URL_VAR: &str = env_vars::ACP_CHILD_BASE_URL;
 /// The variable naming the session store directory.
-pub const STATE_DIR_VAR: &str = "ACP_CHILD_STATE_DIR";
+pub const STATE_DIR_VAR: &str = env_vars::ACP_CHILD_STATE_DIR;
 /// Where the API key is looked for, in order.
-pub const KEY_VARIABLES: [&str; 3] = ["ACP_CHILD_API_KEY", "DEEPSEEK_API_KEY", "OPENAI_API_KEY"];
+pub const KEY_VARIABLES: [&str; 3] = [
+    env_vars::ACP_CHILD_API_KEY,
+    env_vars::DEEPSEEK_API_KEY,
+    env_vars::OPENAI_API_KEY,
+];
 /// DeepSeek's OpenAI-compatible API.
 pub const DEEPSEEK_BASE_URL: &str = "https://api.deepseek.com/v1";
 /// OpenAI's API.
@@ -138,7 +143,7 @@ impl ModelConfig {
             Some(url) => check_base_url(&url)?,
             None if api_key
                 .as_ref()
-                .is_some_and(|key| key.variable == "DEEPSEEK_API_KEY") =>
+                .is_some_and(|key| key.variable == env_vars::DEEPSEEK_API_KEY) =>
             {
                 DEEPSEEK_BASE_URL.to_owned()
             }
@@ -206,10 +211,10 @@ fn default_state_dir(lookup: &impl Fn(&str) -> Option<String>) -> Option<PathBuf
     if let Some(dir) = lookup(STATE_DIR_VAR) {
         return Some(PathBuf::from(dir));
     }
-    let base = lookup("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| lookup("HOME").map(|home| PathBuf::from(home).join(".local/state")))?;
-    Some(base.join("acp-child/sessions"))
+    let home = lookup(env_vars::HOME).map(PathBuf::from);
+    let xdg = lookup(env_vars::XDG_STATE_HOME).map(PathBuf::from);
+    let state = env_vars::state_home(home.as_deref(), xdg.as_deref())?;
+    Some(state.join("acp-child/sessions"))
 }
 
 #[cfg(test)]

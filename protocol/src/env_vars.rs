@@ -1,0 +1,74 @@
+//! One home for the environment variables the workspace reads, and for the rules that turn them
+//! into paths (the XDG state directory).
+//!
+//! Invariants: no crate spells one of these names as a literal elsewhere; the functions here are
+//! pure (the caller looks the values up), so every rule is unit-tested in this file. An empty value
+//! counts as unset, and a relative `XDG_STATE_HOME` is ignored, as the XDG base-directory
+//! specification asks.
+
+use std::path::{Path, PathBuf};
+
+/// The user's home folder: sync's targets and the default state directory live under it.
+pub const HOME: &str = "HOME";
+/// Where installed agents are looked for (and the agent process's own PATH).
+pub const PATH: &str = "PATH";
+/// The XDG state directory (backups, sessions); default `~/.local/state`.
+pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+/// acp-host's log filter (`tracing` `EnvFilter` syntax).
+pub const ACP_HOST_LOG: &str = "ACP_HOST_LOG";
+/// acp-child's log filter (`tracing` `EnvFilter` syntax).
+pub const ACP_CHILD_LOG: &str = "ACP_CHILD_LOG";
+/// acp-child: the model name; setting it turns the model backend on.
+pub const ACP_CHILD_MODEL: &str = "ACP_CHILD_MODEL";
+/// acp-child: the model server's base URL.
+pub const ACP_CHILD_BASE_URL: &str = "ACP_CHILD_BASE_URL";
+/// acp-child: where sessions are saved.
+pub const ACP_CHILD_STATE_DIR: &str = "ACP_CHILD_STATE_DIR";
+/// acp-child: its own API key variable, looked at before the provider ones.
+pub const ACP_CHILD_API_KEY: &str = "ACP_CHILD_API_KEY";
+/// DeepSeek's API key; also selects DeepSeek's base URL when no other is given.
+pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
+/// OpenAI's API key.
+pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+
+/// The user's state directory: `xdg_state_home` when it is set, non-empty and absolute, else
+/// `home/.local/state`; `None` when neither is usable (no home either).
+#[must_use]
+pub fn state_home(home: Option<&Path>, xdg_state_home: Option<&Path>) -> Option<PathBuf> {
+    xdg_state_home
+        .filter(|dir| dir.is_absolute())
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            home.filter(|home| !home.as_os_str().is_empty())
+                .map(|home| home.join(".local/state"))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(home: Option<&str>, xdg: Option<&str>) -> Option<PathBuf> {
+        state_home(home.map(Path::new), xdg.map(Path::new))
+    }
+
+    #[test]
+    fn an_absolute_xdg_state_home_wins() {
+        assert_eq!(state(Some("/h"), Some("/x")), Some(PathBuf::from("/x")));
+        assert_eq!(state(None, Some("/x")), Some(PathBuf::from("/x")));
+    }
+
+    #[test]
+    fn a_relative_or_empty_xdg_state_home_is_ignored() {
+        let fallback = Some(PathBuf::from("/h/.local/state"));
+        assert_eq!(state(Some("/h"), Some("rel/state")), fallback);
+        assert_eq!(state(Some("/h"), Some("")), fallback);
+        assert_eq!(state(Some("/h"), None), fallback);
+    }
+
+    #[test]
+    fn no_home_and_no_xdg_state_home_is_no_state_directory() {
+        assert_eq!(state(None, None), None);
+        assert_eq!(state(Some(""), Some("relative")), None);
+    }
+}
