@@ -1,0 +1,16 @@
+//! The end-to-end suite: one test binary (one link step on a small CI machine), a module per area.
+//!
+//! Every module drives the real binaries (`acp-host`, `acp-child`, the scripted `mock-agent`)
+//! over real pipes, or the library through its public API, and asserts outcomes: exit codes, exact
+//! output, files on disk, and that no process is left behind. Shared helpers live in `acp_tests`.
+
+mod acp_child;
+mod acp_child_model;
+mod cli_snapshots;
+mod host_child;
+mod library;
+mod mock_agent;
+mod mock_llm;
+mod model;
+mod run;
+mod sync;
