@@ -91,12 +91,6 @@ impl Store {
         Self { dir }
     }
 
-    /// The directory holding the session files.
-    #[must_use]
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Starts a session file with its header. Refuses to overwrite an existing file.
     pub fn create(&self, id: &str, cwd: &Path) -> Result<(), StoreError> {
         let path = self.path(id)?;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use protocol::env_vars;
 use thiserror::Error;
 
-use crate::persona::Persona;
+use super::persona::{Persona, PersonaError};
 
 /// The variable naming the model.
 pub const MODEL_VAR: &str = env_vars::ACP_CHILD_MODEL;
@@ -115,7 +115,7 @@ pub enum ConfigError {
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
     #[error(transparent)]
-    Persona(#[from] crate::persona::PersonaError),
+    Persona(#[from] PersonaError),
 }
 
 impl ModelConfig {

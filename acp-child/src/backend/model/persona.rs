@@ -88,14 +88,8 @@ mod tests {
     fn the_default_names_model_cwd_and_tools() {
         let text = Persona::default().render("m", Path::new("/w"));
         assert!(text.contains("model m") && text.contains("directory /w"));
-        for tool in [
-            "read_file",
-            "list_dir",
-            "search",
-            "write_file",
-            "edit_file",
-            "run_command",
-        ] {
+        let tools = super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1));
+        for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }
     }
