@@ -100,7 +100,7 @@ pub async fn serve_stdio(config: AgentConfig) -> Result<(), ServeError> {
 }
 
 /// Serves ACP over any transport until the client closes it.
-pub async fn serve(
+pub(crate) async fn serve(
     config: AgentConfig,
     transport: impl ConnectTo<Agent> + 'static,
 ) -> Result<(), ServeError> {

@@ -2,9 +2,10 @@
 //!
 //! Invariants: session ids are minted here only ([`Sessions::mint_id`]): `sess-1`, `sess-2`, ...
 //! for sessions that live as long as the connection, `sess-<uuid>` for saved ones (unique across
-//! connections, as their files are); a session has at most one prompt turn in flight; the turn's slot is freed when its [`ActiveTurn`] guard is
-//! dropped, which the server does *before* answering `session/prompt`, so a client may send its
-//! next prompt as soon as it sees the response. Cancelling a session cancels only its current turn.
+//! connections, as their files are); a session has at most one prompt turn in flight; the turn's
+//! slot is freed when its [`ActiveTurn`] guard is dropped, which the server does *before* answering
+//! `session/prompt`, so a client may send its next prompt as soon as it sees the response.
+//! Cancelling a session cancels only its current turn.
 //!
 //! Each session also has a [`Memory`]: the conversation so far (for the model backend and
 //! `session/load`), the standing permission answers (`allow-always` / `reject-always`, per
@@ -66,7 +67,6 @@ impl Memory {
         }
     }
 
-    /// The conversation so far.
     #[must_use]
     pub(crate) fn history(&self) -> Vec<Record> {
         lock(&self.history).clone()
@@ -131,7 +131,6 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// All sessions of one connection.
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     inner: Mutex<Inner>,
@@ -271,7 +270,6 @@ impl Sessions {
 }
 
 impl ActiveTurn {
-    /// The session this turn belongs to.
     #[must_use]
     pub(crate) fn session_id(&self) -> &str {
         &self.session_id
@@ -283,13 +281,11 @@ impl ActiveTurn {
         &self.cancel
     }
 
-    /// The session's directory.
     #[must_use]
     pub(crate) fn workspace(&self) -> &Arc<Workspace> {
         &self.workspace
     }
 
-    /// What the session remembers.
     #[must_use]
     pub(crate) fn memory(&self) -> &Arc<Memory> {
         &self.memory

@@ -1,13 +1,13 @@
-//! Protocol-level end-to-end tests of `acp-child`'s model backend: the real binary over real
-//! pipes, driven by the SDK's client side ([`acp_tests::acp_client`]), with the scripted mock
+//! Protocol-level end-to-end tests of `acp-child`'s model backend: the real binary over real pipes,
+//! driven by the SDK's client side ([`acp_tests::acp_client`]), with the scripted mock
 //! OpenAI-compatible server ([`acp_tests::mock_llm`]) standing in for the model.
 //!
 //! What only the protocol level can show, and the `acp-host` suite (`model.rs`) cannot: session
 //! persistence and `session/load` across processes, file access routed through a client that
 //! advertises `fs` (and withdrawn with `$/cancel_request` on cancel), several sessions (busy,
 //! cancelled) on one connection, path confinement before any read, the exact frames on stdout, and
-//! stdin closing in the middle of a command. Every run also checks that stdout carried only JSON-RPC frames and that the agent
-//! exited with code 0 on stdin EOF.
+//! stdin closing in the middle of a command. Every run also checks that stdout carried only
+//! JSON-RPC frames and that the agent exited with code 0 on stdin EOF.
 //!
 //! No fixed sleeps: tests wait for protocol events (an update, a response), each bounded by
 //! [`acp_tests::acp_client::TIMEOUT`]; the mock's records are read once the responses that imply

@@ -2,8 +2,8 @@
 //!
 //! Invariants:
 //! - every tool call is announced through [`Turn::announce_tool_call`], which gives it an id unique
-//!   within the session (the one proposed, a model's call id, when it is non-empty and unused;
-//!   else a fresh `call-<n>`) and a non-empty title;
+//!   within the session (the one proposed, a model's call id, when it is non-empty and unused; else
+//!   a fresh `call-<n>`) and a non-empty title;
 //! - message text that resumes after a tool call is separated from the text before it: when that
 //!   text did not end with a newline, a paragraph break is sent first ([`TextFlow`]);
 //! - cancellation wins over every pending client request, which is then withdrawn.

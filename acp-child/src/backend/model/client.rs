@@ -29,18 +29,17 @@ use super::config::{ApiKey, KEY_VARIABLES, ModelConfig};
 use super::wire::{ChatRequest, ErrorBody};
 
 /// The longest `Retry-After` honoured; a server asking for more gets this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_mins(1);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_mins(1);
 /// Connecting must succeed within this.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A streamed response may be silent this long (reasoning models pause, but servers send
 /// keep-alive comments) before the turn fails rather than hangs.
-pub const READ_TIMEOUT: Duration = Duration::from_mins(5);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_mins(5);
 /// How much of an error body is quoted in a message.
 const MAX_QUOTED_BODY: usize = 500;
 
-/// A model request failed.
 #[derive(Debug, Error)]
-pub enum ModelError {
+pub(crate) enum ModelError {
     #[error(
         "model server rejected the API key (HTTP {status}): set {own} (or {others}) to a valid key; with acp-host forward it with --env {own} ({key_state})",
         own = KEY_VARIABLES[0],
@@ -91,12 +90,12 @@ pub enum ModelError {
 }
 
 /// A response being streamed: its server-sent events.
-pub type Events =
+pub(crate) type Events =
     Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
 
 /// Sends Chat Completions requests for one model configuration.
 #[derive(Debug, Clone)]
-pub struct ModelClient {
+pub(crate) struct ModelClient {
     http: reqwest::Client,
     config: Arc<ModelConfig>,
 }
@@ -107,8 +106,7 @@ pub struct ModelClient {
 pub struct ClientBuildError(#[source] reqwest::Error);
 
 impl ModelClient {
-    /// A client for `config`.
-    pub fn new(config: Arc<ModelConfig>) -> Result<Self, ClientBuildError> {
+    pub(crate) fn new(config: Arc<ModelConfig>) -> Result<Self, ClientBuildError> {
         // reqwest is built without a default crypto provider (see the workspace manifest);
         // installing one twice is harmless, so the error is ignored.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -121,15 +119,14 @@ impl ModelClient {
         Ok(Self { http, config })
     }
 
-    /// The configuration.
     #[must_use]
-    pub fn config(&self) -> &ModelConfig {
+    pub(crate) fn config(&self) -> &ModelConfig {
         &self.config
     }
 
     /// Sends a streamed request and returns its events once the server accepted it; `Ok(None)`
     /// when `cancel` fired first. Retries 429 and 5xx answers (see the module docs).
-    pub async fn stream(
+    pub(crate) async fn stream(
         &self,
         request: &ChatRequest<'_>,
         cancel: &CancellationToken,
@@ -217,7 +214,7 @@ impl ModelClient {
 
 /// What to do with a failed answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Retry,
     Fail,
 }
@@ -225,7 +222,7 @@ pub enum Outcome {
 /// Rate limits (429) and server errors (5xx) are retried while retries remain; anything else
 /// (a bad key, a bad request) would fail the same way again.
 #[must_use]
-pub fn classify(status: StatusCode, retries_done: u32, max_retries: u32) -> Outcome {
+pub(crate) fn classify(status: StatusCode, retries_done: u32, max_retries: u32) -> Outcome {
     let transient = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
     if transient && retries_done < max_retries {
         Outcome::Retry
@@ -237,7 +234,11 @@ pub fn classify(status: StatusCode, retries_done: u32, max_retries: u32) -> Outc
 /// The delay before retry number `retries_done + 1`: the server's `Retry-After` (capped), else
 /// `base * 2^retries_done`.
 #[must_use]
-pub fn backoff(base: Duration, retries_done: u32, retry_after: Option<Duration>) -> Duration {
+pub(crate) fn backoff(
+    base: Duration,
+    retries_done: u32,
+    retry_after: Option<Duration>,
+) -> Duration {
     retry_after.map_or_else(
         || base.saturating_mul(2_u32.saturating_pow(retries_done)),
         |after| after.min(MAX_RETRY_AFTER),
@@ -270,7 +271,7 @@ async fn error_message(response: reqwest::Response) -> String {
 
 /// The server's explanation from an error body (pure, for tests).
 #[must_use]
-pub fn explain_body(status: StatusCode, body: &str) -> String {
+pub(crate) fn explain_body(status: StatusCode, body: &str) -> String {
     let from_json = serde_json::from_str::<ErrorBody>(body)
         .ok()
         .and_then(|body| body.error)

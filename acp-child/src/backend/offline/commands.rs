@@ -18,7 +18,7 @@ use crate::backend::CommandHelp;
 /// One line naming every offline command, for replies.
 pub(crate) const COMMANDS_SUMMARY: &str = "/read PATH, /write PATH TEXT, /sleep SECONDS";
 
-/// Every offline command, in the order of [`COMMANDS_SUMMARY`].
+/// Every offline command, in the order the offline reply names them.
 pub const COMMANDS_HELP: &[CommandHelp] = &[
     CommandHelp {
         name: "read",
@@ -41,7 +41,6 @@ pub const COMMANDS_HELP: &[CommandHelp] = &[
 /// park a session for days.
 pub(crate) const MAX_SLEEP_SECS: u64 = 3600;
 
-/// A prompt, classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Parsed {
     /// Free-form text for a model.
