@@ -23,7 +23,7 @@ use std::time::Duration;
 pub use backend::CommandHelp;
 pub use backend::model::config::{
     ApiKey, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS, DEFAULT_MAX_RETRIES,
-    DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, OPENAI_BASE_URL,
+    DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, OPENAI_BASE_URL, STATE_SUBDIR,
 };
 pub use backend::model::persona::PersonaError;
 pub use backend::model::{ClientBuildError, ConfigError, ModelConfig, ModelOptions};

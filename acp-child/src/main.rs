@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use acp_child::{
     AGENT_NAME, AgentConfig, COMMANDS_HELP, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS,
     DEFAULT_MAX_RETRIES, DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES,
-    ModelConfig, ModelOptions, OPENAI_BASE_URL, describe, serve_stdio, tool_names,
+    ModelConfig, ModelOptions, OPENAI_BASE_URL, STATE_SUBDIR, describe, serve_stdio, tool_names,
 };
 use clap::Parser;
 use protocol::env_vars::{
@@ -61,7 +61,7 @@ struct Cli {
     #[arg(
         long,
         value_name = "DIR",
-        help = format!("Where sessions are saved as JSONL [env: {STATE_DIR_VAR}] [default: $XDG_STATE_HOME/acp-child/sessions or ~/.local/state/acp-child/sessions]")
+        help = format!("Where sessions are saved as JSONL [env: {STATE_DIR_VAR}] [default: $XDG_STATE_HOME/{STATE_SUBDIR} or ~/.local/state/{STATE_SUBDIR}]")
     )]
     state_dir: Option<PathBuf>,
     #[arg(

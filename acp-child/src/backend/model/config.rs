@@ -29,6 +29,8 @@ pub const KEY_VARIABLES: [&str; 3] = [
     env_vars::DEEPSEEK_API_KEY,
     env_vars::OPENAI_API_KEY,
 ];
+/// Where sessions are saved inside the state home (`$XDG_STATE_HOME`).
+pub const STATE_SUBDIR: &str = "acp-child/sessions";
 /// DeepSeek's OpenAI-compatible API.
 pub const DEEPSEEK_BASE_URL: &str = "https://api.deepseek.com/v1";
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
@@ -206,7 +208,7 @@ fn default_state_dir(lookup: &impl Fn(&str) -> Option<String>) -> Option<PathBuf
     let home = lookup(env_vars::HOME).map(PathBuf::from);
     let xdg = lookup(env_vars::XDG_STATE_HOME).map(PathBuf::from);
     let state = env_vars::state_home(home.as_deref(), xdg.as_deref())?;
-    Some(state.join("acp-child/sessions"))
+    Some(state.join(STATE_SUBDIR))
 }
 
 #[cfg(test)]
