@@ -138,7 +138,7 @@ fn after_help() -> String {
     }
     let _ = write!(
         help,
-        "\nLogs go to stderr; set {LOG_ENV} to a tracing filter (default: warn), e.g. {LOG_ENV}=debug."
+        "\nLogs go to stderr, filtered by default with {DEFAULT_LOG_FILTER};\nset {LOG_ENV} to a tracing filter instead, e.g. {LOG_ENV}=debug."
     );
     help
 }
@@ -212,7 +212,7 @@ fn init_logging() {
         .init();
     if let Some((directives, error)) = bad_filter {
         tracing::warn!(
-            "ignoring {LOG_ENV}={directives:?} ({error}); logging at warn. Use tracing directives such as `debug` or `acp_child=trace`"
+            "ignoring {LOG_ENV}={directives:?} ({error}); logging at {DEFAULT_LOG_FILTER}. Use tracing directives such as `debug` or `acp_child=trace`"
         );
     }
 }
