@@ -1405,3 +1405,30 @@ async fn a_permission_handler_error_rejects_the_call_and_the_turn_goes_on() {
         finished.stderr
     );
 }
+
+#[tokio::test]
+async fn a_retry_after_header_wins_over_the_backoff() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        Reply::StatusRetryAfter {
+            status: 429,
+            message: "slow down".to_owned(),
+            seconds: 0,
+        },
+        Reply::text(["answered"]),
+    ]);
+    // A ten-minute backoff: only `Retry-After: 0` lets the answer arrive within the deadline.
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .arg("--retry-base-ms")
+        .arg("600000");
+    let (text, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (log, response) = prompt(&mut session, "hi", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(log.text)
+    })
+    .await;
+    assert_eq!(text, "answered");
+    assert_eq!(llm.requests().len(), 2);
+}
