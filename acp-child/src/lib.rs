@@ -1,29 +1,47 @@
 //! acp-child: an ACP agent server (protocol v1) speaking JSON-RPC on stdio.
 //!
-//! Layout: [`server`] wires the official SDK (`agent-client-protocol`) to the session table
-//! ([`session`]) and a prompt backend ([`backend`]); [`command`] parses the offline slash
-//! commands; [`tools`] confines file access to a session's directory.
+//! Layout: `server` wires the official SDK (`agent-client-protocol`) to the session table
+//! (`session`) and a prompt backend (`backend`: `offline` with its slash commands, `model` with
+//! its tools, one module each, and persona); `backend::permission` is the one flow asking the user
+//! before a change; `workspace` confines file access (and the commands run) to a session's
+//! directory; `store` saves sessions as JSONL.
+//!
+//! The public surface is what the binary and the test suites need: the configuration, serving on
+//! stdio, and the texts `--help` shows. Everything else is crate-private.
 //!
 //! Invariants: stdout carries only protocol frames (logs go to stderr through `tracing`); bad
 //! input from a client becomes a JSON-RPC error or an explanatory reply, never a panic.
 
-pub mod backend;
-pub mod command;
-pub mod persona;
-pub mod server;
-pub mod session;
-pub mod store;
-pub mod tools;
+mod backend;
+mod server;
+mod session;
+mod store;
+mod workspace;
 
-pub use server::{AgentConfig, ServeError, serve, serve_stdio};
+use std::time::Duration;
+
+pub use backend::CommandHelp;
+pub use backend::model::config::{
+    ApiKey, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS, DEFAULT_MAX_RETRIES,
+    DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, OPENAI_BASE_URL, STATE_SUBDIR,
+};
+pub use backend::model::persona::PersonaError;
+pub use backend::model::{ClientBuildError, ConfigError, ModelConfig, ModelOptions};
+pub use backend::offline::NO_MODEL_REPLY;
+pub use backend::offline::commands::COMMANDS_HELP;
+/// An error and its chain of causes on one line, as shown in replies and JSON-RPC errors.
+pub use protocol::report::describe;
+pub use server::{AgentConfig, ServeError, serve_stdio};
 
 /// The agent's name in `initialize` and in `--version`.
 pub const AGENT_NAME: &str = "acp-child";
-/// The agent's version, from the crate.
-pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub(crate) const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// An error and its chain of causes on one line, as shown in replies and JSON-RPC errors.
-pub use protocol::report::describe;
+/// The names of the model's tools, in the order it is offered them.
+#[must_use]
+pub fn tool_names() -> Vec<&'static str> {
+    backend::model::tools::Toolbox::standard(Duration::ZERO).names()
+}
 
 #[cfg(test)]
 mod tests {
@@ -31,7 +49,7 @@ mod tests {
 
     #[test]
     fn describe_joins_the_cause_chain() {
-        let error = tools::ToolError::Io {
+        let error = workspace::ToolError::Io {
             action: "read",
             requested: "a.txt".into(),
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),

@@ -7,39 +7,43 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use acp_child::backend::model::config::{
-    BASE_URL_VAR, DEEPSEEK_BASE_URL, KEY_VARIABLES, MODEL_VAR, OPENAI_BASE_URL, STATE_DIR_VAR,
+use acp_child::{
+    AGENT_NAME, AgentConfig, COMMANDS_HELP, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS,
+    DEFAULT_MAX_RETRIES, DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES,
+    ModelConfig, ModelOptions, OPENAI_BASE_URL, STATE_SUBDIR, describe, serve_stdio, tool_names,
 };
-use acp_child::backend::model::{ModelConfig, ModelOptions};
-use acp_child::command::COMMANDS_HELP;
-use acp_child::{AGENT_NAME, AgentConfig, describe, serve_stdio};
 use clap::Parser;
+use protocol::env_vars::{
+    ACP_CHILD_BASE_URL as BASE_URL_VAR, ACP_CHILD_LOG as LOG_ENV, ACP_CHILD_MODEL as MODEL_VAR,
+    ACP_CHILD_STATE_DIR as STATE_DIR_VAR,
+};
 use tracing_subscriber::EnvFilter;
 
-/// The environment variable holding the log filter (`tracing` directives, e.g. `debug`).
-const LOG_ENV: &str = protocol::env_vars::ACP_CHILD_LOG;
+/// The log filter without `ACP_CHILD_LOG`: our warnings, but only the SDK's errors (its warnings
+/// about a peer's frames would otherwise crowd a failed run's stderr tail).
+const DEFAULT_LOG_FILTER: &str = "warn,agent_client_protocol=error";
 
 /// The command line; the texts are user-facing, so they live in `help` attributes and
-/// [`LONG_ABOUT`] rather than in doc comments.
+/// [`long_about`] rather than in doc comments. Defaults shown come from the library's constants.
 #[derive(Debug, Parser)]
 #[command(
     name = AGENT_NAME,
     version,
     about = "An ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout.",
-    long_about = LONG_ABOUT,
+    long_about = long_about(),
     after_help = after_help()
 )]
 struct Cli {
     #[arg(
         long,
         value_name = "NAME",
-        help = "The model name; enables the model backend [env: ACP_CHILD_MODEL]"
+        help = format!("The model name; enables the model backend [env: {MODEL_VAR}]")
     )]
     model: Option<String>,
     #[arg(
         long,
         value_name = "URL",
-        help = "The OpenAI-compatible base URL including /v1 [env: ACP_CHILD_BASE_URL] [default: https://api.deepseek.com/v1 with DEEPSEEK_API_KEY, else https://api.openai.com/v1]"
+        help = format!("The OpenAI-compatible base URL including /v1 [env: {BASE_URL_VAR}] [default: {DEEPSEEK_BASE_URL} with {}, else {OPENAI_BASE_URL}]", KEY_VARIABLES[1])
     )]
     base_url: Option<String>,
     #[arg(
@@ -51,47 +55,51 @@ struct Cli {
     #[arg(
         long,
         value_name = "N",
-        help = "The most model requests per prompt; reaching it ends the turn with max_turn_requests [default: 25]"
+        help = format!("The most model requests per prompt; reaching it ends the turn with max_turn_requests [default: {DEFAULT_MAX_TURN_REQUESTS}]")
     )]
     max_turn_requests: Option<u32>,
     #[arg(
         long,
         value_name = "DIR",
-        help = "Where sessions are saved as JSONL [env: ACP_CHILD_STATE_DIR] [default: $XDG_STATE_HOME/acp-child/sessions or ~/.local/state/acp-child/sessions]"
+        help = format!("Where sessions are saved as JSONL [env: {STATE_DIR_VAR}] [default: $XDG_STATE_HOME/{STATE_SUBDIR} or ~/.local/state/{STATE_SUBDIR}]")
     )]
     state_dir: Option<PathBuf>,
     #[arg(
         long,
         value_name = "SECONDS",
-        help = "How long run_command may run before it is killed [default: 120]"
+        help = format!("How long run_command may run before it is killed [default: {DEFAULT_COMMAND_TIMEOUT_SECS}]")
     )]
     command_timeout: Option<u64>,
     #[arg(
         long,
         value_name = "N",
-        help = "How many times a rate-limited (429) or failed (5xx) model request is retried [default: 3]"
+        help = format!("How many times a rate-limited (429) or failed (5xx) model request is retried [default: {DEFAULT_MAX_RETRIES}]")
     )]
     max_retries: Option<u32>,
     #[arg(
         long,
         value_name = "MS",
-        help = "The first retry's delay in milliseconds, doubled for each further retry; a Retry-After header wins [default: 200]"
+        help = format!("The first retry's delay in milliseconds, doubled for each further retry; a Retry-After header wins [default: {DEFAULT_RETRY_BASE_MS}]")
     )]
     retry_base_ms: Option<u64>,
 }
 
 /// The long description in `--help`.
-const LONG_ABOUT: &str = "An ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout.
+fn long_about() -> String {
+    format!(
+        "An ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout.
 
 It is meant to be launched by an ACP client such as Zed or acp-host, which writes requests to its \
 stdin and reads responses and session updates from its stdout. Run by hand it just waits for \
 JSON-RPC frames; close stdin (Ctrl-D) to exit.
 
-With a model (--model or ACP_CHILD_MODEL) it is a coding agent backed by any OpenAI-compatible \
+With a model (--model or {MODEL_VAR}) it is a coding agent backed by any OpenAI-compatible \
 Chat Completions API (DeepSeek, OpenAI, llama.cpp, vLLM, Ollama): it streams answers and uses \
-tools (read_file, list_dir, search, write_file, edit_file, run_command), asking permission before \
-every write and command. Without a model it runs its offline backend: prompts get an explanatory \
-reply, and the offline commands below work.";
+tools ({}), asking permission before every write and command. Without a model it runs its \
+offline backend: prompts get an explanatory reply, and the offline commands below work.",
+        tool_names().join(", ")
+    )
+}
 
 impl Cli {
     fn model_options(self) -> ModelOptions {
@@ -130,7 +138,7 @@ fn after_help() -> String {
     }
     let _ = write!(
         help,
-        "\nLogs go to stderr; set {LOG_ENV} to a tracing filter (default: warn), e.g. {LOG_ENV}=debug."
+        "\nLogs go to stderr, filtered by default with {DEFAULT_LOG_FILTER};\nset {LOG_ENV} to a tracing filter instead, e.g. {LOG_ENV}=debug."
     );
     help
 }
@@ -189,9 +197,12 @@ fn init_logging() {
     let (filter, bad_filter) = match std::env::var(LOG_ENV) {
         Ok(directives) => match EnvFilter::try_new(&directives) {
             Ok(filter) => (filter, None),
-            Err(error) => (EnvFilter::new("warn"), Some((directives, error))),
+            Err(error) => (
+                EnvFilter::new(DEFAULT_LOG_FILTER),
+                Some((directives, error)),
+            ),
         },
-        Err(_) => (EnvFilter::new("warn"), None),
+        Err(_) => (EnvFilter::new(DEFAULT_LOG_FILTER), None),
     };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -201,7 +212,7 @@ fn init_logging() {
         .init();
     if let Some((directives, error)) = bad_filter {
         tracing::warn!(
-            "ignoring {LOG_ENV}={directives:?} ({error}); logging at warn. Use tracing directives such as `debug` or `acp_child=trace`"
+            "ignoring {LOG_ENV}={directives:?} ({error}); logging at {DEFAULT_LOG_FILTER}. Use tracing directives such as `debug` or `acp_child=trace`"
         );
     }
 }

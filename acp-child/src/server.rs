@@ -1,10 +1,12 @@
 //! The ACP agent server: SDK handlers for `initialize`, `session/new`, `session/load`,
 //! `session/prompt` and `session/cancel`.
 //!
-//! Sessions persist only with a session store (the model backend): then `loadSession` is
-//! advertised, session ids are random (`sess-<uuid>`, unique across connections), each session
-//! gets a JSONL file, and `session/load` replays a saved conversation before answering. Without a
-//! store (the offline backend) ids are `sess-1`, `sess-2`, ... and `session/load` is refused.
+//! What differs between backends is asked of the [`Backend`]: sessions persist only when it has
+//! a session store (the model backend): then `loadSession` is advertised, session ids are random
+//! (`sess-<uuid>`, unique across connections), each session gets a JSONL file, and `session/load`
+//! replays a saved conversation before answering. Without a store (the offline backend) ids are
+//! `sess-1`, `sess-2`, ... and `session/load` is refused. The backend's slash commands, if any,
+//! are advertised after `session/new`.
 //!
 //! Invariants:
 //! - handlers run inside the SDK's dispatch loop, which processes one message at a time; they
@@ -34,40 +36,33 @@ use agent_client_protocol::{
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
-use crate::backend::model::{ClientBuildError, Model, replay};
+use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
 use crate::backend::{Backend, ClientFs, Turn};
-use crate::command::COMMANDS_HELP;
 use crate::session::{Memory, SessionError, Sessions};
-use crate::store::{Store, StoreError};
-use crate::tools::Workspace;
+use crate::store::StoreError;
+use crate::workspace::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION, describe};
 
-/// What the server runs with.
+/// What the server runs with: the backend answering prompt turns.
 #[derive(Clone)]
 pub struct AgentConfig {
-    /// Answers prompt turns.
-    pub backend: Arc<dyn Backend>,
-    /// Where sessions are saved; `None`: sessions are not persisted and cannot be loaded.
-    pub store: Option<Arc<Store>>,
+    backend: Arc<dyn Backend>,
 }
 
 impl AgentConfig {
-    /// The configuration without a model: the [`Offline`] backend.
+    /// Without a model: the offline backend.
     #[must_use]
     pub fn offline() -> Self {
         Self {
             backend: Arc::new(Offline),
-            store: None,
         }
     }
 
-    /// The configuration with a model: the [`Model`] backend, sessions saved in its state directory.
-    pub fn model(config: crate::backend::model::ModelConfig) -> Result<Self, ClientBuildError> {
-        let store = Store::new(config.state_dir.clone());
+    /// With a model: the model backend, sessions saved in its state directory.
+    pub fn model(config: ModelConfig) -> Result<Self, ClientBuildError> {
         Ok(Self {
             backend: Arc::new(Model::new(config)?),
-            store: Some(Arc::new(store)),
         })
     }
 }
@@ -105,13 +100,12 @@ pub async fn serve_stdio(config: AgentConfig) -> Result<(), ServeError> {
 }
 
 /// Serves ACP over any transport until the client closes it.
-pub async fn serve(
+pub(crate) async fn serve(
     config: AgentConfig,
     transport: impl ConnectTo<Agent> + 'static,
 ) -> Result<(), ServeError> {
     let sessions = Arc::new(Sessions::default());
     let backend = config.backend;
-    let store = config.store;
     // Set by `initialize`; read when a turn starts.
     let client_fs = Arc::new(Mutex::new(ClientFs::default()));
     let title = backend.title();
@@ -121,7 +115,7 @@ pub async fn serve(
         .on_receive_request(
             {
                 let client_fs = Arc::clone(&client_fs);
-                let persistent = store.is_some();
+                let persistent = backend.store().is_some();
                 async move |request: InitializeRequest,
                             responder: Responder<InitializeResponse>,
                             _cx: ConnectionTo<Client>| {
@@ -138,11 +132,11 @@ pub async fn serve(
         .on_receive_request(
             {
                 let sessions = Arc::clone(&sessions);
-                let store = store.clone();
+                let backend = Arc::clone(&backend);
                 async move |request: NewSessionRequest,
                             responder: Responder<NewSessionResponse>,
                             cx: ConnectionTo<Client>| {
-                    new_session(&sessions, store.as_ref(), &request, responder, &cx)
+                    new_session(&sessions, &*backend, &request, responder, &cx)
                 }
             },
             on_receive_request!(),
@@ -150,11 +144,11 @@ pub async fn serve(
         .on_receive_request(
             {
                 let sessions = Arc::clone(&sessions);
-                let store = store.clone();
+                let backend = Arc::clone(&backend);
                 async move |request: LoadSessionRequest,
                             responder: Responder<LoadSessionResponse>,
                             cx: ConnectionTo<Client>| {
-                    load_session(&sessions, store.as_ref(), &request, responder, &cx)
+                    load_session(&sessions, &*backend, &request, responder, &cx)
                 }
             },
             on_receive_request!(),
@@ -203,7 +197,7 @@ fn initialize(request: &InitializeRequest, title: &str, persistent: bool) -> Ini
 
 fn new_session(
     sessions: &Sessions,
-    store: Option<&Arc<Store>>,
+    backend: &dyn Backend,
     request: &NewSessionRequest,
     responder: Responder<NewSessionResponse>,
     cx: &ConnectionTo<Client>,
@@ -217,30 +211,35 @@ fn new_session(
             ));
         }
     };
-    if let Some(store) = store {
-        let id = format!("sess-{}", uuid::Uuid::new_v4().simple());
-        if let Err(error) = store.create(&id, workspace.root()) {
-            return responder.respond_with_error(AcpError::new(
-                ErrorCode::INTERNAL_ERROR,
-                format!("session/new: {}", describe(&error)),
-            ));
+    let store = backend.store();
+    let id = sessions.mint_id(store.is_some());
+    let memory = match store {
+        Some(store) => {
+            if let Err(error) = store.create(&id, workspace.root()) {
+                return responder.respond_with_error(AcpError::new(
+                    ErrorCode::INTERNAL_ERROR,
+                    format!("session/new: {}", describe(&error)),
+                ));
+            }
+            Memory::persistent(Arc::clone(store), &id, Vec::new())
         }
-        let memory = Memory::persistent(Arc::clone(store), &id, Vec::new());
-        if let Err(error) = sessions.open(&id, workspace, memory) {
-            // A fresh random id cannot be open already; answer rather than assume.
-            return responder.respond_with_error(AcpError::new(
-                ErrorCode::INTERNAL_ERROR,
-                format!("session/new: {error}"),
-            ));
-        }
-        tracing::debug!(session = id, cwd = %request.cwd.display(), "persistent session created");
-        return responder.respond(NewSessionResponse::new(id));
+        None => Memory::default(),
+    };
+    if let Err(error) = sessions.open(&id, workspace, memory) {
+        // A freshly minted id cannot be open already; answer rather than assume.
+        return responder.respond_with_error(AcpError::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("session/new: {error}"),
+        ));
     }
-    let id = sessions.create(workspace);
-    tracing::debug!(session = id, cwd = %request.cwd.display(), "session created");
+    tracing::debug!(session = id, cwd = %request.cwd.display(), saved = store.is_some(), "session created");
     responder.respond(NewSessionResponse::new(id.clone()))?;
-    // Advertise the offline commands so editors can offer them (e.g. Zed's `/` menu).
-    let commands = COMMANDS_HELP
+    let commands = backend.available_commands();
+    if commands.is_empty() {
+        return Ok(());
+    }
+    // Advertise the slash commands so editors can offer them (e.g. Zed's `/` menu).
+    let commands = commands
         .iter()
         .map(|help| {
             AvailableCommand::new(help.name, help.description).input(
@@ -256,13 +255,13 @@ fn new_session(
 
 fn load_session(
     sessions: &Sessions,
-    store: Option<&Arc<Store>>,
+    backend: &dyn Backend,
     request: &LoadSessionRequest,
     responder: Responder<LoadSessionResponse>,
     cx: &ConnectionTo<Client>,
 ) -> Result<(), AcpError> {
     let refuse = |code, message: String| AcpError::new(code, format!("session/load: {message}"));
-    let Some(store) = store else {
+    let Some(store) = backend.store() else {
         return responder.respond_with_error(refuse(
             ErrorCode::METHOD_NOT_FOUND,
             "sessions are saved only when a model is configured (--model or ACP_CHILD_MODEL); this agent runs offline and does not advertise loadSession".to_owned(),
@@ -287,8 +286,8 @@ fn load_session(
             return responder.respond_with_error(refuse(code, describe(&error)));
         }
     };
-    let updates = replay::updates(&saved.history, &workspace);
     let memory = Memory::persistent(Arc::clone(store), id, saved.history);
+    let updates = backend.replay(&workspace, &memory);
     if let Err(error) = sessions.open(id, workspace, memory) {
         return responder.respond_with_error(refuse(ErrorCode::INVALID_REQUEST, error.to_string()));
     }
@@ -336,7 +335,7 @@ fn prompt(
             Err(error) => {
                 let message = describe(&error);
                 tracing::warn!(%message, "prompt turn failed");
-                responder.respond_with_error(AcpError::new(ErrorCode::INTERNAL_ERROR, message))
+                responder.respond_with_error(AcpError::new(error.code(), message))
             }
         };
         if let Err(error) = sent {

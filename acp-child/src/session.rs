@@ -1,29 +1,32 @@
 //! The sessions of one connection and their in-flight prompt turns.
 //!
-//! Invariants: a session id is handed out once per connection (`sess-1`, `sess-2`, ...); a session
-//! has at most one prompt turn in flight; the turn's slot is freed when its [`ActiveTurn`] guard is
-//! dropped, which the server does *before* answering `session/prompt`, so a client may send its
-//! next prompt as soon as it sees the response. Cancelling a session cancels only its current turn.
+//! Invariants: session ids are minted here only ([`Sessions::mint_id`]): `sess-1`, `sess-2`, ...
+//! for sessions that live as long as the connection, `sess-<uuid>` for saved ones (unique across
+//! connections, as their files are); a session has at most one prompt turn in flight; the turn's
+//! slot is freed when its [`ActiveTurn`] guard is dropped, which the server does *before* answering
+//! `session/prompt`, so a client may send its next prompt as soon as it sees the response.
+//! Cancelling a session cancels only its current turn.
 //!
 //! Each session also has a [`Memory`]: the conversation so far (for the model backend and
-//! `session/load`) and the standing permission answers (`allow-always` / `reject-always`, per tool
-//! kind). It lives as long as the connection and is shared with the session's turns.
+//! `session/load`), the standing permission answers (`allow-always` / `reject-always`, per
+//! permission kind) and the tool call ids announced so far (each is announced once). It lives as
+//! long as the connection and is shared with the session's turns.
 //!
 //! Synchronous on purpose: every method is a short critical section, safe to call from the SDK's
 //! dispatch loop (which must not block) and from spawned turn tasks.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::{Record, Store};
-use crate::tools::Workspace;
+use crate::workspace::Workspace;
 
 /// Why a prompt cannot start.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SessionError {
+pub(crate) enum SessionError {
     #[error("unknown session {id}; create a session with session/new first")]
     Unknown { id: String },
     #[error(
@@ -36,17 +39,17 @@ pub enum SessionError {
 
 /// What a session remembers between its turns.
 #[derive(Debug, Default)]
-pub struct Memory {
+pub(crate) struct Memory {
     history: Mutex<Vec<Record>>,
     standing: Mutex<HashMap<String, bool>>,
+    tool_call_ids: Mutex<ToolCallIds>,
     /// Where the conversation is also saved (persistent sessions only).
     saved_to: Option<(Arc<Store>, String)>,
 }
 
 impl Memory {
-    /// A memory holding an earlier conversation, kept in memory only.
-    #[must_use]
-    pub fn with_history(history: Vec<Record>) -> Self {
+    #[cfg(test)]
+    fn with_history(history: Vec<Record>) -> Self {
         Self {
             history: Mutex::new(history),
             ..Self::default()
@@ -55,23 +58,23 @@ impl Memory {
 
     /// A memory whose additions are also appended to session `id`'s file in `store`.
     #[must_use]
-    pub fn persistent(store: Arc<Store>, id: &str, history: Vec<Record>) -> Self {
+    pub(crate) fn persistent(store: Arc<Store>, id: &str, history: Vec<Record>) -> Self {
         Self {
             history: Mutex::new(history),
             standing: Mutex::default(),
+            tool_call_ids: Mutex::default(),
             saved_to: Some((store, id.to_owned())),
         }
     }
 
-    /// The conversation so far.
     #[must_use]
-    pub fn history(&self) -> Vec<Record> {
+    pub(crate) fn history(&self) -> Vec<Record> {
         lock(&self.history).clone()
     }
 
     /// Adds to the conversation, and saves it for a persistent session. A failed save is logged
     /// and the turn goes on: losing the file must not lose the answer being given.
-    pub fn extend(&self, records: impl IntoIterator<Item = Record>) {
+    pub(crate) fn extend(&self, records: impl IntoIterator<Item = Record>) {
         let records: Vec<Record> = records.into_iter().collect();
         if let Some((store, id)) = &self.saved_to
             && let Err(error) = store.append(id, &records)
@@ -84,13 +87,41 @@ impl Memory {
     /// The standing answer for a tool kind: `Some(true)` after allow-always, `Some(false)` after
     /// reject-always, `None` when the user must be asked.
     #[must_use]
-    pub fn standing(&self, kind: &str) -> Option<bool> {
+    pub(crate) fn standing(&self, kind: &str) -> Option<bool> {
         lock(&self.standing).get(kind).copied()
     }
 
     /// Remembers an allow-always (`true`) or reject-always (`false`) for a tool kind.
-    pub fn set_standing(&self, kind: &str, allow: bool) {
+    pub(crate) fn set_standing(&self, kind: &str, allow: bool) {
         lock(&self.standing).insert(kind.to_owned(), allow);
+    }
+
+    /// The id to announce a tool call under: `proposed` when it is non-empty and not yet
+    /// announced in this session, else a fresh `call-<n>`. Either way it is now taken.
+    pub(crate) fn claim_tool_call_id(&self, proposed: &str) -> String {
+        lock(&self.tool_call_ids).claim(proposed)
+    }
+}
+
+/// The tool call ids a session has announced.
+#[derive(Debug, Default)]
+struct ToolCallIds {
+    taken: HashSet<String>,
+    minted: u64,
+}
+
+impl ToolCallIds {
+    fn claim(&mut self, proposed: &str) -> String {
+        if !proposed.is_empty() && self.taken.insert(proposed.to_owned()) {
+            return proposed.to_owned();
+        }
+        loop {
+            self.minted += 1;
+            let id = format!("call-{}", self.minted);
+            if self.taken.insert(id.clone()) {
+                return id;
+            }
+        }
     }
 }
 
@@ -100,15 +131,14 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// All sessions of one connection.
 #[derive(Debug, Default)]
-pub struct Sessions {
+pub(crate) struct Sessions {
     inner: Mutex<Inner>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
-    created: u64,
+    minted: u64,
     turns_started: u64,
     sessions: HashMap<String, Entry>,
 }
@@ -128,7 +158,7 @@ struct InFlight {
 
 /// A prompt turn in flight: holds its session's slot until dropped.
 #[derive(Debug)]
-pub struct ActiveTurn {
+pub(crate) struct ActiveTurn {
     sessions: Arc<Sessions>,
     session_id: String,
     number: u64,
@@ -138,25 +168,25 @@ pub struct ActiveTurn {
 }
 
 impl Sessions {
-    /// Registers a new session working in `workspace` and returns its id.
-    pub fn create(&self, workspace: Workspace) -> String {
+    /// A fresh session id: `sess-<n>` (counting on this connection), or `sess-<uuid>` for a
+    /// session that is saved and so must not collide with one saved by another connection.
+    pub(crate) fn mint_id(&self, saved: bool) -> String {
+        if saved {
+            return format!("sess-{}", uuid::Uuid::new_v4().simple());
+        }
         let mut inner = self.lock();
-        inner.created += 1;
-        let id = format!("sess-{}", inner.created);
-        inner.sessions.insert(
-            id.clone(),
-            Entry {
-                workspace: Arc::new(workspace),
-                memory: Arc::default(),
-                turn: None,
-            },
-        );
-        id
+        inner.minted += 1;
+        format!("sess-{}", inner.minted)
     }
 
-    /// Registers a session under an id chosen by the caller (a persistent session, new or
-    /// loaded), with what it remembers. Refuses an id already open on this connection.
-    pub fn open(&self, id: &str, workspace: Workspace, memory: Memory) -> Result<(), SessionError> {
+    /// Registers a session (new with a minted id, or loaded) with what it remembers. Refuses an
+    /// id already open on this connection.
+    pub(crate) fn open(
+        &self,
+        id: &str,
+        workspace: Workspace,
+        memory: Memory,
+    ) -> Result<(), SessionError> {
         let mut inner = self.lock();
         if inner.sessions.contains_key(id) {
             return Err(SessionError::AlreadyOpen { id: id.to_owned() });
@@ -173,7 +203,10 @@ impl Sessions {
     }
 
     /// Starts a prompt turn, or says why it cannot start.
-    pub fn begin_turn(self: &Arc<Self>, session_id: &str) -> Result<ActiveTurn, SessionError> {
+    pub(crate) fn begin_turn(
+        self: &Arc<Self>,
+        session_id: &str,
+    ) -> Result<ActiveTurn, SessionError> {
         let mut inner = self.lock();
         inner.turns_started += 1;
         let number = inner.turns_started;
@@ -204,7 +237,7 @@ impl Sessions {
     }
 
     /// Cancels the session's in-flight turn; returns whether there was one.
-    pub fn cancel(&self, session_id: &str) -> bool {
+    pub(crate) fn cancel(&self, session_id: &str) -> bool {
         let inner = self.lock();
         match inner
             .sessions
@@ -220,7 +253,7 @@ impl Sessions {
     }
 
     /// Cancels every in-flight turn (the connection is closing).
-    pub fn cancel_all(&self) {
+    pub(crate) fn cancel_all(&self) {
         let inner = self.lock();
         for turn in inner
             .sessions
@@ -237,27 +270,24 @@ impl Sessions {
 }
 
 impl ActiveTurn {
-    /// The session this turn belongs to.
     #[must_use]
-    pub fn session_id(&self) -> &str {
+    pub(crate) fn session_id(&self) -> &str {
         &self.session_id
     }
 
     /// Cancelled when the client sends `session/cancel` for this session.
     #[must_use]
-    pub fn cancellation(&self) -> &CancellationToken {
+    pub(crate) fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }
 
-    /// The session's directory.
     #[must_use]
-    pub fn workspace(&self) -> &Arc<Workspace> {
+    pub(crate) fn workspace(&self) -> &Arc<Workspace> {
         &self.workspace
     }
 
-    /// What the session remembers.
     #[must_use]
-    pub fn memory(&self) -> &Arc<Memory> {
+    pub(crate) fn memory(&self) -> &Arc<Memory> {
         &self.memory
     }
 }
@@ -283,8 +313,13 @@ mod tests {
     fn sessions_with_two() -> (Arc<Sessions>, String, String, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let sessions = Arc::new(Sessions::default());
-        let first = sessions.create(Workspace::open(dir.path()).unwrap());
-        let second = sessions.create(Workspace::open(dir.path()).unwrap());
+        let open = || {
+            let id = sessions.mint_id(false);
+            let workspace = Workspace::open(dir.path()).unwrap();
+            sessions.open(&id, workspace, Memory::default()).unwrap();
+            id
+        };
+        let (first, second) = (open(), open());
         (sessions, first, second, dir)
     }
 
@@ -292,6 +327,30 @@ mod tests {
     fn ids_are_sequential_and_unique() {
         let (_, first, second, _dir) = sessions_with_two();
         assert_eq!((first.as_str(), second.as_str()), ("sess-1", "sess-2"));
+    }
+
+    #[test]
+    fn saved_session_ids_are_random() {
+        let sessions = Sessions::default();
+        let (a, b) = (sessions.mint_id(true), sessions.mint_id(true));
+        assert!(a.starts_with("sess-") && a.len() == 37, "{a}");
+        assert_ne!(a, b);
+        assert_eq!(sessions.mint_id(false), "sess-1");
+    }
+
+    #[test]
+    fn tool_call_ids_are_unique_within_a_session() {
+        let memory = Memory::default();
+        let claimed: Vec<String> = ["call_1", "", "call_1", "call-2", "", "call-1", "call_2"]
+            .into_iter()
+            .map(|proposed| memory.claim_tool_call_id(proposed))
+            .collect();
+        assert_eq!(
+            claimed,
+            [
+                "call_1", "call-1", "call-2", "call-3", "call-4", "call-5", "call_2"
+            ]
+        );
     }
 
     #[test]

@@ -4,10 +4,10 @@
 //! directory), then one [`Record`] per conversation step, appended as the turn goes (a user prompt,
 //! an assistant message with its tool calls, a tool result). Loading reads them back in order.
 //!
-//! Invariants: a session id becomes a file name only after [`check_id`] (letters, digits, `-`,
-//! `_`; no path separators, so a client cannot name a file outside the directory); records are only
-//! ever appended, one complete line per write, so a crash loses at most the line being written and
-//! a torn last line is skipped on load (with a warning) rather than making the session unloadable.
+//! Invariants: a session id becomes a file name only after [`check_id`] (letters, digits, `-`, `_`;
+//! no path separators, so a client cannot name a file outside the directory); records are only ever
+//! appended, one complete line per write, so a crash loses at most the line being written and a
+//! torn last line is skipped on load (with a warning) rather than making the session unloadable.
 
 use std::io::{self, BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -18,7 +18,7 @@ use thiserror::Error;
 /// One line of a session file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum Record {
+pub(crate) enum Record {
     /// The header: where the session works.
     Session { cwd: PathBuf },
     /// A prompt from the user.
@@ -40,18 +40,18 @@ pub enum Record {
 
 /// A tool call the model made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RecordedCall {
+pub(crate) struct RecordedCall {
     /// The call id, shared by the model's message, the ACP tool call and the tool result.
-    pub id: String,
+    pub(crate) id: String,
     /// The tool's name (`read_file`, ...).
-    pub name: String,
+    pub(crate) name: String,
     /// The arguments, as the JSON text the model sent.
-    pub arguments: String,
+    pub(crate) arguments: String,
 }
 
 /// A session file could not be used.
 #[derive(Debug, Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error(
         "invalid session id {id:?}: session ids are letters, digits, '-' and '_' (as returned by session/new)"
     )]
@@ -71,34 +71,28 @@ pub enum StoreError {
 
 /// A loaded session: where it works and what was said.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Saved {
+pub(crate) struct Saved {
     /// The session directory recorded at session/new.
-    pub cwd: PathBuf,
+    pub(crate) cwd: PathBuf,
     /// The conversation, in order (without the header).
-    pub history: Vec<Record>,
+    pub(crate) history: Vec<Record>,
 }
 
 /// The directory holding the session files.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Store {
+pub(crate) struct Store {
     dir: PathBuf,
 }
 
 impl Store {
     /// A store in `dir`; the directory is created on the first write.
     #[must_use]
-    pub fn new(dir: PathBuf) -> Self {
+    pub(crate) fn new(dir: PathBuf) -> Self {
         Self { dir }
     }
 
-    /// The directory holding the session files.
-    #[must_use]
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Starts a session file with its header. Refuses to overwrite an existing file.
-    pub fn create(&self, id: &str, cwd: &Path) -> Result<(), StoreError> {
+    pub(crate) fn create(&self, id: &str, cwd: &Path) -> Result<(), StoreError> {
         let path = self.path(id)?;
         let io_error = |action, source| StoreError::Io {
             action,
@@ -120,7 +114,7 @@ impl Store {
     }
 
     /// Appends records to a session file, one line each, in one write.
-    pub fn append(&self, id: &str, records: &[Record]) -> Result<(), StoreError> {
+    pub(crate) fn append(&self, id: &str, records: &[Record]) -> Result<(), StoreError> {
         let path = self.path(id)?;
         let text: String = records.iter().map(line).collect();
         let io_error = |action, source| StoreError::Io {
@@ -137,7 +131,7 @@ impl Store {
     }
 
     /// Reads a session back.
-    pub fn load(&self, id: &str) -> Result<Saved, StoreError> {
+    pub(crate) fn load(&self, id: &str) -> Result<Saved, StoreError> {
         let path = self.path(id)?;
         let file = match std::fs::File::open(&path) {
             Ok(file) => file,
@@ -192,7 +186,7 @@ impl Store {
 }
 
 /// Checks that a session id is safe as a file name.
-pub fn check_id(id: &str) -> Result<(), StoreError> {
+pub(crate) fn check_id(id: &str) -> Result<(), StoreError> {
     let valid = !id.is_empty()
         && id.len() <= 128
         && id

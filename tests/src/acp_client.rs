@@ -337,9 +337,15 @@ pub enum Permission {
     /// Send `session/cancel` first, then answer `cancelled`, as a client does when the user stops
     /// the turn while a permission prompt is open.
     CancelTurn,
+    /// Answer with a JSON-RPC error ([`PERMISSION_ERROR`]), as a client whose permission
+    /// handler failed.
+    Fail,
     /// Fail the test if asked.
     NotExpected,
 }
+
+/// The error message of [`Permission::Fail`].
+pub const PERMISSION_ERROR: &str = "the permission dialog crashed";
 
 /// How the test client answers the agent's requests during a turn.
 #[derive(Debug, Clone)]
@@ -475,6 +481,12 @@ pub async fn read_until(
                     .await
                     .if_request(async |request: RequestPermissionRequest, responder| {
                         log.permission_requests.push(request);
+                        if answers.permission == Permission::Fail {
+                            return responder.respond_with_error(AcpError::new(
+                                ErrorCode::INTERNAL_ERROR,
+                                PERMISSION_ERROR,
+                            ));
+                        }
                         let outcome = match answers.permission {
                             Permission::Allow => RequestPermissionOutcome::Selected(
                                 SelectedPermissionOutcome::new("allow-once"),
@@ -492,6 +504,7 @@ pub async fn read_until(
                                 RequestPermissionOutcome::Cancelled
                             }
                             Permission::NotExpected => panic!("unexpected permission request"),
+                            Permission::Fail => unreachable!("answered above"),
                         };
                         responder.respond(RequestPermissionResponse::new(outcome))
                     })

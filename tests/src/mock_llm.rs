@@ -337,6 +337,18 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 &format!("mock script error: {status} is not an HTTP status"),
             ),
         },
+        Reply::StatusRetryAfter {
+            status,
+            message,
+            seconds,
+        } => {
+            let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+            let mut response = error(status, message);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(*seconds));
+            response
+        }
         Reply::Hang => {
             // Dropped with the connection or the runtime, whichever goes first.
             let never: Infallible = std::future::pending().await;

@@ -60,6 +60,12 @@ pub enum Reply {
     },
     /// An HTTP error status with an OpenAI-style error body `{"error": {"message", ...}}`.
     Status { status: u16, message: String },
+    /// Like [`Reply::Status`], with a `Retry-After: <seconds>` header.
+    StatusRetryAfter {
+        status: u16,
+        message: String,
+        seconds: u64,
+    },
     /// Message text with `interval` between chunks (the first is immediate); finish `stop`.
     /// The server stops writing as soon as the client is gone.
     Slow {
@@ -116,12 +122,13 @@ pub struct Completion {
 }
 
 /// The `data:` payloads of a streamed reply, in order, with the delay before each one.
-/// `None` for the replies that are not a stream ([`Reply::Status`], [`Reply::Hang`]).
+/// `None` for the replies that are not a stream ([`Reply::Status`],
+/// [`Reply::StatusRetryAfter`], [`Reply::Hang`]).
 #[must_use]
 pub fn stream(reply: &Reply, completion: &Completion) -> Option<Vec<(Duration, String)>> {
     let immediate = |payloads: Vec<String>| payloads.into_iter().map(|p| (Duration::ZERO, p));
     let frames = match reply {
-        Reply::Status { .. } | Reply::Hang => return None,
+        Reply::Status { .. } | Reply::StatusRetryAfter { .. } | Reply::Hang => return None,
         Reply::Events(payloads) => immediate(payloads.clone()).collect(),
         Reply::Text { chunks, finish } => {
             immediate(completion.framed(text_deltas(chunks), *finish)).collect()

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use acp_tests::acp_client::{
-    Permission, TIMEOUT, TurnLog, canonical, new_session, prompt, read_until, spawn_agent,
-    stop_reason, with_agent,
+    PERMISSION_ERROR, Permission, TIMEOUT, TurnLog, canonical, new_session, prompt, read_until,
+    spawn_agent, stop_reason, with_agent,
 };
 use acp_tests::bin;
 use agent_client_protocol::ErrorCode;
@@ -146,6 +146,72 @@ async fn write_without_permission_leaves_no_file() {
         assert_eq!(log.final_status(), ToolCallStatus::Failed, "{reply:?}");
     }
     assert!(!dir.path().join("out.txt").exists());
+}
+
+#[tokio::test]
+async fn a_permission_request_the_client_answers_with_an_error_rejects_the_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let ((log, stop), finished) = with_agent(async |cx, _| {
+        let mut session = new_session(&cx, dir.path()).await?;
+        let (log, response) =
+            prompt(&mut session, "/write out.txt hello", Permission::Fail).await?;
+        Ok((log, stop_reason(response)))
+    })
+    .await;
+    let reason = format!(
+        "the client answered the permission request with an error ({PERMISSION_ERROR}); the call was not run"
+    );
+    assert_eq!(stop, StopReason::EndTurn);
+    assert_eq!(log.text, format!("did not write out.txt: {reason}"));
+    let updates = log.tool_call_updates();
+    assert_eq!(updates.len(), 1);
+    assert_eq!(updates[0].fields.status, Some(ToolCallStatus::Failed));
+    assert_eq!(
+        updates[0].fields.content,
+        Some(vec![ToolCallContent::from(reason)])
+    );
+    assert!(!dir.path().join("out.txt").exists());
+    assert!(
+        !finished.stderr.contains("client connection failed")
+            && finished
+                .stderr
+                .contains("the client answered a permission request with an error"),
+        "{}",
+        finished.stderr
+    );
+}
+
+#[tokio::test]
+async fn tool_call_ids_are_unique_across_the_turns_of_a_session() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "A").unwrap();
+    let (ids, _) = with_agent(async |cx, _| {
+        let mut sessions = [
+            new_session(&cx, dir.path()).await?,
+            new_session(&cx, dir.path()).await?,
+        ];
+        let mut ids = Vec::new();
+        for which in [0, 0, 1, 0] {
+            let session = &mut sessions[which];
+            let (log, _) = prompt(session, "/read a.txt", Permission::NotExpected).await?;
+            let update_ids: Vec<String> = log
+                .tool_call_updates()
+                .iter()
+                .map(|update| update.tool_call_id.0.to_string())
+                .collect();
+            assert_eq!(update_ids.len(), 1);
+            let call_id = log.tool_calls()[0].tool_call_id.0.to_string();
+            assert_eq!(
+                update_ids[0], call_id,
+                "the update names the announced call"
+            );
+            ids.push(call_id);
+        }
+        Ok(ids)
+    })
+    .await;
+    // Unique within each session; each session counts on its own.
+    assert_eq!(ids, ["call-1", "call-2", "call-1", "call-3"]);
 }
 
 #[tokio::test]

@@ -1,13 +1,13 @@
-//! Protocol-level end-to-end tests of `acp-child`'s model backend: the real binary over real
-//! pipes, driven by the SDK's client side ([`acp_tests::acp_client`]), with the scripted mock
+//! Protocol-level end-to-end tests of `acp-child`'s model backend: the real binary over real pipes,
+//! driven by the SDK's client side ([`acp_tests::acp_client`]), with the scripted mock
 //! OpenAI-compatible server ([`acp_tests::mock_llm`]) standing in for the model.
 //!
 //! What only the protocol level can show, and the `acp-host` suite (`model.rs`) cannot: session
 //! persistence and `session/load` across processes, file access routed through a client that
 //! advertises `fs` (and withdrawn with `$/cancel_request` on cancel), several sessions (busy,
 //! cancelled) on one connection, path confinement before any read, the exact frames on stdout, and
-//! stdin closing in the middle of a command. Every run also checks that stdout carried only JSON-RPC frames and that the agent
-//! exited with code 0 on stdin EOF.
+//! stdin closing in the middle of a command. Every run also checks that stdout carried only
+//! JSON-RPC frames and that the agent exited with code 0 on stdin EOF.
 //!
 //! No fixed sleeps: tests wait for protocol events (an update, a response), each bounded by
 //! [`acp_tests::acp_client::TIMEOUT`]; the mock's records are read once the responses that imply
@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use acp_tests::acp_client::{
-    Answers, Launch, Permission, TIMEOUT, TurnLog, canonical, new_session, prompt, read_until,
-    stop_reason, with_launch,
+    Answers, Launch, PERMISSION_ERROR, Permission, TIMEOUT, TurnLog, canonical, new_session,
+    prompt, read_until, stop_reason, with_launch,
 };
 use acp_tests::mock_llm::{MockLlm, RecordedRequest, Reply, message_text};
 use agent_client_protocol::ErrorCode;
@@ -1102,4 +1102,333 @@ async fn a_prompt_whose_model_request_failed_is_not_kept_in_the_history() {
         .collect();
     assert!(!saved.contains("first prompt"), "{saved}");
     assert!(saved.contains("second prompt"), "{saved}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model server answers: errors, retries, keys (through the real binary)
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn model_server_failures_are_exact_json_rpc_errors_and_retries_recover() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        // A rejected key: not retried, answered as ACP's auth-required.
+        Reply::status(401, "invalid api key"),
+        Reply::status(403, "forbidden"),
+        // Anything else the server refuses names the model and the URL.
+        Reply::status(404, "model not found"),
+        // Rate limits past the retry budget (one attempt plus two retries).
+        Reply::status(429, "quota exceeded"),
+        Reply::status(429, "quota exceeded"),
+        Reply::status(429, "quota exceeded"),
+        // A failed server and a rate limit are retried, then the answer streams.
+        Reply::status(503, "busy"),
+        Reply::status(429, "slow down"),
+        Reply::text(["recovered"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .arg("--max-retries")
+        .arg("2")
+        .arg("--retry-base-ms")
+        .arg("1");
+    let (outcomes, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let mut outcomes = Vec::new();
+        for _ in 0..5 {
+            let (log, response) = prompt(&mut session, "hi", Permission::NotExpected).await?;
+            outcomes.push(match response {
+                Ok(response) => (None, format!("{:?}: {}", response.stop_reason, log.text)),
+                Err(error) => (Some(error.code), error.message),
+            });
+        }
+        Ok(outcomes)
+    })
+    .await;
+    let bad_key = |status: u16| {
+        format!(
+            "model server rejected the API key (HTTP {status}): set ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY) to a valid key; with acp-host forward it with --env ACP_CHILD_API_KEY (no key was set, so none was sent)"
+        )
+    };
+    let base_url = llm.base_url();
+    assert_eq!(
+        outcomes,
+        [
+            (Some(ErrorCode::AUTH_REQUIRED), bad_key(401)),
+            (Some(ErrorCode::AUTH_REQUIRED), bad_key(403)),
+            (
+                Some(ErrorCode::INTERNAL_ERROR),
+                format!(
+                    "the model server refused the request (HTTP 404): model not found; check the model name (mock-model) and the base URL ({base_url})"
+                )
+            ),
+            (
+                Some(ErrorCode::INTERNAL_ERROR),
+                "the model server is rate limiting requests (HTTP 429), still after 2 retries: quota exceeded; wait and try again, or raise --max-retries".to_owned()
+            ),
+            (None, "EndTurn: recovered".to_owned()),
+        ]
+    );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 9, "401, 403 and 404 are not retried");
+    assert!(
+        requests
+            .iter()
+            .all(|request| request.authorization().is_none()),
+        "no key set: no Authorization header"
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_model_server_is_named() {
+    let cwd = temp();
+    let state = temp();
+    // Bind then drop: nothing listens on the port any more.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base_url = format!("http://127.0.0.1:{port}/v1");
+    let launch = Launch::model(&base_url, state.path());
+    let (error, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (_, response) = prompt(&mut session, "hi", Permission::NotExpected).await?;
+        Ok(response.expect_err("an unreachable server fails the prompt"))
+    })
+    .await;
+    assert_eq!(error.code, ErrorCode::INTERNAL_ERROR);
+    assert!(
+        error
+            .message
+            .starts_with(&format!("cannot reach the model server at {base_url}: ")),
+        "{}",
+        error.message
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tool calls as a client sees them: ids, titles, text around them, failed permission handlers
+// ---------------------------------------------------------------------------------------------
+
+/// `data:` payloads of one streamed reply: text, then a call to `read_file`, finish `tool_calls`.
+fn text_then_tool_call(text: &str, id: &str, path: &str) -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        json!({
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "mock-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        })
+        .to_string()
+    };
+    let call = json!({"tool_calls": [{
+        "index": 0,
+        "id": id,
+        "type": "function",
+        "function": {"name": "read_file", "arguments": json!({"path": path}).to_string()},
+    }]});
+    Reply::Events(vec![
+        chunk(json!({"role": "assistant", "content": text}), Value::Null),
+        chunk(call, Value::Null),
+        chunk(json!({}), json!("tool_calls")),
+        "[DONE]".to_owned(),
+    ])
+}
+
+#[tokio::test]
+async fn text_resuming_after_a_tool_call_starts_a_new_paragraph() {
+    let cwd = temp();
+    let state = temp();
+    std::fs::write(cwd.path().join("a.txt"), "hi").unwrap();
+    let llm = MockLlm::start(vec![
+        text_then_tool_call("Let me look.", "call_1", "a.txt"),
+        Reply::text(["It says ", "hi."]),
+        text_then_tool_call("Line first.\n", "call_2", "a.txt"),
+        Reply::text(["No extra break."]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (logs, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (first, _) = prompt(&mut session, "read a", Permission::NotExpected).await?;
+        let (second, _) = prompt(&mut session, "again", Permission::NotExpected).await?;
+        Ok((first, second))
+    })
+    .await;
+    let (first, second) = logs;
+    assert_eq!(first.text, "Let me look.\n\nIt says hi.");
+    let chunks: Vec<&SessionUpdate> = first
+        .updates
+        .iter()
+        .filter(|update| matches!(update, SessionUpdate::AgentMessageChunk(_)))
+        .collect();
+    assert_eq!(
+        chunks,
+        [
+            &agent_chunk("Let me look."),
+            &agent_chunk("\n\n"),
+            &agent_chunk("It says "),
+            &agent_chunk("hi."),
+        ]
+    );
+    assert_eq!(second.text, "Line first.\nNo extra break.");
+}
+
+#[tokio::test]
+async fn tool_call_ids_are_unique_in_a_session_while_the_model_keeps_its_own() {
+    let cwd = temp();
+    let state = temp();
+    std::fs::write(cwd.path().join("a.txt"), "A").unwrap();
+    let read = |id: &str| Reply::tool_call(id, "read_file", &json!({"path": "a.txt"}), 1);
+    let llm = MockLlm::start(vec![
+        read("call_1"),
+        Reply::text(["one"]),
+        // The same id in a later turn, then in the same turn, then an empty one.
+        read("call_1"),
+        read("call_1"),
+        read(""),
+        Reply::text(["two"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (ids, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let mut ids = Vec::new();
+        for text in ["first", "second"] {
+            let (log, response) = prompt(&mut session, text, Permission::NotExpected).await?;
+            assert_eq!(stop_reason(response), StopReason::EndTurn);
+            let announced: Vec<String> = log
+                .tool_calls()
+                .iter()
+                .map(|call| call.tool_call_id.0.to_string())
+                .collect();
+            let updated: Vec<String> = log
+                .tool_call_updates()
+                .iter()
+                .map(|update| update.tool_call_id.0.to_string())
+                .collect();
+            assert_eq!(announced, updated, "each update names its announced call");
+            ids.extend(announced);
+        }
+        Ok(ids)
+    })
+    .await;
+    assert_eq!(ids[..3], ["call_1", "call-1", "call-2"]);
+    assert!(
+        ids[3].starts_with("call_") && ids[3].len() > "call_".len(),
+        "an empty id is minted: {ids:?}"
+    );
+    // The model sees its own ids in the conversation it is sent.
+    let requests = llm.requests();
+    let last = conversation(&requests[5]);
+    let tool_ids: Vec<&str> = last
+        .iter()
+        .filter_map(|(role, _)| role.strip_prefix("tool:"))
+        .collect();
+    assert_eq!(tool_ids, ["call_1", "call_1", "call_1", ids[3].as_str()]);
+}
+
+#[tokio::test]
+async fn malformed_tool_calls_are_titled_and_failed() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        Reply::tool_call("call_a", "frobnicate", &json!({}), 1),
+        Reply::Events(vec![
+            json!({"choices": [{"index": 0, "delta": {"tool_calls": [{
+                "index": 0, "id": "call_b", "type": "function",
+                "function": {"name": " ", "arguments": "{not json"},
+            }]}, "finish_reason": "tool_calls"}]})
+            .to_string(),
+            "[DONE]".to_owned(),
+        ]),
+        Reply::text(["ok"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (log, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (log, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(log)
+    })
+    .await;
+    let shown: Vec<(&str, ToolKind, ToolCallStatus)> = log
+        .tool_calls()
+        .iter()
+        .map(|call| (call.title.as_str(), call.kind, call.status))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("frobnicate", ToolKind::Other, ToolCallStatus::Failed),
+            ("Unnamed tool call", ToolKind::Other, ToolCallStatus::Failed),
+        ]
+    );
+    let requests = llm.requests();
+    assert_eq!(
+        tool_result(&requests[1], "call_a"),
+        "unknown tool \"frobnicate\"; the tools are read_file, list_dir, search, write_file, edit_file, run_command"
+    );
+}
+
+#[tokio::test]
+async fn a_permission_handler_error_rejects_the_call_and_the_turn_goes_on() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        Reply::tool_call(
+            "call_w",
+            "write_file",
+            &json!({"path": "out.txt", "content": "x"}),
+            1,
+        ),
+        Reply::text(["understood"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let ((log, stop), finished) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (log, response) = prompt(&mut session, "write", Permission::Fail).await?;
+        Ok((log, stop_reason(response)))
+    })
+    .await;
+    let reason = format!(
+        "the client answered the permission request with an error ({PERMISSION_ERROR}); the call was not run"
+    );
+    assert_eq!(stop, StopReason::EndTurn);
+    assert_eq!(log.text, "understood");
+    assert_eq!(log.final_status(), ToolCallStatus::Failed);
+    assert_eq!(tool_result(&llm.requests()[1], "call_w"), reason);
+    assert!(!cwd.path().join("out.txt").exists());
+    assert!(
+        !finished.stderr.contains("client connection failed"),
+        "{}",
+        finished.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_retry_after_header_wins_over_the_backoff() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        Reply::StatusRetryAfter {
+            status: 429,
+            message: "slow down".to_owned(),
+            seconds: 0,
+        },
+        Reply::text(["answered"]),
+    ]);
+    // A ten-minute backoff: only `Retry-After: 0` lets the answer arrive within the deadline.
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .arg("--retry-base-ms")
+        .arg("600000");
+    let (text, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (log, response) = prompt(&mut session, "hi", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(log.text)
+    })
+    .await;
+    assert_eq!(text, "answered");
+    assert_eq!(llm.requests().len(), 2);
 }

@@ -1,4 +1,5 @@
-//! Snapshots of whole command runs users meet first: the help texts and the agent listing.
+//! Snapshots of whole command runs users meet first: the help texts (acp-host's and acp-child's)
+//! and the agent listing.
 //! A change to any of them shows up as a reviewable snapshot diff (`cargo insta review`).
 
 use std::process::Command;
@@ -26,6 +27,17 @@ fn help_texts() {
     insta::assert_snapshot!("run_help", run(&["run", "--help"], home.path()));
     insta::assert_snapshot!("sync_help", run(&["sync", "--help"], home.path()));
     insta::assert_snapshot!("agents_help", run(&["agents", "--help"], home.path()));
+}
+
+#[test]
+fn acp_child_help() {
+    let out = Command::new(bin("acp-child"))
+        .arg("--help")
+        .env("COLUMNS", "100")
+        .output()
+        .expect("acp-child runs");
+    assert_eq!(out.status.code(), Some(0));
+    insta::assert_snapshot!(String::from_utf8(out.stdout).expect("UTF-8"));
 }
 
 #[test]

@@ -32,10 +32,7 @@ fn the_quick_start_answers_honestly_without_a_model() {
     let dir = tempfile::tempdir().unwrap();
     let out = run(host(dir.path()).arg("hello"));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(
-        text(&out.stdout),
-        acp_child::backend::offline::NO_MODEL_REPLY.concat()
-    );
+    assert_eq!(text(&out.stdout), acp_child::NO_MODEL_REPLY.concat());
     assert_eq!(text(&out.stderr), "");
 }
 

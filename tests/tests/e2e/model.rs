@@ -302,10 +302,7 @@ fn without_a_model_the_backend_stays_offline_and_calls_nothing() {
             .arg("hello"),
     );
     assert_code(&out, 0, &llm);
-    assert_eq!(
-        stdout(&out),
-        acp_child::backend::offline::NO_MODEL_REPLY.concat()
-    );
+    assert_eq!(stdout(&out), acp_child::NO_MODEL_REPLY.concat());
     assert!(llm.requests().is_empty(), "{:#?}", llm.requests());
 }
 

@@ -29,18 +29,17 @@ use super::config::{ApiKey, KEY_VARIABLES, ModelConfig};
 use super::wire::{ChatRequest, ErrorBody};
 
 /// The longest `Retry-After` honoured; a server asking for more gets this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_mins(1);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_mins(1);
 /// Connecting must succeed within this.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// A streamed response may be silent this long (reasoning models pause, but servers send
 /// keep-alive comments) before the turn fails rather than hangs.
-pub const READ_TIMEOUT: Duration = Duration::from_mins(5);
+pub(crate) const READ_TIMEOUT: Duration = Duration::from_mins(5);
 /// How much of an error body is quoted in a message.
 const MAX_QUOTED_BODY: usize = 500;
 
-/// A model request failed.
 #[derive(Debug, Error)]
-pub enum ModelError {
+pub(crate) enum ModelError {
     #[error(
         "model server rejected the API key (HTTP {status}): set {own} (or {others}) to a valid key; with acp-host forward it with --env {own} ({key_state})",
         own = KEY_VARIABLES[0],
@@ -91,12 +90,12 @@ pub enum ModelError {
 }
 
 /// A response being streamed: its server-sent events.
-pub type Events =
+pub(crate) type Events =
     Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
 
 /// Sends Chat Completions requests for one model configuration.
 #[derive(Debug, Clone)]
-pub struct ModelClient {
+pub(crate) struct ModelClient {
     http: reqwest::Client,
     config: Arc<ModelConfig>,
 }
@@ -107,8 +106,7 @@ pub struct ModelClient {
 pub struct ClientBuildError(#[source] reqwest::Error);
 
 impl ModelClient {
-    /// A client for `config`.
-    pub fn new(config: Arc<ModelConfig>) -> Result<Self, ClientBuildError> {
+    pub(crate) fn new(config: Arc<ModelConfig>) -> Result<Self, ClientBuildError> {
         // reqwest is built without a default crypto provider (see the workspace manifest);
         // installing one twice is harmless, so the error is ignored.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -121,15 +119,14 @@ impl ModelClient {
         Ok(Self { http, config })
     }
 
-    /// The configuration.
     #[must_use]
-    pub fn config(&self) -> &ModelConfig {
+    pub(crate) fn config(&self) -> &ModelConfig {
         &self.config
     }
 
     /// Sends a streamed request and returns its events once the server accepted it; `Ok(None)`
     /// when `cancel` fired first. Retries 429 and 5xx answers (see the module docs).
-    pub async fn stream(
+    pub(crate) async fn stream(
         &self,
         request: &ChatRequest<'_>,
         cancel: &CancellationToken,
@@ -217,7 +214,7 @@ impl ModelClient {
 
 /// What to do with a failed answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Retry,
     Fail,
 }
@@ -225,7 +222,7 @@ pub enum Outcome {
 /// Rate limits (429) and server errors (5xx) are retried while retries remain; anything else
 /// (a bad key, a bad request) would fail the same way again.
 #[must_use]
-pub fn classify(status: StatusCode, retries_done: u32, max_retries: u32) -> Outcome {
+pub(crate) fn classify(status: StatusCode, retries_done: u32, max_retries: u32) -> Outcome {
     let transient = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
     if transient && retries_done < max_retries {
         Outcome::Retry
@@ -237,7 +234,11 @@ pub fn classify(status: StatusCode, retries_done: u32, max_retries: u32) -> Outc
 /// The delay before retry number `retries_done + 1`: the server's `Retry-After` (capped), else
 /// `base * 2^retries_done`.
 #[must_use]
-pub fn backoff(base: Duration, retries_done: u32, retry_after: Option<Duration>) -> Duration {
+pub(crate) fn backoff(
+    base: Duration,
+    retries_done: u32,
+    retry_after: Option<Duration>,
+) -> Duration {
     retry_after.map_or_else(
         || base.saturating_mul(2_u32.saturating_pow(retries_done)),
         |after| after.min(MAX_RETRY_AFTER),
@@ -270,7 +271,7 @@ async fn error_message(response: reqwest::Response) -> String {
 
 /// The server's explanation from an error body (pure, for tests).
 #[must_use]
-pub fn explain_body(status: StatusCode, body: &str) -> String {
+pub(crate) fn explain_body(status: StatusCode, body: &str) -> String {
     let from_json = serde_json::from_str::<ErrorBody>(body)
         .ok()
         .and_then(|body| body.error)
@@ -364,169 +365,5 @@ mod tests {
             error.to_string(),
             "model server rejected the API key (HTTP 401): set ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY) to a valid key; with acp-host forward it with --env ACP_CHILD_API_KEY (the key sent came from DEEPSEEK_API_KEY)"
         );
-    }
-
-    mod over_loopback {
-        use futures::StreamExt as _;
-
-        use super::super::super::stub::{Answer, serve};
-        use super::*;
-        use crate::backend::model::config::ModelOptions;
-        use crate::backend::model::wire::Message;
-
-        fn client(base_url: &str, key: Option<(&'static str, &str)>) -> ModelClient {
-            let options = ModelOptions {
-                model: Some("test-model".into()),
-                base_url: Some(base_url.into()),
-                state_dir: Some("/unused".into()),
-                retry_base_ms: Some(1),
-                max_retries: Some(2),
-                ..ModelOptions::default()
-            };
-            let config = ModelConfig::resolve(options, |name| {
-                key.filter(|(variable, _)| *variable == name)
-                    .map(|(_, value)| value.to_owned())
-            })
-            .unwrap()
-            .unwrap();
-            ModelClient::new(Arc::new(config)).unwrap()
-        }
-
-        async fn send(client: &ModelClient) -> Result<Option<Vec<String>>, ModelError> {
-            let messages = [Message::User {
-                content: "hi".into(),
-            }];
-            let tools = serde_json::json!([]);
-            let request = ChatRequest {
-                model: &client.config().model,
-                messages: &messages,
-                stream: true,
-                tools: &tools,
-            };
-            let Some(events) = client.stream(&request, &CancellationToken::new()).await? else {
-                return Ok(None);
-            };
-            let data = events
-                .map(|event| event.unwrap().data)
-                .collect::<Vec<_>>()
-                .await;
-            Ok(Some(data))
-        }
-
-        #[tokio::test]
-        async fn streams_events_and_sends_the_key_as_a_bearer_token() {
-            let (base, seen) = serve(vec![Answer::sse(&["{\"a\":1}", "[DONE]"])]).await;
-            let client = client(&base, Some(("ACP_CHILD_API_KEY", "sk-test")));
-            let data = send(&client).await.unwrap().unwrap();
-            assert_eq!(data, ["{\"a\":1}", "[DONE]"]);
-            let seen = seen.lock().unwrap();
-            assert!(
-                seen[0]
-                    .head
-                    .starts_with("POST /v1/chat/completions HTTP/1.1")
-            );
-            assert!(
-                seen[0]
-                    .head
-                    .to_ascii_lowercase()
-                    .contains("authorization: bearer sk-test")
-            );
-            let body: serde_json::Value = serde_json::from_str(&seen[0].body).unwrap();
-            assert_eq!(body["model"], "test-model");
-            assert_eq!(body["stream"], true);
-        }
-
-        #[tokio::test]
-        async fn no_key_means_no_authorization_header() {
-            let (base, seen) = serve(vec![Answer::sse(&["[DONE]"])]).await;
-            send(&client(&base, None)).await.unwrap().unwrap();
-            assert!(
-                !seen.lock().unwrap()[0]
-                    .head
-                    .to_ascii_lowercase()
-                    .contains("authorization")
-            );
-        }
-
-        #[tokio::test]
-        async fn a_rejected_key_fails_at_once_naming_the_variable() {
-            let (base, seen) = serve(vec![Answer::error(401, "invalid api key")]).await;
-            let error = send(&client(&base, Some(("DEEPSEEK_API_KEY", "sk-bad"))))
-                .await
-                .unwrap_err();
-            let message = crate::describe(&error);
-            assert!(
-                message.starts_with(
-                    "model server rejected the API key (HTTP 401): set ACP_CHILD_API_KEY"
-                ),
-                "{message}"
-            );
-            assert!(
-                message.ends_with("(the key sent came from DEEPSEEK_API_KEY)"),
-                "{message}"
-            );
-            assert!(!message.contains("sk-bad"));
-            assert_eq!(seen.lock().unwrap().len(), 1, "a 401 is not retried");
-        }
-
-        #[tokio::test]
-        async fn rate_limits_are_retried_then_succeed() {
-            let mut limited = Answer::error(429, "slow down");
-            limited.headers.push(("Retry-After", "0".to_owned()));
-            let (base, seen) = serve(vec![
-                limited,
-                Answer::error(503, "busy"),
-                Answer::sse(&["[DONE]"]),
-            ])
-            .await;
-            let data = send(&client(&base, None)).await.unwrap().unwrap();
-            assert_eq!(data, ["[DONE]"]);
-            assert_eq!(seen.lock().unwrap().len(), 3);
-        }
-
-        #[tokio::test]
-        async fn rate_limits_past_the_retry_budget_are_a_clear_error() {
-            let (base, seen) = serve(
-                (0..3)
-                    .map(|_| Answer::error(429, "quota exceeded"))
-                    .collect(),
-            )
-            .await;
-            let error = send(&client(&base, None)).await.unwrap_err();
-            assert_eq!(
-                error.to_string(),
-                "the model server is rate limiting requests (HTTP 429), still after 2 retries: quota exceeded; wait and try again, or raise --max-retries"
-            );
-            assert_eq!(seen.lock().unwrap().len(), 3);
-        }
-
-        #[tokio::test]
-        async fn an_unreachable_server_is_named() {
-            // Bind then drop: nothing listens on the port any more.
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
-            let base = format!("http://127.0.0.1:{port}/v1");
-            let error = send(&client(&base, None)).await.unwrap_err();
-            let message = crate::describe(&error);
-            assert!(
-                message.starts_with(&format!("cannot reach the model server at {base}: ")),
-                "{message}"
-            );
-        }
-
-        #[tokio::test]
-        async fn other_refusals_name_the_model_and_url() {
-            let (base, _) = serve(vec![Answer::error(404, "model not found")]).await;
-            let error = send(&client(&base, None)).await.unwrap_err();
-            assert_eq!(
-                error.to_string(),
-                format!(
-                    "the model server refused the request (HTTP 404): model not found; check the model name (test-model) and the base URL ({base})"
-                )
-            );
-        }
     }
 }

@@ -18,23 +18,21 @@ use std::time::Duration;
 use protocol::env_vars;
 use thiserror::Error;
 
-use crate::persona::Persona;
+use super::persona::{Persona, PersonaError};
 
-/// The variable naming the model.
-pub const MODEL_VAR: &str = env_vars::ACP_CHILD_MODEL;
-/// The variable naming the base URL.
-pub const BASE_URL_VAR: &str = env_vars::ACP_CHILD_BASE_URL;
-/// The variable naming the session store directory.
-pub const STATE_DIR_VAR: &str = env_vars::ACP_CHILD_STATE_DIR;
+pub(crate) const MODEL_VAR: &str = env_vars::ACP_CHILD_MODEL;
+pub(crate) const BASE_URL_VAR: &str = env_vars::ACP_CHILD_BASE_URL;
+pub(crate) const STATE_DIR_VAR: &str = env_vars::ACP_CHILD_STATE_DIR;
 /// Where the API key is looked for, in order.
 pub const KEY_VARIABLES: [&str; 3] = [
     env_vars::ACP_CHILD_API_KEY,
     env_vars::DEEPSEEK_API_KEY,
     env_vars::OPENAI_API_KEY,
 ];
+/// Where sessions are saved inside the state home (`$XDG_STATE_HOME`).
+pub const STATE_SUBDIR: &str = "acp-child/sessions";
 /// DeepSeek's OpenAI-compatible API.
 pub const DEEPSEEK_BASE_URL: &str = "https://api.deepseek.com/v1";
-/// OpenAI's API.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 
 /// Default for `--max-turn-requests`.
@@ -64,8 +62,7 @@ pub struct ModelOptions {
 pub struct ApiKey {
     /// The variable it was read from (one of [`KEY_VARIABLES`]).
     pub variable: &'static str,
-    /// The secret.
-    pub value: String,
+    pub(crate) value: String,
 }
 
 impl std::fmt::Debug for ApiKey {
@@ -84,24 +81,22 @@ pub struct ModelConfig {
     pub model: String,
     /// The base URL including `/v1`, without a trailing slash.
     pub base_url: String,
-    /// The API key, if any.
     pub api_key: Option<ApiKey>,
     /// The system prompt template.
-    pub persona: Persona,
+    pub(crate) persona: Persona,
     /// The most model requests one prompt turn may make.
-    pub max_turn_requests: u32,
+    pub(crate) max_turn_requests: u32,
     /// Where sessions are saved.
     pub state_dir: PathBuf,
     /// How long `run_command` may run.
-    pub command_timeout: Duration,
+    pub(crate) command_timeout: Duration,
     /// How many times a rate-limited (429) or failed (5xx) request is retried.
-    pub max_retries: u32,
+    pub(crate) max_retries: u32,
     /// The first retry's delay; each further retry doubles it (unless the server sends
     /// `Retry-After`).
-    pub retry_base: Duration,
+    pub(crate) retry_base: Duration,
 }
 
-/// The configuration cannot be used.
 #[derive(Debug, Error)]
 pub enum ConfigError {
     #[error(
@@ -115,7 +110,7 @@ pub enum ConfigError {
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
     #[error(transparent)]
-    Persona(#[from] crate::persona::PersonaError),
+    Persona(#[from] PersonaError),
 }
 
 impl ModelConfig {
@@ -184,9 +179,8 @@ impl ModelConfig {
         }))
     }
 
-    /// The chat completions endpoint.
     #[must_use]
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("{}/chat/completions", self.base_url)
     }
 }
@@ -214,7 +208,7 @@ fn default_state_dir(lookup: &impl Fn(&str) -> Option<String>) -> Option<PathBuf
     let home = lookup(env_vars::HOME).map(PathBuf::from);
     let xdg = lookup(env_vars::XDG_STATE_HOME).map(PathBuf::from);
     let state = env_vars::state_home(home.as_deref(), xdg.as_deref())?;
-    Some(state.join("acp-child/sessions"))
+    Some(state.join(STATE_SUBDIR))
 }
 
 #[cfg(test)]

@@ -1,48 +1,50 @@
 //! The model backend: an OpenAI-compatible Chat Completions API with streaming and tool calling.
 //!
-//! Layout: [`config`] (flags and environment -> [`ModelConfig`]), [`client`] (HTTP, retries,
-//! errors), [`wire`] (request and chunk types, delta accumulation, finish reasons), [`tools`] (the
-//! six tools and their permission rules), [`turn`] (the loop: request -> stream -> tool calls ->
-//! results -> next request), [`replay`] (history -> session updates for `session/load`).
+//! Layout: [`config`] (flags and environment -> [`ModelConfig`]), [`persona`] (the system
+//! prompt), [`client`] (HTTP, retries, errors), [`wire`] (request and chunk types, delta
+//! accumulation, finish reasons), [`tools`] (the tools, one module each, and their list),
+//! [`turn`] (the loop: request -> stream -> tool calls -> results -> next request), [`replay`]
+//! (history -> session updates for `session/load`). Its sessions are saved ([`Store`]).
 
-pub mod client;
-pub mod config;
-pub mod replay;
-#[cfg(test)]
-pub(crate) mod stub;
-pub mod tools;
-pub mod turn;
-pub mod wire;
+pub(crate) mod client;
+pub(crate) mod config;
+pub(crate) mod persona;
+pub(crate) mod replay;
+pub(crate) mod tools;
+mod turn;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 
-use agent_client_protocol::v1::schema::StopReason;
+use agent_client_protocol::v1::schema::{SessionUpdate, StopReason};
 use futures::future::BoxFuture;
 
-pub use self::client::{ClientBuildError, ModelClient, ModelError};
+pub use self::client::ClientBuildError;
+use self::client::ModelClient;
 pub use self::config::{ConfigError, ModelConfig, ModelOptions};
+use self::tools::Toolbox;
 use super::{Backend, Turn, TurnError};
+use crate::session::Memory;
+use crate::store::Store;
+use crate::workspace::Workspace;
 
 /// The backend used when a model is configured.
-#[derive(Debug, Clone)]
-pub struct Model {
+#[derive(Debug)]
+pub(crate) struct Model {
     client: ModelClient,
-    tools: Arc<serde_json::Value>,
+    tools: Toolbox,
+    store: Arc<Store>,
 }
 
 impl Model {
-    /// A backend for `config`.
-    pub fn new(config: ModelConfig) -> Result<Self, ClientBuildError> {
+    pub(crate) fn new(config: ModelConfig) -> Result<Self, ClientBuildError> {
+        let tools = Toolbox::standard(config.command_timeout);
+        let store = Arc::new(Store::new(config.state_dir.clone()));
         Ok(Self {
             client: ModelClient::new(Arc::new(config))?,
-            tools: Arc::new(tools::definitions()),
+            tools,
+            store,
         })
-    }
-
-    /// The configuration.
-    #[must_use]
-    pub fn config(&self) -> &ModelConfig {
-        self.client.config()
     }
 }
 
@@ -52,6 +54,14 @@ impl Backend for Model {
     }
 
     fn title(&self) -> String {
-        format!("acp-child ({})", self.config().model)
+        format!("acp-child ({})", self.client.config().model)
+    }
+
+    fn store(&self) -> Option<&Arc<Store>> {
+        Some(&self.store)
+    }
+
+    fn replay(&self, workspace: &Workspace, memory: &Memory) -> Vec<SessionUpdate> {
+        replay::updates(&self.tools, &memory.history(), workspace, memory)
     }
 }

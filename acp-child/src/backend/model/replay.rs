@@ -1,59 +1,62 @@
 //! `session/load`: a saved conversation, replayed as the session updates a client would have seen.
 //!
-//! Pure: records in, updates out. User prompts become `user_message_chunk`, the model's text
+//! Records in, updates out. User prompts become `user_message_chunk`, the model's text
 //! `agent_message_chunk`, and each tool call one `tool_call` carrying its final status and result
-//! (reasoning is not saved, so it is not replayed).
-
-use std::collections::HashMap;
+//! (reasoning is not saved, so it is not replayed). The replay shows what the live turns showed:
+//! text resuming after a tool call gets the same separator, and tool call ids are claimed in the
+//! session's memory as a live turn claims them (a reused id is shown under a fresh one).
 
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, SessionUpdate, TextContent, ToolCallStatus,
+    ContentBlock, ContentChunk, SessionUpdate, TextContent, ToolCallId, ToolCallStatus,
 };
 
-use super::tools::announcement;
+use super::tools::Toolbox;
+use crate::backend::TextFlow;
+use crate::session::Memory;
 use crate::store::Record;
-use crate::tools::Workspace;
+use crate::workspace::Workspace;
 
-/// The updates replaying `history`.
-#[must_use]
-pub fn updates(history: &[Record], workspace: &Workspace) -> Vec<SessionUpdate> {
-    let results: HashMap<&str, (&str, bool)> = history
-        .iter()
-        .filter_map(|record| match record {
-            Record::Tool {
-                call_id,
-                content,
-                failed,
-            } => Some((call_id.as_str(), (content.as_str(), *failed))),
-            _ => None,
-        })
-        .collect();
+/// The updates replaying `history` (the conversation `memory` holds). Tool call ids are claimed
+/// in `memory` as a live turn claims them, so a replayed id is never announced again.
+pub(crate) fn updates(
+    tools: &Toolbox,
+    history: &[Record],
+    workspace: &Workspace,
+    memory: &Memory,
+) -> Vec<SessionUpdate> {
     let text = |text: &str| ContentChunk::new(ContentBlock::Text(TextContent::new(text)));
     let mut updates = Vec::new();
-    for record in history {
+    let mut flow = TextFlow::default();
+    for (at, record) in history.iter().enumerate() {
         match record {
             Record::User { text: prompt } => {
+                flow = TextFlow::default();
                 updates.push(SessionUpdate::UserMessageChunk(text(prompt)));
             }
             Record::Assistant {
                 text: reply,
                 tool_calls,
             } => {
+                if let Some(separator) = flow.text(reply) {
+                    updates.push(SessionUpdate::AgentMessageChunk(text(separator)));
+                }
                 if !reply.is_empty() {
                     updates.push(SessionUpdate::AgentMessageChunk(text(reply)));
                 }
                 for call in tool_calls {
-                    let mut shown = announcement(call, workspace);
-                    shown = match results.get(call.id.as_str()) {
+                    let mut shown = tools.announcement(call, workspace);
+                    shown.tool_call_id = ToolCallId::new(memory.claim_tool_call_id(&call.id));
+                    shown = match result_of(&history[at + 1..], &call.id) {
                         Some((content, failed)) => shown
-                            .status(if *failed {
+                            .status(if failed {
                                 ToolCallStatus::Failed
                             } else {
                                 ToolCallStatus::Completed
                             })
-                            .content(vec![(*content).to_owned().into()]),
+                            .content(vec![content.to_owned().into()]),
                         None => shown.status(ToolCallStatus::Failed),
                     };
+                    flow.tool_call();
                     updates.push(SessionUpdate::ToolCall(shown));
                 }
             }
@@ -63,9 +66,25 @@ pub fn updates(history: &[Record], workspace: &Workspace) -> Vec<SessionUpdate> 
     updates
 }
 
+/// The result of call `id` among the tool results that follow its reply (a model may reuse an
+/// id in a later reply, so the search stops at the next reply or prompt).
+fn result_of<'a>(after: &'a [Record], id: &str) -> Option<(&'a str, bool)> {
+    after
+        .iter()
+        .take_while(|record| matches!(record, Record::Tool { .. }))
+        .find_map(|record| match record {
+            Record::Tool {
+                call_id,
+                content,
+                failed,
+            } if call_id == id => Some((content.as_str(), *failed)),
+            _ => None,
+        })
+}
+
 #[cfg(test)]
 mod tests {
-    use agent_client_protocol::v1::schema::ToolKind;
+    use agent_client_protocol::v1::schema::{ToolCallContent, ToolKind};
 
     use super::*;
     use crate::store::RecordedCall;
@@ -96,8 +115,9 @@ mod tests {
                 tool_calls: vec![],
             },
         ];
-        let updates = updates(&history, &workspace);
-        assert_eq!(updates.len(), 4);
+        let tools = Toolbox::standard(std::time::Duration::from_secs(1));
+        let updates = updates(&tools, &history, &workspace, &Memory::default());
+        assert_eq!(updates.len(), 5);
         assert!(matches!(&updates[0], SessionUpdate::UserMessageChunk(_)));
         assert!(matches!(&updates[1], SessionUpdate::AgentMessageChunk(_)));
         let SessionUpdate::ToolCall(call) = &updates[2] else {
@@ -108,6 +128,55 @@ mod tests {
         assert_eq!(call.kind, ToolKind::Read);
         assert_eq!(call.status, ToolCallStatus::Completed);
         assert_eq!(call.locations[0].path, workspace.root().join("a.txt"));
-        assert!(matches!(&updates[3], SessionUpdate::AgentMessageChunk(_)));
+        assert_eq!(
+            updates[3..],
+            [
+                SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(
+                    TextContent::new("\n\n")
+                ))),
+                SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(
+                    TextContent::new("It says A.")
+                ))),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_reused_call_id_is_replayed_under_a_fresh_one_with_its_own_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::open(dir.path()).unwrap();
+        let call = || RecordedCall {
+            id: "call_1".into(),
+            name: "list_dir".into(),
+            arguments: r#"{"path":"."}"#.into(),
+        };
+        let reply = || Record::Assistant {
+            text: String::new(),
+            tool_calls: vec![call()],
+        };
+        let result = |content: &str| Record::Tool {
+            call_id: "call_1".into(),
+            content: content.into(),
+            failed: false,
+        };
+        let history = vec![reply(), result("first"), reply(), result("second")];
+        let tools = Toolbox::standard(std::time::Duration::from_secs(1));
+        let shown: Vec<(String, Vec<ToolCallContent>)> =
+            updates(&tools, &history, &workspace, &Memory::default())
+                .into_iter()
+                .map(|update| match update {
+                    SessionUpdate::ToolCall(call) => {
+                        (call.tool_call_id.0.to_string(), call.content)
+                    }
+                    other => panic!("expected a tool call, got {other:?}"),
+                })
+                .collect();
+        assert_eq!(
+            shown,
+            [
+                ("call_1".to_owned(), vec!["first".to_owned().into()]),
+                ("call-1".to_owned(), vec!["second".to_owned().into()]),
+            ]
+        );
     }
 }

@@ -16,15 +16,14 @@ use agent_client_protocol::v1::schema::StopReason;
 use futures::StreamExt as _;
 
 use super::client::{ModelClient, ModelError};
-use super::tools::{self, CANCELLED};
+use super::tools::{CANCELLED, ToolResult, Toolbox};
 use super::wire::{self, Accumulator, ChatRequest, Chunk, Finish, Reply};
 use crate::backend::{Turn, TurnError};
 use crate::store::Record;
 
-/// Runs one turn.
-pub async fn run(
+pub(super) async fn run(
     client: &ModelClient,
-    tool_definitions: &serde_json::Value,
+    tools: &Toolbox,
     turn: &mut Turn,
 ) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
@@ -48,7 +47,7 @@ pub async fn run(
             model: &config.model,
             messages: &messages,
             stream: true,
-            tools: tool_definitions,
+            tools: tools.definitions(),
         };
         let streamed = stream_reply(client, &request, turn).await?;
         if let Some(prompt) = prompt.take() {
@@ -84,12 +83,12 @@ pub async fn run(
         }
         for call in &calls {
             let result = if turn.is_cancelled() {
-                tools::ToolResult {
+                ToolResult {
                     content: CANCELLED.to_owned(),
                     failed: true,
                 }
             } else {
-                tools::run(turn, call, config.command_timeout).await?
+                tools.run(turn, call).await?
             };
             memory.extend([Record::Tool {
                 call_id: call.id.clone(),

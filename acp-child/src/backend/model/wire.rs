@@ -20,21 +20,20 @@ use serde::{Deserialize, Serialize};
 use crate::store::{Record, RecordedCall};
 
 /// The tool result recorded for a call whose turn ended before it ran.
-pub const INTERRUPTED_RESULT: &str = "not run: the turn ended before this tool call ran";
+pub(crate) const INTERRUPTED_RESULT: &str = "not run: the turn ended before this tool call ran";
 
 /// A `POST /chat/completions` body.
 #[derive(Debug, Serialize)]
-pub struct ChatRequest<'a> {
-    pub model: &'a str,
-    pub messages: &'a [Message],
-    pub stream: bool,
-    pub tools: &'a serde_json::Value,
+pub(crate) struct ChatRequest<'a> {
+    pub(crate) model: &'a str,
+    pub(crate) messages: &'a [Message],
+    pub(crate) stream: bool,
+    pub(crate) tools: &'a serde_json::Value,
 }
 
-/// One request message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
-pub enum Message {
+pub(crate) enum Message {
     System {
         content: String,
     },
@@ -55,23 +54,23 @@ pub enum Message {
 
 /// A tool call in an assistant message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WireToolCall {
-    pub id: String,
+pub(crate) struct WireToolCall {
+    pub(crate) id: String,
     #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub function: WireFunction,
+    pub(crate) kind: &'static str,
+    pub(crate) function: WireFunction,
 }
 
 /// The function a tool call invokes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct WireFunction {
-    pub name: String,
-    pub arguments: String,
+pub(crate) struct WireFunction {
+    pub(crate) name: String,
+    pub(crate) arguments: String,
 }
 
 /// Builds the request's messages: the system prompt, then the conversation.
 #[must_use]
-pub fn messages(system: String, history: &[Record]) -> Vec<Message> {
+pub(crate) fn messages(system: String, history: &[Record]) -> Vec<Message> {
     let mut out = vec![Message::System { content: system }];
     // Calls announced by the last assistant message and not answered yet.
     let mut pending: Vec<String> = Vec::new();
@@ -130,73 +129,73 @@ pub fn messages(system: String, history: &[Record]) -> Vec<Message> {
 
 /// One streamed `chat.completion.chunk`.
 #[derive(Debug, Default, Deserialize)]
-pub struct Chunk {
+pub(crate) struct Chunk {
     #[serde(default)]
-    pub choices: Vec<Choice>,
+    pub(crate) choices: Vec<Choice>,
     /// Some servers report failures mid-stream as a chunk with an `error` object.
     #[serde(default)]
-    pub error: Option<ApiError>,
+    pub(crate) error: Option<ApiError>,
 }
 
 /// An error object, as in `{"error": {"message": ...}}`.
 #[derive(Debug, Default, Deserialize)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     #[serde(default)]
-    pub message: Option<String>,
+    pub(crate) message: Option<String>,
 }
 
 /// The error body of a failed request, if it is the usual JSON shape.
 #[derive(Debug, Default, Deserialize)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     #[serde(default)]
-    pub error: Option<ApiError>,
+    pub(crate) error: Option<ApiError>,
 }
 
 /// One choice of a chunk (acp-child asks for one).
 #[derive(Debug, Default, Deserialize)]
-pub struct Choice {
+pub(crate) struct Choice {
     #[serde(default)]
-    pub delta: Option<Delta>,
+    pub(crate) delta: Option<Delta>,
     #[serde(default)]
-    pub finish_reason: Option<String>,
+    pub(crate) finish_reason: Option<String>,
 }
 
 /// What a chunk adds.
 #[derive(Debug, Default, Deserialize)]
-pub struct Delta {
+pub(crate) struct Delta {
     #[serde(default)]
-    pub content: Option<String>,
+    pub(crate) content: Option<String>,
     #[serde(default)]
-    pub reasoning_content: Option<String>,
+    pub(crate) reasoning_content: Option<String>,
     #[serde(default)]
-    pub reasoning: Option<String>,
+    pub(crate) reasoning: Option<String>,
     #[serde(default)]
-    pub tool_calls: Option<Vec<ToolCallDelta>>,
+    pub(crate) tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 /// A piece of a tool call.
 #[derive(Debug, Default, Deserialize)]
-pub struct ToolCallDelta {
+pub(crate) struct ToolCallDelta {
     #[serde(default)]
-    pub index: Option<usize>,
+    pub(crate) index: Option<usize>,
     #[serde(default)]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     #[serde(default)]
-    pub function: Option<FunctionDelta>,
+    pub(crate) function: Option<FunctionDelta>,
 }
 
 /// A piece of a tool call's function.
 #[derive(Debug, Default, Deserialize)]
-pub struct FunctionDelta {
+pub(crate) struct FunctionDelta {
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default)]
-    pub arguments: Option<String>,
+    pub(crate) arguments: Option<String>,
 }
 
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finish {
+pub(crate) enum Finish {
     /// A complete answer.
     Stop,
     /// It wants tool results.
@@ -212,7 +211,7 @@ impl Finish {
     /// llama.cpp may say `stop`, some send nothing), so tool calls present means [`Finish::ToolCalls`]
     /// unless the output was cut or filtered.
     #[must_use]
-    pub fn from_reason(reason: Option<&str>, has_tool_calls: bool) -> Self {
+    pub(crate) fn from_reason(reason: Option<&str>, has_tool_calls: bool) -> Self {
         match reason {
             Some("length") => Self::Length,
             Some("content_filter") => Self::ContentFilter,
@@ -222,24 +221,23 @@ impl Finish {
     }
 }
 
-/// A complete reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
-    pub text: String,
-    pub tool_calls: Vec<RecordedCall>,
-    pub finish: Finish,
+pub(crate) struct Reply {
+    pub(crate) text: String,
+    pub(crate) tool_calls: Vec<RecordedCall>,
+    pub(crate) finish: Finish,
 }
 
 /// What a chunk contributes that should be shown at once.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Shown {
-    pub text: Option<String>,
-    pub thought: Option<String>,
+pub(crate) struct Shown {
+    pub(crate) text: Option<String>,
+    pub(crate) thought: Option<String>,
 }
 
 /// Folds a stream of chunks into a [`Reply`].
 #[derive(Debug, Default)]
-pub struct Accumulator {
+pub(crate) struct Accumulator {
     text: String,
     calls: BTreeMap<usize, PartialCall>,
     last_index: Option<usize>,
@@ -255,7 +253,7 @@ struct PartialCall {
 
 impl Accumulator {
     /// Adds a chunk; returns the text and reasoning to stream to the client now.
-    pub fn push(&mut self, chunk: Chunk) -> Shown {
+    pub(crate) fn push(&mut self, chunk: Chunk) -> Shown {
         let mut shown = Shown::default();
         // acp-child requests one choice; extra choices, if a server sends them, are ignored.
         let Some(choice) = chunk.choices.into_iter().next() else {
@@ -309,7 +307,7 @@ impl Accumulator {
     }
 
     /// The reply so far: its text, and tool calls with missing ids filled in (`new_id` makes one).
-    pub fn finish(self, mut new_id: impl FnMut() -> String) -> Reply {
+    pub(crate) fn finish(self, mut new_id: impl FnMut() -> String) -> Reply {
         let tool_calls: Vec<RecordedCall> = self
             .calls
             .into_values()
@@ -333,7 +331,7 @@ impl Accumulator {
 
     /// The text streamed so far (kept when a turn is cancelled mid-stream).
     #[must_use]
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 }

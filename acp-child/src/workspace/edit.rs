@@ -6,7 +6,7 @@
 use super::ToolError;
 
 /// Replaces the single occurrence of `old_text` in `text` (a file named `requested`) by `new_text`.
-pub fn replace_exactly(
+pub(crate) fn replace_exactly(
     text: &str,
     requested: &str,
     old_text: &str,

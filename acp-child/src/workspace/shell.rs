@@ -5,9 +5,10 @@
 //! last two cases the whole process group is killed (SIGKILL), so nothing it started lingers. When
 //! the shell exits first, anything it left in the background is killed too once its output pipes
 //! have had [`DRAIN_GRACE`] to close: a tool call never hangs on a background process holding a
-//! pipe open. The group is also killed when the call is abandoned (its future dropped, as when
-//! the connection closes mid-turn and the turn's task goes with it). Each stream keeps its first [`MAX_STREAM_BYTES`] bytes (the rest is counted and
-//! discarded, never blocking the child on a full pipe).
+//! pipe open. The group is also killed when the call is abandoned (its future dropped, as when the
+//! connection closes mid-turn and the turn's task goes with it). Each stream keeps its first
+//! [`MAX_STREAM_BYTES`] bytes (the rest is counted and discarded, never blocking the child on a
+//! full pipe).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -23,13 +24,12 @@ use tokio_util::sync::CancellationToken;
 use super::ToolError;
 
 /// Each of stdout and stderr keeps at most this many bytes (64 KiB for both).
-pub const MAX_STREAM_BYTES: usize = 32 * 1024;
+pub(crate) const MAX_STREAM_BYTES: usize = 32 * 1024;
 /// How long output pipes may stay open after the shell exits.
-pub const DRAIN_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const DRAIN_GRACE: Duration = Duration::from_secs(1);
 
-/// How a command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ended {
+pub(crate) enum Ended {
     /// It exited on its own.
     Exited(ExitStatus),
     /// It ran longer than the timeout and was killed.
@@ -38,36 +38,32 @@ pub enum Ended {
     Cancelled,
 }
 
-/// What a command did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandOutput {
-    /// How it ended.
-    pub ended: Ended,
+pub(crate) struct CommandOutput {
+    pub(crate) ended: Ended,
     /// Its standard output (the first [`MAX_STREAM_BYTES`], lossy UTF-8).
-    pub stdout: Captured,
+    pub(crate) stdout: Captured,
     /// Its standard error (the first [`MAX_STREAM_BYTES`], lossy UTF-8).
-    pub stderr: Captured,
+    pub(crate) stderr: Captured,
 }
 
-/// One output stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Captured {
-    /// The bytes kept.
-    pub bytes: Vec<u8>,
+pub(crate) struct Captured {
+    pub(crate) bytes: Vec<u8>,
     /// How many bytes the stream produced in all.
-    pub total: usize,
+    pub(crate) total: usize,
 }
 
 impl CommandOutput {
     /// Whether the command exited with status 0.
     #[must_use]
-    pub fn succeeded(&self) -> bool {
+    pub(crate) fn succeeded(&self) -> bool {
         matches!(self.ended, Ended::Exited(status) if status.success())
     }
 
     /// The tool result shown to the model and the user.
     #[must_use]
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut text = match self.ended {
             Ended::Exited(status) => match status.code() {
                 Some(code) => format!("exit code: {code}"),
@@ -102,7 +98,7 @@ impl CommandOutput {
 }
 
 /// Runs `command` with `sh -c` in `cwd`.
-pub async fn run(
+pub(crate) async fn run(
     command: &str,
     cwd: &Path,
     timeout: Duration,

@@ -9,24 +9,24 @@
 //! The [`Workspace`] reads and writes the local file system; the model backend routes reads and
 //! writes through the client's `fs/read_text_file` / `fs/write_text_file` when the client offers
 //! them, after resolving the path here. Submodules: [`listing`] (list a folder, search text),
-//! [`shell`] (run a command), [`edit`] (exact replacement). Writes are atomic (a temporary file in the same directory, then a rename) so a failed write
-//! never leaves a half-written file behind.
+//! [`shell`] (run a command), [`edit`] (exact replacement). Writes are atomic (a temporary file in
+//! the same directory, then a rename) so a failed write never leaves a half-written file behind.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
 use thiserror::Error;
 
-pub mod edit;
-pub mod listing;
-pub mod shell;
+pub(crate) mod edit;
+pub(crate) mod listing;
+pub(crate) mod shell;
 
 /// The largest file `/read` returns; larger files would flood the client's transcript.
-pub const MAX_READ_BYTES: u64 = 1024 * 1024;
+pub(crate) const MAX_READ_BYTES: u64 = 1024 * 1024;
 
 /// Why a tool refused or failed; the `Display` text (with its cause chain) is shown to the user.
 #[derive(Debug, Error)]
-pub enum ToolError {
+pub(crate) enum ToolError {
     #[error(
         "session directory {} is not an absolute path; ACP clients must send an absolute cwd in session/new",
         cwd.display()
@@ -94,24 +94,23 @@ pub enum ToolError {
 
 /// The directory a session works in; every tool path is resolved against and confined to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Workspace {
+pub(crate) struct Workspace {
     root: PathBuf,
 }
 
 /// The outcome of a successful write, for the tool call's diff.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Written {
+pub(crate) struct Written {
     /// The file written (canonical, inside the workspace).
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The previous contents, when the file existed and was UTF-8 text.
-    pub old_text: Option<String>,
-    /// How many bytes were written.
-    pub bytes: usize,
+    pub(crate) old_text: Option<String>,
+    pub(crate) bytes: usize,
 }
 
 impl Workspace {
     /// Opens a session directory: it must be absolute, exist, and be a directory.
-    pub fn open(cwd: &Path) -> Result<Self, ToolError> {
+    pub(crate) fn open(cwd: &Path) -> Result<Self, ToolError> {
         if !cwd.is_absolute() {
             return Err(ToolError::NotAbsolute {
                 cwd: cwd.to_path_buf(),
@@ -131,19 +130,19 @@ impl Workspace {
 
     /// The canonical session directory.
     #[must_use]
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The absolute path `requested` names, confined lexically (no file system access). Use it
     /// for display (tool call locations); use [`Self::read_text`] / [`Self::write_text`] to act.
-    pub fn locate(&self, requested: &str) -> Result<PathBuf, ToolError> {
+    pub(crate) fn locate(&self, requested: &str) -> Result<PathBuf, ToolError> {
         confine_lexically(&self.root, requested)
     }
 
     /// Resolves an existing directory inside the workspace, the root itself included (an empty
     /// path or `.` names the root), following symlinks.
-    pub fn resolve_dir(&self, requested: &str) -> Result<PathBuf, ToolError> {
+    pub(crate) fn resolve_dir(&self, requested: &str) -> Result<PathBuf, ToolError> {
         let lexical = if requested.trim().is_empty() {
             self.root.clone()
         } else {
@@ -165,7 +164,7 @@ impl Workspace {
     }
 
     /// Resolves an existing file, following symlinks, and checks it is still inside the root.
-    pub fn resolve_existing(&self, requested: &str) -> Result<PathBuf, ToolError> {
+    pub(crate) fn resolve_existing(&self, requested: &str) -> Result<PathBuf, ToolError> {
         let lexical = self.locate(requested)?;
         let target = std::fs::canonicalize(&lexical).map_err(|source| ToolError::Io {
             action: "read",
@@ -177,7 +176,7 @@ impl Workspace {
 
     /// Resolves a file to be written. It may not exist yet; then its parent directory must exist
     /// (writes never create directories) and resolve inside the root.
-    pub fn resolve_for_write(&self, requested: &str) -> Result<PathBuf, ToolError> {
+    pub(crate) fn resolve_for_write(&self, requested: &str) -> Result<PathBuf, ToolError> {
         let lexical = self.locate(requested)?;
         if lexical.symlink_metadata().is_ok() {
             let target = std::fs::canonicalize(&lexical).map_err(|source| ToolError::Io {
@@ -210,7 +209,7 @@ impl Workspace {
     }
 
     /// Reads a UTF-8 text file inside the workspace, at most [`MAX_READ_BYTES`] long.
-    pub fn read_text(&self, requested: &str) -> Result<String, ToolError> {
+    pub(crate) fn read_text(&self, requested: &str) -> Result<String, ToolError> {
         let path = self.resolve_existing(requested)?;
         let io_error = |source| ToolError::Io {
             action: "read",
@@ -233,13 +232,13 @@ impl Workspace {
     /// The current text of a file about to be written, for a diff; `None` when it does not exist
     /// yet or is not text.
     #[must_use]
-    pub fn existing_text(path: &Path) -> Option<String> {
+    pub(crate) fn existing_text(path: &Path) -> Option<String> {
         std::fs::read_to_string(path).ok()
     }
 
     /// Writes `text` to a file inside the workspace, atomically. An existing file keeps its
     /// permissions; a new file is readable by everyone and writable by its owner (0644).
-    pub fn write_text(&self, requested: &str, text: &str) -> Result<Written, ToolError> {
+    pub(crate) fn write_text(&self, requested: &str, text: &str) -> Result<Written, ToolError> {
         let path = self.resolve_for_write(requested)?;
         let io_error = |source| ToolError::Io {
             action: "write",
@@ -299,7 +298,7 @@ fn default_permissions() -> Option<std::fs::Permissions> {
 /// Joins `requested` to `root` and normalises `.` and `..` without touching the file system. The
 /// result must be strictly inside `root` (the root itself is not a file). An absolute `requested`
 /// is accepted when it lies inside `root`.
-pub fn confine_lexically(root: &Path, requested: &str) -> Result<PathBuf, ToolError> {
+pub(crate) fn confine_lexically(root: &Path, requested: &str) -> Result<PathBuf, ToolError> {
     if requested.trim().is_empty() {
         return Err(ToolError::EmptyPath);
     }

@@ -1,32 +1,30 @@
 //! The offline backend: no model, just honest replies and the offline commands.
 //!
 //! Plain text gets a fixed reply ([`NO_MODEL_REPLY`]) saying no model is configured. The commands
-//! (see [`crate::command`]) are real tool calls:
+//! (see [`commands`]) are real tool calls:
 //! - `/read PATH`: a `read` tool call, then the file's text as the reply;
-//! - `/write PATH TEXT`: an `edit` tool call that asks permission (`allow-once` / `reject-once`)
-//!   and writes only when allowed;
+//! - `/write PATH TEXT`: an `edit` tool call that asks permission (allow once or reject once,
+//!   through [`super::permission`]) and writes only when allowed;
 //! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`.
 //!
 //! Every reply is deterministic, so clients and tests can match it exactly. Refusals and I/O
 //! errors are replies (the turn still ends with `end_turn`), never protocol errors.
 
+pub(crate) mod commands;
+
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
-    Diff, PermissionOption, PermissionOptionKind, StopReason, ToolCall, ToolCallContent,
-    ToolCallId, ToolCallStatus, ToolCallUpdateFields, ToolKind,
+    Diff, StopReason, ToolCall, ToolCallContent, ToolCallId, ToolCallStatus, ToolCallUpdateFields,
+    ToolKind,
 };
 use futures::future::BoxFuture;
 
-use super::{Backend, PermissionAnswer, Turn, TurnError, locations};
-use crate::command::{self, Command, Parsed};
+use self::commands::{COMMANDS_HELP, Command, Parsed};
+use super::permission::{self, Offer, PermissionKind, Verdict};
+use super::{Backend, CommandHelp, Turn, TurnError, locations};
 use crate::describe;
-use crate::tools::Workspace;
-
-/// The option id that approves a single write.
-pub const ALLOW_ONCE: &str = "allow-once";
-/// The option id that rejects a single write.
-pub const REJECT_ONCE: &str = "reject-once";
+use crate::workspace::Workspace;
 
 /// The reply to a plain-text prompt, streamed one line per chunk.
 pub const NO_MODEL_REPLY: [&str; 3] = [
@@ -38,7 +36,7 @@ pub const NO_MODEL_REPLY: [&str; 3] = [
 
 /// The backend used when no model is configured.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Offline;
+pub(crate) struct Offline;
 
 impl Backend for Offline {
     fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>> {
@@ -48,13 +46,17 @@ impl Backend for Offline {
     fn title(&self) -> String {
         "acp-child (offline)".to_owned()
     }
+
+    fn available_commands(&self) -> &'static [CommandHelp] {
+        COMMANDS_HELP
+    }
 }
 
 async fn run(turn: &mut Turn) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
         return Ok(StopReason::Cancelled);
     }
-    match command::parse(&turn.prompt_text()) {
+    match commands::parse(&turn.prompt_text()) {
         Ok(Parsed::Text(_)) => {
             for line in NO_MODEL_REPLY {
                 turn.say(line)?;
@@ -76,7 +78,7 @@ fn read(turn: &mut Turn, path: &str) -> Result<StopReason, TurnError> {
         .kind(ToolKind::Read)
         .status(ToolCallStatus::InProgress)
         .locations(locations(turn.workspace(), path));
-    let id = turn.start_tool_call(call)?;
+    let id = turn.announce_tool_call(call, "")?;
     match turn.workspace().read_text(path) {
         Ok(text) => {
             turn.update_tool_call(
@@ -97,7 +99,7 @@ async fn write(turn: &mut Turn, path: &str, text: &str) -> Result<StopReason, Tu
         .kind(ToolKind::Edit)
         .status(ToolCallStatus::Pending)
         .locations(locations(turn.workspace(), path));
-    let id = turn.start_tool_call(call)?;
+    let id = turn.announce_tool_call(call, "")?;
     // Refuse before asking: never ask a user to approve a write that would be refused anyway.
     let target = match turn.workspace().resolve_for_write(path) {
         Ok(target) => target,
@@ -107,24 +109,10 @@ async fn write(turn: &mut Turn, path: &str, text: &str) -> Result<StopReason, Tu
         }
     };
     let preview = Diff::new(&target, text).old_text(Workspace::existing_text(&target));
-    let options = vec![
-        PermissionOption::new(ALLOW_ONCE, "Allow once", PermissionOptionKind::AllowOnce),
-        PermissionOption::new(REJECT_ONCE, "Reject once", PermissionOptionKind::RejectOnce),
-    ];
-    let answer = turn
-        .request_permission(
-            &id,
-            ToolCallUpdateFields::new().content(vec![ToolCallContent::from(preview)]),
-            options,
-        )
-        .await?;
-    // A cancelled turn never writes, whatever the answer raced with.
-    if turn.is_cancelled() {
-        fail(turn, &id, "cancelled: did not write")?;
-        return Ok(StopReason::Cancelled);
-    }
-    match answer {
-        PermissionAnswer::Selected(option) if option == ALLOW_ONCE => {
+    let preview = ToolCallUpdateFields::new().content(vec![ToolCallContent::from(preview)]);
+    let verdict = permission::ask(turn, &id, PermissionKind::Edit, Offer::Once, preview).await?;
+    match verdict {
+        Verdict::Allowed => {
             // `write_text` resolves the path again: the file system may have changed while the
             // user was deciding.
             match turn.workspace().write_text(path, text) {
@@ -141,12 +129,15 @@ async fn write(turn: &mut Turn, path: &str, text: &str) -> Result<StopReason, Tu
                 Err(error) => fail_with(turn, &id, &error)?,
             }
         }
-        PermissionAnswer::Selected(_) | PermissionAnswer::Dismissed => {
+        Verdict::Rejected => {
             fail(turn, &id, "permission denied")?;
             turn.say(format!("permission denied: did not write {path}"))?;
         }
-        PermissionAnswer::TurnCancelled => {
-            // Only reachable with `is_cancelled()` true, handled above; kept total for safety.
+        Verdict::ClientError(reason) => {
+            fail(turn, &id, &reason)?;
+            turn.say(format!("did not write {path}: {reason}"))?;
+        }
+        Verdict::Cancelled => {
             fail(turn, &id, "cancelled: did not write")?;
             return Ok(StopReason::Cancelled);
         }
@@ -158,7 +149,7 @@ async fn sleep(turn: &mut Turn, secs: u64) -> Result<StopReason, TurnError> {
     let call = ToolCall::new("", format!("Sleep {secs} s"))
         .kind(ToolKind::Other)
         .status(ToolCallStatus::InProgress);
-    let id = turn.start_tool_call(call)?;
+    let id = turn.announce_tool_call(call, "")?;
     let cancelled = tokio::select! {
         biased;
         () = turn.cancelled() => true,
@@ -195,8 +186,8 @@ fn fail_with(turn: &Turn, id: &ToolCallId, error: &dyn std::error::Error) -> Res
 
 #[cfg(test)]
 mod tests {
+    use super::commands::COMMANDS_SUMMARY;
     use super::*;
-    use crate::command::COMMANDS_SUMMARY;
 
     #[test]
     fn no_model_reply_names_the_offline_commands() {

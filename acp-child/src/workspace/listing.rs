@@ -14,14 +14,14 @@ use regex::Regex;
 use super::{MAX_READ_BYTES, ToolError, Workspace};
 
 /// The most entries `list_dir` shows.
-pub const MAX_ENTRIES: usize = 500;
+pub(crate) const MAX_ENTRIES: usize = 500;
 /// The most matching lines `search` shows.
-pub const MAX_MATCHES: usize = 200;
+pub(crate) const MAX_MATCHES: usize = 200;
 /// Longer matching lines are cut to this many characters.
-pub const MAX_LINE_CHARS: usize = 300;
+pub(crate) const MAX_LINE_CHARS: usize = 300;
 
 /// Lists a folder: one entry per line, sorted, folders with a trailing `/`.
-pub fn list_dir(workspace: &Workspace, requested: &str) -> Result<String, ToolError> {
+pub(crate) fn list_dir(workspace: &Workspace, requested: &str) -> Result<String, ToolError> {
     let dir = workspace.resolve_dir(requested)?;
     let io_error = |source| ToolError::Io {
         action: "list",
@@ -57,7 +57,7 @@ pub fn list_dir(workspace: &Workspace, requested: &str) -> Result<String, ToolEr
 /// The matcher for a search pattern: the pattern as a regular expression when it is one, else
 /// the plain text (so `foo(` still finds `foo(`).
 #[must_use]
-pub fn matcher(pattern: &str) -> Regex {
+pub(crate) fn matcher(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap_or_else(|_| {
         // An escaped literal always compiles.
         Regex::new(&regex::escape(pattern)).unwrap_or_else(|_| unreachable!("escaped regex"))
@@ -66,7 +66,7 @@ pub fn matcher(pattern: &str) -> Regex {
 
 /// Searches text files under `requested` (default: the whole workspace) for `pattern`; each match
 /// is `path:line: text`, with paths relative to the workspace root.
-pub fn search(
+pub(crate) fn search(
     workspace: &Workspace,
     pattern: &str,
     requested: Option<&str>,

@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-/// The built-in system prompt.
-pub const DEFAULT_PERSONA: &str = "\
+pub(crate) const DEFAULT_PERSONA: &str = "\
 You are acp-child, a careful coding agent running as the model {model}, working in the directory {cwd}.
 You help the user with software tasks in that directory, using the tools you are given:
 read_file, list_dir and search to look around; write_file and edit_file to change files; run_command \
@@ -29,9 +28,8 @@ pub enum PersonaError {
     },
 }
 
-/// A system prompt template.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Persona {
+pub(crate) struct Persona {
     template: String,
 }
 
@@ -44,16 +42,14 @@ impl Default for Persona {
 }
 
 impl Persona {
-    /// A persona from its template text.
     #[must_use]
-    pub fn new(template: impl Into<String>) -> Self {
+    pub(crate) fn new(template: impl Into<String>) -> Self {
         Self {
             template: template.into(),
         }
     }
 
-    /// Reads a persona template from a file.
-    pub fn load(path: &Path) -> Result<Self, PersonaError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, PersonaError> {
         std::fs::read_to_string(path)
             .map(Self::new)
             .map_err(|source| PersonaError::Read {
@@ -64,7 +60,7 @@ impl Persona {
 
     /// The system prompt for `model` working in `cwd`.
     #[must_use]
-    pub fn render(&self, model: &str, cwd: &Path) -> String {
+    pub(crate) fn render(&self, model: &str, cwd: &Path) -> String {
         self.template
             .replace("{model}", model)
             .replace("{cwd}", &cwd.display().to_string())
@@ -88,14 +84,8 @@ mod tests {
     fn the_default_names_model_cwd_and_tools() {
         let text = Persona::default().render("m", Path::new("/w"));
         assert!(text.contains("model m") && text.contains("directory /w"));
-        for tool in [
-            "read_file",
-            "list_dir",
-            "search",
-            "write_file",
-            "edit_file",
-            "run_command",
-        ] {
+        let tools = super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1));
+        for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }
     }

@@ -1,4 +1,4 @@
-//! Parsing of the offline slash commands (`/read`, `/write`, `/sleep`).
+//! The offline backend's slash commands (`/read`, `/write`, `/sleep`).
 //!
 //! Pure and synchronous: a prompt's text goes in, a [`Parsed`] value comes out. Every place that
 //! names the commands to a user (the offline reply, the unknown-command reply, `--help`) uses
@@ -13,21 +13,12 @@
 
 use thiserror::Error;
 
+use crate::backend::CommandHelp;
+
 /// One line naming every offline command, for replies.
-pub const COMMANDS_SUMMARY: &str = "/read PATH, /write PATH TEXT, /sleep SECONDS";
+pub(crate) const COMMANDS_SUMMARY: &str = "/read PATH, /write PATH TEXT, /sleep SECONDS";
 
-/// How to use one offline command, for `--help` and the session's available-commands list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CommandHelp {
-    /// The name, without the slash.
-    pub name: &'static str,
-    /// The arguments, as in `PATH TEXT`.
-    pub input: &'static str,
-    /// What it does.
-    pub description: &'static str,
-}
-
-/// Every offline command, in the order of [`COMMANDS_SUMMARY`].
+/// Every offline command, in the order the offline reply names them.
 pub const COMMANDS_HELP: &[CommandHelp] = &[
     CommandHelp {
         name: "read",
@@ -48,31 +39,26 @@ pub const COMMANDS_HELP: &[CommandHelp] = &[
 
 /// The longest `/sleep` accepted: long enough to test cancellation, short enough that a typo can't
 /// park a session for days.
-pub const MAX_SLEEP_SECS: u64 = 3600;
+pub(crate) const MAX_SLEEP_SECS: u64 = 3600;
 
-/// A prompt, classified.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Parsed {
+pub(crate) enum Parsed {
     /// Free-form text for a model.
     Text(String),
-    /// A well-formed offline command.
     Command(Command),
 }
 
 /// A well-formed offline command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    /// `/read PATH`.
+pub(crate) enum Command {
     Read { path: String },
-    /// `/write PATH TEXT`.
     Write { path: String, text: String },
-    /// `/sleep SECONDS`.
     Sleep { secs: u64 },
 }
 
 /// Why a `/...` prompt is not a command; the `Display` text is the reply shown to the user.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum ParseError {
+pub(crate) enum ParseError {
     #[error("unknown command /{name}. Offline commands: {COMMANDS_SUMMARY}.")]
     Unknown { name: String },
     #[error("usage: /{command} {usage} ({reason})")]
@@ -84,7 +70,7 @@ pub enum ParseError {
 }
 
 /// Classifies a prompt's text.
-pub fn parse(prompt: &str) -> Result<Parsed, ParseError> {
+pub(crate) fn parse(prompt: &str) -> Result<Parsed, ParseError> {
     let trimmed = prompt.trim_start();
     let Some(body) = trimmed.strip_prefix('/') else {
         return Ok(Parsed::Text(prompt.to_owned()));

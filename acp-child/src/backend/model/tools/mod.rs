@@ -1,0 +1,462 @@
+//! The model's tools: each in its own module with its name, argument schema, kind, permission and
+//! execution together; [`Toolbox`] is the list the model is offered, so a tool is added or left
+//! out in one place.
+//!
+//! Every call is reported: a `tool_call` (kind, title, locations, raw input) before it runs and a
+//! `tool_call_update` (completed or failed, with content; edits carry a diff) after. A tool with a
+//! [`PermissionKind`] asks first, through [`crate::backend::permission`] with the "always" options
+//! offered; a rejection is not an error: the model gets [`PERMISSION_DENIED`] as the result and
+//! the turn goes on. A call the model named or formed badly is announced (titled by its name) and
+//! failed with an explanation the model can act on.
+//!
+//! Files: paths are confined by [`Workspace`] first (refusals are tool errors). Reads and writes
+//! then go through the client (`fs/read_text_file`, `fs/write_text_file`) when it offers them, so
+//! an editor sees its unsaved buffers; otherwise the local file system ([`files`]). Listing and
+//! searching are always local (ACP has no such client request).
+
+mod edit_file;
+mod files;
+mod list_dir;
+mod read_file;
+mod run_command;
+mod search;
+mod write_file;
+
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{
+    ToolCall, ToolCallContent, ToolCallId, ToolCallStatus, ToolCallUpdateFields, ToolKind,
+};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use self::files::Files;
+use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
+use crate::backend::{Turn, TurnError, locations};
+use crate::store::RecordedCall;
+use crate::workspace::Workspace;
+
+/// The tool result when the user refuses a call.
+pub(crate) const PERMISSION_DENIED: &str = "permission denied by the user";
+/// The tool result when the turn is cancelled before or while a call runs.
+pub(crate) const CANCELLED: &str = "cancelled by the user";
+
+/// A tool the model can call.
+pub(crate) trait Tool: Send + Sync {
+    /// The name the model calls it by.
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// The JSON schema `properties` of its arguments, and which of them are required.
+    fn parameters(&self) -> (Value, &'static [&'static str]);
+    /// How the client shows its calls.
+    fn kind(&self) -> ToolKind;
+    /// The permission its calls need; `None`: they run without asking.
+    fn permission(&self) -> Option<PermissionKind> {
+        None
+    }
+    /// Parses a call's arguments (a JSON object).
+    fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error>;
+}
+
+/// One parsed call of a tool.
+pub(crate) trait Call: Send + Sync {
+    /// A short human title (never empty).
+    fn title(&self) -> String;
+    /// The file the call is about, if any.
+    fn path(&self) -> Option<&str> {
+        None
+    }
+    fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>>;
+}
+
+/// What a running call may use.
+pub(crate) struct Context<'a> {
+    pub(crate) turn: &'a Turn,
+    /// The id the call was announced under.
+    pub(crate) id: &'a ToolCallId,
+    permission: Option<PermissionKind>,
+}
+
+impl Context<'_> {
+    pub(crate) fn files(&self) -> Files<'_> {
+        Files { turn: self.turn }
+    }
+
+    /// Asks permission (with `preview` shown) if the tool needs it; `Err(outcome)` when the call
+    /// must not run, with what the model and the client get instead.
+    pub(crate) async fn permit(
+        &self,
+        preview: ToolCallUpdateFields,
+    ) -> Result<Result<(), Outcome>, TurnError> {
+        let Some(kind) = self.permission else {
+            return Ok(Ok(()));
+        };
+        let verdict = permission::ask(self.turn, self.id, kind, Offer::Always, preview).await?;
+        Ok(match verdict {
+            Verdict::Allowed => Ok(()),
+            Verdict::Rejected => Err(Outcome::failed(PERMISSION_DENIED)),
+            Verdict::ClientError(reason) => Err(Outcome::failed(reason)),
+            Verdict::Cancelled => Err(Outcome::failed(CANCELLED)),
+        })
+    }
+}
+
+/// What a call returned to the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ToolResult {
+    /// The text the model gets.
+    pub(crate) content: String,
+    /// Whether the call failed (or was refused).
+    pub(crate) failed: bool,
+}
+
+/// A call's result for the model, and what the client shows for it.
+pub(crate) struct Outcome {
+    result: ToolResult,
+    shown: Vec<ToolCallContent>,
+}
+
+impl Outcome {
+    pub(crate) fn ok(text: String) -> Self {
+        Self::ok_showing(text.clone(), vec![text.into()])
+    }
+
+    /// A success the client shows differently from the model's text (an edit's diff).
+    pub(crate) fn ok_showing(text: String, shown: Vec<ToolCallContent>) -> Self {
+        Self {
+            result: ToolResult {
+                content: text,
+                failed: false,
+            },
+            shown,
+        }
+    }
+
+    pub(crate) fn failed(reason: impl Into<String>) -> Self {
+        let reason = reason.into();
+        Self {
+            result: ToolResult {
+                content: reason.clone(),
+                failed: true,
+            },
+            shown: vec![reason.into()],
+        }
+    }
+}
+
+/// The tools offered to the model, in the order it sees them.
+pub(crate) struct Toolbox {
+    tools: Vec<Box<dyn Tool>>,
+    definitions: Value,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+/// A call, matched to its tool and parsed.
+struct Parsed<'a> {
+    tool: &'a dyn Tool,
+    call: Box<dyn Call>,
+}
+
+impl Toolbox {
+    /// Every built-in tool; `run_command` kills a command after `command_timeout`.
+    pub(crate) fn standard(command_timeout: Duration) -> Self {
+        Self::new(vec![
+            Box::new(read_file::ReadFile),
+            Box::new(list_dir::ListDir),
+            Box::new(search::Search),
+            Box::new(write_file::WriteFile),
+            Box::new(edit_file::EditFile),
+            Box::new(run_command::RunCommand {
+                timeout: command_timeout,
+            }),
+        ])
+    }
+
+    fn new(tools: Vec<Box<dyn Tool>>) -> Self {
+        let definitions = tools.iter().map(|tool| definition(&**tool)).collect();
+        Self { tools, definitions }
+    }
+
+    pub(crate) fn names(&self) -> Vec<&'static str> {
+        self.tools.iter().map(|tool| tool.name()).collect()
+    }
+
+    /// The tools, as the `tools` field of a request.
+    pub(crate) fn definitions(&self) -> &Value {
+        &self.definitions
+    }
+
+    /// Parses a call from its name and JSON arguments; the error is the tool result explaining it.
+    fn parse(&self, name: &str, arguments: &str) -> Result<Parsed<'_>, String> {
+        let Some(tool) = self.tools.iter().find(|tool| tool.name() == name) else {
+            return Err(format!(
+                "unknown tool {name:?}; the tools are {}",
+                self.names().join(", ")
+            ));
+        };
+        let arguments: Value = if arguments.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(arguments).map_err(|error| {
+                format!("the arguments of {name} are not valid JSON ({error}); send a JSON object")
+            })?
+        };
+        let call = tool
+            .parse(arguments)
+            .map_err(|error| format!("invalid arguments for {name}: {error}"))?;
+        Ok(Parsed {
+            tool: &**tool,
+            call,
+        })
+    }
+
+    /// The `tool_call` announcing a recorded call (also used to replay history). Its id is the
+    /// recorded one; the announcing [`Turn`] may replace it.
+    pub(crate) fn announcement(&self, recorded: &RecordedCall, workspace: &Workspace) -> ToolCall {
+        let raw_input = serde_json::from_str::<Value>(&recorded.arguments).ok();
+        match self.parse(&recorded.name, &recorded.arguments) {
+            Ok(parsed) => ToolCall::new(recorded.id.clone(), parsed.call.title())
+                .raw_input(raw_input)
+                .kind(parsed.tool.kind())
+                .locations(
+                    parsed
+                        .call
+                        .path()
+                        .map(|path| locations(workspace, path))
+                        .unwrap_or_default(),
+                ),
+            Err(_) => ToolCall::new(recorded.id.clone(), untitled(&recorded.name))
+                .raw_input(raw_input)
+                .kind(ToolKind::Other),
+        }
+    }
+
+    /// Runs one tool call to its end, reporting it to the client. Cancellation is observed: the
+    /// result is then [`CANCELLED`].
+    pub(crate) async fn run(
+        &self,
+        turn: &Turn,
+        recorded: &RecordedCall,
+    ) -> Result<ToolResult, TurnError> {
+        let announced = self.announcement(recorded, turn.workspace());
+        let parsed = match self.parse(&recorded.name, &recorded.arguments) {
+            Ok(parsed) => parsed,
+            Err(reason) => {
+                turn.announce_tool_call(
+                    announced
+                        .status(ToolCallStatus::Failed)
+                        .content(vec![reason.clone().into()]),
+                    &recorded.id,
+                )?;
+                return Ok(ToolResult {
+                    content: reason,
+                    failed: true,
+                });
+            }
+        };
+        let permission = parsed.tool.permission();
+        let status = if permission.is_some() {
+            ToolCallStatus::Pending
+        } else {
+            ToolCallStatus::InProgress
+        };
+        let id = turn.announce_tool_call(announced.status(status), &recorded.id)?;
+        let cx = Context {
+            turn,
+            id: &id,
+            permission,
+        };
+        let Outcome { result, shown } = parsed.call.run(&cx).await?;
+        let status = if result.failed {
+            ToolCallStatus::Failed
+        } else {
+            ToolCallStatus::Completed
+        };
+        turn.update_tool_call(
+            &id,
+            ToolCallUpdateFields::new().status(status).content(shown),
+        )?;
+        Ok(result)
+    }
+}
+
+/// The title of a call that could not be parsed: the tool's name, if it has one.
+fn untitled(name: &str) -> String {
+    if name.trim().is_empty() {
+        "Unnamed tool call".to_owned()
+    } else {
+        name.to_owned()
+    }
+}
+
+/// A tool as an `OpenAI` function definition.
+fn definition(tool: &dyn Tool) -> Value {
+    let (properties, required) = tool.parameters();
+    json!({
+        "type": "function",
+        "function": {
+            "name": tool.name(),
+            "description": tool.description(),
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+            },
+        },
+    })
+}
+
+/// The schema of a path argument.
+fn path_parameter() -> Value {
+    json!({"type": "string", "description": "a path relative to the working directory"})
+}
+
+/// Parses a call's arguments into `T`, the tool's argument struct.
+fn parse_into<T>(arguments: Value) -> Result<Box<dyn Call>, serde_json::Error>
+where
+    T: Call + serde::de::DeserializeOwned + 'static,
+{
+    Ok(Box::new(serde_json::from_value::<T>(arguments)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn toolbox() -> Toolbox {
+        Toolbox::standard(Duration::from_secs(1))
+    }
+
+    /// `(kind, title, permission)` of a call.
+    fn shown(name: &str, arguments: &str) -> (ToolKind, String, Option<PermissionKind>) {
+        let toolbox = toolbox();
+        let parsed = toolbox.parse(name, arguments).unwrap();
+        (
+            parsed.tool.kind(),
+            parsed.call.title(),
+            parsed.tool.permission(),
+        )
+    }
+
+    #[test]
+    fn definitions_name_exactly_the_tools() {
+        let toolbox = toolbox();
+        let names: Vec<&str> = toolbox
+            .definitions()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["function"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "read_file",
+                "list_dir",
+                "search",
+                "write_file",
+                "edit_file",
+                "run_command"
+            ]
+        );
+        assert_eq!(names, toolbox.names());
+    }
+
+    #[test]
+    fn calls_parse_with_clear_errors() {
+        let toolbox = toolbox();
+        let error = |name: &str, arguments: &str| toolbox.parse(name, arguments).err().unwrap();
+        assert_eq!(
+            toolbox
+                .parse("read_file", r#"{"path":"a.txt","extra":1}"#)
+                .unwrap()
+                .call
+                .path(),
+            Some("a.txt")
+        );
+        assert_eq!(
+            shown("search", r#"{"pattern":"fn main"}"#).1,
+            "Search \"fn main\""
+        );
+        assert_eq!(shown("list_dir", "").1, "List .");
+        assert_eq!(
+            error("delete_everything", "{}"),
+            "unknown tool \"delete_everything\"; the tools are read_file, list_dir, search, write_file, edit_file, run_command"
+        );
+        assert!(
+            error("read_file", "{").starts_with("the arguments of read_file are not valid JSON")
+        );
+        assert_eq!(
+            error("edit_file", r#"{"path":"a"}"#),
+            "invalid arguments for edit_file: missing field `old_text`"
+        );
+    }
+
+    #[test]
+    fn kinds_titles_and_permissions() {
+        assert_eq!(
+            shown("run_command", r#"{"command":"cargo test\necho done"}"#),
+            (
+                ToolKind::Execute,
+                "Run cargo test …".to_owned(),
+                Some(PermissionKind::Execute)
+            )
+        );
+        assert_eq!(
+            shown(
+                "edit_file",
+                r#"{"path":"a.rs","old_text":"x","new_text":"y"}"#
+            ),
+            (
+                ToolKind::Edit,
+                "Edit a.rs".to_owned(),
+                Some(PermissionKind::Edit)
+            )
+        );
+        assert_eq!(
+            shown("write_file", r#"{"path":"a.rs","content":""}"#),
+            (
+                ToolKind::Edit,
+                "Write a.rs".to_owned(),
+                Some(PermissionKind::Edit)
+            )
+        );
+        assert_eq!(
+            shown("search", r#"{"pattern":"x","path":"src"}"#),
+            (ToolKind::Search, "Search \"x\" in src".to_owned(), None)
+        );
+        assert_eq!(
+            shown("read_file", r#"{"path":"a"}"#),
+            (ToolKind::Read, "Read a".to_owned(), None)
+        );
+        assert_eq!(
+            shown("list_dir", r#"{"path":"src"}"#),
+            (ToolKind::Read, "List src".to_owned(), None)
+        );
+    }
+
+    #[test]
+    fn a_call_that_does_not_parse_is_still_titled() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::open(dir.path()).unwrap();
+        let recorded = |name: &str| RecordedCall {
+            id: "c".into(),
+            name: name.into(),
+            arguments: "{".into(),
+        };
+        let toolbox = toolbox();
+        assert_eq!(
+            toolbox.announcement(&recorded("frob"), &workspace).title,
+            "frob"
+        );
+        assert_eq!(
+            toolbox.announcement(&recorded(" "), &workspace).title,
+            "Unnamed tool call"
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! `run_command`: a shell command in the session directory, after the user approved it, killed
+//! after the configured timeout or on cancellation (see [`crate::workspace::shell`]).
+
+use std::time::Duration;
+
+use agent_client_protocol::v1::schema::{ToolCallStatus, ToolCallUpdateFields, ToolKind};
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Call, Context, Outcome, Tool};
+use crate::backend::TurnError;
+use crate::backend::permission::PermissionKind;
+use crate::describe;
+use crate::workspace::shell;
+
+/// The longest part of a command line shown in a title.
+const TITLE_CHARS: usize = 80;
+
+pub(super) struct RunCommand {
+    pub(super) timeout: Duration,
+}
+
+#[derive(Deserialize)]
+struct Args {
+    command: String,
+}
+
+/// A parsed call, with the tool's timeout.
+struct RunCall {
+    command: String,
+    timeout: Duration,
+}
+
+impl Tool for RunCommand {
+    fn name(&self) -> &'static str {
+        "run_command"
+    }
+
+    fn description(&self) -> &'static str {
+        "Run a shell command (sh -c) in the working directory, with a timeout. Returns the exit code and output (capped). The user approves each command."
+    }
+
+    fn parameters(&self) -> (Value, &'static [&'static str]) {
+        (
+            json!({"command": {"type": "string", "description": "the command line"}}),
+            &["command"],
+        )
+    }
+
+    fn kind(&self) -> ToolKind {
+        ToolKind::Execute
+    }
+
+    fn permission(&self) -> Option<PermissionKind> {
+        Some(PermissionKind::Execute)
+    }
+
+    fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
+        let Args { command } = serde_json::from_value(arguments)?;
+        Ok(Box::new(RunCall {
+            command,
+            timeout: self.timeout,
+        }))
+    }
+}
+
+impl Call for RunCall {
+    fn title(&self) -> String {
+        let first = self.command.lines().next().unwrap_or_default();
+        let mut title = format!("Run {}", cut(first, TITLE_CHARS));
+        if self.command.lines().nth(1).is_some() {
+            title.push_str(" …");
+        }
+        title
+    }
+
+    fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
+        Box::pin(async move {
+            let preview =
+                ToolCallUpdateFields::new().content(vec![format!("$ {}", self.command).into()]);
+            if let Err(refused) = cx.permit(preview).await? {
+                return Ok(refused);
+            }
+            cx.turn.update_tool_call(
+                cx.id,
+                ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
+            )?;
+            let root = cx.turn.workspace().root();
+            let ran = shell::run(&self.command, root, self.timeout, cx.turn.cancellation()).await;
+            Ok(match ran {
+                Ok(output) if output.succeeded() => Outcome::ok(output.render()),
+                Ok(output) => Outcome::failed(output.render()),
+                Err(error) => Outcome::failed(describe(&error)),
+            })
+        })
+    }
+}
+
+fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}

@@ -1,0 +1,192 @@
+//! Asking the user before a tool call changes something: the one permission flow of both
+//! backends.
+//!
+//! A call that needs permission names its [`PermissionKind`] (`edit` or `execute`). The flow:
+//! a standing answer for that kind in this session decides at once; otherwise the client is asked
+//! with `session/request_permission`, offering [`Offer::Once`] (allow once, reject once) or
+//! [`Offer::Always`] (also allow always, reject always). The answer becomes a [`Verdict`];
+//! an "always" answer is remembered for the rest of the session and that kind only.
+//!
+//! Anything but an allow is a refusal: an unknown option, the `cancelled` outcome, or a client
+//! that answers the request with a JSON-RPC error (the tool call is not run, the turn goes on).
+//! Cancellation of the turn wins over any answer.
+
+use agent_client_protocol::v1::schema::{
+    PermissionOption, PermissionOptionKind, ToolCallId, ToolCallUpdateFields,
+};
+
+use super::{Turn, TurnError};
+
+pub(crate) const ALLOW_ONCE: &str = "allow-once";
+pub(crate) const ALLOW_ALWAYS: &str = "allow-always";
+pub(crate) const REJECT_ONCE: &str = "reject-once";
+pub(crate) const REJECT_ALWAYS: &str = "reject-always";
+
+/// The group a standing ("always") answer applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum PermissionKind {
+    Edit,
+    Execute,
+}
+
+impl PermissionKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Edit => "edit",
+            Self::Execute => "execute",
+        }
+    }
+}
+
+/// Which options the user is offered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Offer {
+    Once,
+    Always,
+}
+
+impl Offer {
+    /// The options, in the order clients show them.
+    pub(crate) fn options(self) -> Vec<PermissionOption> {
+        let once = |id, name, kind| PermissionOption::new(id, name, kind);
+        match self {
+            Self::Once => vec![
+                once(ALLOW_ONCE, "Allow once", PermissionOptionKind::AllowOnce),
+                once(REJECT_ONCE, "Reject once", PermissionOptionKind::RejectOnce),
+            ],
+            Self::Always => vec![
+                once(ALLOW_ONCE, "Allow once", PermissionOptionKind::AllowOnce),
+                once(
+                    ALLOW_ALWAYS,
+                    "Allow always (this session)",
+                    PermissionOptionKind::AllowAlways,
+                ),
+                once(REJECT_ONCE, "Reject once", PermissionOptionKind::RejectOnce),
+                once(
+                    REJECT_ALWAYS,
+                    "Reject always (this session)",
+                    PermissionOptionKind::RejectAlways,
+                ),
+            ],
+        }
+    }
+}
+
+/// How the client answered a permission request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Answer {
+    Selected(String),
+    /// The `cancelled` outcome (or one a later protocol revision adds).
+    Dismissed,
+    /// The client answered with a JSON-RPC error; the text explains it.
+    ClientError(String),
+    /// `session/cancel` arrived first; the pending request was withdrawn.
+    TurnCancelled,
+}
+
+/// What the caller does with the tool call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Allowed,
+    Rejected,
+    /// The client's permission handler failed; the text says so, for the tool result.
+    ClientError(String),
+    Cancelled,
+}
+
+/// What an answer means: the verdict, and whether it stands for the rest of the session.
+fn decide(answer: &Answer) -> (Verdict, bool) {
+    match answer {
+        Answer::Selected(option) => match option.as_str() {
+            ALLOW_ONCE => (Verdict::Allowed, false),
+            ALLOW_ALWAYS => (Verdict::Allowed, true),
+            REJECT_ALWAYS => (Verdict::Rejected, true),
+            _ => (Verdict::Rejected, false),
+        },
+        Answer::Dismissed => (Verdict::Rejected, false),
+        Answer::ClientError(error) => (
+            Verdict::ClientError(format!(
+                "the client answered the permission request with an error ({error}); the call was not run"
+            )),
+            false,
+        ),
+        Answer::TurnCancelled => (Verdict::Cancelled, false),
+    }
+}
+
+/// Asks permission for tool call `id` (or applies the session's standing answer for `kind`).
+/// `preview` (a diff, a command line) travels with the request so the client can show it.
+pub(crate) async fn ask(
+    turn: &Turn,
+    id: &ToolCallId,
+    kind: PermissionKind,
+    offer: Offer,
+    preview: ToolCallUpdateFields,
+) -> Result<Verdict, TurnError> {
+    if let Some(allow) = turn.memory().standing(kind.as_str()) {
+        return Ok(if allow {
+            Verdict::Allowed
+        } else {
+            Verdict::Rejected
+        });
+    }
+    let answer = turn
+        .request_permission(id, preview, offer.options())
+        .await?;
+    // A cancelled turn never runs the call, whatever the answer raced with.
+    if turn.is_cancelled() {
+        return Ok(Verdict::Cancelled);
+    }
+    if let Answer::ClientError(error) = &answer {
+        tracing::warn!(%error, "the client answered a permission request with an error");
+    }
+    let (verdict, stands) = decide(&answer);
+    if stands {
+        turn.memory()
+            .set_standing(kind.as_str(), verdict == Verdict::Allowed);
+    }
+    Ok(verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_map_to_verdicts() {
+        let selected = |id: &str| decide(&Answer::Selected(id.into()));
+        assert_eq!(selected(ALLOW_ONCE), (Verdict::Allowed, false));
+        assert_eq!(selected(ALLOW_ALWAYS), (Verdict::Allowed, true));
+        assert_eq!(selected(REJECT_ONCE), (Verdict::Rejected, false));
+        assert_eq!(selected(REJECT_ALWAYS), (Verdict::Rejected, true));
+        assert_eq!(selected("something-else"), (Verdict::Rejected, false));
+        assert_eq!(decide(&Answer::Dismissed), (Verdict::Rejected, false));
+        assert_eq!(
+            decide(&Answer::ClientError("boom".into())),
+            (
+                Verdict::ClientError(
+                    "the client answered the permission request with an error (boom); the call was not run"
+                        .into()
+                ),
+                false
+            )
+        );
+        assert_eq!(decide(&Answer::TurnCancelled), (Verdict::Cancelled, false));
+    }
+
+    #[test]
+    fn offers_list_their_options_in_order() {
+        let ids = |offer: Offer| -> Vec<String> {
+            offer
+                .options()
+                .iter()
+                .map(|option| option.option_id.0.to_string())
+                .collect()
+        };
+        assert_eq!(ids(Offer::Once), [ALLOW_ONCE, REJECT_ONCE]);
+        assert_eq!(
+            ids(Offer::Always),
+            [ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE, REJECT_ALWAYS]
+        );
+    }
+}

@@ -1,0 +1,302 @@
+//! [`Turn`]: one prompt turn as a backend sees it, and its only way to reach the client.
+//!
+//! Invariants:
+//! - every tool call is announced through [`Turn::announce_tool_call`], which gives it an id unique
+//!   within the session (the one proposed, a model's call id, when it is non-empty and unused; else
+//!   a fresh `call-<n>`) and a non-empty title;
+//! - message text that resumes after a tool call is separated from the text before it: when that
+//!   text did not end with a newline, a paragraph break is sent first ([`TextFlow`]);
+//! - cancellation wins over every pending client request, which is then withdrawn.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_client_protocol::v1::ConnectionTo;
+use agent_client_protocol::v1::schema::{
+    ContentBlock, ContentChunk, PermissionOption, ReadTextFileRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, TextContent, ToolCall,
+    ToolCallId, ToolCallUpdate, ToolCallUpdateFields, WriteTextFileRequest,
+};
+use agent_client_protocol::{Client, Error as AcpError, JsonRpcRequest};
+use tokio_util::sync::CancellationToken;
+
+use super::TurnError;
+use super::permission::Answer;
+use crate::describe;
+use crate::session::{ActiveTurn, Memory};
+use crate::workspace::Workspace;
+
+/// The title of a tool call that would otherwise have none.
+const UNTITLED: &str = "Tool call";
+
+/// The client's file system capabilities, from `initialize`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ClientFs {
+    /// The client answers `fs/read_text_file`.
+    pub(crate) read: bool,
+    /// The client answers `fs/write_text_file`.
+    pub(crate) write: bool,
+}
+
+/// Where the agent's message text stands relative to tool calls, so text on either side of a
+/// tool call is never run together (pure; also used when replaying a saved session).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TextFlow {
+    mid_line: bool,
+    after_tool_call: bool,
+}
+
+impl TextFlow {
+    /// The separator to send before `text`, if any; records `text` as sent.
+    pub(crate) fn text(&mut self, text: &str) -> Option<&'static str> {
+        if text.is_empty() {
+            return None;
+        }
+        let separator = (self.after_tool_call && self.mid_line).then_some("\n\n");
+        self.mid_line = !text.ends_with('\n');
+        self.after_tool_call = false;
+        separator
+    }
+
+    pub(crate) fn tool_call(&mut self) {
+        self.after_tool_call = true;
+    }
+}
+
+/// One prompt turn: the prompt, the session's directory, the client, and the cancellation signal.
+pub(crate) struct Turn {
+    active: ActiveTurn,
+    client: ConnectionTo<Client>,
+    prompt: Vec<ContentBlock>,
+    client_fs: ClientFs,
+    flow: Mutex<TextFlow>,
+}
+
+impl Turn {
+    pub(crate) fn new(
+        active: ActiveTurn,
+        client: ConnectionTo<Client>,
+        prompt: Vec<ContentBlock>,
+        client_fs: ClientFs,
+    ) -> Self {
+        Self {
+            active,
+            client,
+            prompt,
+            client_fs,
+            flow: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn client_fs(&self) -> ClientFs {
+        self.client_fs
+    }
+
+    /// What the session remembers (conversation, standing permission answers, tool call ids).
+    pub(crate) fn memory(&self) -> &Arc<Memory> {
+        self.active.memory()
+    }
+
+    /// The turn's cancellation signal, for work that must stop with it (a running command).
+    pub(crate) fn cancellation(&self) -> &CancellationToken {
+        self.active.cancellation()
+    }
+
+    /// The prompt's text: its text blocks joined by newlines (other blocks are ignored for now).
+    pub(crate) fn prompt_text(&self) -> String {
+        let texts: Vec<&str> = self
+            .prompt
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text(text) => Some(text.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        texts.join("\n")
+    }
+
+    pub(crate) fn workspace(&self) -> &Workspace {
+        self.active.workspace()
+    }
+
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.active.cancellation().is_cancelled()
+    }
+
+    /// Completes when `session/cancel` arrives for this turn.
+    pub(crate) async fn cancelled(&self) {
+        self.active.cancellation().cancelled().await;
+    }
+
+    /// Streams a piece of the agent's reply (after a paragraph break when it resumes after a
+    /// tool call mid-line).
+    pub(crate) fn say(&self, text: impl Into<String>) -> Result<(), TurnError> {
+        let text = text.into();
+        let separator = self
+            .flow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .text(&text);
+        if let Some(separator) = separator {
+            self.send_text(separator.to_owned())?;
+        }
+        self.send_text(text)
+    }
+
+    fn send_text(&self, text: String) -> Result<(), TurnError> {
+        self.notify(
+            "send a message chunk",
+            SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(
+                TextContent::new(text),
+            ))),
+        )
+    }
+
+    /// Streams a piece of the agent's reasoning.
+    pub(crate) fn think(&self, text: impl Into<String>) -> Result<(), TurnError> {
+        self.notify(
+            "send a thought chunk",
+            SessionUpdate::AgentThoughtChunk(ContentChunk::new(ContentBlock::Text(
+                TextContent::new(text),
+            ))),
+        )
+    }
+
+    /// Announces a new tool call and returns the id it was announced under, for later updates:
+    /// `proposed` when it is non-empty and new to the session, else a fresh one (any id already
+    /// on `call` is replaced). An empty title becomes a generic one.
+    pub(crate) fn announce_tool_call(
+        &self,
+        call: ToolCall,
+        proposed: &str,
+    ) -> Result<ToolCallId, TurnError> {
+        let id = ToolCallId::new(self.memory().claim_tool_call_id(proposed));
+        let mut call = call;
+        call.tool_call_id = id.clone();
+        if call.title.trim().is_empty() {
+            UNTITLED.clone_into(&mut call.title);
+        }
+        self.flow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .tool_call();
+        self.notify("announce a tool call", SessionUpdate::ToolCall(call))?;
+        Ok(id)
+    }
+
+    /// Updates a tool call's status, content or other fields.
+    pub(crate) fn update_tool_call(
+        &self,
+        id: &ToolCallId,
+        fields: ToolCallUpdateFields,
+    ) -> Result<(), TurnError> {
+        self.notify(
+            "update a tool call",
+            SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(id.clone(), fields)),
+        )
+    }
+
+    /// Reads a file through the client (`fs/read_text_file`); `None` when the turn was cancelled
+    /// first. A JSON-RPC error from the client is returned as the inner error.
+    pub(crate) async fn client_read(&self, path: &Path) -> Option<Result<String, AcpError>> {
+        let request = ReadTextFileRequest::new(self.session_id(), path);
+        self.client_request(request)
+            .await
+            .map(|response| response.map(|response| response.content))
+    }
+
+    /// Writes a file through the client (`fs/write_text_file`); `None` when the turn was
+    /// cancelled first.
+    pub(crate) async fn client_write(
+        &self,
+        path: &Path,
+        content: &str,
+    ) -> Option<Result<(), AcpError>> {
+        let request = WriteTextFileRequest::new(self.session_id(), path, content);
+        self.client_request(request)
+            .await
+            .map(|response| response.map(|_| ()))
+    }
+
+    /// Asks the user to approve a tool call (see [`super::permission::ask`], the one caller).
+    /// Cancellation of the turn wins over a pending answer: the request is then withdrawn
+    /// (dropping it sends `$/cancel_request`).
+    pub(crate) async fn request_permission(
+        &self,
+        id: &ToolCallId,
+        fields: ToolCallUpdateFields,
+        options: Vec<PermissionOption>,
+    ) -> Result<Answer, TurnError> {
+        let request = RequestPermissionRequest::new(
+            self.session_id(),
+            ToolCallUpdate::new(id.clone(), fields),
+            options,
+        );
+        Ok(match self.client_request(request).await {
+            None => Answer::TurnCancelled,
+            Some(Ok(response)) => match response.outcome {
+                RequestPermissionOutcome::Selected(selected) => {
+                    Answer::Selected(selected.option_id.0.to_string())
+                }
+                // `Cancelled` and any outcome added by a later protocol revision: not an approval.
+                _ => Answer::Dismissed,
+            },
+            Some(Err(error)) => Answer::ClientError(describe(&error)),
+        })
+    }
+
+    /// Sends a request to the client, racing the turn's cancellation (which withdraws it).
+    async fn client_request<R: JsonRpcRequest>(
+        &self,
+        request: R,
+    ) -> Option<Result<R::Response, AcpError>> {
+        if self.is_cancelled() {
+            return None;
+        }
+        let response = self.client.send_request(request).block_task();
+        tokio::select! {
+            biased;
+            () = self.cancelled() => None,
+            response = response => Some(response),
+        }
+    }
+
+    fn session_id(&self) -> SessionId {
+        SessionId::new(self.active.session_id())
+    }
+
+    fn notify(&self, action: &'static str, update: SessionUpdate) -> Result<(), TurnError> {
+        self.client
+            .send_notification(SessionNotification::new(self.session_id(), update))
+            .map_err(|source| TurnError::Client {
+                action,
+                session_id: self.active.session_id().to_owned(),
+                source: Box::new(source),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_resuming_after_a_tool_call_mid_line_is_separated() {
+        let mut flow = TextFlow::default();
+        assert_eq!(flow.text("Reading"), None);
+        assert_eq!(flow.text(" it."), None);
+        flow.tool_call();
+        assert_eq!(flow.text(""), None, "empty text changes nothing");
+        assert_eq!(flow.text("It says A."), Some("\n\n"));
+        assert_eq!(flow.text(" More."), None);
+        flow.tool_call();
+        flow.tool_call();
+        assert_eq!(flow.text("Once."), Some("\n\n"));
+        assert_eq!(flow.text("Line.\n"), None);
+        flow.tool_call();
+        assert_eq!(flow.text("After a newline."), None);
+        let mut fresh = TextFlow::default();
+        fresh.tool_call();
+        assert_eq!(fresh.text("No text before."), None);
+    }
+}
