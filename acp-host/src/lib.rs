@@ -10,6 +10,7 @@
 //! - [`sync_exec`]: prepares (reads definitions and targets, plans) and executes a sync plan;
 //!   [`fs_atomic`] is the one place that writes files; [`installed`] gathers PATH/$HOME facts.
 
+pub mod agents;
 pub mod client;
 pub mod fs_atomic;
 pub mod installed;

@@ -34,3 +34,65 @@ fn agents_listing_on_a_bare_host() {
     std::fs::create_dir(home.path().join(".claude")).unwrap();
     insta::assert_snapshot!(run(&["agents"], home.path()));
 }
+
+/// `agents` and `run` resolve agents with one rule: only acp-child is looked up beside acp-host,
+/// so a `codex-acp` lying there is neither listed as found nor started by `run --agent codex`.
+#[test]
+fn agents_and_run_agree_on_programs_beside_acp_host() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = tempfile::tempdir().unwrap();
+    let host_dir = tempfile::tempdir().unwrap();
+    let host = host_dir.path().join("acp-host");
+    std::fs::copy(bin("acp-host"), &host).unwrap();
+    for name in ["acp-child", "codex-acp"] {
+        let path = host_dir.path().join(name);
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let run_host = |args: &[&str]| {
+        Command::new(&host)
+            .args(args)
+            .current_dir(home.path())
+            .env("HOME", home.path())
+            .env("PATH", "/usr/bin:/bin")
+            .env_remove("ACP_HOST_LOG")
+            .output()
+            .expect("acp-host runs")
+    };
+    let listing = String::from_utf8(run_host(&["agents"]).stdout).unwrap();
+    let line = |name: &str| {
+        listing
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} line in {listing}"))
+            .to_owned()
+    };
+    assert!(
+        line("acp-child").contains("installed (`acp-child` beside acp-host)"),
+        "{listing}"
+    );
+    assert!(line("acp-child").ends_with("acp: acp-child"), "{listing}");
+    assert!(line("codex").contains("not installed"), "{listing}");
+    assert!(
+        line("codex").contains("acp: codex-acp (not found; install:"),
+        "{listing}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&run_host(&["agents", "--json"]).stdout).unwrap();
+    let codex = &json["agents"][2];
+    assert_eq!(codex["name"], "codex");
+    assert_eq!(codex["acpCommandFound"], false);
+    assert_eq!(json["agents"][0]["availability"]["state"], "beside-host");
+
+    let run = run_host(&["run", "--json", "--agent", "codex", "x"]);
+    assert_eq!(run.status.code(), Some(1));
+    let last = String::from_utf8(run.stdout).unwrap();
+    let result: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("agent command not found: codex-acp"),
+        "{result}"
+    );
+}

@@ -8,6 +8,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use acp_host::agents::{self, HostFacts};
 use acp_host::installed;
 use protocol::env_vars;
 use protocol::registry::{AGENTS, AgentAvailability, AgentSpec};
@@ -18,7 +19,8 @@ Examples:
   acp-host agents          one line per agent: installed or not (and why), sync target, ACP command
   acp-host agents --json   the same as JSON, with each agent's sync options and their types
 
-An agent is installed when one of its binaries is on PATH or its marker folder exists under $HOME.
+An agent is installed when one of its binaries is on PATH (acp-child: beside acp-host, else on
+PATH) or its marker folder exists under $HOME.
 `acp-host sync` skips agents that are not installed.";
 
 /// List the agents the registry knows, whether each is installed, and where sync writes for it.
@@ -33,6 +35,7 @@ pub struct AgentsArgs {
 fn status(availability: &AgentAvailability) -> String {
     match availability {
         AgentAvailability::OnPath(binary) => format!("installed (`{binary}` on PATH)"),
+        AgentAvailability::BesideHost(binary) => format!("installed (`{binary}` beside acp-host)"),
         AgentAvailability::MarkerDir(dir) => format!("installed (~/{dir} exists)"),
         AgentAvailability::NotInstalled => "not installed".to_owned(),
     }
@@ -60,15 +63,11 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
         .map(PathBuf::from)
         .unwrap_or_default();
     let path_var = std::env::var_os(env_vars::PATH);
-    // Whether `run --agent NAME` can start the agent: its ACP program on PATH or beside acp-host.
-    // This differs from "installed" (the sync rule, which also accepts a marker folder).
+    let facts = HostFacts::new(path_var.as_deref());
+    // Whether `run --agent NAME` can start the agent: the same resolution `run` uses. This differs
+    // from "installed" (the sync rule, which also accepts a marker folder).
     let runnable = |spec: &AgentSpec| {
-        spec.acp_command
-            .and_then(<[_]>::first)
-            .is_some_and(|program| {
-                installed::on_path(program, path_var.as_deref())
-                    || installed::sibling(program).is_some()
-            })
+        agents::resolve(spec.name, &facts).is_ok_and(|agent| agent.location.is_found())
     };
     let rows: Vec<_> = AGENTS
         .iter()

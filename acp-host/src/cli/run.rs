@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use acp_host::agents::{self, HostFacts};
 use acp_host::client::{Asker, PermissionView};
-use acp_host::installed;
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use protocol::env_scrub::EnvForward;
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Outcome, PermissionPolicy};
 use protocol::registry;
-use protocol::request::{AgentCommand, StartRequest, Timeouts};
+use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{EXIT_USAGE, RunResult, Status};
 
 /// Drive one ACP agent on one prompt, as an out-of-process subagent.
@@ -197,7 +197,9 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let cwd = run::resolve_cwd(args.cwd.as_deref()).map_err(|err| err.to_string())?;
     Ok(StartRequest {
-        agent: resolve_agent(&args.agent)?,
+        agent: agents::resolve(&args.agent, &HostFacts::from_env())
+            .map_err(|err| err.to_string())?
+            .command,
         prompt,
         cwd,
         env,
@@ -209,48 +211,6 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
             eof_grace: args.eof_grace,
             term_grace: args.term_grace,
         },
-    })
-}
-
-/// A registry name launches its ACP command; anything else is a command line.
-fn resolve_agent(agent: &str) -> Result<AgentCommand, String> {
-    let words: Vec<String> = match registry::find(agent) {
-        Some(spec) => match spec.acp_command {
-            Some(command) => command.iter().map(|w| (*w).to_owned()).collect(),
-            None => {
-                return Err(format!(
-                    "agent {agent} does not speak ACP; agents that do: {}",
-                    registry::AGENTS
-                        .iter()
-                        .filter(|a| a.acp_command.is_some())
-                        .map(|a| a.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-        },
-        None => shell_words::split(agent)
-            .map_err(|err| format!("cannot parse --agent {agent:?}: {err}"))?,
-    };
-    let Some((program, args)) = words.split_first() else {
-        return Err("--agent is empty (pass a registry name or a command line)".into());
-    };
-    // A known agent's program, named directly or in a command line, comes with its install hint.
-    let install_hint = registry::AGENTS
-        .iter()
-        .find(|a| a.acp_command.and_then(<[_]>::first) == Some(&program.as_str()))
-        .and_then(|a| a.install)
-        .map(str::to_owned);
-    let program = if program == registry::ACP_CHILD {
-        installed::sibling(registry::ACP_CHILD).unwrap_or_else(|| PathBuf::from(program))
-    } else {
-        PathBuf::from(program)
-    };
-    Ok(AgentCommand {
-        program,
-        args: args.to_vec(),
-        display: agent.to_owned(),
-        install_hint,
     })
 }
 
