@@ -11,9 +11,10 @@
 //!   [`fs_atomic`] is the one place that writes files; [`installed`] gathers PATH/$HOME facts.
 
 pub mod agents;
-pub mod client;
+pub(crate) mod client;
 pub mod fs_atomic;
 pub mod installed;
+pub mod permission;
 pub mod process;
 pub mod run;
 pub mod sync_exec;

@@ -53,6 +53,15 @@ pub enum Event {
         #[serde(flatten)]
         decision: PermissionDecision,
     },
+    /// One line the agent wrote to its stderr (without the line ending; a line longer than 4 KiB
+    /// is cut and marked). Delivered to library observers; `acp-host run` prints it on stderr
+    /// under `--verbose` and does not stream it under `--json` (the result's `stderrTail` keeps
+    /// the last lines).
+    Stderr {
+        #[serde(rename = "runId")]
+        run_id: String,
+        line: String,
+    },
     /// The result settled.
     End(EndEvent),
 }
@@ -64,7 +73,7 @@ impl Event {
         match self {
             Event::Start(_) => Some("subagent/start"),
             Event::End(_) => Some("subagent/end"),
-            Event::Update { .. } | Event::Permission { .. } => None,
+            Event::Update { .. } | Event::Permission { .. } | Event::Stderr { .. } => None,
         }
     }
 }

@@ -213,6 +213,30 @@ fn verbose_shows_thoughts_and_tool_calls_on_stderr_not_stdout() {
 }
 
 #[test]
+fn the_agents_stderr_is_shown_under_verbose_only_and_never_streamed_as_json() {
+    let dir = temp();
+    let agent = mock(&["hello", "--stderr", "mock: starting"]);
+    let quiet = run_to_end(host(dir.path()).args(["--agent", &agent, "hi"]));
+    assert_eq!(code(&quiet), 0);
+    assert!(
+        !stderr(&quiet).contains("mock: starting"),
+        "{}",
+        stderr(&quiet)
+    );
+    let verbose = run_to_end(host(dir.path()).args(["--verbose", "--agent", &agent, "hi"]));
+    assert_eq!(code(&verbose), 0);
+    assert!(
+        stderr(&verbose).lines().any(|l| l == "mock: starting"),
+        "{}",
+        stderr(&verbose)
+    );
+    let json = run_to_end(host(dir.path()).args(["--json", "--verbose", "--agent", &agent, "hi"]));
+    assert_eq!(code(&json), 0);
+    assert!(records(&json).iter().all(|r| r["type"] != "stderr"));
+    assert!(stderr(&json).lines().any(|l| l == "mock: starting"));
+}
+
+#[test]
 fn json_streams_start_updates_and_a_complete_result() {
     let dir = temp();
     let out = run_to_end(

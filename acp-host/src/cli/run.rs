@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use acp_host::agents::{self, HostFacts};
-use acp_host::client::{Asker, PermissionView};
+use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use protocol::env_scrub::EnvForward;
 use protocol::events::{Event, ResultRecord};
-use protocol::permission::{Outcome, PermissionPolicy};
+use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{EXIT_USAGE, RunResult, Status};
@@ -152,11 +152,10 @@ pub fn execute(args: &RunArgs) -> ExitCode {
     let renderer = Arc::new(Renderer::new(args.json, args.verbose));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
-        asker: matches!(args.permission, PolicyArg::Ask)
+        permissions: matches!(args.permission, PolicyArg::Ask)
             .then(TerminalAsker::open)
             .flatten()
-            .map(|asker| Arc::new(asker) as Arc<dyn Asker>),
-        echo_stderr: args.verbose,
+            .map(|asker| Arc::new(asker) as Arc<dyn PermissionHandler>),
         ..RunOptions::default()
     };
     let result = runtime.block_on(async {
@@ -351,6 +350,13 @@ impl Renderer {
 
 impl Observer for Renderer {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+        if let Event::Stderr { line, .. } = event {
+            // Not streamed under --json: stdout stays the conversation; stderrTail keeps the end.
+            if self.verbose {
+                eprintln!("{line}");
+            }
+            return Ok(());
+        }
         if self.json {
             if !matches!(event, Event::End(_)) {
                 self.write_json(event);
@@ -369,7 +375,7 @@ impl Observer for Renderer {
                     decision.verdict.as_str(),
                     decision.title.as_deref().unwrap_or("a tool call"),
                     decision.tool_kind.as_deref().unwrap_or("unknown kind"),
-                    decision.decided_by
+                    decision.decided_by.as_str()
                 );
             }
             Event::Start(start) if self.verbose => eprintln!(
@@ -378,7 +384,7 @@ impl Observer for Renderer {
                 start.pid.unwrap_or_default(),
                 start.session_id
             ),
-            Event::Start(_) | Event::End(_) => {}
+            Event::Start(_) | Event::End(_) | Event::Stderr { .. } => {}
         }
         Ok(())
     }
@@ -397,7 +403,7 @@ fn last_lines(text: &str, n: usize) -> impl Iterator<Item = &str> {
 
 /// Asks on the controlling terminal (`/dev/tty`), so it works even when stdin carries the prompt.
 struct TerminalAsker {
-    tty: Mutex<std::fs::File>,
+    tty: Arc<Mutex<std::fs::File>>,
 }
 
 impl TerminalAsker {
@@ -408,38 +414,59 @@ impl TerminalAsker {
             .open("/dev/tty")
             .ok()
             .map(|tty| TerminalAsker {
-                tty: Mutex::new(tty),
+                tty: Arc::new(Mutex::new(tty)),
             })
     }
 }
 
-impl Asker for TerminalAsker {
-    fn ask(&self, request: &PermissionView) -> bool {
-        let Ok(mut tty) = self.tty.lock() else {
-            return false;
-        };
-        let question = format!(
-            "acp-host: allow {} \"{}\"? [y/N] ",
-            request.tool_kind.as_deref().unwrap_or("tool call"),
-            request.title.as_deref().unwrap_or("(untitled)")
-        );
-        if tty.write_all(question.as_bytes()).is_err() {
-            return false;
-        }
-        let mut answer = Vec::new();
-        let mut byte = [0u8; 1];
-        while let Ok(1) = tty.read(&mut byte) {
-            if byte[0] == b'\n' {
-                break;
+impl PermissionHandler for TerminalAsker {
+    fn decide(&self, request: PermissionRequest) -> DecisionFuture {
+        let tty = Arc::clone(&self.tty);
+        // A plain thread, not spawn_blocking: a question nobody answers must not hold up runtime
+        // shutdown. The run drops the receiver when it cancels the turn meanwhile.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(ask(&tty, &request));
+        });
+        Box::pin(async move {
+            Decision {
+                answer: if rx.await.unwrap_or(false) {
+                    Answer::Allow
+                } else {
+                    Answer::Reject
+                },
+                decided_by: DecidedBy::User,
             }
-            answer.push(byte[0]);
-        }
-        matches!(
-            String::from_utf8_lossy(&answer)
-                .trim()
-                .to_ascii_lowercase()
-                .as_str(),
-            "y" | "yes"
-        )
+        })
     }
+}
+
+/// `true` when the user typed y or yes.
+fn ask(tty: &Mutex<std::fs::File>, request: &PermissionRequest) -> bool {
+    let Ok(mut tty) = tty.lock() else {
+        return false;
+    };
+    let question = format!(
+        "acp-host: allow {} \"{}\"? [y/N] ",
+        request.tool_kind.as_deref().unwrap_or("tool call"),
+        request.title.as_deref().unwrap_or("(untitled)")
+    );
+    if tty.write_all(question.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while let Ok(1) = tty.read(&mut byte) {
+        if byte[0] == b'\n' {
+            break;
+        }
+        answer.push(byte[0]);
+    }
+    matches!(
+        String::from_utf8_lossy(&answer)
+            .trim()
+            .to_ascii_lowercase()
+            .as_str(),
+        "y" | "yes"
+    )
 }
