@@ -54,23 +54,27 @@ pub struct RunArgs {
 
     /// Give up after this many seconds: the agent is cancelled and torn down (exit 124).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
-    timeout: Option<Duration>,
+    timeout: Option<Seconds>,
 
     /// initialize and session/new must answer within this many seconds.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "60")]
-    handshake_timeout: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().handshake))]
+    handshake_timeout: Seconds,
 
     /// After cancelling, wait this long for the agent to acknowledge before tearing it down.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "3")]
-    cancel_grace: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().cancel_grace))]
+    cancel_grace: Seconds,
 
     /// Teardown: after closing the agent's stdin, wait this long for it to exit by itself.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "6")]
-    eof_grace: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().eof_grace))]
+    eof_grace: Seconds,
 
     /// Teardown: after SIGTERM to the agent's process group, wait this long before SIGKILL.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "3")]
-    term_grace: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().term_grace))]
+    term_grace: Seconds,
 
     /// Write NDJSON events to stdout (start, updates, permissions), then a result record.
     #[arg(long)]
@@ -114,11 +118,23 @@ acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n"
     )
 }
 
-fn parse_seconds(arg: &str) -> Result<Duration, String> {
+/// A duration given in (possibly fractional) seconds; displayed the same way, so `--help` shows
+/// the defaults of [`Timeouts::default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seconds(Duration);
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.as_secs_f64())
+    }
+}
+
+fn parse_seconds(arg: &str) -> Result<Seconds, String> {
     let seconds: f64 = arg
         .parse()
         .map_err(|_| format!("{arg:?} is not a number of seconds"))?;
     Duration::try_from_secs_f64(seconds)
+        .map(Seconds)
         .map_err(|_| format!("{arg:?} must be a non-negative number of seconds"))
 }
 
@@ -204,11 +220,11 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
         env,
         permission: args.permission.into(),
         timeouts: Timeouts {
-            overall: args.timeout,
-            handshake: args.handshake_timeout,
-            cancel_grace: args.cancel_grace,
-            eof_grace: args.eof_grace,
-            term_grace: args.term_grace,
+            overall: args.timeout.map(|s| s.0),
+            handshake: args.handshake_timeout.0,
+            cancel_grace: args.cancel_grace.0,
+            eof_grace: args.eof_grace.0,
+            term_grace: args.term_grace.0,
         },
     })
 }
