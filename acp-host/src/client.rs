@@ -185,6 +185,8 @@ pub(crate) enum DriveEnd {
         closed: bool,
         message: String,
     },
+    /// The transport itself failed (an oversized frame, an unreadable stdout), at any stage.
+    ConnectionFailed { message: String },
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
@@ -237,9 +239,7 @@ pub(crate) async fn drive(
             Ok(converse(&cx, &config, &shared, events.as_ref(), &cancel).await)
         })
         .await;
-    result.unwrap_or_else(|err| DriveEnd::Failed {
-        stage: Stage::Initialize,
-        closed: false,
+    result.unwrap_or_else(|err| DriveEnd::ConnectionFailed {
         message: format!("connection to the agent failed: {err}"),
     })
 }

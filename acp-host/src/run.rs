@@ -21,7 +21,7 @@ use protocol::env_scrub::{self, EnvForwardError, Scrubbed};
 use protocol::events::{EndEvent, Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use protocol::request::StartRequest;
-use protocol::result::{AgentExit, RunResult, Status};
+use protocol::result::{AgentExit, ErrorKind, RunResult, Status};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
@@ -192,6 +192,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         Ok(spawned) => spawned,
         Err(err) => {
             result.error = Some(spawn_failure_message(&err, &request));
+            result.error_kind = Some(ErrorKind::Spawn);
             return finish(result, started, &notifier, None);
         }
     };
@@ -360,6 +361,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
         stop_reason: None,
         output: String::new(),
         error: None,
+        error_kind: None,
         scrubbed_env,
         agent_exit: AgentExit {
             ended_by: "not-spawned".into(),
@@ -372,7 +374,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
     }
 }
 
-/// Maps how the drive ended onto status, stop reason and error message.
+/// Maps how the drive ended onto status, stop reason, error message and error kind.
 fn settle(
     result: &mut RunResult,
     end: Option<DriveEnd>,
@@ -386,42 +388,58 @@ fn settle(
         Some(_) if timed_out => (
             Status::Timeout,
             None,
-            Some(format!(
-                "timed out after {}",
-                human_duration(timeouts.overall.unwrap_or_default())
+            Some((
+                ErrorKind::Timeout,
+                format!(
+                    "timed out after {}",
+                    human_duration(timeouts.overall.unwrap_or_default())
+                ),
             )),
         ),
         Some(DriveEnd::Stopped { stop_reason }) => {
             let status = Status::from_stop_reason(&stop_reason);
-            let error = (status == Status::Error)
-                .then(|| format!("agent returned an unknown stop reason: {stop_reason:?}"));
+            let error = (status == Status::Error).then(|| {
+                (
+                    ErrorKind::Protocol,
+                    format!("agent returned an unknown stop reason: {stop_reason:?}"),
+                )
+            });
             (status, Some(stop_reason), error)
         }
         Some(DriveEnd::Cancelled { stop_reason, .. }) => (Status::Aborted, stop_reason, None),
         Some(DriveEnd::HandshakeTimeout { stage }) => (
             Status::Error,
             None,
-            Some(format!(
-                "agent did not answer {} within {} (is it an ACP agent? try --verbose)",
-                stage.method(),
-                human_duration(timeouts.handshake)
+            Some((
+                ErrorKind::Handshake,
+                format!(
+                    "agent did not answer {} within {} (is it an ACP agent? try --verbose)",
+                    stage.method(),
+                    human_duration(timeouts.handshake)
+                ),
             )),
         ),
         Some(DriveEnd::Failed {
-            closed, message, ..
-        }) => (
-            Status::Error,
-            None,
-            Some(if closed {
-                format!("{message}; it {exit}")
+            stage,
+            closed,
+            message,
+        }) => {
+            let error = if closed {
+                (ErrorKind::Crash, format!("{message}; it {exit}"))
+            } else if stage == Stage::Prompt {
+                (ErrorKind::Protocol, message)
             } else {
-                message
-            }),
-        ),
+                (ErrorKind::Handshake, message)
+            };
+            (Status::Error, None, Some(error))
+        }
+        Some(DriveEnd::ConnectionFailed { message }) => {
+            (Status::Error, None, Some((ErrorKind::Protocol, message)))
+        }
     };
     result.status = status;
     result.stop_reason = stop_reason;
-    result.error = error;
+    (result.error_kind, result.error) = error.unzip();
 }
 
 fn describe_exit(exit: &AgentExit) -> String {

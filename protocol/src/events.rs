@@ -98,6 +98,7 @@ mod tests {
             stop_reason: Some("end_turn".into()),
             output: "hi".into(),
             error: None,
+            error_kind: None,
             scrubbed_env: vec!["OPENAI_API_KEY".into()],
             agent_exit: AgentExit::default(),
             stderr_tail: String::new(),

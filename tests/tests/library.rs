@@ -14,7 +14,7 @@ use protocol::permission::{
     Answer, DecidedBy, OptionKind, Outcome, PermissionPolicy, PermissionRequest, Verdict,
 };
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
-use protocol::result::Status;
+use protocol::result::{ErrorKind, Status};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -336,6 +336,27 @@ fn the_agents_stderr_reaches_observers_as_lines_and_never_our_stderr() {
         .collect();
     assert_eq!(lines, ["mock: starting", "mock: fatal error"]);
     assert!(result.stderr_tail.contains("mock: fatal error"));
+}
+
+#[test]
+fn an_oversized_frame_is_a_protocol_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = run::prepare(
+        request(
+            env!("CARGO_BIN_EXE_mock-agent"),
+            &["huge", "--bytes", "100000"],
+            dir.path(),
+        ),
+        ambient(),
+    )
+    .unwrap();
+    let options = RunOptions {
+        max_frame_bytes: Some(10_000),
+        ..RunOptions::default()
+    };
+    let result = runtime().block_on(run::run(prepared, &options, &Cancel::new()));
+    assert_eq!(result.status, Status::Error);
+    assert_eq!(result.error_kind, Some(ErrorKind::Protocol), "{result:?}");
 }
 
 #[test]

@@ -1069,3 +1069,45 @@ fn a_non_executable_command_is_an_error_naming_it() {
     );
     assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
 }
+
+/// Every error path of a run sets a machine-readable `errorKind` beside the human `error`; a run
+/// without an error has none.
+#[test]
+fn every_error_has_a_kind() {
+    let dir = temp();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--agent", "no-such-agent-xyz"], "spawn"),
+        (
+            &["--handshake-timeout", "0.3", "--agent", &mock(&["silent"])],
+            "handshake",
+        ),
+        (&["--agent", &mock(&["auth-required"])], "handshake"),
+        (&["--agent", &mock(&["no-session-id"])], "handshake"),
+        (
+            &[
+                "--agent",
+                &mock(&["text", "--text", "t", "--stop", "weird"]),
+            ],
+            "protocol",
+        ),
+        (&["--agent", &mock(&["crash-on-prompt"])], "crash"),
+        (
+            &["--agent", &mock(&["exit-before-init", "--code", "4"])],
+            "crash",
+        ),
+        (
+            &["--timeout", "0.5", "--agent", &mock(&["silent"])],
+            "timeout",
+        ),
+    ];
+    for (args, kind) in cases {
+        let out = run_to_end(host(dir.path()).arg("--json").args(*args).arg("x"));
+        let result = result_record(&out);
+        assert_eq!(result["errorKind"], *kind, "{args:?}: {result}");
+        assert!(result["error"].is_string(), "{args:?}: {result}");
+    }
+    let out = run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["hello"]), "x"]));
+    let result = result_record(&out);
+    assert_eq!(result["errorKind"], Value::Null, "{result}");
+    assert_eq!(result["error"], Value::Null, "{result}");
+}
