@@ -141,12 +141,12 @@ pub struct Teardown {
 }
 
 /// The agent's stdin as a line sink: each item is one frame, newline appended by the writer task.
-pub type LineSink = std::pin::Pin<Box<dyn Sink<String, Error = io::Error> + Send>>;
+pub(crate) type LineSink = std::pin::Pin<Box<dyn Sink<String, Error = io::Error> + Send>>;
 
-/// The agent's pipes, handed to the protocol layer.
+/// The agent's pipes, handed to the protocol layer (stdin stays open until teardown closes it).
 pub struct AgentPipes {
-    pub stdin: LineSink,
-    pub stdout: ChildStdout,
+    pub(crate) stdin: LineSink,
+    pub(crate) stdout: ChildStdout,
 }
 
 /// A running (or finished) agent process and its process group.
