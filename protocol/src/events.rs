@@ -10,7 +10,7 @@ use crate::permission::PermissionDecision;
 use crate::result::{RunResult, Status};
 
 /// `subagent/start`: the child is ready (session/new answered).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartEvent {
     pub run_id: String,
@@ -23,7 +23,7 @@ pub struct StartEvent {
 }
 
 /// `subagent/end`: the result settled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndEvent {
     pub run_id: String,
@@ -35,7 +35,7 @@ pub struct EndEvent {
 /// One event of a run, as observers see it and as `--json` streams it (one per line).
 ///
 /// `Start` is the ACP subagent lifecycle's `subagent/start`, `End` its `subagent/end`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Event {
     /// The child is ready (session/new answered).
@@ -79,7 +79,7 @@ impl Event {
 }
 
 /// The last line of `--json`: `{"type":"result", ...RunResult}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum ResultRecord {
     Result(RunResult),
@@ -107,19 +107,10 @@ mod tests {
             session_id: None,
         });
         let value = serde_json::to_value(&record).unwrap();
-        for key in [
-            "type",
-            "status",
-            "stopReason",
-            "output",
-            "error",
-            "scrubbedEnv",
-            "agentExit",
-            "stderrTail",
-            "durationMs",
-            "permissions",
-        ] {
-            assert!(value.get(key).is_some(), "missing {key}: {value}");
+        let schema = crate::schema::output("run-result.json").unwrap();
+        crate::schema::check_keys(&schema, &value).unwrap();
+        for key in ["errorKind", "stderrTail", "scrubbedEnv"] {
+            assert!(value.get(key).is_some(), "camelCase {key}: {value}");
         }
         assert_eq!(value["type"], "result");
         assert_eq!(value["status"], "completed");

@@ -25,7 +25,7 @@ pub enum PermissionPolicy {
 }
 
 /// The kind of a permission option, mirroring ACP's `PermissionOptionKind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OptionKind {
     AllowOnce,
@@ -35,7 +35,7 @@ pub enum OptionKind {
 }
 
 /// One option as offered by the agent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OfferedOption {
     pub option_id: String,
@@ -43,7 +43,7 @@ pub struct OfferedOption {
 }
 
 /// What the host wants to answer, once the policy (or the user) has decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     Allow,
@@ -65,7 +65,7 @@ impl Verdict {
 }
 
 /// The answer sent back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(
     rename_all = "camelCase",
     rename_all_fields = "camelCase",
@@ -172,7 +172,7 @@ pub struct PermissionRequest {
 }
 
 /// Who decided a permission request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum DecidedBy {
     /// The `--permission` policy (`reject`, `allow`, or `ask` without a terminal).
@@ -196,7 +196,7 @@ impl DecidedBy {
 }
 
 /// One answered request, recorded in the run result and streamed under `--json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionDecision {
     pub tool_call_id: String,

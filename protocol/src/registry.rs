@@ -18,7 +18,7 @@ use OptionKind::{Bool, List, OneOf, PositiveInt, StringOrList, StringOrTable};
 const STRING: OptionKind = OptionKind::String;
 
 /// The on-disk format `sync` renders for an agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TargetFormat {
     /// One Markdown file per subagent, YAML frontmatter (claude-code, opencode, copilot, agy, grok, pi).
@@ -30,7 +30,7 @@ pub enum TargetFormat {
 }
 
 /// How the YAML frontmatter of a Markdown target orders its keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Frontmatter {
     /// `name`, `description`, then the options sorted by key (claude-code, agy, grok, pi).
@@ -42,7 +42,7 @@ pub enum Frontmatter {
 }
 
 /// The type an agent option must have in a canonical definition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", tag = "type", content = "values")]
 pub enum OptionKind {
     /// A non-empty string.
@@ -78,7 +78,7 @@ impl OptionKind {
 }
 
 /// One option a definition may set for an agent (`codex: {model: "o3"}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OptionSpec {
     pub name: &'static str,
@@ -91,7 +91,7 @@ const fn opt(name: &'static str, kind: OptionKind) -> OptionSpec {
 
 /// A boolean in a TOML config file under $HOME that, when `false`, disables the agent's subagents
 /// (codex: `[agents] enabled = false` in `.codex/config.toml`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigSwitch {
     /// Relative to $HOME.
@@ -130,7 +130,7 @@ impl ConfigSwitch {
 }
 
 /// Where definitions go for one scope. `{name}` is replaced with the subagent name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncTarget {
     pub format: TargetFormat,
@@ -164,7 +164,9 @@ impl SyncTarget {
 }
 
 /// Where `sync` writes: under $HOME (`user`) or under the project root (`project`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scope {
     User,
@@ -403,7 +405,7 @@ pub fn names() -> Vec<&'static str> {
 }
 
 /// Why an agent counts as installed, or that it does not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", tag = "state", content = "evidence")]
 pub enum AgentAvailability {
     /// A binary was found on PATH (the binary's name).
@@ -420,6 +422,51 @@ impl AgentAvailability {
     #[must_use]
     pub fn is_installed(&self) -> bool {
         !matches!(self, AgentAvailability::NotInstalled)
+    }
+}
+
+/// `acp-host agents --json`: every known agent as this host sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentListing {
+    pub agents: Vec<AgentRow>,
+}
+
+/// One agent of the listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRow {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub summary: &'static str,
+    /// Whether `sync` counts the agent as installed (see `availability`).
+    pub installed: bool,
+    pub availability: AgentAvailability,
+    /// Where `sync` writes, when the agent takes subagent definitions.
+    pub sync: Option<SyncTarget>,
+    /// The ACP launch command line, when the agent speaks ACP.
+    pub acp_command: Option<&'static [&'static str]>,
+    /// Whether `run --agent NAME` finds the ACP command's program; `None` without one.
+    pub acp_command_found: Option<bool>,
+    /// How to install the ACP command.
+    pub install: Option<&'static str>,
+}
+
+impl AgentRow {
+    /// The row of `spec`, from its availability and whether its ACP program was found.
+    #[must_use]
+    pub fn new(spec: &'static AgentSpec, availability: AgentAvailability, found: bool) -> Self {
+        AgentRow {
+            name: spec.name,
+            aliases: spec.aliases,
+            summary: spec.summary,
+            installed: availability.is_installed(),
+            availability,
+            sync: spec.sync,
+            acp_command: spec.acp_command,
+            acp_command_found: spec.acp_command.is_some().then_some(found),
+            install: spec.install,
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::permission::PermissionDecision;
 
 /// How a run ended. Serialized in kebab-case (`max-tokens`), which is also how it is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Status {
     /// The agent ended its turn normally (`end_turn`).
@@ -142,7 +142,7 @@ impl std::fmt::Display for Status {
 ///
 /// Usage errors (bad flags, cwd, `--env`, an agent that does not speak ACP) have no kind here:
 /// they are refused before a run exists, so no result is produced (the CLI exits 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum ErrorKind {
     /// The agent could not be started: not found, not executable, or the spawn failed.
@@ -189,7 +189,7 @@ impl std::fmt::Display for ErrorKind {
 }
 
 /// How the agent process ended, as observed by the host after teardown.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentExit {
     /// Exit code, when it exited on its own.
@@ -201,7 +201,7 @@ pub struct AgentExit {
 }
 
 /// The result of one run. Serialized as the last NDJSON record (`"type":"result"`) under `--json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
     /// Minted by the host, unique per run; never the agent's session id.

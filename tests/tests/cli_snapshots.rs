@@ -35,6 +35,17 @@ fn agents_listing_on_a_bare_host() {
     insta::assert_snapshot!(run(&["agents"], home.path()));
 }
 
+#[test]
+fn agents_json_on_a_bare_host() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".claude")).unwrap();
+    let text = run(&["agents", "--json"], home.path());
+    let listing: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let schema = protocol::schema::output("agents.json").unwrap();
+    protocol::schema::check_keys(&schema, &listing).unwrap();
+    insta::assert_snapshot!(text);
+}
+
 /// `agents` and `run` resolve agents with one rule: only acp-child is looked up beside acp-host,
 /// so a `codex-acp` lying there is neither listed as found nor started by `run --agent codex`.
 #[test]

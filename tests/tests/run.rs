@@ -14,6 +14,7 @@ use acp_tests::{
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use protocol::schema;
 use serde_json::Value;
 
 fn mock_path() -> &'static str {
@@ -256,19 +257,13 @@ fn json_streams_start_updates_and_a_complete_result() {
     assert!(updates.contains(&"agent_thought_chunk"), "{updates:?}");
     assert!(updates.contains(&"agent_message_chunk"), "{updates:?}");
     let result = result_record(&out);
-    for key in [
-        "status",
-        "stopReason",
-        "output",
-        "error",
-        "scrubbedEnv",
-        "agentExit",
-        "stderrTail",
-        "durationMs",
-        "permissions",
-    ] {
-        assert!(result.get(key).is_some(), "result lacks {key}: {result}");
+    // Every record matches its checked-in schema (no key missing, none undeclared).
+    let (events, last) = records.split_at(records.len() - 1);
+    let event_schema = schema::output("run-event.json").unwrap();
+    for record in events {
+        schema::check_keys(&event_schema, record).unwrap();
     }
+    schema::check_keys(&schema::output("run-result.json").unwrap(), &last[0]).unwrap();
     assert_eq!(result["output"], "final answer");
     assert_eq!(result["agentExit"]["code"], 0);
     assert_eq!(result["agentExit"]["endedBy"], "eof");

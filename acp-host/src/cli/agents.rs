@@ -5,14 +5,13 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use acp_host::agents::{self, HostFacts};
 use acp_host::installed;
 use protocol::env_vars;
-use protocol::registry::{AGENTS, AgentAvailability, AgentSpec};
-use serde_json::json;
+use protocol::registry::{AGENTS, AgentAvailability, AgentListing, AgentRow, SyncTarget};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -41,8 +40,8 @@ fn status(availability: &AgentAvailability) -> String {
     }
 }
 
-fn target(spec: &AgentSpec) -> String {
-    let Some(sync) = spec.sync else {
+fn target(sync: Option<SyncTarget>) -> String {
+    let Some(sync) = sync else {
         return "no sync target".to_owned();
     };
     let mut text = format!("~/{}", sync.user_path);
@@ -63,66 +62,61 @@ pub fn execute(args: &AgentsArgs) -> ExitCode {
         .map(PathBuf::from)
         .unwrap_or_default();
     let path_var = std::env::var_os(env_vars::PATH);
-    let facts = HostFacts::new(path_var.as_deref());
-    // Whether `run --agent NAME` can start the agent: the same resolution `run` uses. This differs
-    // from "installed" (the sync rule, which also accepts a marker folder).
-    let runnable = |spec: &AgentSpec| {
-        agents::resolve(spec.name, &facts).is_ok_and(|agent| agent.location.is_found())
+    let listing = listing(&home, &HostFacts::new(path_var.as_deref()));
+    let mut out = std::io::stdout().lock();
+    // A closed stdout (`| head`) is not an error.
+    let _ = if args.json {
+        serde_json::to_writer_pretty(&mut out, &listing)
+            .map_err(std::io::Error::from)
+            .and_then(|()| writeln!(out))
+    } else {
+        out.write_all(table(&listing).as_bytes())
     };
-    let rows: Vec<_> = AGENTS
+    ExitCode::SUCCESS
+}
+
+/// Every registry agent as this host sees it.
+fn listing(home: &Path, facts: &HostFacts) -> AgentListing {
+    let agents = AGENTS
         .iter()
         .map(|spec| {
-            (
-                spec,
-                installed::availability(spec, &home, path_var.as_deref()),
-            )
+            let availability = installed::availability(spec, home, facts.path_var.as_deref());
+            // Whether `run --agent NAME` can start the agent: the same resolution `run` uses. This
+            // differs from "installed" (the sync rule, which also accepts a marker folder).
+            let found =
+                agents::resolve(spec.name, facts).is_ok_and(|agent| agent.location.is_found());
+            AgentRow::new(spec, availability, found)
         })
         .collect();
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        let agents: Vec<_> = rows
-            .iter()
-            .map(|(spec, availability)| {
-                json!({
-                    "name": spec.name,
-                    "aliases": spec.aliases,
-                    "summary": spec.summary,
-                    "installed": availability.is_installed(),
-                    "availability": availability,
-                    "sync": spec.sync,
-                    "acpCommand": spec.acp_command,
-                    "acpCommandFound": spec.acp_command.is_some().then(|| runnable(spec)),
-                    "install": spec.install,
-                })
-            })
-            .collect();
-        let _ = serde_json::to_writer_pretty(&mut out, &json!({ "agents": agents }));
-        let _ = writeln!(out);
-        return ExitCode::SUCCESS;
-    }
-    let name_width = rows.iter().map(|(s, _)| s.name.len()).max().unwrap_or(0);
-    let statuses: Vec<String> = rows.iter().map(|(_, a)| status(a)).collect();
+    AgentListing { agents }
+}
+
+/// One line per agent: name, installed or not (and why), sync target, ACP command.
+fn table(listing: &AgentListing) -> String {
+    let rows = &listing.agents;
+    let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    let statuses: Vec<String> = rows.iter().map(|r| status(&r.availability)).collect();
     let status_width = statuses.iter().map(String::len).max().unwrap_or(0);
-    for ((spec, _), status) in rows.iter().zip(&statuses) {
-        let mut acp = spec.acp_command.map_or_else(
+    let mut text = String::new();
+    for (row, status) in rows.iter().zip(&statuses) {
+        let mut acp = row.acp_command.map_or_else(
             || "no ACP command".to_owned(),
             |cmd| format!("acp: {}", cmd.join(" ")),
         );
-        if spec.acp_command.is_some() && !runnable(spec) {
+        if row.acp_command_found == Some(false) {
             acp.push_str(" (not found");
-            if let Some(install) = spec.install {
+            if let Some(install) = row.install {
                 acp.push_str("; install: ");
                 acp.push_str(install);
             }
             acp.push(')');
         }
-        // A closed stdout (`| head`) is not an error.
         let _ = writeln!(
-            out,
+            text,
             "{:<name_width$}  {status:<status_width$}  {}  {acp}",
-            spec.name,
-            target(spec)
+            row.name,
+            target(row.sync)
         );
     }
-    ExitCode::SUCCESS
+    text
 }
