@@ -107,3 +107,47 @@ fn agents_and_run_agree_on_programs_beside_acp_host() {
         "{result}"
     );
 }
+
+/// Logging is set up once for every subcommand: `sync`'s own log lines reach stderr too.
+#[test]
+fn sync_logs_like_every_subcommand() {
+    let root = tempfile::tempdir().unwrap();
+    let (home, project, state) = (
+        root.path().join("home"),
+        root.path().join("project"),
+        root.path().join("state"),
+    );
+    std::fs::create_dir_all(home.join(".gemini/config")).unwrap();
+    std::fs::create_dir_all(project.join("subagents")).unwrap();
+    let definition = project.join("subagents/y.md");
+    std::fs::write(
+        &definition,
+        "---\ndescription: \"y things\"\nagents: [agy]\n---\n\nDo y.\n",
+    )
+    .unwrap();
+    let sync = |args: &[&str]| {
+        Command::new(bin("acp-host"))
+            .arg("sync")
+            .args(args)
+            .current_dir(&project)
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", root.path())
+            .env("XDG_STATE_HOME", &state)
+            .env("ACP_HOST_LOG", "debug")
+            .output()
+            .expect("acp-host runs")
+    };
+    assert_eq!(sync(&[]).status.code(), Some(0));
+    // A file of the user's keeps the subagent's folder when the subagent is pruned: sync logs it.
+    std::fs::write(home.join(".gemini/config/agents/y/notes.txt"), "mine").unwrap();
+    std::fs::remove_file(&definition).unwrap();
+    let pruned = sync(&["--prune"]);
+    assert_eq!(pruned.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&pruned.stderr);
+    assert!(
+        stderr.contains("subagent folder kept"),
+        "{stderr}{}",
+        String::from_utf8_lossy(&pruned.stdout)
+    );
+}

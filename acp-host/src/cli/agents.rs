@@ -4,7 +4,6 @@
 //! `sync` (and `run`) use.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -12,6 +11,8 @@ use acp_host::agents::{self, HostFacts};
 use acp_host::installed;
 use protocol::env_vars;
 use protocol::registry::{AGENTS, AgentAvailability, AgentListing, AgentRow, SyncTarget};
+
+use super::{CliError, write_stdout};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -57,22 +58,22 @@ fn target(sync: Option<SyncTarget>) -> String {
     text
 }
 
-pub fn execute(args: &AgentsArgs) -> ExitCode {
+pub(super) fn execute(args: &AgentsArgs) -> Result<ExitCode, CliError> {
     let home = std::env::var_os(env_vars::HOME)
         .map(PathBuf::from)
         .unwrap_or_default();
     let path_var = std::env::var_os(env_vars::PATH);
     let listing = listing(&home, &HostFacts::new(path_var.as_deref()));
-    let mut out = std::io::stdout().lock();
-    // A closed stdout (`| head`) is not an error.
-    let _ = if args.json {
-        serde_json::to_writer_pretty(&mut out, &listing)
-            .map_err(std::io::Error::from)
-            .and_then(|()| writeln!(out))
+    let text = if args.json {
+        let mut json = serde_json::to_string_pretty(&listing)
+            .map_err(|err| CliError::Failed(format!("cannot serialize the listing: {err}")))?;
+        json.push('\n');
+        json
     } else {
-        out.write_all(table(&listing).as_bytes())
+        table(&listing)
     };
-    ExitCode::SUCCESS
+    write_stdout(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Every registry agent as this host sees it.

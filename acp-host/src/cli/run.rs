@@ -3,7 +3,8 @@
 //! Invariants: usage errors (bad flags, cwd, `--env`, agent) exit 2 before anything is spawned;
 //! human mode writes only the agent's message text to stdout, as it arrives; `--json` writes one
 //! event per line and the result record last; diagnostics go to stderr; a closed stdout pipe is
-//! not an error; the first Ctrl-C/SIGTERM cancels gracefully, the second kills at once.
+//! not an error (the renderer stops writing and the run goes on); the first Ctrl-C/SIGTERM cancels
+//! gracefully, the second kills at once. Errors before the run are returned to the CLI edge.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -20,7 +21,9 @@ use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
-use protocol::result::{EXIT_USAGE, RunResult, Status};
+use protocol::result::{RunResult, Status};
+
+use super::CliError;
 
 /// Drive one ACP agent on one prompt, as an out-of-process subagent.
 ///
@@ -138,33 +141,27 @@ fn parse_seconds(arg: &str) -> Result<Seconds, String> {
         .map_err(|_| format!("{arg:?} must be a non-negative number of seconds"))
 }
 
-pub fn execute(args: &RunArgs) -> ExitCode {
-    init_tracing(args.verbose);
-    let request = match build_request(args) {
-        Ok(request) => request,
-        Err(message) => return usage_error(&message),
-    };
-    let prepared = match run::prepare(request, std::env::vars()) {
-        Ok(prepared) => prepared,
-        Err(err) => return usage_error(&err.to_string()),
-    };
+impl RunArgs {
+    pub(super) fn verbose(&self) -> bool {
+        self.verbose
+    }
+}
+
+pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
+    let request = build_request(args).map_err(CliError::Usage)?;
+    let prepared =
+        run::prepare(request, std::env::vars()).map_err(|err| CliError::Usage(err.to_string()))?;
     if args.verbose && !prepared.scrubbed().is_empty() {
         eprintln!(
             "acp-host: withheld from the agent: {}",
             prepared.scrubbed().join(", ")
         );
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("acp-host: error: cannot start the async runtime: {err}");
-            return ExitCode::from(Status::Error.exit_code());
-        }
-    };
+        .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
     let renderer = Arc::new(Renderer::new(args.json, args.verbose));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
@@ -184,12 +181,7 @@ pub fn execute(args: &RunArgs) -> ExitCode {
     renderer.finish(&result);
     // Do not wait for a permission question nobody answered.
     runtime.shutdown_background();
-    ExitCode::from(result.exit_code())
-}
-
-fn usage_error(message: &str) -> ExitCode {
-    eprintln!("acp-host: error: {message}");
-    ExitCode::from(EXIT_USAGE)
+    Ok(ExitCode::from(result.exit_code()))
 }
 
 fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
@@ -227,17 +219,6 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
             term_grace: args.term_grace.0,
         },
     })
-}
-
-fn init_tracing(verbose: bool) {
-    let default = if verbose { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env(protocol::env_vars::ACP_HOST_LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
 }
 
 async fn watch_signals(cancel: Cancel) {
