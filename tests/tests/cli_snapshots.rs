@@ -4,12 +4,13 @@
 use std::process::Command;
 
 use acp_tests::bin;
+use protocol::env_vars;
 
 fn run(args: &[&str], home: &std::path::Path) -> String {
     let out = Command::new(bin("acp-host"))
         .args(args)
-        .env("HOME", home)
-        .env("PATH", "/usr/bin:/bin")
+        .env(env_vars::HOME, home)
+        .env(env_vars::PATH, "/usr/bin:/bin")
         .env("COLUMNS", "100")
         .output()
         .expect("acp-host runs");
@@ -64,9 +65,9 @@ fn agents_and_run_agree_on_programs_beside_acp_host() {
         Command::new(&host)
             .args(args)
             .current_dir(home.path())
-            .env("HOME", home.path())
-            .env("PATH", "/usr/bin:/bin")
-            .env_remove("ACP_HOST_LOG")
+            .env(env_vars::HOME, home.path())
+            .env(env_vars::PATH, "/usr/bin:/bin")
+            .env_remove(env_vars::ACP_HOST_LOG)
             .output()
             .expect("acp-host runs")
     };
@@ -131,10 +132,10 @@ fn sync_logs_like_every_subcommand() {
             .args(args)
             .current_dir(&project)
             .env_clear()
-            .env("HOME", &home)
-            .env("PATH", root.path())
-            .env("XDG_STATE_HOME", &state)
-            .env("ACP_HOST_LOG", "debug")
+            .env(env_vars::HOME, &home)
+            .env(env_vars::PATH, root.path())
+            .env(env_vars::XDG_STATE_HOME, &state)
+            .env(env_vars::ACP_HOST_LOG, "debug")
             .output()
             .expect("acp-host runs")
     };

@@ -14,7 +14,7 @@ use acp_tests::{
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use protocol::schema;
+use protocol::{env_vars, schema};
 use serde_json::Value;
 
 fn mock_path() -> &'static str {
@@ -1022,7 +1022,7 @@ fn a_missing_registry_agent_says_how_to_install_it() {
     let dir = temp();
     let out = run_to_end(
         host(dir.path())
-            .env("PATH", "/usr/bin:/bin")
+            .env(env_vars::PATH, "/usr/bin:/bin")
             .args(["--json", "--agent", "claude", "x"]),
     );
     assert_eq!(code(&out), 1);
