@@ -100,14 +100,21 @@ fn init_logging(verbose: bool) {
         .try_init();
 }
 
-/// Writes to stdout and flushes. A closed pipe (`| head`) is not an error: the reader has what it
-/// wanted, so the write reports success and the command ends normally.
-pub(crate) fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
+/// How a write to stdout went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    Done,
+    /// The reader closed the pipe (`| head`): it has what it wanted; stop writing, no error.
+    Closed,
+}
+
+/// Writes to stdout and flushes. A closed pipe is not an error ([`Written::Closed`]); any other
+/// failure is.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<Written, CliError> {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(CliError::Failed(format!("cannot write to stdout: {err}")))
-        }
-        _ => Ok(()),
+        Ok(()) => Ok(Written::Done),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::Closed),
+        Err(err) => Err(CliError::Failed(format!("cannot write to stdout: {err}"))),
     }
 }

@@ -23,7 +23,7 @@ use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{RunResult, Status};
 
-use super::CliError;
+use super::{CliError, Written};
 
 /// Drive one ACP agent on one prompt, as an out-of-process subagent.
 ///
@@ -270,13 +270,14 @@ impl Renderer {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
         }
-        let mut out = std::io::stdout().lock();
-        if out
-            .write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            self.stdout_closed.store(true, Ordering::Relaxed);
+        match super::write_stdout(text.as_bytes()) {
+            Ok(Written::Done) => {}
+            Ok(Written::Closed) => self.stdout_closed.store(true, Ordering::Relaxed),
+            Err(err) => {
+                // The run goes on (its result and exit code still matter); the output is lost.
+                tracing::warn!(%err, "stopped writing the agent's output");
+                self.stdout_closed.store(true, Ordering::Relaxed);
+            }
         }
     }
 
