@@ -28,45 +28,34 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::Stream;
 use protocol::permission::{
-    self, OfferedOption, OptionKind, Outcome, PermissionDecision, PermissionPolicy, Verdict,
+    self, Answer, DecidedBy, OfferedOption, OptionKind, Outcome, PermissionDecision,
+    PermissionRequest,
 };
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStdout;
 use tokio_util::sync::CancellationToken;
 
+use crate::permission::{Decision, PermissionHandler};
 use crate::process::AgentPipes;
 
 /// Settings of one drive.
-#[derive(Debug, Clone)]
-pub struct DriveConfig {
+#[derive(Clone)]
+pub(crate) struct DriveConfig {
     /// Absolute; sent as the session/new cwd.
-    pub cwd: PathBuf,
-    pub prompt: String,
-    pub policy: PermissionPolicy,
+    pub(crate) cwd: PathBuf,
+    pub(crate) prompt: String,
+    /// Decides each permission request the agent sends.
+    pub(crate) permissions: Arc<dyn PermissionHandler>,
     /// initialize + session/new must both answer within this.
-    pub handshake_timeout: Duration,
+    pub(crate) handshake_timeout: Duration,
     /// After session/cancel, how long to wait for the agent's answer to the prompt.
-    pub cancel_grace: Duration,
+    pub(crate) cancel_grace: Duration,
     /// Larger stdout lines end the run (a runaway agent must not exhaust the host's memory).
-    pub max_frame_bytes: usize,
-}
-
-/// A view of one permission request, for an interactive [`Asker`].
-#[derive(Debug, Clone)]
-pub struct PermissionView {
-    pub title: Option<String>,
-    pub tool_kind: Option<String>,
-    pub offered: Vec<OfferedOption>,
-}
-
-/// Answers `--permission ask` requests. Called on its own thread; may block on a terminal.
-pub trait Asker: Send + Sync {
-    /// `true` to allow, `false` to reject.
-    fn ask(&self, request: &PermissionView) -> bool;
+    pub(crate) max_frame_bytes: usize,
 }
 
 /// What the drive reports as it goes.
-pub trait DriveEvents: Send + Sync {
+pub(crate) trait DriveEvents: Send + Sync {
     /// session/new answered: the agent is ready.
     fn ready(&self, session_id: &str);
     /// One `session/update` (the `update` object as sent).
@@ -77,7 +66,7 @@ pub trait DriveEvents: Send + Sync {
 
 /// State the handlers and the drive share, read by `run` on every settle path.
 #[derive(Debug, Default)]
-pub struct Shared {
+pub(crate) struct Shared {
     output: Mutex<String>,
     permissions: Mutex<Vec<PermissionDecision>>,
     session_id: Mutex<Option<String>>,
@@ -108,26 +97,22 @@ struct ToolCallInfo {
 }
 
 impl Shared {
-    #[must_use]
-    pub fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         self.output.lock().map(|o| o.clone()).unwrap_or_default()
     }
 
-    #[must_use]
-    pub fn permissions(&self) -> Vec<PermissionDecision> {
+    pub(crate) fn permissions(&self) -> Vec<PermissionDecision> {
         self.permissions
             .lock()
             .map(|p| p.clone())
             .unwrap_or_default()
     }
 
-    #[must_use]
-    pub fn session_id(&self) -> Option<String> {
+    pub(crate) fn session_id(&self) -> Option<String> {
         self.session_id.lock().ok().and_then(|s| s.clone())
     }
 
-    #[must_use]
-    pub fn garbage_lines(&self) -> u64 {
+    pub(crate) fn garbage_lines(&self) -> u64 {
         self.garbage_lines.load(Ordering::Relaxed)
     }
 
@@ -164,14 +149,14 @@ impl Shared {
 
 /// Where in the protocol the drive stopped without a stop reason.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
+pub(crate) enum Stage {
     Initialize,
     NewSession,
     Prompt,
 }
 
 impl Stage {
-    fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             Stage::Initialize => "initialize",
             Stage::NewSession => "session/new",
@@ -182,7 +167,7 @@ impl Stage {
 
 /// How the drive ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DriveEnd {
+pub(crate) enum DriveEnd {
     /// The agent answered the prompt with this stop reason (wire name, possibly unknown).
     Stopped { stop_reason: String },
     /// Cancellation was requested. `prompt_sent` is false when it came before session/new answered;
@@ -200,16 +185,17 @@ pub enum DriveEnd {
         closed: bool,
         message: String,
     },
+    /// The transport itself failed (an oversized frame, an unreadable stdout), at any stage.
+    ConnectionFailed { message: String },
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
 /// answered, the connection fails, or `cancel` fires (then session/cancel and a bounded wait).
-pub async fn drive(
+pub(crate) async fn drive(
     pipes: AgentPipes,
     config: DriveConfig,
     shared: Arc<Shared>,
     events: Arc<dyn DriveEvents>,
-    asker: Option<Arc<dyn Asker>>,
     cancel: CancellationToken,
 ) -> DriveEnd {
     let frames = frames(pipes.stdout, config.max_frame_bytes, Arc::clone(&shared));
@@ -227,45 +213,20 @@ pub async fn drive(
         let shared = Arc::clone(&shared);
         let events = Arc::clone(&events);
         let cancel = cancel.clone();
-        let policy = config.policy;
+        let handler = Arc::clone(&config.permissions);
         async move |request: RequestPermissionRequest,
                     responder: agent_client_protocol::v1::Responder<RequestPermissionResponse>,
                     cx: ConnectionTo<Agent>| {
-            let view = permission_view(&request, &shared);
-            let tool_call_id = request.tool_call.tool_call_id.to_string();
-            let decide = decide_permission(
-                policy,
-                asker.clone(),
-                view.clone(),
+            let request = permission_request(&request, &shared);
+            let answer = answer_permission(
+                request,
+                Arc::clone(&handler),
                 Arc::clone(&shared),
+                Arc::clone(&events),
                 cancel.clone(),
             );
-            let shared = Arc::clone(&shared);
-            let events = Arc::clone(&events);
             // Decide off the dispatch loop: an interactive question must not stall updates.
-            cx.spawn(async move {
-                let (verdict, decided_by) = decide.await;
-                let outcome = permission::choose(verdict, &view.offered);
-                let response = RequestPermissionResponse::new(match &outcome {
-                    Outcome::Selected { option_id, .. } => RequestPermissionOutcome::Selected(
-                        SelectedPermissionOutcome::new(option_id.clone()),
-                    ),
-                    Outcome::Cancelled => RequestPermissionOutcome::Cancelled,
-                });
-                shared.record(
-                    PermissionDecision {
-                        tool_call_id,
-                        title: view.title,
-                        tool_kind: view.tool_kind,
-                        offered: view.offered,
-                        verdict,
-                        decided_by: decided_by.to_owned(),
-                        outcome,
-                    },
-                    events.as_ref(),
-                );
-                responder.respond(response)
-            })
+            cx.spawn(async move { responder.respond(answer.await) })
         }
     };
 
@@ -278,11 +239,60 @@ pub async fn drive(
             Ok(converse(&cx, &config, &shared, events.as_ref(), &cancel).await)
         })
         .await;
-    result.unwrap_or_else(|err| DriveEnd::Failed {
-        stage: Stage::Initialize,
-        closed: false,
+    result.unwrap_or_else(|err| DriveEnd::ConnectionFailed {
         message: format!("connection to the agent failed: {err}"),
     })
+}
+
+/// Decides one permission request, records the decision, and builds the answer sent back.
+async fn answer_permission(
+    request: PermissionRequest,
+    handler: Arc<dyn PermissionHandler>,
+    shared: Arc<Shared>,
+    events: Arc<dyn DriveEvents>,
+    cancel: CancellationToken,
+) -> RequestPermissionResponse {
+    let decision = decide_permission(handler, request.clone(), &shared, &cancel).await;
+    let outcome = permission::choose_answer(decision.answer, &request.offered);
+    let response = RequestPermissionResponse::new(match &outcome {
+        Outcome::Selected { option_id, .. } => {
+            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option_id.clone()))
+        }
+        Outcome::Cancelled => RequestPermissionOutcome::Cancelled,
+    });
+    shared.record(
+        PermissionDecision {
+            tool_call_id: request.tool_call_id,
+            title: request.title,
+            tool_kind: request.tool_kind,
+            offered: request.offered,
+            verdict: decision.answer.verdict(),
+            decided_by: decision.decided_by,
+            outcome,
+        },
+        events.as_ref(),
+    );
+    response
+}
+
+/// The handler's decision, unless the turn is (or becomes) cancelled first.
+async fn decide_permission(
+    handler: Arc<dyn PermissionHandler>,
+    request: PermissionRequest,
+    shared: &Shared,
+    cancel: &CancellationToken,
+) -> Decision {
+    let cancelled = Decision {
+        answer: Answer::Cancelled,
+        decided_by: DecidedBy::Cancel,
+    };
+    if shared.cancelling.load(Ordering::SeqCst) || cancel.is_cancelled() {
+        return cancelled;
+    }
+    tokio::select! {
+        () = cancel.cancelled() => cancelled,
+        decision = handler.decide(request) => decision,
+    }
 }
 
 async fn converse(
@@ -292,51 +302,9 @@ async fn converse(
     events: &dyn DriveEvents,
     cancel: &CancellationToken,
 ) -> DriveEnd {
-    // Which handshake step a timeout interrupted, for the message.
-    let initialized = AtomicBool::new(false);
-    let handshake = async {
-        cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-            .block_task()
-            .await
-            .map_err(|err| failed(Stage::Initialize, &err))?;
-        initialized.store(true, Ordering::Relaxed);
-        // Untyped so that a response without a session id is reported as such, not as a parse error.
-        let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
-            .map_err(|err| failed(Stage::NewSession, &err))?;
-        let response = cx
-            .send_request(new_session)
-            .block_task()
-            .await
-            .map_err(|err| failed(Stage::NewSession, &err))?;
-        match response
-            .get("sessionId")
-            .and_then(serde_json::Value::as_str)
-        {
-            Some(id) if !id.is_empty() => Ok(id.to_owned()),
-            _ => Err(DriveEnd::Failed {
-                stage: Stage::NewSession,
-                closed: false,
-                message: format!("agent answered session/new without a sessionId: {response}"),
-            }),
-        }
-    };
-    let session_id = tokio::select! {
-        biased;
-        () = cancel.cancelled() => {
-            return DriveEnd::Cancelled { prompt_sent: false, stop_reason: None };
-        }
-        answer = tokio::time::timeout(config.handshake_timeout, handshake) => match answer {
-            Ok(Ok(id)) => id,
-            Ok(Err(end)) => return end,
-            Err(_) => {
-                let stage = if initialized.load(Ordering::Relaxed) {
-                    Stage::NewSession
-                } else {
-                    Stage::Initialize
-                };
-                return DriveEnd::HandshakeTimeout { stage };
-            }
-        },
+    let session_id = match handshake(cx, config, cancel).await {
+        Ok(id) => id,
+        Err(end) => return end,
     };
     if let Ok(mut slot) = shared.session_id.lock() {
         *slot = Some(session_id.clone());
@@ -374,6 +342,55 @@ async fn converse(
             };
             DriveEnd::Cancelled { prompt_sent: true, stop_reason }
         }
+    }
+}
+
+/// initialize, then session/new, within the handshake deadline: the session id, or how the drive
+/// ended (cancelled first, timed out, or failed).
+async fn handshake(
+    cx: &ConnectionTo<Agent>,
+    config: &DriveConfig,
+    cancel: &CancellationToken,
+) -> Result<String, DriveEnd> {
+    // Which handshake step a timeout interrupted, for the message.
+    let initialized = AtomicBool::new(false);
+    let steps = async {
+        cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::Initialize, &err))?;
+        initialized.store(true, Ordering::Relaxed);
+        // Untyped so that a response without a session id is reported as such, not as a parse error.
+        let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
+            .map_err(|err| failed(Stage::NewSession, &err))?;
+        let response = cx
+            .send_request(new_session)
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::NewSession, &err))?;
+        match response
+            .get("sessionId")
+            .and_then(serde_json::Value::as_str)
+        {
+            Some(id) if !id.is_empty() => Ok(id.to_owned()),
+            _ => Err(DriveEnd::Failed {
+                stage: Stage::NewSession,
+                closed: false,
+                message: format!("agent answered session/new without a sessionId: {response}"),
+            }),
+        }
+    };
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(DriveEnd::Cancelled { prompt_sent: false, stop_reason: None }),
+        answer = tokio::time::timeout(config.handshake_timeout, steps) => answer.unwrap_or_else(|_| {
+            let stage = if initialized.load(Ordering::Relaxed) {
+                Stage::NewSession
+            } else {
+                Stage::Initialize
+            };
+            Err(DriveEnd::HandshakeTimeout { stage })
+        }),
     }
 }
 
@@ -476,7 +493,7 @@ fn kind_name(kind: agent_client_protocol::v1::schema::ToolKind) -> Option<String
 }
 
 /// What the request is about: its own fields, completed from earlier tool call updates.
-fn permission_view(request: &RequestPermissionRequest, shared: &Shared) -> PermissionView {
+fn permission_request(request: &RequestPermissionRequest, shared: &Shared) -> PermissionRequest {
     let fields = &request.tool_call.fields;
     let known = shared
         .tool_calls
@@ -488,7 +505,8 @@ fn permission_view(request: &RequestPermissionRequest, shared: &Shared) -> Permi
                 .cloned()
         })
         .unwrap_or_default();
-    PermissionView {
+    PermissionRequest {
+        tool_call_id: request.tool_call.tool_call_id.to_string(),
         title: fields.title.clone().or(known.title),
         tool_kind: fields.kind.and_then(kind_name).or(known.kind),
         offered: request
@@ -509,35 +527,6 @@ fn permission_view(request: &RequestPermissionRequest, shared: &Shared) -> Permi
                 })
             })
             .collect(),
-    }
-}
-
-/// The verdict for one request and who gave it (`policy`, `user`, `cancel`).
-async fn decide_permission(
-    policy: PermissionPolicy,
-    asker: Option<Arc<dyn Asker>>,
-    view: PermissionView,
-    shared: Arc<Shared>,
-    cancel: CancellationToken,
-) -> (Verdict, &'static str) {
-    if shared.cancelling.load(Ordering::SeqCst) || cancel.is_cancelled() {
-        return (Verdict::Cancelled, "cancel");
-    }
-    let (PermissionPolicy::Ask, Some(asker)) = (policy, asker) else {
-        return (permission::policy_verdict(policy), "policy");
-    };
-    // A plain thread, not spawn_blocking: a question nobody answers must not hold up runtime
-    // shutdown.
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(asker.ask(&view));
-    });
-    tokio::select! {
-        () = cancel.cancelled() => (Verdict::Cancelled, "cancel"),
-        answer = rx => match answer {
-            Ok(true) => (Verdict::Allow, "user"),
-            Ok(false) | Err(_) => (Verdict::Reject, "user"),
-        },
     }
 }
 

@@ -1,18 +1,81 @@
 //! acp-host: run any ACP agent as an out-of-process subagent, and sync subagent definitions.
 //!
 //! The I/O edges of the host. Decisions live in `protocol`; this crate spawns, drives, tears down
-//! and writes files, then reports through the types `protocol` defines.
+//! and writes files, then reports through the types `protocol` defines. It never writes to the
+//! process's own stdout or stderr (logs go through `tracing`), so it can be embedded in an agent
+//! whose stdout carries protocol frames and whose stderr is its log channel.
 //!
-//! - [`process`]: the one owner of a child process (group, parent-death signal, stderr tail, the
-//!   EOF -> TERM -> KILL ladder). Nothing else sends signals.
-//! - [`client`]: the ACP client connection on the official SDK.
-//! - [`run`]: validate -> spawn -> drive -> settle -> teardown, returning a result on every path.
-//! - [`sync_exec`]: prepares (reads definitions and targets, plans) and executes a sync plan;
-//!   [`fs_atomic`] is the one place that writes files; [`installed`] gathers PATH/$HOME facts.
+//! The library surface, in the order a caller meets it:
+//! - [`agents::resolve`]: a registry name or a command line -> the command that runs it, and where
+//!   its program was found ([`agents::HostFacts`] holds PATH and the acp-host folder);
+//! - [`run::prepare`]: validates a `protocol::request::StartRequest` (cwd, `--env` forwards) and
+//!   computes the agent's scrubbed environment, before anything is spawned;
+//! - [`run::run`] with [`run::RunOptions`] (observers of every [`protocol::events::Event`], a
+//!   [`permission::PermissionHandler`]) and a [`run::Cancel`]: spawns, drives, settles and tears
+//!   down, returning a `protocol::result::RunResult` (status, output, `error` and `error_kind`) on
+//!   every path;
+//! - [`sync_exec::prepare`] / [`sync_exec::execute`]: plan and apply a sync of subagent
+//!   definitions.
+//!
+//! Lower level: [`process::AgentProcess`] is the one owner of a child process (group,
+//! parent-death signal, stderr lines and tail, the EOF -> TERM -> KILL ladder); nothing else sends
+//! signals. [`fs_atomic`] is the one place that writes files; [`installed`] gathers PATH/$HOME
+//! facts.
+//!
+//! # Example: run an agent from a library
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use acp_host::agents::{self, HostFacts};
+//! use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+//! use protocol::events::Event;
+//! use protocol::permission::PermissionPolicy;
+//! use protocol::request::{StartRequest, Timeouts};
+//!
+//! /// Logs the agent's stderr lines; a real caller might relay updates to its own client.
+//! struct Log;
+//!
+//! impl Observer for Log {
+//!     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+//!         if let Event::Stderr { line, .. } = event {
+//!             tracing::debug!(%line, "agent stderr");
+//!         }
+//!         Ok(())
+//!     }
+//! }
+//!
+//! async fn delegate(prompt: String) -> Result<String, Box<dyn std::error::Error>> {
+//!     let agent = agents::resolve("acp-child", &HostFacts::from_env())?;
+//!     let request = StartRequest {
+//!         agent: agent.command,
+//!         prompt,
+//!         cwd: run::resolve_cwd(None)?,
+//!         env: Vec::new(),
+//!         permission: PermissionPolicy::Reject,
+//!         timeouts: Timeouts::default(),
+//!     };
+//!     // Validation happens here, before anything is spawned.
+//!     let prepared = run::prepare(request, std::env::vars())?;
+//!     let options = RunOptions {
+//!         observers: vec![Arc::new(Log)],
+//!         ..RunOptions::default()
+//!     };
+//!     // Clone `cancel` to another task: .cancel() is graceful, .kill() skips the graces.
+//!     let cancel = Cancel::new();
+//!     let result = run::run(prepared, &options, &cancel).await;
+//!     match (result.error_kind, result.error) {
+//!         (Some(kind), Some(error)) => Err(format!("{kind}: {error}").into()),
+//!         _ => Ok(result.output),
+//!     }
+//! }
+//! ```
 
-pub mod client;
+pub mod agents;
+pub(crate) mod client;
 pub mod fs_atomic;
 pub mod installed;
+pub mod permission;
 pub mod process;
 pub mod run;
 pub mod sync_exec;

@@ -2,7 +2,9 @@
 //!
 //! [`AgentProcess`] spawns the agent with an explicit environment (nothing inherited implicitly),
 //! in its own process group, with a parent-death signal on Linux, and drains its stderr into a
-//! bounded tail. It tears the whole group down with a bounded, idempotent ladder:
+//! bounded tail and, line by line, to an optional [`StderrSink`] (each line capped at
+//! [`STDERR_LINE_MAX`] bytes). It never writes to the host's own stderr: a host embedded in an
+//! agent uses its stderr as the log channel. It tears the whole group down with a bounded, idempotent ladder:
 //! already exited -> close stdin and wait the EOF grace -> SIGTERM the group and wait the TERM
 //! grace -> SIGKILL the group and reap; then any group member the leader left behind (a wrapper's
 //! grandchild) gets the same TERM -> KILL treatment.
@@ -32,8 +34,17 @@ const KILL_CONFIRM: Duration = Duration::from_secs(2);
 /// no exit notification to await).
 const GROUP_POLL: Duration = Duration::from_millis(10);
 
+/// The longest stderr line passed to a [`StderrSink`]; the rest of a longer line is dropped and the
+/// line ends with [`STDERR_CUT_MARKER`].
+pub const STDERR_LINE_MAX: usize = 4096;
+/// Appended to a stderr line cut at [`STDERR_LINE_MAX`] bytes.
+pub const STDERR_CUT_MARKER: &str = " [line cut at 4096 bytes]";
+
+/// Receives the agent's stderr one line at a time (without the line ending, lossily decoded).
+pub type StderrSink = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// What to spawn, fully resolved.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct SpawnSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
@@ -43,8 +54,20 @@ pub struct SpawnSpec {
     pub env: BTreeMap<String, String>,
     /// How many trailing bytes of stderr to keep for the result.
     pub stderr_tail_bytes: usize,
-    /// Copy the agent's stderr to ours as it arrives (`--verbose`).
-    pub echo_stderr: bool,
+    /// Where each stderr line goes as it arrives, if anywhere.
+    pub stderr_lines: Option<StderrSink>,
+}
+
+impl std::fmt::Debug for SpawnSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpawnSpec")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("cwd", &self.cwd)
+            .field("stderr_tail_bytes", &self.stderr_tail_bytes)
+            .field("stderr_lines", &self.stderr_lines.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// The graces of the teardown ladder.
@@ -118,12 +141,12 @@ pub struct Teardown {
 }
 
 /// The agent's stdin as a line sink: each item is one frame, newline appended by the writer task.
-pub type LineSink = std::pin::Pin<Box<dyn Sink<String, Error = io::Error> + Send>>;
+pub(crate) type LineSink = std::pin::Pin<Box<dyn Sink<String, Error = io::Error> + Send>>;
 
-/// The agent's pipes, handed to the protocol layer.
+/// The agent's pipes, handed to the protocol layer (stdin stays open until teardown closes it).
 pub struct AgentPipes {
-    pub stdin: LineSink,
-    pub stdout: ChildStdout,
+    pub(crate) stdin: LineSink,
+    pub(crate) stdout: ChildStdout,
 }
 
 /// A running (or finished) agent process and its process group.
@@ -194,7 +217,11 @@ impl AgentProcess {
         });
 
         let tail = Arc::new(Mutex::new(StderrTail::new(spec.stderr_tail_bytes)));
-        let stderr_task = tokio::spawn(drain_stderr(stderr, Arc::clone(&tail), spec.echo_stderr));
+        let stderr_task = tokio::spawn(drain_stderr(
+            stderr,
+            Arc::clone(&tail),
+            spec.stderr_lines.clone(),
+        ));
 
         tracing::debug!(pid, program, "agent spawned");
         Ok((
@@ -380,22 +407,81 @@ async fn write_lines(
 async fn drain_stderr(
     mut stderr: tokio::process::ChildStderr,
     tail: Arc<Mutex<StderrTail>>,
-    echo: bool,
+    sink: Option<StderrSink>,
 ) {
     let mut buf = vec![0u8; 8192];
+    let mut lines = StderrLines::default();
     loop {
         match stderr.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if echo {
-                    let mut err = tokio::io::stderr();
-                    let _ = err.write_all(&buf[..n]).await;
-                }
                 if let Ok(mut tail) = tail.lock() {
                     tail.push(&buf[..n]);
                 }
+                if let Some(sink) = &sink {
+                    lines.push(&buf[..n], |line| sink(line));
+                }
             }
         }
+    }
+    if let Some(sink) = &sink {
+        lines.finish(|line| sink(line));
+    }
+}
+
+/// Splits stderr bytes into lines, each at most [`STDERR_LINE_MAX`] bytes: memory stays bounded
+/// whatever the agent writes.
+#[derive(Debug, Default)]
+struct StderrLines {
+    line: Vec<u8>,
+    /// The current line was already emitted cut; its rest is dropped up to the newline.
+    cut: bool,
+}
+
+impl StderrLines {
+    fn push(&mut self, mut data: &[u8], mut emit: impl FnMut(&str)) {
+        while !data.is_empty() {
+            let (chunk, newline) = match data.iter().position(|&b| b == b'\n') {
+                Some(i) => (&data[..i], Some(i + 1)),
+                None => (data, None),
+            };
+            if !self.cut {
+                let room = STDERR_LINE_MAX - self.line.len();
+                if chunk.len() > room {
+                    self.line.extend_from_slice(&chunk[..room]);
+                    let mut text = String::from_utf8_lossy(&self.line).into_owned();
+                    text.push_str(STDERR_CUT_MARKER);
+                    emit(&text);
+                    self.line.clear();
+                    self.cut = true;
+                } else {
+                    self.line.extend_from_slice(chunk);
+                }
+            }
+            match newline {
+                Some(consumed) => {
+                    if !self.cut {
+                        self.emit_line(&mut emit);
+                    }
+                    self.cut = false;
+                    data = &data[consumed..];
+                }
+                None => data = &[],
+            }
+        }
+    }
+
+    /// The last line, when the stream ended without a newline.
+    fn finish(&mut self, mut emit: impl FnMut(&str)) {
+        if !self.cut && !self.line.is_empty() {
+            self.emit_line(&mut emit);
+        }
+    }
+
+    fn emit_line(&mut self, emit: &mut impl FnMut(&str)) {
+        let line = self.line.strip_suffix(b"\r").unwrap_or(&self.line);
+        emit(&String::from_utf8_lossy(line));
+        self.line.clear();
     }
 }
 
@@ -497,6 +583,39 @@ mod tests {
         assert_eq!(tail.to_string_lossy(), "cdefg");
         tail.push(b"0123456789");
         assert_eq!(tail.to_string_lossy(), "56789");
+    }
+
+    fn split(chunks: &[&[u8]]) -> Vec<String> {
+        let mut lines = StderrLines::default();
+        let mut out = Vec::new();
+        for chunk in chunks {
+            lines.push(chunk, |line| out.push(line.to_owned()));
+        }
+        lines.finish(|line| out.push(line.to_owned()));
+        out
+    }
+
+    #[test]
+    fn stderr_lines_are_split_across_chunks() {
+        assert_eq!(
+            split(&[b"one\ntw", b"o\r\n\nthree"]),
+            ["one", "two", "", "three"]
+        );
+        assert!(split(&[b""]).is_empty());
+    }
+
+    #[test]
+    fn a_long_stderr_line_is_cut_with_a_marker() {
+        let long = vec![b'x'; STDERR_LINE_MAX * 2 + 10];
+        let lines = split(&[&long[..5000], &long[5000..], b"\nnext\n"]);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(
+            lines[0],
+            format!("{}{STDERR_CUT_MARKER}", "x".repeat(STDERR_LINE_MAX))
+        );
+        assert_eq!(lines[1], "next");
+        let exact = vec![b'y'; STDERR_LINE_MAX];
+        assert_eq!(split(&[&exact, b"\n"]), [String::from_utf8(exact).unwrap()]);
     }
 
     #[cfg(target_os = "linux")]

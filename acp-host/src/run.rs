@@ -21,11 +21,12 @@ use protocol::env_scrub::{self, EnvForwardError, Scrubbed};
 use protocol::events::{EndEvent, Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use protocol::request::StartRequest;
-use protocol::result::{AgentExit, RunResult, Status};
+use protocol::result::{AgentExit, ErrorKind, RunResult, Status};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{self, Asker, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
-use crate::process::{AgentProcess, Graces, SpawnError, SpawnSpec};
+use crate::client::{self, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
+use crate::permission::PermissionHandler;
+use crate::process::{AgentProcess, Graces, SpawnError, SpawnSpec, StderrSink, Teardown};
 
 /// Default limit of one frame on the agent's stdout.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
@@ -38,7 +39,8 @@ const EXIT_DRAIN: Duration = Duration::from_millis(500);
 pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Sees every event of a run (lifecycle `subagent/start` / `subagent/end`, updates, permission
-/// decisions). Observe-only.
+/// decisions, the agent's stderr lines). Observe-only; called from the run's tasks, so it should
+/// return quickly.
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
 }
@@ -78,10 +80,9 @@ impl Cancel {
 #[derive(Clone, Default)]
 pub struct RunOptions {
     pub observers: Vec<Arc<dyn Observer>>,
-    /// Answers `--permission ask`; without one, `ask` behaves as `reject`.
-    pub asker: Option<Arc<dyn Asker>>,
-    /// Copy the agent's stderr to ours as it arrives.
-    pub echo_stderr: bool,
+    /// Decides the agent's permission requests; `None` applies the request's policy (where `ask`,
+    /// with nobody to ask, rejects).
+    pub permissions: Option<Arc<dyn PermissionHandler>>,
     /// `None` uses [`DEFAULT_MAX_FRAME_BYTES`].
     pub max_frame_bytes: Option<usize>,
     /// `None` uses [`DEFAULT_STDERR_TAIL_BYTES`].
@@ -182,23 +183,16 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         stderr_tail_bytes: options
             .stderr_tail_bytes
             .unwrap_or(DEFAULT_STDERR_TAIL_BYTES),
-        echo_stderr: options.echo_stderr,
+        stderr_lines: (!options.observers.is_empty()).then(|| {
+            let notifier = Arc::clone(&notifier);
+            Arc::new(move |line: &str| notifier.stderr(line)) as StderrSink
+        }),
     };
     let (mut process, pipes) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,
         Err(err) => {
-            let mut message = protocol::report::describe(&err);
-            if let SpawnError::NotFound { .. } = err {
-                let install = request
-                    .agent
-                    .install_hint
-                    .as_ref()
-                    .map_or_else(String::new, |hint| format!(" (`{hint}`)"));
-                message = format!(
-                    "{message}; install it{install}, put it on PATH, or pass --agent with a full path"
-                );
-            }
-            result.error = Some(message);
+            result.error = Some(spawn_failure_message(&err, &request));
+            result.error_kind = Some(ErrorKind::Spawn);
             return finish(result, started, &notifier, None);
         }
     };
@@ -234,6 +228,40 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         }
     };
     let teardown = process.shutdown(graces).await;
+    record_teardown(&mut result, &teardown, &process, &shared);
+
+    settle(&mut result, end, timed_out, &timeouts);
+    if shared.garbage_lines() > 0 {
+        tracing::info!(
+            lines = shared.garbage_lines(),
+            "skipped non-JSON lines on the agent's stdout"
+        );
+    }
+    let output = Some(result.output.clone());
+    finish(result, started, &notifier, output)
+}
+
+/// The error of a failed spawn; a missing program comes with how to install it, when known.
+fn spawn_failure_message(err: &SpawnError, request: &StartRequest) -> String {
+    let message = protocol::report::describe(err);
+    let SpawnError::NotFound { .. } = err else {
+        return message;
+    };
+    let install = request
+        .agent
+        .install_hint
+        .as_ref()
+        .map_or_else(String::new, |hint| format!(" (`{hint}`)"));
+    format!("{message}; install it{install}, put it on PATH, or pass --agent with a full path")
+}
+
+/// Copies what teardown observed and what the drive collected into the result.
+fn record_teardown(
+    result: &mut RunResult,
+    teardown: &Teardown,
+    process: &AgentProcess,
+    shared: &Shared,
+) {
     result.agent_exit = AgentExit {
         code: teardown.code,
         signal: teardown.signal,
@@ -246,16 +274,6 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     result.output = shared.output();
     result.permissions = shared.permissions();
     result.session_id = shared.session_id();
-
-    settle(&mut result, end, timed_out, &timeouts);
-    if shared.garbage_lines() > 0 {
-        tracing::info!(
-            lines = shared.garbage_lines(),
-            "skipped non-JSON lines on the agent's stdout"
-        );
-    }
-    let output = Some(result.output.clone());
-    finish(result, started, &notifier, output)
 }
 
 /// How supervision of the drive ended.
@@ -281,7 +299,10 @@ async fn supervise(
     let config = DriveConfig {
         cwd: request.cwd.clone(),
         prompt: request.prompt.clone(),
-        policy: request.permission,
+        permissions: options
+            .permissions
+            .clone()
+            .unwrap_or_else(|| Arc::new(request.permission)),
         handshake_timeout: timeouts.handshake,
         cancel_grace: timeouts.cancel_grace,
         max_frame_bytes: options.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
@@ -293,7 +314,6 @@ async fn supervise(
         config,
         Arc::clone(shared),
         events,
-        options.asker.clone(),
         drive_cancel.clone(),
     );
     tokio::pin!(drive);
@@ -341,6 +361,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
         stop_reason: None,
         output: String::new(),
         error: None,
+        error_kind: None,
         scrubbed_env,
         agent_exit: AgentExit {
             ended_by: "not-spawned".into(),
@@ -353,7 +374,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
     }
 }
 
-/// Maps how the drive ended onto status, stop reason and error message.
+/// Maps how the drive ended onto status, stop reason, error message and error kind.
 fn settle(
     result: &mut RunResult,
     end: Option<DriveEnd>,
@@ -367,46 +388,58 @@ fn settle(
         Some(_) if timed_out => (
             Status::Timeout,
             None,
-            Some(format!(
-                "timed out after {}",
-                human_duration(timeouts.overall.unwrap_or_default())
+            Some((
+                ErrorKind::Timeout,
+                format!(
+                    "timed out after {}",
+                    human_duration(timeouts.overall.unwrap_or_default())
+                ),
             )),
         ),
         Some(DriveEnd::Stopped { stop_reason }) => {
             let status = Status::from_stop_reason(&stop_reason);
-            let error = (status == Status::Error)
-                .then(|| format!("agent returned an unknown stop reason: {stop_reason:?}"));
+            let error = (status == Status::Error).then(|| {
+                (
+                    ErrorKind::Protocol,
+                    format!("agent returned an unknown stop reason: {stop_reason:?}"),
+                )
+            });
             (status, Some(stop_reason), error)
         }
         Some(DriveEnd::Cancelled { stop_reason, .. }) => (Status::Aborted, stop_reason, None),
         Some(DriveEnd::HandshakeTimeout { stage }) => (
             Status::Error,
             None,
-            Some(format!(
-                "agent did not answer {} within {} (is it an ACP agent? try --verbose)",
-                match stage {
-                    Stage::Initialize => "initialize",
-                    Stage::NewSession => "session/new",
-                    Stage::Prompt => "session/prompt",
-                },
-                human_duration(timeouts.handshake)
+            Some((
+                ErrorKind::Handshake,
+                format!(
+                    "agent did not answer {} within {} (is it an ACP agent? try --verbose)",
+                    stage.method(),
+                    human_duration(timeouts.handshake)
+                ),
             )),
         ),
         Some(DriveEnd::Failed {
-            closed, message, ..
-        }) => (
-            Status::Error,
-            None,
-            Some(if closed {
-                format!("{message}; it {exit}")
+            stage,
+            closed,
+            message,
+        }) => {
+            let error = if closed {
+                (ErrorKind::Crash, format!("{message}; it {exit}"))
+            } else if stage == Stage::Prompt {
+                (ErrorKind::Protocol, message)
             } else {
-                message
-            }),
-        ),
+                (ErrorKind::Handshake, message)
+            };
+            (Status::Error, None, Some(error))
+        }
+        Some(DriveEnd::ConnectionFailed { message }) => {
+            (Status::Error, None, Some((ErrorKind::Protocol, message)))
+        }
     };
     result.status = status;
     result.stop_reason = stop_reason;
-    result.error = error;
+    (result.error_kind, result.error) = error.unzip();
 }
 
 fn describe_exit(exit: &AgentExit) -> String {
@@ -460,6 +493,13 @@ impl Notifier {
                 Err(_) => tracing::warn!(run_id = %self.run_id, "observer panicked"),
             }
         }
+    }
+
+    fn stderr(&self, line: &str) {
+        self.notify(&Event::Stderr {
+            run_id: self.run_id.clone(),
+            line: line.to_owned(),
+        });
     }
 }
 

@@ -30,6 +30,8 @@ pub const ACP_CHILD_API_KEY: &str = "ACP_CHILD_API_KEY";
 pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
 /// OpenAI's API key.
 pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+/// Tests: `1` rewrites the checked-in JSON Schemas (`schemas/`) instead of failing on drift.
+pub const ACP_UPDATE_SCHEMAS: &str = "ACP_UPDATE_SCHEMAS";
 
 /// The user's state directory: `xdg_state_home` when it is set, non-empty and absolute, else
 /// `home/.local/state`; `None` when neither is usable (no home either).

@@ -10,7 +10,7 @@ use crate::permission::PermissionDecision;
 use crate::result::{RunResult, Status};
 
 /// `subagent/start`: the child is ready (session/new answered).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StartEvent {
     pub run_id: String,
@@ -23,7 +23,7 @@ pub struct StartEvent {
 }
 
 /// `subagent/end`: the result settled.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EndEvent {
     pub run_id: String,
@@ -35,7 +35,7 @@ pub struct EndEvent {
 /// One event of a run, as observers see it and as `--json` streams it (one per line).
 ///
 /// `Start` is the ACP subagent lifecycle's `subagent/start`, `End` its `subagent/end`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Event {
     /// The child is ready (session/new answered).
@@ -53,6 +53,15 @@ pub enum Event {
         #[serde(flatten)]
         decision: PermissionDecision,
     },
+    /// One line the agent wrote to its stderr (without the line ending; a line longer than 4 KiB
+    /// is cut and marked). Delivered to library observers; `acp-host run` prints it on stderr
+    /// under `--verbose` and does not stream it under `--json` (the result's `stderrTail` keeps
+    /// the last lines).
+    Stderr {
+        #[serde(rename = "runId")]
+        run_id: String,
+        line: String,
+    },
     /// The result settled.
     End(EndEvent),
 }
@@ -64,13 +73,13 @@ impl Event {
         match self {
             Event::Start(_) => Some("subagent/start"),
             Event::End(_) => Some("subagent/end"),
-            Event::Update { .. } | Event::Permission { .. } => None,
+            Event::Update { .. } | Event::Permission { .. } | Event::Stderr { .. } => None,
         }
     }
 }
 
 /// The last line of `--json`: `{"type":"result", ...RunResult}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum ResultRecord {
     Result(RunResult),
@@ -89,6 +98,7 @@ mod tests {
             stop_reason: Some("end_turn".into()),
             output: "hi".into(),
             error: None,
+            error_kind: None,
             scrubbed_env: vec!["OPENAI_API_KEY".into()],
             agent_exit: AgentExit::default(),
             stderr_tail: String::new(),
@@ -97,19 +107,10 @@ mod tests {
             session_id: None,
         });
         let value = serde_json::to_value(&record).unwrap();
-        for key in [
-            "type",
-            "status",
-            "stopReason",
-            "output",
-            "error",
-            "scrubbedEnv",
-            "agentExit",
-            "stderrTail",
-            "durationMs",
-            "permissions",
-        ] {
-            assert!(value.get(key).is_some(), "missing {key}: {value}");
+        let schema = crate::schema::output("run-result.json").unwrap();
+        crate::schema::check_keys(&schema, &value).unwrap();
+        for key in ["errorKind", "stderrTail", "scrubbedEnv"] {
+            assert!(value.get(key).is_some(), "camelCase {key}: {value}");
         }
         assert_eq!(value["type"], "result");
         assert_eq!(value["status"], "completed");

@@ -13,4 +13,5 @@ pub mod registry;
 pub mod report;
 pub mod request;
 pub mod result;
+pub mod schema;
 pub mod sync;

@@ -1,5 +1,9 @@
 //! The permission policy: how the host answers `session/request_permission`.
 //!
+//! A request is decided in two steps: a handler (the policy, the user at a terminal, or a library
+//! caller relaying to its own editor) gives an [`Answer`]; [`choose_answer`] picks the offered
+//! option for it.
+//!
 //! Invariants: an option is chosen by its KIND, never its position (agents may list `allow_always`
 //! first, and `allow_always` can persist rules inside the agent); the `cancelled` outcome is used only
 //! when no option of a wanted kind exists, and for every request once the host has cancelled the turn
@@ -21,7 +25,7 @@ pub enum PermissionPolicy {
 }
 
 /// The kind of a permission option, mirroring ACP's `PermissionOptionKind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OptionKind {
     AllowOnce,
@@ -31,7 +35,7 @@ pub enum OptionKind {
 }
 
 /// One option as offered by the agent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OfferedOption {
     pub option_id: String,
@@ -39,7 +43,7 @@ pub struct OfferedOption {
 }
 
 /// What the host wants to answer, once the policy (or the user) has decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Verdict {
     Allow,
@@ -61,7 +65,7 @@ impl Verdict {
 }
 
 /// The answer sent back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(
     rename_all = "camelCase",
     rename_all_fields = "camelCase",
@@ -70,6 +74,62 @@ impl Verdict {
 pub enum Outcome {
     Selected { option_id: String, kind: OptionKind },
     Cancelled,
+}
+
+/// A handler's answer to one request: a verdict, or the exact kind of option it wants (a relayed
+/// editor's `allow_always`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Answer {
+    /// Allow: `allow_once`, else `allow_always`.
+    Allow,
+    /// Reject: `reject_once`, else `reject_always`.
+    Reject,
+    /// The turn is cancelled: the `cancelled` outcome.
+    Cancelled,
+    /// This kind of option when the agent offers it, else the verdict of its kind.
+    Kind(OptionKind),
+}
+
+impl Answer {
+    /// The verdict the answer amounts to.
+    #[must_use]
+    pub fn verdict(self) -> Verdict {
+        match self {
+            Answer::Allow | Answer::Kind(OptionKind::AllowOnce | OptionKind::AllowAlways) => {
+                Verdict::Allow
+            }
+            Answer::Reject | Answer::Kind(OptionKind::RejectOnce | OptionKind::RejectAlways) => {
+                Verdict::Reject
+            }
+            Answer::Cancelled => Verdict::Cancelled,
+        }
+    }
+}
+
+impl From<Verdict> for Answer {
+    fn from(verdict: Verdict) -> Self {
+        match verdict {
+            Verdict::Allow => Answer::Allow,
+            Verdict::Reject => Answer::Reject,
+            Verdict::Cancelled => Answer::Cancelled,
+        }
+    }
+}
+
+/// Picks the option for an answer by kind: the exact kind asked for when offered, else as
+/// [`choose`] does for its verdict.
+#[must_use]
+pub fn choose_answer(answer: Answer, options: &[OfferedOption]) -> Outcome {
+    if let Answer::Kind(kind) = answer
+        && let Some(option) = options.iter().find(|o| o.kind == kind)
+    {
+        return Outcome::Selected {
+            option_id: option.option_id.clone(),
+            kind,
+        };
+    }
+    choose(answer.verdict(), options)
 }
 
 /// Picks the option for `verdict` by kind: once before always; `Cancelled` when none fits.
@@ -98,8 +158,45 @@ pub fn policy_verdict(policy: PermissionPolicy) -> Verdict {
     }
 }
 
+/// What one permission request is about, as a handler sees it: the agent's own fields, completed
+/// from earlier tool call updates (a request may carry only the tool call id).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionRequest {
+    pub tool_call_id: String,
+    pub title: Option<String>,
+    /// The tool kind (`edit`, `execute`, ...).
+    pub tool_kind: Option<String>,
+    /// The options offered, in the agent's order, with their ids and kinds (options of a kind
+    /// newer than this host are left out: they are never chosen).
+    pub offered: Vec<OfferedOption>,
+}
+
+/// Who decided a permission request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DecidedBy {
+    /// The `--permission` policy (`reject`, `allow`, or `ask` without a terminal).
+    Policy,
+    /// A person: at the terminal, or behind a library caller's handler (an editor).
+    User,
+    /// The host had cancelled the turn.
+    Cancel,
+}
+
+impl DecidedBy {
+    /// The kebab-case name, as serialized and printed.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecidedBy::Policy => "policy",
+            DecidedBy::User => "user",
+            DecidedBy::Cancel => "cancel",
+        }
+    }
+}
+
 /// One answered request, recorded in the run result and streamed under `--json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionDecision {
     pub tool_call_id: String,
@@ -109,8 +206,7 @@ pub struct PermissionDecision {
     pub tool_kind: Option<String>,
     pub offered: Vec<OfferedOption>,
     pub verdict: Verdict,
-    /// Who decided: `policy`, `user`, or `cancel`.
-    pub decided_by: String,
+    pub decided_by: DecidedBy,
     pub outcome: Outcome,
 }
 
@@ -180,6 +276,41 @@ mod tests {
         assert_eq!(
             choose(Verdict::Cancelled, &[opt("yes", OptionKind::AllowOnce)]),
             Outcome::Cancelled
+        );
+    }
+
+    #[test]
+    fn an_answer_by_kind_picks_that_kind_else_its_verdict() {
+        let options = [
+            opt("once", OptionKind::AllowOnce),
+            opt("always", OptionKind::AllowAlways),
+            opt("no", OptionKind::RejectOnce),
+        ];
+        assert_eq!(
+            choose_answer(Answer::Kind(OptionKind::AllowAlways), &options),
+            Outcome::Selected {
+                option_id: "always".into(),
+                kind: OptionKind::AllowAlways
+            }
+        );
+        assert_eq!(
+            choose_answer(Answer::Kind(OptionKind::RejectAlways), &options),
+            Outcome::Selected {
+                option_id: "no".into(),
+                kind: OptionKind::RejectOnce
+            }
+        );
+        assert_eq!(
+            choose_answer(Answer::Allow, &options),
+            choose(Verdict::Allow, &options)
+        );
+        assert_eq!(
+            choose_answer(Answer::Cancelled, &options),
+            Outcome::Cancelled
+        );
+        assert_eq!(
+            Answer::Kind(OptionKind::RejectAlways).verdict(),
+            Verdict::Reject
         );
     }
 

@@ -1,11 +1,15 @@
 //! The agent registry: every agent this project knows, how to launch it over ACP (when it can be),
 //! where `sync` writes its subagent definitions, and how to tell whether it is installed.
 //!
-//! Invariants: `run` and `sync` resolve agents only here (INV-SUB-05); availability is decided by a
-//! pure function over facts the caller gathered (binaries on PATH, folders under $HOME), so it is
-//! unit-tested without touching the machine. Everything `sync` knows about an agent (its format, its
+//! Invariants: `run`, `agents` and `sync` resolve agents only here; what `--agent` names
+//! ([`launch`]), where its program is found ([`locate`], with the one sibling rule
+//! [`looked_up_beside_host`]) and whether an agent is installed ([`availability`]) are pure
+//! functions over facts the caller gathered (binaries on PATH or beside acp-host, folders under
+//! $HOME), so they are unit-tested without touching the machine. Everything `sync` knows about an agent (its format, its
 //! paths, the options its definitions may carry and their types, the switch that disables its
 //! subagents) is data in [`AGENTS`]; the sync planner and the definition validator read it here.
+
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
@@ -14,7 +18,7 @@ use OptionKind::{Bool, List, OneOf, PositiveInt, StringOrList, StringOrTable};
 const STRING: OptionKind = OptionKind::String;
 
 /// The on-disk format `sync` renders for an agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum TargetFormat {
     /// One Markdown file per subagent, YAML frontmatter (claude-code, opencode, copilot, agy, grok, pi).
@@ -26,7 +30,7 @@ pub enum TargetFormat {
 }
 
 /// How the YAML frontmatter of a Markdown target orders its keys.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Frontmatter {
     /// `name`, `description`, then the options sorted by key (claude-code, agy, grok, pi).
@@ -38,7 +42,7 @@ pub enum Frontmatter {
 }
 
 /// The type an agent option must have in a canonical definition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", tag = "type", content = "values")]
 pub enum OptionKind {
     /// A non-empty string.
@@ -74,7 +78,7 @@ impl OptionKind {
 }
 
 /// One option a definition may set for an agent (`codex: {model: "o3"}`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OptionSpec {
     pub name: &'static str,
@@ -87,7 +91,7 @@ const fn opt(name: &'static str, kind: OptionKind) -> OptionSpec {
 
 /// A boolean in a TOML config file under $HOME that, when `false`, disables the agent's subagents
 /// (codex: `[agents] enabled = false` in `.codex/config.toml`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConfigSwitch {
     /// Relative to $HOME.
@@ -126,7 +130,7 @@ impl ConfigSwitch {
 }
 
 /// Where definitions go for one scope. `{name}` is replaced with the subagent name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncTarget {
     pub format: TargetFormat,
@@ -160,7 +164,9 @@ impl SyncTarget {
 }
 
 /// Where `sync` writes: under $HOME (`user`) or under the project root (`project`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Scope {
     User,
@@ -399,11 +405,14 @@ pub fn names() -> Vec<&'static str> {
 }
 
 /// Why an agent counts as installed, or that it does not.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", tag = "state", content = "evidence")]
 pub enum AgentAvailability {
     /// A binary was found on PATH (the binary's name).
     OnPath(String),
+    /// A binary was found beside the acp-host binary (the binary's name; see
+    /// [`looked_up_beside_host`]).
+    BesideHost(String),
     /// A marker folder exists under $HOME (the folder, relative to $HOME).
     MarkerDir(String),
     NotInstalled,
@@ -416,20 +425,206 @@ impl AgentAvailability {
     }
 }
 
-/// Decides availability from facts gathered by the caller: `on_path(binary)` and
+/// `acp-host agents --json`: every known agent as this host sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentListing {
+    pub agents: Vec<AgentRow>,
+}
+
+/// One agent of the listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRow {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub summary: &'static str,
+    /// Whether `sync` counts the agent as installed (see `availability`).
+    pub installed: bool,
+    pub availability: AgentAvailability,
+    /// Where `sync` writes, when the agent takes subagent definitions.
+    pub sync: Option<SyncTarget>,
+    /// The ACP launch command line, when the agent speaks ACP.
+    pub acp_command: Option<&'static [&'static str]>,
+    /// Whether `run --agent NAME` finds the ACP command's program; `None` without one.
+    pub acp_command_found: Option<bool>,
+    /// How to install the ACP command.
+    pub install: Option<&'static str>,
+}
+
+impl AgentRow {
+    /// The row of `spec`, from its availability and whether its ACP program was found.
+    #[must_use]
+    pub fn new(spec: &'static AgentSpec, availability: AgentAvailability, found: bool) -> Self {
+        AgentRow {
+            name: spec.name,
+            aliases: spec.aliases,
+            summary: spec.summary,
+            installed: availability.is_installed(),
+            availability,
+            sync: spec.sync,
+            acp_command: spec.acp_command,
+            acp_command_found: spec.acp_command.is_some().then_some(found),
+            install: spec.install,
+        }
+    }
+}
+
+/// Decides availability from facts gathered by the caller: `locate(binary)` (see [`locate`]) and
 /// `home_dir_exists(relative folder)`.
 pub fn availability(
     spec: &AgentSpec,
-    on_path: impl Fn(&str) -> bool,
+    locate: impl Fn(&str) -> Location,
     home_dir_exists: impl Fn(&str) -> bool,
 ) -> AgentAvailability {
-    if let Some(bin) = spec.binaries.iter().find(|b| on_path(b)) {
-        return AgentAvailability::OnPath((*bin).to_owned());
+    for binary in spec.binaries {
+        match locate(binary) {
+            Location::OnPath(_) | Location::Given(_) => {
+                return AgentAvailability::OnPath((*binary).to_owned());
+            }
+            Location::BesideHost(_) => return AgentAvailability::BesideHost((*binary).to_owned()),
+            Location::NotFound => {}
+        }
     }
     if let Some(dir) = spec.marker_dirs.iter().find(|d| home_dir_exists(d)) {
         return AgentAvailability::MarkerDir((*dir).to_owned());
     }
     AgentAvailability::NotInstalled
+}
+
+/// The agents that speak ACP (have a launch command), in display order.
+pub fn acp_agents() -> impl Iterator<Item = &'static AgentSpec> {
+    AGENTS.iter().filter(|a| a.acp_command.is_some())
+}
+
+/// The install command of the registry agent whose ACP program is `program`, if there is one.
+#[must_use]
+pub fn install_hint_for(program: &str) -> Option<&'static str> {
+    acp_agents()
+        .find(|a| a.acp_command.and_then(<[_]>::first) == Some(&program))
+        .and_then(|a| a.install)
+}
+
+/// The one sibling rule: whether `program` is looked up beside the acp-host binary before PATH.
+/// Only this project's own agent is: acp-host and acp-child are built and released together, so
+/// the pair's own copy wins over whatever PATH holds. Every other program is found on PATH (as the
+/// system would run it), so a stray file beside acp-host never changes what runs.
+#[must_use]
+pub fn looked_up_beside_host(program: &str) -> bool {
+    program == ACP_CHILD
+}
+
+/// What `--agent` names, split into the program and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launch {
+    pub program: String,
+    pub args: Vec<String>,
+    /// The registry agent named (by name or alias), when one was.
+    pub spec: Option<&'static AgentSpec>,
+    /// How to install the program, when it is a registry agent's ACP program (named directly or
+    /// through a command line).
+    pub install_hint: Option<&'static str>,
+}
+
+/// Why `--agent` names nothing that can be launched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaunchError {
+    #[error("agent {agent} does not speak ACP; agents that do: {acp_agents}")]
+    NotAcp {
+        agent: String,
+        /// The registry agents that do, comma-separated.
+        acp_agents: String,
+    },
+    #[error("cannot parse --agent {agent:?}: {message}")]
+    Unparsable { agent: String, message: String },
+    #[error("--agent is empty (pass a registry name or a command line)")]
+    Empty,
+}
+
+/// A registry name (or alias) launches its ACP command; anything else is a command line, split
+/// shell-style.
+pub fn launch(agent: &str) -> Result<Launch, LaunchError> {
+    let spec = find(agent);
+    let words: Vec<String> = match spec {
+        Some(spec) => match spec.acp_command {
+            Some(command) => command.iter().map(|w| (*w).to_owned()).collect(),
+            None => {
+                return Err(LaunchError::NotAcp {
+                    agent: agent.to_owned(),
+                    acp_agents: acp_agents().map(|a| a.name).collect::<Vec<_>>().join(", "),
+                });
+            }
+        },
+        None => shell_words::split(agent).map_err(|err| LaunchError::Unparsable {
+            agent: agent.to_owned(),
+            message: err.to_string(),
+        })?,
+    };
+    let mut words = words.into_iter();
+    let program = words.next().ok_or(LaunchError::Empty)?;
+    Ok(Launch {
+        install_hint: install_hint_for(&program),
+        program,
+        args: words.collect(),
+        spec,
+    })
+}
+
+/// Where the program of an agent command was found on this host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "where", content = "path")]
+pub enum Location {
+    /// Beside the acp-host binary (only for [`looked_up_beside_host`] programs).
+    BesideHost(PathBuf),
+    /// In a folder of PATH.
+    OnPath(PathBuf),
+    /// The command names a path (it contains a `/`) and an executable file is there.
+    Given(PathBuf),
+    /// Nowhere: spawning it will fail with "not found" (plus the install hint, when known).
+    NotFound,
+}
+
+impl Location {
+    #[must_use]
+    pub fn is_found(&self) -> bool {
+        !matches!(self, Location::NotFound)
+    }
+
+    /// How `agents` and messages say where it is.
+    #[must_use]
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Location::BesideHost(_) => "beside acp-host",
+            Location::OnPath(_) => "on PATH",
+            Location::Given(_) => "at the given path",
+            Location::NotFound => "not found",
+        }
+    }
+}
+
+/// Decides where `program` is found from facts the caller gathered: `beside_host(name)` (an
+/// executable of that name beside acp-host), `on_path(name)` (the first executable of that name in
+/// PATH) and `executable(path)`.
+pub fn locate(
+    program: &str,
+    beside_host: impl Fn(&str) -> Option<PathBuf>,
+    on_path: impl Fn(&str) -> Option<PathBuf>,
+    executable: impl Fn(&Path) -> bool,
+) -> Location {
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return if executable(&path) {
+            Location::Given(path)
+        } else {
+            Location::NotFound
+        };
+    }
+    if looked_up_beside_host(program)
+        && let Some(path) = beside_host(program)
+    {
+        return Location::BesideHost(path);
+    }
+    on_path(program).map_or(Location::NotFound, Location::OnPath)
 }
 
 #[cfg(test)]
@@ -458,18 +653,99 @@ mod tests {
         assert!(find("nope").is_none());
     }
 
+    /// Facts: `beside` holds the programs beside acp-host, `path` those on PATH.
+    fn located(program: &str, beside: &[&str], path: &[&str]) -> Location {
+        locate(
+            program,
+            |p| beside.contains(&p).then(|| PathBuf::from("/host").join(p)),
+            |p| path.contains(&p).then(|| PathBuf::from("/bin").join(p)),
+            |p| p == Path::new("/opt/agent"),
+        )
+    }
+
     #[test]
     fn availability_prefers_path_then_marker() {
         let codex = find("codex").unwrap();
+        let on_path = |b: &str| located(b, &[], &["codex"]);
         assert_eq!(
-            availability(codex, |b| b == "codex", |_| true),
+            availability(codex, on_path, |_| true),
             AgentAvailability::OnPath("codex".into())
         );
+        let nowhere = |b: &str| located(b, &[], &[]);
         assert_eq!(
-            availability(codex, |_| false, |d| d == ".codex"),
+            availability(codex, nowhere, |d| d == ".codex"),
             AgentAvailability::MarkerDir(".codex".into())
         );
-        assert!(!availability(codex, |_| false, |_| false).is_installed());
+        assert!(!availability(codex, nowhere, |_| false).is_installed());
+    }
+
+    #[test]
+    fn only_acp_child_is_looked_up_beside_acp_host() {
+        assert_eq!(
+            located("acp-child", &["acp-child"], &["acp-child"]),
+            Location::BesideHost("/host/acp-child".into())
+        );
+        assert_eq!(
+            located("acp-child", &[], &["acp-child"]),
+            Location::OnPath("/bin/acp-child".into())
+        );
+        // A codex-acp beside acp-host is not what `run --agent codex` starts.
+        assert_eq!(
+            located("codex-acp", &["codex-acp"], &[]),
+            Location::NotFound
+        );
+        let codex = find("codex").unwrap();
+        let facts = |b: &str| located(b, &["codex", "codex-acp"], &[]);
+        assert!(!availability(codex, facts, |_| false).is_installed());
+        let child = find(ACP_CHILD).unwrap();
+        let facts = |b: &str| located(b, &["acp-child"], &[]);
+        assert_eq!(
+            availability(child, facts, |_| false),
+            AgentAvailability::BesideHost("acp-child".into())
+        );
+    }
+
+    #[test]
+    fn a_path_is_found_only_where_it_points() {
+        assert_eq!(
+            located("/opt/agent", &[], &["agent"]),
+            Location::Given("/opt/agent".into())
+        );
+        assert_eq!(located("./agent", &[], &["agent"]), Location::NotFound);
+    }
+
+    #[test]
+    fn launch_words_and_hints() {
+        let claude = launch("claude").unwrap();
+        assert_eq!(claude.program, "claude-code-acp");
+        assert_eq!(claude.spec.unwrap().name, "claude-code");
+        assert_eq!(
+            claude.install_hint,
+            Some("npm install -g @zed-industries/claude-code-acp")
+        );
+        let gemini = launch("gemini").unwrap();
+        assert_eq!(
+            (gemini.program.as_str(), gemini.args),
+            ("gemini", vec!["--acp".to_owned()])
+        );
+        // A registry program named in a command line keeps its hint.
+        let line = launch("codex-acp --verbose 'a b'").unwrap();
+        assert_eq!(line.args, ["--verbose", "a b"]);
+        assert!(line.spec.is_none());
+        assert_eq!(
+            line.install_hint,
+            Some("npm install -g @zed-industries/codex-acp")
+        );
+        assert_eq!(launch("  ").unwrap_err(), LaunchError::Empty);
+        assert!(matches!(
+            launch("'open"),
+            Err(LaunchError::Unparsable { .. })
+        ));
+        assert_eq!(
+            launch("copilot").unwrap_err().to_string(),
+            "agent copilot does not speak ACP; agents that do: acp-child, claude-code, codex, \
+             gemini, opencode"
+        );
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The start request: everything one run needs, already validated by the caller's edge.
 //!
 //! Invariants: `cwd` is absolute (the edge resolves and checks it once, before spawning); the agent
-//! command is already resolved from a registry name or a command line; durations are explicit so a
-//! library caller and the CLI share the same defaults ([`Timeouts::default`]).
+//! command is already resolved from a registry name or a command line; durations are explicit, and
+//! [`Timeouts::default`] is the one home of their defaults (the CLI's flag defaults and `--help`
+//! are derived from it).
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::permission::PermissionDecision;
 
 /// How a run ended. Serialized in kebab-case (`max-tokens`), which is also how it is printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Status {
     /// The agent ended its turn normally (`end_turn`).
@@ -137,8 +137,59 @@ impl std::fmt::Display for Status {
     }
 }
 
+/// What kind of failure a run's `error` describes, for machines (the `error` text is for people).
+/// Serialized in kebab-case as the result's `errorKind`; set exactly when `error` is.
+///
+/// Usage errors (bad flags, cwd, `--env`, an agent that does not speak ACP) have no kind here:
+/// they are refused before a run exists, so no result is produced (the CLI exits 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// The agent could not be started: not found, not executable, or the spawn failed.
+    Spawn,
+    /// initialize or session/new failed: no answer within the handshake timeout, an error answer
+    /// (authentication required included), or no session id.
+    Handshake,
+    /// The agent broke the protocol after the handshake: an error or malformed answer to
+    /// session/prompt, an unknown stop reason, an oversized frame, a failed connection.
+    Protocol,
+    /// The agent exited (or closed its output) before answering, at any stage.
+    Crash,
+    /// `--timeout` (the overall deadline) elapsed.
+    Timeout,
+}
+
+impl ErrorKind {
+    /// Every kind, in documentation order.
+    pub const ALL: [ErrorKind; 5] = [
+        ErrorKind::Spawn,
+        ErrorKind::Handshake,
+        ErrorKind::Protocol,
+        ErrorKind::Crash,
+        ErrorKind::Timeout,
+    ];
+
+    /// The kebab-case name, as serialized.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Spawn => "spawn",
+            ErrorKind::Handshake => "handshake",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Crash => "crash",
+            ErrorKind::Timeout => "timeout",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How the agent process ended, as observed by the host after teardown.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AgentExit {
     /// Exit code, when it exited on its own.
@@ -150,7 +201,7 @@ pub struct AgentExit {
 }
 
 /// The result of one run. Serialized as the last NDJSON record (`"type":"result"`) under `--json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
     /// Minted by the host, unique per run; never the agent's session id.
@@ -162,6 +213,8 @@ pub struct RunResult {
     pub output: String,
     /// What went wrong, for statuses other than the stop-reason ones.
     pub error: Option<String>,
+    /// The kind of `error`, for machines; present exactly when `error` is.
+    pub error_kind: Option<ErrorKind>,
     /// Names (never values) of the variables withheld from the agent's environment.
     pub scrubbed_env: Vec<String>,
     pub agent_exit: AgentExit,
@@ -208,6 +261,16 @@ mod tests {
         let table = Status::exit_code_table();
         for status in Status::ALL {
             assert!(table.contains(status.as_str()));
+        }
+    }
+
+    #[test]
+    fn error_kinds_serialize_kebab_case() {
+        for kind in ErrorKind::ALL {
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::Value::String(kind.as_str().to_owned())
+            );
         }
     }
 

@@ -4,21 +4,23 @@
 //! `sync` (and `run`) use.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use acp_host::agents::{self, HostFacts};
 use acp_host::installed;
 use protocol::env_vars;
-use protocol::registry::{AGENTS, AgentAvailability, AgentSpec};
-use serde_json::json;
+use protocol::registry::{AGENTS, AgentAvailability, AgentListing, AgentRow, SyncTarget};
+
+use super::{CliError, write_stdout};
 
 const AFTER_HELP: &str = "\
 Examples:
   acp-host agents          one line per agent: installed or not (and why), sync target, ACP command
   acp-host agents --json   the same as JSON, with each agent's sync options and their types
 
-An agent is installed when one of its binaries is on PATH or its marker folder exists under $HOME.
+An agent is installed when one of its binaries is on PATH (acp-child: beside acp-host, else on
+PATH) or its marker folder exists under $HOME.
 `acp-host sync` skips agents that are not installed.";
 
 /// List the agents the registry knows, whether each is installed, and where sync writes for it.
@@ -33,13 +35,14 @@ pub struct AgentsArgs {
 fn status(availability: &AgentAvailability) -> String {
     match availability {
         AgentAvailability::OnPath(binary) => format!("installed (`{binary}` on PATH)"),
+        AgentAvailability::BesideHost(binary) => format!("installed (`{binary}` beside acp-host)"),
         AgentAvailability::MarkerDir(dir) => format!("installed (~/{dir} exists)"),
         AgentAvailability::NotInstalled => "not installed".to_owned(),
     }
 }
 
-fn target(spec: &AgentSpec) -> String {
-    let Some(sync) = spec.sync else {
+fn target(sync: Option<SyncTarget>) -> String {
+    let Some(sync) = sync else {
         return "no sync target".to_owned();
     };
     let mut text = format!("~/{}", sync.user_path);
@@ -55,75 +58,66 @@ fn target(spec: &AgentSpec) -> String {
     text
 }
 
-pub fn execute(args: &AgentsArgs) -> ExitCode {
+pub(super) fn execute(args: &AgentsArgs) -> Result<ExitCode, CliError> {
     let home = std::env::var_os(env_vars::HOME)
         .map(PathBuf::from)
         .unwrap_or_default();
     let path_var = std::env::var_os(env_vars::PATH);
-    // Whether `run --agent NAME` can start the agent: its ACP program on PATH or beside acp-host.
-    // This differs from "installed" (the sync rule, which also accepts a marker folder).
-    let runnable = |spec: &AgentSpec| {
-        spec.acp_command
-            .and_then(<[_]>::first)
-            .is_some_and(|program| {
-                installed::on_path(program, path_var.as_deref())
-                    || installed::sibling(program).is_some()
-            })
+    let listing = listing(&home, &HostFacts::new(path_var.as_deref()));
+    let text = if args.json {
+        let mut json = serde_json::to_string_pretty(&listing)
+            .map_err(|err| CliError::Failed(format!("cannot serialize the listing: {err}")))?;
+        json.push('\n');
+        json
+    } else {
+        table(&listing)
     };
-    let rows: Vec<_> = AGENTS
+    write_stdout(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every registry agent as this host sees it.
+fn listing(home: &Path, facts: &HostFacts) -> AgentListing {
+    let agents = AGENTS
         .iter()
         .map(|spec| {
-            (
-                spec,
-                installed::availability(spec, &home, path_var.as_deref()),
-            )
+            let availability = installed::availability(spec, home, facts.path_var.as_deref());
+            // Whether `run --agent NAME` can start the agent: the same resolution `run` uses. This
+            // differs from "installed" (the sync rule, which also accepts a marker folder).
+            let found =
+                agents::resolve(spec.name, facts).is_ok_and(|agent| agent.location.is_found());
+            AgentRow::new(spec, availability, found)
         })
         .collect();
-    let mut out = std::io::stdout().lock();
-    if args.json {
-        let agents: Vec<_> = rows
-            .iter()
-            .map(|(spec, availability)| {
-                json!({
-                    "name": spec.name,
-                    "aliases": spec.aliases,
-                    "summary": spec.summary,
-                    "installed": availability.is_installed(),
-                    "availability": availability,
-                    "sync": spec.sync,
-                    "acpCommand": spec.acp_command,
-                    "acpCommandFound": spec.acp_command.is_some().then(|| runnable(spec)),
-                    "install": spec.install,
-                })
-            })
-            .collect();
-        let _ = serde_json::to_writer_pretty(&mut out, &json!({ "agents": agents }));
-        let _ = writeln!(out);
-        return ExitCode::SUCCESS;
-    }
-    let name_width = rows.iter().map(|(s, _)| s.name.len()).max().unwrap_or(0);
-    let statuses: Vec<String> = rows.iter().map(|(_, a)| status(a)).collect();
+    AgentListing { agents }
+}
+
+/// One line per agent: name, installed or not (and why), sync target, ACP command.
+fn table(listing: &AgentListing) -> String {
+    let rows = &listing.agents;
+    let name_width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    let statuses: Vec<String> = rows.iter().map(|r| status(&r.availability)).collect();
     let status_width = statuses.iter().map(String::len).max().unwrap_or(0);
-    for ((spec, _), status) in rows.iter().zip(&statuses) {
-        let mut acp = spec.acp_command.map_or_else(
+    let mut text = String::new();
+    for (row, status) in rows.iter().zip(&statuses) {
+        let mut acp = row.acp_command.map_or_else(
             || "no ACP command".to_owned(),
             |cmd| format!("acp: {}", cmd.join(" ")),
         );
-        if spec.acp_command.is_some() && !runnable(spec) {
+        if row.acp_command_found == Some(false) {
             acp.push_str(" (not found");
-            if let Some(install) = spec.install {
+            if let Some(install) = row.install {
                 acp.push_str("; install: ");
                 acp.push_str(install);
             }
             acp.push(')');
         }
-        // A closed stdout (`| head`) is not an error.
         let _ = writeln!(
-            out,
+            text,
             "{:<name_width$}  {status:<status_width$}  {}  {acp}",
-            spec.name,
-            target(spec)
+            row.name,
+            target(row.sync)
         );
     }
-    ExitCode::SUCCESS
+    text
 }

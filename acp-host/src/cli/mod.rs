@@ -1,16 +1,21 @@
 //! The command line: clap types, conversion into typed configs, rendering, exit codes.
 //!
 //! Invariants: clap lives only here; each subcommand converts its raw arguments once into the typed
-//! config the library takes, then renders the library's result. `main` returns an exit code; a
-//! broken stdout pipe is not an error.
+//! config the library takes, then renders the library's result. [`main`] is the one edge every
+//! subcommand shares: it sets logging up once (`tracing` to stderr, filtered by `ACP_HOST_LOG`,
+//! `info` under `--verbose`, else `warn`), runs the subcommand, and prints a [`CliError`] with one
+//! prefix (`acp-host: error: ...`) and its exit code. A broken stdout pipe (`| head`) is never an
+//! error ([`write_stdout`]).
 
 mod agents;
 mod run;
 mod sync;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use protocol::result::{EXIT_USAGE, Status};
 
 /// Run ACP agents as out-of-process subagents, and keep subagent definitions in sync.
 #[derive(Debug, Parser)]
@@ -29,6 +34,36 @@ enum Command {
     Agents(agents::AgentsArgs),
 }
 
+impl Command {
+    /// Whether the subcommand asked for `--verbose` (the log level `info` instead of `warn`).
+    fn verbose(&self) -> bool {
+        match self {
+            Command::Run(args) => args.verbose(),
+            Command::Sync(_) | Command::Agents(_) => false,
+        }
+    }
+}
+
+/// Why a subcommand failed; printed once by [`main`].
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// Bad flags or arguments: nothing was done (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// The command could not do its work (exit 1).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl CliError {
+    fn exit_code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            CliError::Usage(_) => EXIT_USAGE,
+            CliError::Failed(_) => Status::Error.exit_code(),
+        })
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -36,15 +71,50 @@ pub fn main() -> ExitCode {
             // clap prints help/version to stdout and usage errors to stderr; map its codes onto ours.
             let _ = err.print();
             return if err.use_stderr() {
-                ExitCode::from(protocol::result::EXIT_USAGE)
+                ExitCode::from(EXIT_USAGE)
             } else {
                 ExitCode::SUCCESS
             };
         }
     };
-    match cli.command {
+    init_logging(cli.command.verbose());
+    let outcome = match cli.command {
         Command::Run(args) => run::execute(&args),
-        Command::Sync(args) => sync::execute(args),
+        Command::Sync(args) => Ok(sync::execute(args)),
         Command::Agents(args) => agents::execute(&args),
+    };
+    outcome.unwrap_or_else(|err| {
+        eprintln!("acp-host: error: {err}");
+        err.exit_code()
+    })
+}
+
+fn init_logging(verbose: bool) {
+    let default = if verbose { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env(protocol::env_vars::ACP_HOST_LOG)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// How a write to stdout went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    Done,
+    /// The reader closed the pipe (`| head`): it has what it wanted; stop writing, no error.
+    Closed,
+}
+
+/// Writes to stdout and flushes. A closed pipe is not an error ([`Written::Closed`]); any other
+/// failure is.
+pub(crate) fn write_stdout(bytes: &[u8]) -> Result<Written, CliError> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Ok(Written::Done),
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::Closed),
+        Err(err) => Err(CliError::Failed(format!("cannot write to stdout: {err}"))),
     }
 }

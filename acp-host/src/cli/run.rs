@@ -3,7 +3,8 @@
 //! Invariants: usage errors (bad flags, cwd, `--env`, agent) exit 2 before anything is spawned;
 //! human mode writes only the agent's message text to stdout, as it arrives; `--json` writes one
 //! event per line and the result record last; diagnostics go to stderr; a closed stdout pipe is
-//! not an error; the first Ctrl-C/SIGTERM cancels gracefully, the second kills at once.
+//! not an error (the renderer stops writing and the run goes on); the first Ctrl-C/SIGTERM cancels
+//! gracefully, the second kills at once. Errors before the run are returned to the CLI edge.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -12,15 +13,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use acp_host::client::{Asker, PermissionView};
-use acp_host::installed;
+use acp_host::agents::{self, HostFacts};
+use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use protocol::env_scrub::EnvForward;
 use protocol::events::{Event, ResultRecord};
-use protocol::permission::{Outcome, PermissionPolicy};
+use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
-use protocol::request::{AgentCommand, StartRequest, Timeouts};
-use protocol::result::{EXIT_USAGE, RunResult, Status};
+use protocol::request::{StartRequest, Timeouts};
+use protocol::result::{RunResult, Status};
+
+use super::{CliError, Written};
 
 /// Drive one ACP agent on one prompt, as an out-of-process subagent.
 ///
@@ -54,23 +57,27 @@ pub struct RunArgs {
 
     /// Give up after this many seconds: the agent is cancelled and torn down (exit 124).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
-    timeout: Option<Duration>,
+    timeout: Option<Seconds>,
 
     /// initialize and session/new must answer within this many seconds.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "60")]
-    handshake_timeout: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().handshake))]
+    handshake_timeout: Seconds,
 
     /// After cancelling, wait this long for the agent to acknowledge before tearing it down.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "3")]
-    cancel_grace: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().cancel_grace))]
+    cancel_grace: Seconds,
 
     /// Teardown: after closing the agent's stdin, wait this long for it to exit by itself.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "6")]
-    eof_grace: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().eof_grace))]
+    eof_grace: Seconds,
 
     /// Teardown: after SIGTERM to the agent's process group, wait this long before SIGKILL.
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, default_value = "3")]
-    term_grace: Duration,
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(Timeouts::default().term_grace))]
+    term_grace: Seconds,
 
     /// Write NDJSON events to stdout (start, updates, permissions), then a result record.
     #[arg(long)]
@@ -114,49 +121,54 @@ acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n"
     )
 }
 
-fn parse_seconds(arg: &str) -> Result<Duration, String> {
+/// A duration given in (possibly fractional) seconds; displayed the same way, so `--help` shows
+/// the defaults of [`Timeouts::default`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seconds(Duration);
+
+impl std::fmt::Display for Seconds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.as_secs_f64())
+    }
+}
+
+fn parse_seconds(arg: &str) -> Result<Seconds, String> {
     let seconds: f64 = arg
         .parse()
         .map_err(|_| format!("{arg:?} is not a number of seconds"))?;
     Duration::try_from_secs_f64(seconds)
+        .map(Seconds)
         .map_err(|_| format!("{arg:?} must be a non-negative number of seconds"))
 }
 
-pub fn execute(args: &RunArgs) -> ExitCode {
-    init_tracing(args.verbose);
-    let request = match build_request(args) {
-        Ok(request) => request,
-        Err(message) => return usage_error(&message),
-    };
-    let prepared = match run::prepare(request, std::env::vars()) {
-        Ok(prepared) => prepared,
-        Err(err) => return usage_error(&err.to_string()),
-    };
+impl RunArgs {
+    pub(super) fn verbose(&self) -> bool {
+        self.verbose
+    }
+}
+
+pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
+    let request = build_request(args).map_err(CliError::Usage)?;
+    let prepared =
+        run::prepare(request, std::env::vars()).map_err(|err| CliError::Usage(err.to_string()))?;
     if args.verbose && !prepared.scrubbed().is_empty() {
         eprintln!(
             "acp-host: withheld from the agent: {}",
             prepared.scrubbed().join(", ")
         );
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("acp-host: error: cannot start the async runtime: {err}");
-            return ExitCode::from(Status::Error.exit_code());
-        }
-    };
+        .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
     let renderer = Arc::new(Renderer::new(args.json, args.verbose));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
-        asker: matches!(args.permission, PolicyArg::Ask)
+        permissions: matches!(args.permission, PolicyArg::Ask)
             .then(TerminalAsker::open)
             .flatten()
-            .map(|asker| Arc::new(asker) as Arc<dyn Asker>),
-        echo_stderr: args.verbose,
+            .map(|asker| Arc::new(asker) as Arc<dyn PermissionHandler>),
         ..RunOptions::default()
     };
     let result = runtime.block_on(async {
@@ -169,12 +181,7 @@ pub fn execute(args: &RunArgs) -> ExitCode {
     renderer.finish(&result);
     // Do not wait for a permission question nobody answered.
     runtime.shutdown_background();
-    ExitCode::from(result.exit_code())
-}
-
-fn usage_error(message: &str) -> ExitCode {
-    eprintln!("acp-host: error: {message}");
-    ExitCode::from(EXIT_USAGE)
+    Ok(ExitCode::from(result.exit_code()))
 }
 
 fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
@@ -197,72 +204,21 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let cwd = run::resolve_cwd(args.cwd.as_deref()).map_err(|err| err.to_string())?;
     Ok(StartRequest {
-        agent: resolve_agent(&args.agent)?,
+        agent: agents::resolve(&args.agent, &HostFacts::from_env())
+            .map_err(|err| err.to_string())?
+            .command,
         prompt,
         cwd,
         env,
         permission: args.permission.into(),
         timeouts: Timeouts {
-            overall: args.timeout,
-            handshake: args.handshake_timeout,
-            cancel_grace: args.cancel_grace,
-            eof_grace: args.eof_grace,
-            term_grace: args.term_grace,
+            overall: args.timeout.map(|s| s.0),
+            handshake: args.handshake_timeout.0,
+            cancel_grace: args.cancel_grace.0,
+            eof_grace: args.eof_grace.0,
+            term_grace: args.term_grace.0,
         },
     })
-}
-
-/// A registry name launches its ACP command; anything else is a command line.
-fn resolve_agent(agent: &str) -> Result<AgentCommand, String> {
-    let words: Vec<String> = match registry::find(agent) {
-        Some(spec) => match spec.acp_command {
-            Some(command) => command.iter().map(|w| (*w).to_owned()).collect(),
-            None => {
-                return Err(format!(
-                    "agent {agent} does not speak ACP; agents that do: {}",
-                    registry::AGENTS
-                        .iter()
-                        .filter(|a| a.acp_command.is_some())
-                        .map(|a| a.name)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-        },
-        None => shell_words::split(agent)
-            .map_err(|err| format!("cannot parse --agent {agent:?}: {err}"))?,
-    };
-    let Some((program, args)) = words.split_first() else {
-        return Err("--agent is empty (pass a registry name or a command line)".into());
-    };
-    // A known agent's program, named directly or in a command line, comes with its install hint.
-    let install_hint = registry::AGENTS
-        .iter()
-        .find(|a| a.acp_command.and_then(<[_]>::first) == Some(&program.as_str()))
-        .and_then(|a| a.install)
-        .map(str::to_owned);
-    let program = if program == registry::ACP_CHILD {
-        installed::sibling(registry::ACP_CHILD).unwrap_or_else(|| PathBuf::from(program))
-    } else {
-        PathBuf::from(program)
-    };
-    Ok(AgentCommand {
-        program,
-        args: args.to_vec(),
-        display: agent.to_owned(),
-        install_hint,
-    })
-}
-
-fn init_tracing(verbose: bool) {
-    let default = if verbose { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env(protocol::env_vars::ACP_HOST_LOG)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
 }
 
 async fn watch_signals(cancel: Cancel) {
@@ -314,13 +270,14 @@ impl Renderer {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
         }
-        let mut out = std::io::stdout().lock();
-        if out
-            .write_all(text.as_bytes())
-            .and_then(|()| out.flush())
-            .is_err()
-        {
-            self.stdout_closed.store(true, Ordering::Relaxed);
+        match super::write_stdout(text.as_bytes()) {
+            Ok(Written::Done) => {}
+            Ok(Written::Closed) => self.stdout_closed.store(true, Ordering::Relaxed),
+            Err(err) => {
+                // The run goes on (its result and exit code still matter); the output is lost.
+                tracing::warn!(%err, "stopped writing the agent's output");
+                self.stdout_closed.store(true, Ordering::Relaxed);
+            }
         }
     }
 
@@ -391,6 +348,13 @@ impl Renderer {
 
 impl Observer for Renderer {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+        if let Event::Stderr { line, .. } = event {
+            // Not streamed under --json: stdout stays the conversation; stderrTail keeps the end.
+            if self.verbose {
+                eprintln!("{line}");
+            }
+            return Ok(());
+        }
         if self.json {
             if !matches!(event, Event::End(_)) {
                 self.write_json(event);
@@ -409,7 +373,7 @@ impl Observer for Renderer {
                     decision.verdict.as_str(),
                     decision.title.as_deref().unwrap_or("a tool call"),
                     decision.tool_kind.as_deref().unwrap_or("unknown kind"),
-                    decision.decided_by
+                    decision.decided_by.as_str()
                 );
             }
             Event::Start(start) if self.verbose => eprintln!(
@@ -418,7 +382,7 @@ impl Observer for Renderer {
                 start.pid.unwrap_or_default(),
                 start.session_id
             ),
-            Event::Start(_) | Event::End(_) => {}
+            Event::Start(_) | Event::End(_) | Event::Stderr { .. } => {}
         }
         Ok(())
     }
@@ -437,7 +401,7 @@ fn last_lines(text: &str, n: usize) -> impl Iterator<Item = &str> {
 
 /// Asks on the controlling terminal (`/dev/tty`), so it works even when stdin carries the prompt.
 struct TerminalAsker {
-    tty: Mutex<std::fs::File>,
+    tty: Arc<Mutex<std::fs::File>>,
 }
 
 impl TerminalAsker {
@@ -448,38 +412,59 @@ impl TerminalAsker {
             .open("/dev/tty")
             .ok()
             .map(|tty| TerminalAsker {
-                tty: Mutex::new(tty),
+                tty: Arc::new(Mutex::new(tty)),
             })
     }
 }
 
-impl Asker for TerminalAsker {
-    fn ask(&self, request: &PermissionView) -> bool {
-        let Ok(mut tty) = self.tty.lock() else {
-            return false;
-        };
-        let question = format!(
-            "acp-host: allow {} \"{}\"? [y/N] ",
-            request.tool_kind.as_deref().unwrap_or("tool call"),
-            request.title.as_deref().unwrap_or("(untitled)")
-        );
-        if tty.write_all(question.as_bytes()).is_err() {
-            return false;
-        }
-        let mut answer = Vec::new();
-        let mut byte = [0u8; 1];
-        while let Ok(1) = tty.read(&mut byte) {
-            if byte[0] == b'\n' {
-                break;
+impl PermissionHandler for TerminalAsker {
+    fn decide(&self, request: PermissionRequest) -> DecisionFuture {
+        let tty = Arc::clone(&self.tty);
+        // A plain thread, not spawn_blocking: a question nobody answers must not hold up runtime
+        // shutdown. The run drops the receiver when it cancels the turn meanwhile.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(ask(&tty, &request));
+        });
+        Box::pin(async move {
+            Decision {
+                answer: if rx.await.unwrap_or(false) {
+                    Answer::Allow
+                } else {
+                    Answer::Reject
+                },
+                decided_by: DecidedBy::User,
             }
-            answer.push(byte[0]);
-        }
-        matches!(
-            String::from_utf8_lossy(&answer)
-                .trim()
-                .to_ascii_lowercase()
-                .as_str(),
-            "y" | "yes"
-        )
+        })
     }
+}
+
+/// `true` when the user typed y or yes.
+fn ask(tty: &Mutex<std::fs::File>, request: &PermissionRequest) -> bool {
+    let Ok(mut tty) = tty.lock() else {
+        return false;
+    };
+    let question = format!(
+        "acp-host: allow {} \"{}\"? [y/N] ",
+        request.tool_kind.as_deref().unwrap_or("tool call"),
+        request.title.as_deref().unwrap_or("(untitled)")
+    );
+    if tty.write_all(question.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let mut byte = [0u8; 1];
+    while let Ok(1) = tty.read(&mut byte) {
+        if byte[0] == b'\n' {
+            break;
+        }
+        answer.push(byte[0]);
+    }
+    matches!(
+        String::from_utf8_lossy(&answer)
+            .trim()
+            .to_ascii_lowercase()
+            .as_str(),
+        "y" | "yes"
+    )
 }

@@ -5,12 +5,13 @@
 use std::process::Command;
 
 use acp_tests::bin;
+use protocol::env_vars;
 
 fn run(args: &[&str], home: &std::path::Path) -> String {
     let out = Command::new(bin("acp-host"))
         .args(args)
-        .env("HOME", home)
-        .env("PATH", "/usr/bin:/bin")
+        .env(env_vars::HOME, home)
+        .env(env_vars::PATH, "/usr/bin:/bin")
         .env("COLUMNS", "100")
         .output()
         .expect("acp-host runs");
@@ -45,4 +46,121 @@ fn agents_listing_on_a_bare_host() {
     let home = tempfile::tempdir().unwrap();
     std::fs::create_dir(home.path().join(".claude")).unwrap();
     insta::assert_snapshot!(run(&["agents"], home.path()));
+}
+
+#[test]
+fn agents_json_on_a_bare_host() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir(home.path().join(".claude")).unwrap();
+    let text = run(&["agents", "--json"], home.path());
+    let listing: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let schema = protocol::schema::output("agents.json").unwrap();
+    protocol::schema::check_keys(&schema, &listing).unwrap();
+    insta::assert_snapshot!(text);
+}
+
+/// `agents` and `run` resolve agents with one rule: only acp-child is looked up beside acp-host,
+/// so a `codex-acp` lying there is neither listed as found nor started by `run --agent codex`.
+#[test]
+fn agents_and_run_agree_on_programs_beside_acp_host() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let home = tempfile::tempdir().unwrap();
+    let host_dir = tempfile::tempdir().unwrap();
+    let host = host_dir.path().join("acp-host");
+    std::fs::copy(bin("acp-host"), &host).unwrap();
+    for name in ["acp-child", "codex-acp"] {
+        let path = host_dir.path().join(name);
+        std::fs::write(&path, "#!/bin/sh\nexit 0\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let run_host = |args: &[&str]| {
+        Command::new(&host)
+            .args(args)
+            .current_dir(home.path())
+            .env(env_vars::HOME, home.path())
+            .env(env_vars::PATH, "/usr/bin:/bin")
+            .env_remove(env_vars::ACP_HOST_LOG)
+            .output()
+            .expect("acp-host runs")
+    };
+    let listing = String::from_utf8(run_host(&["agents"]).stdout).unwrap();
+    let line = |name: &str| {
+        listing
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} line in {listing}"))
+            .to_owned()
+    };
+    assert!(
+        line("acp-child").contains("installed (`acp-child` beside acp-host)"),
+        "{listing}"
+    );
+    assert!(line("acp-child").ends_with("acp: acp-child"), "{listing}");
+    assert!(line("codex").contains("not installed"), "{listing}");
+    assert!(
+        line("codex").contains("acp: codex-acp (not found; install:"),
+        "{listing}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&run_host(&["agents", "--json"]).stdout).unwrap();
+    let codex = &json["agents"][2];
+    assert_eq!(codex["name"], "codex");
+    assert_eq!(codex["acpCommandFound"], false);
+    assert_eq!(json["agents"][0]["availability"]["state"], "beside-host");
+
+    let run = run_host(&["run", "--json", "--agent", "codex", "x"]);
+    assert_eq!(run.status.code(), Some(1));
+    let last = String::from_utf8(run.stdout).unwrap();
+    let result: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("agent command not found: codex-acp"),
+        "{result}"
+    );
+}
+
+/// Logging is set up once for every subcommand: `sync`'s own log lines reach stderr too.
+#[test]
+fn sync_logs_like_every_subcommand() {
+    let root = tempfile::tempdir().unwrap();
+    let (home, project, state) = (
+        root.path().join("home"),
+        root.path().join("project"),
+        root.path().join("state"),
+    );
+    std::fs::create_dir_all(home.join(".gemini/config")).unwrap();
+    std::fs::create_dir_all(project.join("subagents")).unwrap();
+    let definition = project.join("subagents/y.md");
+    std::fs::write(
+        &definition,
+        "---\ndescription: \"y things\"\nagents: [agy]\n---\n\nDo y.\n",
+    )
+    .unwrap();
+    let sync = |args: &[&str]| {
+        Command::new(bin("acp-host"))
+            .arg("sync")
+            .args(args)
+            .current_dir(&project)
+            .env_clear()
+            .env(env_vars::HOME, &home)
+            .env(env_vars::PATH, root.path())
+            .env(env_vars::XDG_STATE_HOME, &state)
+            .env(env_vars::ACP_HOST_LOG, "debug")
+            .output()
+            .expect("acp-host runs")
+    };
+    assert_eq!(sync(&[]).status.code(), Some(0));
+    // A file of the user's keeps the subagent's folder when the subagent is pruned: sync logs it.
+    std::fs::write(home.join(".gemini/config/agents/y/notes.txt"), "mine").unwrap();
+    std::fs::remove_file(&definition).unwrap();
+    let pruned = sync(&["--prune"]);
+    assert_eq!(pruned.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&pruned.stderr);
+    assert!(
+        stderr.contains("subagent folder kept"),
+        "{stderr}{}",
+        String::from_utf8_lossy(&pruned.stdout)
+    );
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use acp_tests::{bin, wait_until};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use protocol::env_vars;
 
 fn host(dir: &Path) -> Command {
     let mut cmd = Command::new(bin("acp-host"));
@@ -160,9 +161,9 @@ fn agents_lists_acp_child_installed_beside_acp_host() {
     let home = tempfile::tempdir().unwrap();
     let out = run(Command::new(bin("acp-host"))
         .args(["agents", "--json"])
-        .env("HOME", home.path())
+        .env(env_vars::HOME, home.path())
         // Not on PATH: found beside acp-host, as `run --agent acp-child` finds it.
-        .env("PATH", "/usr/bin:/bin"));
+        .env(env_vars::PATH, "/usr/bin:/bin"));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let listing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let child = listing["agents"]

@@ -6,12 +6,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::process::{AgentPipes, AgentProcess, Graces, Rung, SpawnSpec};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use protocol::events::Event;
-use protocol::permission::PermissionPolicy;
+use protocol::permission::{
+    Answer, DecidedBy, OptionKind, Outcome, PermissionPolicy, PermissionRequest, Verdict,
+};
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
-use protocol::result::Status;
+use protocol::result::{ErrorKind, Status};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -169,6 +172,193 @@ fn a_crash_with_a_failing_observer_still_yields_one_error() {
     assert_eq!(ends, 1);
 }
 
+/// Answers on another task, later, by option kind (as a parent relaying to its editor would).
+struct Relay {
+    answer: Answer,
+    seen: Mutex<Vec<PermissionRequest>>,
+}
+
+impl PermissionHandler for Relay {
+    fn decide(&self, request: PermissionRequest) -> DecisionFuture {
+        self.seen.lock().unwrap().push(request);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let answer = self.answer;
+        tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            let _ = tx.send(answer);
+        });
+        Box::pin(async move {
+            Decision {
+                answer: rx.await.unwrap(),
+                decided_by: DecidedBy::User,
+            }
+        })
+    }
+}
+
+#[test]
+fn an_async_handler_answers_by_option_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = run::prepare(
+        request(
+            env!("CARGO_BIN_EXE_mock-agent"),
+            &[
+                "permission",
+                "--options",
+                "allow_once,allow_always,reject_once",
+            ],
+            dir.path(),
+        ),
+        ambient(),
+    )
+    .unwrap();
+    let relay = Arc::new(Relay {
+        answer: Answer::Kind(OptionKind::AllowAlways),
+        seen: Mutex::default(),
+    });
+    let options = RunOptions {
+        permissions: Some(relay.clone()),
+        ..RunOptions::default()
+    };
+    let result = runtime().block_on(run::run(prepared, &options, &Cancel::new()));
+    assert_eq!(result.status, Status::Completed, "{result:?}");
+    assert_eq!(result.output, "selected allow_always");
+    let [decision] = &result.permissions[..] else {
+        panic!("one decision: {:?}", result.permissions);
+    };
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert_eq!(decision.decided_by, DecidedBy::User);
+    assert_eq!(
+        decision.outcome,
+        Outcome::Selected {
+            option_id: "allow_always".into(),
+            kind: OptionKind::AllowAlways
+        }
+    );
+    let seen = relay.seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].tool_call_id, decision.tool_call_id);
+    let kinds: Vec<_> = seen[0].offered.iter().map(|o| o.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            OptionKind::AllowOnce,
+            OptionKind::AllowAlways,
+            OptionKind::RejectOnce
+        ]
+    );
+}
+
+/// Never answers; cancels the run instead, as a parent whose own turn was cancelled would.
+struct CancelsInstead(Cancel);
+
+impl PermissionHandler for CancelsInstead {
+    fn decide(&self, _request: PermissionRequest) -> DecisionFuture {
+        self.0.cancel();
+        Box::pin(std::future::pending())
+    }
+}
+
+#[test]
+fn a_pending_question_is_answered_cancelled_when_the_run_is_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = run::prepare(
+        request(
+            env!("CARGO_BIN_EXE_mock-agent"),
+            &["permission"],
+            dir.path(),
+        ),
+        ambient(),
+    )
+    .unwrap();
+    let cancel = Cancel::new();
+    let options = RunOptions {
+        permissions: Some(Arc::new(CancelsInstead(cancel.clone()))),
+        ..RunOptions::default()
+    };
+    let result = runtime().block_on(run::run(prepared, &options, &cancel));
+    assert_eq!(result.status, Status::Aborted, "{result:?}");
+    let [decision] = &result.permissions[..] else {
+        panic!("one decision: {:?}", result.permissions);
+    };
+    assert_eq!(decision.decided_by, DecidedBy::Cancel);
+    assert_eq!(decision.verdict, Verdict::Cancelled);
+    assert_eq!(decision.outcome, Outcome::Cancelled);
+}
+
+#[test]
+fn the_agents_stderr_reaches_observers_as_lines_and_never_our_stderr() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = run::prepare(
+        request(
+            env!("CARGO_BIN_EXE_mock-agent"),
+            &["crash-on-prompt", "--stderr", "mock: starting"],
+            dir.path(),
+        ),
+        ambient(),
+    )
+    .unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let options = RunOptions {
+        observers: vec![recorder.clone()],
+        ..RunOptions::default()
+    };
+    // Our own stderr goes to a file for the run: a library embedded in an agent must leave the
+    // agent's log channel alone.
+    let mut captured = tempfile::tempfile().unwrap();
+    let saved = nix::unistd::dup(std::io::stderr()).unwrap();
+    nix::unistd::dup2_stderr(&captured).unwrap();
+    let result = runtime().block_on(run::run(prepared, &options, &Cancel::new()));
+    nix::unistd::dup2_stderr(&saved).unwrap();
+    let mut ours = String::new();
+    captured.read_to_string(&mut ours).unwrap();
+    // Other tests of this binary may panic in observers on worker threads meanwhile (their panic
+    // messages go to fd 2), so look for the agent's lines only.
+    assert!(
+        !ours.contains("mock:"),
+        "the library echoed the agent's stderr: {ours}"
+    );
+
+    assert_eq!(result.status, Status::Error);
+    let lines: Vec<_> = recorder
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Stderr { run_id, line } => {
+                assert_eq!(run_id, &result.run_id);
+                Some(line.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lines, ["mock: starting", "mock: fatal error"]);
+    assert!(result.stderr_tail.contains("mock: fatal error"));
+}
+
+#[test]
+fn an_oversized_frame_is_a_protocol_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let prepared = run::prepare(
+        request(
+            env!("CARGO_BIN_EXE_mock-agent"),
+            &["huge", "--bytes", "100000"],
+            dir.path(),
+        ),
+        ambient(),
+    )
+    .unwrap();
+    let options = RunOptions {
+        max_frame_bytes: Some(10_000),
+        ..RunOptions::default()
+    };
+    let result = runtime().block_on(run::run(prepared, &options, &Cancel::new()));
+    assert_eq!(result.status, Status::Error);
+    assert_eq!(result.error_kind, Some(ErrorKind::Protocol), "{result:?}");
+}
+
 #[test]
 fn a_relative_cwd_is_refused_by_the_library() {
     let err = run::prepare(request("true", &[], Path::new("relative")), ambient()).unwrap_err();
@@ -186,7 +376,7 @@ fn spawn(args: &[&str]) -> (AgentProcess, AgentPipes) {
         cwd: std::env::temp_dir(),
         env: std::env::vars().collect::<BTreeMap<_, _>>(),
         stderr_tail_bytes: 1024,
-        echo_stderr: false,
+        stderr_lines: None,
     };
     AgentProcess::spawn(&spec).unwrap()
 }

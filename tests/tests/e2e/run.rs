@@ -14,6 +14,7 @@ use acp_tests::{
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use protocol::{env_vars, schema};
 use serde_json::Value;
 
 fn mock_path() -> &'static str {
@@ -213,6 +214,30 @@ fn verbose_shows_thoughts_and_tool_calls_on_stderr_not_stdout() {
 }
 
 #[test]
+fn the_agents_stderr_is_shown_under_verbose_only_and_never_streamed_as_json() {
+    let dir = temp();
+    let agent = mock(&["hello", "--stderr", "mock: starting"]);
+    let quiet = run_to_end(host(dir.path()).args(["--agent", &agent, "hi"]));
+    assert_eq!(code(&quiet), 0);
+    assert!(
+        !stderr(&quiet).contains("mock: starting"),
+        "{}",
+        stderr(&quiet)
+    );
+    let verbose = run_to_end(host(dir.path()).args(["--verbose", "--agent", &agent, "hi"]));
+    assert_eq!(code(&verbose), 0);
+    assert!(
+        stderr(&verbose).lines().any(|l| l == "mock: starting"),
+        "{}",
+        stderr(&verbose)
+    );
+    let json = run_to_end(host(dir.path()).args(["--json", "--verbose", "--agent", &agent, "hi"]));
+    assert_eq!(code(&json), 0);
+    assert!(records(&json).iter().all(|r| r["type"] != "stderr"));
+    assert!(stderr(&json).lines().any(|l| l == "mock: starting"));
+}
+
+#[test]
 fn json_streams_start_updates_and_a_complete_result() {
     let dir = temp();
     let out = run_to_end(
@@ -232,19 +257,13 @@ fn json_streams_start_updates_and_a_complete_result() {
     assert!(updates.contains(&"agent_thought_chunk"), "{updates:?}");
     assert!(updates.contains(&"agent_message_chunk"), "{updates:?}");
     let result = result_record(&out);
-    for key in [
-        "status",
-        "stopReason",
-        "output",
-        "error",
-        "scrubbedEnv",
-        "agentExit",
-        "stderrTail",
-        "durationMs",
-        "permissions",
-    ] {
-        assert!(result.get(key).is_some(), "result lacks {key}: {result}");
+    // Every record matches its checked-in schema (no key missing, none undeclared).
+    let (events, last) = records.split_at(records.len() - 1);
+    let event_schema = schema::output("run-event.json").unwrap();
+    for record in events {
+        schema::check_keys(&event_schema, record).unwrap();
     }
+    schema::check_keys(&schema::output("run-result.json").unwrap(), &last[0]).unwrap();
     assert_eq!(result["output"], "final answer");
     assert_eq!(result["agentExit"]["code"], 0);
     assert_eq!(result["agentExit"]["endedBy"], "eof");
@@ -1003,7 +1022,7 @@ fn a_missing_registry_agent_says_how_to_install_it() {
     let dir = temp();
     let out = run_to_end(
         host(dir.path())
-            .env("PATH", "/usr/bin:/bin")
+            .env(env_vars::PATH, "/usr/bin:/bin")
             .args(["--json", "--agent", "claude", "x"]),
     );
     assert_eq!(code(&out), 1);
@@ -1044,4 +1063,46 @@ fn a_non_executable_command_is_an_error_naming_it() {
         )
     );
     assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
+}
+
+/// Every error path of a run sets a machine-readable `errorKind` beside the human `error`; a run
+/// without an error has none.
+#[test]
+fn every_error_has_a_kind() {
+    let dir = temp();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--agent", "no-such-agent-xyz"], "spawn"),
+        (
+            &["--handshake-timeout", "0.3", "--agent", &mock(&["silent"])],
+            "handshake",
+        ),
+        (&["--agent", &mock(&["auth-required"])], "handshake"),
+        (&["--agent", &mock(&["no-session-id"])], "handshake"),
+        (
+            &[
+                "--agent",
+                &mock(&["text", "--text", "t", "--stop", "weird"]),
+            ],
+            "protocol",
+        ),
+        (&["--agent", &mock(&["crash-on-prompt"])], "crash"),
+        (
+            &["--agent", &mock(&["exit-before-init", "--code", "4"])],
+            "crash",
+        ),
+        (
+            &["--timeout", "0.5", "--agent", &mock(&["silent"])],
+            "timeout",
+        ),
+    ];
+    for (args, kind) in cases {
+        let out = run_to_end(host(dir.path()).arg("--json").args(*args).arg("x"));
+        let result = result_record(&out);
+        assert_eq!(result["errorKind"], *kind, "{args:?}: {result}");
+        assert!(result["error"].is_string(), "{args:?}: {result}");
+    }
+    let out = run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["hello"]), "x"]));
+    let result = result_record(&out);
+    assert_eq!(result["errorKind"], Value::Null, "{result}");
+    assert_eq!(result["error"], Value::Null, "{result}");
 }

@@ -1,0 +1,189 @@
+//! JSON Schemas of every machine-readable output (`--json`), generated from the types that
+//! serialize them, and a check of real output against them.
+//!
+//! Invariants: the checked-in `schemas/` folder at the repository root holds exactly
+//! [`OUTPUTS`], each as generated here (a test fails on drift; `ACP_UPDATE_SCHEMAS=1` rewrites
+//! them). A new `--json` output is one more line in [`OUTPUTS`].
+
+use std::collections::BTreeSet;
+
+use schemars::{Schema, schema_for};
+use serde_json::Value;
+
+use crate::events::{Event, ResultRecord};
+use crate::registry::AgentListing;
+
+/// Generates one schema.
+pub type SchemaFn = fn() -> Schema;
+
+/// Every output with a schema: (file name under `schemas/`, generator).
+pub const OUTPUTS: &[(&str, SchemaFn)] = &[
+    // `acp-host run --json`: each line before the last.
+    ("run-event.json", || schema_for!(Event)),
+    // `acp-host run --json`: the last line.
+    ("run-result.json", || schema_for!(ResultRecord)),
+    // `acp-host agents --json`.
+    ("agents.json", || schema_for!(AgentListing)),
+];
+
+/// The schema of output `file` (one of [`OUTPUTS`]).
+#[must_use]
+pub fn output(file: &str) -> Option<Schema> {
+    OUTPUTS
+        .iter()
+        .find(|(name, _)| *name == file)
+        .map(|(_, f)| f())
+}
+
+/// The text written to `schemas/<file>`: pretty JSON with keys sorted at every level (so the text
+/// does not depend on whether a build enables `serde_json`'s `preserve_order`) and a final newline.
+#[must_use]
+pub fn render(schema: &Schema) -> String {
+    let mut text = serde_json::to_string_pretty(&sorted(schema.as_value())).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+fn sorted(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<_> = map.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&map[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Checks the top-level keys of an output record against its schema: every key is a declared
+/// property and every required property is present. For a tagged union (`oneOf`), the variant is
+/// the one whose `type` constant matches the record's `type`. Not a full validator: nested
+/// values are checked by the types' own tests and by serde.
+pub fn check_keys(schema: &Schema, record: &Value) -> Result<(), String> {
+    let object = record
+        .as_object()
+        .ok_or_else(|| format!("not a JSON object: {record}"))?;
+    let root = schema.as_value();
+    let variant = match root.get("oneOf").and_then(Value::as_array) {
+        Some(variants) => variants
+            .iter()
+            .find(|v| v.pointer("/properties/type/const") == record.get("type"))
+            .ok_or_else(|| format!("no schema variant for type {:?}", record.get("type")))?,
+        None => root,
+    };
+    let mut declared = BTreeSet::new();
+    let mut required = BTreeSet::new();
+    collect_keys(root, variant, &mut declared, &mut required);
+    let present: BTreeSet<String> = object.keys().cloned().collect();
+    let undeclared: Vec<_> = present.difference(&declared).collect();
+    let missing: Vec<_> = required.difference(&present).collect();
+    if undeclared.is_empty() && missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "record does not match its schema: undeclared keys {undeclared:?}, missing keys \
+             {missing:?}: {record}"
+        ))
+    }
+}
+
+/// The properties and required keys of an object schema, following `$ref` (into the root's
+/// `$defs`) and `allOf`, which is how variants and flattened fields are written.
+fn collect_keys(
+    root: &Value,
+    node: &Value,
+    declared: &mut BTreeSet<String>,
+    required: &mut BTreeSet<String>,
+) {
+    if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+        declared.extend(properties.keys().cloned());
+    }
+    if let Some(keys) = node.get("required").and_then(Value::as_array) {
+        required.extend(keys.iter().filter_map(Value::as_str).map(str::to_owned));
+    }
+    if let Some(target) = node
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+        .and_then(|name| root.get("$defs")?.get(name))
+    {
+        collect_keys(root, target, declared, required);
+    }
+    for part in node
+        .get("allOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        collect_keys(root, part, declared, required);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The checked-in schemas are the generated ones; `ACP_UPDATE_SCHEMAS=1` rewrites them.
+    #[test]
+    fn checked_in_schemas_match_the_types() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../schemas");
+        let update =
+            std::env::var_os(crate::env_vars::ACP_UPDATE_SCHEMAS).is_some_and(|v| v == "1");
+        let mut stale = Vec::new();
+        for (file, generate) in OUTPUTS {
+            let path = dir.join(file);
+            let want = render(&generate());
+            if std::fs::read_to_string(&path).ok().as_deref() == Some(want.as_str()) {
+                continue;
+            }
+            if update {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, want).unwrap();
+            } else {
+                stale.push(*file);
+            }
+        }
+        let mut extra: Vec<String> = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .filter(|name| !OUTPUTS.iter().any(|(file, _)| file == name))
+                    .collect()
+            })
+            .unwrap_or_default();
+        extra.sort();
+        assert!(
+            stale.is_empty() && extra.is_empty(),
+            "schemas/ is out of date (stale: {stale:?}; not generated: {extra:?}): run \
+             `ACP_UPDATE_SCHEMAS=1 cargo test -p protocol --lib schema` and commit schemas/"
+        );
+    }
+
+    #[test]
+    fn keys_are_checked_per_variant() {
+        let schema = output("run-event.json").unwrap();
+        let end = serde_json::json!({"type": "end", "runId": "r", "status": "completed",
+            "lastAssistantMessage": null});
+        check_keys(&schema, &end).unwrap();
+        let extra = serde_json::json!({"type": "end", "runId": "r", "status": "completed",
+            "lastAssistantMessage": null, "surprise": 1});
+        assert!(
+            check_keys(&schema, &extra)
+                .unwrap_err()
+                .contains("surprise")
+        );
+        let missing = serde_json::json!({"type": "end", "runId": "r"});
+        assert!(
+            check_keys(&schema, &missing)
+                .unwrap_err()
+                .contains("status")
+        );
+    }
+}
