@@ -150,12 +150,9 @@ pub fn read_source(dir: &Path) -> Result<Vec<SourceEntry>, SyncError> {
 #[must_use]
 pub fn registry_view(config: &SyncConfig) -> RegistryView {
     let path_var = config.path_var.as_deref();
-    let agents = registry::AGENTS
-        .iter()
-        .filter(|spec| spec.sync.is_some())
-        .filter(|spec| config.agents.is_empty() || config.agents.contains(&spec.name))
-        .map(|spec| {
-            let target = spec.sync.expect("filtered on sync targets");
+    let agents = registry::sync_agents()
+        .filter(|(spec, _)| config.agents.is_empty() || config.agents.contains(&spec.name))
+        .map(|(spec, target)| {
             let availability = installed::availability(spec, &config.home, path_var);
             let requires_present = target
                 .requires
@@ -165,8 +162,9 @@ pub fn registry_view(config: &SyncConfig) -> RegistryView {
                 .and_then(|switch| fs::read_to_string(config.home.join(switch.file)).ok());
             AgentView {
                 spec,
+                target,
                 readiness: sync::readiness(
-                    spec,
+                    (spec, target),
                     config.scope,
                     &availability,
                     requires_present,

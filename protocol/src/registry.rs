@@ -1,7 +1,7 @@
 //! The agent registry: every agent this project knows, how to launch it over ACP (when it can be),
 //! where `sync` writes its subagent definitions, and how to tell whether it is installed.
 //!
-//! Invariants: `run` and `sync` resolve agents only here (INV-SUB-05); availability is decided by a
+//! Invariants: `run` and `sync` resolve agents only here; availability is decided by a
 //! pure function over facts the caller gathered (binaries on PATH, folders under $HOME), so it is
 //! unit-tested without touching the machine. Everything `sync` knows about an agent (its format, its
 //! paths, the options its definitions may carry and their types, the switch that disables its
@@ -390,6 +390,26 @@ pub fn find(name: &str) -> Option<&'static AgentSpec> {
 #[must_use]
 pub fn find_canonical(name: &str) -> Option<&'static AgentSpec> {
     AGENTS.iter().find(|a| a.name == name)
+}
+
+/// The agents that take subagent definitions, each with its target, in registry order: the one
+/// answer to "which agents does `sync` write to" (definitions, `--agent`, `--force`, the planner).
+pub fn sync_agents() -> impl Iterator<Item = (&'static AgentSpec, SyncTarget)> {
+    AGENTS
+        .iter()
+        .filter_map(|spec| spec.sync.map(|target| (spec, target)))
+}
+
+/// A sync agent by canonical name (definitions and `--force` use canonical names).
+#[must_use]
+pub fn find_sync(name: &str) -> Option<(&'static AgentSpec, SyncTarget)> {
+    sync_agents().find(|(spec, _)| spec.name == name)
+}
+
+/// The canonical names of the sync agents, for error messages ("sync agents: ...").
+#[must_use]
+pub fn sync_agent_names() -> Vec<&'static str> {
+    sync_agents().map(|(spec, _)| spec.name).collect()
 }
 
 /// The canonical names, for error messages ("known agents: ...").

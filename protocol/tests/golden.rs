@@ -10,7 +10,7 @@ use protocol::registry::{self, TargetFormat};
 use protocol::sync::render;
 use serde_json::Value;
 
-/// The reference definition of shared/reference/sync.md with options for every agent; the
+/// One definition with options for every agent (the example of docs/sync.md, extended); the
 /// end-to-end sync suite writes the same file and compares the binary's output to these goldens.
 const REFERENCE: &str = include_str!("golden/source/review.md");
 
@@ -28,11 +28,7 @@ fn parse(text: &str) -> Definition {
 }
 
 fn render(agent: &str, definition: &Definition) -> String {
-    let format = registry::find_canonical(agent)
-        .unwrap()
-        .sync
-        .unwrap()
-        .format;
+    let format = registry::find_sync(agent).unwrap().1.format;
     match format {
         TargetFormat::DshShared => render::render_dsh_item(definition),
         format => render::render_file(format, agent, definition),

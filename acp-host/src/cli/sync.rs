@@ -86,12 +86,12 @@ enum ScopeArg {
 
 fn parse_agent(value: &str) -> Result<&'static str, String> {
     registry::find(value)
-        .filter(|a| a.sync.is_some())
-        .map(|a| a.name)
+        .and_then(|a| registry::find_sync(a.name))
+        .map(|(spec, _)| spec.name)
         .ok_or_else(|| {
             format!(
                 "unknown sync agent `{value}`; sync agents: {}",
-                protocol::sync::sync_agent_names().join(", ")
+                registry::sync_agent_names().join(", ")
             )
         })
 }

@@ -171,15 +171,12 @@ pub enum Readiness {
 /// `requires` file exists under $HOME, and the contents of its config switch file, if any.
 #[must_use]
 pub fn readiness(
-    spec: &AgentSpec,
+    (spec, target): (&AgentSpec, SyncTarget),
     scope: Scope,
     availability: &AgentAvailability,
     requires_present: bool,
     switch_contents: Option<&str>,
 ) -> Readiness {
-    let Some(target) = spec.sync else {
-        return Readiness::Skip(format!("{} takes no subagent definitions", spec.name));
-    };
     if !availability.is_installed() {
         let mut evidence: Vec<String> = spec
             .binaries
@@ -225,16 +222,11 @@ pub fn readiness(
 #[serde(rename_all = "camelCase")]
 pub struct AgentView {
     pub spec: &'static AgentSpec,
+    /// Where and how the agent takes definitions ([`registry::sync_agents`]).
+    #[serde(skip)]
+    pub target: SyncTarget,
     pub availability: AgentAvailability,
     pub readiness: Readiness,
-}
-
-impl AgentView {
-    /// The agent's sync target (every agent in a view has one).
-    #[must_use]
-    pub fn target(&self) -> SyncTarget {
-        self.spec.sync.expect("views hold sync agents only")
-    }
 }
 
 /// The agents a sync considers, in registry order, and where their paths are rooted.
@@ -287,7 +279,7 @@ impl RegistryView {
     /// Where an agent's targets live (`None` when it has no path in this scope).
     #[must_use]
     pub fn location(&self, agent: &AgentView) -> Option<Location> {
-        let target = agent.target();
+        let target = agent.target;
         Some(Location {
             agent: agent.spec.name,
             format: target.format,
@@ -396,12 +388,11 @@ impl FromStr for ForceTarget {
             .split_once('/')
             .filter(|(_, name)| !name.contains('/'))
             .ok_or_else(|| ForceTargetError::Shape(value.to_owned()))?;
-        let spec = registry::find_canonical(agent)
-            .filter(|a| a.sync.is_some())
-            .ok_or_else(|| ForceTargetError::UnknownAgent {
+        let (spec, _) =
+            registry::find_sync(agent).ok_or_else(|| ForceTargetError::UnknownAgent {
                 value: value.to_owned(),
                 agent: agent.to_owned(),
-                known: sync_agent_names().join(", "),
+                known: registry::sync_agent_names().join(", "),
             })?;
         if !definition::is_valid_name(name) {
             return Err(ForceTargetError::BadName {
@@ -414,16 +405,6 @@ impl FromStr for ForceTarget {
             name: name.to_owned(),
         })
     }
-}
-
-/// The names of the agents that take definitions, in registry order.
-#[must_use]
-pub fn sync_agent_names() -> Vec<&'static str> {
-    registry::AGENTS
-        .iter()
-        .filter(|a| a.sync.is_some())
-        .map(|a| a.name)
-        .collect()
 }
 
 /// What the user authorized beyond the default (which writes only what it owns or creates).
@@ -607,7 +588,7 @@ mod tests {
 
     #[test]
     fn readiness_rules() {
-        let pi = registry::find("pi").unwrap();
+        let pi = registry::find_sync("pi").unwrap();
         let installed = AgentAvailability::MarkerDir(".pi".into());
         assert_eq!(
             readiness(pi, Scope::User, &installed, true, None),
@@ -622,7 +603,7 @@ mod tests {
         assert!(
             matches!(readiness(pi, Scope::User, &AgentAvailability::NotInstalled, true, None), Readiness::Skip(r) if r.starts_with("not installed on this host"))
         );
-        let codex = registry::find("codex").unwrap();
+        let codex = registry::find_sync("codex").unwrap();
         let on_path = AgentAvailability::OnPath("codex".into());
         assert!(
             matches!(readiness(codex, Scope::User, &on_path, true, Some("[agents]\nenabled = false\n")), Readiness::Blocked(r) if r.contains("disabled"))

@@ -305,11 +305,7 @@ mod tests {
         assert!(!fits_toml_literal("bell \u{7}"));
         for body in ["a ''' b", "it's'", "x\u{7}y", "'''", "a\\b \"q\" '''\n'"] {
             let d = definition(body);
-            let text = render_file(
-                registry::find("codex").unwrap().sync.unwrap().format,
-                "codex",
-                &d,
-            );
+            let text = render_file(registry::find_sync("codex").unwrap().1.format, "codex", &d);
             let table: toml::Table = text.parse().unwrap_or_else(|e| panic!("{text}\n{e}"));
             assert_eq!(
                 table["developer_instructions"].as_str(),

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::definition::{self, SourceEntry};
-use crate::registry::{AGENTS, AgentAvailability, Scope};
+use crate::registry::{self, AgentAvailability, Scope};
 use crate::sync::{AgentView, ForceTarget, RegistryView, readiness};
 use serde_json::Value;
 
@@ -23,10 +23,8 @@ fn def(name: &str, agents: &str) -> Definition {
 }
 
 fn view(installed: &[&str]) -> RegistryView {
-    let agents = AGENTS
-        .iter()
-        .filter(|a| a.sync.is_some())
-        .map(|spec| {
+    let agents = registry::sync_agents()
+        .map(|(spec, target)| {
             let availability = if installed.contains(&spec.name) {
                 AgentAvailability::MarkerDir("x".into())
             } else {
@@ -34,7 +32,8 @@ fn view(installed: &[&str]) -> RegistryView {
             };
             AgentView {
                 spec,
-                readiness: readiness(spec, Scope::User, &availability, true, None),
+                target,
+                readiness: readiness((spec, target), Scope::User, &availability, true, None),
                 availability,
             }
         })
@@ -114,11 +113,7 @@ fn prune() -> Authorization {
 }
 
 fn rendered(agent: &str, d: &Definition) -> String {
-    render::render_file(
-        registry::find(agent).unwrap().sync.unwrap().format,
-        agent,
-        d,
-    )
+    render::render_file(registry::find_sync(agent).unwrap().1.format, agent, d)
 }
 
 #[test]
@@ -336,7 +331,7 @@ fn a_blocked_agent_blocks_the_plan() {
         .find(|a| a.spec.name == "codex")
         .unwrap();
     codex.readiness = readiness(
-        codex.spec,
+        (codex.spec, codex.target),
         Scope::User,
         &codex.availability,
         true,
@@ -660,7 +655,7 @@ mod properties {
             let (yaml, _) = md.strip_prefix("---\n").unwrap().split_once("\n---\n").unwrap();
             let fields: Value = serde_saphyr::from_str(yaml).map_err(|e| TestCaseError::fail(format!("{e}")))?;
             prop_assert_eq!(fields["description"].as_str(), Some(description.as_str()));
-            prop_assert!(render::is_managed(registry::find("claude-code").unwrap().sync.unwrap().format, "x", md.as_bytes()));
+            prop_assert!(render::is_managed(registry::find_sync("claude-code").unwrap().1.format, "x", md.as_bytes()));
             let dsh: Value = serde_saphyr::from_str(&dsh_item(&d)).map_err(|e| TestCaseError::fail(format!("{e}")))?;
             prop_assert_eq!(dsh[0]["config"]["persona"].as_str(), Some(d.body.as_str()));
         }
