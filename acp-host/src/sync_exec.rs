@@ -19,10 +19,9 @@ use std::path::{Path, PathBuf};
 use protocol::definition::{self, Definition, DefinitionErrors, SourceEntry};
 use protocol::registry::{self, Scope};
 use protocol::sync::{
-    self, Action, AgentView, Authorization, Change, FileFacts, FilePlan, FileState, Plan,
+    self, AgentView, Authorization, Change, ChangeKind, FileFacts, FilePlan, FileState, Plan,
     RegistryView, Snapshot,
 };
-use serde::Serialize;
 
 use crate::fs_atomic::{self, FsError};
 use crate::installed;
@@ -257,89 +256,11 @@ pub fn prepare(config: &SyncConfig) -> Result<Prepared, SyncError> {
     })
 }
 
-/// What happened to one physical file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// Written or removed.
-    Applied,
-    /// Nothing to change (up to date, or an orphan left in place).
-    Noop,
-    /// Not written: the agent is skipped, or the run stopped before this file.
-    Skipped,
-    /// Holds an unauthorized conflict or an error; never written.
-    Conflicted,
-    /// The write (or the pre-image check) failed.
-    Failed,
-}
-
-/// The result for one physical file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FileResult {
-    pub path: PathBuf,
-    pub outcome: Outcome,
-    /// `write`, `remove` or `keep`.
-    pub change: &'static str,
-    /// Why it was skipped or how it failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// The copy of the previous contents, when the file was replaced or removed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backup: Option<PathBuf>,
-}
-
-/// The structured result of [`execute`] (INV-SUB-06).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecutionResult {
-    /// Every file that had to change did, and the plan could apply.
-    pub success: bool,
-    /// One entry per physical file of the plan, in path order.
-    pub files: Vec<FileResult>,
-    /// What stopped the run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub failed_files: Vec<PathBuf>,
-    /// Some files were written before a failure: the targets are a mix of old and new.
-    pub partial: bool,
-    /// Where this run's backups are (only when it made some).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backup_dir: Option<PathBuf>,
-}
-
-impl ExecutionResult {
-    /// How many files ended with this outcome.
-    #[must_use]
-    pub fn count(&self, outcome: Outcome) -> usize {
-        self.files.iter().filter(|f| f.outcome == outcome).count()
-    }
-
-    /// Whether restoring from backups may be needed (a partial run).
-    #[must_use]
-    pub fn recovery_required(&self) -> bool {
-        self.partial
-    }
-}
-
-/// The outcome of a file that is not written, from its operations.
-fn resting_outcome(plan: &Plan, file: &FilePlan) -> Outcome {
-    let ops: Vec<_> = plan.operations_of(file).collect();
-    if ops
-        .iter()
-        .any(|op| op.action == Action::Error || (op.action == Action::Conflict && !op.authorized))
-    {
-        Outcome::Conflicted
-    } else if ops.iter().all(|op| op.action == Action::Skip) {
-        Outcome::Skipped
-    } else {
-        Outcome::Noop
-    }
-}
+pub use protocol::sync::report::{ExecutionResult, FileResult, Outcome};
 
 fn result_for(plan: &Plan, file: &FilePlan) -> FileResult {
     let outcome = if file.change == Change::Keep {
-        resting_outcome(plan, file)
+        plan.resting_outcome(file)
     } else {
         Outcome::Skipped
     };
@@ -351,7 +272,7 @@ fn result_for(plan: &Plan, file: &FilePlan) -> FileResult {
     FileResult {
         path: file.path.clone(),
         outcome,
-        change: file.change.as_str(),
+        change: file.change.kind(),
         detail,
         backup: None,
     }
@@ -365,7 +286,9 @@ fn stop(
     detail: &str,
 ) -> ExecutionResult {
     for file in &mut files {
-        if file.outcome == Outcome::Skipped && file.change != "keep" && !failed.contains(&file.path)
+        if file.outcome == Outcome::Skipped
+            && file.change != ChangeKind::Keep
+            && !failed.contains(&file.path)
         {
             file.detail = Some(detail.to_owned());
         }
@@ -415,16 +338,12 @@ fn backup_path(dir: &Path, file: &Path) -> PathBuf {
 pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
     let files: Vec<FileResult> = plan.files.iter().map(|f| result_for(plan, f)).collect();
     if !plan.can_apply() {
-        let conflicts = plan
-            .operations
-            .iter()
-            .filter(|op| op.action == Action::Conflict && !op.authorized)
-            .count();
-        let errors = plan.count(Action::Error) + plan.errors.len();
         return stop(
             files,
             format!(
-                "plan cannot apply ({conflicts} unauthorized conflicts, {errors} errors); nothing was written"
+                "plan cannot apply ({} unauthorized conflicts, {} errors); nothing was written",
+                plan.unauthorized_conflicts(),
+                plan.error_count()
             ),
             Vec::new(),
             "not written: the plan cannot apply",

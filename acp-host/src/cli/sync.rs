@@ -8,11 +8,11 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, Prepared, SyncConfig};
+use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, SyncConfig};
 use protocol::env_vars;
 use protocol::registry::{self, Scope};
+use protocol::sync::report::{FileDiff, SyncAborted, SyncOutput, SyncReport};
 use protocol::sync::{Action, Authorization, Change, ForceTarget, Plan};
-use serde_json::json;
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -146,7 +146,10 @@ pub fn execute(args: SyncArgs) -> ExitCode {
         Ok(prepared) => prepared,
         Err(e) => {
             if args.json {
-                print_json(&json!({ "success": false, "error": e.to_string() }));
+                print_json(&SyncOutput::Aborted(SyncAborted {
+                    success: false,
+                    error: e.to_string(),
+                }));
             } else {
                 eprintln!("error: {e}");
             }
@@ -154,22 +157,21 @@ pub fn execute(args: SyncArgs) -> ExitCode {
         }
     };
     let result = (!args.dry_run).then(|| sync_exec::execute(&prepared.plan, &exec_config));
+    let plan = &prepared.plan;
+    let ok = result
+        .as_ref()
+        .map_or_else(|| plan.can_apply(), |r| r.success);
+    let diffs = args.diff.then(|| diffs(plan));
     if args.json {
-        print_json(&json_report(
-            args.dry_run,
-            args.diff,
-            &prepared,
-            result.as_ref(),
-        ));
+        print_json(&SyncOutput::Report(Box::new(SyncReport::new(
+            plan, result, diffs,
+        ))));
     } else {
-        let mut out = std::io::stdout().lock();
+        let report = render_human(plan, result.as_ref(), diffs.as_deref(), &home);
         // A closed stdout (`| head`) is not an error of the sync.
-        let _ = human_report(&mut out, args.diff, &home, &prepared, result.as_ref());
+        let _ = std::io::stdout().lock().write_all(report.out.as_bytes());
+        let _ = std::io::stderr().lock().write_all(report.err.as_bytes());
     }
-    let ok = match &result {
-        Some(result) => result.success,
-        None => prepared.plan.can_apply(),
-    };
     if ok {
         ExitCode::SUCCESS
     } else {
@@ -177,7 +179,7 @@ pub fn execute(args: SyncArgs) -> ExitCode {
     }
 }
 
-fn print_json(value: &serde_json::Value) {
+fn print_json(value: &SyncOutput) {
     let mut out = std::io::stdout().lock();
     let _ = serde_json::to_writer_pretty(&mut out, value);
     let _ = writeln!(out);
@@ -191,14 +193,48 @@ fn display(path: &Path, home: &Path) -> String {
     }
 }
 
-fn human_report(
-    out: &mut impl std::io::Write,
-    diff: bool,
-    home: &Path,
-    prepared: &Prepared,
+/// The unified diff (hunks only) of every file that changes: the one diff renderer, shown by
+/// `--diff` in both the human and the JSON report.
+fn diffs(plan: &Plan) -> Vec<FileDiff> {
+    plan.files
+        .iter()
+        .filter_map(|file| {
+            let new = match &file.change {
+                Change::Keep => return None,
+                Change::Write(bytes) => String::from_utf8_lossy(bytes),
+                Change::Remove => "".into(),
+            };
+            let old = String::from_utf8_lossy(file.current());
+            let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref())
+                .unified_diff()
+                .to_string();
+            Some(FileDiff {
+                path: file.path.clone(),
+                diff,
+            })
+        })
+        .collect()
+}
+
+/// The human report, split by stream: `out` for stdout (operations, diffs, summary), `err` for
+/// stderr (errors, warnings, failed files).
+#[derive(Debug, Default)]
+struct HumanReport {
+    out: String,
+    err: String,
+}
+
+/// Renders the human report of a plan and, unless it was a dry run, its execution. Pure: every
+/// count and verdict comes from the plan and the result.
+fn render_human(
+    plan: &Plan,
     result: Option<&ExecutionResult>,
-) -> std::io::Result<()> {
-    let plan = &prepared.plan;
+    diffs: Option<&[FileDiff]>,
+    home: &Path,
+) -> HumanReport {
+    use std::fmt::Write as _;
+    let mut report = HumanReport::default();
+    let (out, err) = (&mut report.out, &mut report.err);
     let width = plan
         .operations
         .iter()
@@ -214,29 +250,30 @@ fn human_report(
             .resolution()
             .map(|flag| format!(" (resolve with {flag})"))
             .unwrap_or_default();
-        writeln!(
+        let _ = writeln!(
             out,
             "{:<8}  {:<width$}  {path}  {}{resolve}",
             op.action.as_str(),
             op.target(),
             op.reason
-        )?;
+        );
     }
     for error in &plan.errors {
-        eprintln!("error: {error}");
+        let _ = writeln!(err, "error: {error}");
     }
-    if diff {
-        write_diffs(out, plan, home)?;
+    for diff in diffs.unwrap_or_default() {
+        if !diff.diff.is_empty() {
+            let name = display(&diff.path, home);
+            let _ = write!(out, "--- a/{name}\n+++ b/{name}\n{}", diff.diff);
+        }
     }
     let orphans = plan.count(Action::Orphan);
     if orphans > 0 {
-        eprintln!("warning: {orphans} managed orphan(s) kept; run with --prune to remove them");
+        let _ = writeln!(
+            err,
+            "warning: {orphans} managed orphan(s) kept; run with --prune to remove them"
+        );
     }
-    let conflicts = plan
-        .operations
-        .iter()
-        .filter(|op| op.action == Action::Conflict && !op.authorized)
-        .count();
     match result {
         None => {
             let verdict = if plan.can_apply() {
@@ -244,25 +281,27 @@ fn human_report(
             } else {
                 "would NOT apply"
             };
-            writeln!(
+            let _ = writeln!(
                 out,
-                "dry run: {} file(s) would change, {conflicts} conflict(s), {} error(s); {verdict}; nothing written",
+                "dry run: {} file(s) would change, {} conflict(s), {} error(s); {verdict}; nothing written",
                 plan.changes(),
-                plan.count(Action::Error) + plan.errors.len(),
-            )?;
+                plan.unauthorized_conflicts(),
+                plan.error_count(),
+            );
         }
         Some(result) => {
             for file in result.files.iter().filter(|f| f.outcome == Outcome::Failed) {
-                eprintln!(
+                let _ = writeln!(
+                    err,
                     "failed: {}: {}",
                     display(&file.path, home),
                     file.detail.as_deref().unwrap_or("")
                 );
             }
             if let Some(error) = &result.error {
-                eprintln!("error: {error}");
+                let _ = writeln!(err, "error: {error}");
             }
-            writeln!(
+            let _ = writeln!(
                 out,
                 "sync: {} applied, {} noop, {} skipped, {} conflicted, {} failed (files){}",
                 result.count(Outcome::Applied),
@@ -275,79 +314,8 @@ fn human_report(
                     .as_deref()
                     .map(|d| format!("; backups in {}", display(d, home)))
                     .unwrap_or_default()
-            )?;
+            );
         }
-    }
-    Ok(())
-}
-
-fn write_diffs(out: &mut impl std::io::Write, plan: &Plan, home: &Path) -> std::io::Result<()> {
-    for file in &plan.files {
-        let new = match &file.change {
-            Change::Keep => continue,
-            Change::Write(bytes) => String::from_utf8_lossy(bytes),
-            Change::Remove => "".into(),
-        };
-        let old = String::from_utf8_lossy(file.current());
-        let name = display(&file.path, home);
-        let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref());
-        write!(
-            out,
-            "{}",
-            diff.unified_diff()
-                .header(&format!("a/{name}"), &format!("b/{name}"))
-        )?;
-    }
-    Ok(())
-}
-
-fn json_report(
-    dry_run: bool,
-    diff: bool,
-    prepared: &Prepared,
-    result: Option<&ExecutionResult>,
-) -> serde_json::Value {
-    let plan = &prepared.plan;
-    let files: Vec<_> = plan
-        .files
-        .iter()
-        .map(|f| {
-            json!({
-                "path": f.path,
-                "change": f.change.as_str(),
-                "operations": f.operations,
-            })
-        })
-        .collect();
-    let success = result.map_or_else(|| plan.can_apply(), |r| r.success);
-    let mut report = json!({
-        "success": success,
-        "dryRun": dry_run,
-        "canApply": plan.can_apply(),
-        "changes": plan.changes(),
-        "operations": plan.operations,
-        "files": files,
-        "errors": plan.errors,
-        "result": result,
-    });
-    if diff {
-        let diffs: Vec<_> = plan
-            .files
-            .iter()
-            .filter(|f| f.change != Change::Keep)
-            .map(|f| {
-                let new = match &f.change {
-                    Change::Write(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                    _ => String::new(),
-                };
-                let old = String::from_utf8_lossy(f.current()).into_owned();
-                json!({
-                    "path": f.path,
-                    "diff": similar::TextDiff::from_lines(&old, &new).unified_diff().to_string(),
-                })
-            })
-            .collect();
-        report["diffs"] = json!(diffs);
     }
     report
 }

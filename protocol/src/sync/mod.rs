@@ -9,20 +9,24 @@
 //! 4. [`plan`]: operations (one row of the state table each), aggregated per physical file with
 //!    the frozen pre-image and final contents; [`Plan::can_apply`] says whether it may execute.
 //!
-//! Invariants: ownership comes only from the marker (INV-SUB-01, see [`render::is_managed`] and
-//! [`dsh`]); a conflict is written only when its exact `agent/name` is forced (INV-SUB-02); only
-//! managed orphans are removed, and only with prune (INV-SUB-03); every mutation of one physical
-//! file, the shared DSH file included, is folded into one final content (INV-SUB-04).
+//! Invariants (docs/sync.md, "Invariants"): ownership comes only from the marker (see
+//! [`render::is_managed`] and [`dsh`]); a conflict is written only when its exact `agent/name` is
+//! forced; only managed orphans are removed, and only with prune; every mutation of one physical
+//! file, the shared DSH file included, is folded into one final content. The [`Plan`] answers
+//! every question about itself (can it apply, what blocks it, what each file's outcome is at
+//! rest); the executor and the CLI ask it and never re-decide.
 
 pub mod dsh;
 mod plan;
 pub mod render;
+pub mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::definition::{self, Definition};
@@ -30,9 +34,10 @@ use crate::registry::{self, AgentAvailability, AgentSpec, SyncTarget, TargetForm
 
 pub use crate::registry::Scope;
 pub use plan::plan;
+pub use report::{ChangeKind, Outcome};
 
 /// What one operation does (one row of the state table, plus SKIP and ERROR).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// The target is missing: write it.
@@ -71,7 +76,7 @@ impl Action {
 }
 
 /// One planned operation on one target (a dedicated file, or one item of the shared file).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Operation {
     pub action: Action,
@@ -105,6 +110,17 @@ impl Operation {
             Action::Conflict => Some(format!("--force {}", self.target())),
             Action::Orphan => Some("--prune".to_owned()),
             _ => None,
+        }
+    }
+
+    /// Whether the operation holds the whole plan back: an error, or a conflict nobody
+    /// authorized (an orphan without `--prune` is a notice, never a blocker).
+    #[must_use]
+    pub fn blocks(&self) -> bool {
+        match self.action {
+            Action::Error => true,
+            Action::Conflict => !self.authorized,
+            _ => false,
         }
     }
 
@@ -427,12 +443,8 @@ pub enum Change {
 
 impl Change {
     #[must_use]
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Change::Keep => "keep",
-            Change::Write(_) => "write",
-            Change::Remove => "remove",
-        }
+    pub fn kind(&self) -> ChangeKind {
+        ChangeKind::from(self)
     }
 }
 
@@ -474,16 +486,25 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// No unauthorized conflict, no error operation, no plan-level error.
+    /// No blocking operation ([`Operation::blocks`]) and no plan-level error.
     #[must_use]
     pub fn can_apply(&self) -> bool {
-        self.errors.is_empty()
-            && self.operations.iter().all(|op| match op.action {
-                Action::Error => false,
-                Action::Conflict => op.authorized,
-                // An orphan without --prune is a notice, never a blocker.
-                _ => true,
-            })
+        self.errors.is_empty() && !self.operations.iter().any(Operation::blocks)
+    }
+
+    /// How many conflicts were not authorized by `--force`.
+    #[must_use]
+    pub fn unauthorized_conflicts(&self) -> usize {
+        self.operations
+            .iter()
+            .filter(|op| op.action == Action::Conflict && !op.authorized)
+            .count()
+    }
+
+    /// Error operations plus plan-level errors.
+    #[must_use]
+    pub fn error_count(&self) -> usize {
+        self.count(Action::Error) + self.errors.len()
     }
 
     /// How many files would change.
@@ -507,6 +528,19 @@ impl Plan {
     /// The operations of one file.
     pub fn operations_of<'a>(&'a self, file: &'a FilePlan) -> impl Iterator<Item = &'a Operation> {
         file.operations.iter().map(|&i| &self.operations[i])
+    }
+
+    /// The outcome of a file that is not written: conflicted when one of its operations blocks,
+    /// skipped when every one is a skip, noop otherwise.
+    #[must_use]
+    pub fn resting_outcome(&self, file: &FilePlan) -> Outcome {
+        if self.operations_of(file).any(Operation::blocks) {
+            Outcome::Conflicted
+        } else if self.operations_of(file).all(|op| op.action == Action::Skip) {
+            Outcome::Skipped
+        } else {
+            Outcome::Noop
+        }
     }
 }
 
