@@ -43,8 +43,8 @@ pub struct SyncConfig {
     pub path_var: Option<OsString>,
 }
 
-/// How many run folders of backups a sync keeps by default. The reference kept every backup
-/// forever (1.9 MB per edit at 1,000 DSH blocks); a bounded history still covers recent mistakes.
+/// How many run folders of backups a sync keeps by default. Keeping every backup forever costs
+/// 1.9 MB per edit at 1,000 DSH items; a bounded history still covers recent mistakes.
 pub const DEFAULT_KEEP_BACKUPS: usize = 20;
 
 /// Where execution keeps its backups, and how many.

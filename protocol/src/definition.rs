@@ -491,7 +491,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_the_reference_example() {
+    fn parses_the_documented_example() {
         let d = ok(
             "---\ndescription: \"Review code changes\"\nagents: [\"codex\", \"claude-code\"]\ncodex: {\"model\": \"o3\"}\n---\n\nReview the changes and report findings.\n",
         );

@@ -1,6 +1,7 @@
 //! End-to-end tests of `acp-host sync` and `acp-host agents` through the real binary, with a
-//! temporary $HOME, a controlled PATH and a temporary state folder. Every scenario of the reference
-//! (sync.md 1-19), every state-table row, and the reference's known failure modes.
+//! temporary $HOME, a controlled PATH and a temporary state folder: every row of the state table
+//! and every rule of docs/sync.md, the hostile inputs it refuses, and whole human reports as
+//! snapshots.
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt as _, symlink};
@@ -202,10 +203,10 @@ fn yaml(text: &str) -> Value {
     serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("invalid YAML ({e}):\n{text}"))
 }
 
-// ---- Scenarios of the reference (sync.md) ----
+// ---- Planning, ownership and the state table ----
 
 #[test]
-fn s01_planning_writes_nothing() {
+fn planning_writes_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "codex"]);
     env.simple("review", "claude-code, codex");
@@ -219,7 +220,7 @@ fn s01_planning_writes_nothing() {
 }
 
 #[test]
-fn s02_unmarked_files_conflict_and_force_authorizes_exactly_one() {
+fn unmarked_files_conflict_and_force_authorizes_exactly_one() {
     let env = Env::new();
     env.install(&["claude-code", "codex"]);
     env.simple("verifier", "claude-code, codex");
@@ -297,7 +298,7 @@ fn s02_unmarked_files_conflict_and_force_authorizes_exactly_one() {
 }
 
 #[test]
-fn s03_orphans_are_reported_and_pruned_unmanaged_never_appear() {
+fn orphans_are_reported_and_pruned_unmanaged_never_appear() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("legacy", "claude-code");
@@ -337,7 +338,7 @@ fn s03_orphans_are_reported_and_pruned_unmanaged_never_appear() {
 }
 
 #[test]
-fn s04_two_dsh_subagents_make_one_file_plan() {
+fn two_dsh_subagents_make_one_file_plan() {
     let env = Env::new();
     env.install(&["dsh"]);
     env.simple("alpha", "dsh");
@@ -350,7 +351,7 @@ fn s04_two_dsh_subagents_make_one_file_plan() {
 }
 
 #[test]
-fn s05_execute_creates_files() {
+fn execute_creates_files() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
     env.simple("alpha", "claude-code, dsh");
@@ -373,7 +374,7 @@ fn s05_execute_creates_files() {
 }
 
 #[test]
-fn s06_a_stale_plan_writes_nothing() {
+fn a_stale_plan_writes_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
     env.simple("alpha", "claude-code, dsh");
@@ -409,7 +410,7 @@ fn s06_a_stale_plan_writes_nothing() {
 }
 
 #[test]
-fn s07_unmarked_conflicts_marked_updates_identical_noops() {
+fn unmarked_conflicts_marked_updates_identical_noops() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("mine", "claude-code");
@@ -438,7 +439,7 @@ fn s07_unmarked_conflicts_marked_updates_identical_noops() {
 }
 
 #[test]
-fn s08_unmanaged_dsh_items_survive() {
+fn unmanaged_dsh_items_survive() {
     let env = Env::new();
     env.install(&["dsh"]);
     env.simple("alpha", "dsh");
@@ -452,7 +453,7 @@ fn s08_unmanaged_dsh_items_survive() {
 
 /// The golden files of the `protocol` crate, written through the binary.
 #[test]
-fn s09_every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
+fn every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
     let env = Env::new();
     let all = [
         "claude-code",
@@ -510,7 +511,7 @@ fn s09_every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
 }
 
 #[test]
-fn s10_awkward_descriptions_round_trip() {
+fn awkward_descriptions_round_trip() {
     let env = Env::new();
     env.install(&["claude-code", "codex", "dsh"]);
     let description = "Say \"hi\": use & and # and\nnew lines, 'quotes' and \\ too";
@@ -546,7 +547,7 @@ fn s10_awkward_descriptions_round_trip() {
 }
 
 #[test]
-fn s11_a_broken_definition_aborts_before_any_prune() {
+fn a_broken_definition_aborts_before_any_prune() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("legacy", "claude-code");
@@ -583,7 +584,7 @@ fn s11_a_broken_definition_aborts_before_any_prune() {
 }
 
 #[test]
-fn s12_codex_disabled_blocks_everything() {
+fn codex_disabled_blocks_everything() {
     let env = Env::new();
     env.install(&["claude-code", "codex"]);
     env.write(".codex/config.toml", "[agents]\nenabled = false\n");
@@ -606,7 +607,7 @@ fn s12_codex_disabled_blocks_everything() {
 }
 
 #[test]
-fn s13_option_validation_names_the_field() {
+fn option_validation_names_the_field() {
     let env = Env::new();
     env.install(&["dsh", "codex"]);
     let cases = [
@@ -655,7 +656,7 @@ fn s13_option_validation_names_the_field() {
 }
 
 #[test]
-fn s14_an_empty_canonical_folder_creates_nothing() {
+fn an_empty_canonical_folder_creates_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "codex", "dsh"]);
     let before = env.tree();
@@ -674,7 +675,7 @@ fn s14_an_empty_canonical_folder_creates_nothing() {
 }
 
 #[test]
-fn s15_dry_run_lists_actions_and_writes_nothing() {
+fn dry_run_lists_actions_and_writes_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
     env.simple("alpha", "claude-code, dsh");
@@ -709,7 +710,7 @@ fn s15_dry_run_lists_actions_and_writes_nothing() {
 }
 
 #[test]
-fn s16_an_unmanaged_dsh_item_with_our_tool_name_conflicts_until_forced() {
+fn an_unmanaged_dsh_item_with_our_tool_name_conflicts_until_forced() {
     let env = Env::new();
     env.install(&["dsh"]);
     env.simple("alpha", "dsh");
@@ -735,7 +736,7 @@ fn s16_an_unmanaged_dsh_item_with_our_tool_name_conflicts_until_forced() {
 }
 
 #[test]
-fn s17_prune_never_touches_unmanaged_dsh_items() {
+fn prune_never_touches_unmanaged_dsh_items() {
     let env = Env::new();
     env.install(&["dsh"]);
     let text = "- id: acp-host-subagent-old\n  name: '@deepseek-ai/dsh-tool-subagent'\n  config:\n    toolName: old\n- id: custom\n  persona: mine\n";
@@ -746,7 +747,7 @@ fn s17_prune_never_touches_unmanaged_dsh_items() {
 }
 
 #[test]
-fn s18_agents_not_installed_are_skipped() {
+fn agents_not_installed_are_skipped() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("review", "claude-code, codex, dsh");
@@ -771,7 +772,7 @@ fn s18_agents_not_installed_are_skipped() {
 }
 
 #[test]
-fn s19_dropping_dsh_orphans_its_item_and_prune_removes_it() {
+fn dropping_dsh_orphans_its_item_and_prune_removes_it() {
     let env = Env::new();
     env.install(&["dsh", "claude-code"]);
     env.write(CORDIS, "- id: custom\n  persona: mine\n");
@@ -837,7 +838,7 @@ fn state_table_rows() {
     }
 }
 
-// ---- The reference's failure modes ----
+// ---- Hostile and awkward inputs ----
 
 #[test]
 fn editing_a_dsh_item_that_is_not_last_keeps_valid_yaml_and_comments() {
@@ -1366,4 +1367,60 @@ fn a_failed_write_reports_the_file_and_partial_completion() {
     let outcomes: Vec<_> = result.files.iter().map(|f| f.outcome).collect();
     assert_eq!(outcomes, [Outcome::Applied, Outcome::Failed]);
     assert_eq!(fs::read_to_string(&good).unwrap(), "new\n");
+}
+
+// ---- Whole human reports ----
+
+impl Env {
+    /// A run's exit code, stdout and stderr, with the temporary root as `[ROOT]` and the backup
+    /// run folder's timestamp as `[STAMP]`, for a snapshot.
+    fn report(&self, run: &Run) -> String {
+        let root = self.home.parent().unwrap().display().to_string();
+        let text = format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            run.code, run.stdout, run.stderr
+        )
+        .replace(&root, "[ROOT]");
+        let mut out = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("backups/") {
+            let (head, tail) = rest.split_at(at + "backups/".len());
+            out.push_str(head);
+            let stamp = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+                .unwrap_or(tail.len());
+            out.push_str("[STAMP]");
+            rest = &tail[stamp..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+#[test]
+fn human_reports() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex", "dsh"]);
+    env.simple("review", "\"claude-code\", \"dsh\"");
+    env.simple("verify", "\"claude-code\", \"codex\"");
+    insta::assert_snapshot!("report_create", env.report(&env.sync(&[])));
+    insta::assert_snapshot!("report_noop", env.report(&env.sync(&[])));
+
+    env.define(
+        "review",
+        "---\ndescription: \"review things\"\nagents: [\"claude-code\", \"dsh\"]\n---\n\nDo review, twice.\n",
+    );
+    insta::assert_snapshot!(
+        "report_dry_run_with_diff",
+        env.report(&env.sync(&["--dry-run", "--diff"]))
+    );
+
+    env.write(".codex/agents/mine.toml", "name = \"mine\"\n");
+    env.simple("mine", "\"codex\"");
+    insta::assert_snapshot!("report_conflict", env.report(&env.sync(&[])));
+    env.undefine("mine");
+
+    env.undefine("verify");
+    insta::assert_snapshot!("report_orphans", env.report(&env.sync(&[])));
+    insta::assert_snapshot!("report_prune", env.report(&env.sync(&["--prune"])));
 }

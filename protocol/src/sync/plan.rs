@@ -376,21 +376,7 @@ impl Planner<'_> {
                 self.push(op)
             })
             .collect();
-        let defined: BTreeSet<&str> = defined.iter().map(|d| d.name.as_str()).collect();
-        for (index, item) in items.iter().enumerate() {
-            let Some(name) = item.our_name() else {
-                continue;
-            };
-            if defined.contains(name) || !item.managed_for(name) {
-                continue;
-            }
-            let mut op = self.orphan_op(agent, name, path.clone());
-            op.reason = format!("item at line {}: {}", item.line, op.reason);
-            if op.action == Action::Remove {
-                edits.items.insert(index, None);
-            }
-            ops.push(self.push(op));
-        }
+        self.shared_orphans(&path, &items, defined, &mut edits, &mut ops);
         if ops.is_empty() {
             return;
         }
@@ -408,6 +394,33 @@ impl Planner<'_> {
             }
         };
         self.intent(agent, path, Some(facts.clone()), change, ops);
+    }
+
+    /// Managed items of the shared file whose subagent is no longer defined for dsh: ORPHAN, or
+    /// REMOVE (the item's edit) with prune.
+    fn shared_orphans(
+        &mut self,
+        path: &Path,
+        items: &[dsh::Item],
+        defined: &[&Definition],
+        edits: &mut Edits,
+        ops: &mut Vec<usize>,
+    ) {
+        let defined: BTreeSet<&str> = defined.iter().map(|d| d.name.as_str()).collect();
+        for (index, item) in items.iter().enumerate() {
+            let Some(name) = item.our_name() else {
+                continue;
+            };
+            if defined.contains(name) || !item.managed_for(name) {
+                continue;
+            }
+            let mut op = self.orphan_op("dsh", name, path.to_path_buf());
+            op.reason = format!("item at line {}: {}", item.line, op.reason);
+            if op.action == Action::Remove {
+                edits.items.insert(index, None);
+            }
+            ops.push(self.push(op));
+        }
     }
 
     /// One defined subagent in the shared file: append, keep, replace in place, or conflict.
@@ -473,7 +486,8 @@ impl Planner<'_> {
         }
     }
 
-    /// Sorts operations, aggregates intents per physical file, checks collisions and forces.
+    /// The plan's three closing jobs: operations in display order, intents folded per physical
+    /// file (with collisions), and the forces that matched nothing.
     fn finish(self) -> Plan {
         let Planner {
             auth,
@@ -481,81 +495,107 @@ impl Planner<'_> {
             intents,
             used_forces,
         } = self;
-        let agent_rank = |agent: &str| registry::AGENTS.iter().position(|a| a.name == agent);
-        let mut order: Vec<usize> = (0..operations.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (x, y) = (&operations[a], &operations[b]);
-            (agent_rank(x.agent), &x.name, &x.path).cmp(&(agent_rank(y.agent), &y.name, &y.path))
-        });
-        let mut new_index = vec![0; operations.len()];
-        for (new, &old) in order.iter().enumerate() {
-            new_index[old] = new;
+        let (operations, new_index) = display_order(operations);
+        let (files, mut errors) = aggregate(intents, &new_index);
+        errors.extend(unused_forces(auth, &used_forces, &operations));
+        Plan {
+            operations,
+            files,
+            errors,
         }
-        let sorted: Vec<Operation> = order.iter().map(|&i| operations[i].clone()).collect();
+    }
+}
 
-        let mut errors = Vec::new();
-        let mut files: BTreeMap<PathBuf, FilePlan> = BTreeMap::new();
-        let mut owners: BTreeMap<PathBuf, (&'static str, PathBuf)> = BTreeMap::new();
-        for intent in intents {
-            let physical = intent
-                .pre_image
-                .as_ref()
-                .map_or_else(|| intent.target.clone(), |f| f.physical.clone());
-            let ops: Vec<usize> = intent.operations.iter().map(|&i| new_index[i]).collect();
-            match files.get_mut(&physical) {
-                None => {
-                    owners.insert(physical.clone(), (intent.agent, intent.target.clone()));
-                    files.insert(
-                        physical.clone(),
-                        FilePlan {
-                            path: physical,
-                            target: intent.target,
-                            pre_image: intent.pre_image,
-                            change: intent.change,
-                            operations: ops,
-                        },
-                    );
-                }
-                Some(existing) => {
-                    let (agent, target) = &owners[&physical];
-                    if *agent == intent.agent && *target == intent.target {
-                        // Several skipped definitions of one shared file.
-                        existing.operations.extend(ops);
-                    } else {
-                        errors.push(format!(
-                            "collision: {} is the target of both {agent} ({}) and {} ({}); one file cannot hold two targets — remove the symlink that joins them",
-                            physical.display(),
-                            target.display(),
-                            intent.agent,
-                            intent.target.display()
-                        ));
-                        existing.operations.extend(ops);
-                        existing.change = Change::Keep;
-                    }
+/// Operations sorted by agent (registry order), name and path; and, for each old index, its new
+/// one.
+fn display_order(operations: Vec<Operation>) -> (Vec<Operation>, Vec<usize>) {
+    let agent_rank = |agent: &str| registry::AGENTS.iter().position(|a| a.name == agent);
+    let mut order: Vec<usize> = (0..operations.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&operations[a], &operations[b]);
+        (agent_rank(x.agent), &x.name, &x.path).cmp(&(agent_rank(y.agent), &y.name, &y.path))
+    });
+    let mut new_index = vec![0; operations.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let mut slots: Vec<Option<Operation>> = operations.into_iter().map(Some).collect();
+    let sorted = order.iter().filter_map(|&i| slots[i].take()).collect();
+    (sorted, new_index)
+}
+
+/// Folds intents per physical file; two different targets on one file are a collision (an
+/// error, and the file is kept).
+fn aggregate(intents: Vec<Intent>, new_index: &[usize]) -> (Vec<FilePlan>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut files: BTreeMap<PathBuf, FilePlan> = BTreeMap::new();
+    let mut owners: BTreeMap<PathBuf, (&'static str, PathBuf)> = BTreeMap::new();
+    for intent in intents {
+        let physical = intent
+            .pre_image
+            .as_ref()
+            .map_or_else(|| intent.target.clone(), |f| f.physical.clone());
+        let ops: Vec<usize> = intent.operations.iter().map(|&i| new_index[i]).collect();
+        match files.get_mut(&physical) {
+            None => {
+                owners.insert(physical.clone(), (intent.agent, intent.target.clone()));
+                files.insert(
+                    physical.clone(),
+                    FilePlan {
+                        path: physical,
+                        target: intent.target,
+                        pre_image: intent.pre_image,
+                        change: intent.change,
+                        operations: ops,
+                    },
+                );
+            }
+            Some(existing) => {
+                let (agent, target) = &owners[&physical];
+                if *agent == intent.agent && *target == intent.target {
+                    // Several skipped definitions of one shared file.
+                    existing.operations.extend(ops);
+                } else {
+                    errors.push(format!(
+                        "collision: {} is the target of both {agent} ({}) and {} ({}); one file cannot hold two targets — remove the symlink that joins them",
+                        physical.display(),
+                        target.display(),
+                        intent.agent,
+                        intent.target.display()
+                    ));
+                    existing.operations.extend(ops);
+                    existing.change = Change::Keep;
                 }
             }
         }
-        for file in files.values_mut() {
-            file.operations.sort_unstable();
-        }
-        for force in auth.forces.difference(&used_forces) {
-            let state = sorted
+    }
+    for file in files.values_mut() {
+        file.operations.sort_unstable();
+    }
+    (files.into_values().collect(), errors)
+}
+
+/// A plan error for every `--force` that matched no conflict: a force is never silently ignored.
+fn unused_forces(
+    auth: &Authorization,
+    used: &BTreeSet<ForceTarget>,
+    operations: &[Operation],
+) -> Vec<String> {
+    auth.forces
+        .difference(used)
+        .map(|force| {
+            let state = operations
                 .iter()
                 .find(|op| op.agent == force.agent && op.name == force.name)
                 .map_or_else(
                     || "nothing is planned for it".to_owned(),
                     |op| format!("it is {}", op.action.as_str()),
                 );
-            errors.push(format!(
+            format!(
                 "--force {force} matches no conflict ({state}); drop it — --force only authorizes an existing unmanaged target"
-            ));
-        }
-        Plan {
-            operations: sorted,
-            files: files.into_values().collect(),
-            errors,
-        }
-    }
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
