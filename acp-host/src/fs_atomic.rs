@@ -8,15 +8,73 @@
 //! - A target that is a symlink is written through only when the file it resolves to lies inside
 //!   the link's own folder ([`resolve`]); otherwise the write is refused. The same rule decides
 //!   what the planner sees ([`crate::sync_exec::read_facts`]) and what gets written.
-//! - Backups are created with `create_new`: an existing file is never overwritten.
+//! - Backups go through the same temp file + fsync + rename path, renamed without replacing: an
+//!   existing file is never overwritten, and a crash leaves no torn backup (only a temp file).
+//! - Temp files are named `.acp-host-XXXXXX.tmp` (six random alphanumerics); [`clean_debris`]
+//!   removes exactly those, which only a killed write leaves behind.
 
-use std::fs::{self, File, OpenOptions, Permissions};
+use std::fs::{self, File, Permissions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 /// Mode of files we create (existing files keep theirs).
 const NEW_FILE_MODE: u32 = 0o644;
+
+const TEMP_PREFIX: &str = ".acp-host-";
+const TEMP_SUFFIX: &str = ".tmp";
+const TEMP_RANDOM: usize = 6;
+
+/// Whether a folder entry is one of our temp files (exact shape, nothing looser).
+fn is_temp_name(name: &str) -> bool {
+    name.strip_prefix(TEMP_PREFIX)
+        .and_then(|rest| rest.strip_suffix(TEMP_SUFFIX))
+        .is_some_and(|random| {
+            random.len() == TEMP_RANDOM && random.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+}
+
+/// A new temp file in `folder`, named so that [`clean_debris`] recognizes it.
+fn temp_in(folder: &Path) -> io::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .suffix(TEMP_SUFFIX)
+        .rand_bytes(TEMP_RANDOM)
+        .tempfile_in(folder)
+}
+
+/// Removes the temp files a killed write left in `folder` (regular files named exactly like ours;
+/// never a symlink, never a folder) and returns them. A missing folder has none.
+pub fn clean_debris(folder: &Path) -> Result<Vec<PathBuf>, FsError> {
+    let entries = match fs::read_dir(folder) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(FsError::Inspect {
+                path: folder.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let ours = entry.file_name().to_str().is_some_and(is_temp_name)
+            && entry.file_type().is_ok_and(|t| t.is_file());
+        if !ours {
+            continue;
+        }
+        let path = entry.path();
+        fs::remove_file(&path).map_err(|source| FsError::Remove {
+            path: path.clone(),
+            source,
+        })?;
+        removed.push(path);
+    }
+    if !removed.is_empty() {
+        sync_folder(folder)?;
+    }
+    Ok(removed)
+}
 
 /// A failed file-system operation, with the path it was about.
 #[derive(Debug, thiserror::Error)]
@@ -199,11 +257,7 @@ fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
         Ok(metadata) => metadata.permissions().mode(),
         Err(_) => NEW_FILE_MODE,
     };
-    let mut temp = tempfile::Builder::new()
-        .prefix(".acp-host-")
-        .suffix(".tmp")
-        .tempfile_in(folder)
-        .map_err(write_error)?;
+    let mut temp = temp_in(folder).map_err(write_error)?;
     temp.write_all(contents).map_err(write_error)?;
     temp.as_file()
         .set_permissions(Permissions::from_mode(mode))
@@ -269,20 +323,23 @@ pub fn remove_tree(path: &Path) -> Result<(), FsError> {
     sync_folder(path.parent().unwrap_or(Path::new("/")))
 }
 
-/// Writes a new file, failing if it exists (backups are never overwritten).
+/// Writes a new file through a fsynced temp file renamed without replacing: fails if `path`
+/// exists (backups are never overwritten), and a crash leaves the whole file or none.
 pub fn write_new(path: &Path, contents: &[u8]) -> Result<(), FsError> {
-    create_parent(path)?;
+    let folder = create_parent(path)?;
     let write_error = |source| FsError::Write {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
+    let mut temp = temp_in(folder).map_err(write_error)?;
+    temp.write_all(contents).map_err(write_error)?;
+    temp.as_file()
+        .set_permissions(Permissions::from_mode(NEW_FILE_MODE))
         .map_err(write_error)?;
-    file.write_all(contents).map_err(write_error)?;
-    file.sync_all().map_err(write_error)
+    temp.as_file().sync_all().map_err(write_error)?;
+    temp.persist_noclobber(path)
+        .map_err(|e| write_error(e.error))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -363,6 +420,42 @@ mod tests {
         write_new(&path, b"1").unwrap();
         assert!(write_new(&path, b"2").is_err());
         assert_eq!(fs::read(&path).unwrap(), b"1");
+    }
+
+    #[test]
+    fn debris_is_exactly_our_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = [".acp-host-a1B2c3.tmp", ".acp-host-zzzzzz.tmp"];
+        let theirs = [
+            ".acp-host-notes.tmp",
+            ".acp-host-abc123.tmp.bak",
+            "acp-host-abc123.tmp",
+            ".acp-host-abc12!.tmp",
+            "x.md",
+        ];
+        for name in ours.iter().chain(&theirs) {
+            fs::write(dir.path().join(name), "x").unwrap();
+        }
+        fs::create_dir(dir.path().join(".acp-host-folder.tmp")).unwrap();
+        let mut removed = clean_debris(dir.path()).unwrap();
+        removed.sort();
+        assert_eq!(
+            removed,
+            ours.iter().map(|n| dir.path().join(n)).collect::<Vec<_>>()
+        );
+        for name in theirs {
+            assert!(dir.path().join(name).exists(), "{name} kept");
+        }
+        assert!(dir.path().join(".acp-host-folder.tmp").is_dir());
+        assert!(
+            clean_debris(&dir.path().join("missing"))
+                .unwrap()
+                .is_empty()
+        );
+        // What a write leaves while in flight is recognized as ours.
+        let temp = temp_in(dir.path()).unwrap();
+        let name = temp.path().file_name().unwrap().to_str().unwrap();
+        assert!(is_temp_name(name), "{name}");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //!   ("plan is stale: <file>") with nothing written.
 //! - Every file that is replaced or removed is first copied to a new, timestamped backup folder
 //!   under the user's state folder; backups are never overwritten.
+//! - Temp files that a killed sync left (in the folders of the plan's files, and in the backups)
+//!   are removed at the start of the next sync that can apply.
 //! - Writes go through [`crate::fs_atomic`] in sorted path order; the first failure stops the run
 //!   and the result says which file failed and whether earlier files were already written.
 
@@ -349,6 +351,7 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
             "not written: the plan cannot apply",
         );
     }
+    clean_debris(plan, &config.backup_root);
     let pending: Vec<usize> = (0..plan.files.len())
         .filter(|&i| plan.files[i].change != Change::Keep)
         .collect();
@@ -365,6 +368,39 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
         prune_backups(&config.backup_root, config.keep_backups);
     }
     result
+}
+
+/// Removes the temp files an earlier, killed sync left behind: in the folders of this plan's files
+/// (only of agents that were read, so only folders we write) and anywhere under the backup root
+/// (ours entirely). A failure is logged, never fatal: debris is harmless to readers.
+fn clean_debris(plan: &Plan, backup_root: &Path) {
+    let mut folders: std::collections::BTreeSet<PathBuf> = plan
+        .files
+        .iter()
+        .filter(|f| f.pre_image.is_some())
+        .filter_map(|f| f.path.parent().map(Path::to_path_buf))
+        .collect();
+    let mut pending = vec![backup_root.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        if let Ok(entries) = fs::read_dir(&folder) {
+            pending.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        folders.insert(folder);
+    }
+    for folder in &folders {
+        match fs_atomic::clean_debris(folder) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(folder = %folder.display(), count = removed.len(), "removed temp files left by an interrupted sync");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not remove a leftover temp file"),
+        }
+    }
 }
 
 /// After a removal, the folder the target format made for that one subagent (agy's

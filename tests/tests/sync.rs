@@ -955,6 +955,52 @@ fn pruning_an_agy_subagent_removes_its_folder_only_when_empty() {
 }
 
 #[test]
+fn temp_files_left_by_a_killed_sync_are_removed_by_the_next_one() {
+    let env = Env::new();
+    env.install(&["claude-code", "agy"]);
+    env.simple("x", "\"claude-code\", \"agy\"");
+    env.sync_ok(&[]);
+    let debris = [
+        ".claude/agents/.acp-host-a1B2c3.tmp",
+        ".gemini/config/agents/x/.acp-host-Zz9yY8.tmp",
+    ];
+    for rel in debris {
+        env.write(rel, "half a file");
+    }
+    // Files that only look alike, and debris in a folder sync does not write, are not ours.
+    let kept = [
+        ".claude/agents/.acp-host-notes.tmp",
+        ".claude/.acp-host-a1B2c3.tmp",
+    ];
+    for rel in kept {
+        env.write(rel, "theirs");
+    }
+    let backup_debris = env
+        .state
+        .join("acp-host/backups/20260101T000000.000Z/.acp-host-q1w2e3.tmp");
+    fs::create_dir_all(backup_debris.parent().unwrap()).unwrap();
+    fs::write(&backup_debris, "").unwrap();
+
+    // A dry run writes nothing, debris included.
+    env.sync_ok(&["--dry-run"]);
+    assert!(debris.iter().all(|rel| env.exists(rel)));
+
+    env.undefine("x");
+    env.sync_ok(&["--prune"]);
+    for rel in debris {
+        assert!(!env.exists(rel), "{rel} removed");
+    }
+    assert!(!backup_debris.exists());
+    assert!(
+        !env.exists(".gemini/config/agents/x"),
+        "the debris no longer blocks removing agy's folder"
+    );
+    for rel in kept {
+        assert_eq!(env.read(rel), "theirs");
+    }
+}
+
+#[test]
 fn old_backup_runs_are_pruned_to_keep_backups() {
     let env = Env::new();
     env.install(&["claude-code"]);
