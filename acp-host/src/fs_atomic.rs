@@ -13,7 +13,7 @@
 //! - Temp files are named `.acp-host-XXXXXX.tmp` (six random alphanumerics); [`clean_debris`]
 //!   removes exactly those, which only a killed write leaves behind.
 
-use std::fs::{self, File, Permissions};
+use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -267,6 +267,49 @@ fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
     Ok(folder.to_path_buf())
 }
 
+/// An exclusive advisory lock (`flock`) on a file, held until dropped (or the process dies: the
+/// kernel releases it, so a killed sync never leaves a stale lock).
+#[derive(Debug)]
+pub struct Lock {
+    _held: nix::fcntl::Flock<File>,
+}
+
+impl Lock {
+    /// Takes the lock on `path` (created, with its folders, when missing) without waiting;
+    /// `None` when another process holds it.
+    pub fn try_acquire(path: &Path) -> Result<Option<Lock>, FsError> {
+        Self::take(path, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    }
+
+    /// Takes the lock on `path`, waiting for its holder to release it.
+    pub fn acquire(path: &Path) -> Result<Lock, FsError> {
+        Self::take(path, nix::fcntl::FlockArg::LockExclusive)?.ok_or_else(|| FsError::Write {
+            path: path.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::WouldBlock),
+        })
+    }
+
+    fn take(path: &Path, how: nix::fcntl::FlockArg) -> Result<Option<Lock>, FsError> {
+        create_parent(path)?;
+        let error = |source| FsError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        // Never truncated: the file holds nothing, only its lock matters.
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(error)?;
+        match nix::fcntl::Flock::lock(file, how) {
+            Ok(held) => Ok(Some(Lock { _held: held })),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, errno)) => Err(error(io::Error::from(errno))),
+        }
+    }
+}
+
 /// Removes the file `path` resolves to (and the symlink itself, when `path` is one).
 pub fn remove(path: &Path) -> Result<(), FsError> {
     unlink(path)?
@@ -456,6 +499,19 @@ mod tests {
         let temp = temp_in(dir.path()).unwrap();
         let name = temp.path().file_name().unwrap().to_str().unwrap();
         assert!(is_temp_name(name), "{name}");
+    }
+
+    #[test]
+    fn a_held_lock_is_refused_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/sync.lock");
+        let held = Lock::try_acquire(&path).unwrap().expect("free");
+        assert!(
+            Lock::try_acquire(&path).unwrap().is_none(),
+            "held elsewhere"
+        );
+        drop(held);
+        assert!(Lock::acquire(&path).is_ok());
     }
 
     #[test]

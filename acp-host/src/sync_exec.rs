@@ -49,7 +49,7 @@ pub struct SyncConfig {
 /// 1.9 MB per edit at 1,000 DSH items; a bounded history still covers recent mistakes.
 pub const DEFAULT_KEEP_BACKUPS: usize = 20;
 
-/// Where execution keeps its backups, and how many.
+/// Where execution keeps its backups (and how many), and where syncs take turns.
 #[derive(Debug, Clone)]
 pub struct ExecConfig {
     /// `$XDG_STATE_HOME/acp-host/backups` or `~/.local/state/acp-host/backups`.
@@ -57,6 +57,47 @@ pub struct ExecConfig {
     /// After a successful run that made backups, only the newest this many run folders are kept;
     /// `0` keeps them all.
     pub keep_backups: usize,
+    /// The file whose `flock` a sync holds from planning to the last write
+    /// (`<state>/acp-host/sync.lock`): two syncs never interleave.
+    pub lock_path: PathBuf,
+    /// The test hook of [`protocol::env_vars::ACP_HOST_SYNC_PAUSE`].
+    pub pause: Option<PausePoint>,
+}
+
+/// A named point where a sync stops until a test lets it go (see
+/// [`protocol::env_vars::ACP_HOST_SYNC_PAUSE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausePoint {
+    pub point: String,
+    pub dir: PathBuf,
+}
+
+impl PausePoint {
+    /// Parses `<point>:<dir>`; `None` when malformed.
+    #[must_use]
+    pub fn parse(value: &str) -> Option<PausePoint> {
+        let (point, dir) = value.split_once(':')?;
+        (!point.is_empty() && !dir.is_empty()).then(|| PausePoint {
+            point: point.to_owned(),
+            dir: PathBuf::from(dir),
+        })
+    }
+
+    /// At `point`, when it is ours: announces `<point>.ready` and waits for `<point>.go`.
+    pub fn reached(pause: Option<&PausePoint>, point: &str) {
+        let Some(pause) = pause.filter(|p| p.point == point) else {
+            return;
+        };
+        let ready = pause.dir.join(format!("{point}.ready"));
+        if let Err(e) = fs_atomic::write_atomic(&ready, b"") {
+            tracing::warn!(error = %e, "test pause point not announced");
+            return;
+        }
+        let go = pause.dir.join(format!("{point}.go"));
+        while !go.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
 }
 
 impl ExecConfig {
@@ -68,6 +109,8 @@ impl ExecConfig {
         Some(ExecConfig {
             backup_root: state.join("acp-host/backups"),
             keep_backups: DEFAULT_KEEP_BACKUPS,
+            lock_path: state.join("acp-host/sync.lock"),
+            pause: None,
         })
     }
 }
@@ -363,6 +406,7 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
         Ok(done) => done,
         Err(result) => return result,
     };
+    PausePoint::reached(config.pause.as_ref(), "writing");
     let result = write_all(plan, &pending, files, backup_dir);
     if result.success && result.backup_dir.is_some() {
         prune_backups(&config.backup_root, config.keep_backups);

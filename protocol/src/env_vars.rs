@@ -30,6 +30,11 @@ pub const ACP_CHILD_API_KEY: &str = "ACP_CHILD_API_KEY";
 pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
 /// OpenAI's API key.
 pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+/// Test hook of `acp-host sync`, `<point>:<dir>`: the first time the sync reaches `<point>`
+/// (`locked`: the sync lock is held, nothing read yet; `writing`: backups made, no target
+/// written yet) it creates `<dir>/<point>.ready` and waits until `<dir>/<point>.go` exists. Lets a
+/// test drive two real processes through a race deterministically; unset, it costs nothing.
+pub const ACP_HOST_SYNC_PAUSE: &str = "ACP_HOST_SYNC_PAUSE";
 
 /// The user's state directory: `xdg_state_home` when it is set, non-empty and absolute, else
 /// `home/.local/state`; `None` when neither is usable (no home either).

@@ -6,9 +6,11 @@
 use std::fs;
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
-use acp_tests::bin;
+use std::time::Duration;
+
+use acp_tests::{bin, line_channel, wait_for_file, wait_output};
 use serde_json::Value;
 
 /// A temporary machine: $HOME, a project with `subagents/`, a PATH folder, a state folder.
@@ -102,16 +104,21 @@ impl Env {
         self.home.join(rel).exists()
     }
 
-    fn command(&self, args: &[&str]) -> Run {
-        let output = Command::new(bin("acp-host"))
+    /// `acp-host <args>` in the project, with only this machine's variables.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin("acp-host"));
+        command
             .args(args)
             .current_dir(&self.project)
             .env_clear()
             .env("HOME", &self.home)
             .env("PATH", &self.path_dir)
-            .env("XDG_STATE_HOME", &self.state)
-            .output()
-            .unwrap();
+            .env("XDG_STATE_HOME", &self.state);
+        command
+    }
+
+    fn command(&self, args: &[&str]) -> Run {
+        let output = self.cmd(args).output().unwrap();
         Run {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8(output.stdout).unwrap(),
@@ -1347,9 +1354,10 @@ fn a_failed_backup_writes_nothing() {
         "---\ndescription: d\nagents: [claude-code]\n---\nChanged.\n",
     );
     let before = env.read(".claude/agents/x.md");
-    // The state folder is a file: no backup folder can be made (even as root).
-    fs::create_dir_all(env.state.parent().unwrap()).unwrap();
-    fs::write(&env.state, "not a folder").unwrap();
+    // The backup root is a file: no backup folder can be made (even as root).
+    let backups = env.state.join("acp-host/backups");
+    fs::create_dir_all(backups.parent().unwrap()).unwrap();
+    fs::write(&backups, "not a folder").unwrap();
     let json = env.sync(&["--json"]).json();
     assert_eq!(json["success"], false);
     let result = &json["result"];
@@ -1469,4 +1477,94 @@ fn human_reports() {
     env.undefine("verify");
     insta::assert_snapshot!("report_orphans", env.report(&env.sync(&[])));
     insta::assert_snapshot!("report_prune", env.report(&env.sync(&["--prune"])));
+}
+
+// ---- Concurrency: deterministic pause points (`ACP_HOST_SYNC_PAUSE`) ----
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+impl Env {
+    /// A `sync` child that stops at `point` until [`Env::release`].
+    fn paused_sync(&self, point: &str, args: &[&str]) -> std::process::Child {
+        let mut all = vec!["sync"];
+        all.extend_from_slice(args);
+        let child = self
+            .cmd(&all)
+            .env(
+                protocol::env_vars::ACP_HOST_SYNC_PAUSE,
+                format!("{point}:{}", self.pauses().display()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for_file(self.pauses().join(format!("{point}.ready")), DEADLINE),
+            "the sync never reached {point}"
+        );
+        child
+    }
+
+    fn release(&self, point: &str) {
+        fs::write(self.pauses().join(format!("{point}.go")), "").unwrap();
+    }
+
+    fn pauses(&self) -> PathBuf {
+        let dir = self.home.parent().unwrap().join("pauses");
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
+
+#[test]
+fn two_syncs_take_turns_and_no_wait_fails_at_once() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    env.simple("x", "dsh");
+    // A second source folder with another subagent for the same shared file.
+    let other = env.project.join("other");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(
+        other.join("y.md"),
+        "---\ndescription: \"y things\"\nagents: [dsh]\n---\n\nDo y.\n",
+    )
+    .unwrap();
+    let first = env.paused_sync("locked", &[]);
+
+    let busy = env.sync(&["--no-wait", "--source", "other"]);
+    assert_eq!(busy.code, 1, "{}", busy.stderr);
+    assert!(
+        busy.stderr
+            .starts_with("error: another acp-host sync is running"),
+        "{}",
+        busy.stderr
+    );
+    assert!(!env.exists(CORDIS), "--no-wait wrote nothing");
+
+    let mut second = env
+        .cmd(&["sync", "--source", "other"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = line_channel(second.stderr.take().unwrap());
+    let waiting = lines.recv_timeout(DEADLINE).unwrap();
+    assert!(
+        waiting.starts_with("waiting for another acp-host sync to finish"),
+        "{waiting}"
+    );
+    env.release("locked");
+    let first = wait_output(first);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let second = wait_output(second);
+    assert_eq!(second.status.code(), Some(0), "{second:?}");
+    // The second planned after the first wrote: both items are in the file.
+    let items = yaml(&env.read(CORDIS));
+    let ids: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["acp-host-subagent-x", "acp-host-subagent-y"]);
 }

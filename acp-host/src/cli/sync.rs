@@ -8,7 +8,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, SyncConfig};
+use acp_host::fs_atomic;
+use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, PausePoint, SyncConfig};
 use protocol::env_vars;
 use protocol::registry::{self, Scope};
 use protocol::sync::report::{FileDiff, SyncAborted, SyncOutput, SyncReport};
@@ -36,8 +37,12 @@ Ownership: acp-host rewrites only files (and .dsh/cordis.patch.yml items) that c
 conflict, left untouched unless you pass --force <agent>/<name>. Replaced and removed files are
 backed up first under $XDG_STATE_HOME/acp-host/backups (default ~/.local/state/acp-host/backups).
 
+Syncs take turns: a second sync waits for the first (a message on stderr), or with --no-wait
+exits 1 at once.
+
 Exit codes: 0 applied or nothing to do (orphans only warn); 1 conflicts, invalid definitions,
-errors, stale plan or failed writes (also with --dry-run); 2 usage errors.
+errors, stale plan or failed writes (also with --dry-run), another sync running with --no-wait;
+2 usage errors.
 `acp-host agents` lists the agents, whether each is installed, and where sync writes for it.";
 
 /// Write canonical subagent definitions into every installed agent's own format.
@@ -73,6 +78,9 @@ pub struct SyncArgs {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     json: bool,
+    /// Fail at once (exit 1) when another sync is running, instead of waiting for it.
+    #[arg(long)]
+    no_wait: bool,
     /// Keep only the newest N run folders of backups (0 keeps all).
     #[arg(long, value_name = "N", default_value_t = sync_exec::DEFAULT_KEEP_BACKUPS)]
     keep_backups: usize,
@@ -140,21 +148,20 @@ pub fn execute(args: SyncArgs) -> ExitCode {
     };
     let exec_config = ExecConfig {
         keep_backups: args.keep_backups,
+        pause: std::env::var(env_vars::ACP_HOST_SYNC_PAUSE)
+            .ok()
+            .and_then(|v| PausePoint::parse(&v)),
         ..exec_config
     };
+    // Held from planning to the last write: a second sync plans only after this one is done.
+    let _lock = match take_lock(&exec_config.lock_path, args.no_wait) {
+        Ok(lock) => lock,
+        Err(message) => return abort(args.json, &message),
+    };
+    PausePoint::reached(exec_config.pause.as_ref(), "locked");
     let prepared = match sync_exec::prepare(&config) {
         Ok(prepared) => prepared,
-        Err(e) => {
-            if args.json {
-                print_json(&SyncOutput::Aborted(SyncAborted {
-                    success: false,
-                    error: e.to_string(),
-                }));
-            } else {
-                eprintln!("error: {e}");
-            }
-            return ExitCode::from(1);
-        }
+        Err(e) => return abort(args.json, &e.to_string()),
     };
     let result = (!args.dry_run).then(|| sync_exec::execute(&prepared.plan, &exec_config));
     let plan = &prepared.plan;
@@ -177,6 +184,39 @@ pub fn execute(args: SyncArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The sync lock: at once when free; otherwise an error with `--no-wait`, or a wait announced
+/// on stderr.
+fn take_lock(path: &Path, no_wait: bool) -> Result<fs_atomic::Lock, String> {
+    let failed = |e: fs_atomic::FsError| format!("cannot take the sync lock: {e}");
+    if let Some(lock) = fs_atomic::Lock::try_acquire(path).map_err(failed)? {
+        return Ok(lock);
+    }
+    if no_wait {
+        return Err(format!(
+            "another acp-host sync is running (it holds {}); wait for it, or run without --no-wait to queue behind it",
+            path.display()
+        ));
+    }
+    eprintln!(
+        "waiting for another acp-host sync to finish (it holds {})...",
+        path.display()
+    );
+    fs_atomic::Lock::acquire(path).map_err(failed)
+}
+
+/// Reports a sync that ended before a plan existed; exit 1.
+fn abort(json: bool, error: &str) -> ExitCode {
+    if json {
+        print_json(&SyncOutput::Aborted(SyncAborted {
+            success: false,
+            error: error.to_owned(),
+        }));
+    } else {
+        eprintln!("error: {error}");
+    }
+    ExitCode::from(1)
 }
 
 fn print_json(value: &SyncOutput) {
