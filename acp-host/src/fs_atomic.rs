@@ -101,6 +101,10 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "{path} changed since it was read; not written (sync again to plan with the new contents)"
+    )]
+    Changed { path: PathBuf },
     #[error("cannot inspect {path}: {source}")]
     Inspect {
         path: PathBuf,
@@ -204,7 +208,7 @@ fn sync_folder(folder: &Path) -> Result<(), FsError> {
 /// Atomically replaces (or creates) the file `path` resolves to with `contents`, creating
 /// missing parent folders and keeping an existing file's mode.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FsError> {
-    let folder = replace(path, contents)?;
+    let folder = replace(path, contents, &|| true)?;
     sync_folder(&folder)
 }
 
@@ -217,14 +221,27 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// As [`write_atomic`], minus the folder fsync (deferred to [`Batch::finish`]).
-    pub fn write(&mut self, path: &Path, contents: &[u8]) -> Result<(), FsError> {
-        self.folders.insert(replace(path, contents)?);
+    /// As [`write_atomic`], minus the folder fsync (deferred to [`Batch::finish`]), and only if
+    /// `unchanged()` still holds once the new contents are on disk, right before the rename:
+    /// otherwise [`FsError::Changed`] and the target is left as it is.
+    pub fn write(
+        &mut self,
+        path: &Path,
+        contents: &[u8],
+        unchanged: &dyn Fn() -> bool,
+    ) -> Result<(), FsError> {
+        self.folders.insert(replace(path, contents, unchanged)?);
         Ok(())
     }
 
-    /// As [`remove`], minus the folder fsync (deferred to [`Batch::finish`]).
-    pub fn remove(&mut self, path: &Path) -> Result<(), FsError> {
+    /// As [`remove`], minus the folder fsync (deferred to [`Batch::finish`]), and only if
+    /// `unchanged()` holds right before the unlink (else [`FsError::Changed`]).
+    pub fn remove(&mut self, path: &Path, unchanged: &dyn Fn() -> bool) -> Result<(), FsError> {
+        if !unchanged() {
+            return Err(FsError::Changed {
+                path: path.to_path_buf(),
+            });
+        }
         self.folders.extend(unlink(path)?);
         Ok(())
     }
@@ -245,8 +262,10 @@ impl Batch {
     }
 }
 
-/// The atomic replace without the folder fsync; returns the folder to fsync.
-fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
+/// The atomic replace without the folder fsync; returns the folder to fsync. `unchanged` is asked
+/// last, after the temp file is durable, so the window in which a concurrent edit of the target
+/// can be lost is the rename alone.
+fn replace(path: &Path, contents: &[u8], unchanged: &dyn Fn() -> bool) -> Result<PathBuf, FsError> {
     let Resolved { physical, .. } = resolve(path)?;
     let folder = create_parent(&physical)?;
     let write_error = |source| FsError::Write {
@@ -263,6 +282,11 @@ fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
         .set_permissions(Permissions::from_mode(mode))
         .map_err(write_error)?;
     temp.as_file().sync_all().map_err(write_error)?;
+    if !unchanged() {
+        return Err(FsError::Changed {
+            path: path.to_path_buf(),
+        });
+    }
     temp.persist(&physical).map_err(|e| write_error(e.error))?;
     Ok(folder.to_path_buf())
 }

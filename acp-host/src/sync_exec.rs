@@ -5,7 +5,9 @@
 //! the pure planner; [`execute`] then applies the plan. Invariants:
 //! - A plan that cannot apply writes nothing.
 //! - Every pre-image is re-checked before the first write; any difference fails the run as stale
-//!   ("plan is stale: <file>") with nothing written.
+//!   ("plan is stale: <file>") with nothing written. Each file's pre-image is checked once more
+//!   right before its own rename: a file edited while the sync runs is not written (reported
+//!   failed, the run exits 1) and the rest of the plan goes on.
 //! - Every file that is replaced or removed is first copied to a new, timestamped backup folder
 //!   under the user's state folder; backups are never overwritten.
 //! - Temp files that a killed sync left (in the folders of the plan's files, and in the backups)
@@ -595,13 +597,24 @@ fn write_all(
     backup_dir: Option<PathBuf>,
 ) -> ExecutionResult {
     let mut batch = fs_atomic::Batch::default();
+    let mut stale = Vec::new();
     for &i in pending {
         let file = &plan.files[i];
+        // Asked again right before this file's own rename: an edit made while the sync ran is
+        // never overwritten.
+        let unchanged = || file.pre_image.as_ref() == Some(&read_facts(&file.target));
         let written = match &file.change {
-            Change::Write(bytes) => batch.write(&file.target, bytes),
-            Change::Remove => batch.remove(&file.target),
+            Change::Write(bytes) => batch.write(&file.target, bytes, &unchanged),
+            Change::Remove => batch.remove(&file.target, &unchanged),
             Change::Keep => Ok(()),
         };
+        if let Err(FsError::Changed { .. }) = written {
+            files[i].outcome = Outcome::Failed;
+            files[i].detail =
+                Some("changed during the sync; not written (your edit is kept)".to_owned());
+            stale.push(file.path.clone());
+            continue;
+        }
         if let Err(e) = written {
             files[i].outcome = Outcome::Failed;
             files[i].detail = Some(e.to_string());
@@ -641,16 +654,24 @@ fn write_all(
     }
     // Only once the removals are durable: their folders' fsync needs the folders.
     for &i in pending {
-        if plan.files[i].change == Change::Remove {
+        if plan.files[i].change == Change::Remove && files[i].outcome == Outcome::Applied {
             remove_subagent_folder(plan, &plan.files[i]);
         }
     }
+    let error = (!stale.is_empty()).then(|| {
+        let names: Vec<String> = stale.iter().map(|p| p.display().to_string()).collect();
+        format!(
+            "plan is stale: {} changed during the sync and kept its new contents; every other file was written (run sync again)",
+            names.join(", ")
+        )
+    });
+    let partial = error.is_some() && files.iter().any(|f| f.outcome == Outcome::Applied);
     ExecutionResult {
-        success: true,
+        success: error.is_none(),
         files,
-        error: None,
-        failed_files: Vec::new(),
-        partial: false,
+        error,
+        failed_files: stale,
+        partial,
         backup_dir,
     }
 }

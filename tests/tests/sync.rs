@@ -1568,3 +1568,47 @@ fn two_syncs_take_turns_and_no_wait_fails_at_once() {
         .collect();
     assert_eq!(ids, ["acp-host-subagent-x", "acp-host-subagent-y"]);
 }
+
+#[test]
+fn a_file_edited_during_the_sync_is_not_overwritten() {
+    let env = Env::new();
+    env.install(&["claude-code", "dsh"]);
+    env.simple("x", "\"claude-code\", \"dsh\"");
+    env.simple("y", "\"claude-code\"");
+    env.sync_ok(&[]);
+    for name in ["x", "y"] {
+        env.define(
+            name,
+            &format!("---\ndescription: d\nagents: [\"claude-code\", \"dsh\"]\n---\nNew {name}.\n"),
+        );
+    }
+    let sync = env.paused_sync("writing", &[]);
+    // The user edits the shared file and one dedicated file after the plan was checked.
+    let edited_dsh = format!("{}- id: mine\n  name: mine\n", env.read(CORDIS));
+    env.write(CORDIS, &edited_dsh);
+    env.write(".claude/agents/x.md", "my own x\n");
+    env.release("writing");
+    let output = wait_output(sync);
+    let stderr = acp_tests::stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(env.read(CORDIS), edited_dsh, "the edit survives");
+    assert_eq!(env.read(".claude/agents/x.md"), "my own x\n");
+    assert!(
+        env.read(".claude/agents/y.md").ends_with("New y.\n"),
+        "the rest of the plan is written"
+    );
+    assert!(
+        stderr.contains("failed: ~/.claude/agents/x.md: changed during the sync; not written"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("error: plan is stale: "), "{stderr}");
+    let stdout = acp_tests::stdout(&output);
+    assert!(
+        stdout.ends_with(&format!(
+            "sync: 1 applied, 0 noop, 0 skipped, 0 conflicted, 2 failed (files); backups in {}/acp-host/backups/{}\n",
+            env.state.display(),
+            stdout.trim_end().rsplit('/').next().unwrap()
+        )),
+        "{stdout}"
+    );
+}
