@@ -1612,3 +1612,27 @@ fn a_file_edited_during_the_sync_is_not_overwritten() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_name_too_long_for_one_agent_writes_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code", "github-copilot"]);
+    // 249 + `.md` fits in 255 bytes; 249 + `.agent.md` does not.
+    let name = "a".repeat(249);
+    env.simple(&name, "\"claude-code\", \"github-copilot\"");
+    let run = env.sync(&["--json"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let json = run.json();
+    assert_eq!(json["canApply"], false);
+    let copilot = &json["operations"][1];
+    assert_eq!(copilot["agent"], "github-copilot");
+    assert_eq!(copilot["action"], "error");
+    assert!(
+        copilot["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("a file name of 258 bytes is too long"),
+        "{copilot}"
+    );
+    assert_eq!(env.tree(), [], "nothing written, not even for claude-code");
+}

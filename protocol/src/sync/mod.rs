@@ -355,6 +355,32 @@ impl ScanRequest {
     }
 }
 
+/// The longest file name (one path component, in bytes) Linux and macOS file systems take.
+pub const NAME_MAX: usize = 255;
+/// The longest path (in bytes, without the final NUL) the kernel takes.
+pub const PATH_MAX: usize = 4095;
+
+/// Why a target path cannot exist on the file systems we write to, if it cannot: a component
+/// longer than [`NAME_MAX`] bytes (the subagent name plus the agent's extension) or a path longer
+/// than [`PATH_MAX`].
+#[must_use]
+pub fn path_too_long(path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    if let Some(long) = path
+        .components()
+        .map(|c| c.as_os_str().as_bytes().len())
+        .find(|&len| len > NAME_MAX)
+    {
+        return Some(format!(
+            "a file name of {long} bytes is too long (the limit is {NAME_MAX}, extension included); shorten the subagent name"
+        ));
+    }
+    let len = path.as_os_str().as_bytes().len();
+    (len > PATH_MAX).then(|| {
+        format!("the path is {len} bytes long (the limit is {PATH_MAX}); shorten the subagent name")
+    })
+}
+
 /// One `--force` target: exactly one agent and one subagent.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -582,6 +608,22 @@ mod tests {
             "codex/X".parse::<ForceTarget>(),
             Err(ForceTargetError::BadName { .. })
         ));
+    }
+
+    #[test]
+    fn paths_longer_than_the_file_system_takes() {
+        let name = "a".repeat(249);
+        assert_eq!(
+            path_too_long(Path::new(&format!("/h/.claude/agents/{name}.md"))),
+            None
+        );
+        let copilot = format!("/h/.copilot/agents/{name}.agent.md");
+        assert!(
+            path_too_long(Path::new(&copilot))
+                .is_some_and(|r| r.starts_with("a file name of 258 bytes")),
+        );
+        let deep = format!("/{}", vec!["b".repeat(200); 21].join("/"));
+        assert!(path_too_long(Path::new(&deep)).is_some_and(|r| r.starts_with("the path is")));
     }
 
     #[test]

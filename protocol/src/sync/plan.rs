@@ -238,6 +238,11 @@ impl Planner<'_> {
         for definition in defined {
             let name = definition.name.as_str();
             let path = location.path_for(name);
+            if let Some(reason) = super::path_too_long(&path) {
+                // Refused here, not at the write: a plan that cannot apply writes nothing.
+                self.push(new_op(Action::Error, agent, name, Some(path), reason));
+                continue;
+            }
             let Some(facts) = snapshot.files.get(&path) else {
                 self.push(new_op(Action::Error, agent, name, Some(path), NOT_READ));
                 continue;
