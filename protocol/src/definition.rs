@@ -211,6 +211,8 @@ pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
         .filter(|n| is_valid_name(n))
         .ok_or(Problem::BadFileName)?;
     let text = std::str::from_utf8(contents).map_err(|_| Problem::NotUtf8)?;
+    // Editors on Windows start UTF-8 files with a byte-order mark; it is not content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let text = text.replace("\r\n", "\n");
     let (frontmatter, body) = split_frontmatter(&text).ok_or(Problem::NoFrontmatter)?;
     let value: Value = if frontmatter.trim().is_empty() {
@@ -504,6 +506,12 @@ mod tests {
         );
         assert_eq!(d.body, "Review the changes and report findings.");
         assert!(d.options_for("claude-code").is_empty());
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_content() {
+        let d = ok("\u{feff}---\ndescription: d\nagents: [codex]\n---\nBody.\n");
+        assert_eq!((d.description.as_str(), d.body.as_str()), ("d", "Body."));
     }
 
     #[test]

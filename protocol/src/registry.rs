@@ -281,6 +281,7 @@ pub const AGENTS: &[AgentSpec] = &[
             project_path: Some(".github/agents/{name}.agent.md"),
             requires: None,
             options: &[
+                opt("description", STRING),
                 opt("disable-model-invocation", Bool),
                 opt("model", STRING),
                 opt("name", STRING),

@@ -1118,6 +1118,21 @@ fn the_file_mode_is_kept() {
         fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o600
     );
+    // A read-only managed file is replaced (its folder is writable) and stays read-only.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [claude-code]\n---\nChanged again.\n",
+    );
+    env.sync_ok(&[]);
+    assert!(
+        env.read(".claude/agents/x.md")
+            .ends_with("Changed again.\n")
+    );
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o444
+    );
 }
 
 // ---- CLI surface ----
@@ -1635,4 +1650,32 @@ fn a_name_too_long_for_one_agent_writes_nothing() {
         "{copilot}"
     );
     assert_eq!(env.tree(), [], "nothing written, not even for claude-code");
+}
+
+#[test]
+fn a_byte_order_mark_and_a_copilot_description_are_accepted() {
+    let env = Env::new();
+    env.install(&["github-copilot"]);
+    env.define(
+        "x",
+        "\u{feff}---\ndescription: canonical\nagents: [github-copilot]\ngithub-copilot: {description: \"for copilot\"}\n---\nBody.\n",
+    );
+    env.sync_ok(&[]);
+    assert!(
+        env.read(".copilot/agents/x.agent.md")
+            .starts_with("---\ndescription: \"for copilot\"\nname: \"x\"\n---\n")
+    );
+}
+
+#[test]
+fn a_symlinked_folder_that_leaves_home_shows_the_real_destination() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    let dotfiles = env.home.parent().unwrap().join("dotfiles/agents");
+    fs::create_dir_all(&dotfiles).unwrap();
+    symlink(&dotfiles, env.home.join(".claude/agents")).unwrap();
+    env.simple("x", "\"claude-code\"");
+    let run = env.sync_ok(&[]);
+    insta::assert_snapshot!("report_symlinked_folder", env.report(&run));
+    assert!(dotfiles.join("x.md").is_file());
 }

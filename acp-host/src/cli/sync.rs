@@ -174,7 +174,17 @@ pub fn execute(args: SyncArgs) -> ExitCode {
             plan, result, diffs,
         ))));
     } else {
-        let report = render_human(plan, result.as_ref(), diffs.as_deref(), &home);
+        // Where $HOME really is, to tell a write that a symlinked folder takes out of it.
+        let real_home = std::fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
+        let report = render_human(
+            plan,
+            result.as_ref(),
+            diffs.as_deref(),
+            &Homes {
+                home: &home,
+                real: &real_home,
+            },
+        );
         // A closed stdout (`| head`) is not an error of the sync.
         let _ = std::io::stdout().lock().write_all(report.out.as_bytes());
         let _ = std::io::stderr().lock().write_all(report.err.as_bytes());
@@ -264,15 +274,38 @@ struct HumanReport {
     err: String,
 }
 
+/// $HOME as set (paths under it print as `~/...`) and as resolved (a file written outside it,
+/// through a symlinked folder, prints its real place too).
+struct Homes<'a> {
+    home: &'a Path,
+    real: &'a Path,
+}
+
+/// For each operation, its real file when a symlinked folder takes it out of $HOME.
+fn outside_home<'a>(plan: &'a Plan, homes: &Homes<'_>) -> Vec<Option<&'a Path>> {
+    let mut elsewhere = vec![None; plan.operations.len()];
+    for file in &plan.files {
+        if file.path.starts_with(homes.real) || file.path.starts_with(homes.home) {
+            continue;
+        }
+        for &op in &file.operations {
+            elsewhere[op] = Some(file.path.as_path());
+        }
+    }
+    elsewhere
+}
+
 /// Renders the human report of a plan and, unless it was a dry run, its execution. Pure: every
 /// count and verdict comes from the plan and the result.
 fn render_human(
     plan: &Plan,
     result: Option<&ExecutionResult>,
     diffs: Option<&[FileDiff]>,
-    home: &Path,
+    homes: &Homes<'_>,
 ) -> HumanReport {
     use std::fmt::Write as _;
+    let home = homes.home;
+    let elsewhere = outside_home(plan, homes);
     let mut report = HumanReport::default();
     let (out, err) = (&mut report.out, &mut report.err);
     let width = plan
@@ -281,11 +314,16 @@ fn render_human(
         .map(|op| op.target().len())
         .max()
         .unwrap_or(0);
-    for op in &plan.operations {
-        let path = op
+    for (index, op) in plan.operations.iter().enumerate() {
+        let mut path = op
             .path
             .as_deref()
             .map_or_else(|| "-".to_owned(), |p| display(p, home));
+        if let (Some(real), Some(configured)) = (elsewhere[index], op.path.as_deref())
+            && configured.starts_with(home)
+        {
+            let _ = write!(path, " -> {}", real.display());
+        }
         let resolve = op
             .resolution()
             .map(|flag| format!(" (resolve with {flag})"))
