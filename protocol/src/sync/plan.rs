@@ -118,6 +118,25 @@ fn unusable(state: &FileState) -> Option<String> {
     }
 }
 
+/// Whether a spliced shared file still parses as the list it should be: every item not removed is
+/// still there (an alias to an anchor that lived in a replaced item, for one, breaks the parse).
+fn spliced_is_sound(new: &str, items: &[dsh::Item], edits: &Edits) -> Result<(), String> {
+    let removed = edits.items.values().filter(|r| r.is_none()).count();
+    let expected = items.len() - removed + edits.appends.len();
+    match dsh::locate(new.as_bytes()) {
+        Ok(located) if located.len() == expected => Ok(()),
+        // The last item went and the user's comments stay.
+        Err(dsh::DshError::Empty) if expected == 0 => Ok(()),
+        Ok(located) => Err(format!(
+            "editing this file would leave {} items where {expected} belong; nothing written to it (please report)",
+            located.len()
+        )),
+        Err(e) => Err(format!(
+            "editing this file would make it invalid (it {e}); nothing written to it — is an anchor (`&name`) of an acp-host item aliased (`*name`) elsewhere? copy its value instead"
+        )),
+    }
+}
+
 /// The shared file's text and items, or why it cannot be edited.
 fn shared_items(state: &FileState) -> Result<(String, Vec<dsh::Item>), String> {
     if let Some(reason) = unusable(state) {
@@ -370,7 +389,10 @@ impl Planner<'_> {
                 claims.entry(name).or_default().push(index);
             }
         }
-        let mut edits = Edits::default();
+        let mut edits = Edits {
+            crlf: text.contains("\r\n"),
+            ..Edits::default()
+        };
         let mut ops: Vec<usize> = defined
             .iter()
             .map(|definition| {
@@ -393,6 +415,15 @@ impl Planner<'_> {
                 // The last item went: leave no empty file behind (an empty file is not a list).
                 Change::Remove
             } else if new == text {
+                Change::Keep
+            } else if let Err(reason) = spliced_is_sound(&new, &items, &edits) {
+                // Fail closed: never write a shared file that no longer parses, or lost an item.
+                for &op in &ops {
+                    let op = &mut self.operations[op];
+                    op.action = Action::Error;
+                    op.authorized = false;
+                    op.reason.clone_from(&reason);
+                }
                 Change::Keep
             } else {
                 Change::Write(new.into_bytes())
@@ -428,7 +459,8 @@ impl Planner<'_> {
         }
     }
 
-    /// One defined subagent in the shared file: append, keep, replace in place, or conflict.
+    /// One defined subagent in the shared file: append, keep, replace in place, or conflict. The
+    /// rendering takes the file's line ending.
     fn shared_defined(
         &mut self,
         path: &Path,
@@ -440,7 +472,11 @@ impl Planner<'_> {
     ) -> Operation {
         let agent = "dsh";
         let name = definition.name.as_str();
-        let rendered = render::render_dsh_item(definition);
+        let mut rendered = render::render_dsh_item(definition);
+        if edits.crlf {
+            // The body's own newlines are LF (definitions are normalized) or escaped.
+            rendered = rendered.replace('\n', "\r\n");
+        }
         let path = Some(path.to_path_buf());
         match claims {
             [] => {

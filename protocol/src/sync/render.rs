@@ -91,9 +91,15 @@ pub fn quote(s: &str) -> String {
     out
 }
 
-/// Characters neither YAML (c-printable) nor TOML accept raw inside a quoted string.
+/// Characters neither YAML (c-printable) nor TOML accept raw inside a quoted string, and the
+/// line and paragraph separators, which YAML 1.1 readers take as line breaks (U+0085, NEL, is a
+/// control already).
 fn needs_escape(c: char) -> bool {
-    c.is_control() || matches!(c, '\u{FEFF}' | '\u{FFFE}' | '\u{FFFF}')
+    c.is_control()
+        || matches!(
+            c,
+            '\u{FEFF}' | '\u{FFFE}' | '\u{FFFF}' | '\u{2028}' | '\u{2029}'
+        )
 }
 
 /// A JSON-style inline value (valid YAML flow and TOML inline syntax for strings, lists, bools).
@@ -339,6 +345,17 @@ mod tests {
             render_file(codex, "codex", &d).as_bytes()
         ));
         assert!(!is_managed(codex, "review", b"name = \"review\"\n"));
+    }
+
+    #[test]
+    fn line_separators_are_escaped_and_leave_the_block_scalar() {
+        assert_eq!(
+            quote("a\u{2028}b\u{2029}c\u{85}"),
+            "\"a\\u2028b\\u2029c\\u0085\""
+        );
+        let d = definition("one\u{2028}two");
+        let item = render_dsh_item(&d);
+        assert!(item.contains("    persona: \"one\\u2028two\"\n"), "{item}");
     }
 
     #[test]

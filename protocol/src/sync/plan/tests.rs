@@ -661,3 +661,64 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_splice_that_would_break_an_alias_fails_closed() {
+    // The user's item aliases an anchor inside our (stale) item; replacing ours would drop it.
+    let stale = dsh_item(&def("alpha", "dsh"))
+        .replace("Do alpha.", "Did alpha.")
+        .replace("    provider: spawn", "    provider: &spawner spawn");
+    let text = format!("{stale}- id: mine\n  provider: *spawner\n");
+    let p = run(
+        &[def("alpha", "dsh")],
+        &["dsh"],
+        &[(DSH, text)],
+        &Authorization::default(),
+    );
+    assert_eq!(actions(&p), [(Action::Error, "dsh/alpha".to_owned())]);
+    assert!(
+        p.operations[0]
+            .reason
+            .starts_with("editing this file would make it invalid")
+    );
+    assert!(!p.can_apply());
+    assert_eq!(p.changes(), 0);
+}
+
+#[test]
+fn document_markers_and_directives_are_refused() {
+    for text in [
+        "- id: mine\n  name: x\n...\n",
+        "%YAML 1.2\n---\n- id: mine\n  name: x\n",
+    ] {
+        let p = run(
+            &[def("alpha", "dsh")],
+            &["dsh"],
+            &[(DSH, text.to_owned())],
+            &Authorization::default(),
+        );
+        assert_eq!(p.operations[0].action, Action::Error, "{text}");
+        assert!(
+            p.operations[0]
+                .reason
+                .contains("document marker or directive"),
+            "{}",
+            p.operations[0].reason
+        );
+    }
+}
+
+#[test]
+fn a_crlf_shared_file_keeps_its_line_endings() {
+    let text = "- id: mine\r\n  name: x\r\n".to_owned();
+    let defs = [def("alpha", "dsh")];
+    let p = run(&defs, &["dsh"], &[(DSH, text)], &Authorization::default());
+    let Change::Write(bytes) = &p.files[0].change else {
+        panic!("{:?}", actions(&p));
+    };
+    let new = String::from_utf8(bytes.clone()).unwrap();
+    assert!(!new.replace("\r\n", "").contains('\n'), "{new:?}");
+    // Synced again, it is up to date.
+    let again = run(&defs, &["dsh"], &[(DSH, new)], &Authorization::default());
+    assert_eq!(actions(&again), [(Action::Noop, "dsh/alpha".to_owned())]);
+}
