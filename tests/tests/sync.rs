@@ -1679,3 +1679,161 @@ fn a_symlinked_folder_that_leaves_home_shows_the_real_destination() {
     insta::assert_snapshot!("report_symlinked_folder", env.report(&run));
     assert!(dotfiles.join("x.md").is_file());
 }
+
+// ---- Crash consistency ----
+
+/// A small deterministic generator (xorshift64*), so a failing run can be replayed by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}
+
+/// Every file under `dir`, with its bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                pending.push(path);
+            } else {
+                out.push((path.clone(), fs::read(&path).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn is_temp(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "tmp")
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(".acp-host-"))
+}
+
+/// A backup is a whole copy of a version of the file it backs up, never a torn one.
+fn assert_backups_whole(env: &Env, old_or_new: &dyn Fn(&Path, &[u8]) -> bool) {
+    let backups = env.state.join("acp-host/backups");
+    for (path, bytes) in files_under(&backups) {
+        if is_temp(&path) {
+            continue;
+        }
+        // `<root>/<run>/<absolute path of the original>`
+        let relative = path.strip_prefix(&backups).unwrap();
+        let original = Path::new("/").join(relative.components().skip(1).collect::<PathBuf>());
+        assert!(
+            old_or_new(&original, &bytes),
+            "torn backup {}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn syncs_killed_at_random_points_leave_every_file_old_or_new() {
+    const SEED: u64 = 0x005E_ED0F_C4A5;
+    const DEFINITIONS: usize = 30;
+    // Bounded for CI: kills stop after this long (or 60 kills), whatever the machine's speed.
+    let budget = Duration::from_secs(8);
+    let env = Env::new();
+    env.install(&["claude-code", "codex", "dsh"]);
+    env.write(
+        CORDIS,
+        "# keep this comment\n- id: mine-1\n  name: first\n# and this one\n- id: mine-2\n  name: second\n",
+    );
+    let write_version = |version: &str| {
+        for i in 0..DEFINITIONS {
+            env.define(
+                &format!("agent-{i}"),
+                &format!(
+                    "---\ndescription: \"agent {i}\"\nagents: [\"claude-code\", \"codex\", \"dsh\"]\n---\n\nVersion {version} of agent {i}.\n"
+                ),
+            );
+        }
+    };
+    // The complete states every file must be in, whatever the kill interrupted: the user's own
+    // file before the first sync (its backup is a copy of it), then the two versions.
+    let mut versions: Vec<std::collections::BTreeMap<PathBuf, Vec<u8>>> =
+        vec![files_under(&env.home).into_iter().collect()];
+    let mut full_sync = Duration::ZERO;
+    for version in ["A", "B"] {
+        write_version(version);
+        let start = std::time::Instant::now();
+        env.sync_ok(&[]);
+        full_sync = full_sync.max(start.elapsed());
+        versions.push(files_under(&env.home).into_iter().collect());
+    }
+    let targets: Vec<PathBuf> = versions[1].keys().cloned().collect();
+    let old_or_new = |path: &Path, bytes: &[u8]| {
+        versions
+            .iter()
+            .any(|v| v.get(path).is_some_and(|b| b == bytes))
+    };
+
+    let mut rng = Rng(SEED);
+    let started = std::time::Instant::now();
+    let mut kills = 0;
+    let mut round = 0;
+    while started.elapsed() < budget && kills < 60 {
+        write_version(if round % 2 == 0 { "A" } else { "B" });
+        round += 1;
+        let mut child = env
+            .cmd(&["sync"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // A random point of the run: anywhere from start-up to the end of a full sync.
+        let micros = u64::try_from(full_sync.as_micros()).unwrap();
+        std::thread::sleep(Duration::from_micros(rng.below(micros)));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+
+        for path in &targets {
+            let bytes = fs::read(path).unwrap_or_else(|e| panic!("seed {SEED:#x}: {e}"));
+            assert!(
+                old_or_new(path, &bytes),
+                "seed {SEED:#x}, round {round}: {} is neither version",
+                path.display()
+            );
+        }
+        let dsh = env.read(CORDIS);
+        let items = yaml(&dsh);
+        let ids: Vec<&str> = items
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["id"].as_str())
+            .collect();
+        assert!(ids.starts_with(&["mine-1", "mine-2"]), "{ids:?}");
+        assert!(dsh.contains("# keep this comment\n") && dsh.contains("# and this one\n"));
+        assert_backups_whole(&env, &old_or_new);
+    }
+    eprintln!("{kills} syncs killed in {round} rounds (seed {SEED:#x})");
+    assert!(kills >= 5, "only {kills} syncs were killed mid-run");
+
+    env.sync_ok(&[]);
+    let debris: Vec<PathBuf> = files_under(&env.home)
+        .into_iter()
+        .chain(files_under(&env.state))
+        .map(|(path, _)| path)
+        .filter(|path| is_temp(path))
+        .collect();
+    assert_eq!(
+        debris,
+        Vec::<PathBuf>::new(),
+        "temp files after a clean sync"
+    );
+}
