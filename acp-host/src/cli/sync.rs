@@ -1,8 +1,12 @@
-//! `acp-host sync`: flags -> [`SyncConfig`], then plan, print, execute, print, exit code.
+//! `acp-host sync`: flags -> [`SyncConfig`], take the sync lock, plan, execute, render, exit code.
+//!
+//! Deciding and rendering are apart: the plan and the execution result hold every verdict, and
+//! `render_human` and `SyncReport` only present them.
 //!
 //! Exit codes: 0 when everything applied or there was nothing to do (orphans alone only warn);
 //! 1 on conflicts, errors, a stale plan or failed writes — under `--dry-run` too, so CI can use
-//! it as a check; 2 on usage errors (clap, and `--force`/`--agent` values, which are parsed here).
+//! it as a check — and when another sync holds the lock under `--no-wait`; 2 on usage errors
+//! (clap, and `--force`/`--agent` values, which are parsed here).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
