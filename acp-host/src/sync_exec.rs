@@ -287,7 +287,35 @@ pub fn read_snapshot(request: &sync::ScanRequest) -> Snapshot {
         }
         snapshot.folders.insert(folder.clone(), entries);
     }
+    let mut folders: std::collections::BTreeMap<PathBuf, Option<String>> =
+        std::collections::BTreeMap::new();
+    for (path, facts) in &snapshot.files {
+        let Some(folder) = facts.physical.parent() else {
+            continue;
+        };
+        let verdict = folders
+            .entry(folder.to_path_buf())
+            .or_insert_with(|| folder_unwritable(folder));
+        if let Some(reason) = verdict {
+            snapshot.unwritable.insert(path.clone(), reason.clone());
+        }
+    }
     snapshot
+}
+
+/// Why nothing can be written into `folder` (or, while it does not exist, into the nearest folder
+/// that does, where it would be created), if nothing can: its permissions, a read-only file
+/// system. The planner refuses changes there, so such a failure never comes after other writes.
+fn folder_unwritable(folder: &Path) -> Option<String> {
+    let existing = folder.ancestors().find(|a| a.is_dir())?;
+    match nix::unistd::access(existing, nix::unistd::AccessFlags::W_OK) {
+        Ok(()) => None,
+        Err(errno) => Some(format!(
+            "cannot write into {}: {}; fix its permissions (or leave the agent out with --agent)",
+            existing.display(),
+            io::Error::from(errno)
+        )),
+    }
 }
 
 /// Reads and validates the definitions, gathers host facts and files, and plans. Writes nothing.

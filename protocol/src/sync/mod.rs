@@ -170,6 +170,9 @@ pub struct Snapshot {
     pub files: BTreeMap<PathBuf, FileFacts>,
     /// Entry names of each listed folder (a missing folder lists nothing).
     pub folders: BTreeMap<PathBuf, Vec<String>>,
+    /// Target paths whose folder the caller found it cannot write (permissions, a read-only file
+    /// system), with why: writing or removing one is a plan error, so nothing is written.
+    pub unwritable: BTreeMap<PathBuf, String>,
 }
 
 /// Whether an agent takes definitions now.

@@ -28,6 +28,7 @@ struct Intent {
 /// Plan state shared by the per-agent planners.
 struct Planner<'a> {
     auth: &'a Authorization,
+    unwritable: &'a BTreeMap<PathBuf, String>,
     operations: Vec<Operation>,
     intents: Vec<Intent>,
     used_forces: BTreeSet<ForceTarget>,
@@ -43,6 +44,7 @@ pub fn plan(
 ) -> Plan {
     let mut planner = Planner {
         auth,
+        unwritable: &snapshot.unwritable,
         operations: Vec::new(),
         intents: Vec::new(),
         used_forces: BTreeSet::new(),
@@ -532,12 +534,20 @@ impl Planner<'_> {
     fn finish(self) -> Plan {
         let Planner {
             auth,
+            unwritable,
             operations,
             intents,
             used_forces,
         } = self;
         let (operations, new_index) = display_order(operations);
         let (files, mut errors) = aggregate(intents, &new_index);
+        // Refused at plan time, not at the write: a plan that cannot apply writes nothing.
+        errors.extend(
+            files
+                .iter()
+                .filter(|f| f.change != Change::Keep)
+                .filter_map(|f| unwritable.get(&f.target).cloned()),
+        );
         errors.extend(unused_forces(auth, &used_forces, &operations));
         Plan {
             operations,

@@ -663,6 +663,29 @@ mod properties {
 }
 
 #[test]
+fn a_change_in_a_folder_that_cannot_be_written_blocks_the_plan() {
+    let defs = [def("review", "claude-code, codex")];
+    let v = view(&["claude-code", "codex"]);
+    let mut s = snapshot(&v, &defs, &BTreeMap::new());
+    let reason = "cannot write into /home/u/.codex/agents: read-only file system".to_owned();
+    s.unwritable.insert(
+        PathBuf::from("/home/u/.codex/agents/review.toml"),
+        reason.clone(),
+    );
+    let p = plan(&defs, &v, &s, &Authorization::default());
+    assert_eq!(p.errors, [reason]);
+    assert!(!p.can_apply());
+    // A folder that cannot be written blocks nothing when nothing in it changes.
+    let done = BTreeMap::from([(".codex/agents/review.toml", rendered("codex", &defs[0]))]);
+    let mut s = snapshot(&v, &defs, &done);
+    s.unwritable.insert(
+        PathBuf::from("/home/u/.codex/agents/review.toml"),
+        "read-only".to_owned(),
+    );
+    assert!(plan(&defs, &v, &s, &Authorization::default()).can_apply());
+}
+
+#[test]
 fn a_splice_that_would_break_an_alias_fails_closed() {
     // The user's item aliases an anchor inside our (stale) item; replacing ours would drop it.
     let stale = dsh_item(&def("alpha", "dsh"))
