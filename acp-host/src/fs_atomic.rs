@@ -8,7 +8,10 @@
 //! - A target that is a symlink is written through only when the file it resolves to lies inside
 //!   the link's own folder ([`resolve`]); otherwise the write is refused. The same rule decides
 //!   what the planner sees ([`crate::sync_exec::read_facts`]) and what gets written.
-//! - Backups are created with `create_new`: an existing file is never overwritten.
+//! - Backups go through the same temp file + fsync + rename path, renamed without replacing: an
+//!   existing file is never overwritten, and a crash leaves no torn backup (only a temp file).
+//! - Temp files are named `.acp-host-XXXXXX.tmp` (six random alphanumerics); [`clean_debris`]
+//!   removes exactly those, which only a killed write leaves behind.
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write as _};
@@ -17,6 +20,61 @@ use std::path::{Path, PathBuf};
 
 /// Mode of files we create (existing files keep theirs).
 const NEW_FILE_MODE: u32 = 0o644;
+
+const TEMP_PREFIX: &str = ".acp-host-";
+const TEMP_SUFFIX: &str = ".tmp";
+const TEMP_RANDOM: usize = 6;
+
+/// Whether a folder entry is one of our temp files (exact shape, nothing looser).
+fn is_temp_name(name: &str) -> bool {
+    name.strip_prefix(TEMP_PREFIX)
+        .and_then(|rest| rest.strip_suffix(TEMP_SUFFIX))
+        .is_some_and(|random| {
+            random.len() == TEMP_RANDOM && random.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+}
+
+/// A new temp file in `folder`, named so that [`clean_debris`] recognizes it.
+fn temp_in(folder: &Path) -> io::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .suffix(TEMP_SUFFIX)
+        .rand_bytes(TEMP_RANDOM)
+        .tempfile_in(folder)
+}
+
+/// Removes the temp files a killed write left in `folder` (regular files named exactly like ours;
+/// never a symlink, never a folder) and returns them. A missing folder has none.
+pub fn clean_debris(folder: &Path) -> Result<Vec<PathBuf>, FsError> {
+    let entries = match fs::read_dir(folder) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(FsError::Inspect {
+                path: folder.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let ours = entry.file_name().to_str().is_some_and(is_temp_name)
+            && entry.file_type().is_ok_and(|t| t.is_file());
+        if !ours {
+            continue;
+        }
+        let path = entry.path();
+        fs::remove_file(&path).map_err(|source| FsError::Remove {
+            path: path.clone(),
+            source,
+        })?;
+        removed.push(path);
+    }
+    if !removed.is_empty() {
+        sync_folder(folder)?;
+    }
+    Ok(removed)
+}
 
 /// A failed file-system operation, with the path it was about.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +101,10 @@ pub enum FsError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "{path} changed since it was read; not written (sync again to plan with the new contents)"
+    )]
+    Changed { path: PathBuf },
     #[error("cannot inspect {path}: {source}")]
     Inspect {
         path: PathBuf,
@@ -146,7 +208,7 @@ fn sync_folder(folder: &Path) -> Result<(), FsError> {
 /// Atomically replaces (or creates) the file `path` resolves to with `contents`, creating
 /// missing parent folders and keeping an existing file's mode.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FsError> {
-    let folder = replace(path, contents)?;
+    let folder = replace(path, contents, &|| true)?;
     sync_folder(&folder)
 }
 
@@ -159,14 +221,27 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// As [`write_atomic`], minus the folder fsync (deferred to [`Batch::finish`]).
-    pub fn write(&mut self, path: &Path, contents: &[u8]) -> Result<(), FsError> {
-        self.folders.insert(replace(path, contents)?);
+    /// As [`write_atomic`], minus the folder fsync (deferred to [`Batch::finish`]), and only if
+    /// `unchanged()` still holds once the new contents are on disk, right before the rename:
+    /// otherwise [`FsError::Changed`] and the target is left as it is.
+    pub fn write(
+        &mut self,
+        path: &Path,
+        contents: &[u8],
+        unchanged: &dyn Fn() -> bool,
+    ) -> Result<(), FsError> {
+        self.folders.insert(replace(path, contents, unchanged)?);
         Ok(())
     }
 
-    /// As [`remove`], minus the folder fsync (deferred to [`Batch::finish`]).
-    pub fn remove(&mut self, path: &Path) -> Result<(), FsError> {
+    /// As [`remove`], minus the folder fsync (deferred to [`Batch::finish`]), and only if
+    /// `unchanged()` holds right before the unlink (else [`FsError::Changed`]).
+    pub fn remove(&mut self, path: &Path, unchanged: &dyn Fn() -> bool) -> Result<(), FsError> {
+        if !unchanged() {
+            return Err(FsError::Changed {
+                path: path.to_path_buf(),
+            });
+        }
         self.folders.extend(unlink(path)?);
         Ok(())
     }
@@ -187,8 +262,10 @@ impl Batch {
     }
 }
 
-/// The atomic replace without the folder fsync; returns the folder to fsync.
-fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
+/// The atomic replace without the folder fsync; returns the folder to fsync. `unchanged` is asked
+/// last, after the temp file is durable, so the window in which a concurrent edit of the target
+/// can be lost is the rename alone.
+fn replace(path: &Path, contents: &[u8], unchanged: &dyn Fn() -> bool) -> Result<PathBuf, FsError> {
     let Resolved { physical, .. } = resolve(path)?;
     let folder = create_parent(&physical)?;
     let write_error = |source| FsError::Write {
@@ -199,18 +276,62 @@ fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
         Ok(metadata) => metadata.permissions().mode(),
         Err(_) => NEW_FILE_MODE,
     };
-    let mut temp = tempfile::Builder::new()
-        .prefix(".acp-host-")
-        .suffix(".tmp")
-        .tempfile_in(folder)
-        .map_err(write_error)?;
+    let mut temp = temp_in(folder).map_err(write_error)?;
     temp.write_all(contents).map_err(write_error)?;
     temp.as_file()
         .set_permissions(Permissions::from_mode(mode))
         .map_err(write_error)?;
     temp.as_file().sync_all().map_err(write_error)?;
+    if !unchanged() {
+        return Err(FsError::Changed {
+            path: path.to_path_buf(),
+        });
+    }
     temp.persist(&physical).map_err(|e| write_error(e.error))?;
     Ok(folder.to_path_buf())
+}
+
+/// An exclusive advisory lock (`flock`) on a file, held until dropped (or the process dies: the
+/// kernel releases it, so a killed sync never leaves a stale lock).
+#[derive(Debug)]
+pub struct Lock {
+    _held: nix::fcntl::Flock<File>,
+}
+
+impl Lock {
+    /// Takes the lock on `path` (created, with its folders, when missing) without waiting;
+    /// `None` when another process holds it.
+    pub fn try_acquire(path: &Path) -> Result<Option<Lock>, FsError> {
+        Self::take(path, nix::fcntl::FlockArg::LockExclusiveNonblock)
+    }
+
+    /// Takes the lock on `path`, waiting for its holder to release it.
+    pub fn acquire(path: &Path) -> Result<Lock, FsError> {
+        Self::take(path, nix::fcntl::FlockArg::LockExclusive)?.ok_or_else(|| FsError::Write {
+            path: path.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::WouldBlock),
+        })
+    }
+
+    fn take(path: &Path, how: nix::fcntl::FlockArg) -> Result<Option<Lock>, FsError> {
+        create_parent(path)?;
+        let error = |source| FsError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        // Never truncated: the file holds nothing, only its lock matters.
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(error)?;
+        match nix::fcntl::Flock::lock(file, how) {
+            Ok(held) => Ok(Some(Lock { _held: held })),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, errno)) => Err(error(io::Error::from(errno))),
+        }
+    }
 }
 
 /// Removes the file `path` resolves to (and the symlink itself, when `path` is one).
@@ -269,20 +390,23 @@ pub fn remove_tree(path: &Path) -> Result<(), FsError> {
     sync_folder(path.parent().unwrap_or(Path::new("/")))
 }
 
-/// Writes a new file, failing if it exists (backups are never overwritten).
+/// Writes a new file through a fsynced temp file renamed without replacing: fails if `path`
+/// exists (backups are never overwritten), and a crash leaves the whole file or none.
 pub fn write_new(path: &Path, contents: &[u8]) -> Result<(), FsError> {
-    create_parent(path)?;
+    let folder = create_parent(path)?;
     let write_error = |source| FsError::Write {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
+    let mut temp = temp_in(folder).map_err(write_error)?;
+    temp.write_all(contents).map_err(write_error)?;
+    temp.as_file()
+        .set_permissions(Permissions::from_mode(NEW_FILE_MODE))
         .map_err(write_error)?;
-    file.write_all(contents).map_err(write_error)?;
-    file.sync_all().map_err(write_error)
+    temp.as_file().sync_all().map_err(write_error)?;
+    temp.persist_noclobber(path)
+        .map_err(|e| write_error(e.error))?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -363,6 +487,55 @@ mod tests {
         write_new(&path, b"1").unwrap();
         assert!(write_new(&path, b"2").is_err());
         assert_eq!(fs::read(&path).unwrap(), b"1");
+    }
+
+    #[test]
+    fn debris_is_exactly_our_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = [".acp-host-a1B2c3.tmp", ".acp-host-zzzzzz.tmp"];
+        let theirs = [
+            ".acp-host-notes.tmp",
+            ".acp-host-abc123.tmp.bak",
+            "acp-host-abc123.tmp",
+            ".acp-host-abc12!.tmp",
+            "x.md",
+        ];
+        for name in ours.iter().chain(&theirs) {
+            fs::write(dir.path().join(name), "x").unwrap();
+        }
+        fs::create_dir(dir.path().join(".acp-host-folder.tmp")).unwrap();
+        let mut removed = clean_debris(dir.path()).unwrap();
+        removed.sort();
+        assert_eq!(
+            removed,
+            ours.iter().map(|n| dir.path().join(n)).collect::<Vec<_>>()
+        );
+        for name in theirs {
+            assert!(dir.path().join(name).exists(), "{name} kept");
+        }
+        assert!(dir.path().join(".acp-host-folder.tmp").is_dir());
+        assert!(
+            clean_debris(&dir.path().join("missing"))
+                .unwrap()
+                .is_empty()
+        );
+        // What a write leaves while in flight is recognized as ours.
+        let temp = temp_in(dir.path()).unwrap();
+        let name = temp.path().file_name().unwrap().to_str().unwrap();
+        assert!(is_temp_name(name), "{name}");
+    }
+
+    #[test]
+    fn a_held_lock_is_refused_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/sync.lock");
+        let held = Lock::try_acquire(&path).unwrap().expect("free");
+        assert!(
+            Lock::try_acquire(&path).unwrap().is_none(),
+            "held elsewhere"
+        );
+        drop(held);
+        assert!(Lock::acquire(&path).is_ok());
     }
 
     #[test]

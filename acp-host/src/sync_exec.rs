@@ -5,9 +5,13 @@
 //! the pure planner; [`execute`] then applies the plan. Invariants:
 //! - A plan that cannot apply writes nothing.
 //! - Every pre-image is re-checked before the first write; any difference fails the run as stale
-//!   ("plan is stale: <file>") with nothing written.
+//!   ("plan is stale: <file>") with nothing written. Each file's pre-image is checked once more
+//!   right before its own rename: a file edited while the sync runs is not written (reported
+//!   failed, the run exits 1) and the rest of the plan goes on.
 //! - Every file that is replaced or removed is first copied to a new, timestamped backup folder
 //!   under the user's state folder; backups are never overwritten.
+//! - Temp files that a killed sync left (in the folders of the plan's files, and in the backups)
+//!   are removed at the start of the next sync that can apply.
 //! - Writes go through [`crate::fs_atomic`] in sorted path order; the first failure stops the run
 //!   and the result says which file failed and whether earlier files were already written.
 
@@ -19,10 +23,9 @@ use std::path::{Path, PathBuf};
 use protocol::definition::{self, Definition, DefinitionErrors, SourceEntry};
 use protocol::registry::{self, Scope};
 use protocol::sync::{
-    self, Action, AgentView, Authorization, Change, FileFacts, FilePlan, FileState, Plan,
+    self, AgentView, Authorization, Change, ChangeKind, FileFacts, FilePlan, FileState, Plan,
     RegistryView, Snapshot,
 };
-use serde::Serialize;
 
 use crate::fs_atomic::{self, FsError};
 use crate::installed;
@@ -44,11 +47,11 @@ pub struct SyncConfig {
     pub path_var: Option<OsString>,
 }
 
-/// How many run folders of backups a sync keeps by default. The reference kept every backup
-/// forever (1.9 MB per edit at 1,000 DSH blocks); a bounded history still covers recent mistakes.
+/// How many run folders of backups a sync keeps by default. Keeping every backup forever costs
+/// 1.9 MB per edit at 1,000 DSH items; a bounded history still covers recent mistakes.
 pub const DEFAULT_KEEP_BACKUPS: usize = 20;
 
-/// Where execution keeps its backups, and how many.
+/// Where execution keeps its backups (and how many), and where syncs take turns.
 #[derive(Debug, Clone)]
 pub struct ExecConfig {
     /// `$XDG_STATE_HOME/acp-host/backups` or `~/.local/state/acp-host/backups`.
@@ -56,6 +59,47 @@ pub struct ExecConfig {
     /// After a successful run that made backups, only the newest this many run folders are kept;
     /// `0` keeps them all.
     pub keep_backups: usize,
+    /// The file whose `flock` a sync holds from planning to the last write
+    /// (`<state>/acp-host/sync.lock`): two syncs never interleave.
+    pub lock_path: PathBuf,
+    /// The test hook of [`protocol::env_vars::ACP_HOST_SYNC_PAUSE`].
+    pub pause: Option<PausePoint>,
+}
+
+/// A named point where a sync stops until a test lets it go (see
+/// [`protocol::env_vars::ACP_HOST_SYNC_PAUSE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PausePoint {
+    pub point: String,
+    pub dir: PathBuf,
+}
+
+impl PausePoint {
+    /// Parses `<point>:<dir>`; `None` when malformed.
+    #[must_use]
+    pub fn parse(value: &str) -> Option<PausePoint> {
+        let (point, dir) = value.split_once(':')?;
+        (!point.is_empty() && !dir.is_empty()).then(|| PausePoint {
+            point: point.to_owned(),
+            dir: PathBuf::from(dir),
+        })
+    }
+
+    /// At `point`, when it is ours: announces `<point>.ready` and waits for `<point>.go`.
+    pub fn reached(pause: Option<&PausePoint>, point: &str) {
+        let Some(pause) = pause.filter(|p| p.point == point) else {
+            return;
+        };
+        let ready = pause.dir.join(format!("{point}.ready"));
+        if let Err(e) = fs_atomic::write_atomic(&ready, b"") {
+            tracing::warn!(error = %e, "test pause point not announced");
+            return;
+        }
+        let go = pause.dir.join(format!("{point}.go"));
+        while !go.exists() {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
 }
 
 impl ExecConfig {
@@ -67,6 +111,8 @@ impl ExecConfig {
         Some(ExecConfig {
             backup_root: state.join("acp-host/backups"),
             keep_backups: DEFAULT_KEEP_BACKUPS,
+            lock_path: state.join("acp-host/sync.lock"),
+            pause: None,
         })
     }
 }
@@ -150,12 +196,9 @@ pub fn read_source(dir: &Path) -> Result<Vec<SourceEntry>, SyncError> {
 #[must_use]
 pub fn registry_view(config: &SyncConfig) -> RegistryView {
     let path_var = config.path_var.as_deref();
-    let agents = registry::AGENTS
-        .iter()
-        .filter(|spec| spec.sync.is_some())
-        .filter(|spec| config.agents.is_empty() || config.agents.contains(&spec.name))
-        .map(|spec| {
-            let target = spec.sync.expect("filtered on sync targets");
+    let agents = registry::sync_agents()
+        .filter(|(spec, _)| config.agents.is_empty() || config.agents.contains(&spec.name))
+        .map(|(spec, target)| {
             let availability = installed::availability(spec, &config.home, path_var);
             let requires_present = target
                 .requires
@@ -165,8 +208,9 @@ pub fn registry_view(config: &SyncConfig) -> RegistryView {
                 .and_then(|switch| fs::read_to_string(config.home.join(switch.file)).ok());
             AgentView {
                 spec,
+                target,
                 readiness: sync::readiness(
-                    spec,
+                    (spec, target),
                     config.scope,
                     &availability,
                     requires_present,
@@ -243,7 +287,35 @@ pub fn read_snapshot(request: &sync::ScanRequest) -> Snapshot {
         }
         snapshot.folders.insert(folder.clone(), entries);
     }
+    let mut folders: std::collections::BTreeMap<PathBuf, Option<String>> =
+        std::collections::BTreeMap::new();
+    for (path, facts) in &snapshot.files {
+        let Some(folder) = facts.physical.parent() else {
+            continue;
+        };
+        let verdict = folders
+            .entry(folder.to_path_buf())
+            .or_insert_with(|| folder_unwritable(folder));
+        if let Some(reason) = verdict {
+            snapshot.unwritable.insert(path.clone(), reason.clone());
+        }
+    }
     snapshot
+}
+
+/// Why nothing can be written into `folder` (or, while it does not exist, into the nearest folder
+/// that does, where it would be created), if nothing can: its permissions, a read-only file
+/// system. The planner refuses changes there, so such a failure never comes after other writes.
+fn folder_unwritable(folder: &Path) -> Option<String> {
+    let existing = folder.ancestors().find(|a| a.is_dir())?;
+    match nix::unistd::access(existing, nix::unistd::AccessFlags::W_OK) {
+        Ok(()) => None,
+        Err(errno) => Some(format!(
+            "cannot write into {}: {}; fix its permissions (or leave the agent out with --agent)",
+            existing.display(),
+            io::Error::from(errno)
+        )),
+    }
 }
 
 /// Reads and validates the definitions, gathers host facts and files, and plans. Writes nothing.
@@ -259,89 +331,11 @@ pub fn prepare(config: &SyncConfig) -> Result<Prepared, SyncError> {
     })
 }
 
-/// What happened to one physical file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Outcome {
-    /// Written or removed.
-    Applied,
-    /// Nothing to change (up to date, or an orphan left in place).
-    Noop,
-    /// Not written: the agent is skipped, or the run stopped before this file.
-    Skipped,
-    /// Holds an unauthorized conflict or an error; never written.
-    Conflicted,
-    /// The write (or the pre-image check) failed.
-    Failed,
-}
-
-/// The result for one physical file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FileResult {
-    pub path: PathBuf,
-    pub outcome: Outcome,
-    /// `write`, `remove` or `keep`.
-    pub change: &'static str,
-    /// Why it was skipped or how it failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-    /// The copy of the previous contents, when the file was replaced or removed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backup: Option<PathBuf>,
-}
-
-/// The structured result of [`execute`] (INV-SUB-06).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ExecutionResult {
-    /// Every file that had to change did, and the plan could apply.
-    pub success: bool,
-    /// One entry per physical file of the plan, in path order.
-    pub files: Vec<FileResult>,
-    /// What stopped the run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    pub failed_files: Vec<PathBuf>,
-    /// Some files were written before a failure: the targets are a mix of old and new.
-    pub partial: bool,
-    /// Where this run's backups are (only when it made some).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub backup_dir: Option<PathBuf>,
-}
-
-impl ExecutionResult {
-    /// How many files ended with this outcome.
-    #[must_use]
-    pub fn count(&self, outcome: Outcome) -> usize {
-        self.files.iter().filter(|f| f.outcome == outcome).count()
-    }
-
-    /// Whether restoring from backups may be needed (a partial run).
-    #[must_use]
-    pub fn recovery_required(&self) -> bool {
-        self.partial
-    }
-}
-
-/// The outcome of a file that is not written, from its operations.
-fn resting_outcome(plan: &Plan, file: &FilePlan) -> Outcome {
-    let ops: Vec<_> = plan.operations_of(file).collect();
-    if ops
-        .iter()
-        .any(|op| op.action == Action::Error || (op.action == Action::Conflict && !op.authorized))
-    {
-        Outcome::Conflicted
-    } else if ops.iter().all(|op| op.action == Action::Skip) {
-        Outcome::Skipped
-    } else {
-        Outcome::Noop
-    }
-}
+pub use protocol::sync::report::{ExecutionResult, FileResult, Outcome};
 
 fn result_for(plan: &Plan, file: &FilePlan) -> FileResult {
     let outcome = if file.change == Change::Keep {
-        resting_outcome(plan, file)
+        plan.resting_outcome(file)
     } else {
         Outcome::Skipped
     };
@@ -353,7 +347,7 @@ fn result_for(plan: &Plan, file: &FilePlan) -> FileResult {
     FileResult {
         path: file.path.clone(),
         outcome,
-        change: file.change.as_str(),
+        change: file.change.kind(),
         detail,
         backup: None,
     }
@@ -367,7 +361,9 @@ fn stop(
     detail: &str,
 ) -> ExecutionResult {
     for file in &mut files {
-        if file.outcome == Outcome::Skipped && file.change != "keep" && !failed.contains(&file.path)
+        if file.outcome == Outcome::Skipped
+            && file.change != ChangeKind::Keep
+            && !failed.contains(&file.path)
         {
             file.detail = Some(detail.to_owned());
         }
@@ -417,21 +413,18 @@ fn backup_path(dir: &Path, file: &Path) -> PathBuf {
 pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
     let files: Vec<FileResult> = plan.files.iter().map(|f| result_for(plan, f)).collect();
     if !plan.can_apply() {
-        let conflicts = plan
-            .operations
-            .iter()
-            .filter(|op| op.action == Action::Conflict && !op.authorized)
-            .count();
-        let errors = plan.count(Action::Error) + plan.errors.len();
         return stop(
             files,
             format!(
-                "plan cannot apply ({conflicts} unauthorized conflicts, {errors} errors); nothing was written"
+                "plan cannot apply ({} unauthorized conflicts, {} errors); nothing was written",
+                plan.unauthorized_conflicts(),
+                plan.error_count()
             ),
             Vec::new(),
             "not written: the plan cannot apply",
         );
     }
+    clean_debris(plan, &config.backup_root);
     let pending: Vec<usize> = (0..plan.files.len())
         .filter(|&i| plan.files[i].change != Change::Keep)
         .collect();
@@ -443,11 +436,45 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
         Ok(done) => done,
         Err(result) => return result,
     };
+    PausePoint::reached(config.pause.as_ref(), "writing");
     let result = write_all(plan, &pending, files, backup_dir);
     if result.success && result.backup_dir.is_some() {
         prune_backups(&config.backup_root, config.keep_backups);
     }
     result
+}
+
+/// Removes the temp files an earlier, killed sync left behind: in the folders of this plan's files
+/// (only of agents that were read, so only folders we write) and anywhere under the backup root
+/// (ours entirely). A failure is logged, never fatal: debris is harmless to readers.
+fn clean_debris(plan: &Plan, backup_root: &Path) {
+    let mut folders: std::collections::BTreeSet<PathBuf> = plan
+        .files
+        .iter()
+        .filter(|f| f.pre_image.is_some())
+        .filter_map(|f| f.path.parent().map(Path::to_path_buf))
+        .collect();
+    let mut pending = vec![backup_root.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        if let Ok(entries) = fs::read_dir(&folder) {
+            pending.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+        folders.insert(folder);
+    }
+    for folder in &folders {
+        match fs_atomic::clean_debris(folder) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(folder = %folder.display(), count = removed.len(), "removed temp files left by an interrupted sync");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not remove a leftover temp file"),
+        }
+    }
 }
 
 /// After a removal, the folder the target format made for that one subagent (agy's
@@ -598,13 +625,24 @@ fn write_all(
     backup_dir: Option<PathBuf>,
 ) -> ExecutionResult {
     let mut batch = fs_atomic::Batch::default();
+    let mut stale = Vec::new();
     for &i in pending {
         let file = &plan.files[i];
+        // Asked again right before this file's own rename: an edit made while the sync ran is
+        // never overwritten.
+        let unchanged = || file.pre_image.as_ref() == Some(&read_facts(&file.target));
         let written = match &file.change {
-            Change::Write(bytes) => batch.write(&file.target, bytes),
-            Change::Remove => batch.remove(&file.target),
+            Change::Write(bytes) => batch.write(&file.target, bytes, &unchanged),
+            Change::Remove => batch.remove(&file.target, &unchanged),
             Change::Keep => Ok(()),
         };
+        if let Err(FsError::Changed { .. }) = written {
+            files[i].outcome = Outcome::Failed;
+            files[i].detail =
+                Some("changed during the sync; not written (your edit is kept)".to_owned());
+            stale.push(file.path.clone());
+            continue;
+        }
         if let Err(e) = written {
             files[i].outcome = Outcome::Failed;
             files[i].detail = Some(e.to_string());
@@ -644,16 +682,24 @@ fn write_all(
     }
     // Only once the removals are durable: their folders' fsync needs the folders.
     for &i in pending {
-        if plan.files[i].change == Change::Remove {
+        if plan.files[i].change == Change::Remove && files[i].outcome == Outcome::Applied {
             remove_subagent_folder(plan, &plan.files[i]);
         }
     }
+    let error = (!stale.is_empty()).then(|| {
+        let names: Vec<String> = stale.iter().map(|p| p.display().to_string()).collect();
+        format!(
+            "plan is stale: {} changed during the sync and kept its new contents; every other file was written (run sync again)",
+            names.join(", ")
+        )
+    });
+    let partial = error.is_some() && files.iter().any(|f| f.outcome == Outcome::Applied);
     ExecutionResult {
-        success: true,
+        success: error.is_none(),
         files,
-        error: None,
-        failed_files: Vec::new(),
-        partial: false,
+        error,
+        failed_files: stale,
+        partial,
         backup_dir,
     }
 }

@@ -15,7 +15,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::registry::{self, AgentSpec, OptionKind};
+use crate::registry::{self, AgentSpec, OptionKind, SyncTarget};
 
 /// OS junk files that may sit in any folder; ignored rather than reported.
 pub const IGNORED_ENTRIES: &[&str] = &[".DS_Store", "Thumbs.db", "desktop.ini"];
@@ -211,6 +211,8 @@ pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
         .filter(|n| is_valid_name(n))
         .ok_or(Problem::BadFileName)?;
     let text = std::str::from_utf8(contents).map_err(|_| Problem::NotUtf8)?;
+    // Editors on Windows start UTF-8 files with a byte-order mark; it is not content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let text = text.replace("\r\n", "\n");
     let (frontmatter, body) = split_frontmatter(&text).ok_or(Problem::NoFrontmatter)?;
     let value: Value = if frontmatter.trim().is_empty() {
@@ -234,17 +236,16 @@ pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
             "description" => description = Some(parse_description(value)?),
             "agents" => agents = Some(parse_agents(value)?),
             other => {
-                let Some(spec) = registry::find_canonical(other).filter(|a| a.sync.is_some())
-                else {
+                let Some((spec, target)) = registry::find_sync(other) else {
                     return Err(field(
                         other,
                         format!(
                             "unknown field; allowed: description, agents, or an agent name with its options ({})",
-                            sync_agent_names().join(", ")
+                            registry::sync_agent_names().join(", ")
                         ),
                     ));
                 };
-                options.insert(spec.name, parse_options(spec, value)?);
+                options.insert(spec.name, parse_options(spec, target, value)?);
             }
         }
     }
@@ -304,14 +305,6 @@ fn field(field: &str, message: impl Into<String>) -> Problem {
     }
 }
 
-fn sync_agent_names() -> Vec<&'static str> {
-    registry::AGENTS
-        .iter()
-        .filter(|a| a.sync.is_some())
-        .map(|a| a.name)
-        .collect()
-}
-
 /// How a JSON value is named in "got ..." messages.
 fn kind_of(value: &Value) -> &'static str {
     match value {
@@ -349,7 +342,7 @@ fn parse_agents(value: &Value) -> Result<Vec<&'static str>, Problem> {
         return Err(field(
             "agents",
             "must list at least one agent (known: ".to_owned()
-                + &sync_agent_names().join(", ")
+                + &registry::sync_agent_names().join(", ")
                 + ")",
         ));
     }
@@ -366,16 +359,16 @@ fn parse_agents(value: &Value) -> Result<Vec<&'static str>, Problem> {
                 "agents",
                 format!(
                     "unknown agent `{name}`; known: {}",
-                    sync_agent_names().join(", ")
+                    registry::sync_agent_names().join(", ")
                 ),
             ));
         };
-        if spec.sync.is_none() {
+        if registry::find_sync(spec.name).is_none() {
             return Err(field(
                 "agents",
                 format!(
                     "agent `{name}` takes no subagent definitions; sync targets: {}",
-                    sync_agent_names().join(", ")
+                    registry::sync_agent_names().join(", ")
                 ),
             ));
         }
@@ -387,10 +380,11 @@ fn parse_agents(value: &Value) -> Result<Vec<&'static str>, Problem> {
     Ok(agents)
 }
 
-fn parse_options(spec: &AgentSpec, value: &Value) -> Result<AgentOptions, Problem> {
-    let target = spec
-        .sync
-        .expect("caller checked the agent takes definitions");
+fn parse_options(
+    spec: &AgentSpec,
+    target: SyncTarget,
+    value: &Value,
+) -> Result<AgentOptions, Problem> {
     let Value::Object(map) = value else {
         return Err(field(
             spec.name,
@@ -499,7 +493,7 @@ mod tests {
     }
 
     #[test]
-    fn parses_the_reference_example() {
+    fn parses_the_documented_example() {
         let d = ok(
             "---\ndescription: \"Review code changes\"\nagents: [\"codex\", \"claude-code\"]\ncodex: {\"model\": \"o3\"}\n---\n\nReview the changes and report findings.\n",
         );
@@ -512,6 +506,12 @@ mod tests {
         );
         assert_eq!(d.body, "Review the changes and report findings.");
         assert!(d.options_for("claude-code").is_empty());
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_content() {
+        let d = ok("\u{feff}---\ndescription: d\nagents: [codex]\n---\nBody.\n");
+        assert_eq!((d.description.as_str(), d.body.as_str()), ("d", "Body."));
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
 pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 /// Tests: `1` rewrites the checked-in JSON Schemas (`schemas/`) instead of failing on drift.
 pub const ACP_UPDATE_SCHEMAS: &str = "ACP_UPDATE_SCHEMAS";
+/// Test hook of `acp-host sync`, `<point>:<dir>`: the first time the sync reaches `<point>`
+/// (`locked`: the sync lock is held, nothing read yet; `writing`: backups made, no target
+/// written yet) it creates `<dir>/<point>.ready` and waits until `<dir>/<point>.go` exists. Lets a
+/// test drive two real processes through a race deterministically; unset, it costs nothing.
+pub const ACP_HOST_SYNC_PAUSE: &str = "ACP_HOST_SYNC_PAUSE";
 
 /// The user's state directory: `xdg_state_home` when it is set, non-empty and absolute, else
 /// `home/.local/state`; `None` when neither is usable (no home either).

@@ -5,9 +5,10 @@
 //! ([`launch`]), where its program is found ([`locate`], with the one sibling rule
 //! [`looked_up_beside_host`]) and whether an agent is installed ([`availability`]) are pure
 //! functions over facts the caller gathered (binaries on PATH or beside acp-host, folders under
-//! $HOME), so they are unit-tested without touching the machine. Everything `sync` knows about an agent (its format, its
-//! paths, the options its definitions may carry and their types, the switch that disables its
-//! subagents) is data in [`AGENTS`]; the sync planner and the definition validator read it here.
+//! $HOME), so they are unit-tested without touching the machine. Everything `sync` knows about
+//! an agent (its format, its paths, the options its definitions may carry and their types, the
+//! switch that disables its subagents) is data in [`AGENTS`]; the sync planner and the definition
+//! validator read it here.
 
 use std::path::{Path, PathBuf};
 
@@ -287,6 +288,7 @@ pub const AGENTS: &[AgentSpec] = &[
             project_path: Some(".github/agents/{name}.agent.md"),
             requires: None,
             options: &[
+                opt("description", STRING),
                 opt("disable-model-invocation", Bool),
                 opt("model", STRING),
                 opt("name", STRING),
@@ -396,6 +398,26 @@ pub fn find(name: &str) -> Option<&'static AgentSpec> {
 #[must_use]
 pub fn find_canonical(name: &str) -> Option<&'static AgentSpec> {
     AGENTS.iter().find(|a| a.name == name)
+}
+
+/// The agents that take subagent definitions, each with its target, in registry order: the one
+/// answer to "which agents does `sync` write to" (definitions, `--agent`, `--force`, the planner).
+pub fn sync_agents() -> impl Iterator<Item = (&'static AgentSpec, SyncTarget)> {
+    AGENTS
+        .iter()
+        .filter_map(|spec| spec.sync.map(|target| (spec, target)))
+}
+
+/// A sync agent by canonical name (definitions and `--force` use canonical names).
+#[must_use]
+pub fn find_sync(name: &str) -> Option<(&'static AgentSpec, SyncTarget)> {
+    sync_agents().find(|(spec, _)| spec.name == name)
+}
+
+/// The canonical names of the sync agents, for error messages ("sync agents: ...").
+#[must_use]
+pub fn sync_agent_names() -> Vec<&'static str> {
+    sync_agents().map(|(spec, _)| spec.name).collect()
 }
 
 /// The canonical names, for error messages ("known agents: ...").

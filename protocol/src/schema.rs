@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::events::{Event, ResultRecord};
 use crate::registry::AgentListing;
+use crate::sync::report::SyncOutput;
 
 /// Generates one schema.
 pub type SchemaFn = fn() -> Schema;
@@ -24,6 +25,8 @@ pub const OUTPUTS: &[(&str, SchemaFn)] = &[
     ("run-result.json", || schema_for!(ResultRecord)),
     // `acp-host agents --json`.
     ("agents.json", || schema_for!(AgentListing)),
+    // `acp-host sync --json`: the report, or why the sync could not be planned.
+    ("sync.json", || schema_for!(SyncOutput)),
 ];
 
 /// The schema of output `file` (one of [`OUTPUTS`]).

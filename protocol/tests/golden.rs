@@ -10,12 +10,12 @@ use protocol::registry::{self, TargetFormat};
 use protocol::sync::render;
 use serde_json::Value;
 
-/// The reference definition of shared/reference/sync.md with options for every agent; the
+/// One definition with options for every agent (the example of docs/sync.md, extended); the
 /// end-to-end sync suite writes the same file and compares the binary's output to these goldens.
-const REFERENCE: &str = include_str!("golden/source/review.md");
+const EXAMPLE: &str = include_str!("golden/source/review.md");
 
-fn reference() -> Definition {
-    parse(REFERENCE)
+fn example() -> Definition {
+    parse(EXAMPLE)
 }
 
 fn parse(text: &str) -> Definition {
@@ -28,11 +28,7 @@ fn parse(text: &str) -> Definition {
 }
 
 fn render(agent: &str, definition: &Definition) -> String {
-    let format = registry::find_canonical(agent)
-        .unwrap()
-        .sync
-        .unwrap()
-        .format;
+    let format = registry::find_sync(agent).unwrap().1.format;
     match format {
         TargetFormat::DshShared => render::render_dsh_item(definition),
         format => render::render_file(format, agent, definition),
@@ -65,7 +61,7 @@ fn frontmatter(text: &str) -> (Value, &str) {
 
 #[test]
 fn every_format_matches_its_golden_bytes() {
-    let d = reference();
+    let d = example();
     for (agent, file) in [
         ("claude-code", "claude-code.md"),
         ("codex", "codex.toml"),
@@ -81,7 +77,7 @@ fn every_format_matches_its_golden_bytes() {
 }
 
 #[test]
-fn claude_code_matches_the_reference_text() {
+fn claude_code_matches_the_documented_text() {
     let d = parse(
         "---\ndescription: Review changes\nagents: [claude-code]\nclaude-code: {model: example, effort: high}\n---\nReview carefully.\n\nKeep 用户 context.\n",
     );
@@ -92,7 +88,7 @@ fn claude_code_matches_the_reference_text() {
 }
 
 #[test]
-fn dsh_matches_the_reference_text() {
+fn dsh_matches_the_documented_text() {
     let d = parse(
         "---\ndescription: Review changes\nagents: [dsh]\ndsh: {model: example, maxTokens: 4096, tools: [read]}\n---\nReview carefully.\n\nKeep 用户 context.\n",
     );
@@ -139,10 +135,10 @@ fn minimal_definitions_match_their_golden_bytes() {
 
 #[test]
 fn rendering_ignores_option_order() {
-    let shuffled = REFERENCE
+    let shuffled = EXAMPLE
         .replace("{model: \"example\", effort: \"high\"}", "{effort: \"high\", model: \"example\"}")
         .replace("{user-invocable: true, tools: [read, edit], model: \"gpt-5\", disable-model-invocation: false, target: \"vscode\"}", "{target: \"vscode\", model: \"gpt-5\", disable-model-invocation: false, tools: [read, edit], user-invocable: true}");
-    let a = reference();
+    let a = example();
     let b = parse(&shuffled);
     for agent in ["claude-code", "github-copilot", "codex", "dsh", "grok"] {
         assert_eq!(render(agent, &a), render(agent, &b), "{agent}");
@@ -151,7 +147,7 @@ fn rendering_ignores_option_order() {
 
 #[test]
 fn every_output_parses_with_a_real_parser() {
-    let d = reference();
+    let d = example();
     for agent in [
         "claude-code",
         "opencode",

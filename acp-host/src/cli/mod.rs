@@ -80,7 +80,7 @@ pub fn main() -> ExitCode {
     init_logging(cli.command.verbose());
     let outcome = match cli.command {
         Command::Run(args) => run::execute(&args),
-        Command::Sync(args) => Ok(sync::execute(args)),
+        Command::Sync(args) => sync::execute(args),
         Command::Agents(args) => agents::execute(&args),
     };
     outcome.unwrap_or_else(|err| {

@@ -1,18 +1,26 @@
-//! `acp-host sync`: flags -> [`SyncConfig`], then plan, print, execute, print, exit code.
+//! `acp-host sync`: flags -> [`SyncConfig`], take the sync lock, plan, execute, render, exit code.
+//!
+//! Deciding and rendering are apart: the plan and the execution result hold every verdict, and
+//! `render_human` and `SyncReport` only present them.
 //!
 //! Exit codes: 0 when everything applied or there was nothing to do (orphans alone only warn);
 //! 1 on conflicts, errors, a stale plan or failed writes — under `--dry-run` too, so CI can use
-//! it as a check; 2 on usage errors (clap, and `--force`/`--agent` values, which are parsed here).
+//! it as a check — and when another sync holds the lock under `--no-wait`; 2 on usage errors
+//! (clap, and `--force`/`--agent` values, which are parsed here).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, Prepared, SyncConfig};
+use acp_host::fs_atomic;
+use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, PausePoint, SyncConfig};
 use protocol::env_vars;
 use protocol::registry::{self, Scope};
+use protocol::result::Status;
+use protocol::sync::report::{FileDiff, SyncAborted, SyncOutput, SyncReport};
 use protocol::sync::{Action, Authorization, Change, ForceTarget, Plan};
-use serde_json::json;
+
+use super::{CliError, Written, write_stdout};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -36,8 +44,12 @@ Ownership: acp-host rewrites only files (and .dsh/cordis.patch.yml items) that c
 conflict, left untouched unless you pass --force <agent>/<name>. Replaced and removed files are
 backed up first under $XDG_STATE_HOME/acp-host/backups (default ~/.local/state/acp-host/backups).
 
+Syncs take turns: a second sync waits for the first (a message on stderr), or with --no-wait
+exits 1 at once.
+
 Exit codes: 0 applied or nothing to do (orphans only warn); 1 conflicts, invalid definitions,
-errors, stale plan or failed writes (also with --dry-run); 2 usage errors.
+errors, stale plan or failed writes (also with --dry-run), another sync running with --no-wait;
+2 usage errors.
 `acp-host agents` lists the agents, whether each is installed, and where sync writes for it.";
 
 /// Write canonical subagent definitions into every installed agent's own format.
@@ -73,6 +85,9 @@ pub struct SyncArgs {
     /// Print one JSON object instead of lines.
     #[arg(long)]
     json: bool,
+    /// Fail at once (exit 1) when another sync is running, instead of waiting for it.
+    #[arg(long)]
+    no_wait: bool,
     /// Keep only the newest N run folders of backups (0 keeps all).
     #[arg(long, value_name = "N", default_value_t = sync_exec::DEFAULT_KEEP_BACKUPS)]
     keep_backups: usize,
@@ -86,12 +101,12 @@ enum ScopeArg {
 
 fn parse_agent(value: &str) -> Result<&'static str, String> {
     registry::find(value)
-        .filter(|a| a.sync.is_some())
-        .map(|a| a.name)
+        .and_then(|a| registry::find_sync(a.name))
+        .map(|(spec, _)| spec.name)
         .ok_or_else(|| {
             format!(
                 "unknown sync agent `{value}`; sync agents: {}",
-                protocol::sync::sync_agent_names().join(", ")
+                registry::sync_agent_names().join(", ")
             )
         })
 }
@@ -102,21 +117,22 @@ fn parse_force(value: &str) -> Result<ForceTarget, String> {
         .map_err(|e: protocol::sync::ForceTargetError| e.to_string())
 }
 
-fn usage_error(message: &str) -> ExitCode {
-    eprintln!("error: {message}");
-    ExitCode::from(protocol::result::EXIT_USAGE)
-}
-
-pub fn execute(args: SyncArgs) -> ExitCode {
+pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
     let Some(home) = std::env::var_os(env_vars::HOME).filter(|h| !h.is_empty()) else {
-        return usage_error("HOME is not set; acp-host sync writes under $HOME");
+        return Err(CliError::Usage(
+            "HOME is not set; acp-host sync writes under $HOME".into(),
+        ));
     };
     let home = PathBuf::from(home);
     let project_root = match args.project_root {
         Some(root) => root,
         None => match std::env::current_dir() {
             Ok(dir) => dir,
-            Err(e) => return usage_error(&format!("cannot read the current folder: {e}")),
+            Err(e) => {
+                return Err(CliError::Usage(format!(
+                    "cannot read the current folder ({e}); pass --project-root"
+                )));
+            }
         },
     };
     let config = SyncConfig {
@@ -136,51 +152,97 @@ pub fn execute(args: SyncArgs) -> ExitCode {
     };
     let xdg_state_home = std::env::var_os(env_vars::XDG_STATE_HOME).map(PathBuf::from);
     let Some(exec_config) = ExecConfig::for_user(&home, xdg_state_home.as_deref()) else {
-        return usage_error("no state folder for backups: set HOME or XDG_STATE_HOME");
+        return Err(CliError::Usage(
+            "no state folder for backups: set HOME or XDG_STATE_HOME".into(),
+        ));
     };
     let exec_config = ExecConfig {
         keep_backups: args.keep_backups,
+        pause: std::env::var(env_vars::ACP_HOST_SYNC_PAUSE)
+            .ok()
+            .and_then(|v| PausePoint::parse(&v)),
         ..exec_config
     };
+    // Held from planning to the last write: a second sync plans only after this one is done.
+    let _lock = match take_lock(&exec_config.lock_path, args.no_wait) {
+        Ok(lock) => lock,
+        Err(message) => return abort(args.json, &message),
+    };
+    PausePoint::reached(exec_config.pause.as_ref(), "locked");
     let prepared = match sync_exec::prepare(&config) {
         Ok(prepared) => prepared,
-        Err(e) => {
-            if args.json {
-                print_json(&json!({ "success": false, "error": e.to_string() }));
-            } else {
-                eprintln!("error: {e}");
-            }
-            return ExitCode::from(1);
-        }
+        Err(e) => return abort(args.json, &e.to_string()),
     };
     let result = (!args.dry_run).then(|| sync_exec::execute(&prepared.plan, &exec_config));
+    let plan = &prepared.plan;
+    let ok = result
+        .as_ref()
+        .map_or_else(|| plan.can_apply(), |r| r.success);
+    let diffs = args.diff.then(|| diffs(plan));
     if args.json {
-        print_json(&json_report(
-            args.dry_run,
-            args.diff,
-            &prepared,
-            result.as_ref(),
-        ));
+        print_json(&SyncOutput::Report(Box::new(SyncReport::new(
+            plan, result, diffs,
+        ))))?;
     } else {
-        let mut out = std::io::stdout().lock();
-        // A closed stdout (`| head`) is not an error of the sync.
-        let _ = human_report(&mut out, args.diff, &home, &prepared, result.as_ref());
+        // Where $HOME really is, to tell a write that a symlinked folder takes out of it.
+        let real_home = std::fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
+        let report = render_human(
+            plan,
+            result.as_ref(),
+            diffs.as_deref(),
+            &Homes {
+                home: &home,
+                real: &real_home,
+            },
+        );
+        write_stdout(report.out.as_bytes())?;
+        let _ = std::io::stderr().lock().write_all(report.err.as_bytes());
     }
-    let ok = match &result {
-        Some(result) => result.success,
-        None => prepared.plan.can_apply(),
-    };
-    if ok {
+    Ok(if ok {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
-    }
+        ExitCode::from(Status::Error.exit_code())
+    })
 }
 
-fn print_json(value: &serde_json::Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = serde_json::to_writer_pretty(&mut out, value);
-    let _ = writeln!(out);
+/// The sync lock: at once when free; otherwise an error with `--no-wait`, or a wait announced
+/// on stderr.
+fn take_lock(path: &Path, no_wait: bool) -> Result<fs_atomic::Lock, String> {
+    let failed = |e: fs_atomic::FsError| format!("cannot take the sync lock: {e}");
+    if let Some(lock) = fs_atomic::Lock::try_acquire(path).map_err(failed)? {
+        return Ok(lock);
+    }
+    if no_wait {
+        return Err(format!(
+            "another acp-host sync is running (it holds {}); wait for it, or run without --no-wait to queue behind it",
+            path.display()
+        ));
+    }
+    eprintln!(
+        "waiting for another acp-host sync to finish (it holds {})...",
+        path.display()
+    );
+    fs_atomic::Lock::acquire(path).map_err(failed)
+}
+
+/// Reports a sync that ended before a plan existed (exit 1): as the JSON record under `--json`,
+/// else through the CLI's one error printer.
+fn abort(json: bool, error: &str) -> Result<ExitCode, CliError> {
+    if !json {
+        return Err(CliError::Failed(error.to_owned()));
+    }
+    print_json(&SyncOutput::Aborted(SyncAborted {
+        success: false,
+        error: error.to_owned(),
+    }))?;
+    Ok(ExitCode::from(Status::Error.exit_code()))
+}
+
+fn print_json(value: &SyncOutput) -> Result<Written, CliError> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|err| CliError::Failed(format!("cannot serialize the sync report: {err}")))?;
+    text.push('\n');
+    write_stdout(text.as_bytes())
 }
 
 /// `~/...` for paths under $HOME, the path itself otherwise.
@@ -191,52 +253,115 @@ fn display(path: &Path, home: &Path) -> String {
     }
 }
 
-fn human_report(
-    out: &mut impl std::io::Write,
-    diff: bool,
-    home: &Path,
-    prepared: &Prepared,
+/// The unified diff (hunks only) of every file that changes: the one diff renderer, shown by
+/// `--diff` in both the human and the JSON report.
+fn diffs(plan: &Plan) -> Vec<FileDiff> {
+    plan.files
+        .iter()
+        .filter_map(|file| {
+            let new = match &file.change {
+                Change::Keep => return None,
+                Change::Write(bytes) => String::from_utf8_lossy(bytes),
+                Change::Remove => "".into(),
+            };
+            let old = String::from_utf8_lossy(file.current());
+            let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref())
+                .unified_diff()
+                .to_string();
+            Some(FileDiff {
+                path: file.path.clone(),
+                diff,
+            })
+        })
+        .collect()
+}
+
+/// The human report, split by stream: `out` for stdout (operations, diffs, summary), `err` for
+/// stderr (errors, warnings, failed files).
+#[derive(Debug, Default)]
+struct HumanReport {
+    out: String,
+    err: String,
+}
+
+/// $HOME as set (paths under it print as `~/...`) and as resolved (a file written outside it,
+/// through a symlinked folder, prints its real place too).
+struct Homes<'a> {
+    home: &'a Path,
+    real: &'a Path,
+}
+
+/// For each operation, its real file when a symlinked folder takes it out of $HOME.
+fn outside_home<'a>(plan: &'a Plan, homes: &Homes<'_>) -> Vec<Option<&'a Path>> {
+    let mut elsewhere = vec![None; plan.operations.len()];
+    for file in &plan.files {
+        if file.path.starts_with(homes.real) || file.path.starts_with(homes.home) {
+            continue;
+        }
+        for &op in &file.operations {
+            elsewhere[op] = Some(file.path.as_path());
+        }
+    }
+    elsewhere
+}
+
+/// Renders the human report of a plan and, unless it was a dry run, its execution. Pure: every
+/// count and verdict comes from the plan and the result.
+fn render_human(
+    plan: &Plan,
     result: Option<&ExecutionResult>,
-) -> std::io::Result<()> {
-    let plan = &prepared.plan;
+    diffs: Option<&[FileDiff]>,
+    homes: &Homes<'_>,
+) -> HumanReport {
+    use std::fmt::Write as _;
+    let home = homes.home;
+    let elsewhere = outside_home(plan, homes);
+    let mut report = HumanReport::default();
+    let (out, err) = (&mut report.out, &mut report.err);
     let width = plan
         .operations
         .iter()
         .map(|op| op.target().len())
         .max()
         .unwrap_or(0);
-    for op in &plan.operations {
-        let path = op
+    for (index, op) in plan.operations.iter().enumerate() {
+        let mut path = op
             .path
             .as_deref()
             .map_or_else(|| "-".to_owned(), |p| display(p, home));
+        if let (Some(real), Some(configured)) = (elsewhere[index], op.path.as_deref())
+            && configured.starts_with(home)
+        {
+            let _ = write!(path, " -> {}", real.display());
+        }
         let resolve = op
             .resolution()
             .map(|flag| format!(" (resolve with {flag})"))
             .unwrap_or_default();
-        writeln!(
+        let _ = writeln!(
             out,
             "{:<8}  {:<width$}  {path}  {}{resolve}",
             op.action.as_str(),
             op.target(),
             op.reason
-        )?;
+        );
     }
     for error in &plan.errors {
-        eprintln!("error: {error}");
+        let _ = writeln!(err, "error: {error}");
     }
-    if diff {
-        write_diffs(out, plan, home)?;
+    for diff in diffs.unwrap_or_default() {
+        if !diff.diff.is_empty() {
+            let name = display(&diff.path, home);
+            let _ = write!(out, "--- a/{name}\n+++ b/{name}\n{}", diff.diff);
+        }
     }
     let orphans = plan.count(Action::Orphan);
     if orphans > 0 {
-        eprintln!("warning: {orphans} managed orphan(s) kept; run with --prune to remove them");
+        let _ = writeln!(
+            err,
+            "warning: {orphans} managed orphan(s) kept; run with --prune to remove them"
+        );
     }
-    let conflicts = plan
-        .operations
-        .iter()
-        .filter(|op| op.action == Action::Conflict && !op.authorized)
-        .count();
     match result {
         None => {
             let verdict = if plan.can_apply() {
@@ -244,25 +369,27 @@ fn human_report(
             } else {
                 "would NOT apply"
             };
-            writeln!(
+            let _ = writeln!(
                 out,
-                "dry run: {} file(s) would change, {conflicts} conflict(s), {} error(s); {verdict}; nothing written",
+                "dry run: {} file(s) would change, {} conflict(s), {} error(s); {verdict}; nothing written",
                 plan.changes(),
-                plan.count(Action::Error) + plan.errors.len(),
-            )?;
+                plan.unauthorized_conflicts(),
+                plan.error_count(),
+            );
         }
         Some(result) => {
             for file in result.files.iter().filter(|f| f.outcome == Outcome::Failed) {
-                eprintln!(
+                let _ = writeln!(
+                    err,
                     "failed: {}: {}",
                     display(&file.path, home),
                     file.detail.as_deref().unwrap_or("")
                 );
             }
             if let Some(error) = &result.error {
-                eprintln!("error: {error}");
+                let _ = writeln!(err, "error: {error}");
             }
-            writeln!(
+            let _ = writeln!(
                 out,
                 "sync: {} applied, {} noop, {} skipped, {} conflicted, {} failed (files){}",
                 result.count(Outcome::Applied),
@@ -275,79 +402,8 @@ fn human_report(
                     .as_deref()
                     .map(|d| format!("; backups in {}", display(d, home)))
                     .unwrap_or_default()
-            )?;
+            );
         }
-    }
-    Ok(())
-}
-
-fn write_diffs(out: &mut impl std::io::Write, plan: &Plan, home: &Path) -> std::io::Result<()> {
-    for file in &plan.files {
-        let new = match &file.change {
-            Change::Keep => continue,
-            Change::Write(bytes) => String::from_utf8_lossy(bytes),
-            Change::Remove => "".into(),
-        };
-        let old = String::from_utf8_lossy(file.current());
-        let name = display(&file.path, home);
-        let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref());
-        write!(
-            out,
-            "{}",
-            diff.unified_diff()
-                .header(&format!("a/{name}"), &format!("b/{name}"))
-        )?;
-    }
-    Ok(())
-}
-
-fn json_report(
-    dry_run: bool,
-    diff: bool,
-    prepared: &Prepared,
-    result: Option<&ExecutionResult>,
-) -> serde_json::Value {
-    let plan = &prepared.plan;
-    let files: Vec<_> = plan
-        .files
-        .iter()
-        .map(|f| {
-            json!({
-                "path": f.path,
-                "change": f.change.as_str(),
-                "operations": f.operations,
-            })
-        })
-        .collect();
-    let success = result.map_or_else(|| plan.can_apply(), |r| r.success);
-    let mut report = json!({
-        "success": success,
-        "dryRun": dry_run,
-        "canApply": plan.can_apply(),
-        "changes": plan.changes(),
-        "operations": plan.operations,
-        "files": files,
-        "errors": plan.errors,
-        "result": result,
-    });
-    if diff {
-        let diffs: Vec<_> = plan
-            .files
-            .iter()
-            .filter(|f| f.change != Change::Keep)
-            .map(|f| {
-                let new = match &f.change {
-                    Change::Write(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                    _ => String::new(),
-                };
-                let old = String::from_utf8_lossy(f.current()).into_owned();
-                json!({
-                    "path": f.path,
-                    "diff": similar::TextDiff::from_lines(&old, &new).unified_diff().to_string(),
-                })
-            })
-            .collect();
-        report["diffs"] = json!(diffs);
     }
     report
 }

@@ -44,6 +44,10 @@ pub enum DshError {
     MultipleDocuments,
     #[error("has an item at line {line} whose layout acp-host cannot locate; fix its indentation")]
     Layout { line: usize },
+    #[error(
+        "has a YAML document marker or directive at line {line} (`...` or `%`); remove that line so items can be added at the end"
+    )]
+    DocumentMarker { line: usize },
 }
 
 /// One top-level item of the list.
@@ -164,6 +168,13 @@ pub fn locate(bytes: &[u8]) -> Result<Vec<Item>, DshError> {
     let text = std::str::from_utf8(bytes).map_err(|_| DshError::NotUtf8)?;
     if text.starts_with('\u{FEFF}') || text.replace("\r\n", "").contains('\r') {
         return Err(DshError::Encoding);
+    }
+    // Appending after a `...` document end, or below directives, would make a second document.
+    if let Some(line) = text
+        .split('\n')
+        .position(|l| l.trim_end() == "..." || l.starts_with('%'))
+    {
+        return Err(DshError::DocumentMarker { line: line + 1 });
     }
     let offsets = Offsets::new(text);
     let mut parser = Parser::new_from_str(text);
@@ -377,6 +388,8 @@ pub struct Edits {
     pub items: BTreeMap<usize, Option<String>>,
     /// Appended after the last byte of the file, in order.
     pub appends: Vec<String>,
+    /// The file ends its lines with CRLF: a newline the splice adds is CRLF too.
+    pub crlf: bool,
 }
 
 impl Edits {
@@ -402,7 +415,7 @@ pub fn apply(text: &str, items: &[Item], edits: &Edits) -> String {
     }
     out.push_str(&text[cursor..]);
     if !edits.appends.is_empty() && !out.is_empty() && !out.ends_with('\n') {
-        out.push('\n');
+        out.push_str(if edits.crlf { "\r\n" } else { "\n" });
     }
     for new in &edits.appends {
         out.push_str(new);

@@ -9,20 +9,24 @@
 //! 4. [`plan`]: operations (one row of the state table each), aggregated per physical file with
 //!    the frozen pre-image and final contents; [`Plan::can_apply`] says whether it may execute.
 //!
-//! Invariants: ownership comes only from the marker (INV-SUB-01, see [`render::is_managed`] and
-//! [`dsh`]); a conflict is written only when its exact `agent/name` is forced (INV-SUB-02); only
-//! managed orphans are removed, and only with prune (INV-SUB-03); every mutation of one physical
-//! file, the shared DSH file included, is folded into one final content (INV-SUB-04).
+//! Invariants (docs/sync.md, "Invariants"): ownership comes only from the marker (see
+//! [`render::is_managed`] and [`dsh`]); a conflict is written only when its exact `agent/name` is
+//! forced; only managed orphans are removed, and only with prune; every mutation of one physical
+//! file, the shared DSH file included, is folded into one final content. The [`Plan`] answers
+//! every question about itself (can it apply, what blocks it, what each file's outcome is at
+//! rest); the executor and the CLI ask it and never re-decide.
 
 pub mod dsh;
 mod plan;
 pub mod render;
+pub mod report;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::definition::{self, Definition};
@@ -30,9 +34,10 @@ use crate::registry::{self, AgentAvailability, AgentSpec, SyncTarget, TargetForm
 
 pub use crate::registry::Scope;
 pub use plan::plan;
+pub use report::{ChangeKind, Outcome};
 
 /// What one operation does (one row of the state table, plus SKIP and ERROR).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// The target is missing: write it.
@@ -71,7 +76,7 @@ impl Action {
 }
 
 /// One planned operation on one target (a dedicated file, or one item of the shared file).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Operation {
     pub action: Action,
@@ -105,6 +110,17 @@ impl Operation {
             Action::Conflict => Some(format!("--force {}", self.target())),
             Action::Orphan => Some("--prune".to_owned()),
             _ => None,
+        }
+    }
+
+    /// Whether the operation holds the whole plan back: an error, or a conflict nobody
+    /// authorized (an orphan without `--prune` is a notice, never a blocker).
+    #[must_use]
+    pub fn blocks(&self) -> bool {
+        match self.action {
+            Action::Error => true,
+            Action::Conflict => !self.authorized,
+            _ => false,
         }
     }
 
@@ -154,6 +170,9 @@ pub struct Snapshot {
     pub files: BTreeMap<PathBuf, FileFacts>,
     /// Entry names of each listed folder (a missing folder lists nothing).
     pub folders: BTreeMap<PathBuf, Vec<String>>,
+    /// Target paths whose folder the caller found it cannot write (permissions, a read-only file
+    /// system), with why: writing or removing one is a plan error, so nothing is written.
+    pub unwritable: BTreeMap<PathBuf, String>,
 }
 
 /// Whether an agent takes definitions now.
@@ -171,15 +190,12 @@ pub enum Readiness {
 /// `requires` file exists under $HOME, and the contents of its config switch file, if any.
 #[must_use]
 pub fn readiness(
-    spec: &AgentSpec,
+    (spec, target): (&AgentSpec, SyncTarget),
     scope: Scope,
     availability: &AgentAvailability,
     requires_present: bool,
     switch_contents: Option<&str>,
 ) -> Readiness {
-    let Some(target) = spec.sync else {
-        return Readiness::Skip(format!("{} takes no subagent definitions", spec.name));
-    };
     if !availability.is_installed() {
         let mut evidence: Vec<String> = spec
             .binaries
@@ -225,16 +241,11 @@ pub fn readiness(
 #[serde(rename_all = "camelCase")]
 pub struct AgentView {
     pub spec: &'static AgentSpec,
+    /// Where and how the agent takes definitions ([`registry::sync_agents`]).
+    #[serde(skip)]
+    pub target: SyncTarget,
     pub availability: AgentAvailability,
     pub readiness: Readiness,
-}
-
-impl AgentView {
-    /// The agent's sync target (every agent in a view has one).
-    #[must_use]
-    pub fn target(&self) -> SyncTarget {
-        self.spec.sync.expect("views hold sync agents only")
-    }
 }
 
 /// The agents a sync considers, in registry order, and where their paths are rooted.
@@ -287,7 +298,7 @@ impl RegistryView {
     /// Where an agent's targets live (`None` when it has no path in this scope).
     #[must_use]
     pub fn location(&self, agent: &AgentView) -> Option<Location> {
-        let target = agent.target();
+        let target = agent.target;
         Some(Location {
             agent: agent.spec.name,
             format: target.format,
@@ -347,6 +358,32 @@ impl ScanRequest {
     }
 }
 
+/// The longest file name (one path component, in bytes) Linux and macOS file systems take.
+pub const NAME_MAX: usize = 255;
+/// The longest path (in bytes, without the final NUL) the kernel takes.
+pub const PATH_MAX: usize = 4095;
+
+/// Why a target path cannot exist on the file systems we write to, if it cannot: a component
+/// longer than [`NAME_MAX`] bytes (the subagent name plus the agent's extension) or a path longer
+/// than [`PATH_MAX`].
+#[must_use]
+pub fn path_too_long(path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt as _;
+    if let Some(long) = path
+        .components()
+        .map(|c| c.as_os_str().as_bytes().len())
+        .find(|&len| len > NAME_MAX)
+    {
+        return Some(format!(
+            "a file name of {long} bytes is too long (the limit is {NAME_MAX}, extension included); shorten the subagent name"
+        ));
+    }
+    let len = path.as_os_str().as_bytes().len();
+    (len > PATH_MAX).then(|| {
+        format!("the path is {len} bytes long (the limit is {PATH_MAX}); shorten the subagent name")
+    })
+}
+
 /// One `--force` target: exactly one agent and one subagent.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -396,12 +433,11 @@ impl FromStr for ForceTarget {
             .split_once('/')
             .filter(|(_, name)| !name.contains('/'))
             .ok_or_else(|| ForceTargetError::Shape(value.to_owned()))?;
-        let spec = registry::find_canonical(agent)
-            .filter(|a| a.sync.is_some())
-            .ok_or_else(|| ForceTargetError::UnknownAgent {
+        let (spec, _) =
+            registry::find_sync(agent).ok_or_else(|| ForceTargetError::UnknownAgent {
                 value: value.to_owned(),
                 agent: agent.to_owned(),
-                known: sync_agent_names().join(", "),
+                known: registry::sync_agent_names().join(", "),
             })?;
         if !definition::is_valid_name(name) {
             return Err(ForceTargetError::BadName {
@@ -414,16 +450,6 @@ impl FromStr for ForceTarget {
             name: name.to_owned(),
         })
     }
-}
-
-/// The names of the agents that take definitions, in registry order.
-#[must_use]
-pub fn sync_agent_names() -> Vec<&'static str> {
-    registry::AGENTS
-        .iter()
-        .filter(|a| a.sync.is_some())
-        .map(|a| a.name)
-        .collect()
 }
 
 /// What the user authorized beyond the default (which writes only what it owns or creates).
@@ -446,12 +472,8 @@ pub enum Change {
 
 impl Change {
     #[must_use]
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Change::Keep => "keep",
-            Change::Write(_) => "write",
-            Change::Remove => "remove",
-        }
+    pub fn kind(&self) -> ChangeKind {
+        ChangeKind::from(self)
     }
 }
 
@@ -493,16 +515,25 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// No unauthorized conflict, no error operation, no plan-level error.
+    /// No blocking operation ([`Operation::blocks`]) and no plan-level error.
     #[must_use]
     pub fn can_apply(&self) -> bool {
-        self.errors.is_empty()
-            && self.operations.iter().all(|op| match op.action {
-                Action::Error => false,
-                Action::Conflict => op.authorized,
-                // An orphan without --prune is a notice, never a blocker.
-                _ => true,
-            })
+        self.errors.is_empty() && !self.operations.iter().any(Operation::blocks)
+    }
+
+    /// How many conflicts were not authorized by `--force`.
+    #[must_use]
+    pub fn unauthorized_conflicts(&self) -> usize {
+        self.operations
+            .iter()
+            .filter(|op| op.action == Action::Conflict && !op.authorized)
+            .count()
+    }
+
+    /// Error operations plus plan-level errors.
+    #[must_use]
+    pub fn error_count(&self) -> usize {
+        self.count(Action::Error) + self.errors.len()
     }
 
     /// How many files would change.
@@ -526,6 +557,19 @@ impl Plan {
     /// The operations of one file.
     pub fn operations_of<'a>(&'a self, file: &'a FilePlan) -> impl Iterator<Item = &'a Operation> {
         file.operations.iter().map(|&i| &self.operations[i])
+    }
+
+    /// The outcome of a file that is not written: conflicted when one of its operations blocks,
+    /// skipped when every one is a skip, noop otherwise.
+    #[must_use]
+    pub fn resting_outcome(&self, file: &FilePlan) -> Outcome {
+        if self.operations_of(file).any(Operation::blocks) {
+            Outcome::Conflicted
+        } else if self.operations_of(file).all(|op| op.action == Action::Skip) {
+            Outcome::Skipped
+        } else {
+            Outcome::Noop
+        }
     }
 }
 
@@ -570,6 +614,22 @@ mod tests {
     }
 
     #[test]
+    fn paths_longer_than_the_file_system_takes() {
+        let name = "a".repeat(249);
+        assert_eq!(
+            path_too_long(Path::new(&format!("/h/.claude/agents/{name}.md"))),
+            None
+        );
+        let copilot = format!("/h/.copilot/agents/{name}.agent.md");
+        assert!(
+            path_too_long(Path::new(&copilot))
+                .is_some_and(|r| r.starts_with("a file name of 258 bytes")),
+        );
+        let deep = format!("/{}", vec!["b".repeat(200); 21].join("/"));
+        assert!(path_too_long(Path::new(&deep)).is_some_and(|r| r.starts_with("the path is")));
+    }
+
+    #[test]
     fn locations() {
         let agy = Location {
             agent: "agy",
@@ -607,7 +667,7 @@ mod tests {
 
     #[test]
     fn readiness_rules() {
-        let pi = registry::find("pi").unwrap();
+        let pi = registry::find_sync("pi").unwrap();
         let installed = AgentAvailability::MarkerDir(".pi".into());
         assert_eq!(
             readiness(pi, Scope::User, &installed, true, None),
@@ -622,7 +682,7 @@ mod tests {
         assert!(
             matches!(readiness(pi, Scope::User, &AgentAvailability::NotInstalled, true, None), Readiness::Skip(r) if r.starts_with("not installed on this host"))
         );
-        let codex = registry::find("codex").unwrap();
+        let codex = registry::find_sync("codex").unwrap();
         let on_path = AgentAvailability::OnPath("codex".into());
         assert!(
             matches!(readiness(codex, Scope::User, &on_path, true, Some("[agents]\nenabled = false\n")), Readiness::Blocked(r) if r.contains("disabled"))

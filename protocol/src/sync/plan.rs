@@ -28,6 +28,7 @@ struct Intent {
 /// Plan state shared by the per-agent planners.
 struct Planner<'a> {
     auth: &'a Authorization,
+    unwritable: &'a BTreeMap<PathBuf, String>,
     operations: Vec<Operation>,
     intents: Vec<Intent>,
     used_forces: BTreeSet<ForceTarget>,
@@ -43,6 +44,7 @@ pub fn plan(
 ) -> Plan {
     let mut planner = Planner {
         auth,
+        unwritable: &snapshot.unwritable,
         operations: Vec::new(),
         intents: Vec::new(),
         used_forces: BTreeSet::new(),
@@ -115,6 +117,25 @@ fn unusable(state: &FileState) -> Option<String> {
         }
         FileState::Unwritable(reason) => Some(reason.clone()),
         FileState::Missing | FileState::File(_) => None,
+    }
+}
+
+/// Whether a spliced shared file still parses as the list it should be: every item not removed is
+/// still there (an alias to an anchor that lived in a replaced item, for one, breaks the parse).
+fn spliced_is_sound(new: &str, items: &[dsh::Item], edits: &Edits) -> Result<(), String> {
+    let removed = edits.items.values().filter(|r| r.is_none()).count();
+    let expected = items.len() - removed + edits.appends.len();
+    match dsh::locate(new.as_bytes()) {
+        Ok(located) if located.len() == expected => Ok(()),
+        // The last item went and the user's comments stay.
+        Err(dsh::DshError::Empty) if expected == 0 => Ok(()),
+        Ok(located) => Err(format!(
+            "editing this file would leave {} items where {expected} belong; nothing written to it (please report)",
+            located.len()
+        )),
+        Err(e) => Err(format!(
+            "editing this file would make it invalid (it {e}); nothing written to it — is an anchor (`&name`) of an acp-host item aliased (`*name`) elsewhere? copy its value instead"
+        )),
     }
 }
 
@@ -238,6 +259,11 @@ impl Planner<'_> {
         for definition in defined {
             let name = definition.name.as_str();
             let path = location.path_for(name);
+            if let Some(reason) = super::path_too_long(&path) {
+                // Refused here, not at the write: a plan that cannot apply writes nothing.
+                self.push(new_op(Action::Error, agent, name, Some(path), reason));
+                continue;
+            }
             let Some(facts) = snapshot.files.get(&path) else {
                 self.push(new_op(Action::Error, agent, name, Some(path), NOT_READ));
                 continue;
@@ -365,7 +391,10 @@ impl Planner<'_> {
                 claims.entry(name).or_default().push(index);
             }
         }
-        let mut edits = Edits::default();
+        let mut edits = Edits {
+            crlf: text.contains("\r\n"),
+            ..Edits::default()
+        };
         let mut ops: Vec<usize> = defined
             .iter()
             .map(|definition| {
@@ -376,21 +405,7 @@ impl Planner<'_> {
                 self.push(op)
             })
             .collect();
-        let defined: BTreeSet<&str> = defined.iter().map(|d| d.name.as_str()).collect();
-        for (index, item) in items.iter().enumerate() {
-            let Some(name) = item.our_name() else {
-                continue;
-            };
-            if defined.contains(name) || !item.managed_for(name) {
-                continue;
-            }
-            let mut op = self.orphan_op(agent, name, path.clone());
-            op.reason = format!("item at line {}: {}", item.line, op.reason);
-            if op.action == Action::Remove {
-                edits.items.insert(index, None);
-            }
-            ops.push(self.push(op));
-        }
+        self.shared_orphans(&path, &items, defined, &mut edits, &mut ops);
         if ops.is_empty() {
             return;
         }
@@ -403,6 +418,15 @@ impl Planner<'_> {
                 Change::Remove
             } else if new == text {
                 Change::Keep
+            } else if let Err(reason) = spliced_is_sound(&new, &items, &edits) {
+                // Fail closed: never write a shared file that no longer parses, or lost an item.
+                for &op in &ops {
+                    let op = &mut self.operations[op];
+                    op.action = Action::Error;
+                    op.authorized = false;
+                    op.reason.clone_from(&reason);
+                }
+                Change::Keep
             } else {
                 Change::Write(new.into_bytes())
             }
@@ -410,7 +434,35 @@ impl Planner<'_> {
         self.intent(agent, path, Some(facts.clone()), change, ops);
     }
 
-    /// One defined subagent in the shared file: append, keep, replace in place, or conflict.
+    /// Managed items of the shared file whose subagent is no longer defined for dsh: ORPHAN, or
+    /// REMOVE (the item's edit) with prune.
+    fn shared_orphans(
+        &mut self,
+        path: &Path,
+        items: &[dsh::Item],
+        defined: &[&Definition],
+        edits: &mut Edits,
+        ops: &mut Vec<usize>,
+    ) {
+        let defined: BTreeSet<&str> = defined.iter().map(|d| d.name.as_str()).collect();
+        for (index, item) in items.iter().enumerate() {
+            let Some(name) = item.our_name() else {
+                continue;
+            };
+            if defined.contains(name) || !item.managed_for(name) {
+                continue;
+            }
+            let mut op = self.orphan_op("dsh", name, path.to_path_buf());
+            op.reason = format!("item at line {}: {}", item.line, op.reason);
+            if op.action == Action::Remove {
+                edits.items.insert(index, None);
+            }
+            ops.push(self.push(op));
+        }
+    }
+
+    /// One defined subagent in the shared file: append, keep, replace in place, or conflict. The
+    /// rendering takes the file's line ending.
     fn shared_defined(
         &mut self,
         path: &Path,
@@ -422,7 +474,11 @@ impl Planner<'_> {
     ) -> Operation {
         let agent = "dsh";
         let name = definition.name.as_str();
-        let rendered = render::render_dsh_item(definition);
+        let mut rendered = render::render_dsh_item(definition);
+        if edits.crlf {
+            // The body's own newlines are LF (definitions are normalized) or escaped.
+            rendered = rendered.replace('\n', "\r\n");
+        }
         let path = Some(path.to_path_buf());
         match claims {
             [] => {
@@ -473,89 +529,124 @@ impl Planner<'_> {
         }
     }
 
-    /// Sorts operations, aggregates intents per physical file, checks collisions and forces.
+    /// The plan's three closing jobs: operations in display order, intents folded per physical
+    /// file (with collisions), and the forces that matched nothing.
     fn finish(self) -> Plan {
         let Planner {
             auth,
+            unwritable,
             operations,
             intents,
             used_forces,
         } = self;
-        let agent_rank = |agent: &str| registry::AGENTS.iter().position(|a| a.name == agent);
-        let mut order: Vec<usize> = (0..operations.len()).collect();
-        order.sort_by(|&a, &b| {
-            let (x, y) = (&operations[a], &operations[b]);
-            (agent_rank(x.agent), &x.name, &x.path).cmp(&(agent_rank(y.agent), &y.name, &y.path))
-        });
-        let mut new_index = vec![0; operations.len()];
-        for (new, &old) in order.iter().enumerate() {
-            new_index[old] = new;
+        let (operations, new_index) = display_order(operations);
+        let (files, mut errors) = aggregate(intents, &new_index);
+        // Refused at plan time, not at the write: a plan that cannot apply writes nothing.
+        errors.extend(
+            files
+                .iter()
+                .filter(|f| f.change != Change::Keep)
+                .filter_map(|f| unwritable.get(&f.target).cloned()),
+        );
+        errors.extend(unused_forces(auth, &used_forces, &operations));
+        Plan {
+            operations,
+            files,
+            errors,
         }
-        let sorted: Vec<Operation> = order.iter().map(|&i| operations[i].clone()).collect();
+    }
+}
 
-        let mut errors = Vec::new();
-        let mut files: BTreeMap<PathBuf, FilePlan> = BTreeMap::new();
-        let mut owners: BTreeMap<PathBuf, (&'static str, PathBuf)> = BTreeMap::new();
-        for intent in intents {
-            let physical = intent
-                .pre_image
-                .as_ref()
-                .map_or_else(|| intent.target.clone(), |f| f.physical.clone());
-            let ops: Vec<usize> = intent.operations.iter().map(|&i| new_index[i]).collect();
-            match files.get_mut(&physical) {
-                None => {
-                    owners.insert(physical.clone(), (intent.agent, intent.target.clone()));
-                    files.insert(
-                        physical.clone(),
-                        FilePlan {
-                            path: physical,
-                            target: intent.target,
-                            pre_image: intent.pre_image,
-                            change: intent.change,
-                            operations: ops,
-                        },
-                    );
-                }
-                Some(existing) => {
-                    let (agent, target) = &owners[&physical];
-                    if *agent == intent.agent && *target == intent.target {
-                        // Several skipped definitions of one shared file.
-                        existing.operations.extend(ops);
-                    } else {
-                        errors.push(format!(
-                            "collision: {} is the target of both {agent} ({}) and {} ({}); one file cannot hold two targets — remove the symlink that joins them",
-                            physical.display(),
-                            target.display(),
-                            intent.agent,
-                            intent.target.display()
-                        ));
-                        existing.operations.extend(ops);
-                        existing.change = Change::Keep;
-                    }
+/// Operations sorted by agent (registry order), name and path; and, for each old index, its new
+/// one.
+fn display_order(operations: Vec<Operation>) -> (Vec<Operation>, Vec<usize>) {
+    let agent_rank = |agent: &str| registry::AGENTS.iter().position(|a| a.name == agent);
+    let mut order: Vec<usize> = (0..operations.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&operations[a], &operations[b]);
+        (agent_rank(x.agent), &x.name, &x.path).cmp(&(agent_rank(y.agent), &y.name, &y.path))
+    });
+    let mut new_index = vec![0; operations.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let mut slots: Vec<Option<Operation>> = operations.into_iter().map(Some).collect();
+    let sorted = order.iter().filter_map(|&i| slots[i].take()).collect();
+    (sorted, new_index)
+}
+
+/// Folds intents per physical file; two different targets on one file are a collision (an
+/// error, and the file is kept).
+fn aggregate(intents: Vec<Intent>, new_index: &[usize]) -> (Vec<FilePlan>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut files: BTreeMap<PathBuf, FilePlan> = BTreeMap::new();
+    let mut owners: BTreeMap<PathBuf, (&'static str, PathBuf)> = BTreeMap::new();
+    for intent in intents {
+        let physical = intent
+            .pre_image
+            .as_ref()
+            .map_or_else(|| intent.target.clone(), |f| f.physical.clone());
+        let ops: Vec<usize> = intent.operations.iter().map(|&i| new_index[i]).collect();
+        match files.get_mut(&physical) {
+            None => {
+                owners.insert(physical.clone(), (intent.agent, intent.target.clone()));
+                files.insert(
+                    physical.clone(),
+                    FilePlan {
+                        path: physical,
+                        target: intent.target,
+                        pre_image: intent.pre_image,
+                        change: intent.change,
+                        operations: ops,
+                    },
+                );
+            }
+            Some(existing) => {
+                let (agent, target) = &owners[&physical];
+                if *agent == intent.agent && *target == intent.target {
+                    // Several skipped definitions of one shared file.
+                    existing.operations.extend(ops);
+                } else {
+                    errors.push(format!(
+                        "collision: {} is the target of both {agent} ({}) and {} ({}); one file cannot hold two targets — remove the symlink that joins them",
+                        physical.display(),
+                        target.display(),
+                        intent.agent,
+                        intent.target.display()
+                    ));
+                    existing.operations.extend(ops);
+                    existing.change = Change::Keep;
                 }
             }
         }
-        for file in files.values_mut() {
-            file.operations.sort_unstable();
-        }
-        for force in auth.forces.difference(&used_forces) {
-            let state = sorted
+    }
+    for file in files.values_mut() {
+        file.operations.sort_unstable();
+    }
+    (files.into_values().collect(), errors)
+}
+
+/// A plan error for every `--force` that matched no conflict: a force is never silently ignored.
+fn unused_forces(
+    auth: &Authorization,
+    used: &BTreeSet<ForceTarget>,
+    operations: &[Operation],
+) -> Vec<String> {
+    auth.forces
+        .difference(used)
+        .map(|force| {
+            let state = operations
                 .iter()
                 .find(|op| op.agent == force.agent && op.name == force.name)
                 .map_or_else(
                     || "nothing is planned for it".to_owned(),
                     |op| format!("it is {}", op.action.as_str()),
                 );
-            errors.push(format!(
+            format!(
                 "--force {force} matches no conflict ({state}); drop it — --force only authorizes an existing unmanaged target"
-            ));
-        }
-        Plan {
-            operations: sorted,
-            files: files.into_values().collect(),
-            errors,
-        }
-    }
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,13 +1,16 @@
 //! End-to-end tests of `acp-host sync` and `acp-host agents` through the real binary, with a
-//! temporary $HOME, a controlled PATH and a temporary state folder. Every scenario of the reference
-//! (sync.md 1-19), every state-table row, and the reference's known failure modes.
+//! temporary $HOME, a controlled PATH and a temporary state folder: every row of the state table
+//! and every rule of docs/sync.md, the hostile inputs it refuses, and whole human reports as
+//! snapshots.
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
-use acp_tests::bin;
+use std::time::Duration;
+
+use acp_tests::{bin, line_channel, wait_for_file, wait_output};
 use serde_json::Value;
 
 /// A temporary machine: $HOME, a project with `subagents/`, a PATH folder, a state folder.
@@ -101,16 +104,21 @@ impl Env {
         self.home.join(rel).exists()
     }
 
-    fn command(&self, args: &[&str]) -> Run {
-        let output = Command::new(bin("acp-host"))
+    /// `acp-host <args>` in the project, with only this machine's variables.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(bin("acp-host"));
+        command
             .args(args)
             .current_dir(&self.project)
             .env_clear()
             .env("HOME", &self.home)
             .env("PATH", &self.path_dir)
-            .env("XDG_STATE_HOME", &self.state)
-            .output()
-            .unwrap();
+            .env("XDG_STATE_HOME", &self.state);
+        command
+    }
+
+    fn command(&self, args: &[&str]) -> Run {
+        let output = self.cmd(args).output().unwrap();
         Run {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8(output.stdout).unwrap(),
@@ -202,10 +210,10 @@ fn yaml(text: &str) -> Value {
     serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("invalid YAML ({e}):\n{text}"))
 }
 
-// ---- Scenarios of the reference (sync.md) ----
+// ---- Planning, ownership and the state table ----
 
 #[test]
-fn s01_planning_writes_nothing() {
+fn planning_writes_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "codex"]);
     env.simple("review", "claude-code, codex");
@@ -219,7 +227,7 @@ fn s01_planning_writes_nothing() {
 }
 
 #[test]
-fn s02_unmarked_files_conflict_and_force_authorizes_exactly_one() {
+fn unmarked_files_conflict_and_force_authorizes_exactly_one() {
     let env = Env::new();
     env.install(&["claude-code", "codex"]);
     env.simple("verifier", "claude-code, codex");
@@ -297,7 +305,7 @@ fn s02_unmarked_files_conflict_and_force_authorizes_exactly_one() {
 }
 
 #[test]
-fn s03_orphans_are_reported_and_pruned_unmanaged_never_appear() {
+fn orphans_are_reported_and_pruned_unmanaged_never_appear() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("legacy", "claude-code");
@@ -337,7 +345,7 @@ fn s03_orphans_are_reported_and_pruned_unmanaged_never_appear() {
 }
 
 #[test]
-fn s04_two_dsh_subagents_make_one_file_plan() {
+fn two_dsh_subagents_make_one_file_plan() {
     let env = Env::new();
     env.install(&["dsh"]);
     env.simple("alpha", "dsh");
@@ -350,7 +358,7 @@ fn s04_two_dsh_subagents_make_one_file_plan() {
 }
 
 #[test]
-fn s05_execute_creates_files() {
+fn execute_creates_files() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
     env.simple("alpha", "claude-code, dsh");
@@ -373,7 +381,7 @@ fn s05_execute_creates_files() {
 }
 
 #[test]
-fn s06_a_stale_plan_writes_nothing() {
+fn a_stale_plan_writes_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
     env.simple("alpha", "claude-code, dsh");
@@ -409,7 +417,7 @@ fn s06_a_stale_plan_writes_nothing() {
 }
 
 #[test]
-fn s07_unmarked_conflicts_marked_updates_identical_noops() {
+fn unmarked_conflicts_marked_updates_identical_noops() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("mine", "claude-code");
@@ -438,7 +446,7 @@ fn s07_unmarked_conflicts_marked_updates_identical_noops() {
 }
 
 #[test]
-fn s08_unmanaged_dsh_items_survive() {
+fn unmanaged_dsh_items_survive() {
     let env = Env::new();
     env.install(&["dsh"]);
     env.simple("alpha", "dsh");
@@ -452,7 +460,7 @@ fn s08_unmanaged_dsh_items_survive() {
 
 /// The golden files of the `protocol` crate, written through the binary.
 #[test]
-fn s09_every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
+fn every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
     let env = Env::new();
     let all = [
         "claude-code",
@@ -510,7 +518,7 @@ fn s09_every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
 }
 
 #[test]
-fn s10_awkward_descriptions_round_trip() {
+fn awkward_descriptions_round_trip() {
     let env = Env::new();
     env.install(&["claude-code", "codex", "dsh"]);
     let description = "Say \"hi\": use & and # and\nnew lines, 'quotes' and \\ too";
@@ -546,7 +554,7 @@ fn s10_awkward_descriptions_round_trip() {
 }
 
 #[test]
-fn s11_a_broken_definition_aborts_before_any_prune() {
+fn a_broken_definition_aborts_before_any_prune() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("legacy", "claude-code");
@@ -583,7 +591,7 @@ fn s11_a_broken_definition_aborts_before_any_prune() {
 }
 
 #[test]
-fn s12_codex_disabled_blocks_everything() {
+fn codex_disabled_blocks_everything() {
     let env = Env::new();
     env.install(&["claude-code", "codex"]);
     env.write(".codex/config.toml", "[agents]\nenabled = false\n");
@@ -606,7 +614,7 @@ fn s12_codex_disabled_blocks_everything() {
 }
 
 #[test]
-fn s13_option_validation_names_the_field() {
+fn option_validation_names_the_field() {
     let env = Env::new();
     env.install(&["dsh", "codex"]);
     let cases = [
@@ -655,7 +663,7 @@ fn s13_option_validation_names_the_field() {
 }
 
 #[test]
-fn s14_an_empty_canonical_folder_creates_nothing() {
+fn an_empty_canonical_folder_creates_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "codex", "dsh"]);
     let before = env.tree();
@@ -674,7 +682,7 @@ fn s14_an_empty_canonical_folder_creates_nothing() {
 }
 
 #[test]
-fn s15_dry_run_lists_actions_and_writes_nothing() {
+fn dry_run_lists_actions_and_writes_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
     env.simple("alpha", "claude-code, dsh");
@@ -709,7 +717,7 @@ fn s15_dry_run_lists_actions_and_writes_nothing() {
 }
 
 #[test]
-fn s16_an_unmanaged_dsh_item_with_our_tool_name_conflicts_until_forced() {
+fn an_unmanaged_dsh_item_with_our_tool_name_conflicts_until_forced() {
     let env = Env::new();
     env.install(&["dsh"]);
     env.simple("alpha", "dsh");
@@ -735,7 +743,7 @@ fn s16_an_unmanaged_dsh_item_with_our_tool_name_conflicts_until_forced() {
 }
 
 #[test]
-fn s17_prune_never_touches_unmanaged_dsh_items() {
+fn prune_never_touches_unmanaged_dsh_items() {
     let env = Env::new();
     env.install(&["dsh"]);
     let text = "- id: acp-host-subagent-old\n  name: '@deepseek-ai/dsh-tool-subagent'\n  config:\n    toolName: old\n- id: custom\n  persona: mine\n";
@@ -746,7 +754,7 @@ fn s17_prune_never_touches_unmanaged_dsh_items() {
 }
 
 #[test]
-fn s18_agents_not_installed_are_skipped() {
+fn agents_not_installed_are_skipped() {
     let env = Env::new();
     env.install(&["claude-code"]);
     env.simple("review", "claude-code, codex, dsh");
@@ -771,7 +779,7 @@ fn s18_agents_not_installed_are_skipped() {
 }
 
 #[test]
-fn s19_dropping_dsh_orphans_its_item_and_prune_removes_it() {
+fn dropping_dsh_orphans_its_item_and_prune_removes_it() {
     let env = Env::new();
     env.install(&["dsh", "claude-code"]);
     env.write(CORDIS, "- id: custom\n  persona: mine\n");
@@ -837,7 +845,7 @@ fn state_table_rows() {
     }
 }
 
-// ---- The reference's failure modes ----
+// ---- Hostile and awkward inputs ----
 
 #[test]
 fn editing_a_dsh_item_that_is_not_last_keeps_valid_yaml_and_comments() {
@@ -954,6 +962,52 @@ fn pruning_an_agy_subagent_removes_its_folder_only_when_empty() {
 }
 
 #[test]
+fn temp_files_left_by_a_killed_sync_are_removed_by_the_next_one() {
+    let env = Env::new();
+    env.install(&["claude-code", "agy"]);
+    env.simple("x", "\"claude-code\", \"agy\"");
+    env.sync_ok(&[]);
+    let debris = [
+        ".claude/agents/.acp-host-a1B2c3.tmp",
+        ".gemini/config/agents/x/.acp-host-Zz9yY8.tmp",
+    ];
+    for rel in debris {
+        env.write(rel, "half a file");
+    }
+    // Files that only look alike, and debris in a folder sync does not write, are not ours.
+    let kept = [
+        ".claude/agents/.acp-host-notes.tmp",
+        ".claude/.acp-host-a1B2c3.tmp",
+    ];
+    for rel in kept {
+        env.write(rel, "theirs");
+    }
+    let backup_debris = env
+        .state
+        .join("acp-host/backups/20260101T000000.000Z/.acp-host-q1w2e3.tmp");
+    fs::create_dir_all(backup_debris.parent().unwrap()).unwrap();
+    fs::write(&backup_debris, "").unwrap();
+
+    // A dry run writes nothing, debris included.
+    env.sync_ok(&["--dry-run"]);
+    assert!(debris.iter().all(|rel| env.exists(rel)));
+
+    env.undefine("x");
+    env.sync_ok(&["--prune"]);
+    for rel in debris {
+        assert!(!env.exists(rel), "{rel} removed");
+    }
+    assert!(!backup_debris.exists());
+    assert!(
+        !env.exists(".gemini/config/agents/x"),
+        "the debris no longer blocks removing agy's folder"
+    );
+    for rel in kept {
+        assert_eq!(env.read(rel), "theirs");
+    }
+}
+
+#[test]
 fn old_backup_runs_are_pruned_to_keep_backups() {
     let env = Env::new();
     env.install(&["claude-code"]);
@@ -1063,6 +1117,21 @@ fn the_file_mode_is_kept() {
     assert_eq!(
         fs::metadata(&path).unwrap().permissions().mode() & 0o777,
         0o600
+    );
+    // A read-only managed file is replaced (its folder is writable) and stays read-only.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [claude-code]\n---\nChanged again.\n",
+    );
+    env.sync_ok(&[]);
+    assert!(
+        env.read(".claude/agents/x.md")
+            .ends_with("Changed again.\n")
+    );
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o444
     );
 }
 
@@ -1300,9 +1369,10 @@ fn a_failed_backup_writes_nothing() {
         "---\ndescription: d\nagents: [claude-code]\n---\nChanged.\n",
     );
     let before = env.read(".claude/agents/x.md");
-    // The state folder is a file: no backup folder can be made (even as root).
-    fs::create_dir_all(env.state.parent().unwrap()).unwrap();
-    fs::write(&env.state, "not a folder").unwrap();
+    // The backup root is a file: no backup folder can be made (even as root).
+    let backups = env.state.join("acp-host/backups");
+    fs::create_dir_all(backups.parent().unwrap()).unwrap();
+    fs::write(&backups, "not a folder").unwrap();
     let json = env.sync(&["--json"]).json();
     assert_eq!(json["success"], false);
     let result = &json["result"];
@@ -1366,4 +1436,404 @@ fn a_failed_write_reports_the_file_and_partial_completion() {
     let outcomes: Vec<_> = result.files.iter().map(|f| f.outcome).collect();
     assert_eq!(outcomes, [Outcome::Applied, Outcome::Failed]);
     assert_eq!(fs::read_to_string(&good).unwrap(), "new\n");
+}
+
+// ---- Whole human reports ----
+
+impl Env {
+    /// A run's exit code, stdout and stderr, with the temporary root as `[ROOT]` and the backup
+    /// run folder's timestamp as `[STAMP]`, for a snapshot.
+    fn report(&self, run: &Run) -> String {
+        let root = self.home.parent().unwrap().display().to_string();
+        let text = format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            run.code, run.stdout, run.stderr
+        )
+        .replace(&root, "[ROOT]");
+        let mut out = String::new();
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("backups/") {
+            let (head, tail) = rest.split_at(at + "backups/".len());
+            out.push_str(head);
+            let stamp = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+                .unwrap_or(tail.len());
+            out.push_str("[STAMP]");
+            rest = &tail[stamp..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+#[test]
+fn human_reports() {
+    let env = Env::new();
+    env.install(&["claude-code", "codex", "dsh"]);
+    env.simple("review", "\"claude-code\", \"dsh\"");
+    env.simple("verify", "\"claude-code\", \"codex\"");
+    insta::assert_snapshot!("report_create", env.report(&env.sync(&[])));
+    insta::assert_snapshot!("report_noop", env.report(&env.sync(&[])));
+
+    env.define(
+        "review",
+        "---\ndescription: \"review things\"\nagents: [\"claude-code\", \"dsh\"]\n---\n\nDo review, twice.\n",
+    );
+    insta::assert_snapshot!(
+        "report_dry_run_with_diff",
+        env.report(&env.sync(&["--dry-run", "--diff"]))
+    );
+
+    env.write(".codex/agents/mine.toml", "name = \"mine\"\n");
+    env.simple("mine", "\"codex\"");
+    insta::assert_snapshot!("report_conflict", env.report(&env.sync(&[])));
+    env.undefine("mine");
+
+    env.undefine("verify");
+    insta::assert_snapshot!("report_orphans", env.report(&env.sync(&[])));
+    insta::assert_snapshot!("report_prune", env.report(&env.sync(&["--prune"])));
+}
+
+// ---- Concurrency: deterministic pause points (`ACP_HOST_SYNC_PAUSE`) ----
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+impl Env {
+    /// A `sync` child that stops at `point` until [`Env::release`].
+    fn paused_sync(&self, point: &str, args: &[&str]) -> std::process::Child {
+        let mut all = vec!["sync"];
+        all.extend_from_slice(args);
+        let child = self
+            .cmd(&all)
+            .env(
+                protocol::env_vars::ACP_HOST_SYNC_PAUSE,
+                format!("{point}:{}", self.pauses().display()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for_file(self.pauses().join(format!("{point}.ready")), DEADLINE),
+            "the sync never reached {point}"
+        );
+        child
+    }
+
+    fn release(&self, point: &str) {
+        fs::write(self.pauses().join(format!("{point}.go")), "").unwrap();
+    }
+
+    fn pauses(&self) -> PathBuf {
+        let dir = self.home.parent().unwrap().join("pauses");
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}
+
+#[test]
+fn two_syncs_take_turns_and_no_wait_fails_at_once() {
+    let env = Env::new();
+    env.install(&["dsh"]);
+    env.simple("x", "dsh");
+    // A second source folder with another subagent for the same shared file.
+    let other = env.project.join("other");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(
+        other.join("y.md"),
+        "---\ndescription: \"y things\"\nagents: [dsh]\n---\n\nDo y.\n",
+    )
+    .unwrap();
+    let first = env.paused_sync("locked", &[]);
+
+    let busy = env.sync(&["--no-wait", "--source", "other"]);
+    assert_eq!(busy.code, 1, "{}", busy.stderr);
+    assert!(
+        busy.stderr
+            .starts_with("acp-host: error: another acp-host sync is running"),
+        "{}",
+        busy.stderr
+    );
+    assert!(!env.exists(CORDIS), "--no-wait wrote nothing");
+
+    let mut second = env
+        .cmd(&["sync", "--source", "other"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = line_channel(second.stderr.take().unwrap());
+    let waiting = lines.recv_timeout(DEADLINE).unwrap();
+    assert!(
+        waiting.starts_with("waiting for another acp-host sync to finish"),
+        "{waiting}"
+    );
+    env.release("locked");
+    let first = wait_output(first);
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let second = wait_output(second);
+    assert_eq!(second.status.code(), Some(0), "{second:?}");
+    // The second planned after the first wrote: both items are in the file.
+    let items = yaml(&env.read(CORDIS));
+    let ids: Vec<&str> = items
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["acp-host-subagent-x", "acp-host-subagent-y"]);
+}
+
+#[test]
+fn a_file_edited_during_the_sync_is_not_overwritten() {
+    let env = Env::new();
+    env.install(&["claude-code", "dsh"]);
+    env.simple("x", "\"claude-code\", \"dsh\"");
+    env.simple("y", "\"claude-code\"");
+    env.sync_ok(&[]);
+    for name in ["x", "y"] {
+        env.define(
+            name,
+            &format!("---\ndescription: d\nagents: [\"claude-code\", \"dsh\"]\n---\nNew {name}.\n"),
+        );
+    }
+    let sync = env.paused_sync("writing", &[]);
+    // The user edits the shared file and one dedicated file after the plan was checked.
+    let edited_dsh = format!("{}- id: mine\n  name: mine\n", env.read(CORDIS));
+    env.write(CORDIS, &edited_dsh);
+    env.write(".claude/agents/x.md", "my own x\n");
+    env.release("writing");
+    let output = wait_output(sync);
+    let stderr = acp_tests::stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(env.read(CORDIS), edited_dsh, "the edit survives");
+    assert_eq!(env.read(".claude/agents/x.md"), "my own x\n");
+    assert!(
+        env.read(".claude/agents/y.md").ends_with("New y.\n"),
+        "the rest of the plan is written"
+    );
+    assert!(
+        stderr.contains("failed: ~/.claude/agents/x.md: changed during the sync; not written"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("error: plan is stale: "), "{stderr}");
+    let stdout = acp_tests::stdout(&output);
+    assert!(
+        stdout.ends_with(&format!(
+            "sync: 1 applied, 0 noop, 0 skipped, 0 conflicted, 2 failed (files); backups in {}/acp-host/backups/{}\n",
+            env.state.display(),
+            stdout.trim_end().rsplit('/').next().unwrap()
+        )),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_name_too_long_for_one_agent_writes_nothing() {
+    let env = Env::new();
+    env.install(&["claude-code", "github-copilot"]);
+    // 249 + `.md` fits in 255 bytes; 249 + `.agent.md` does not.
+    let name = "a".repeat(249);
+    env.simple(&name, "\"claude-code\", \"github-copilot\"");
+    let run = env.sync(&["--json"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let json = run.json();
+    assert_eq!(json["canApply"], false);
+    let copilot = &json["operations"][1];
+    assert_eq!(copilot["agent"], "github-copilot");
+    assert_eq!(copilot["action"], "error");
+    assert!(
+        copilot["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("a file name of 258 bytes is too long"),
+        "{copilot}"
+    );
+    assert_eq!(env.tree(), [], "nothing written, not even for claude-code");
+}
+
+#[test]
+fn a_byte_order_mark_and_a_copilot_description_are_accepted() {
+    let env = Env::new();
+    env.install(&["github-copilot"]);
+    env.define(
+        "x",
+        "\u{feff}---\ndescription: canonical\nagents: [github-copilot]\ngithub-copilot: {description: \"for copilot\"}\n---\nBody.\n",
+    );
+    env.sync_ok(&[]);
+    assert!(
+        env.read(".copilot/agents/x.agent.md")
+            .starts_with("---\ndescription: \"for copilot\"\nname: \"x\"\n---\n")
+    );
+}
+
+#[test]
+fn a_symlinked_folder_that_leaves_home_shows_the_real_destination() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    let dotfiles = env.home.parent().unwrap().join("dotfiles/agents");
+    fs::create_dir_all(&dotfiles).unwrap();
+    symlink(&dotfiles, env.home.join(".claude/agents")).unwrap();
+    env.simple("x", "\"claude-code\"");
+    let run = env.sync_ok(&[]);
+    insta::assert_snapshot!("report_symlinked_folder", env.report(&run));
+    assert!(dotfiles.join("x.md").is_file());
+}
+
+// ---- Crash consistency ----
+
+/// A small deterministic generator (xorshift64*), so a failing run can be replayed by its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}
+
+/// Every file under `dir`, with its bytes.
+fn files_under(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(folder) = pending.pop() {
+        for entry in fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if entry.file_type().unwrap().is_dir() {
+                pending.push(path);
+            } else {
+                out.push((path.clone(), fs::read(&path).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn is_temp(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "tmp")
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(".acp-host-"))
+}
+
+/// A backup is a whole copy of a version of the file it backs up, never a torn one.
+fn assert_backups_whole(env: &Env, old_or_new: &dyn Fn(&Path, &[u8]) -> bool) {
+    let backups = env.state.join("acp-host/backups");
+    for (path, bytes) in files_under(&backups) {
+        if is_temp(&path) {
+            continue;
+        }
+        // `<root>/<run>/<absolute path of the original>`
+        let relative = path.strip_prefix(&backups).unwrap();
+        let original = Path::new("/").join(relative.components().skip(1).collect::<PathBuf>());
+        assert!(
+            old_or_new(&original, &bytes),
+            "torn backup {}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn syncs_killed_at_random_points_leave_every_file_old_or_new() {
+    const SEED: u64 = 0x005E_ED0F_C4A5;
+    const DEFINITIONS: usize = 30;
+    // Bounded for CI: kills stop after this long (or 60 kills), whatever the machine's speed.
+    let budget = Duration::from_secs(8);
+    let env = Env::new();
+    env.install(&["claude-code", "codex", "dsh"]);
+    env.write(
+        CORDIS,
+        "# keep this comment\n- id: mine-1\n  name: first\n# and this one\n- id: mine-2\n  name: second\n",
+    );
+    let write_version = |version: &str| {
+        for i in 0..DEFINITIONS {
+            env.define(
+                &format!("agent-{i}"),
+                &format!(
+                    "---\ndescription: \"agent {i}\"\nagents: [\"claude-code\", \"codex\", \"dsh\"]\n---\n\nVersion {version} of agent {i}.\n"
+                ),
+            );
+        }
+    };
+    // The complete states every file must be in, whatever the kill interrupted: the user's own
+    // file before the first sync (its backup is a copy of it), then the two versions.
+    let mut versions: Vec<std::collections::BTreeMap<PathBuf, Vec<u8>>> =
+        vec![files_under(&env.home).into_iter().collect()];
+    let mut full_sync = Duration::ZERO;
+    for version in ["A", "B"] {
+        write_version(version);
+        let start = std::time::Instant::now();
+        env.sync_ok(&[]);
+        full_sync = full_sync.max(start.elapsed());
+        versions.push(files_under(&env.home).into_iter().collect());
+    }
+    let targets: Vec<PathBuf> = versions[1].keys().cloned().collect();
+    let old_or_new = |path: &Path, bytes: &[u8]| {
+        versions
+            .iter()
+            .any(|v| v.get(path).is_some_and(|b| b == bytes))
+    };
+
+    let mut rng = Rng(SEED);
+    let started = std::time::Instant::now();
+    let mut kills = 0;
+    let mut round = 0;
+    while started.elapsed() < budget && kills < 60 {
+        write_version(if round % 2 == 0 { "A" } else { "B" });
+        round += 1;
+        let mut child = env
+            .cmd(&["sync"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // A random point of the run: anywhere from start-up to the end of a full sync.
+        let micros = u64::try_from(full_sync.as_micros()).unwrap();
+        std::thread::sleep(Duration::from_micros(rng.below(micros)));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            kills += 1;
+        }
+        child.wait().unwrap();
+
+        for path in &targets {
+            let bytes = fs::read(path).unwrap_or_else(|e| panic!("seed {SEED:#x}: {e}"));
+            assert!(
+                old_or_new(path, &bytes),
+                "seed {SEED:#x}, round {round}: {} is neither version",
+                path.display()
+            );
+        }
+        let dsh = env.read(CORDIS);
+        let items = yaml(&dsh);
+        let ids: Vec<&str> = items
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|i| i["id"].as_str())
+            .collect();
+        assert!(ids.starts_with(&["mine-1", "mine-2"]), "{ids:?}");
+        assert!(dsh.contains("# keep this comment\n") && dsh.contains("# and this one\n"));
+        assert_backups_whole(&env, &old_or_new);
+    }
+    eprintln!("{kills} syncs killed in {round} rounds (seed {SEED:#x})");
+    assert!(kills >= 5, "only {kills} syncs were killed mid-run");
+
+    env.sync_ok(&[]);
+    let debris: Vec<PathBuf> = files_under(&env.home)
+        .into_iter()
+        .chain(files_under(&env.state))
+        .map(|(path, _)| path)
+        .filter(|path| is_temp(path))
+        .collect();
+    assert_eq!(
+        debris,
+        Vec::<PathBuf>::new(),
+        "temp files after a clean sync"
+    );
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 use crate::definition::{self, SourceEntry};
-use crate::registry::{AGENTS, AgentAvailability, Scope};
+use crate::registry::{self, AgentAvailability, Scope};
 use crate::sync::{AgentView, ForceTarget, RegistryView, readiness};
 use serde_json::Value;
 
@@ -23,10 +23,8 @@ fn def(name: &str, agents: &str) -> Definition {
 }
 
 fn view(installed: &[&str]) -> RegistryView {
-    let agents = AGENTS
-        .iter()
-        .filter(|a| a.sync.is_some())
-        .map(|spec| {
+    let agents = registry::sync_agents()
+        .map(|(spec, target)| {
             let availability = if installed.contains(&spec.name) {
                 AgentAvailability::MarkerDir("x".into())
             } else {
@@ -34,7 +32,8 @@ fn view(installed: &[&str]) -> RegistryView {
             };
             AgentView {
                 spec,
-                readiness: readiness(spec, Scope::User, &availability, true, None),
+                target,
+                readiness: readiness((spec, target), Scope::User, &availability, true, None),
                 availability,
             }
         })
@@ -114,11 +113,7 @@ fn prune() -> Authorization {
 }
 
 fn rendered(agent: &str, d: &Definition) -> String {
-    render::render_file(
-        registry::find(agent).unwrap().sync.unwrap().format,
-        agent,
-        d,
-    )
+    render::render_file(registry::find_sync(agent).unwrap().1.format, agent, d)
 }
 
 #[test]
@@ -336,7 +331,7 @@ fn a_blocked_agent_blocks_the_plan() {
         .find(|a| a.spec.name == "codex")
         .unwrap();
     codex.readiness = readiness(
-        codex.spec,
+        (codex.spec, codex.target),
         Scope::User,
         &codex.availability,
         true,
@@ -660,9 +655,93 @@ mod properties {
             let (yaml, _) = md.strip_prefix("---\n").unwrap().split_once("\n---\n").unwrap();
             let fields: Value = serde_saphyr::from_str(yaml).map_err(|e| TestCaseError::fail(format!("{e}")))?;
             prop_assert_eq!(fields["description"].as_str(), Some(description.as_str()));
-            prop_assert!(render::is_managed(registry::find("claude-code").unwrap().sync.unwrap().format, "x", md.as_bytes()));
+            prop_assert!(render::is_managed(registry::find_sync("claude-code").unwrap().1.format, "x", md.as_bytes()));
             let dsh: Value = serde_saphyr::from_str(&dsh_item(&d)).map_err(|e| TestCaseError::fail(format!("{e}")))?;
             prop_assert_eq!(dsh[0]["config"]["persona"].as_str(), Some(d.body.as_str()));
         }
     }
+}
+
+#[test]
+fn a_change_in_a_folder_that_cannot_be_written_blocks_the_plan() {
+    let defs = [def("review", "claude-code, codex")];
+    let v = view(&["claude-code", "codex"]);
+    let mut s = snapshot(&v, &defs, &BTreeMap::new());
+    let reason = "cannot write into /home/u/.codex/agents: read-only file system".to_owned();
+    s.unwritable.insert(
+        PathBuf::from("/home/u/.codex/agents/review.toml"),
+        reason.clone(),
+    );
+    let p = plan(&defs, &v, &s, &Authorization::default());
+    assert_eq!(p.errors, [reason]);
+    assert!(!p.can_apply());
+    // A folder that cannot be written blocks nothing when nothing in it changes.
+    let done = BTreeMap::from([(".codex/agents/review.toml", rendered("codex", &defs[0]))]);
+    let mut s = snapshot(&v, &defs, &done);
+    s.unwritable.insert(
+        PathBuf::from("/home/u/.codex/agents/review.toml"),
+        "read-only".to_owned(),
+    );
+    assert!(plan(&defs, &v, &s, &Authorization::default()).can_apply());
+}
+
+#[test]
+fn a_splice_that_would_break_an_alias_fails_closed() {
+    // The user's item aliases an anchor inside our (stale) item; replacing ours would drop it.
+    let stale = dsh_item(&def("alpha", "dsh"))
+        .replace("Do alpha.", "Did alpha.")
+        .replace("    provider: spawn", "    provider: &spawner spawn");
+    let text = format!("{stale}- id: mine\n  provider: *spawner\n");
+    let p = run(
+        &[def("alpha", "dsh")],
+        &["dsh"],
+        &[(DSH, text)],
+        &Authorization::default(),
+    );
+    assert_eq!(actions(&p), [(Action::Error, "dsh/alpha".to_owned())]);
+    assert!(
+        p.operations[0]
+            .reason
+            .starts_with("editing this file would make it invalid")
+    );
+    assert!(!p.can_apply());
+    assert_eq!(p.changes(), 0);
+}
+
+#[test]
+fn document_markers_and_directives_are_refused() {
+    for text in [
+        "- id: mine\n  name: x\n...\n",
+        "%YAML 1.2\n---\n- id: mine\n  name: x\n",
+    ] {
+        let p = run(
+            &[def("alpha", "dsh")],
+            &["dsh"],
+            &[(DSH, text.to_owned())],
+            &Authorization::default(),
+        );
+        assert_eq!(p.operations[0].action, Action::Error, "{text}");
+        assert!(
+            p.operations[0]
+                .reason
+                .contains("document marker or directive"),
+            "{}",
+            p.operations[0].reason
+        );
+    }
+}
+
+#[test]
+fn a_crlf_shared_file_keeps_its_line_endings() {
+    let text = "- id: mine\r\n  name: x\r\n".to_owned();
+    let defs = [def("alpha", "dsh")];
+    let p = run(&defs, &["dsh"], &[(DSH, text)], &Authorization::default());
+    let Change::Write(bytes) = &p.files[0].change else {
+        panic!("{:?}", actions(&p));
+    };
+    let new = String::from_utf8(bytes.clone()).unwrap();
+    assert!(!new.replace("\r\n", "").contains('\n'), "{new:?}");
+    // Synced again, it is up to date.
+    let again = run(&defs, &["dsh"], &[(DSH, new)], &Authorization::default());
+    assert_eq!(actions(&again), [(Action::Noop, "dsh/alpha".to_owned())]);
 }
