@@ -11,6 +11,7 @@
 //! - observers are called in isolation: one that fails or panics is logged and the others still
 //!   see every event.
 
+use std::ffi::OsString;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -127,10 +128,10 @@ impl Prepared {
 }
 
 /// Validates the request against the machine (cwd) and computes the agent's environment from
-/// `ambient` (normally `std::env::vars()`).
+/// `ambient` (normally `std::env::vars_os()`: a variable need not be UTF-8).
 pub fn prepare(
     request: StartRequest,
-    ambient: impl IntoIterator<Item = (String, String)>,
+    ambient: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Result<Prepared, PrepareError> {
     check_cwd(&request.cwd)?;
     let env = env_scrub::scrub(ambient, &request.env)?;
@@ -248,6 +249,9 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     result.session_id = shared.session_id();
 
     settle(&mut result, end, timed_out, &timeouts);
+    // The agent may print a credential it was given or found; never repeat one.
+    result.stderr_tail = env.redactor.redact(&result.stderr_tail);
+    result.error = result.error.map(|error| env.redactor.redact(&error));
     if shared.garbage_lines() > 0 {
         tracing::info!(
             lines = shared.garbage_lines(),

@@ -15,7 +15,7 @@ use std::time::Duration;
 use acp_host::client::{Asker, PermissionView};
 use acp_host::installed;
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
-use protocol::env_scrub::EnvForward;
+use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Outcome, PermissionPolicy};
 use protocol::registry;
@@ -100,17 +100,15 @@ impl From<PolicyArg> for PermissionPolicy {
 
 fn after_help() -> String {
     format!(
-        "{}\n\
-Environment:\n  The agent gets this environment minus credential-shaped variables (names containing KEY,\n  \
-TOKEN, SECRET, PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL, PRIVATE or an AUTH segment; values\n  \
-that look like tokens, passworded URLs, JWTs or private keys). Forward one with --env NAME.\n\n\
+        "{}\n{}\n\
 Permissions:\n  Options are chosen by kind, never position: allow -> allow_once, else allow_always;\n  \
 reject -> reject_once, else reject_always; otherwise the request is answered `cancelled`.\n\n\
 Examples:\n  acp-host run \"hello\"\n  \
 echo 'summarise README.md' | acp-host run --agent codex -\n  \
 acp-host run --agent 'npx @zed-industries/claude-code-acp' --permission allow \"fix the tests\"\n  \
 acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n",
-        Status::exit_code_table()
+        Status::exit_code_table(),
+        env_scrub::help_section()
     )
 }
 
@@ -128,7 +126,7 @@ pub fn execute(args: &RunArgs) -> ExitCode {
         Ok(request) => request,
         Err(message) => return usage_error(&message),
     };
-    let prepared = match run::prepare(request, std::env::vars()) {
+    let prepared = match run::prepare(request, std::env::vars_os()) {
         Ok(prepared) => prepared,
         Err(err) => return usage_error(&err.to_string()),
     };
