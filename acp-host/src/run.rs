@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use protocol::env_scrub::{self, EnvForwardError, Scrubbed};
+use protocol::env_scrub::{self, EnvForwardError, Redactor, Scrubbed};
 use protocol::events::{EndEvent, Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use protocol::request::StartRequest;
@@ -249,9 +249,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     result.session_id = shared.session_id();
 
     settle(&mut result, end, timed_out, &timeouts);
-    // The agent may print a credential it was given or found; never repeat one.
-    result.stderr_tail = env.redactor.redact(&result.stderr_tail);
-    result.error = result.error.map(|error| env.redactor.redact(&error));
+    redact_agent_text(&mut result, &env.redactor);
     if shared.garbage_lines() > 0 {
         tracing::info!(
             lines = shared.garbage_lines(),
@@ -260,6 +258,15 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     }
     let output = Some(result.output.clone());
     finish(result, started, &notifier, output)
+}
+
+/// The agent may print a credential it was given or found: where the result repeats the agent's
+/// words (stderr tail, error, an unknown stop reason), credential values are redacted. The output
+/// is the answer itself and is left alone.
+fn redact_agent_text(result: &mut RunResult, redactor: &Redactor) {
+    result.stderr_tail = redactor.redact(&result.stderr_tail);
+    result.error = result.error.as_deref().map(|error| redactor.redact(error));
+    result.stop_reason = result.stop_reason.as_deref().map(|r| redactor.redact(r));
 }
 
 /// How supervision of the drive ended.

@@ -93,6 +93,7 @@ const CREDENTIAL_VALUES: &[(&str, &str)] = &[
     ("GL", "glrt-FAKE0123456789abcdefgh"),        // GitLab runner token
     ("CHAT", "xoxb-1234567890-0987654321-FAKEabcdefghijkl"), // Slack bot token
     ("CHAT", "xoxp-1234567890-0987654321-FAKEabcdefghijkl"), // Slack user token
+    ("CHAT", "xoxe-1-FAKE0123456789abcdefghij"),  // Slack config token
     ("CHAT", "xapp-1-A0123456789-0123456789-FAKEabcdef"), // Slack app-level token
     ("MAPS", "AIzaFAKE0123456789abcdefghijklmnopqrstu"), // Google API key
     ("GCLOUD", "ya29.FAKE0123456789abcdefghij-klmnopqrstuv"), // Google OAuth access token
@@ -111,6 +112,7 @@ const CREDENTIAL_VALUES: &[(&str, &str)] = &[
     ("PAY", "sk_live_FAKE0123456789abcdefghij"),  // Stripe secret key
     ("PAY", "sk_test_FAKE0123456789abcdefghij"),  // Stripe test key
     ("PAY", "rk_live_FAKE0123456789abcdefghij"),  // Stripe restricted key
+    ("PAY", "rk_test_FAKE0123456789abcdefghij"),  // Stripe test restricted key
     ("PAY", "whsec_FAKE0123456789abcdefghijklmn"), // Stripe webhook signing secret
     ("NPMRC", "npm_FAKE0123456789abcdefghijklmnopqrstuv"), // npm token
     ("HUB", "hf_FAKE0123456789abcdefghijklmnopqrst"), // Hugging Face token
@@ -133,6 +135,7 @@ const CREDENTIAL_VALUES: &[(&str, &str)] = &[
         "lin_api_FAKE0123456789abcdefghijklmnopqrstuvwxyz",
     ), // Linear key
     ("SHOP", "shpat_0123456789abcdef0123456789abcdef"), // Shopify access token
+    ("SHOP", "shpss_0123456789abcdef0123456789abcdef"), // Shopify shared secret
     (
         "API",
         "PMAK-0123456789abcdef01234567-0123456789abcdef0123456789abcdef01",
@@ -270,6 +273,10 @@ const CREDENTIAL_VALUES: &[(&str, &str)] = &[
     ("HEADER", "Basic YWxpY2U6aHVudGVyMi1mYWtl"), // basic auth
     ("HEADER", "Authorization: token FAKE0123abcd"), // a whole header line
     ("HEADER", "Proxy-Authorization: Negotiate FAKE"), // proxy header
+    (
+        "HEADER",
+        "Authorization: Bearer ghp_FAKE0123456789abcdefghijklmnopqrstuv",
+    ), // header + token
     ("HEADER", "Token token=FAKEabc123"),      // Rails-style token header
     // base64 `user:password`
     ("BASIC", "YWxpY2U6aHVudGVyMi1mYWtl"), // alice:hunter2-fake
@@ -351,6 +358,8 @@ const HARMLESS: &[(&str, &str)] = &[
     ("CARGO_TERM_COLOR", "always"),           // cargo setting
     ("TMUX", "/tmp/tmux-1000/default,1234,0"), // tmux socket
     ("PS1", "\\u@\\h:\\w\\$ "),               // prompt with `@` and `:`
+    ("SESSION_ID", "0f3c2a"),                 // `SESSION` is not a secret word
+    ("KEYMAP", "de-latin1"),                  // console keymap
 ];
 
 #[test]
