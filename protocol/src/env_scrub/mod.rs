@@ -6,7 +6,7 @@
 //! - its NAME has a secret word segment ([`names`]: `KEY`, `API_KEY`, `APIKEY`, `TOKEN`, `SECRET`,
 //!   `PASSWORD`, `PASS`, `PWD`, `AUTH`, `COOKIES`, … as `_`/`-`/`.`-separated or camel-case
 //!   segments, or known compounds such as `GITHUBTOKEN`), unless it is on the short allow-list
-//!   ([`names::HARMLESS_NAMES`]); substrings never count, so `KEYBOARD_LAYOUT`, `MONKEY`,
+//!   (`names::HARMLESS_NAMES`); substrings never count, so `KEYBOARD_LAYOUT`, `MONKEY`,
 //!   `TOKENIZERS_PARALLELISM` and `SECRETARY_NAME` pass; or
 //! - its VALUE has a credential shape ([`values`]): a token of a known format with its real length
 //!   and alphabet, a JWT/JWE, a URL with a password, a token user, a secret query parameter or a
@@ -38,11 +38,9 @@ use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 
-pub use names::{
-    HARMLESS_NAMES, HARMLESS_SEGMENTS, SECRET_SEGMENTS, SECRET_SUFFIXES, name_is_credential,
-};
+pub use names::name_is_credential;
 pub use redact::{MIN_REDACTED_LEN, Redactor};
-pub use values::{TOKEN_SHAPES, TokenShape, token_shape, value_is_credential};
+pub use values::value_is_credential;
 
 /// The rule in a few lines, for `acp-host run --help` (the README and the module doc say more).
 #[must_use]
@@ -153,8 +151,7 @@ pub fn is_credential(name: &str, value: &str) -> bool {
 }
 
 /// The rule over OS strings: a non-UTF-8 name is withheld; a value is judged on its lossy view.
-#[must_use]
-pub fn is_credential_os(name: &OsStr, value: &OsStr) -> bool {
+fn is_credential_os(name: &OsStr, value: &OsStr) -> bool {
     name.to_str()
         .is_none_or(|name| is_credential(name, &value.to_string_lossy()))
 }

@@ -60,195 +60,66 @@ pub struct TokenShape {
     pub alphabet: Alphabet,
     pub min: usize,
     pub max: usize,
-    /// What issues tokens of this shape.
-    pub issuer: &'static str,
 }
 
-const fn shape(
-    prefix: &'static str,
-    alphabet: Alphabet,
-    min: usize,
-    max: usize,
-    issuer: &'static str,
-) -> TokenShape {
+const fn shape(prefix: &'static str, alphabet: Alphabet, min: usize, max: usize) -> TokenShape {
     TokenShape {
         prefix,
         alphabet,
         min,
         max,
-        issuer,
     }
 }
 
 /// Longest a token body is allowed to be; real tokens are far shorter.
 const LONG: usize = 1024;
 
-/// Known token formats. `sk-` (`OpenAI`, Anthropic, `DeepSeek`, `OpenRouter`) additionally needs a run
-/// of 16 letters and digits, which a branch or slug never has.
+/// Known token formats. `sk-`, shared by several model vendors, additionally needs a run of 16
+/// letters and digits, which a branch or a slug never has.
 pub const TOKEN_SHAPES: &[TokenShape] = &[
-    shape(
-        "sk-",
-        Alphabet::Base64Url,
-        20,
-        LONG,
-        "OpenAI, Anthropic, DeepSeek, OpenRouter",
-    ),
-    shape(
-        "ghp_",
-        Alphabet::Base62,
-        36,
-        251,
-        "GitHub personal access token",
-    ),
-    shape("gho_", Alphabet::Base62, 36, 251, "GitHub OAuth token"),
-    shape(
-        "ghu_",
-        Alphabet::Base62,
-        36,
-        251,
-        "GitHub user-to-server token",
-    ),
-    shape(
-        "ghs_",
-        Alphabet::Base62,
-        36,
-        251,
-        "GitHub server-to-server token",
-    ),
-    shape("ghr_", Alphabet::Base62, 36, 251, "GitHub refresh token"),
-    shape(
-        "github_pat_",
-        Alphabet::Base62Underscore,
-        40,
-        251,
-        "GitHub fine-grained token",
-    ),
-    shape(
-        "glpat-",
-        Alphabet::Base64Url,
-        20,
-        LONG,
-        "GitLab personal access token",
-    ),
-    shape(
-        "glrt-",
-        Alphabet::Base64Url,
-        20,
-        LONG,
-        "GitLab runner token",
-    ),
-    shape("xoxb-", Alphabet::Base64Url, 20, LONG, "Slack bot token"),
-    shape("xoxp-", Alphabet::Base64Url, 20, LONG, "Slack user token"),
-    shape("xoxa-", Alphabet::Base64Url, 20, LONG, "Slack app token"),
-    shape(
-        "xoxr-",
-        Alphabet::Base64Url,
-        20,
-        LONG,
-        "Slack refresh token",
-    ),
-    shape("xoxe-", Alphabet::Base64Url, 20, LONG, "Slack config token"),
-    shape(
-        "xapp-",
-        Alphabet::Base64Url,
-        20,
-        LONG,
-        "Slack app-level token",
-    ),
-    shape("AIza", Alphabet::Base64Url, 35, 35, "Google API key"),
-    shape(
-        "ya29.",
-        Alphabet::Dotted,
-        20,
-        LONG,
-        "Google OAuth access token",
-    ),
-    shape("SG.", Alphabet::Dotted, 60, 80, "SendGrid API key"),
-    shape(
-        "dop_v1_",
-        Alphabet::Hex,
-        64,
-        64,
-        "DigitalOcean personal token",
-    ),
-    shape("doo_v1_", Alphabet::Hex, 64, 64, "DigitalOcean OAuth token"),
-    shape(
-        "dor_v1_",
-        Alphabet::Hex,
-        64,
-        64,
-        "DigitalOcean refresh token",
-    ),
-    shape("sk_live_", Alphabet::Base62, 16, LONG, "Stripe secret key"),
-    shape(
-        "sk_test_",
-        Alphabet::Base62,
-        16,
-        LONG,
-        "Stripe test secret key",
-    ),
-    shape(
-        "rk_live_",
-        Alphabet::Base62,
-        16,
-        LONG,
-        "Stripe restricted key",
-    ),
-    shape(
-        "rk_test_",
-        Alphabet::Base62,
-        16,
-        LONG,
-        "Stripe test restricted key",
-    ),
-    shape(
-        "whsec_",
-        Alphabet::Base62,
-        24,
-        LONG,
-        "Stripe webhook secret",
-    ),
-    shape("npm_", Alphabet::Base62, 36, 36, "npm access token"),
-    shape("hf_", Alphabet::Base62, 30, LONG, "Hugging Face token"),
-    shape("gsk_", Alphabet::Base62, 40, LONG, "Groq API key"),
-    shape("xai-", Alphabet::Base62, 40, LONG, "xAI API key"),
-    shape("r8_", Alphabet::Base62, 30, LONG, "Replicate API token"),
-    shape("pypi-", Alphabet::Base64Url, 50, LONG, "PyPI upload token"),
-    shape(
-        "dckr_pat_",
-        Alphabet::Base64Url,
-        20,
-        LONG,
-        "Docker Hub access token",
-    ),
-    shape("lin_api_", Alphabet::Base62, 30, LONG, "Linear API key"),
-    shape("shpat_", Alphabet::Hex, 32, 32, "Shopify access token"),
-    shape("shpss_", Alphabet::Hex, 32, 32, "Shopify shared secret"),
-    shape("PMAK-", Alphabet::Base64Url, 50, LONG, "Postman API key"),
-    shape(
-        "secret_",
-        Alphabet::Base62,
-        40,
-        LONG,
-        "Notion integration secret",
-    ),
-    shape("ntn_", Alphabet::Base62, 40, LONG, "Notion token"),
-    shape("key-", Alphabet::Hex, 32, 32, "Mailgun API key"),
-    shape("AKIA", Alphabet::Upper, 16, 16, "AWS access key id"),
-    shape(
-        "ASIA",
-        Alphabet::Upper,
-        16,
-        16,
-        "AWS temporary access key id",
-    ),
-    shape(
-        "AGE-SECRET-KEY-1",
-        Alphabet::Upper,
-        50,
-        LONG,
-        "age secret key",
-    ),
+    shape("sk-", Alphabet::Base64Url, 20, LONG), // OpenAI, Anthropic, DeepSeek, OpenRouter
+    shape("ghp_", Alphabet::Base62, 36, 251),    // GitHub personal access token
+    shape("gho_", Alphabet::Base62, 36, 251),    // GitHub OAuth token
+    shape("ghu_", Alphabet::Base62, 36, 251),    // GitHub user-to-server token
+    shape("ghs_", Alphabet::Base62, 36, 251),    // GitHub server-to-server token
+    shape("ghr_", Alphabet::Base62, 36, 251),    // GitHub refresh token
+    shape("github_pat_", Alphabet::Base62Underscore, 40, 251), // GitHub fine-grained token
+    shape("glpat-", Alphabet::Base64Url, 20, LONG), // GitLab personal access token
+    shape("glrt-", Alphabet::Base64Url, 20, LONG), // GitLab runner token
+    shape("xoxb-", Alphabet::Base64Url, 20, LONG), // Slack bot token
+    shape("xoxp-", Alphabet::Base64Url, 20, LONG), // Slack user token
+    shape("xoxa-", Alphabet::Base64Url, 20, LONG), // Slack app token
+    shape("xoxr-", Alphabet::Base64Url, 20, LONG), // Slack refresh token
+    shape("xoxe-", Alphabet::Base64Url, 20, LONG), // Slack config token
+    shape("xapp-", Alphabet::Base64Url, 20, LONG), // Slack app-level token
+    shape("AIza", Alphabet::Base64Url, 35, 35),  // Google API key
+    shape("ya29.", Alphabet::Dotted, 20, LONG),  // Google OAuth access token
+    shape("SG.", Alphabet::Dotted, 60, 80),      // SendGrid API key
+    shape("dop_v1_", Alphabet::Hex, 64, 64),     // DigitalOcean personal token
+    shape("doo_v1_", Alphabet::Hex, 64, 64),     // DigitalOcean OAuth token
+    shape("dor_v1_", Alphabet::Hex, 64, 64),     // DigitalOcean refresh token
+    shape("sk_live_", Alphabet::Base62, 16, LONG), // Stripe secret key
+    shape("sk_test_", Alphabet::Base62, 16, LONG), // Stripe test secret key
+    shape("rk_live_", Alphabet::Base62, 16, LONG), // Stripe restricted key
+    shape("rk_test_", Alphabet::Base62, 16, LONG), // Stripe test restricted key
+    shape("whsec_", Alphabet::Base62, 24, LONG), // Stripe webhook secret
+    shape("npm_", Alphabet::Base62, 36, 36),     // npm access token
+    shape("hf_", Alphabet::Base62, 30, LONG),    // Hugging Face token
+    shape("gsk_", Alphabet::Base62, 40, LONG),   // Groq API key
+    shape("xai-", Alphabet::Base62, 40, LONG),   // xAI API key
+    shape("r8_", Alphabet::Base62, 30, LONG),    // Replicate API token
+    shape("pypi-", Alphabet::Base64Url, 50, LONG), // PyPI upload token
+    shape("dckr_pat_", Alphabet::Base64Url, 20, LONG), // Docker Hub access token
+    shape("lin_api_", Alphabet::Base62, 30, LONG), // Linear API key
+    shape("shpat_", Alphabet::Hex, 32, 32),      // Shopify access token
+    shape("shpss_", Alphabet::Hex, 32, 32),      // Shopify shared secret
+    shape("PMAK-", Alphabet::Base64Url, 50, LONG), // Postman API key
+    shape("secret_", Alphabet::Base62, 40, LONG), // Notion integration secret
+    shape("ntn_", Alphabet::Base62, 40, LONG),   // Notion token
+    shape("key-", Alphabet::Hex, 32, 32),        // Mailgun API key
+    shape("AKIA", Alphabet::Upper, 16, 16),      // AWS access key id
+    shape("ASIA", Alphabet::Upper, 16, 16),      // AWS temporary access key id
+    shape("AGE-SECRET-KEY-1", Alphabet::Upper, 50, LONG), // age secret key
 ];
 
 /// Hosts whose URL path is itself the secret, with the path that starts it.
@@ -551,11 +422,16 @@ mod tests {
     }
 
     #[test]
-    fn token_shapes_name_their_issuer() {
+    fn token_shapes_check_length_and_alphabet() {
+        let shape = |t| token_shape(t).map(|s| s.prefix);
         assert_eq!(
-            token_shape("ghp_0123456789abcdefghijABCDEFGHIJ012345").map(|s| s.issuer),
-            Some("GitHub personal access token")
+            shape("ghp_0123456789abcdefghijABCDEFGHIJ012345"),
+            Some("ghp_")
         );
-        assert!(token_shape("ghp_short1").is_none());
+        assert_eq!(shape("ghp_0123456789abcdefghijABCDEFGHIJ01234"), None);
+        assert_eq!(shape("ghp_0123456789abcdefghijABCDEFGHIJ01234!"), None);
+        assert_eq!(shape("AKIAIOSFODNN7EXAMPLE"), Some("AKIA"));
+        assert_eq!(shape("AKIAIOSFODNN7EXAMPLEX"), None);
+        assert_eq!(shape("sk-1234-add-login-page-and-more"), None);
     }
 }
