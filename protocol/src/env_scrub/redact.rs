@@ -6,8 +6,9 @@
 //!
 //! Invariants: values shorter than [`MIN_REDACTED_LEN`] bytes are not redacted (a withheld `x` or
 //! `true` would otherwise mangle every text it occurs in); when values overlap, the longest match
-//! at a position wins; replacement is one pass, so a placeholder is never rewritten; `Debug` shows
-//! names, never values.
+//! at a position wins; replacement is one pass, so a placeholder is never rewritten; a text that
+//! starts inside a value (a tail cut to its last bytes) or ends inside one has that fragment
+//! redacted too, when it is at least [`MIN_REDACTED_LEN`] bytes; `Debug` shows names, never values.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -51,23 +52,74 @@ impl Redactor {
         }
         let mut out = String::with_capacity(text.len());
         let mut rest = text;
+        if let Some((len, name)) = self.leading_fragment(rest) {
+            placeholder(&mut out, name);
+            rest = &rest[len..];
+        }
+        let trailing = self.trailing_fragment(rest);
+        if let Some((len, _)) = trailing {
+            rest = &rest[..rest.len() - len];
+        }
         while let Some(c) = rest.chars().next() {
             if let Some((value, name)) = self
                 .secrets
                 .iter()
                 .find(|(v, _)| rest.starts_with(v.as_str()))
             {
-                out.push_str("[redacted ");
-                out.push_str(name);
-                out.push(']');
+                placeholder(&mut out, name);
                 rest = &rest[value.len()..];
             } else {
                 out.push(c);
                 rest = &rest[c.len_utf8()..];
             }
         }
+        if let Some((_, name)) = trailing {
+            placeholder(&mut out, name);
+        }
         out
     }
+
+    /// The longest proper suffix of a value that `text` starts with (`text` was cut inside it).
+    fn leading_fragment(&self, text: &str) -> Option<(usize, &str)> {
+        if self
+            .secrets
+            .iter()
+            .any(|(v, _)| text.starts_with(v.as_str()))
+        {
+            return None; // a whole value: the scan replaces it
+        }
+        self.secrets.iter().find_map(|(value, name)| {
+            value
+                .char_indices()
+                .skip(1)
+                .map(|(i, _)| &value[i..])
+                .take_while(|suffix| suffix.len() >= MIN_REDACTED_LEN)
+                .find(|suffix| text.starts_with(suffix))
+                .map(|suffix| (suffix.len(), name.as_str()))
+        })
+    }
+
+    /// The longest proper prefix of a value that `text` ends with.
+    fn trailing_fragment(&self, text: &str) -> Option<(usize, &str)> {
+        if self.secrets.iter().any(|(v, _)| text.ends_with(v.as_str())) {
+            return None; // a whole value: the scan replaces it
+        }
+        self.secrets.iter().find_map(|(value, name)| {
+            value
+                .char_indices()
+                .rev()
+                .map(|(i, _)| &value[..i])
+                .take_while(|prefix| prefix.len() >= MIN_REDACTED_LEN)
+                .find(|prefix| text.ends_with(prefix))
+                .map(|prefix| (prefix.len(), name.as_str()))
+        })
+    }
+}
+
+fn placeholder(out: &mut String, name: &str) {
+    out.push_str("[redacted ");
+    out.push_str(name);
+    out.push(']');
 }
 
 impl fmt::Debug for Redactor {
@@ -80,6 +132,8 @@ impl fmt::Debug for Redactor {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn redactor(pairs: &[(&str, &str)]) -> Redactor {
@@ -141,10 +195,42 @@ mod tests {
     }
 
     #[test]
+    fn a_text_cut_inside_a_value_has_the_fragment_redacted() {
+        let r = redactor(&[("GH_TOKEN", "ghp_fakefakefake0123456789")]);
+        assert_eq!(
+            r.redact("fakefake0123456789 was printed"),
+            "[redacted GH_TOKEN] was printed"
+        );
+        assert_eq!(
+            r.redact("printing ghp_fakefakefa"),
+            "printing [redacted GH_TOKEN]"
+        );
+        // Fragments shorter than the minimum, or not at an edge, are ordinary text.
+        assert_eq!(r.redact("3456789 a"), "3456789 a");
+        assert_eq!(r.redact("a fakefake0123456789 b"), "a fakefake0123456789 b");
+    }
+
+    #[test]
     fn debug_shows_names_not_values() {
         let r = redactor(&[("API_KEY", "do-not-print-me-0123")]);
         let debug = format!("{r:?}");
         assert!(debug.contains("API_KEY"));
         assert!(!debug.contains("do-not-print-me"));
+    }
+
+    proptest! {
+        #[test]
+        fn no_value_survives_redaction(
+            secret in "[a-z0-9]{8,30}",
+            before in "[ -~]{0,40}",
+            after in "[ -~]{0,40}",
+            times in 1..4usize,
+        ) {
+            let r = redactor(&[("SOME_TOKEN", &secret)]);
+            let text = format!("{before}{}{after}", secret.repeat(times));
+            let out = r.redact(&text);
+            prop_assert!(!out.contains(&secret), "{out}");
+            prop_assert!(out.contains("[redacted SOME_TOKEN]"), "{out}");
+        }
     }
 }
