@@ -8,6 +8,8 @@
 //!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
 //! - teardown runs on every path once a process exists, and the result records how it ended;
 //! - the run id is minted here, never taken from the agent;
+//! - where the result repeats the agent's words (stderr tail, error, stop reason), credential values
+//!   are redacted (`protocol::env_scrub::Redactor`);
 //! - observers are called in isolation: one that fails or panics is logged and the others still
 //!   see every event.
 

@@ -116,6 +116,7 @@ const CREDENTIAL_VALUES: &[(&str, &str)] = &[
     ("PAY", "whsec_FAKE0123456789abcdefghijklmn"), // Stripe webhook signing secret
     ("NPMRC", "npm_FAKE0123456789abcdefghijklmnopqrstuv"), // npm token
     ("HUB", "hf_FAKE0123456789abcdefghijklmnopqrst"), // Hugging Face token
+    ("HUB", "hf_FAKEabcdefghijklmnopqrstuvwxyzABCD"), // Hugging Face tokens are often letters only
     (
         "LLM",
         "gsk_FAKE0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL",
@@ -327,7 +328,7 @@ const HARMLESS: &[(&str, &str)] = &[
     ("TICKET", "hf_demo"),                    // too short for a Hugging Face token
     ("LOCALE_SK", "sk-SK"),                   // Slovak locale
     ("SLUG", "ghp_short"),                    // too short for a GitHub token
-    ("WORDS", "ghp_abcdefghijklmnopqrstuvwxyzabcdefghij"), // letters only: no real token is
+    ("MODEL_ID", "hf_internal_testing/tiny-random-gpt2"), // a model id, not a token
     ("HTTPS_PROXY", "http://proxy.example.com:3128"), // proxy without credentials
     ("GIT_REMOTE", "git@github.com:o/r.git"), // scp-like remote: `git` is a user, no secret
     ("CLONE_URL", "https://git@github.com/o/r.git"), // a short user name
