@@ -56,7 +56,7 @@
 //!         timeouts: Timeouts::default(),
 //!     };
 //!     // Validation happens here, before anything is spawned.
-//!     let prepared = run::prepare(request, std::env::vars())?;
+//!     let prepared = run::prepare(request, std::env::vars_os())?;
 //!     let options = RunOptions {
 //!         observers: vec![Arc::new(Log)],
 //!         ..RunOptions::default()

@@ -13,6 +13,7 @@
 //! (`shutdown`) or at least `SIGKILL`ed (`Drop`); a second `shutdown` returns the first outcome.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
@@ -50,8 +51,9 @@ pub struct SpawnSpec {
     pub args: Vec<String>,
     /// Absolute, already validated.
     pub cwd: PathBuf,
-    /// The complete environment of the child; nothing else is inherited.
-    pub env: BTreeMap<String, String>,
+    /// The complete environment of the child; nothing else is inherited. OS strings: a variable
+    /// need not be UTF-8.
+    pub env: BTreeMap<OsString, OsString>,
     /// How many trailing bytes of stderr to keep for the result.
     pub stderr_tail_bytes: usize,
     /// Where each stderr line goes as it arrives, if anywhere.

@@ -8,16 +8,19 @@
 //!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
 //! - teardown runs on every path once a process exists, and the result records how it ended;
 //! - the run id is minted here, never taken from the agent;
+//! - where the result repeats the agent's words (stderr tail, error, stop reason), credential values
+//!   are redacted (`protocol::env_scrub::Redactor`);
 //! - observers are called in isolation: one that fails or panics is logged and the others still
 //!   see every event.
 
+use std::ffi::OsString;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use protocol::env_scrub::{self, EnvForwardError, Scrubbed};
+use protocol::env_scrub::{self, EnvForwardError, Redactor, Scrubbed};
 use protocol::events::{EndEvent, Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use protocol::request::StartRequest;
@@ -128,10 +131,10 @@ impl Prepared {
 }
 
 /// Validates the request against the machine (cwd) and computes the agent's environment from
-/// `ambient` (normally `std::env::vars()`).
+/// `ambient` (normally `std::env::vars_os()`: a variable need not be UTF-8).
 pub fn prepare(
     request: StartRequest,
-    ambient: impl IntoIterator<Item = (String, String)>,
+    ambient: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Result<Prepared, PrepareError> {
     check_cwd(&request.cwd)?;
     let env = env_scrub::scrub(ambient, &request.env)?;
@@ -183,9 +186,11 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         stderr_tail_bytes: options
             .stderr_tail_bytes
             .unwrap_or(DEFAULT_STDERR_TAIL_BYTES),
+        // Observers see each line with credential values redacted, like the result's tail.
         stderr_lines: (!options.observers.is_empty()).then(|| {
             let notifier = Arc::clone(&notifier);
-            Arc::new(move |line: &str| notifier.stderr(line)) as StderrSink
+            let redactor = env.redactor.clone();
+            Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink
         }),
     };
     let (mut process, pipes) = match AgentProcess::spawn(&spec) {
@@ -231,6 +236,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     record_teardown(&mut result, &teardown, &process, &shared);
 
     settle(&mut result, end, timed_out, &timeouts);
+    redact_agent_text(&mut result, &env.redactor);
     if shared.garbage_lines() > 0 {
         tracing::info!(
             lines = shared.garbage_lines(),
@@ -274,6 +280,15 @@ fn record_teardown(
     result.output = shared.output();
     result.permissions = shared.permissions();
     result.session_id = shared.session_id();
+}
+
+/// The agent may print a credential it was given or found: where the result repeats the agent's
+/// words (stderr tail, error, an unknown stop reason), credential values are redacted. The output
+/// is the answer itself and is left alone.
+fn redact_agent_text(result: &mut RunResult, redactor: &Redactor) {
+    result.stderr_tail = redactor.redact(&result.stderr_tail);
+    result.error = result.error.as_deref().map(|error| redactor.redact(error));
+    result.stop_reason = result.stop_reason.as_deref().map(|r| redactor.redact(r));
 }
 
 /// How supervision of the drive ended.

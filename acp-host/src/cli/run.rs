@@ -16,7 +16,7 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
-use protocol::env_scrub::EnvForward;
+use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
@@ -107,17 +107,15 @@ impl From<PolicyArg> for PermissionPolicy {
 
 fn after_help() -> String {
     format!(
-        "{}\n\
-Environment:\n  The agent gets this environment minus credential-shaped variables (names containing KEY,\n  \
-TOKEN, SECRET, PASSWORD, PASSWD, PASSPHRASE, CREDENTIAL, PRIVATE or an AUTH segment; values\n  \
-that look like tokens, passworded URLs, JWTs or private keys). Forward one with --env NAME.\n\n\
+        "{}\n{}\n\
 Permissions:\n  Options are chosen by kind, never position: allow -> allow_once, else allow_always;\n  \
 reject -> reject_once, else reject_always; otherwise the request is answered `cancelled`.\n\n\
 Examples:\n  acp-host run \"hello\"\n  \
 echo 'summarise README.md' | acp-host run --agent codex -\n  \
 acp-host run --agent 'npx @zed-industries/claude-code-acp' --permission allow \"fix the tests\"\n  \
 acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n",
-        Status::exit_code_table()
+        Status::exit_code_table(),
+        env_scrub::help_section()
     )
 }
 
@@ -149,8 +147,8 @@ impl RunArgs {
 
 pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let request = build_request(args).map_err(CliError::Usage)?;
-    let prepared =
-        run::prepare(request, std::env::vars()).map_err(|err| CliError::Usage(err.to_string()))?;
+    let prepared = run::prepare(request, std::env::vars_os())
+        .map_err(|err| CliError::Usage(err.to_string()))?;
     if args.verbose && !prepared.scrubbed().is_empty() {
         eprintln!(
             "acp-host: withheld from the agent: {}",

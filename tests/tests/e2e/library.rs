@@ -2,6 +2,7 @@
 //! ladder of the process owner on plain commands. Real processes, no fixed sleeps.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,8 +45,8 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
     }
 }
 
-fn ambient() -> Vec<(String, String)> {
-    std::env::vars().collect()
+fn ambient() -> Vec<(OsString, OsString)> {
+    std::env::vars_os().collect()
 }
 
 /// Records every event; optionally fails or panics on each one.
@@ -374,7 +375,7 @@ fn spawn(args: &[&str]) -> (AgentProcess, AgentPipes) {
         program: PathBuf::from(args[0]),
         args: args[1..].iter().map(|a| (*a).to_owned()).collect(),
         cwd: std::env::temp_dir(),
-        env: std::env::vars().collect::<BTreeMap<_, _>>(),
+        env: std::env::vars_os().collect::<BTreeMap<_, _>>(),
         stderr_tail_bytes: 1024,
         stderr_lines: None,
     };

@@ -13,4 +13,5 @@ mod mock_agent;
 mod mock_llm;
 mod model;
 mod run;
+mod scrub;
 mod sync;
