@@ -5,7 +5,7 @@
 //! the pure planner; [`execute`] then applies the plan. Invariants:
 //! - A plan that cannot apply writes nothing.
 //! - Every pre-image is re-checked before the first write; any difference fails the run as stale
-//!   ("plan is stale: <file>") with nothing written. Each file's pre-image is checked once more
+//!   (`plan is stale: <file>`) with nothing written. Each file's pre-image is checked once more
 //!   right before its own rename: a file edited while the sync runs is not written (reported
 //!   failed, the run exits 1) and the rest of the plan goes on.
 //! - Every file that is replaced or removed is first copied to a new, timestamped backup folder

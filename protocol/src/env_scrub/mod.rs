@@ -3,12 +3,12 @@
 //!
 //! The agent gets the host's environment minus every credential-shaped variable, plus exactly what
 //! the user forwards with `--env`. A variable is credential-shaped when
-//! - its NAME has a secret word segment ([`names`]: `KEY`, `API_KEY`, `APIKEY`, `TOKEN`, `SECRET`,
+//! - its NAME has a secret word segment (`names.rs`: `KEY`, `API_KEY`, `APIKEY`, `TOKEN`, `SECRET`,
 //!   `PASSWORD`, `PASS`, `PWD`, `AUTH`, `COOKIES`, … as `_`/`-`/`.`-separated or camel-case
 //!   segments, or known compounds such as `GITHUBTOKEN`), unless it is on the short allow-list
 //!   (`names::HARMLESS_NAMES`); substrings never count, so `KEYBOARD_LAYOUT`, `MONKEY`,
 //!   `TOKENIZERS_PARALLELISM` and `SECRETARY_NAME` pass; or
-//! - its VALUE has a credential shape ([`values`]): a token of a known format with its real length
+//! - its VALUE has a credential shape (`values.rs`): a token of a known format with its real length
 //!   and alphabet, a JWT/JWE, a URL with a password, a token user, a secret query parameter or a
 //!   secret webhook path, a connection string or npmrc/netrc text with a password or key, an
 //!   authorization value, base64 of `user:password`, or a private key; or

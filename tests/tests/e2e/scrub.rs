@@ -155,7 +155,7 @@ fn a_malformed_env_argument_does_not_echo_the_value() {
 /// The agent prints credentials it was given (forwarded, read from its environment) or could have
 /// found elsewhere (withheld) to its stderr, returns one as its stop reason, and the run fails:
 /// none of them is repeated. The agent is a script, so no value is on the host's command line.
-fn leaky_run(dir: &Path, json: bool) -> Output {
+fn leaky_run(dir: &Path, flags: &[&str]) -> Output {
     let script = dir.join("leaky-agent");
     std::fs::write(
         &script,
@@ -172,16 +172,16 @@ fn leaky_run(dir: &Path, json: bool) -> Output {
         .env("OPENAI_API_KEY", OPENAI_KEY)
         .env("NOTIFY_URL", SLACK_HOOK)
         .args(["--env", "GH_TOKEN", "--env", &format!("DB_PASS={DB_PASS}")]);
-    if json {
-        cmd.arg("--json");
-    }
-    run_to_end(cmd.args(["--agent", script.to_str().unwrap(), "x"]))
+    run_to_end(
+        cmd.args(flags)
+            .args(["--agent", script.to_str().unwrap(), "x"]),
+    )
 }
 
 #[test]
 fn credential_values_are_redacted_in_the_result() {
     let dir = tempfile::tempdir().unwrap();
-    let out = leaky_run(dir.path(), true);
+    let out = leaky_run(dir.path(), &["--json"]);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let result = result_record(&out);
     assert_eq!(
@@ -206,7 +206,7 @@ fn credential_values_are_redacted_in_the_result() {
 #[test]
 fn credential_values_are_redacted_in_human_mode() {
     let dir = tempfile::tempdir().unwrap();
-    let out = leaky_run(dir.path(), false);
+    let out = leaky_run(dir.path(), &[]);
     assert_eq!(code(&out), 1);
     assert_eq!(stdout(&out), "hi");
     assert_eq!(
@@ -216,4 +216,22 @@ fn credential_values_are_redacted_in_human_mode() {
          leaking [redacted GH_TOKEN] and [redacted OPENAI_API_KEY] and [redacted DB_PASS] and \
          [redacted NOTIFY_URL]\n"
     );
+}
+
+#[test]
+fn the_live_stderr_of_verbose_mode_is_redacted_line_by_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = leaky_run(dir.path(), &["--verbose"]);
+    assert_eq!(code(&out), 1);
+    let err = stderr(&out);
+    assert!(
+        err.lines().any(|line| line.ends_with(
+            "leaking [redacted GH_TOKEN] and [redacted OPENAI_API_KEY] and [redacted DB_PASS] \
+             and [redacted NOTIFY_URL]"
+        )),
+        "{err}"
+    );
+    for value in [GH_TOKEN, OPENAI_KEY, DB_PASS, SLACK_HOOK] {
+        assert!(!err.contains(value), "{value} leaked: {err}");
+    }
 }
