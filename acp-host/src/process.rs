@@ -225,7 +225,8 @@ impl AgentProcess {
             match Self::spawn_watched(spec, &watchdog) {
                 Ok(spawned) => return Ok(spawned),
                 Err(Watched::Agent(err)) => return Err(err),
-                Err(Watched::Unavailable(reason)) => tracing::debug!(
+                // Found but not working: the tree no longer dies with the host; say so.
+                Err(Watched::Unavailable(reason)) => tracing::warn!(
                     watchdog = %watchdog.display(),
                     reason,
                     "watchdog unavailable; spawning the agent directly"
@@ -458,10 +459,17 @@ impl AgentProcess {
             crate::reaper::reap(pid);
             self.tracked.remove(&pid);
         }
+        // One read of /proc serves both the tree and the group.
+        let table = crate::reaper::processes();
         let roots: Vec<i32> = self.tracked.iter().copied().collect();
-        self.tracked.extend(crate::reaper::descendants(&roots));
+        self.tracked.extend(crate::reaper::below(&table, &roots));
         let mut all: BTreeSet<i32> = self.tracked.clone();
-        all.extend(group_members(self.leader));
+        if cfg!(target_os = "linux") {
+            let pgid = i32::try_from(self.leader).unwrap_or(-1);
+            all.extend(table.iter().filter(|e| e.pgrp == pgid).map(|e| e.pid));
+        } else {
+            all.extend(group_members(self.leader));
+        }
         all.into_iter().collect()
     }
 
@@ -770,19 +778,13 @@ impl StderrTail {
     }
 }
 
-/// Live (non-zombie) members of process group `pgid`. Linux reads /proc; elsewhere a signal-0
-/// probe answers "some or none".
+/// Whether process group `pgid` still has members, where there is no /proc to list them: a
+/// signal-0 probe answers "some or none".
 fn group_members(pgid: u32) -> Vec<i32> {
     let Ok(pgid) = i32::try_from(pgid) else {
         return Vec::new();
     };
-    if cfg!(target_os = "linux") {
-        crate::reaper::processes()
-            .into_iter()
-            .filter(|entry| entry.pgrp == pgid)
-            .map(|entry| entry.pid)
-            .collect()
-    } else if killpg(Pid::from_raw(pgid), None).is_ok() {
+    if killpg(Pid::from_raw(pgid), None).is_ok() {
         vec![pgid]
     } else {
         Vec::new()

@@ -55,7 +55,7 @@ pub(crate) fn descendants(roots: &[i32]) -> Vec<i32> {
     below(&processes(), roots)
 }
 
-/// [`descendants`] over a given process table (pure, for tests).
+/// [`descendants`] over a process table already read (pure).
 pub(crate) fn below(table: &[Entry], roots: &[i32]) -> Vec<i32> {
     let mut found: Vec<i32> = Vec::new();
     let mut frontier: Vec<i32> = roots.to_vec();

@@ -57,6 +57,9 @@ const HOST_GONE: i32 = 137;
 /// converges quickly; this only bounds a pathological case).
 const KILL_DEADLINE: Duration = Duration::from_secs(10);
 const KILL_POLL: Duration = Duration::from_millis(10);
+/// How long an agent's exit with descendants still alive waits to tell "the host is alive" from
+/// "the host is dying and its files are still being released". Paid only in that case.
+const LEFTOVER_CONFIRM: Duration = Duration::from_millis(250);
 
 /// The signals a group TERM (or a terminal) may send that must not end the watchdog first.
 const BLOCKED: [Signal; 4] = [
@@ -123,6 +126,7 @@ fn adopt(fd: i32, write: bool) -> std::io::Result<File> {
 }
 
 fn serve(life: i32, report: i32, program: &std::ffi::OsStr, args: &[std::ffi::OsString]) -> i32 {
+    let host = nix::unistd::getppid();
     // No reader: the host is gone before we started; nothing was spawned.
     let Ok(mut report) = adopt(report, true) else {
         return HOST_GONE;
@@ -167,6 +171,7 @@ fn serve(life: i32, report: i32, program: &std::ffi::OsStr, args: &[std::ffi::Os
     // a host dying as the agent exits still gets the tree killed before we exit.
     let acting = Arc::new(Mutex::new(()));
     let guard = Arc::clone(&acting);
+    let life_probe = life.try_clone();
     std::thread::spawn(move || watch_life(life, &guard));
 
     let status = loop {
@@ -179,6 +184,18 @@ fn serve(life: i32, report: i32, program: &std::ffi::OsStr, args: &[std::ffi::Os
     };
     let _acting = acting.lock();
     let left = reaper::descendants(&[std::process::id().cast_signed()]);
+    // An agent that exits because the host died (its stdin closed as the host's files were
+    // released) may be reaped before the host's other files, the life pipe among them, are:
+    // check the host ourselves, and when something would be left behind give its death a
+    // moment to show, since leaving is final. Nothing left: nothing to lose, no wait.
+    let confirm = if left.is_empty() {
+        Duration::ZERO
+    } else {
+        LEFTOVER_CONFIRM
+    };
+    if nix::unistd::getppid() != host || life_probe.map_or(true, |life| host_gone(&life, confirm)) {
+        kill_tree_and_exit();
+    }
     let pids: Vec<String> = left.iter().map(ToString::to_string).collect();
     let _ = writeln!(report, "left {}", pids.join(" "));
     drop(report);
@@ -197,6 +214,21 @@ fn watch_life(mut life: File, acting: &Mutex<()>) {
         }
     }
     let _acting = acting.lock();
+    kill_tree_and_exit();
+}
+
+/// Whether the life pipe's write end closes (the host is gone) within `within`.
+fn host_gone(life: &File, within: Duration) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let timeout = PollTimeout::try_from(within).unwrap_or(PollTimeout::MAX);
+    let mut fds = [PollFd::new(life.as_fd(), PollFlags::POLLIN)];
+    // Readable without the host ever writing, or hung up: both mean EOF.
+    poll(&mut fds, timeout).is_ok_and(|ready| ready > 0)
+}
+
+/// SIGKILLs every process below us until none is left (bounded), then exits.
+fn kill_tree_and_exit() -> ! {
     let me = std::process::id().cast_signed();
     let deadline = Instant::now() + KILL_DEADLINE;
     loop {

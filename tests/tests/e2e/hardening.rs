@@ -196,10 +196,13 @@ fn the_whole_tree_dies_when_the_host_is_sigkilled_even_under_a_wrapper() {
     let dir = temp();
     let pids = dir.path().join("pids");
     let ready = dir.path().join("ready");
+    // The agent ignores stdin EOF, so it is alive when the host dies and only the watchdog can
+    // end it (an agent exiting at that very moment is the best-effort case the README names).
     let agent = mock(&[
         "escapee",
         "--then",
         "hang",
+        "--ignore-eof",
         "--stdout",
         "hold",
         "--pid-file",
@@ -227,8 +230,14 @@ fn the_whole_tree_dies_when_the_host_is_sigkilled_even_under_a_wrapper() {
     // watchdog (or wrapper), sh, the mock and its two grandchildren at least.
     assert!(tree.len() >= 4, "the tree below the host: {tree:?}");
     kill(Pid::from_raw(host.cast_signed()), Signal::SIGKILL).expect("SIGKILL acp-host");
-    let _ = wait_output(child);
-    assert_all_dead(&tree, "below the SIGKILLed host");
+    let out = wait_output(child);
+    assert_all_dead(
+        &tree,
+        &format!(
+            "below the SIGKILLed host, whose stderr was {:?}",
+            stderr(&out)
+        ),
+    );
 }
 
 /// Control for the fd test: without the host in between, the shell's fd 7 does reach a child,
