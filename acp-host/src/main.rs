@@ -1,7 +1,15 @@
-//! The `acp-host` binary: everything lives in the CLI module.
+//! The `acp-host` binary: the watchdog mode (internal, see `acp_host::watchdog`) or the CLI.
+//!
+//! Start-up hardening comes first, before any agent can be spawned: the process becomes
+//! non-dumpable (its environment, with the credentials withheld from agents, is unreadable to
+//! them through /proc) and a child subreaper (orphans of an agent's tree stay findable).
 
 mod cli;
 
 fn main() -> std::process::ExitCode {
+    acp_host::watchdog::run_if_requested();
+    if let Err(err) = acp_host::process::harden_host() {
+        eprintln!("acp-host: warning: {}", protocol::report::describe(&err));
+    }
     cli::main()
 }

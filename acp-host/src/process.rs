@@ -1,33 +1,47 @@
 //! The one owner of an agent process.
 //!
-//! [`AgentProcess`] spawns the agent with an explicit environment (nothing inherited implicitly),
-//! in its own process group, with a parent-death signal on Linux, and drains its stderr into a
-//! bounded tail and, line by line, to an optional [`StderrSink`] (each line capped at
+//! [`AgentProcess`] spawns the agent with an explicit environment (nothing inherited implicitly,
+//! no inherited file descriptor above stderr), in its own process group, and drains its stderr
+//! into a bounded tail and, line by line, to an optional [`StderrSink`] (each line capped at
 //! [`STDERR_LINE_MAX`] bytes). It never writes to the host's own stderr: a host embedded in an
-//! agent uses its stderr as the log channel. It tears the whole group down with a bounded, idempotent ladder:
+//! agent uses its stderr as the log channel. On Linux the agent runs under the watchdog
+//! ([`crate::watchdog`]) when `acp-host` is found beside the current executable (host -> watchdog
+//! -> agent; the watchdog leads the group and kills the whole tree if the host dies); otherwise it
+//! is spawned directly with a parent-death signal. It tears the whole tree down with a bounded,
+//! idempotent ladder:
 //! already exited -> close stdin and wait the EOF grace -> SIGTERM the group and wait the TERM
-//! grace -> SIGKILL the group and reap; then any group member the leader left behind (a wrapper's
-//! grandchild) gets the same TERM -> KILL treatment.
+//! grace -> SIGKILL the group and reap; then everything the leader left behind gets the same
+//! TERM -> KILL treatment: its group's members and, on Linux, every descendant tracked through
+//! `/proc` (before each signal, and as reported by the watchdog), including processes that left
+//! the group with `setsid()`.
 //!
 //! Invariants: nothing else in the host sends signals; every path ends with the leader reaped
-//! (`shutdown`) or at least `SIGKILL`ed (`Drop`); a second `shutdown` returns the first outcome.
+//! (`shutdown`) or at least killed (`Drop`: the watchdog's life pipe closes, or SIGKILL to the
+//! group); a second `shutdown` returns the first outcome; only pids found below the agent are
+//! reaped, never `waitpid(-1)`.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::OsString;
+use std::fs::File;
 use std::io;
-use std::path::PathBuf;
+use std::io::Read as _;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::Sink;
-use nix::sys::signal::{Signal, killpg};
+use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// How long the watchdog may take to start the agent and say so.
+const WATCHDOG_HANDSHAKE: Duration = Duration::from_secs(10);
 
 /// How long leftover group members get between our SIGKILL and giving up on observing their exit.
 const KILL_CONFIRM: Duration = Duration::from_secs(2);
@@ -151,10 +165,16 @@ pub struct AgentPipes {
     pub(crate) stdout: ChildStdout,
 }
 
-/// A running (or finished) agent process and its process group.
+/// A running (or finished) agent process and its process tree.
 pub struct AgentProcess {
+    /// The leader of the agent's process group: the watchdog, or the agent itself.
     child: Child,
+    leader: u32,
+    /// The agent's own pid (the watchdog's child when there is one).
     pid: u32,
+    watch: Option<Watch>,
+    /// Processes found below the leader; they may have left its group.
+    tracked: BTreeSet<i32>,
     /// Cancelling it makes the stdin writer drop the pipe: the agent sees EOF.
     close_stdin: CancellationToken,
     writer: Option<JoinHandle<()>>,
@@ -163,46 +183,156 @@ pub struct AgentProcess {
     outcome: Option<Teardown>,
 }
 
+/// The host's ends of the watchdog's pipes.
+struct Watch {
+    /// Only we hold the write end: closing it (or dying) tells the watchdog to kill the tree.
+    _life: OwnedFd,
+    /// `ok <pid>` / `err <errno>`, then `left <pid>...` when the agent exits. Non-blocking.
+    report: File,
+    /// Bytes read from `report` not yet consumed as a line.
+    pending: Vec<u8>,
+}
+
 impl std::fmt::Debug for AgentProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentProcess")
             .field("pid", &self.pid)
+            .field("leader", &self.leader)
             .field("outcome", &self.outcome)
             .finish_non_exhaustive()
     }
 }
 
+/// Why the watchdog could not be used (the agent is then spawned directly).
+#[derive(Debug)]
+enum Watched {
+    /// The agent itself could not start: the caller's error, no fallback.
+    Agent(SpawnError),
+    Unavailable(String),
+}
+
+/// Process-wide hardening for a program that runs agents; the `acp-host` binary calls it at
+/// start-up, a library user should call it once before its first run (it changes the whole
+/// process, so the library never does it behind the caller's back). On Linux:
+///
+/// - not dumpable (`PR_SET_DUMPABLE` 0): an agent running as the same user can no longer read
+///   this process's environment, memory or file descriptors through `/proc` (or attach a
+///   debugger), so the credentials the scrub withholds stay out of its reach. It also disables
+///   core dumps of this process.
+/// - a child subreaper: orphans of the agent's tree re-parent here, not to init, so they stay
+///   findable (and are reaped) until teardown ends them.
+///
+/// Elsewhere it does nothing. This keeps accidents out, not a determined same-user attacker:
+/// such a process can still, for example, read the files the credentials came from.
+pub fn harden_host() -> Result<(), HardenError> {
+    #[cfg(target_os = "linux")]
+    {
+        nix::sys::prctl::set_dumpable(false).map_err(|e| HardenError::Dumpable(e.into()))?;
+        nix::sys::prctl::set_child_subreaper(true).map_err(|e| HardenError::Subreaper(e.into()))?;
+    }
+    Ok(())
+}
+
+/// [`harden_host`] failed; the process runs unhardened.
+#[derive(Debug, thiserror::Error)]
+pub enum HardenError {
+    #[error("could not make this process non-dumpable (prctl PR_SET_DUMPABLE)")]
+    Dumpable(#[source] io::Error),
+    #[error("could not make this process a child subreaper (prctl PR_SET_CHILD_SUBREAPER)")]
+    Subreaper(#[source] io::Error),
+}
+
 impl AgentProcess {
-    /// Spawns the agent in its own process group with exactly `spec.env`.
+    /// Spawns the agent in its own process group with exactly `spec.env`, under the watchdog
+    /// when one is available.
     pub fn spawn(spec: &SpawnSpec) -> Result<(AgentProcess, AgentPipes), SpawnError> {
-        let program = spec.program.display().to_string();
-        let mut command = tokio::process::Command::new(&spec.program);
-        command
-            .args(&spec.args)
-            .current_dir(&spec.cwd)
-            .env_clear()
-            .envs(&spec.env)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Own group: wrapper launchers (npx, uvx, sh -c) must not orphan the real agent.
-            .process_group(0);
-        set_parent_death_signal(&mut command);
-        let mut child = command.spawn().map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => SpawnError::NotFound {
-                program: program.clone(),
-                source,
-            },
-            io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied {
-                program: program.clone(),
-                source,
-            },
-            _ => SpawnError::Io {
-                program: program.clone(),
-                source,
-            },
-        })?;
+        if let Some(watchdog) = crate::watchdog::locate() {
+            match Self::spawn_watched(spec, &watchdog) {
+                Ok(spawned) => return Ok(spawned),
+                Err(Watched::Agent(err)) => return Err(err),
+                // Found but not working: the tree no longer dies with the host; say so.
+                Err(Watched::Unavailable(reason)) => tracing::warn!(
+                    watchdog = %watchdog.display(),
+                    reason,
+                    "watchdog unavailable; spawning the agent directly"
+                ),
+            }
+        }
+        let command = command(
+            spec,
+            spec.program.as_os_str(),
+            spec.args.iter().map(OsString::from),
+        );
+        let child = spawn_command(command, &spec.program, None)?;
         let pid = child.id().unwrap_or_default();
+        Ok(Self::start(child, pid, None, spec))
+    }
+
+    fn spawn_watched(
+        spec: &SpawnSpec,
+        watchdog: &Path,
+    ) -> Result<(AgentProcess, AgentPipes), Watched> {
+        let unavailable = |what: &str, err: &dyn std::fmt::Display| {
+            Watched::Unavailable(format!("{what}: {err}"))
+        };
+        let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+        let (life_read, life) =
+            nix::unistd::pipe2(cloexec).map_err(|e| unavailable("life pipe", &e))?;
+        let (report_read, report_write) =
+            nix::unistd::pipe2(cloexec).map_err(|e| unavailable("report pipe", &e))?;
+        let mut args: Vec<OsString> = vec![
+            crate::watchdog::MODE_ARG.into(),
+            life_read.as_raw_fd().to_string().into(),
+            report_write.as_raw_fd().to_string().into(),
+            spec.program.clone().into_os_string(),
+        ];
+        args.extend(spec.args.iter().map(OsString::from));
+        let command = command(spec, watchdog.as_os_str(), args);
+        let keep = [life_read.as_raw_fd(), report_write.as_raw_fd()];
+        let child =
+            spawn_command(command, watchdog, Some(keep)).map_err(|e| unavailable("spawn", &e))?;
+        // Our copies of the watchdog's ends must go, or EOF could never be seen on either side.
+        drop((life_read, report_write));
+        let mut watch = Watch {
+            _life: life,
+            report: File::from(report_read),
+            pending: Vec::new(),
+        };
+        let first = watch.handshake();
+        let agent = match first.as_deref().and_then(|l| l.split_once(' ')) {
+            Some(("ok", pid)) => pid
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| Watched::Unavailable(format!("bad handshake {first:?}"))),
+            Some(("err", code)) => {
+                let source = io::Error::from_raw_os_error(code.trim().parse().unwrap_or(0));
+                Err(Watched::Agent(spawn_error(&spec.program, source)))
+            }
+            _ => Err(Watched::Unavailable(format!(
+                "no handshake (got {first:?})"
+            ))),
+        };
+        match agent {
+            Ok(pid) => {
+                set_nonblocking(&watch.report);
+                Ok(Self::start(child, pid, Some(watch), spec))
+            }
+            Err(reason) => {
+                // Nothing of the agent runs; the watchdog (if still there) goes, tokio reaps it.
+                let mut child = child;
+                let _ = child.start_kill();
+                Err(reason)
+            }
+        }
+    }
+
+    fn start(
+        mut child: Child,
+        pid: u32,
+        watch: Option<Watch>,
+        spec: &SpawnSpec,
+    ) -> (AgentProcess, AgentPipes) {
+        let leader = child.id().unwrap_or_default();
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -225,11 +355,14 @@ impl AgentProcess {
             spec.stderr_lines.clone(),
         ));
 
-        tracing::debug!(pid, program, "agent spawned");
-        Ok((
+        tracing::debug!(pid, leader, program = %spec.program.display(), watched = watch.is_some(), "agent spawned");
+        (
             AgentProcess {
                 child,
+                leader,
                 pid,
+                watch,
+                tracked: BTreeSet::new(),
                 close_stdin,
                 writer: Some(writer),
                 stderr: tail,
@@ -240,9 +373,10 @@ impl AgentProcess {
                 stdin: Box::pin(sink),
                 stdout,
             },
-        ))
+        )
     }
 
+    /// The agent's pid (not the watchdog's).
     #[must_use]
     pub fn pid(&self) -> u32 {
         self.pid
@@ -257,19 +391,19 @@ impl AgentProcess {
             .unwrap_or_default()
     }
 
-    /// Resolves when the leader has exited (without reaping the rest of the group).
+    /// Resolves when the leader has exited (without reaping the rest of the tree).
     pub async fn exited(&mut self) -> io::Result<ExitStatus> {
         self.child.wait().await
     }
 
-    /// Tears the process group down with the ladder and returns what happened. Idempotent.
+    /// Tears the process tree down with the ladder and returns what happened. Idempotent.
     pub async fn shutdown(&mut self, graces: Graces) -> Teardown {
         if let Some(outcome) = &self.outcome {
             return outcome.clone();
         }
         let (status, rung) = self.stop_leader(graces).await;
-        let (leftovers, survivors) = self.sweep_group(graces.term).await;
-        // The stderr pipe closes when the last writer in the group exits; wait (bounded) so the
+        let (leftovers, survivors) = self.sweep(graces.term).await;
+        // The stderr pipe closes when the last writer in the tree exits; wait (bounded) so the
         // tail we report is complete.
         if let Some(task) = self.stderr_task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
@@ -290,6 +424,7 @@ impl AgentProcess {
     }
 
     async fn stop_leader(&mut self, graces: Graces) -> (Option<ExitStatus>, Rung) {
+        self.track();
         if let Ok(Some(status)) = self.child.try_wait() {
             self.close_stdin.cancel();
             return (Some(status), Rung::Exited);
@@ -298,35 +433,114 @@ impl AgentProcess {
         if let Ok(Ok(status)) = tokio::time::timeout(graces.eof, self.child.wait()).await {
             return (Some(status), Rung::Eof);
         }
+        self.track();
         self.signal_group(Signal::SIGTERM);
         if let Ok(Ok(status)) = tokio::time::timeout(graces.term, self.child.wait()).await {
             return (Some(status), Rung::Term);
         }
+        // The last chance to see the tree whole: SIGKILL ends the watchdog with the agent.
+        self.track();
         self.signal_group(Signal::SIGKILL);
         (self.child.wait().await.ok(), Rung::Kill)
     }
 
-    /// After the leader is gone, terminates whatever it left in its group.
-    async fn sweep_group(&self, term_grace: Duration) -> (usize, Vec<i32>) {
-        let leftovers = group_members(self.pid);
+    /// Adds everything now below the leader (or below a tracked process) to `tracked`.
+    fn track(&mut self) {
+        let Ok(leader) = i32::try_from(self.leader) else {
+            return;
+        };
+        let mut roots: Vec<i32> = self.tracked.iter().copied().collect();
+        roots.push(leader);
+        self.tracked.extend(crate::reaper::descendants(&roots));
+    }
+
+    /// The watchdog's last word: the descendants still alive when the agent exited.
+    fn read_report(&mut self) {
+        let Some(watch) = &mut self.watch else {
+            return;
+        };
+        let mut buf = [0u8; 4096];
+        while let Ok(n @ 1..) = watch.report.read(&mut buf) {
+            watch.pending.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&watch.pending);
+        for line in text.lines() {
+            if let Some(pids) = line.strip_prefix("left") {
+                self.tracked.extend(
+                    pids.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                );
+            }
+        }
+        watch.pending.clear();
+    }
+
+    /// Everything of the agent's still alive: its group's members and the tracked tree (with
+    /// whatever the tracked processes started since). Dead tracked pids are reaped and dropped.
+    fn remaining(&mut self) -> Vec<i32> {
+        let dead: Vec<i32> = self
+            .tracked
+            .iter()
+            .copied()
+            .filter(|pid| !crate::reaper::alive(*pid))
+            .collect();
+        for pid in dead {
+            crate::reaper::reap(pid);
+            self.tracked.remove(&pid);
+        }
+        // One read of /proc serves both the tree and the group.
+        let table = crate::reaper::processes();
+        let roots: Vec<i32> = self.tracked.iter().copied().collect();
+        self.tracked.extend(crate::reaper::below(&table, &roots));
+        let mut all: BTreeSet<i32> = self.tracked.clone();
+        if cfg!(target_os = "linux") {
+            let pgid = i32::try_from(self.leader).unwrap_or(-1);
+            all.extend(table.iter().filter(|e| e.pgrp == pgid).map(|e| e.pid));
+        } else {
+            all.extend(group_members(self.leader));
+        }
+        all.into_iter().collect()
+    }
+
+    /// After the leader is gone, terminates whatever the agent left behind.
+    async fn sweep(&mut self, term_grace: Duration) -> (usize, Vec<i32>) {
+        self.read_report();
+        let leftovers = self.remaining();
         if leftovers.is_empty() {
             return (0, Vec::new());
         }
-        tracing::debug!(
-            pid = self.pid,
-            ?leftovers,
-            "agent left processes in its group"
-        );
-        self.signal_group(Signal::SIGTERM);
-        if !wait_group_empty(self.pid, term_grace).await {
-            self.signal_group(Signal::SIGKILL);
-            wait_group_empty(self.pid, KILL_CONFIRM).await;
+        tracing::debug!(pid = self.pid, ?leftovers, "agent left processes behind");
+        self.signal_remaining(Signal::SIGTERM);
+        if !self.wait_gone(term_grace).await {
+            self.signal_remaining(Signal::SIGKILL);
+            self.wait_gone(KILL_CONFIRM).await;
         }
-        (leftovers.len(), group_members(self.pid))
+        (leftovers.len(), self.remaining())
+    }
+
+    fn signal_remaining(&mut self, signal: Signal) {
+        self.signal_group(signal);
+        for pid in self.tracked.clone() {
+            // ESRCH: it exited meanwhile, which is the goal.
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
+    async fn wait_gone(&mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.remaining().is_empty() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(GROUP_POLL).await;
+        }
     }
 
     fn signal_group(&self, signal: Signal) {
-        let Ok(pgid) = i32::try_from(self.pid) else {
+        let Ok(pgid) = i32::try_from(self.leader) else {
             return;
         };
         // ESRCH means the group is already gone, which is the goal.
@@ -338,39 +552,173 @@ impl AgentProcess {
     }
 }
 
+impl Watch {
+    /// The watchdog's first line, waiting at most [`WATCHDOG_HANDSHAKE`]; `None` on EOF (it
+    /// exited without one: an `acp-host` too old to have the mode) or timeout.
+    fn handshake(&mut self) -> Option<String> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let deadline = std::time::Instant::now() + WATCHDOG_HANDSHAKE;
+        let mut buf = [0u8; 256];
+        loop {
+            if let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                return Some(String::from_utf8_lossy(&line).trim_end().to_owned());
+            }
+            let left = deadline.checked_duration_since(std::time::Instant::now())?;
+            let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.report.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                Ok(0) => return None,
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return None,
+            }
+            match self.report.read(&mut buf) {
+                Ok(0) => return None,
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
 impl Drop for AgentProcess {
     fn drop(&mut self) {
         if self.outcome.is_none() {
             // An abandoned run (panic, dropped future): no graces, but never a leak.
+            self.track();
+            for pid in &self.tracked {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+            if self.watch.take().is_some() {
+                // Closing the life pipe makes the watchdog SIGKILL its whole tree, escapees
+                // included; killing its group here could end it before it acts.
+                return;
+            }
             self.signal_group(Signal::SIGKILL);
             let _ = self.child.start_kill();
         }
     }
 }
 
+/// The agent's (or the watchdog's) command: exact environment, cwd, piped stdio, own group.
+fn command(
+    spec: &SpawnSpec,
+    program: &std::ffi::OsStr,
+    args: impl IntoIterator<Item = OsString>,
+) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(&spec.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Own group: wrapper launchers (npx, uvx, sh -c) must not orphan the real agent.
+        .process_group(0);
+    command
+}
+
+/// Spawns with the pre-exec hook; `keep` are the watchdog's pipe ends (the only inherited fds
+/// besides stdio), `None` for a direct agent (which then gets the parent-death signal).
+fn spawn_command(
+    mut command: tokio::process::Command,
+    program: &Path,
+    keep: Option<[RawFd; 2]>,
+) -> Result<Child, SpawnError> {
+    pre_exec(&mut command, keep);
+    command
+        .spawn()
+        .map_err(|source| spawn_error(program, source))
+}
+
+fn spawn_error(program: &Path, source: io::Error) -> SpawnError {
+    let program = program.display().to_string();
+    match source.kind() {
+        io::ErrorKind::NotFound => SpawnError::NotFound { program, source },
+        io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied { program, source },
+        _ => SpawnError::Io { program, source },
+    }
+}
+
+fn set_nonblocking(file: &File) {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    if let Ok(flags) = fcntl(file, FcntlArg::F_GETFL) {
+        let _ = fcntl(
+            file,
+            FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
+        );
+    }
+}
+
+/// The fd numbers the fallback close-on-exec loop visits: below the soft `RLIMIT_NOFILE`
+/// (computed before fork, where any call is allowed).
+fn open_max() -> RawFd {
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .ok()
+        .and_then(|(soft, _)| RawFd::try_from(soft).ok())
+        .unwrap_or(RawFd::MAX)
+        .min(1 << 20)
+}
+
 #[expect(
     unsafe_code,
-    reason = "pre_exec is the only way to set the parent-death signal in the child before exec"
+    reason = "pre_exec is the only way to run code in the child between fork and exec: marking \
+              inherited fds close-on-exec and setting the parent-death signal"
 )]
-fn set_parent_death_signal(command: &mut tokio::process::Command) {
+fn pre_exec(command: &mut tokio::process::Command, keep: Option<[RawFd; 2]>) {
+    use nix::libc;
+    let max_fd = open_max();
     #[cfg(target_os = "linux")]
-    {
-        let parent = nix::unistd::getpid();
-        // SAFETY: the closure runs between fork and exec and only makes async-signal-safe
-        // syscalls (prctl, getppid); it allocates nothing.
-        unsafe {
-            command.pre_exec(move || {
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs between fork and exec and only makes async-signal-safe syscalls
+    // (close_range, fcntl, prctl, getppid) on plain integers captured by copy; it allocates
+    // nothing and takes no lock. Marking (not closing) every fd above stderr close-on-exec leaves
+    // std's own exec-error pipe working (it is close-on-exec already) while no fd the host
+    // inherited without CLOEXEC reaches the agent.
+    unsafe {
+        command.pre_exec(move || {
+            #[cfg(target_os = "linux")]
+            let marked = libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ) == 0;
+            #[cfg(not(target_os = "linux"))]
+            let marked = false;
+            // Kernels before 5.11 (and other unixes): visit every possible fd.
+            if !marked {
+                for fd in 3..max_fd {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                        libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                    }
+                }
+            }
+            if let Some(keep) = keep {
+                // The watchdog's pipe ends must survive its exec; it re-marks them itself.
+                for fd in keep {
+                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                return Ok(());
+            }
+            #[cfg(target_os = "linux")]
+            {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
                 // The host may have died between fork and prctl: then no signal would ever come.
                 if nix::unistd::getppid() != parent {
                     return Err(io::Error::other("acp-host exited while starting the agent"));
                 }
-                Ok(())
-            });
-        }
+            }
+            Ok(())
+        });
     }
-    #[cfg(not(target_os = "linux"))]
-    let _ = command;
 }
 
 /// Writes each line plus `\n`; drops the pipe (EOF for the agent) only when teardown says so or
@@ -518,58 +866,16 @@ impl StderrTail {
     }
 }
 
-/// Live (non-zombie) members of process group `pgid`. Linux reads /proc; elsewhere a signal-0
-/// probe answers "some or none".
+/// Whether process group `pgid` still has members, where there is no /proc to list them: a
+/// signal-0 probe answers "some or none".
 fn group_members(pgid: u32) -> Vec<i32> {
-    #[cfg(target_os = "linux")]
-    {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|stat| parse_stat(&stat))
-                    .is_some_and(|(state, pgrp)| state != 'Z' && state != 'X' && pgrp == pgid)
-            })
-            .collect()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let Ok(pgid) = i32::try_from(pgid) else {
-            return Vec::new();
-        };
-        if killpg(Pid::from_raw(pgid), None).is_ok() {
-            vec![pgid]
-        } else {
-            Vec::new()
-        }
-    }
-}
-
-/// `(state, pgrp)` from a /proc/<pid>/stat line; the command name may contain spaces and ')'.
-#[cfg(target_os = "linux")]
-fn parse_stat(stat: &str) -> Option<(char, u32)> {
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_name.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let _ppid = fields.next()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some((state, pgrp))
-}
-
-async fn wait_group_empty(pgid: u32, within: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if group_members(pgid).is_empty() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(GROUP_POLL).await;
+    let Ok(pgid) = i32::try_from(pgid) else {
+        return Vec::new();
+    };
+    if killpg(Pid::from_raw(pgid), None).is_ok() {
+        vec![pgid]
+    } else {
+        Vec::new()
     }
 }
 
@@ -618,11 +924,5 @@ mod tests {
         assert_eq!(lines[1], "next");
         let exact = vec![b'y'; STDERR_LINE_MAX];
         assert_eq!(split(&[&exact, b"\n"]), [String::from_utf8(exact).unwrap()]);
-    }
-
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn parses_stat_with_odd_names() {
-        assert_eq!(parse_stat("42 (a b) c) S 1 42 42 0 -1"), Some(('S', 42)));
     }
 }

@@ -67,7 +67,7 @@ pub struct Agent {
     responses: HashMap<u64, Result<Value, Value>>,
     /// Held (never waited on) so the grandchild outlives any of our own bookkeeping; the test
     /// checks it is reaped by the host's process-group teardown.
-    _grandchild: Option<Child>,
+    _grandchildren: Vec<Child>,
 }
 
 /// Runs the mock; returns only the status of a process that ends before serving (setup
@@ -82,19 +82,20 @@ pub async fn run(config: Config) -> i32 {
             eprintln!("{text}");
         }
     }
-    let mut grandchild = None;
-    if let Scenario::Grandchild = scenario {
-        match spawn_grandchild() {
-            Ok(child) => grandchild = Some(child),
-            Err(error) => {
-                eprintln!("mock: cannot spawn the grandchild `sleep 1000`: {error}");
-                return SETUP_FAILURE_EXIT;
-            }
+    let grandchildren = match spawn_grandchildren(&scenario) {
+        Ok(children) => children,
+        Err(error) => {
+            eprintln!("mock: cannot spawn a grandchild `sleep 1000`: {error}");
+            return SETUP_FAILURE_EXIT;
         }
-    }
+    };
     if let Some(pid_file) = &common.pid_file {
-        let pid = grandchild.as_ref().map_or_else(std::process::id, Child::id);
-        files::write_atomically(pid_file, &format!("{pid}\n"));
+        let pids: Vec<String> = if grandchildren.is_empty() {
+            vec![std::process::id().to_string()]
+        } else {
+            grandchildren.iter().map(|c| c.id().to_string()).collect()
+        };
+        files::write_atomically(pid_file, &format!("{}\n", pids.join(" ")));
     }
     if let Scenario::ExitBeforeInit { code } = scenario {
         eprintln!("mock: cannot start");
@@ -125,12 +126,32 @@ pub async fn run(config: Config) -> i32 {
         session_cwd: None,
         next_request_id: 0,
         responses: HashMap::new(),
-        _grandchild: grandchild,
+        _grandchildren: grandchildren,
     };
     if let Err(error) = agent.out.preamble().await {
         agent.stdout_closed(&error).await;
     }
     match agent.serve().await {}
+}
+
+/// The grandchildren a scenario starts before serving (none for most).
+fn spawn_grandchildren(scenario: &Scenario) -> std::io::Result<Vec<Child>> {
+    match scenario {
+        Scenario::Grandchild => Ok(vec![spawn_grandchild()?]),
+        Scenario::Escapee { hold_stdout, .. } => {
+            let in_group = spawn_grandchild()?;
+            // The `setsid` utility calls setsid() and execs in place (we are not a group leader
+            // in our child), so its pid is the sleeper's: a new session and a new group, beyond
+            // any process-group teardown.
+            let mut escapee = Command::new("setsid");
+            escapee.args(["sleep", "1000"]).stdin(Stdio::null());
+            if !hold_stdout {
+                escapee.stdout(Stdio::null());
+            }
+            Ok(vec![in_group, escapee.spawn()?])
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// `sleep 1000` in our process group, with stdin detached but stdout/stderr inherited, like the

@@ -16,7 +16,7 @@ pub const USAGE_EXIT: i32 = 64;
 pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on-cancel, \
     crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
-    echo-env, fs-request, session-echo, slow-stream";
+    echo-env, fs-request, session-echo, slow-stream, probe-fd, ancestor-environ, escapee";
 
 /// Flags only some scenarios read; each scenario takes the ones it uses, leftovers are errors.
 const SPECIFIC_FLAGS: &[&str] = &[
@@ -30,6 +30,9 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "delay-ms",
     "code",
     "interval-ms",
+    "fd",
+    "then",
+    "stdout",
 ];
 
 /// The permission option kinds offered when `--options` is absent: all four, `allow_always`
@@ -103,6 +106,31 @@ pub enum Scenario {
     /// `chunks` chunks "c1 ", "c2 ", ... `interval` apart (`--ready` after the first);
     /// answers `session/cancel` mid-stream with `cancelled`.
     SlowStream { chunks: usize, interval: Duration },
+    /// Text `fd <n>: <what /proc/self/fd/<n> links to>` or `fd <n>: closed`, looked up at start
+    /// (before our own runtime could reuse the number).
+    ProbeFd { fd: u32 },
+    /// One line per ancestor (parent first, up to but excluding pid 1): `<pid>: <its environ,
+    /// NUL-separated entries as spaces>` or `<pid>: unreadable (<error>)`. What a same-user agent
+    /// could learn from the processes above it.
+    AncestorEnviron,
+    /// Spawns two `sleep 1000` grandchildren: one in our process group, one that calls `setsid()`
+    /// (through the `setsid` utility) and so leaves the group and the session; writes
+    /// `<group pid> <setsid pid>` to `--pid-file`. Then `then` decides the turn.
+    Escapee {
+        then: EscapeeThen,
+        hold_stdout: bool,
+    },
+}
+
+/// What the `escapee` scenario does with the prompt once its grandchildren run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EscapeeThen {
+    /// Answer like `hello` (then exit on EOF).
+    Answer,
+    /// Exit with status 0 without answering.
+    Exit,
+    /// Like `hang`.
+    Hang,
 }
 
 /// Flags every scenario accepts.
@@ -112,7 +140,8 @@ pub struct Common {
     pub log: Option<PathBuf>,
     /// `--ready FILE`: touched when the scenario reaches its "ready" point (normally the prompt).
     pub ready: Option<PathBuf>,
-    /// `--pid-file FILE`: the mock's pid (for `grandchild`: the grandchild's pid).
+    /// `--pid-file FILE`: the mock's pid (for `grandchild`: the grandchild's pid; for `escapee`:
+    /// both grandchildren's).
     pub pid_file: Option<PathBuf>,
     /// `--stderr TEXT`: written to stderr at start.
     pub stderr: Option<String>,
@@ -319,6 +348,29 @@ fn scenario(
             chunks: s.positive("chunks")?.unwrap_or(5),
             interval: Duration::from_millis(s.number("interval-ms")?.unwrap_or(100)),
         },
+        "probe-fd" => Scenario::ProbeFd {
+            fd: s.number("fd")?.ok_or_else(|| s.missing("fd"))?,
+        },
+        "ancestor-environ" => Scenario::AncestorEnviron,
+        "escapee" => {
+            if common.pid_file.is_none() {
+                return Err(s.missing("pid-file"));
+            }
+            let then = match s.take("then").as_deref() {
+                None | Some("answer") => EscapeeThen::Answer,
+                Some("exit") => EscapeeThen::Exit,
+                Some("hang") => EscapeeThen::Hang,
+                Some(other) => {
+                    return Err(Specific::invalid("then", other, "answer, exit or hang"));
+                }
+            };
+            let hold_stdout = match s.take("stdout").as_deref() {
+                None | Some("null") => false,
+                Some("hold") => true,
+                Some(other) => return Err(Specific::invalid("stdout", other, "hold or null")),
+            };
+            Scenario::Escapee { then, hold_stdout }
+        }
         other => return Err(UsageError::UnknownScenario(other.to_owned())),
     })
 }
@@ -338,6 +390,14 @@ impl Specific {
         UsageError::MissingFlag {
             scenario: self.scenario.clone(),
             flag: flag.to_owned(),
+        }
+    }
+
+    fn invalid(flag: &str, value: &str, expected: &'static str) -> UsageError {
+        UsageError::InvalidValue {
+            flag: flag.to_owned(),
+            value: value.to_owned(),
+            expected,
         }
     }
 
@@ -494,6 +554,31 @@ mod tests {
             parse_str("exit-before-init --code 300"),
             Err(UsageError::InvalidValue { .. })
         ));
+    }
+
+    #[test]
+    fn escapee_modes_parse_and_bad_ones_are_named() {
+        assert_eq!(
+            parse_str("escapee --pid-file p --then exit --stdout hold")
+                .unwrap()
+                .scenario,
+            Scenario::Escapee {
+                then: EscapeeThen::Exit,
+                hold_stdout: true
+            }
+        );
+        assert!(matches!(
+            parse_str("escapee --pid-file p --then later"),
+            Err(UsageError::InvalidValue { .. })
+        ));
+        assert!(matches!(
+            parse_str("escapee"),
+            Err(UsageError::MissingFlag { .. })
+        ));
+        assert_eq!(
+            parse_str("probe-fd --fd 7").unwrap().scenario,
+            Scenario::ProbeFd { fd: 7 }
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::agent::Agent;
-use super::cli::{DEFAULT_PERMISSION_OPTIONS, Scenario};
+use super::cli::{DEFAULT_PERMISSION_OPTIONS, EscapeeThen, Scenario};
 use super::wire;
 
 const HELLO: &str = "hello from acp child";
@@ -31,16 +31,7 @@ impl Agent {
             .unwrap_or(wire::SESSION_ID)
             .to_owned();
         let session = session.as_str();
-        // Ready at the prompt, except where a scenario's own step says otherwise.
-        if !matches!(
-            self.scenario,
-            Scenario::Stubborn
-                | Scenario::Hang
-                | Scenario::Grandchild
-                | Scenario::IgnoreCancel
-                | Scenario::CrashOnCancel
-                | Scenario::SlowStream { .. }
-        ) {
+        if ready_at_prompt(&self.scenario) {
             self.touch_ready();
         }
         match self.scenario.clone() {
@@ -54,7 +45,11 @@ impl Agent {
             | Scenario::NoSessionId
             | Scenario::AuthRequired
             | Scenario::ExitBeforeInit { .. }
-            | Scenario::Silent => self.reply(id, session, [HELLO], "end_turn").await,
+            | Scenario::Silent
+            | Scenario::Escapee {
+                then: EscapeeThen::Answer,
+                ..
+            } => self.reply(id, session, [HELLO], "end_turn").await,
             Scenario::Stubborn => {
                 self.reply(id, session, [HELLO], "end_turn").await;
                 self.touch_ready();
@@ -64,7 +59,12 @@ impl Agent {
                     .await;
             }
             Scenario::Thought => self.thought(id, session).await,
-            Scenario::Hang | Scenario::Grandchild => {
+            Scenario::Hang
+            | Scenario::Grandchild
+            | Scenario::Escapee {
+                then: EscapeeThen::Hang,
+                ..
+            } => {
                 let on_cancel = if self.common.ignore_cancel {
                     OnCancel::Ignore
                 } else {
@@ -106,6 +106,15 @@ impl Agent {
             }
             Scenario::SlowStream { chunks, interval } => {
                 self.slow_stream(id, session, chunks, interval).await;
+            }
+            Scenario::Escapee {
+                then: EscapeeThen::Exit,
+                ..
+            } => std::process::exit(0),
+            Scenario::ProbeFd { fd } => self.reply(id, session, [probe_fd(fd)], "end_turn").await,
+            Scenario::AncestorEnviron => {
+                self.reply(id, session, [ancestor_environ()], "end_turn")
+                    .await;
             }
         }
     }
@@ -247,6 +256,23 @@ impl Agent {
     }
 }
 
+/// Ready at the prompt, except where a scenario's own step says otherwise.
+fn ready_at_prompt(scenario: &Scenario) -> bool {
+    !matches!(
+        scenario,
+        Scenario::Stubborn
+            | Scenario::Hang
+            | Scenario::Grandchild
+            | Scenario::IgnoreCancel
+            | Scenario::CrashOnCancel
+            | Scenario::SlowStream { .. }
+            | Scenario::Escapee {
+                then: EscapeeThen::Hang,
+                ..
+            }
+    )
+}
+
 /// `text` cut into exactly `count` pieces of near-equal length (on char boundaries, longer
 /// pieces first); no pieces for empty text, so an empty answer sends no chunk at all.
 fn split_chunks(text: &str, count: usize) -> Vec<String> {
@@ -315,6 +341,42 @@ fn describe_reply(reply: &Result<Value, Value>) -> String {
         Ok(result) => result.to_string(),
         Err(error) => error.get("code").unwrap_or(error).to_string(),
     }
+}
+
+fn probe_fd(fd: u32) -> String {
+    match std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+        Ok(target) => format!("fd {fd}: {}", target.display()),
+        Err(_) => format!("fd {fd}: closed"),
+    }
+}
+
+/// Walks the parent chain through `/proc/<pid>/stat` and tries each ancestor's environ.
+fn ancestor_environ() -> String {
+    let mut lines = Vec::new();
+    let mut pid = parent_of("self");
+    while let Some(current) = pid.filter(|p| *p > 1) {
+        let line = match std::fs::read(format!("/proc/{current}/environ")) {
+            Ok(bytes) => {
+                let entries: Vec<String> = bytes
+                    .split(|b| *b == 0)
+                    .filter(|e| !e.is_empty())
+                    .map(|e| String::from_utf8_lossy(e).into_owned())
+                    .collect();
+                format!("{current}: {}", entries.join(" "))
+            }
+            Err(error) => format!("{current}: unreadable ({error})"),
+        };
+        lines.push(line);
+        pid = parent_of(&current.to_string());
+    }
+    lines.join("\n")
+}
+
+/// The ppid field of `/proc/<pid>/stat`, after the parenthesised command name.
+fn parent_of(pid: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn env_line(name: &str) -> String {

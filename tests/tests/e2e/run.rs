@@ -17,18 +17,18 @@ use nix::unistd::Pid;
 use protocol::{env_vars, schema};
 use serde_json::Value;
 
-fn mock_path() -> &'static str {
+pub(super) fn mock_path() -> &'static str {
     env!("CARGO_BIN_EXE_mock-agent")
 }
 
 /// The `--agent` command line for the mock with these arguments.
-fn mock(args: &[&str]) -> String {
+pub(super) fn mock(args: &[&str]) -> String {
     let mut words = vec![mock_path().to_owned()];
     words.extend(args.iter().map(|a| (*a).to_owned()));
     shell_join(&words)
 }
 
-fn shell_join(words: &[String]) -> String {
+pub(super) fn shell_join(words: &[String]) -> String {
     words
         .iter()
         .map(|w| format!("'{}'", w.replace('\'', r"'\''")))

@@ -1,0 +1,283 @@
+//! End-to-end: what an agent must not get from the host, and that no process of the agent's
+//! tree outlives the host: inherited file descriptors, the host's own environment through
+//! `/proc`, grandchildren that leave the process group with `setsid()`, and the host itself
+//! being killed with SIGKILL with a wrapper launcher in between.
+//!
+//! "Gone" means every descendant the test saw (walking `/proc`) or the mock reported, not only
+//! the agent's process group. Waits poll with deadlines; nothing sleeps a fixed time.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use acp_tests::{
+    HANG_GUARD, bin, code, run_to_end, stderr, stdout, wait_for_file, wait_output, wait_until_dead,
+};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::run::{mock, shell_join};
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 temp path")
+}
+
+/// Both pids the `escapee` scenario wrote: the in-group grandchild, then the setsid one.
+fn escapee_pids(pid_file: &Path) -> Vec<u32> {
+    assert!(
+        wait_for_file(pid_file, HANG_GUARD),
+        "the mock wrote no pids"
+    );
+    let text = std::fs::read_to_string(pid_file).expect("pid file readable");
+    let pids: Vec<u32> = text
+        .split_whitespace()
+        .map(|p| p.parse().expect("a pid"))
+        .collect();
+    assert_eq!(pids.len(), 2, "two grandchildren: {text:?}");
+    pids
+}
+
+fn assert_all_dead(pids: &[u32], what: &str) {
+    for pid in pids {
+        assert!(
+            wait_until_dead(*pid, HANG_GUARD),
+            "process {pid} ({what}) is still alive: {}",
+            std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+                .unwrap_or_default()
+                .replace('\0', " ")
+        );
+    }
+}
+
+/// Every process below `root` now, by parent links in `/proc` (the test's own view, independent
+/// of the host's).
+fn descendants(root: u32) -> Vec<u32> {
+    let table: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .expect("/proc is readable")
+        .filter_map(|entry| {
+            let pid: u32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let (_, rest) = stat.rsplit_once(')')?;
+            let parent = rest.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, parent))
+        })
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for (pid, _) in table.iter().filter(|(_, ppid)| *ppid == parent) {
+            found.push(*pid);
+            frontier.push(*pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn a_file_descriptor_the_host_inherited_does_not_reach_the_agent() {
+    let dir = temp();
+    let marker = dir.path().join("inherited-fd-marker");
+    std::fs::write(&marker, "not for the agent").unwrap();
+    // The caller's shell opens fd 7 without close-on-exec, as `exec 7<file` does, then becomes
+    // acp-host.
+    let out = run_to_end(
+        Command::new("sh")
+            .current_dir(dir.path())
+            .args(["-c", r#"exec 7<"$0" && exec "$@""#, path_str(&marker)])
+            .arg(bin("acp-host"))
+            .args(["run", "--agent", &mock(&["probe-fd", "--fd", "7"]), "x"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("fd 7: "), "{text}");
+    assert!(
+        !text.contains("inherited-fd-marker"),
+        "the agent got the host's fd 7: {text}"
+    );
+}
+
+#[test]
+fn an_agent_cannot_read_the_hosts_environment_through_proc() {
+    let dir = temp();
+    let secret = "hunter2-do-not-leak-4f1c9";
+    // Root reads any process's /proc entries whatever its dumpable flag; the guarantee is about
+    // an agent running as the same unprivileged user, so as root run host and agent as nobody.
+    let as_root = std::fs::metadata("/proc/self")
+        .is_ok_and(|meta| std::os::unix::fs::MetadataExt::uid(&meta) == 0);
+    let mut host = if as_root {
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(bin("acp-host"));
+        cmd
+    } else {
+        Command::new(bin("acp-host"))
+    };
+    host.current_dir(dir.path())
+        .env_remove("ACP_HOST_LOG")
+        .env("ACP_TEST_HARDENING_TOKEN", secret)
+        .args(["run", "--agent", &mock(&["ancestor-environ"]), "x"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = host.spawn().expect("acp-host starts");
+    // setpriv execs acp-host in place: same pid.
+    let host_pid = child.id();
+    let out = wait_output(child);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        !text.contains(secret) && !stderr(&out).contains(secret),
+        "a withheld value reached the agent: {text}"
+    );
+    let host_line = text
+        .lines()
+        .find(|line| line.starts_with(&format!("{host_pid}: ")))
+        .unwrap_or_else(|| panic!("the agent saw no ancestor {host_pid}: {text}"));
+    assert!(host_line.contains("unreadable"), "{host_line}");
+}
+
+/// `escapee --then <then> --stdout <stdout>` run to its end; both grandchildren must be gone.
+fn escapees_are_gone_after(then: &str, stdout_mode: &str, host_args: &[&str], exit: i32) {
+    let dir = temp();
+    let pids = dir.path().join("pids");
+    let out = run_to_end(
+        acp_tests::host_run(dir.path())
+            .args(["--json", "--term-grace", "0.5"])
+            .args(host_args)
+            .args([
+                "--agent",
+                &mock(&[
+                    "escapee",
+                    "--then",
+                    then,
+                    "--stdout",
+                    stdout_mode,
+                    "--pid-file",
+                    path_str(&pids),
+                ]),
+                "x",
+            ]),
+    );
+    assert_eq!(code(&out), exit, "{then}/{stdout_mode}: {}", stderr(&out));
+    assert_all_dead(
+        &escapee_pids(&pids),
+        &format!("grandchild, agent {then}, stdout {stdout_mode}"),
+    );
+}
+
+#[test]
+fn a_setsid_grandchild_is_gone_after_the_agent_answered() {
+    escapees_are_gone_after("answer", "null", &[], 0);
+    escapees_are_gone_after("answer", "hold", &[], 0);
+}
+
+#[test]
+fn a_setsid_grandchild_is_gone_after_the_agent_exited_without_answering() {
+    escapees_are_gone_after("exit", "null", &[], 1);
+    escapees_are_gone_after("exit", "hold", &[], 1);
+}
+
+#[test]
+fn a_setsid_grandchild_is_gone_after_a_timeout() {
+    escapees_are_gone_after("hang", "hold", &["--timeout", "0.5"], 124);
+}
+
+#[test]
+fn the_whole_tree_dies_when_the_host_is_sigkilled_even_under_a_wrapper() {
+    let dir = temp();
+    let pids = dir.path().join("pids");
+    let ready = dir.path().join("ready");
+    // The agent ignores stdin EOF, so it is alive when the host dies and only the watchdog can
+    // end it (an agent exiting at that very moment is the best-effort case the README names).
+    let agent = mock(&[
+        "escapee",
+        "--then",
+        "hang",
+        "--ignore-eof",
+        "--stdout",
+        "hold",
+        "--pid-file",
+        path_str(&pids),
+        "--ready",
+        path_str(&ready),
+    ]);
+    // A wrapper launcher (like npx) between host and agent: the parent-death signal alone
+    // would reach only the wrapper.
+    let wrapped = shell_join(&["sh".to_owned(), "-c".to_owned(), format!("{agent}; true")]);
+    let child = acp_tests::host_run(dir.path())
+        .args(["--agent", &wrapped, "x"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("acp-host starts");
+    assert!(
+        wait_for_file(&ready, HANG_GUARD),
+        "the mock never became ready"
+    );
+    let host = child.id();
+    let mut tree = descendants(host);
+    tree.extend(escapee_pids(&pids));
+    // watchdog (or wrapper), sh, the mock and its two grandchildren at least.
+    assert!(tree.len() >= 4, "the tree below the host: {tree:?}");
+    kill(Pid::from_raw(host.cast_signed()), Signal::SIGKILL).expect("SIGKILL acp-host");
+    let out = wait_output(child);
+    assert_all_dead(
+        &tree,
+        &format!(
+            "below the SIGKILLed host, whose stderr was {:?}",
+            stderr(&out)
+        ),
+    );
+}
+
+/// Control for the fd test: without the host in between, the shell's fd 7 does reach a child,
+/// so the test above would see it if acp-host passed it on.
+#[test]
+fn the_inherited_fd_test_would_see_a_leak() {
+    let dir = temp();
+    let marker = dir.path().join("inherited-fd-marker");
+    std::fs::write(&marker, "x").unwrap();
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", r#"exec 7<"$0" && exec "$@""#, path_str(&marker)])
+        .arg(super::run::mock_path())
+        .args(["probe-fd", "--fd", "7"]);
+    // Drive the mock directly over its stdin: one prompt turn.
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(
+        &mut stdin,
+        concat!(
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/","mcpServers":[]}}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"s","prompt":[]}}"#,
+            "\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    drop(stdin);
+    let out = wait_output(child);
+    assert!(
+        stdout(&out).contains("inherited-fd-marker"),
+        "{}",
+        stdout(&out)
+    );
+}
