@@ -79,6 +79,11 @@ pub struct RunArgs {
           default_value_t = Seconds(Timeouts::default().term_grace))]
     term_grace: Seconds,
 
+    /// The deepest a chain of agents starting agents may go (0: the agent may not delegate). It
+    /// can only lower the limit inherited from a parent agent (`ACP_HOST_MAX_DEPTH`); default 1.
+    #[arg(long, value_name = "N")]
+    max_depth: Option<u32>,
+
     /// Write NDJSON events to stdout (start, updates, permissions), then a result record.
     #[arg(long)]
     json: bool,
@@ -216,6 +221,7 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
             eof_grace: args.eof_grace.0,
             term_grace: args.term_grace.0,
         },
+        max_depth: args.max_depth,
     })
 }
 
