@@ -213,6 +213,24 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
     }
 }
 
+/// Live processes (zombies excluded) whose working directory is `dir`: how a test finds the
+/// agents a chain of delegations started there, without knowing their pids.
+#[must_use]
+pub fn processes_in(dir: &Path) -> Vec<u32> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .filter(|pid| process_alive(*pid))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,12 +1,16 @@
 //! End-to-end: delegation across processes. The depth budget (`ACP_HOST_DEPTH`,
-//! `ACP_HOST_MAX_DEPTH`) set by `acp-host run` and enforced before anything is spawned.
+//! `ACP_HOST_MAX_DEPTH`) set by `acp-host run` and enforced before anything is spawned; acp-child
+//! delegating to child acp-child processes offline (`/delegate`) and on the mock model (the
+//! `subagent` tool): relayed permissions, the depth cap's two faces, timeouts, cancellation,
+//! parallel children, and no process left behind.
 
 use std::path::Path;
 use std::process::Command;
 
+use acp_tests::mock_llm::{MockLlm, Reply};
 use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 fn mock_path() -> &'static str {
     env!("CARGO_BIN_EXE_mock-agent")
@@ -111,4 +115,461 @@ fn a_start_past_the_cap_is_refused_and_nothing_is_spawned() {
         "acp-host: error: depth limit: ACP_HOST_DEPTH=\"deep\" is not a whole number; refusing to \
          start an agent\n"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// acp-child delegating, offline: `/delegate NAME PROMPT`
+// ---------------------------------------------------------------------------------------------
+
+/// `acp-host run` driving an offline acp-child that may delegate to acp-child, started by a
+/// person (depth 0), with `extra` acp-child flags.
+fn delegating(dir: &Path, extra: &[&str]) -> Command {
+    let mut cmd = host_run(dir);
+    let mut words = vec!["acp-child", "--subagent-agents", "acp-child"];
+    words.extend_from_slice(extra);
+    cmd.env_remove(ACP_HOST_DEPTH)
+        .env_remove(ACP_HOST_MAX_DEPTH)
+        .env_remove("ACP_CHILD_MODEL")
+        .args(["--agent", &shell_words::join(words)]);
+    cmd
+}
+
+fn records(out: &std::process::Output) -> Vec<Value> {
+    stdout(out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Asserts that no process is left running in `dir`.
+fn assert_none_left(dir: &Path) {
+    assert!(
+        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::processes_in(dir)
+            .is_empty()),
+        "processes left in {}: {:?}",
+        dir.display(),
+        acp_tests::processes_in(dir)
+    );
+}
+
+#[test]
+fn delegate_runs_a_child_whose_write_is_relayed_to_the_outer_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(delegating(dir.path(), &[]).args([
+        "--json",
+        "--permission",
+        "allow",
+        "/delegate acp-child /write notes.txt from the child",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = records(&out);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "wrote 14 bytes to notes.txt");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "from the child"
+    );
+    // The child's request reached the outer client, titled with the subagent's name.
+    let permissions = result["permissions"].as_array().unwrap();
+    assert_eq!(permissions.len(), 1, "{permissions:?}");
+    assert_eq!(permissions[0]["title"], "acp-child: Write notes.txt");
+    assert_eq!(permissions[0]["toolKind"], "edit");
+    assert_eq!(permissions[0]["verdict"], "allow");
+    // The subagent's card: announced, then completed with the child's answer.
+    let card: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["update"]["title"] == "Subagent acp-child: /write notes.txt from the child")
+        .collect();
+    assert_eq!(card.len(), 1);
+    assert_eq!(card[0]["update"]["kind"], "think");
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_relayed_rejection_reaches_the_child_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(
+        delegating(dir.path(), &[]).args(["--json", "/delegate acp-child /write notes.txt x"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(
+        result["output"],
+        "permission denied: did not write notes.txt"
+    );
+    assert_eq!(
+        result["permissions"][0]["title"],
+        "acp-child: Write notes.txt"
+    );
+    assert_eq!(result["permissions"][0]["verdict"], "reject");
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn subagent_permission_policy_answers_without_asking_the_outer_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(
+        delegating(dir.path(), &["--subagent-permission", "allow"])
+            .args(["--json", "/delegate acp-child /write notes.txt x"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(result["output"], "wrote 1 bytes to notes.txt");
+    assert_eq!(result["permissions"], serde_json::json!([]));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "x"
+    );
+}
+
+#[test]
+fn delegate_at_the_depth_cap_is_refused_and_nothing_is_spawned() {
+    let dir = tempfile::tempdir().unwrap();
+    // Started from an agent at depth 0, the delegating acp-child runs at depth 1: the cap.
+    let out = run_to_end(
+        delegating(dir.path(), &[])
+            .env(ACP_HOST_DEPTH, "0")
+            .args(["/delegate acp-child /write notes.txt x"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "subagent acp-child ended error: depth limit: the agent would run at depth 2, deeper than \
+         the limit of 1 (raise it with --max-depth or the definition's maxDepth where the limit \
+         allows; ACP_HOST_MAX_DEPTH set by a parent can only shrink)"
+    );
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn delegate_without_subagents_enabled_says_how_to_enable_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(host_run(dir.path()).env_remove("ACP_CHILD_MODEL").args([
+        "--agent",
+        "acp-child",
+        "/delegate acp-child hi",
+    ]));
+    assert_eq!(code(&out), 0);
+    assert_eq!(
+        stdout(&out),
+        "/delegate: no subagents are enabled; start acp-child with --subagent-agents acp-child"
+    );
+}
+
+#[test]
+fn a_child_past_its_timeout_is_a_result_and_is_torn_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(
+        delegating(dir.path(), &["--subagent-timeout", "1"]).arg("/delegate acp-child /sleep 60"),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "subagent acp-child ended timeout: timed out after 1 s"
+    );
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let child = delegating(dir.path(), &[])
+        .args(["--json", "/delegate acp-child /sleep 60"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // acp-host, the parent acp-child and its child all run in `dir`.
+    assert!(
+        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::processes_in(
+            dir.path()
+        )
+        .len()
+            >= 3),
+        "the child never started"
+    );
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGINT,
+    )
+    .unwrap();
+    let out = acp_tests::wait_output(child);
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["stopReason"], "cancelled");
+    assert_none_left(dir.path());
+}
+
+// ---------------------------------------------------------------------------------------------
+// acp-child delegating on a model: the `subagent` tool
+// ---------------------------------------------------------------------------------------------
+
+const KEY: &str = "test-key";
+const MODEL: &str = "mock-model";
+
+/// `acp-host run` driving acp-child on the mock model, allowed to delegate to acp-child;
+/// the model settings travel in the environment (so a child acp-child inherits them) when
+/// `inherit_model`, else as the parent's own flags (its children then run offline).
+fn model_parent(dir: &Path, llm: &MockLlm, inherit_model: bool, extra: &[&str]) -> Command {
+    let mut cmd = host_run(dir);
+    for name in [
+        ACP_HOST_DEPTH,
+        ACP_HOST_MAX_DEPTH,
+        "ACP_CHILD_LOG",
+        "ACP_CHILD_MODEL",
+        "ACP_CHILD_BASE_URL",
+        "ACP_CHILD_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "OPENAI_API_KEY",
+    ] {
+        cmd.env_remove(name);
+    }
+    let state = dir.join(".state");
+    cmd.args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+        .args(["--env", &format!("ACP_CHILD_STATE_DIR={}", state.display())]);
+    let mut words = vec![
+        "acp-child".to_owned(),
+        "--subagent-agents".to_owned(),
+        "acp-child".to_owned(),
+        "--subagent-env".to_owned(),
+        "ACP_CHILD_API_KEY".to_owned(),
+    ];
+    if inherit_model {
+        cmd.args(["--env", &format!("ACP_CHILD_MODEL={MODEL}")])
+            .args(["--env", &format!("ACP_CHILD_BASE_URL={}", llm.base_url())]);
+    } else {
+        words.extend(["--model".to_owned(), MODEL.to_owned()]);
+        words.extend(["--base-url".to_owned(), llm.base_url()]);
+    }
+    words.extend(extra.iter().map(|w| (*w).to_owned()));
+    cmd.args(["--agent", &shell_words::join(words)]);
+    cmd
+}
+
+#[test]
+fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_cannot_delegate() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            // The parent delegates.
+            Reply::tool_call(
+                "call_parent",
+                "subagent",
+                &json!({"agent": "acp-child", "prompt": "write the notes", "description": "Write notes"}),
+                3,
+            ),
+            // The child writes (asking permission), then answers.
+            Reply::tool_call(
+                "call_child",
+                "write_file",
+                &json!({"path": "notes.txt", "content": "from the child"}),
+                1,
+            ),
+            Reply::text(["child ", "done"]),
+            // The parent reads the child's answer.
+            Reply::text(["parent done"]),
+        ])
+        .start();
+    let out = run_to_end(model_parent(dir.path(), &llm, true, &[]).args([
+        "--json",
+        "--permission",
+        "allow",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = records(&out);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "parent done");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "from the child"
+    );
+    let permissions = result["permissions"].as_array().unwrap();
+    assert_eq!(permissions.len(), 1, "{permissions:?}");
+    assert_eq!(permissions[0]["title"], "acp-child: Write notes.txt");
+    assert_eq!(permissions[0]["verdict"], "allow");
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    // Prompt face: the parent (depth 0) is offered the tool, with the enabled names as an enum;
+    // the child (depth 1, the cap) is not.
+    assert!(requests[0].tool_names().contains(&"subagent"));
+    let tool = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap();
+    assert_eq!(
+        tool["function"]["parameters"]["properties"]["agent"]["enum"],
+        json!(["acp-child"])
+    );
+    assert_eq!(
+        requests[1].last_user_text().as_deref(),
+        Some("write the notes")
+    );
+    assert!(!requests[1].tool_names().contains(&"subagent"));
+    assert!(!requests[2].tool_names().contains(&"subagent"));
+    // The child's final text is the parent's tool result.
+    assert_eq!(
+        requests[3].tool_result("call_parent").as_deref(),
+        Some("child done")
+    );
+    // The card names the subagent and showed the child's text while it ran.
+    let card_title = records
+        .iter()
+        .find(|r| r["update"]["sessionUpdate"] == "tool_call")
+        .map(|r| r["update"]["title"].clone());
+    assert_eq!(card_title, Some(json!("Subagent acp-child: Write notes")));
+    let shown: Vec<&Value> = records
+        .iter()
+        .filter(|r| {
+            r["update"]["sessionUpdate"] == "tool_call_update"
+                && r["update"]["toolCallId"] == "call_parent"
+        })
+        .filter_map(|r| {
+            r["update"]["content"][0]["content"]["text"]
+                .as_str()
+                .map(|_| r)
+        })
+        .collect();
+    assert!(
+        shown
+            .iter()
+            .any(|r| r["update"]["content"][0]["content"]["text"] == "child done"),
+        "{shown:?}"
+    );
+    assert_none_left(dir.path());
+}
+
+/// One model reply with a `subagent` call per prompt, all in the same response.
+fn parallel_calls(prompts: &[&str]) -> Reply {
+    let calls: Vec<Value> = prompts
+        .iter()
+        .enumerate()
+        .map(|(index, prompt)| {
+            json!({"index": index, "id": format!("call_{index}"), "type": "function",
+                "function": {"name": "subagent",
+                    "arguments": json!({"agent": "acp-child", "prompt": prompt}).to_string()}})
+        })
+        .collect();
+    Reply::Events(vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}, "finish_reason": null}]})
+            .to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        "[DONE]".to_owned(),
+    ])
+}
+
+#[test]
+fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
+    for (limit, expected_max) in [(None, 4), (Some("2"), 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let llm = MockLlm::builder()
+            .require_key(Some(KEY))
+            .replies([
+                parallel_calls(&["/sleep 2", "/sleep 2", "/sleep 2", "/sleep 2"]),
+                Reply::text(["all done"]),
+            ])
+            .start();
+        let extra: Vec<&str> = limit
+            .map(|n| vec!["--max-parallel-subagents", n])
+            .unwrap_or_default();
+        let child = model_parent(dir.path(), &llm, false, &extra)
+            .arg("go")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // acp-host and the parent run in `dir` beside the children: watch how many children
+        // run at once until the run ends.
+        let pid = child.id();
+        let mut most = 0;
+        while acp_tests::process_alive(pid) {
+            most = most.max(acp_tests::processes_in(dir.path()).len().saturating_sub(2));
+            if most > expected_max {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = acp_tests::wait_output(child);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(stdout(&out), "all done");
+        assert_eq!(most, expected_max, "limit {limit:?}");
+        let requests = llm.requests();
+        assert_eq!(requests.len(), 2);
+        for index in 0..4 {
+            assert_eq!(
+                requests[1].tool_result(&format!("call_{index}")).as_deref(),
+                Some("slept 2 s")
+            );
+        }
+        assert_none_left(dir.path());
+    }
+}
+
+#[test]
+fn a_forced_subagent_call_at_the_cap_is_refused_as_a_tool_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            Reply::tool_call(
+                "call_forced",
+                "subagent",
+                &json!({"agent": "acp-child", "prompt": "/write notes.txt x"}),
+                1,
+            ),
+            Reply::text(["understood"]),
+        ])
+        .start();
+    // Started from an agent at depth 0: the parent runs at depth 1, the cap.
+    let out = run_to_end(
+        model_parent(dir.path(), &llm, false, &[])
+            .env(ACP_HOST_DEPTH, "0")
+            .args(["--permission", "allow", "go"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "understood");
+    let requests = llm.requests();
+    assert!(!requests[0].tool_names().contains(&"subagent"));
+    assert_eq!(
+        requests[1].tool_result("call_forced").as_deref(),
+        Some(
+            "subagent acp-child ended error: depth limit: the agent would run at depth 2, deeper \
+             than the limit of 1 (raise it with --max-depth or the definition's maxDepth where \
+             the limit allows; ACP_HOST_MAX_DEPTH set by a parent can only shrink)"
+        )
+    );
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_child_that_cannot_start_is_a_result_naming_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = delegating(dir.path(), &[]);
+    // The enabled agent is one whose program is not installed.
+    cmd.args([
+        "--agent",
+        "acp-child --subagent-agents codex",
+        "/delegate codex review",
+    ])
+    .env("PATH", "/nonexistent");
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("subagent codex ended error: ")
+            && text.contains("npm install -g @zed-industries/codex-acp"),
+        "{text}"
+    );
+    assert_none_left(dir.path());
 }

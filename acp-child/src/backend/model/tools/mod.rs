@@ -20,8 +20,10 @@ mod list_dir;
 mod read_file;
 mod run_command;
 mod search;
+pub(crate) mod subagent;
 mod write_file;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
@@ -31,6 +33,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use self::files::Files;
+use crate::backend::delegate::Subagents;
 use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
 use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;
@@ -53,6 +56,11 @@ pub(crate) trait Tool: Send + Sync {
     /// The permission its calls need; `None`: they run without asking.
     fn permission(&self) -> Option<PermissionKind> {
         None
+    }
+    /// Whether the model is offered it (listed in the request's tools); a tool not offered still
+    /// answers a call the model makes anyway (it refuses with an explanation).
+    fn offered(&self) -> bool {
+        true
     }
     /// Parses a call's arguments (a JSON object).
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error>;
@@ -163,9 +171,10 @@ struct Parsed<'a> {
 }
 
 impl Toolbox {
-    /// Every built-in tool; `run_command` kills a command after `command_timeout`.
-    pub(crate) fn standard(command_timeout: Duration) -> Self {
-        Self::new(vec![
+    /// Every built-in tool; `run_command` kills a command after `command_timeout`; `subagent`
+    /// when subagents are enabled.
+    pub(crate) fn standard(command_timeout: Duration, subagents: Option<Arc<Subagents>>) -> Self {
+        let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(read_file::ReadFile),
             Box::new(list_dir::ListDir),
             Box::new(search::Search),
@@ -174,11 +183,19 @@ impl Toolbox {
             Box::new(run_command::RunCommand {
                 timeout: command_timeout,
             }),
-        ])
+        ];
+        if let Some(subagents) = subagents {
+            tools.push(Box::new(subagent::Subagent { subagents }));
+        }
+        Self::new(tools)
     }
 
     fn new(tools: Vec<Box<dyn Tool>>) -> Self {
-        let definitions = tools.iter().map(|tool| definition(&**tool)).collect();
+        let definitions = tools
+            .iter()
+            .filter(|tool| tool.offered())
+            .map(|tool| definition(&**tool))
+            .collect();
         Self { tools, definitions }
     }
 
@@ -329,7 +346,7 @@ mod tests {
     use super::*;
 
     fn toolbox() -> Toolbox {
-        Toolbox::standard(Duration::from_secs(1))
+        Toolbox::standard(Duration::from_secs(1), None)
     }
 
     /// `(kind, title, permission)` of a call.
