@@ -573,3 +573,38 @@ fn a_child_that_cannot_start_is_a_result_naming_how_to_install_it() {
     );
     assert_none_left(dir.path());
 }
+
+#[tokio::test]
+async fn a_command_the_agent_runs_inherits_its_standing_so_acp_host_inside_it_goes_one_deeper() {
+    use acp_tests::acp_client::{Launch, Permission, new_session, prompt, with_launch};
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start(vec![
+        Reply::tool_call(
+            "call_env",
+            "run_command",
+            &json!({"command": format!("echo ${ACP_HOST_DEPTH}/${ACP_HOST_MAX_DEPTH}")}),
+            1,
+        ),
+        Reply::text(["done"]),
+    ]);
+    // Started like an editor starts it: this test's own environment, no depth set by a host.
+    let launch = Launch::model(&llm.base_url(), state.path());
+    with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (_log, response) = prompt(&mut session, "show the depth", Permission::Allow).await?;
+        assert!(response.is_ok());
+        Ok(())
+    })
+    .await;
+    let own = protocol::depth::own(protocol::depth::Inherited {
+        depth: std::env::var(ACP_HOST_DEPTH).ok().as_deref(),
+        max_depth: std::env::var(ACP_HOST_MAX_DEPTH).ok().as_deref(),
+    })
+    .unwrap();
+    let result = llm.requests()[1].tool_result("call_env").unwrap();
+    assert!(
+        result.contains(&format!("{}/{}", own.depth, own.max_depth)),
+        "{result}"
+    );
+}
