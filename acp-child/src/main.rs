@@ -92,6 +92,12 @@ struct Cli {
     )]
     subagent_agents: Vec<String>,
     #[arg(
+        long = "subagents",
+        value_name = "DIR",
+        help = "A folder of subagent definitions (<name>.md with a run: table), looked at after <session cwd>/subagents/ (repeatable)"
+    )]
+    subagent_dirs: Vec<PathBuf>,
+    #[arg(
         long,
         value_name = "N",
         help = format!("How many subagents may run at once [default: {DEFAULT_MAX_PARALLEL_SUBAGENTS}]")
@@ -144,11 +150,9 @@ offline backend: prompts get an explanatory reply, and the offline commands belo
 }
 
 impl Cli {
-    /// The subagents enabled, standing at the depth this process inherited.
-    fn subagents(&self) -> Result<Option<Subagents>, SubagentError> {
-        if self.subagent_agents.is_empty() {
-            return Ok(None);
-        }
+    /// The subagents enabled (registry agents, definition folders), standing at the depth this
+    /// process inherited. Definitions in a session's `subagents/` folder are always looked at.
+    fn subagents(&self) -> Result<Subagents, SubagentError> {
         let (depth, max_depth) = (
             std::env::var(ACP_HOST_DEPTH).ok(),
             std::env::var(ACP_HOST_MAX_DEPTH).ok(),
@@ -174,8 +178,12 @@ impl Cli {
             env: self.subagent_env.clone(),
             timeout: self.subagent_timeout.map(std::time::Duration::from_secs),
             budget,
+            dirs: self
+                .subagent_dirs
+                .iter()
+                .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+                .collect(),
         })
-        .map(Some)
     }
 
     fn model_options(self) -> ModelOptions {
@@ -223,7 +231,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     let subagents = match cli.subagents() {
-        Ok(subagents) => subagents,
+        Ok(subagents) => Some(subagents),
         Err(error) => {
             eprintln!("{AGENT_NAME}: error: {}", describe(&error));
             return ExitCode::from(2);

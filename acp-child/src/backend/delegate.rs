@@ -21,6 +21,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,13 +33,15 @@ use agent_client_protocol::v1::schema::{
 };
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
+use protocol::definition::{self, Definition, Problem, RunPermission, RunSpec, SourceEntry};
 use protocol::depth::Budget;
 use protocol::env_scrub::EnvForward;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use protocol::events::Event;
 use protocol::permission::{Answer, DecidedBy, PermissionPolicy, PermissionRequest};
+use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
-use protocol::result::Status;
+use protocol::result::{RunResult, Status};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::Turn;
@@ -95,6 +98,8 @@ pub struct SubagentOptions {
     /// This agent's own standing; `None` when its inherited values are malformed (then it may
     /// not delegate: the library refuses every start the same way).
     pub budget: Option<Budget>,
+    /// Folders of definitions (`--subagents`), looked at after `<session cwd>/subagents/`.
+    pub dirs: Vec<PathBuf>,
 }
 
 /// `--subagent-agents` names something that cannot be a subagent.
@@ -114,18 +119,43 @@ pub enum SubagentError {
     NoParallelism,
 }
 
-/// One agent a subagent call may name.
+/// One agent a subagent call may name: an enabled registry agent, or a definition's `run:`.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     pub(crate) name: String,
     pub(crate) description: String,
     command: AgentCommand,
+    launch: Launch,
+}
+
+/// What a definition adds to a run (nothing, for a registry agent).
+#[derive(Debug, Clone, Default)]
+struct Launch {
+    /// The definition's body.
+    persona: Option<String>,
+    /// acp-child takes the persona as `--persona FILE`; other agents get it before the task.
+    persona_flag: bool,
+    permission: Option<SubagentPermission>,
+    env: Vec<String>,
+    timeout: Option<Duration>,
+    max_depth: Option<u32>,
+}
+
+/// The subagents available to a session, and the definition files that could not be used.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    pub(crate) targets: Vec<Target>,
+    /// One line per problem, naming the file (and field).
+    pub(crate) problems: Vec<String>,
 }
 
 /// The enabled subagents and how they run; shared by every session of the connection.
 #[derive(Debug)]
 pub struct Subagents {
+    /// The enabled registry agents.
     targets: Vec<Target>,
+    dirs: Vec<PathBuf>,
+    facts: HostFacts,
     budget: Option<Budget>,
     slots: Semaphore,
     permission: SubagentPermission,
@@ -156,15 +186,14 @@ impl Subagents {
         let facts = HostFacts::from_env();
         let mut targets = Vec::new();
         for name in &options.agents {
-            let spec = protocol::registry::find(name)
+            let spec = registry::find(name)
                 .filter(|spec| spec.acp_command.is_some())
                 .ok_or_else(|| SubagentError::Unknown {
                     name: name.clone(),
-                    known: protocol::registry::names()
+                    known: registry::names()
                         .into_iter()
                         .filter(|known| {
-                            protocol::registry::find(known)
-                                .is_some_and(|spec| spec.acp_command.is_some())
+                            registry::find(known).is_some_and(|spec| spec.acp_command.is_some())
                         })
                         .collect::<Vec<_>>()
                         .join(", "),
@@ -181,6 +210,7 @@ impl Subagents {
                 name: spec.name.to_owned(),
                 description: spec.summary.to_owned(),
                 command: resolved.command,
+                launch: Launch::default(),
             });
         }
         let parallel = options
@@ -191,6 +221,8 @@ impl Subagents {
         }
         Ok(Self {
             targets,
+            dirs: options.dirs,
+            facts,
             budget: options.budget,
             slots: Semaphore::new(parallel),
             permission: options.permission,
@@ -199,22 +231,114 @@ impl Subagents {
         })
     }
 
-    /// Whether delegation is offered at all (the prompt face): some subagent is enabled and this
+    /// Whether delegation is offered (the prompt face): some subagent is available and this
     /// agent is below the depth cap.
-    pub(crate) fn offered(&self) -> bool {
-        !self.targets.is_empty() && self.budget.is_some_and(Budget::may_delegate)
+    pub(crate) fn offered(&self, catalog: &Catalog) -> bool {
+        !catalog.targets.is_empty() && self.budget.is_some_and(Budget::may_delegate)
     }
 
-    pub(crate) fn targets(&self) -> &[Target] {
-        &self.targets
+    /// The enabled registry agents, then the definitions with a `run:` table found in
+    /// `<cwd>/subagents/` and the `--subagents` folders (the first of a name wins). A file that
+    /// cannot be used is a problem in the catalog (and a log line), never hides the others.
+    pub(crate) fn catalog(&self, cwd: &Path) -> Catalog {
+        let mut catalog = Catalog {
+            targets: self.targets.clone(),
+            problems: Vec::new(),
+        };
+        let local = cwd.join(definition_dir());
+        let dirs =
+            std::iter::once((local, false)).chain(self.dirs.iter().map(|d| (d.clone(), true)));
+        for (dir, explicit) in dirs {
+            if !explicit && !dir.is_dir() {
+                continue;
+            }
+            let entries = match acp_host::sync_exec::read_source(&dir) {
+                Ok(entries) => entries,
+                Err(error) => {
+                    catalog.problems.push(crate::describe(&error));
+                    continue;
+                }
+            };
+            for entry in entries {
+                let file = entry.name().to_owned();
+                if definition::IGNORED_ENTRIES.contains(&file.as_str()) {
+                    continue;
+                }
+                let located = |message: String| format!("{}: {message}", dir.join(&file).display());
+                let definition = match entry {
+                    SourceEntry::File { name, contents } => definition::parse(&name, &contents),
+                    SourceEntry::Symlink { .. } => Err(Problem::Symlink),
+                    SourceEntry::Folder { .. } => Err(Problem::Folder),
+                    SourceEntry::Other { .. } => Err(Problem::NotAFile),
+                };
+                let definition = match definition {
+                    Ok(definition) => definition,
+                    Err(problem) => {
+                        catalog.problems.push(located(problem.to_string()));
+                        continue;
+                    }
+                };
+                // A sync-only definition says nothing about running it out of process.
+                let Some(run) = definition.run.clone() else {
+                    continue;
+                };
+                if catalog.targets.iter().any(|t| t.name == definition.name) {
+                    catalog.problems.push(located(format!(
+                        "subagent `{}` is already defined earlier (registry agents, then <cwd>/subagents, then --subagents in order); rename one",
+                        definition.name
+                    )));
+                    continue;
+                }
+                match self.definition_target(definition, &run) {
+                    Ok(target) => catalog.targets.push(target),
+                    Err(message) => catalog.problems.push(located(message)),
+                }
+            }
+        }
+        for problem in &catalog.problems {
+            tracing::warn!(%problem, "subagent definition not available");
+        }
+        catalog
     }
 
-    fn names(&self) -> String {
-        self.targets
-            .iter()
-            .map(|t| t.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+    /// How a definition runs, or why it cannot be honoured by this session.
+    fn definition_target(&self, definition: Definition, run: &RunSpec) -> Result<Target, String> {
+        let agent = run.agent.as_deref().unwrap_or(registry::ACP_CHILD);
+        let resolved = agents::resolve(agent, &self.facts)
+            .map_err(|error| format!("field `run.agent`: {}", crate::describe(&error)))?;
+        let acp_child = resolved
+            .spec
+            .is_some_and(|spec| spec.name == registry::ACP_CHILD);
+        let mut command = resolved.command;
+        if run.tools.is_some() {
+            return Err("field `run.tools` cannot be honoured yet: no agent takes a tool filter when it starts; remove the field".to_owned());
+        }
+        if let Some(model) = &run.model {
+            if !acp_child {
+                return Err(format!(
+                    "field `run.model` cannot be honoured for agent `{agent}`: only acp-child takes a model when it starts; remove the field or run acp-child"
+                ));
+            }
+            command.args.extend(["--model".to_owned(), model.clone()]);
+        }
+        command.display.clone_from(&definition.name);
+        Ok(Target {
+            name: definition.name,
+            description: definition.description,
+            command,
+            launch: Launch {
+                persona: Some(definition.body),
+                persona_flag: acp_child,
+                permission: run.permission.map(|p| match p {
+                    RunPermission::Relay => SubagentPermission::Relay,
+                    RunPermission::Reject => SubagentPermission::Reject,
+                    RunPermission::Allow => SubagentPermission::Allow,
+                }),
+                env: run.env.clone(),
+                timeout: run.timeout.map(Duration::from_secs),
+                max_depth: run.max_depth,
+            },
+        })
     }
 
     /// The environment the library reads this agent's standing from: its own, even when it was
@@ -233,6 +357,66 @@ impl Subagents {
         ambient
     }
 
+    /// The start request for `target`, the permission policy of its run, and the persona file
+    /// that must outlive the run; `Err` when it cannot be started.
+    fn request(
+        &self,
+        target: &Target,
+        prompt: &str,
+        cwd: &Path,
+    ) -> Result<
+        (
+            StartRequest,
+            SubagentPermission,
+            Option<tempfile::NamedTempFile>,
+        ),
+        Delegated,
+    > {
+        let launch = &target.launch;
+        let mut agent = target.command.clone();
+        let mut prompt = prompt.to_owned();
+        // Kept until the run ends: acp-child reads its persona file when it starts.
+        let mut persona_file = None;
+        if let Some(persona) = &launch.persona {
+            if launch.persona_flag {
+                match write_persona(persona) {
+                    Ok(file) => {
+                        agent.args.push("--persona".to_owned());
+                        agent.args.push(file.path().display().to_string());
+                        persona_file = Some(file);
+                    }
+                    Err(error) => {
+                        return Err(Delegated::failed(format!(
+                            "subagent {} was not started: cannot write its persona to a temporary file: {error}",
+                            target.name
+                        )));
+                    }
+                }
+            } else {
+                prompt = format!("{persona}\n\n---\n\n{prompt}");
+            }
+        }
+        let permission = launch.permission.unwrap_or(self.permission);
+        let mut env = self.env.clone();
+        env.extend(launch.env.iter().filter(|n| !self.env.contains(n)).cloned());
+        let request = StartRequest {
+            agent,
+            prompt,
+            cwd: cwd.to_path_buf(),
+            env: env.into_iter().map(EnvForward::Inherit).collect(),
+            permission: match permission {
+                SubagentPermission::Allow => PermissionPolicy::Allow,
+                SubagentPermission::Reject | SubagentPermission::Relay => PermissionPolicy::Reject,
+            },
+            timeouts: Timeouts {
+                overall: launch.timeout.or(self.timeout),
+                ..Timeouts::default()
+            },
+            max_depth: launch.max_depth,
+        };
+        Ok((request, permission, persona_file))
+    }
+
     /// Runs subagent `name` on `prompt` for tool call `call` of `turn`, to its result.
     pub(crate) async fn run(
         &self,
@@ -241,11 +425,23 @@ impl Subagents {
         name: &str,
         prompt: &str,
     ) -> Delegated {
-        let Some(target) = self.targets.iter().find(|t| t.name == name) else {
-            return Delegated::failed(format!(
-                "unknown subagent {name:?}; the subagents are: {}",
-                self.names()
-            ));
+        let catalog = self.catalog(turn.workspace().root());
+        let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
+            let names: Vec<&str> = catalog.targets.iter().map(|t| t.name.as_str()).collect();
+            let mut text = if names.is_empty() {
+                format!(
+                    "unknown subagent {name:?}: none are available (enable registry agents with --subagent-agents, or add definitions with a `run:` table under subagents/)"
+                )
+            } else {
+                format!(
+                    "unknown subagent {name:?}; the subagents are: {}",
+                    names.join(", ")
+                )
+            };
+            for problem in &catalog.problems {
+                let _ = write!(text, "\n{problem}");
+            }
+            return Delegated::failed(text);
         };
         let slot = tokio::select! {
             biased;
@@ -255,25 +451,11 @@ impl Subagents {
         let Ok(_slot) = slot else {
             return Delegated::failed("subagents are shutting down");
         };
-        let request = StartRequest {
-            agent: target.command.clone(),
-            prompt: prompt.to_owned(),
-            cwd: turn.workspace().root().to_path_buf(),
-            env: self
-                .env
-                .iter()
-                .map(|name| EnvForward::Inherit(name.clone()))
-                .collect(),
-            permission: match self.permission {
-                SubagentPermission::Allow => PermissionPolicy::Allow,
-                SubagentPermission::Reject | SubagentPermission::Relay => PermissionPolicy::Reject,
-            },
-            timeouts: Timeouts {
-                overall: self.timeout,
-                ..Timeouts::default()
-            },
-            max_depth: None,
-        };
+        let (request, permission, _persona_file) =
+            match self.request(target, prompt, turn.workspace().root()) {
+                Ok(built) => built,
+                Err(refused) => return refused,
+            };
         let prepared = match run::prepare(request, self.ambient()) {
             Ok(prepared) => prepared,
             Err(error) => {
@@ -287,7 +469,7 @@ impl Subagents {
         let (ask_tx, mut ask_rx) = mpsc::unbounded_channel();
         let options = RunOptions {
             observers: vec![Arc::new(Streamed { text: text_tx }) as Arc<dyn Observer>],
-            permissions: (self.permission == SubagentPermission::Relay)
+            permissions: (permission == SubagentPermission::Relay)
                 .then(|| Arc::new(Relay { asks: ask_tx }) as Arc<dyn PermissionHandler>),
             ..RunOptions::default()
         };
@@ -323,19 +505,40 @@ impl Subagents {
                 failed: false,
             };
         }
-        let mut text = format!("subagent {name} ended {}", result.status);
-        if let Some(reason) = &result.stop_reason {
-            let _ = write!(text, " (stop reason {reason})");
-        }
-        if let Some(error) = &result.error {
-            let _ = write!(text, ": {error}");
-        }
-        if !result.output.is_empty() {
-            text.push_str("\n\nIts output so far:\n");
-            text.push_str(&result.output);
-        }
-        Delegated::failed(text)
+        ended(name, &result)
     }
+}
+
+/// A child's result when it did not complete: its status, stop reason and error, then its
+/// output so far.
+fn ended(name: &str, result: &RunResult) -> Delegated {
+    let mut text = format!("subagent {name} ended {}", result.status);
+    if let Some(reason) = &result.stop_reason {
+        let _ = write!(text, " (stop reason {reason})");
+    }
+    if let Some(error) = &result.error {
+        let _ = write!(text, ": {error}");
+    }
+    if !result.output.is_empty() {
+        text.push_str("\n\nIts output so far:\n");
+        text.push_str(&result.output);
+    }
+    Delegated::failed(text)
+}
+
+/// Where definitions live inside a session directory.
+fn definition_dir() -> &'static str {
+    "subagents"
+}
+
+/// The persona, in a private temporary file for acp-child's `--persona`.
+fn write_persona(persona: &str) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut file = tempfile::Builder::new()
+        .prefix("acp-child-persona-")
+        .suffix(".md")
+        .tempfile()?;
+    std::io::Write::write_all(&mut file, persona.as_bytes())?;
+    Ok(file)
 }
 
 /// Relays one child permission request to this agent's client and sends the decision back.
@@ -437,9 +640,10 @@ mod tests {
             ..SubagentOptions::default()
         })
         .unwrap();
-        assert_eq!(subagents.targets().len(), 1);
+        let catalog = subagents.catalog(Path::new("/nonexistent"));
+        assert_eq!(catalog.targets.len(), 1);
         assert!(
-            !subagents.offered(),
+            !subagents.offered(&catalog),
             "at the cap, delegation is not offered"
         );
     }

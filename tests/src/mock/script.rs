@@ -100,6 +100,20 @@ impl Agent {
                     .await;
             }
             Scenario::FsRequest => self.fs_request(id, session).await,
+            Scenario::EchoPrompt => {
+                let texts: Vec<&str> = params
+                    .get("prompt")
+                    .and_then(Value::as_array)
+                    .map(|blocks| {
+                        blocks
+                            .iter()
+                            .filter_map(|b| b.get("text").and_then(Value::as_str))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.reply(id, session, [texts.join("\n")], "end_turn")
+                    .await;
+            }
             Scenario::SessionEcho => {
                 let text = format!("session {session}");
                 self.reply(id, session, [text], "end_turn").await;

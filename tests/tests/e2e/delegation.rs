@@ -244,7 +244,7 @@ fn delegate_at_the_depth_cap_is_refused_and_nothing_is_spawned() {
 }
 
 #[test]
-fn delegate_without_subagents_enabled_says_how_to_enable_them() {
+fn delegate_with_nothing_available_says_how_to_enable_subagents() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_to_end(host_run(dir.path()).env_remove("ACP_CHILD_MODEL").args([
         "--agent",
@@ -254,7 +254,8 @@ fn delegate_without_subagents_enabled_says_how_to_enable_them() {
     assert_eq!(code(&out), 0);
     assert_eq!(
         stdout(&out),
-        "/delegate: no subagents are enabled; start acp-child with --subagent-agents acp-child"
+        "unknown subagent \"acp-child\": none are available (enable registry agents with \
+         --subagent-agents, or add definitions with a `run:` table under subagents/)"
     );
 }
 
@@ -607,4 +608,151 @@ async fn a_command_the_agent_runs_inherits_its_standing_so_acp_host_inside_it_go
         result.contains(&format!("{}/{}", own.depth, own.max_depth)),
         "{result}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subagent definitions with a `run:` table
+// ---------------------------------------------------------------------------------------------
+
+fn write_definition(dir: &Path, file: &str, text: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
+#[test]
+fn a_definition_runs_a_foreign_agent_with_its_persona_before_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = format!("{} echo-prompt", mock_path());
+    write_definition(
+        &dir.path().join("subagents"),
+        "echo.md",
+        &format!(
+            "---\ndescription: answers from the mock\nrun:\n  agent: {}\n---\nYou are the echo.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    );
+    // No registry agent enabled: the definition alone makes `echo` available.
+    let out = run_to_end(
+        host_run(dir.path())
+            .env_remove("ACP_CHILD_MODEL")
+            .env_remove(ACP_HOST_DEPTH)
+            .env_remove(ACP_HOST_MAX_DEPTH)
+            .args(["--agent", "acp-child", "/delegate echo say hi"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "You are the echo.\n\n---\n\nsay hi");
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn one_bad_definition_is_reported_and_does_not_hide_the_good_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = tempfile::tempdir().unwrap();
+    let agent = format!("{} text --text ok", mock_path());
+    let good = format!(
+        "---\ndescription: fine\nrun: {{agent: {}}}\n---\nBe fine.\n",
+        serde_json::to_string(&agent).unwrap()
+    );
+    write_definition(extra.path(), "good.md", &good);
+    write_definition(
+        extra.path(),
+        "typo.md",
+        "---\ndescription: d\nrun: {modle: x}\n---\nB\n",
+    );
+    write_definition(
+        extra.path(),
+        "filtered.md",
+        "---\ndescription: d\nrun: {tools: [read_file]}\n---\nB\n",
+    );
+    let host = |prompt: &str| {
+        let mut cmd = host_run(dir.path());
+        cmd.env_remove("ACP_CHILD_MODEL")
+            .env_remove(ACP_HOST_DEPTH)
+            .env_remove(ACP_HOST_MAX_DEPTH)
+            .args([
+                "--agent",
+                &shell_words::join([
+                    "acp-child",
+                    "--subagents",
+                    &extra.path().display().to_string(),
+                ]),
+                prompt,
+            ]);
+        run_to_end(&mut cmd)
+    };
+    let out = host("/delegate good go");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "ok");
+    let out = host("/delegate typo go");
+    let shown = extra.path().display();
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "unknown subagent \"typo\"; the subagents are: good\n\
+             {shown}/filtered.md: field `run.tools` cannot be honoured yet: no agent takes a tool \
+             filter when it starts; remove the field\n\
+             {shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, tools, \
+             permission, env, timeout, maxDepth"
+        )
+    );
+}
+
+#[test]
+fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write_definition(
+        &dir.path().join("subagents"),
+        "reviewer.md",
+        "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {cwd} as {model}.\n",
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            Reply::tool_call(
+                "call_review",
+                "subagent",
+                &json!({"agent": "reviewer", "prompt": "review it"}),
+                1,
+            ),
+            Reply::text(["looks good"]),
+            Reply::text(["reviewed"]),
+        ])
+        .start();
+    // The parent's model is its own flag; the base URL travels in the environment.
+    let out = run_to_end(
+        model_parent(dir.path(), &llm, false, &[])
+            .args(["--env", &format!("ACP_CHILD_BASE_URL={}", llm.base_url())])
+            .arg("go"),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "reviewed");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let tool = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap();
+    assert_eq!(
+        tool["function"]["parameters"]["properties"]["agent"]["enum"],
+        json!(["acp-child", "reviewer"])
+    );
+    assert!(
+        tool["function"]["parameters"]["properties"]["agent"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("reviewer: reviews code")
+    );
+    // The child ran on the definition's model with the body as its system prompt.
+    assert_eq!(requests[1].body["model"], "reviewer-model");
+    let canonical = dir.path().canonicalize().unwrap();
+    assert_eq!(
+        requests[1].messages()[0]["content"],
+        format!("You review {} as reviewer-model.", canonical.display())
+    );
+    assert_eq!(
+        requests[2].tool_result("call_review").as_deref(),
+        Some("looks good")
+    );
+    assert_none_left(dir.path());
 }

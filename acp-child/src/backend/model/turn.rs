@@ -49,7 +49,7 @@ pub(super) async fn run(
             model: &config.model,
             messages: &messages,
             stream: true,
-            tools: tools.definitions(),
+            tools: &tools.definitions(turn.workspace().root()),
         };
         let streamed = stream_reply(client, &request, turn).await?;
         if let Some(prompt) = prompt.take() {

@@ -4,6 +4,7 @@
 //! the depth cap; a call the model makes anyway at the cap is refused by the run library's depth
 //! rule, as a tool result. The `agent` parameter is an enum of the enabled names, each described.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use agent_client_protocol::v1::schema::ToolKind;
@@ -46,18 +47,9 @@ impl Tool for Subagent {
     }
 
     fn parameters(&self) -> (Value, &'static [&'static str]) {
-        let targets = self.subagents.targets();
-        let described: Vec<String> = targets
-            .iter()
-            .map(|t| format!("{}: {}", t.name, t.description))
-            .collect();
         (
             json!({
-                "agent": {
-                    "type": "string",
-                    "enum": targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
-                    "description": format!("which subagent runs the task. {}", described.join("; ")),
-                },
+                "agent": {"type": "string", "description": "which subagent runs the task"},
                 "prompt": {"type": "string", "description": "the task, complete and self-contained"},
                 "description": {"type": "string", "description": "a short label (3-6 words) shown to the user"},
             }),
@@ -69,8 +61,32 @@ impl Tool for Subagent {
         delegate::KIND
     }
 
-    fn offered(&self) -> bool {
-        self.subagents.offered()
+    /// The subagents available in `cwd` as an enum, each described; problems with definition
+    /// files are noted, so the model can tell the user. Not offered at the depth limit or when
+    /// nothing is available.
+    fn definition(&self, cwd: &Path) -> Option<Value> {
+        let catalog = self.subagents.catalog(cwd);
+        if !self.subagents.offered(&catalog) {
+            return None;
+        }
+        let (mut properties, required) = self.parameters();
+        let described: Vec<String> = catalog
+            .targets
+            .iter()
+            .map(|t| format!("{}: {}", t.name, t.description))
+            .collect();
+        properties["agent"] = json!({
+            "type": "string",
+            "enum": catalog.targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            "description": format!("which subagent runs the task. {}", described.join("; ")),
+        });
+        let mut description = self.description().to_owned();
+        if !catalog.problems.is_empty() {
+            description
+                .push_str(" Some subagent definitions could not be loaded (tell the user): ");
+            description.push_str(&catalog.problems.join("; "));
+        }
+        Some(super::function(NAME, &description, &properties, required))
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
