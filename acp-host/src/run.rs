@@ -537,7 +537,9 @@ fn finish(
     result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     notifier.notify(&Event::End(EndEvent {
         run_id: result.run_id.clone(),
+        provider: notifier.agent.clone(),
         status: result.status,
+        stop_reason: result.stop_reason.clone(),
         last_assistant_message,
     }));
     result
@@ -578,6 +580,7 @@ impl DriveEvents for Notifier {
         self.notify(&Event::Start(StartEvent {
             run_id: self.run_id.clone(),
             agent: self.agent.clone(),
+            provider: self.agent.clone(),
             cwd: self.cwd.clone(),
             pid: (pid != 0).then_some(pid),
             session_id: session_id.to_owned(),

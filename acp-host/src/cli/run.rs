@@ -360,9 +360,7 @@ impl Observer for Renderer {
             return Ok(());
         }
         if self.json {
-            if !matches!(event, Event::End(_)) {
-                self.write_json(event);
-            }
+            self.write_json(event);
             return Ok(());
         }
         match event {

@@ -94,8 +94,11 @@ fn a_start_past_the_cap_is_refused_and_nothing_is_spawned() {
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
-    assert_eq!(lines.len(), 1, "only the result, no start: {lines:?}");
-    let result = &lines[0];
+    // No start (nothing was spawned): the end of the run, then its result.
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["type"], "end");
+    assert_eq!(lines[0]["lastAssistantMessage"], Value::Null);
+    let result = &lines[1];
     assert_eq!(result["status"], "error");
     assert_eq!(result["errorKind"], "depth-limit");
     assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
@@ -182,6 +185,26 @@ fn delegate_runs_a_child_whose_write_is_relayed_to_the_outer_client() {
         .collect();
     assert_eq!(card.len(), 1);
     assert_eq!(card[0]["update"]["kind"], "think");
+    // The lifecycle: start once the session exists, end with provider, status, stop reason and
+    // the last assistant message, then the result.
+    let start = &records[0];
+    assert_eq!(start["type"], "start");
+    assert_eq!(start["provider"], "acp-child --subagent-agents acp-child");
+    let end = &records[records.len() - 2];
+    assert_eq!(end["type"], "end");
+    assert_eq!(end["runId"], start["runId"]);
+    assert_eq!(end["provider"], start["provider"]);
+    assert_eq!(end["status"], "completed");
+    assert_eq!(end["stopReason"], "end_turn");
+    assert_eq!(end["lastAssistantMessage"], "wrote 14 bytes to notes.txt");
+    for record in &records {
+        let schema = if record["type"] == "result" {
+            "run-result.json"
+        } else {
+            "run-event.json"
+        };
+        protocol::schema::check_keys(&protocol::schema::output(schema).unwrap(), record).unwrap();
+    }
     assert_none_left(dir.path());
 }
 
