@@ -112,6 +112,55 @@ pub enum RunPermission {
     Allow,
 }
 
+/// How a definition's persona (its body) reaches the agent that runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersonaDelivery {
+    /// acp-child: `--persona FILE`, the body written to a private file.
+    Flag,
+    /// Any other agent: sent before the task, in the prompt ([`prompt_with_persona`]).
+    Prompt,
+}
+
+/// What running a definition adds to its agent's command line, and how its persona travels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPlan {
+    /// Arguments appended to the agent's command line (`--model M` for acp-child).
+    pub args: Vec<String>,
+    pub persona: PersonaDelivery,
+}
+
+/// How `run` is honoured by `agent` (`is_acp_child`: it resolved to acp-child, which takes a
+/// model and a persona when it starts); `Err` names the field that cannot be honoured and why.
+/// A tool filter is honoured by no agent yet: it is refused, never ignored.
+pub fn plan_run(run: &RunSpec, agent: &str, is_acp_child: bool) -> Result<RunPlan, String> {
+    if run.tools.is_some() {
+        return Err("field `run.tools` cannot be honoured yet: no agent takes a tool filter when it starts; remove the field".to_owned());
+    }
+    let mut args = Vec::new();
+    if let Some(model) = &run.model {
+        if !is_acp_child {
+            return Err(format!(
+                "field `run.model` cannot be honoured for agent `{agent}`: only acp-child takes a model when it starts; remove the field or run acp-child"
+            ));
+        }
+        args.extend(["--model".to_owned(), model.clone()]);
+    }
+    Ok(RunPlan {
+        args,
+        persona: if is_acp_child {
+            PersonaDelivery::Flag
+        } else {
+            PersonaDelivery::Prompt
+        },
+    })
+}
+
+/// The prompt of an agent that takes no persona when it starts: the persona, a rule, the task.
+#[must_use]
+pub fn prompt_with_persona(persona: &str, task: &str) -> String {
+    format!("{persona}\n\n---\n\n{task}")
+}
+
 /// The fields a `run` table may hold.
 pub const RUN_FIELDS: &[&str] = &[
     "agent",
@@ -695,6 +744,36 @@ mod tests {
             "subagents/review.md: field `run`: must be a table of agent, model, tools, permission, env, timeout, maxDepth, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
+    }
+
+    #[test]
+    fn a_run_is_planned_for_acp_child_or_refused_field_by_field() {
+        let run = RunSpec {
+            model: Some("m".into()),
+            ..RunSpec::default()
+        };
+        assert_eq!(
+            plan_run(&run, "acp-child", true),
+            Ok(RunPlan {
+                args: vec!["--model".into(), "m".into()],
+                persona: PersonaDelivery::Flag
+            })
+        );
+        assert!(
+            plan_run(&run, "codex", false)
+                .unwrap_err()
+                .starts_with("field `run.model` cannot be honoured for agent `codex`")
+        );
+        assert_eq!(
+            plan_run(&RunSpec::default(), "codex", false).map(|p| p.persona),
+            Ok(PersonaDelivery::Prompt)
+        );
+        let filtered = RunSpec {
+            tools: Some(Vec::new()),
+            ..RunSpec::default()
+        };
+        assert!(plan_run(&filtered, "acp-child", true).is_err());
+        assert_eq!(prompt_with_persona("P", "T"), "P\n\n---\n\nT");
     }
 
     #[test]

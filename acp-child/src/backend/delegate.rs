@@ -33,7 +33,9 @@ use agent_client_protocol::v1::schema::{
 };
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
-use protocol::definition::{self, Definition, Problem, RunPermission, RunSpec, SourceEntry};
+use protocol::definition::{
+    self, Definition, PersonaDelivery, Problem, RunPermission, RunSpec, SourceEntry,
+};
 use protocol::depth::Budget;
 use protocol::env_scrub::EnvForward;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
@@ -309,18 +311,9 @@ impl Subagents {
         let acp_child = resolved
             .spec
             .is_some_and(|spec| spec.name == registry::ACP_CHILD);
+        let plan = definition::plan_run(run, agent, acp_child)?;
         let mut command = resolved.command;
-        if run.tools.is_some() {
-            return Err("field `run.tools` cannot be honoured yet: no agent takes a tool filter when it starts; remove the field".to_owned());
-        }
-        if let Some(model) = &run.model {
-            if !acp_child {
-                return Err(format!(
-                    "field `run.model` cannot be honoured for agent `{agent}`: only acp-child takes a model when it starts; remove the field or run acp-child"
-                ));
-            }
-            command.args.extend(["--model".to_owned(), model.clone()]);
-        }
+        command.args.extend(plan.args);
         command.display.clone_from(&definition.name);
         Ok(Target {
             name: definition.name,
@@ -328,7 +321,7 @@ impl Subagents {
             command,
             launch: Launch {
                 persona: Some(definition.body),
-                persona_flag: acp_child,
+                persona_flag: plan.persona == PersonaDelivery::Flag,
                 permission: run.permission.map(|p| match p {
                     RunPermission::Relay => SubagentPermission::Relay,
                     RunPermission::Reject => SubagentPermission::Reject,
@@ -393,7 +386,7 @@ impl Subagents {
                     }
                 }
             } else {
-                prompt = format!("{persona}\n\n---\n\n{prompt}");
+                prompt = definition::prompt_with_persona(persona, &prompt);
             }
         }
         let permission = launch.permission.unwrap_or(self.permission);

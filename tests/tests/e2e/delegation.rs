@@ -779,3 +779,156 @@ fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_b
     );
     assert_none_left(dir.path());
 }
+
+// ---------------------------------------------------------------------------------------------
+// `acp-host run --subagent NAME`
+// ---------------------------------------------------------------------------------------------
+
+/// `acp-host run` started by a person, offline, in `dir`.
+fn person_run(dir: &Path) -> Command {
+    let mut cmd = host_run(dir);
+    cmd.env_remove("ACP_CHILD_MODEL")
+        .env_remove(ACP_HOST_DEPTH)
+        .env_remove(ACP_HOST_MAX_DEPTH);
+    cmd
+}
+
+#[test]
+fn run_subagent_applies_the_definition_and_flags_win() {
+    let dir = tempfile::tempdir().unwrap();
+    write_definition(
+        &dir.path().join("subagents"),
+        "writer.md",
+        "---\ndescription: writes\nrun: {permission: allow}\n---\nYou write.\n",
+    );
+    let out = run_to_end(person_run(dir.path()).args(["--subagent", "writer", "/write a.txt hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "wrote 2 bytes to a.txt");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "hi"
+    );
+    // --permission on the command line wins over the definition's.
+    let out = run_to_end(person_run(dir.path()).args([
+        "--subagent",
+        "writer",
+        "--permission",
+        "reject",
+        "/write b.txt hi",
+    ]));
+    assert_eq!(stdout(&out), "permission denied: did not write b.txt");
+    assert!(!dir.path().join("b.txt").exists());
+}
+
+#[test]
+fn run_subagent_of_a_foreign_agent_sends_the_persona_before_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let defs = tempfile::tempdir().unwrap();
+    let agent = format!("{} echo-prompt", mock_path());
+    write_definition(
+        defs.path(),
+        "echo.md",
+        &format!(
+            "---\ndescription: d\nrun: {{agent: {}}}\n---\nYou echo.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    );
+    let out = run_to_end(person_run(dir.path()).args([
+        "--subagents",
+        &defs.path().display().to_string(),
+        "--subagent",
+        "echo",
+        "hello",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "You echo.\n\n---\n\nhello");
+}
+
+#[test]
+fn run_subagent_on_acp_child_applies_model_and_persona() {
+    let dir = tempfile::tempdir().unwrap();
+    write_definition(
+        &dir.path().join("subagents"),
+        "reviewer.md",
+        "---\ndescription: d\nrun: {model: reviewer-model, env: [ACP_CHILD_API_KEY]}\n---\nReview as {model}.\n",
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([Reply::text(["fine"])])
+        .start();
+    let out = run_to_end(
+        person_run(dir.path())
+            .env("ACP_CHILD_API_KEY", KEY)
+            .env("ACP_CHILD_BASE_URL", llm.base_url())
+            .env("ACP_CHILD_STATE_DIR", dir.path().join(".state"))
+            .args(["--subagent", "reviewer", "review it"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "fine");
+    let requests = llm.requests();
+    assert_eq!(requests[0].body["model"], "reviewer-model");
+    assert_eq!(
+        requests[0].messages()[0]["content"],
+        "Review as reviewer-model."
+    );
+}
+
+#[test]
+fn run_subagent_refuses_bad_missing_or_unhonourable_definitions_before_spawning() {
+    let dir = tempfile::tempdir().unwrap();
+    let subagents = dir.path().join("subagents");
+    write_definition(
+        &subagents,
+        "typo.md",
+        "---\ndescription: d\nrun: {modle: x}\n---\nB\n",
+    );
+    write_definition(
+        &subagents,
+        "plain.md",
+        "---\ndescription: d\nagents: [codex]\n---\nB\n",
+    );
+    write_definition(
+        &subagents,
+        "filtered.md",
+        "---\ndescription: d\nrun: {tools: [read_file]}\n---\nB\n",
+    );
+    let shown = subagents.display();
+    for (name, expected) in [
+        (
+            "typo",
+            format!(
+                "{shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, \
+                 tools, permission, env, timeout, maxDepth"
+            ),
+        ),
+        (
+            "plain",
+            format!(
+                "{shown}/plain.md: has no `run:` table; add `run: {{}}` to run it with the \
+                 defaults (acp-child)"
+            ),
+        ),
+        (
+            "filtered",
+            "--subagent filtered: field `run.tools` cannot be honoured yet: no agent takes a \
+             tool filter when it starts; remove the field"
+                .to_owned(),
+        ),
+        (
+            "missing",
+            format!(
+                "--subagent missing: no missing.md in {shown} (add the definition, or pass \
+                 --subagents DIR)"
+            ),
+        ),
+    ] {
+        let out = run_to_end(person_run(dir.path()).args(["--subagent", name, "hi"]));
+        assert_eq!(code(&out), 2, "{name}");
+        assert_eq!(
+            stderr(&out),
+            format!("acp-host: error: {expected}\n"),
+            "{name}"
+        );
+        assert_eq!(stdout(&out), "");
+    }
+}
