@@ -932,3 +932,27 @@ fn run_subagent_refuses_bad_missing_or_unhonourable_definitions_before_spawning(
         assert_eq!(stdout(&out), "");
     }
 }
+
+#[test]
+fn a_child_that_crashes_is_a_result_with_its_partial_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = format!("{} crash-on-prompt", mock_path());
+    write_definition(
+        &dir.path().join("subagents"),
+        "crasher.md",
+        &format!(
+            "---\ndescription: d\nrun: {{agent: {}}}\n---\nCrash.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    );
+    let out =
+        run_to_end(person_run(dir.path()).args(["--agent", "acp-child", "/delegate crasher go"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("subagent crasher ended error: ")
+            && text.ends_with("\n\nIts output so far:\npartial output"),
+        "{text}"
+    );
+    assert_none_left(dir.path());
+}
