@@ -45,12 +45,16 @@ pub fn bin(name: &str) -> PathBuf {
 pub const HANG_GUARD: Duration = Duration::from_secs(30);
 
 /// `acp-host run` in `dir`, with short teardown graces (so ladder tests stay quick; a test may
-/// pass its own, the last value wins) and without `ACP_HOST_LOG`, so stderr is exactly ours.
+/// pass its own, the last value wins), without `ACP_HOST_LOG` (so stderr is exactly ours) and
+/// without an inherited delegation depth.
 #[must_use]
 pub fn host_run(dir: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(bin("acp-host"));
     cmd.current_dir(dir)
         .env_remove("ACP_HOST_LOG")
+        // The suite may itself run inside a delegated agent: its agents start at depth 0.
+        .env_remove(protocol::env_vars::ACP_HOST_DEPTH)
+        .env_remove(protocol::env_vars::ACP_HOST_MAX_DEPTH)
         .arg("run")
         .args([
             "--eof-grace",

@@ -3,12 +3,17 @@
 //! `/delegate` command alike.
 //!
 //! Invariants:
-//! - the subagents are the registry agents the user enabled (`--subagent-agents`); a model or a
-//!   prompt never names a command line;
+//! - the subagents are the registry agents the user enabled (`--subagent-agents`), then the
+//!   definitions with a `run:` table in `<session cwd>/subagents/` and the `--subagents` folders
+//!   ([`Subagents::catalog`], read at each use; a bad file is a noted problem, never fatal, and
+//!   never hides the others); a model or a prompt never names a command line;
+//! - a definition's fields reach its agent by `protocol::definition::plan_run` (the rule
+//!   `acp-host run --subagent` uses too); what cannot be honoured is refused, never ignored;
 //! - a child runs at this agent's depth + 1 (`protocol::depth`): the ambient environment handed to
 //!   the library carries this agent's own standing, so a child past the cap is refused by the one
 //!   rule in acp-host (execution face); [`Subagents::offered`] is the prompt face;
-//! - a child gets the scrubbed environment plus only the names `--subagent-env` forwards;
+//! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
+//!   definition's `env` forward;
 //! - at most `--max-parallel-subagents` children run at once (a semaphore; waiting for a slot
 //!   observes the turn's cancellation);
 //! - every failure (unknown name, spawn error, crash, timeout, refusal, cancellation) is a
