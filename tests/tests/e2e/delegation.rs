@@ -956,3 +956,43 @@ fn a_child_that_crashes_is_a_result_with_its_partial_output() {
     );
     assert_none_left(dir.path());
 }
+
+#[test]
+fn when_the_delegating_agent_dies_its_child_dies_too() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let host = delegating(dir.path(), &[])
+        .arg("/delegate acp-child /sleep 60")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::processes_in(
+            dir.path()
+        )
+        .len()
+            >= 3),
+        "the child never started"
+    );
+    // The delegating acp-child is the one acp-host started.
+    let parent_of = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let delegating_pid = acp_tests::processes_in(dir.path())
+        .into_iter()
+        .find(|pid| parent_of(*pid) == Some(host.id()))
+        .expect("the delegating acp-child");
+    kill(
+        Pid::from_raw(i32::try_from(delegating_pid).unwrap()),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = acp_tests::wait_output(host);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_none_left(dir.path());
+}
