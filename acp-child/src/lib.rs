@@ -21,6 +21,9 @@ mod workspace;
 use std::time::Duration;
 
 pub use backend::CommandHelp;
+pub use backend::delegate::{
+    DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, SubagentPermission, Subagents,
+};
 pub use backend::model::config::{
     ApiKey, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS, DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, OPENAI_BASE_URL, STATE_SUBDIR,
@@ -40,7 +43,7 @@ pub(crate) const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The names of the model's tools, in the order it is offered them.
 #[must_use]
 pub fn tool_names() -> Vec<&'static str> {
-    backend::model::tools::Toolbox::standard(Duration::ZERO).names()
+    backend::model::tools::Toolbox::standard(Duration::ZERO, None).names()
 }
 
 #[cfg(test)]

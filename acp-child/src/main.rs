@@ -9,13 +9,15 @@ use std::process::ExitCode;
 
 use acp_child::{
     AGENT_NAME, AgentConfig, COMMANDS_HELP, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS,
-    DEFAULT_MAX_RETRIES, DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES,
-    ModelConfig, ModelOptions, OPENAI_BASE_URL, STATE_SUBDIR, describe, serve_stdio, tool_names,
+    DEFAULT_MAX_PARALLEL_SUBAGENTS, DEFAULT_MAX_RETRIES, DEFAULT_MAX_TURN_REQUESTS,
+    DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, ModelConfig, ModelOptions, OPENAI_BASE_URL, STATE_SUBDIR,
+    SubagentError, SubagentOptions, SubagentPermission, Subagents, describe, serve_stdio,
+    tool_names,
 };
 use clap::Parser;
 use protocol::env_vars::{
     ACP_CHILD_BASE_URL as BASE_URL_VAR, ACP_CHILD_LOG as LOG_ENV, ACP_CHILD_MODEL as MODEL_VAR,
-    ACP_CHILD_STATE_DIR as STATE_DIR_VAR,
+    ACP_CHILD_STATE_DIR as STATE_DIR_VAR, ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -82,6 +84,52 @@ struct Cli {
         help = format!("The first retry's delay in milliseconds, doubled for each further retry; a Retry-After header wins [default: {DEFAULT_RETRY_BASE_MS}]")
     )]
     retry_base_ms: Option<u64>,
+    #[arg(
+        long,
+        value_name = "NAME,...",
+        value_delimiter = ',',
+        help = "Registry agents this agent may delegate to, each in its own process (the model's subagent tool, /delegate), e.g. acp-child,codex [default: none]"
+    )]
+    subagent_agents: Vec<String>,
+    #[arg(
+        long = "subagents",
+        value_name = "DIR",
+        help = "A folder of subagent definitions (<name>.md with a run: table), looked at after <session cwd>/subagents/ (repeatable)"
+    )]
+    subagent_dirs: Vec<PathBuf>,
+    #[arg(
+        long,
+        value_name = "N",
+        help = format!("How many subagents may run at once [default: {DEFAULT_MAX_PARALLEL_SUBAGENTS}]")
+    )]
+    max_parallel_subagents: Option<usize>,
+    #[arg(
+        long,
+        value_enum,
+        value_name = "POLICY",
+        default_value_t = PermissionArg::Relay,
+        help = "How a subagent's permission requests are answered: relay asks this agent's own client"
+    )]
+    subagent_permission: PermissionArg,
+    #[arg(
+        long,
+        value_name = "NAME",
+        help = "Forward this variable to subagents (repeatable); they get the scrubbed environment otherwise, so a subagent acp-child needs its key forwarded"
+    )]
+    subagent_env: Vec<String>,
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        help = "Cancel a subagent that runs longer than this [default: no limit]"
+    )]
+    subagent_timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum PermissionArg {
+    Relay,
+    Reject,
+    Allow,
 }
 
 /// The long description in `--help`.
@@ -102,6 +150,42 @@ offline backend: prompts get an explanatory reply, and the offline commands belo
 }
 
 impl Cli {
+    /// The subagents enabled (registry agents, definition folders), standing at the depth this
+    /// process inherited. Definitions in a session's `subagents/` folder are always looked at.
+    fn subagents(&self) -> Result<Subagents, SubagentError> {
+        let (depth, max_depth) = (
+            std::env::var(ACP_HOST_DEPTH).ok(),
+            std::env::var(ACP_HOST_MAX_DEPTH).ok(),
+        );
+        let budget = match protocol::depth::own(protocol::depth::Inherited {
+            depth: depth.as_deref(),
+            max_depth: max_depth.as_deref(),
+        }) {
+            Ok(budget) => Some(budget),
+            Err(error) => {
+                tracing::warn!(%error, "subagents are not offered");
+                None
+            }
+        };
+        Subagents::resolve(SubagentOptions {
+            agents: self.subagent_agents.clone(),
+            max_parallel: self.max_parallel_subagents,
+            permission: match self.subagent_permission {
+                PermissionArg::Relay => SubagentPermission::Relay,
+                PermissionArg::Reject => SubagentPermission::Reject,
+                PermissionArg::Allow => SubagentPermission::Allow,
+            },
+            env: self.subagent_env.clone(),
+            timeout: self.subagent_timeout.map(std::time::Duration::from_secs),
+            budget,
+            dirs: self
+                .subagent_dirs
+                .iter()
+                .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+                .collect(),
+        })
+    }
+
     fn model_options(self) -> ModelOptions {
         ModelOptions {
             model: self.model,
@@ -134,7 +218,7 @@ fn after_help() -> String {
     for command in COMMANDS_HELP {
         let usage = format!("/{} {}", command.name, command.input);
         // Writing to a String cannot fail.
-        let _ = writeln!(help, "  {usage:<18} {}", command.description);
+        let _ = writeln!(help, "  {usage:<21} {}", command.description);
     }
     let _ = write!(
         help,
@@ -146,8 +230,15 @@ fn after_help() -> String {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    let subagents = match cli.subagents() {
+        Ok(subagents) => Some(subagents),
+        Err(error) => {
+            eprintln!("{AGENT_NAME}: error: {}", describe(&error));
+            return ExitCode::from(2);
+        }
+    };
     let config = match ModelConfig::resolve(cli.model_options(), |name| std::env::var(name).ok()) {
-        Ok(None) => AgentConfig::offline(),
+        Ok(None) => AgentConfig::offline_with(subagents),
         Ok(Some(model)) => {
             tracing::info!(
                 model = model.model,
@@ -156,7 +247,7 @@ fn main() -> ExitCode {
                 state_dir = %model.state_dir.display(),
                 "model backend"
             );
-            match AgentConfig::model(model) {
+            match AgentConfig::model_with(model, subagents) {
                 Ok(config) => config,
                 Err(error) => {
                     eprintln!("{AGENT_NAME}: error: {}", describe(&error));

@@ -36,6 +36,7 @@ use agent_client_protocol::{
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
+use crate::backend::delegate::Subagents;
 use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
 use crate::backend::{Backend, ClientFs, Turn};
@@ -54,15 +55,31 @@ impl AgentConfig {
     /// Without a model: the offline backend.
     #[must_use]
     pub fn offline() -> Self {
+        Self::offline_with(None)
+    }
+
+    /// The offline backend, `/delegate` running `subagents` when given.
+    #[must_use]
+    pub fn offline_with(subagents: Option<Subagents>) -> Self {
         Self {
-            backend: Arc::new(Offline),
+            backend: Arc::new(Offline {
+                subagents: subagents.map(Arc::new),
+            }),
         }
     }
 
     /// With a model: the model backend, sessions saved in its state directory.
     pub fn model(config: ModelConfig) -> Result<Self, ClientBuildError> {
+        Self::model_with(config, None)
+    }
+
+    /// The model backend, offered the `subagent` tool when `subagents` are given.
+    pub fn model_with(
+        config: ModelConfig,
+        subagents: Option<Subagents>,
+    ) -> Result<Self, ClientBuildError> {
         Ok(Self {
-            backend: Arc::new(Model::new(config)?),
+            backend: Arc::new(Model::new(config, subagents.map(Arc::new))?),
         })
     }
 }

@@ -9,11 +9,13 @@
 //! - [`agents::resolve`]: a registry name or a command line -> the command that runs it, and where
 //!   its program was found ([`agents::HostFacts`] holds PATH and the acp-host folder);
 //! - [`run::prepare`]: validates a `protocol::request::StartRequest` (cwd, `--env` forwards) and
-//!   computes the agent's scrubbed environment, before anything is spawned;
+//!   computes the agent's scrubbed environment and its delegation depth (`protocol::depth`: the
+//!   caller's `ACP_HOST_DEPTH` + 1, or 0), before anything is spawned;
 //! - [`run::run`] with [`run::RunOptions`] (observers of every [`protocol::events::Event`], a
 //!   [`permission::PermissionHandler`]) and a [`run::Cancel`]: spawns, drives, settles and tears
 //!   down, returning a `protocol::result::RunResult` (status, output, `error` and `error_kind`) on
-//!   every path;
+//!   every path; a start past the depth limit is refused with `error_kind` `depth-limit`, nothing
+//!   spawned;
 //! - [`sync_exec::prepare`] / [`sync_exec::execute`]: plan and apply a sync of subagent
 //!   definitions.
 //!
@@ -57,6 +59,7 @@
 //!         env: Vec::new(),
 //!         permission: PermissionPolicy::Reject,
 //!         timeouts: Timeouts::default(),
+//!         max_depth: None,
 //!     };
 //!     // Validation happens here, before anything is spawned.
 //!     let prepared = run::prepare(request, std::env::vars_os())?;

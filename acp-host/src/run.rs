@@ -8,6 +8,10 @@
 //!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
 //! - teardown runs on every path once a process exists, and the result records how it ended;
 //! - the run id is minted here, never taken from the agent;
+//! - the agent's `ACP_HOST_DEPTH` / `ACP_HOST_MAX_DEPTH` are set here from the caller's own
+//!   (`protocol::depth`), overriding any forwarded value; a start past the cap is refused with
+//!   `depth-limit` before anything is spawned (a budget against runaway recursion, not a security
+//!   boundary);
 //! - where the result repeats the agent's words (stderr tail, error, stop reason), credential values
 //!   are redacted (`protocol::env_scrub::Redactor`);
 //! - observers are called in isolation: one that fails or panics is logged and the others still
@@ -20,7 +24,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use protocol::depth::{self, Budget, DepthError};
 use protocol::env_scrub::{self, EnvForwardError, Redactor, Scrubbed};
+use protocol::env_vars;
 use protocol::events::{EndEvent, Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use protocol::request::StartRequest;
@@ -120,6 +126,8 @@ pub fn resolve_cwd(cwd: Option<&Path>) -> Result<PathBuf, PrepareError> {
 pub struct Prepared {
     request: StartRequest,
     env: Scrubbed,
+    /// The agent's standing, or why it may not start (refused by [`run`], as a result).
+    budget: Result<Budget, DepthError>,
 }
 
 impl Prepared {
@@ -127,6 +135,11 @@ impl Prepared {
     #[must_use]
     pub fn scrubbed(&self) -> &[String] {
         &self.env.scrubbed
+    }
+
+    /// The agent's delegation depth and cap, or why it may not start.
+    pub fn budget(&self) -> Result<Budget, &DepthError> {
+        self.budget.as_ref().copied()
     }
 }
 
@@ -137,8 +150,40 @@ pub fn prepare(
     ambient: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Result<Prepared, PrepareError> {
     check_cwd(&request.cwd)?;
-    let env = env_scrub::scrub(ambient, &request.env)?;
-    Ok(Prepared { request, env })
+    let ambient: Vec<(OsString, OsString)> = ambient.into_iter().collect();
+    // The caller's own standing comes from its environment (what it inherited), never from a
+    // forwarded value: `--env ACP_HOST_DEPTH=0` must not lift the budget.
+    let own = |name: &str| {
+        ambient
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.to_string_lossy().into_owned())
+    };
+    let (own_depth, own_max) = (
+        own(env_vars::ACP_HOST_DEPTH),
+        own(env_vars::ACP_HOST_MAX_DEPTH),
+    );
+    let budget = depth::child(
+        depth::Inherited {
+            depth: own_depth.as_deref(),
+            max_depth: own_max.as_deref(),
+        },
+        &[request.max_depth],
+    );
+    let mut env = env_scrub::scrub(ambient, &request.env)?;
+    for name in [env_vars::ACP_HOST_DEPTH, env_vars::ACP_HOST_MAX_DEPTH] {
+        env.env.remove(std::ffi::OsStr::new(name));
+    }
+    if let Ok(budget) = budget {
+        for (name, value) in budget.env() {
+            env.env.insert(name.into(), value.into());
+        }
+    }
+    Ok(Prepared {
+        request,
+        env,
+        budget,
+    })
 }
 
 fn check_cwd(cwd: &Path) -> Result<(), PrepareError> {
@@ -161,7 +206,11 @@ fn check_cwd(cwd: &Path) -> Result<(), PrepareError> {
 /// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.
 pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> RunResult {
     let started = Instant::now();
-    let Prepared { request, env } = prepared;
+    let Prepared {
+        request,
+        env,
+        budget,
+    } = prepared;
     let run_id = uuid::Uuid::new_v4().to_string();
     let notifier = Arc::new(Notifier {
         run_id: run_id.clone(),
@@ -173,6 +222,11 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     });
     let mut result = unsettled_result(run_id, env.scrubbed.clone());
 
+    if let Err(refused) = budget {
+        result.error = Some(refused.to_string());
+        result.error_kind = Some(ErrorKind::DepthLimit);
+        return finish(result, started, &notifier, None);
+    }
     if cancel.is_cancelled() {
         result.status = Status::Aborted;
         return finish(result, started, &notifier, None);
@@ -483,7 +537,9 @@ fn finish(
     result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     notifier.notify(&Event::End(EndEvent {
         run_id: result.run_id.clone(),
+        provider: notifier.agent.clone(),
         status: result.status,
+        stop_reason: result.stop_reason.clone(),
         last_assistant_message,
     }));
     result
@@ -524,6 +580,7 @@ impl DriveEvents for Notifier {
         self.notify(&Event::Start(StartEvent {
             run_id: self.run_id.clone(),
             agent: self.agent.clone(),
+            provider: self.agent.clone(),
             cwd: self.cwd.clone(),
             pid: (pid != 0).then_some(pid),
             session_id: session_id.to_owned(),

@@ -1,7 +1,9 @@
 //! Canonical subagent definitions: `subagents/<name>.md` parsing and validation.
 //!
-//! A definition is YAML frontmatter (`description`, `agents`, and one option map per agent name)
-//! followed by a non-blank body: the subagent's instructions. This module takes the folder's entries
+//! A definition is YAML frontmatter (`description`, `agents`, one option map per agent name, and
+//! an optional `run` table saying how to run the subagent out of process, see [`RunSpec`])
+//! followed by a non-blank body: the subagent's instructions. A definition with `run` may omit
+//! `agents` (run-only); sync ignores `run`. This module takes the folder's entries
 //! as values (the caller read them) and either returns every definition, sorted by name, or every
 //! problem found, each naming the file and the field. Invariants: validation is total — an unknown
 //! agent, an unknown option, a wrongly typed option, a symlink or a stray entry is an error, never a
@@ -78,7 +80,97 @@ pub struct Definition {
     pub options: BTreeMap<&'static str, AgentOptions>,
     /// Trailing whitespace trimmed, leading blank lines dropped, line endings LF.
     pub body: String,
+    /// How to run it out of process (acp-child's `subagent` tool, `acp-host run --subagent`).
+    pub run: Option<RunSpec>,
 }
+
+/// The `run` table: how a definition runs as an out-of-process subagent. Every field is optional;
+/// the body is the subagent's persona.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSpec {
+    /// A registry name or a command line; `None`: acp-child.
+    pub agent: Option<String>,
+    pub model: Option<String>,
+    /// Allow-list of the child's tool names (`Some(empty)`: no tools).
+    pub tools: Option<Vec<String>>,
+    pub permission: Option<RunPermission>,
+    /// Names of variables forwarded to the child (never values).
+    pub env: Vec<String>,
+    /// Seconds the child may run.
+    pub timeout: Option<u64>,
+    pub max_depth: Option<u32>,
+}
+
+/// `run.permission`: how the child's permission requests are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunPermission {
+    /// Asked of the parent's own client.
+    Relay,
+    Reject,
+    Allow,
+}
+
+/// How a definition's persona (its body) reaches the agent that runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersonaDelivery {
+    /// acp-child: `--persona FILE`, the body written to a private file.
+    Flag,
+    /// Any other agent: sent before the task, in the prompt ([`prompt_with_persona`]).
+    Prompt,
+}
+
+/// What running a definition adds to its agent's command line, and how its persona travels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunPlan {
+    /// Arguments appended to the agent's command line (`--model M` for acp-child).
+    pub args: Vec<String>,
+    pub persona: PersonaDelivery,
+}
+
+/// How `run` is honoured by `agent` (`is_acp_child`: it resolved to acp-child, which takes a
+/// model and a persona when it starts); `Err` names the field that cannot be honoured and why.
+/// A tool filter is honoured by no agent yet: it is refused, never ignored.
+pub fn plan_run(run: &RunSpec, agent: &str, is_acp_child: bool) -> Result<RunPlan, String> {
+    if run.tools.is_some() {
+        return Err("field `run.tools` cannot be honoured yet: no agent takes a tool filter when it starts; remove the field".to_owned());
+    }
+    let mut args = Vec::new();
+    if let Some(model) = &run.model {
+        if !is_acp_child {
+            return Err(format!(
+                "field `run.model` cannot be honoured for agent `{agent}`: only acp-child takes a model when it starts; remove the field or run acp-child"
+            ));
+        }
+        args.extend(["--model".to_owned(), model.clone()]);
+    }
+    Ok(RunPlan {
+        args,
+        persona: if is_acp_child {
+            PersonaDelivery::Flag
+        } else {
+            PersonaDelivery::Prompt
+        },
+    })
+}
+
+/// The prompt of an agent that takes no persona when it starts: the persona, a rule, the task.
+#[must_use]
+pub fn prompt_with_persona(persona: &str, task: &str) -> String {
+    format!("{persona}\n\n---\n\n{task}")
+}
+
+/// The fields a `run` table may hold.
+pub const RUN_FIELDS: &[&str] = &[
+    "agent",
+    "model",
+    "tools",
+    "permission",
+    "env",
+    "timeout",
+    "maxDepth",
+];
 
 impl Definition {
     /// The options for one agent (empty when none were given).
@@ -229,18 +321,20 @@ pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
     }
     let mut description = None;
     let mut agents = None;
+    let mut run = None;
     let mut options = BTreeMap::new();
     // Fields are checked in a fixed order (serde_json maps are sorted) so errors are deterministic.
     for (key, value) in &fields {
         match key.as_str() {
             "description" => description = Some(parse_description(value)?),
             "agents" => agents = Some(parse_agents(value)?),
+            "run" => run = Some(parse_run(value)?),
             other => {
                 let Some((spec, target)) = registry::find_sync(other) else {
                     return Err(field(
                         other,
                         format!(
-                            "unknown field; allowed: description, agents, or an agent name with its options ({})",
+                            "unknown field; allowed: description, agents, run, or an agent name with its options ({})",
                             registry::sync_agent_names().join(", ")
                         ),
                     ));
@@ -255,18 +349,24 @@ pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
             "missing: add `description: \"what this subagent does\"`",
         )
     })?;
-    let agents = agents.ok_or_else(|| {
-        field(
-            "agents",
-            "missing: add `agents: [\"claude-code\", \"codex\"]` (the agents to sync to)",
-        )
-    })?;
+    let agents = match (agents, &run) {
+        (Some(agents), _) => agents,
+        // Run-only: nothing to sync.
+        (None, Some(_)) => Vec::new(),
+        (None, None) => {
+            return Err(field(
+                "agents",
+                "missing: add `agents: [\"claude-code\", \"codex\"]` (the agents to sync to), or a `run:` table to run it out of process",
+            ));
+        }
+    };
     Ok(Definition {
         name: name.to_owned(),
         description,
         agents,
         options,
         body,
+        run,
     })
 }
 
@@ -378,6 +478,99 @@ fn parse_agents(value: &Value) -> Result<Vec<&'static str>, Problem> {
         agents.push(spec.name);
     }
     Ok(agents)
+}
+
+fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
+    let Value::Object(map) = value else {
+        return Err(field(
+            "run",
+            format!(
+                "must be a table of {}, got {}",
+                RUN_FIELDS.join(", "),
+                kind_of(value)
+            ),
+        ));
+    };
+    let mut run = RunSpec::default();
+    for (key, value) in map {
+        let path = format!("run.{key}");
+        let wrong = |expected: &str| {
+            field(
+                &path,
+                format!("must be {expected}, got {}", describe_value(value)),
+            )
+        };
+        let text = || match value {
+            Value::String(s) if non_empty(s) => Ok(s.clone()),
+            _ => Err(wrong("a non-empty string")),
+        };
+        match key.as_str() {
+            "agent" => run.agent = Some(text()?),
+            "model" => run.model = Some(text()?),
+            "tools" => {
+                let Value::Array(items) = value else {
+                    return Err(wrong("a list of tool names"));
+                };
+                // An explicit empty list means "no tools"; omitting the field means no filter.
+                let tools = if items.is_empty() {
+                    Vec::new()
+                } else {
+                    string_list(items).ok_or_else(|| wrong("a list of tool names"))?
+                };
+                run.tools = Some(tools);
+            }
+            "permission" => {
+                run.permission = Some(match value.as_str() {
+                    Some("relay") => RunPermission::Relay,
+                    Some("reject") => RunPermission::Reject,
+                    Some("allow") => RunPermission::Allow,
+                    _ => return Err(wrong("one of relay, reject, allow")),
+                });
+            }
+            "env" => {
+                let Value::Array(items) = value else {
+                    return Err(wrong("a list of variable names"));
+                };
+                run.env = if items.is_empty() {
+                    Vec::new()
+                } else {
+                    string_list(items).ok_or_else(|| wrong("a list of variable names"))?
+                };
+                if let Some(bad) = run.env.iter().find(|name| name.contains('=')) {
+                    let name = bad.split_once('=').map_or("", |(name, _)| name);
+                    return Err(field(
+                        &path,
+                        format!(
+                            "lists variable names, never values: write `{name}`, not `{name}=...`"
+                        ),
+                    ));
+                }
+            }
+            "timeout" => {
+                run.timeout = Some(
+                    value
+                        .as_u64()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| wrong("a whole number of seconds, at least 1"))?,
+                );
+            }
+            "maxDepth" => {
+                run.max_depth = Some(
+                    value
+                        .as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .ok_or_else(|| wrong("a whole number"))?,
+                );
+            }
+            _ => {
+                return Err(field(
+                    &path,
+                    format!("unknown run field; allowed: {}", RUN_FIELDS.join(", ")),
+                ));
+            }
+        }
+    }
+    Ok(run)
 }
 
 fn parse_options(
@@ -506,6 +699,81 @@ mod tests {
         );
         assert_eq!(d.body, "Review the changes and report findings.");
         assert!(d.options_for("claude-code").is_empty());
+    }
+
+    #[test]
+    fn a_run_table_is_validated_strictly_and_makes_agents_optional() {
+        let d = ok(
+            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n---\nBody.\n",
+        );
+        assert!(d.agents.is_empty());
+        assert_eq!(
+            d.run,
+            Some(RunSpec {
+                agent: Some("codex".into()),
+                model: Some("m".into()),
+                tools: Some(Vec::new()),
+                permission: Some(RunPermission::Allow),
+                env: vec!["OPENAI_API_KEY".into()],
+                timeout: Some(30),
+                max_depth: Some(0),
+            })
+        );
+        assert_eq!(
+            ok("---\ndescription: d\nrun: {}\n---\nB\n").run,
+            Some(RunSpec::default())
+        );
+        assert_eq!(
+            err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, permission, env, timeout, maxDepth"
+        );
+        assert_eq!(
+            err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
+            "subagents/review.md: field `run.timeout`: must be a whole number of seconds, at least 1, got the string \"soon\""
+        );
+        assert_eq!(
+            err("---\ndescription: d\nrun: {permission: ask}\n---\nB\n"),
+            "subagents/review.md: field `run.permission`: must be one of relay, reject, allow, got the string \"ask\""
+        );
+        assert_eq!(
+            err("---\ndescription: d\nrun: {env: [\"KEY=sk-secret\"]}\n---\nB\n"),
+            "subagents/review.md: field `run.env`: lists variable names, never values: write `KEY`, not `KEY=...`"
+        );
+        assert_eq!(
+            err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, permission, env, timeout, maxDepth, got a list"
+        );
+        assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
+    }
+
+    #[test]
+    fn a_run_is_planned_for_acp_child_or_refused_field_by_field() {
+        let run = RunSpec {
+            model: Some("m".into()),
+            ..RunSpec::default()
+        };
+        assert_eq!(
+            plan_run(&run, "acp-child", true),
+            Ok(RunPlan {
+                args: vec!["--model".into(), "m".into()],
+                persona: PersonaDelivery::Flag
+            })
+        );
+        assert!(
+            plan_run(&run, "codex", false)
+                .unwrap_err()
+                .starts_with("field `run.model` cannot be honoured for agent `codex`")
+        );
+        assert_eq!(
+            plan_run(&RunSpec::default(), "codex", false).map(|p| p.persona),
+            Ok(PersonaDelivery::Prompt)
+        );
+        let filtered = RunSpec {
+            tools: Some(Vec::new()),
+            ..RunSpec::default()
+        };
+        assert!(plan_run(&filtered, "acp-child", true).is_err());
+        assert_eq!(prompt_with_persona("P", "T"), "P\n\n---\n\nT");
     }
 
     #[test]

@@ -30,6 +30,11 @@ pub const ACP_CHILD_API_KEY: &str = "ACP_CHILD_API_KEY";
 pub const DEEPSEEK_API_KEY: &str = "DEEPSEEK_API_KEY";
 /// OpenAI's API key.
 pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+/// The delegation depth of the agent that holds it (0: started by a person). Set by acp-host on
+/// every agent it starts, never taken from a forwarded value (see `depth`).
+pub const ACP_HOST_DEPTH: &str = "ACP_HOST_DEPTH";
+/// The deepest an agent of this chain may run; set by acp-host beside [`ACP_HOST_DEPTH`].
+pub const ACP_HOST_MAX_DEPTH: &str = "ACP_HOST_MAX_DEPTH";
 /// Tests: `1` rewrites the checked-in JSON Schemas (`schemas/`) instead of failing on drift.
 pub const ACP_UPDATE_SCHEMAS: &str = "ACP_UPDATE_SCHEMAS";
 /// Test hook of `acp-host sync`, `<point>:<dir>`: the first time the sync reaches `<point>`

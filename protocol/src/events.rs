@@ -16,6 +16,9 @@ pub struct StartEvent {
     pub run_id: String,
     /// How the user named the agent.
     pub agent: String,
+    /// The agent's name as a subagent provider: the registry name (or the definition's name, or
+    /// the command line) it was started as; the same on `end`.
+    pub provider: String,
     pub cwd: String,
     pub pid: Option<u32>,
     pub session_id: String,
@@ -27,7 +30,10 @@ pub struct StartEvent {
 #[serde(rename_all = "camelCase")]
 pub struct EndEvent {
     pub run_id: String,
+    pub provider: String,
     pub status: Status,
+    /// The agent's stop reason on the wire, when it answered the prompt.
+    pub stop_reason: Option<String>,
     /// The final output; `None` when the run produced no result (nothing was spawned).
     pub last_assistant_message: Option<String>,
 }
@@ -120,7 +126,9 @@ mod tests {
     fn lifecycle_events_are_named() {
         let end = Event::End(EndEvent {
             run_id: "r".into(),
+            provider: "acp-child".into(),
             status: Status::Aborted,
+            stop_reason: Some("cancelled".into()),
             last_assistant_message: Some(String::new()),
         });
         let value = serde_json::to_value(&end).unwrap();

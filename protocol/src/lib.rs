@@ -5,6 +5,7 @@
 //! one home and is unit-tested here. `acp-host` and `acp-child` call into it; it never calls back.
 
 pub mod definition;
+pub mod depth;
 pub mod env_scrub;
 pub mod env_vars;
 pub mod events;

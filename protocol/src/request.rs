@@ -60,4 +60,7 @@ pub struct StartRequest {
     pub env: Vec<EnvForward>,
     pub permission: PermissionPolicy,
     pub timeouts: Timeouts,
+    /// The delegation depth cap asked for (`--max-depth`, a definition's `maxDepth`); it can only
+    /// lower the inherited one (`crate::depth`).
+    pub max_depth: Option<u32>,
 }

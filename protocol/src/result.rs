@@ -108,7 +108,8 @@ impl Status {
             let why = match status {
                 Status::Timeout => "--timeout elapsed".to_owned(),
                 Status::Error => {
-                    "spawn failure, agent crash, protocol error, unknown stop reason".to_owned()
+                    "spawn failure, crash, protocol error, unknown stop reason, depth limit"
+                        .to_owned()
                 }
                 Status::Aborted => {
                     "cancelled (Ctrl-C, SIGTERM) or stop reason cancelled".to_owned()
@@ -157,16 +158,20 @@ pub enum ErrorKind {
     Crash,
     /// `--timeout` (the overall deadline) elapsed.
     Timeout,
+    /// Starting the agent would exceed the delegation depth limit (`ACP_HOST_MAX_DEPTH`, the
+    /// definition's `maxDepth`, `--max-depth`); nothing was spawned.
+    DepthLimit,
 }
 
 impl ErrorKind {
     /// Every kind, in documentation order.
-    pub const ALL: [ErrorKind; 5] = [
+    pub const ALL: [ErrorKind; 6] = [
         ErrorKind::Spawn,
         ErrorKind::Handshake,
         ErrorKind::Protocol,
         ErrorKind::Crash,
         ErrorKind::Timeout,
+        ErrorKind::DepthLimit,
     ];
 
     /// The kebab-case name, as serialized.
@@ -178,6 +183,7 @@ impl ErrorKind {
             ErrorKind::Protocol => "protocol",
             ErrorKind::Crash => "crash",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::DepthLimit => "depth-limit",
         }
     }
 }

@@ -172,10 +172,10 @@ mod tests {
     #[test]
     fn keys_are_checked_per_variant() {
         let schema = output("run-event.json").unwrap();
-        let end = serde_json::json!({"type": "end", "runId": "r", "status": "completed",
+        let end = serde_json::json!({"type": "end", "runId": "r", "provider": "p", "status": "completed",
             "lastAssistantMessage": null});
         check_keys(&schema, &end).unwrap();
-        let extra = serde_json::json!({"type": "end", "runId": "r", "status": "completed",
+        let extra = serde_json::json!({"type": "end", "runId": "r", "provider": "p", "status": "completed",
             "lastAssistantMessage": null, "surprise": 1});
         assert!(
             check_keys(&schema, &extra)

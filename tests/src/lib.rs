@@ -45,12 +45,16 @@ pub fn bin(name: &str) -> PathBuf {
 pub const HANG_GUARD: Duration = Duration::from_secs(30);
 
 /// `acp-host run` in `dir`, with short teardown graces (so ladder tests stay quick; a test may
-/// pass its own, the last value wins) and without `ACP_HOST_LOG`, so stderr is exactly ours.
+/// pass its own, the last value wins), without `ACP_HOST_LOG` (so stderr is exactly ours) and
+/// without an inherited delegation depth.
 #[must_use]
 pub fn host_run(dir: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(bin("acp-host"));
     cmd.current_dir(dir)
         .env_remove("ACP_HOST_LOG")
+        // The suite may itself run inside a delegated agent: its agents start at depth 0.
+        .env_remove(protocol::env_vars::ACP_HOST_DEPTH)
+        .env_remove(protocol::env_vars::ACP_HOST_MAX_DEPTH)
         .arg("run")
         .args([
             "--eof-grace",
@@ -210,6 +214,61 @@ pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> boo
             return false;
         }
         std::thread::sleep(POLL);
+    }
+}
+
+/// Live processes (zombies excluded) whose working directory is `dir`: how a test finds the
+/// agents a chain of delegations started there, without knowing their pids.
+#[must_use]
+pub fn processes_in(dir: &Path) -> Vec<u32> {
+    let Ok(dir) = dir.canonicalize() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == dir))
+        .filter(|pid| process_alive(*pid))
+        .collect()
+}
+
+/// [`processes_in`] without the watchdogs acp-host puts between itself and each agent: the
+/// processes a test reasons about (acp-host, agents, their children).
+#[must_use]
+pub fn agents_in(dir: &Path) -> Vec<u32> {
+    processes_in(dir)
+        .into_iter()
+        .filter(|pid| !is_watchdog(*pid))
+        .collect()
+}
+
+/// Whether `pid` is an acp-host watchdog (its argv[1] is the watchdog mode argument).
+#[must_use]
+pub fn is_watchdog(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|&b| b == 0)
+            .nth(1)
+            .is_some_and(|arg| arg == acp_host::watchdog::MODE_ARG.as_bytes())
+    })
+}
+
+/// The parent of `pid`, skipping a watchdog in between (the agent's logical parent).
+#[must_use]
+pub fn logical_parent(pid: u32) -> Option<u32> {
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (_, rest) = stat.rsplit_once(')')?;
+        rest.split_whitespace().nth(1)?.parse().ok()
+    };
+    let direct = parent(pid)?;
+    if is_watchdog(direct) {
+        parent(direct)
+    } else {
+        Some(direct)
     }
 }
 

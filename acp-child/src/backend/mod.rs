@@ -12,6 +12,7 @@
 //! cancellation, and only then; everything it sent before returning reaches the client before the
 //! `session/prompt` response (both go through the same ordered outgoing queue).
 
+pub(crate) mod delegate;
 pub(crate) mod model;
 pub(crate) mod offline;
 pub(crate) mod permission;

@@ -10,10 +10,18 @@
 //! Anything but an allow is a refusal: an unknown option, the `cancelled` outcome, or a client
 //! that answers the request with a JSON-RPC error (the tool call is not run, the turn goes on).
 //! Cancellation of the turn wins over any answer.
+//!
+//! A subagent's request is relayed ([`relay`]): shown as its own tool call, titled with the
+//! subagent's name, offering the subagent's options; the answer goes back to the subagent by the
+//! kind of the option chosen. Nothing is remembered here: the subagent keeps its own standing
+//! answers.
 
+use acp_host::permission::Decision;
 use agent_client_protocol::v1::schema::{
-    PermissionOption, PermissionOptionKind, ToolCallId, ToolCallUpdateFields,
+    PermissionOption, PermissionOptionKind, ToolCall, ToolCallId, ToolCallStatus,
+    ToolCallUpdateFields, ToolKind,
 };
+use protocol::permission::{self as host, DecidedBy, OptionKind, PermissionRequest};
 
 use super::{Turn, TurnError};
 
@@ -146,6 +154,77 @@ pub(crate) async fn ask(
             .set_standing(kind.as_str(), verdict == Verdict::Allowed);
     }
     Ok(verdict)
+}
+
+/// Asks this agent's client about a subagent's permission request and returns the answer for
+/// the subagent: the kind of the option chosen, `cancelled` when the turn was cancelled or the
+/// request dismissed, a rejection when the client failed.
+pub(crate) async fn relay(turn: &Turn, subagent: &str, request: &PermissionRequest) -> Decision {
+    let title = request.title.as_deref().unwrap_or("a tool call");
+    let kind = request
+        .tool_kind
+        .as_deref()
+        .and_then(|kind| serde_json::from_value(serde_json::Value::from(kind)).ok())
+        .unwrap_or(ToolKind::Other);
+    let call = ToolCall::new("", format!("{subagent}: {title}"))
+        .kind(kind)
+        .status(ToolCallStatus::Pending);
+    let rejected = Decision {
+        answer: host::Answer::Reject,
+        decided_by: DecidedBy::User,
+    };
+    let Ok(id) = turn.announce_tool_call(call, "") else {
+        return rejected;
+    };
+    let options = request
+        .offered
+        .iter()
+        .map(|option| {
+            let (name, kind) = match option.kind {
+                OptionKind::AllowOnce => ("Allow once", PermissionOptionKind::AllowOnce),
+                OptionKind::AllowAlways => ("Allow always", PermissionOptionKind::AllowAlways),
+                OptionKind::RejectOnce => ("Reject once", PermissionOptionKind::RejectOnce),
+                OptionKind::RejectAlways => ("Reject always", PermissionOptionKind::RejectAlways),
+            };
+            PermissionOption::new(option.option_id.clone(), name, kind)
+        })
+        .collect();
+    let answer = match turn
+        .request_permission(&id, ToolCallUpdateFields::new(), options)
+        .await
+    {
+        Ok(answer) => answer,
+        Err(error) => Answer::ClientError(crate::describe(&error)),
+    };
+    let decision = match answer {
+        Answer::Selected(chosen) => request
+            .offered
+            .iter()
+            .find(|option| option.option_id == chosen)
+            .map_or(rejected, |option| Decision {
+                answer: host::Answer::Kind(option.kind),
+                decided_by: DecidedBy::User,
+            }),
+        Answer::Dismissed => Decision {
+            answer: host::Answer::Cancelled,
+            decided_by: DecidedBy::User,
+        },
+        Answer::ClientError(error) => {
+            tracing::warn!(%error, "the client answered a relayed permission request with an error");
+            rejected
+        }
+        Answer::TurnCancelled => Decision {
+            answer: host::Answer::Cancelled,
+            decided_by: DecidedBy::Cancel,
+        },
+    };
+    let status = if decision.answer.verdict() == host::Verdict::Allow {
+        ToolCallStatus::Completed
+    } else {
+        ToolCallStatus::Failed
+    };
+    let _ = turn.update_tool_call(&id, ToolCallUpdateFields::new().status(status));
+    decision
 }
 
 #[cfg(test)]

@@ -8,7 +8,9 @@
 //! pipe open. The group is also killed when the call is abandoned (its future dropped, as when the
 //! connection closes mid-turn and the turn's task goes with it). Each stream keeps its first
 //! [`MAX_STREAM_BYTES`] bytes (the rest is counted and discarded, never blocking the child on a
-//! full pipe).
+//! full pipe). The command inherits this agent's delegation standing (`ACP_HOST_DEPTH` and
+//! `ACP_HOST_MAX_DEPTH`, `protocol::depth`), so an `acp-host run` inside it starts its agent one
+//! level deeper, even when this agent was started by an editor without them.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -97,6 +99,21 @@ impl CommandOutput {
     }
 }
 
+/// This agent's own standing; `None` when its inherited values are malformed (they are then
+/// passed on as they are, and acp-host refuses to start an agent from them).
+fn own_budget() -> Option<protocol::depth::Budget> {
+    use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
+    let (depth, max_depth) = (
+        std::env::var(ACP_HOST_DEPTH).ok(),
+        std::env::var(ACP_HOST_MAX_DEPTH).ok(),
+    );
+    protocol::depth::own(protocol::depth::Inherited {
+        depth: depth.as_deref(),
+        max_depth: max_depth.as_deref(),
+    })
+    .ok()
+}
+
 /// Runs `command` with `sh -c` in `cwd`.
 pub(crate) async fn run(
     command: &str,
@@ -104,7 +121,11 @@ pub(crate) async fn run(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> Result<CommandOutput, ToolError> {
-    let mut child = tokio::process::Command::new("sh")
+    let mut shell = tokio::process::Command::new("sh");
+    if let Some(budget) = own_budget() {
+        shell.envs(budget.env());
+    }
+    let mut child = shell
         .arg("-c")
         .arg(command)
         .current_dir(cwd)

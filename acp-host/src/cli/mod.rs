@@ -9,6 +9,7 @@
 
 mod agents;
 mod run;
+mod subagent;
 mod sync;
 
 use std::io::Write as _;

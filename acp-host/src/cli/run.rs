@@ -16,6 +16,7 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use protocol::definition::{self, PersonaDelivery, RunPermission};
 use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
@@ -23,7 +24,7 @@ use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{RunResult, Status};
 
-use super::{CliError, Written};
+use super::{CliError, Written, subagent};
 
 /// Drive one ACP agent on one prompt, as an out-of-process subagent.
 ///
@@ -37,9 +38,20 @@ pub struct RunArgs {
     #[arg(value_name = "PROMPT | -")]
     prompt: String,
 
-    /// A registry name (see `acp-host agents`) or a command line, split shell-style.
-    #[arg(long, value_name = "NAME|COMMAND-LINE", default_value = registry::ACP_CHILD)]
-    agent: String,
+    /// A registry name (see `acp-host agents`) or a command line, split shell-style [default:
+    /// acp-child, or the --subagent definition's agent].
+    #[arg(long, value_name = "NAME|COMMAND-LINE")]
+    agent: Option<String>,
+
+    /// Run as subagent NAME: its definition (`NAME.md` in ./subagents/ or a --subagents folder,
+    /// with a `run:` table) gives the agent, persona, model, permission, env, timeout and depth
+    /// limit; flags given here win.
+    #[arg(long, value_name = "NAME")]
+    subagent: Option<String>,
+
+    /// A folder of subagent definitions for --subagent, after ./subagents/ (repeatable).
+    #[arg(long = "subagents", value_name = "DIR")]
+    subagent_dirs: Vec<PathBuf>,
 
     /// Working directory of the agent and of its session (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -51,9 +63,9 @@ pub struct RunArgs {
     env: Vec<String>,
 
     /// How to answer the agent's permission requests. `ask` prompts on the terminal and rejects
-    /// when there is none.
-    #[arg(long, value_enum, default_value_t = PolicyArg::Reject)]
-    permission: PolicyArg,
+    /// when there is none [default: reject, or the --subagent definition's (relay: ask)].
+    #[arg(long, value_enum)]
+    permission: Option<PolicyArg>,
 
     /// Give up after this many seconds: the agent is cancelled and torn down (exit 124).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
@@ -78,6 +90,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(Timeouts::default().term_grace))]
     term_grace: Seconds,
+
+    /// The deepest a chain of agents starting agents may go (0: the agent may not delegate). It
+    /// can only lower the limit inherited from a parent agent (`ACP_HOST_MAX_DEPTH`); default 1.
+    #[arg(long, value_name = "N")]
+    max_depth: Option<u32>,
 
     /// Write NDJSON events to stdout (start, updates, permissions), then a result record.
     #[arg(long)]
@@ -146,7 +163,9 @@ impl RunArgs {
 }
 
 pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
-    let request = build_request(args).map_err(CliError::Usage)?;
+    // The persona file of a --subagent run lives until the run has ended.
+    let (request, _persona) = build_request(args).map_err(CliError::Usage)?;
+    let ask = request.permission == PermissionPolicy::Ask;
     let prepared = run::prepare(request, std::env::vars_os())
         .map_err(|err| CliError::Usage(err.to_string()))?;
     if args.verbose && !prepared.scrubbed().is_empty() {
@@ -163,7 +182,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let renderer = Arc::new(Renderer::new(args.json, args.verbose));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
-        permissions: matches!(args.permission, PolicyArg::Ask)
+        permissions: ask
             .then(TerminalAsker::open)
             .flatten()
             .map(|asker| Arc::new(asker) as Arc<dyn PermissionHandler>),
@@ -182,8 +201,8 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::from(result.exit_code()))
 }
 
-fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
-    let prompt = if args.prompt == "-" {
+fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempDir>), String> {
+    let mut prompt = if args.prompt == "-" {
         let mut prompt = String::new();
         std::io::stdin()
             .read_to_string(&mut prompt)
@@ -195,28 +214,82 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
     if prompt.trim().is_empty() {
         return Err("the prompt is empty (pass text, or - to read it from stdin)".into());
     }
-    let env = args
+    let mut env = args
         .env
         .iter()
         .map(|arg| EnvForward::parse(arg).map_err(|err| err.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
     let cwd = run::resolve_cwd(args.cwd.as_deref()).map_err(|err| err.to_string())?;
-    Ok(StartRequest {
-        agent: agents::resolve(&args.agent, &HostFacts::from_env())
-            .map_err(|err| err.to_string())?
-            .command,
+    let found = args
+        .subagent
+        .as_deref()
+        .map(|name| subagent::find(name, &cwd, &args.subagent_dirs))
+        .transpose()?;
+    let run_spec = found.as_ref().map(|found| &found.run);
+    let agent_name = args
+        .agent
+        .clone()
+        .or_else(|| run_spec.and_then(|run| run.agent.clone()))
+        .unwrap_or_else(|| registry::ACP_CHILD.to_owned());
+    let resolved =
+        agents::resolve(&agent_name, &HostFacts::from_env()).map_err(|err| err.to_string())?;
+    let mut agent = resolved.command;
+    let mut persona_dir = None;
+    if let Some(found) = &found {
+        let acp_child = resolved
+            .spec
+            .is_some_and(|spec| spec.name == registry::ACP_CHILD);
+        let plan = definition::plan_run(&found.run, &agent_name, acp_child)
+            .map_err(|err| format!("--subagent {}: {err}", found.definition.name))?;
+        agent.args.extend(plan.args);
+        match plan.persona {
+            PersonaDelivery::Flag => {
+                let (dir, path) = subagent::persona_file(&found.definition.body)?;
+                agent.args.push("--persona".to_owned());
+                agent.args.push(path.display().to_string());
+                persona_dir = Some(dir);
+            }
+            PersonaDelivery::Prompt => {
+                prompt = definition::prompt_with_persona(&found.definition.body, &prompt);
+            }
+        }
+        // The definition's names, unless a flag forwards the same one.
+        for name in &found.run.env {
+            if !env.iter().any(|forward| forward.name() == name) {
+                env.push(EnvForward::Inherit(name.clone()));
+            }
+        }
+    }
+    let permission = args.permission.map(PermissionPolicy::from).or_else(|| {
+        run_spec.and_then(|run| run.permission).map(|p| match p {
+            // Relayed to the person running acp-host: asked on the terminal.
+            RunPermission::Relay => PermissionPolicy::Ask,
+            RunPermission::Reject => PermissionPolicy::Reject,
+            RunPermission::Allow => PermissionPolicy::Allow,
+        })
+    });
+    let request = StartRequest {
+        agent,
         prompt,
         cwd,
         env,
-        permission: args.permission.into(),
+        permission: permission.unwrap_or_default(),
         timeouts: Timeouts {
-            overall: args.timeout.map(|s| s.0),
+            overall: args.timeout.map(|s| s.0).or_else(|| {
+                run_spec
+                    .and_then(|run| run.timeout)
+                    .map(Duration::from_secs)
+            }),
             handshake: args.handshake_timeout.0,
             cancel_grace: args.cancel_grace.0,
             eof_grace: args.eof_grace.0,
             term_grace: args.term_grace.0,
         },
-    })
+        max_depth: args
+            .max_depth
+            .or_else(|| run_spec.and_then(|run| run.max_depth)),
+    };
+    Ok((request, persona_dir))
 }
 
 async fn watch_signals(cancel: Cancel) {
@@ -354,9 +427,7 @@ impl Observer for Renderer {
             return Ok(());
         }
         if self.json {
-            if !matches!(event, Event::End(_)) {
-                self.write_json(event);
-            }
+            self.write_json(event);
             return Ok(());
         }
         match event {

@@ -16,7 +16,7 @@ pub const USAGE_EXIT: i32 = 64;
 pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on-cancel, \
     crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
-    echo-env, fs-request, session-echo, slow-stream, probe-fd, ancestor-environ, escapee";
+    echo-env, fs-request, session-echo, echo-prompt, slow-stream, probe-fd, ancestor-environ, escapee";
 
 /// Flags only some scenarios read; each scenario takes the ones it uses, leftovers are errors.
 const SPECIFIC_FLAGS: &[&str] = &[
@@ -103,6 +103,8 @@ pub enum Scenario {
     FsRequest,
     /// Text `"session <the prompt's session id>"`.
     SessionEcho,
+    /// The prompt's text blocks, joined by newlines, as the reply.
+    EchoPrompt,
     /// `chunks` chunks "c1 ", "c2 ", ... `interval` apart (`--ready` after the first);
     /// answers `session/cancel` mid-stream with `cancelled`.
     SlowStream { chunks: usize, interval: Duration },
@@ -344,6 +346,7 @@ fn scenario(
         },
         "fs-request" => Scenario::FsRequest,
         "session-echo" => Scenario::SessionEcho,
+        "echo-prompt" => Scenario::EchoPrompt,
         "slow-stream" => Scenario::SlowStream {
             chunks: s.positive("chunks")?.unwrap_or(5),
             interval: Duration::from_millis(s.number("interval-ms")?.unwrap_or(100)),

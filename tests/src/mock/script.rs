@@ -100,6 +100,10 @@ impl Agent {
                     .await;
             }
             Scenario::FsRequest => self.fs_request(id, session).await,
+            Scenario::EchoPrompt => {
+                self.reply(id, session, [prompt_text(params)], "end_turn")
+                    .await;
+            }
             Scenario::SessionEcho => {
                 let text = format!("session {session}");
                 self.reply(id, session, [text], "end_turn").await;
@@ -118,7 +122,24 @@ impl Agent {
             }
         }
     }
+}
 
+/// The prompt's text blocks, one per line.
+fn prompt_text(params: &Value) -> String {
+    let texts: Vec<&str> = params
+        .get("prompt")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    texts.join("\n")
+}
+
+impl Agent {
     /// The chunk is sent before `--ready` is touched, so a test that cancels on ready knows
     /// the partial text is already on the wire.
     async fn hang(&mut self, id: &Value, session: &str, on_cancel: OnCancel) {

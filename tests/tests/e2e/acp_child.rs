@@ -28,7 +28,7 @@ use tokio::io::AsyncWriteExt as _;
 /// The reply to plain text, exactly.
 const NO_MODEL_REPLY: &str = "No model is configured: acp-child is running its offline backend and cannot answer free-form prompts.\n\
 To use a model, start it with --model NAME and a key in ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY), or --base-url for a local server.\n\
-Offline commands that work now: /read PATH, /write PATH TEXT, /sleep SECONDS.\n";
+Offline commands that work now: /read PATH, /write PATH TEXT, /sleep SECONDS, /delegate NAME PROMPT.\n";
 
 #[tokio::test]
 async fn hello_gets_the_honest_offline_reply() {
@@ -67,7 +67,7 @@ async fn hello_gets_the_honest_offline_reply() {
         .iter()
         .map(|command| command.name.as_str())
         .collect();
-    assert_eq!(commands, ["read", "write", "sleep"]);
+    assert_eq!(commands, ["read", "write", "sleep", "delegate"]);
 }
 
 #[tokio::test]
@@ -336,7 +336,7 @@ async fn sleep_replies_and_bad_commands_get_usage() {
     .await;
     let expected = [
         "slept 0 s",
-        "unknown command /frobnicate. Offline commands: /read PATH, /write PATH TEXT, /sleep SECONDS.",
+        "unknown command /frobnicate. Offline commands: /read PATH, /write PATH TEXT, /sleep SECONDS, /delegate NAME PROMPT.",
         "usage: /sleep SECONDS (SECONDS must be a whole number from 0 to 3600)",
         "usage: /write PATH TEXT (missing TEXT)",
     ];

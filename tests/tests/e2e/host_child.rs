@@ -13,6 +13,8 @@ use protocol::env_vars;
 fn host(dir: &Path) -> Command {
     let mut cmd = Command::new(bin("acp-host"));
     cmd.current_dir(dir)
+        .env_remove(env_vars::ACP_HOST_DEPTH)
+        .env_remove(env_vars::ACP_HOST_MAX_DEPTH)
         .arg("run")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

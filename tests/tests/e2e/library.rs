@@ -42,6 +42,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
             term_grace: Duration::from_secs(2),
             ..Timeouts::default()
         },
+        max_depth: None,
     }
 }
 

@@ -23,6 +23,7 @@ pub use self::client::ClientBuildError;
 use self::client::ModelClient;
 pub use self::config::{ConfigError, ModelConfig, ModelOptions};
 use self::tools::Toolbox;
+use super::delegate::Subagents;
 use super::{Backend, Turn, TurnError};
 use crate::session::Memory;
 use crate::store::Store;
@@ -37,8 +38,11 @@ pub(crate) struct Model {
 }
 
 impl Model {
-    pub(crate) fn new(config: ModelConfig) -> Result<Self, ClientBuildError> {
-        let tools = Toolbox::standard(config.command_timeout);
+    pub(crate) fn new(
+        config: ModelConfig,
+        subagents: Option<Arc<Subagents>>,
+    ) -> Result<Self, ClientBuildError> {
+        let tools = Toolbox::standard(config.command_timeout, subagents);
         let store = Arc::new(Store::new(config.state_dir.clone()));
         Ok(Self {
             client: ModelClient::new(Arc::new(config))?,

@@ -84,7 +84,7 @@ mod tests {
     fn the_default_names_model_cwd_and_tools() {
         let text = Persona::default().render("m", Path::new("/w"));
         assert!(text.contains("model m") && text.contains("directory /w"));
-        let tools = super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1));
+        let tools = super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1), None);
         for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }

@@ -115,7 +115,7 @@ mod tests {
                 tool_calls: vec![],
             },
         ];
-        let tools = Toolbox::standard(std::time::Duration::from_secs(1));
+        let tools = Toolbox::standard(std::time::Duration::from_secs(1), None);
         let updates = updates(&tools, &history, &workspace, &Memory::default());
         assert_eq!(updates.len(), 5);
         assert!(matches!(&updates[0], SessionUpdate::UserMessageChunk(_)));
@@ -160,7 +160,7 @@ mod tests {
             failed: false,
         };
         let history = vec![reply(), result("first"), reply(), result("second")];
-        let tools = Toolbox::standard(std::time::Duration::from_secs(1));
+        let tools = Toolbox::standard(std::time::Duration::from_secs(1), None);
         let shown: Vec<(String, Vec<ToolCallContent>)> =
             updates(&tools, &history, &workspace, &Memory::default())
                 .into_iter()

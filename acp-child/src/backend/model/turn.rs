@@ -9,6 +9,8 @@
 //!   key, an unreachable server) is not recorded, so sending it again does not show it twice. A
 //!   reply cut off by cancellation keeps its streamed text but drops its unfinished tool calls;
 //!   calls a cancelled turn did not run are recorded as cancelled, so the next request is valid;
+//! - the calls of one reply run in order, except that consecutive `subagent` calls run together
+//!   (bounded by the subagents' own limit); their results are recorded in call order;
 //! - cancellation is raced at every wait (request, stream, permission, command) and the turn then
 //!   returns `cancelled`; model failures become [`TurnError::Model`] (a JSON-RPC error).
 
@@ -16,7 +18,7 @@ use agent_client_protocol::v1::schema::StopReason;
 use futures::StreamExt as _;
 
 use super::client::{ModelClient, ModelError};
-use super::tools::{CANCELLED, ToolResult, Toolbox};
+use super::tools::{CANCELLED, ToolResult, Toolbox, subagent};
 use super::wire::{self, Accumulator, ChatRequest, Chunk, Finish, Reply};
 use crate::backend::{Turn, TurnError};
 use crate::store::Record;
@@ -47,7 +49,7 @@ pub(super) async fn run(
             model: &config.model,
             messages: &messages,
             stream: true,
-            tools: tools.definitions(),
+            tools: &tools.definitions(turn.workspace().root()),
         };
         let streamed = stream_reply(client, &request, turn).await?;
         if let Some(prompt) = prompt.take() {
@@ -81,26 +83,50 @@ pub(super) async fn run(
             Finish::ContentFilter => return Ok(StopReason::Refusal),
             Finish::ToolCalls => {}
         }
-        for call in &calls {
-            let result = if turn.is_cancelled() {
-                ToolResult {
-                    content: CANCELLED.to_owned(),
-                    failed: true,
-                }
+        // Consecutive `subagent` calls run together (each waits for a free slot); every other
+        // call runs alone, in order. Results are recorded in the order the model made the calls.
+        let mut rest = calls.as_slice();
+        while let Some(first) = rest.first() {
+            let together = if first.name == subagent::NAME {
+                rest.iter().take_while(|c| c.name == subagent::NAME).count()
             } else {
-                tools.run(turn, call).await?
+                1
             };
-            memory.extend([Record::Tool {
-                call_id: call.id.clone(),
-                content: result.content,
-                failed: result.failed,
-            }]);
+            let (batch, after) = rest.split_at(together);
+            rest = after;
+            let shared: &Turn = turn;
+            let results =
+                futures::future::join_all(batch.iter().map(|call| run_call(tools, shared, call)))
+                    .await;
+            for (call, result) in batch.iter().zip(results) {
+                let result = result?;
+                memory.extend([Record::Tool {
+                    call_id: call.id.clone(),
+                    content: result.content,
+                    failed: result.failed,
+                }]);
+            }
         }
         if turn.is_cancelled() {
             return Ok(StopReason::Cancelled);
         }
     }
     Ok(StopReason::MaxTurnRequests)
+}
+
+/// Runs one call, unless the turn was cancelled first.
+async fn run_call(
+    tools: &Toolbox,
+    turn: &Turn,
+    call: &crate::store::RecordedCall,
+) -> Result<ToolResult, TurnError> {
+    if turn.is_cancelled() {
+        return Ok(ToolResult {
+            content: CANCELLED.to_owned(),
+            failed: true,
+        });
+    }
+    tools.run(turn, call).await
 }
 
 /// How streaming one reply ended, when it did not fail.

@@ -1,4 +1,4 @@
-//! The offline backend's slash commands (`/read`, `/write`, `/sleep`).
+//! The offline backend's slash commands (`/read`, `/write`, `/sleep`, `/delegate`).
 //!
 //! Pure and synchronous: a prompt's text goes in, a [`Parsed`] value comes out. Every place that
 //! names the commands to a user (the offline reply, the unknown-command reply, `--help`) uses
@@ -9,14 +9,16 @@
 //! - `/read PATH`;
 //! - `/write PATH TEXT`: `PATH` is one whitespace-free token, `TEXT` is everything after the
 //!   whitespace that follows it, kept verbatim (inner newlines included);
-//! - `/sleep SECONDS`: a whole number from 0 to [`MAX_SLEEP_SECS`].
+//! - `/sleep SECONDS`: a whole number from 0 to [`MAX_SLEEP_SECS`];
+//! - `/delegate NAME PROMPT`: `NAME` is one token, `PROMPT` the rest, verbatim.
 
 use thiserror::Error;
 
 use crate::backend::CommandHelp;
 
 /// One line naming every offline command, for replies.
-pub(crate) const COMMANDS_SUMMARY: &str = "/read PATH, /write PATH TEXT, /sleep SECONDS";
+pub(crate) const COMMANDS_SUMMARY: &str =
+    "/read PATH, /write PATH TEXT, /sleep SECONDS, /delegate NAME PROMPT";
 
 /// Every offline command, in the order the offline reply names them.
 pub const COMMANDS_HELP: &[CommandHelp] = &[
@@ -34,6 +36,11 @@ pub const COMMANDS_HELP: &[CommandHelp] = &[
         name: "sleep",
         input: "SECONDS",
         description: "wait SECONDS (0 to 3600); session/cancel stops the wait",
+    },
+    CommandHelp {
+        name: "delegate",
+        input: "NAME PROMPT",
+        description: "run subagent NAME on PROMPT in its own process (see --subagent-agents)",
     },
 ];
 
@@ -54,6 +61,7 @@ pub(crate) enum Command {
     Read { path: String },
     Write { path: String, text: String },
     Sleep { secs: u64 },
+    Delegate { name: String, prompt: String },
 }
 
 /// Why a `/...` prompt is not a command; the `Display` text is the reply shown to the user.
@@ -115,6 +123,19 @@ pub(crate) fn parse(prompt: &str) -> Result<Parsed, ParseError> {
             match secs.parse::<u64>() {
                 Ok(secs) if secs <= MAX_SLEEP_SECS => Command::Sleep { secs },
                 _ => return Err(usage("sleep", "SECONDS", &reason())),
+            }
+        }
+        "delegate" => {
+            let (name, prompt) = split_token(rest);
+            if name.is_empty() {
+                return Err(usage("delegate", "NAME PROMPT", "missing NAME and PROMPT"));
+            }
+            if prompt.trim().is_empty() {
+                return Err(usage("delegate", "NAME PROMPT", "missing PROMPT"));
+            }
+            Command::Delegate {
+                name: name.to_owned(),
+                prompt: prompt.to_owned(),
             }
         }
         other => {
@@ -238,6 +259,21 @@ mod tests {
     }
 
     #[test]
+    fn delegate_takes_a_name_and_the_rest_as_prompt() {
+        assert_eq!(
+            command("/delegate acp-child /write a.txt two  words\n"),
+            Command::Delegate {
+                name: "acp-child".into(),
+                prompt: "/write a.txt two  words\n".into()
+            }
+        );
+        assert_eq!(
+            parse("/delegate acp-child").unwrap_err().to_string(),
+            "usage: /delegate NAME PROMPT (missing PROMPT)"
+        );
+    }
+
+    #[test]
     fn help_and_summary_agree() {
         let from_help: Vec<String> = COMMANDS_HELP
             .iter()
@@ -250,7 +286,7 @@ mod tests {
     fn unknown_command_lists_the_commands() {
         assert_eq!(
             parse("/frobnicate now").unwrap_err().to_string(),
-            "unknown command /frobnicate. Offline commands: /read PATH, /write PATH TEXT, /sleep SECONDS."
+            "unknown command /frobnicate. Offline commands: /read PATH, /write PATH TEXT, /sleep SECONDS, /delegate NAME PROMPT."
         );
         assert_eq!(
             parse("/").unwrap_err(),

@@ -5,13 +5,16 @@
 //! - `/read PATH`: a `read` tool call, then the file's text as the reply;
 //! - `/write PATH TEXT`: an `edit` tool call that asks permission (allow once or reject once,
 //!   through [`super::permission`]) and writes only when allowed;
-//! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`.
+//! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`;
+//! - `/delegate NAME PROMPT`: runs subagent NAME in its own process ([`super::delegate`]), as a
+//!   tool call showing its text while it runs, and replies with its result.
 //!
 //! Every reply is deterministic, so clients and tests can match it exactly. Refusals and I/O
 //! errors are replies (the turn still ends with `end_turn`), never protocol errors.
 
 pub(crate) mod commands;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
@@ -21,6 +24,7 @@ use agent_client_protocol::v1::schema::{
 use futures::future::BoxFuture;
 
 use self::commands::{COMMANDS_HELP, Command, Parsed};
+use super::delegate::{self, Subagents};
 use super::permission::{self, Offer, PermissionKind, Verdict};
 use super::{Backend, CommandHelp, Turn, TurnError, locations};
 use crate::describe;
@@ -31,16 +35,18 @@ pub const NO_MODEL_REPLY: [&str; 3] = [
     "No model is configured: acp-child is running its offline backend and cannot answer free-form prompts.\n",
     "To use a model, start it with --model NAME and a key in ACP_CHILD_API_KEY (or DEEPSEEK_API_KEY / OPENAI_API_KEY), or --base-url for a local server.\n",
     // Kept in step with `COMMANDS_SUMMARY` by the unit test below.
-    "Offline commands that work now: /read PATH, /write PATH TEXT, /sleep SECONDS.\n",
+    "Offline commands that work now: /read PATH, /write PATH TEXT, /sleep SECONDS, /delegate NAME PROMPT.\n",
 ];
 
 /// The backend used when no model is configured.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Offline;
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Offline {
+    pub(crate) subagents: Option<Arc<Subagents>>,
+}
 
 impl Backend for Offline {
     fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>> {
-        Box::pin(run(turn))
+        Box::pin(run(turn, self.subagents.as_deref()))
     }
 
     fn title(&self) -> String {
@@ -52,7 +58,7 @@ impl Backend for Offline {
     }
 }
 
-async fn run(turn: &mut Turn) -> Result<StopReason, TurnError> {
+async fn run(turn: &mut Turn, subagents: Option<&Subagents>) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
         return Ok(StopReason::Cancelled);
     }
@@ -66,6 +72,9 @@ async fn run(turn: &mut Turn) -> Result<StopReason, TurnError> {
         Ok(Parsed::Command(Command::Read { path })) => read(turn, &path),
         Ok(Parsed::Command(Command::Write { path, text })) => write(turn, &path, &text).await,
         Ok(Parsed::Command(Command::Sleep { secs })) => sleep(turn, secs).await,
+        Ok(Parsed::Command(Command::Delegate { name, prompt })) => {
+            delegate(turn, subagents, &name, &prompt).await
+        }
         Err(error) => {
             turn.say(error.to_string())?;
             Ok(StopReason::EndTurn)
@@ -164,6 +173,41 @@ async fn sleep(turn: &mut Turn, secs: u64) -> Result<StopReason, TurnError> {
         ToolCallUpdateFields::new().status(ToolCallStatus::Completed),
     )?;
     turn.say(format!("slept {secs} s"))?;
+    Ok(StopReason::EndTurn)
+}
+
+async fn delegate(
+    turn: &mut Turn,
+    subagents: Option<&Subagents>,
+    name: &str,
+    prompt: &str,
+) -> Result<StopReason, TurnError> {
+    let Some(subagents) = subagents else {
+        turn.say(format!(
+            "/delegate: no subagents are enabled; start acp-child with --subagent-agents {name}"
+        ))?;
+        return Ok(StopReason::EndTurn);
+    };
+    let call = ToolCall::new("", delegate::title(name, None, prompt))
+        .kind(delegate::KIND)
+        .status(ToolCallStatus::InProgress)
+        .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
+    let id = turn.announce_tool_call(call, "")?;
+    let result = subagents.run(turn, &id, name, prompt).await;
+    if result.failed {
+        fail(turn, &id, &result.text)?;
+    } else {
+        turn.update_tool_call(
+            &id,
+            ToolCallUpdateFields::new()
+                .status(ToolCallStatus::Completed)
+                .content(vec![ToolCallContent::from(result.text.clone())]),
+        )?;
+    }
+    if turn.is_cancelled() {
+        return Ok(StopReason::Cancelled);
+    }
+    turn.say(result.text)?;
     Ok(StopReason::EndTurn)
 }
 

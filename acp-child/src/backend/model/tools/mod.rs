@@ -20,8 +20,11 @@ mod list_dir;
 mod read_file;
 mod run_command;
 mod search;
+pub(crate) mod subagent;
 mod write_file;
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
@@ -31,6 +34,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use self::files::Files;
+use crate::backend::delegate::Subagents;
 use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
 use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;
@@ -53,6 +57,18 @@ pub(crate) trait Tool: Send + Sync {
     /// The permission its calls need; `None`: they run without asking.
     fn permission(&self) -> Option<PermissionKind> {
         None
+    }
+    /// The tool as an `OpenAI` function definition for a request in session directory `cwd`;
+    /// `None`: not offered there (a call the model makes anyway is still answered: refused with
+    /// an explanation).
+    fn definition(&self, _cwd: &Path) -> Option<Value> {
+        let (properties, required) = self.parameters();
+        Some(function(
+            self.name(),
+            self.description(),
+            &properties,
+            required,
+        ))
     }
     /// Parses a call's arguments (a JSON object).
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error>;
@@ -147,7 +163,6 @@ impl Outcome {
 /// The tools offered to the model, in the order it sees them.
 pub(crate) struct Toolbox {
     tools: Vec<Box<dyn Tool>>,
-    definitions: Value,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -163,9 +178,10 @@ struct Parsed<'a> {
 }
 
 impl Toolbox {
-    /// Every built-in tool; `run_command` kills a command after `command_timeout`.
-    pub(crate) fn standard(command_timeout: Duration) -> Self {
-        Self::new(vec![
+    /// Every built-in tool; `run_command` kills a command after `command_timeout`; `subagent`
+    /// when subagents are enabled.
+    pub(crate) fn standard(command_timeout: Duration, subagents: Option<Arc<Subagents>>) -> Self {
+        let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(read_file::ReadFile),
             Box::new(list_dir::ListDir),
             Box::new(search::Search),
@@ -174,29 +190,42 @@ impl Toolbox {
             Box::new(run_command::RunCommand {
                 timeout: command_timeout,
             }),
-        ])
+        ];
+        if let Some(subagents) = subagents {
+            tools.push(Box::new(subagent::Subagent { subagents }));
+        }
+        Self::new(tools)
     }
 
     fn new(tools: Vec<Box<dyn Tool>>) -> Self {
-        let definitions = tools.iter().map(|tool| definition(&**tool)).collect();
-        Self { tools, definitions }
+        Self { tools }
     }
 
     pub(crate) fn names(&self) -> Vec<&'static str> {
         self.tools.iter().map(|tool| tool.name()).collect()
     }
 
-    /// The tools, as the `tools` field of a request.
-    pub(crate) fn definitions(&self) -> &Value {
-        &self.definitions
+    /// The tools offered in session directory `cwd`, as the `tools` field of a request.
+    pub(crate) fn definitions(&self, cwd: &Path) -> Value {
+        self.tools
+            .iter()
+            .filter_map(|tool| tool.definition(cwd))
+            .collect()
     }
 
-    /// Parses a call from its name and JSON arguments; the error is the tool result explaining it.
-    fn parse(&self, name: &str, arguments: &str) -> Result<Parsed<'_>, String> {
+    /// Parses a call from its name and JSON arguments; the error is the tool result explaining it
+    /// (naming the tools offered in session directory `cwd`).
+    fn parse(&self, name: &str, arguments: &str, cwd: &Path) -> Result<Parsed<'_>, String> {
         let Some(tool) = self.tools.iter().find(|tool| tool.name() == name) else {
+            let offered: Vec<&str> = self
+                .tools
+                .iter()
+                .filter(|tool| tool.definition(cwd).is_some())
+                .map(|tool| tool.name())
+                .collect();
             return Err(format!(
                 "unknown tool {name:?}; the tools are {}",
-                self.names().join(", ")
+                offered.join(", ")
             ));
         };
         let arguments: Value = if arguments.trim().is_empty() {
@@ -219,7 +248,7 @@ impl Toolbox {
     /// recorded one; the announcing [`Turn`] may replace it.
     pub(crate) fn announcement(&self, recorded: &RecordedCall, workspace: &Workspace) -> ToolCall {
         let raw_input = serde_json::from_str::<Value>(&recorded.arguments).ok();
-        match self.parse(&recorded.name, &recorded.arguments) {
+        match self.parse(&recorded.name, &recorded.arguments, workspace.root()) {
             Ok(parsed) => ToolCall::new(recorded.id.clone(), parsed.call.title())
                 .raw_input(raw_input)
                 .kind(parsed.tool.kind())
@@ -244,7 +273,8 @@ impl Toolbox {
         recorded: &RecordedCall,
     ) -> Result<ToolResult, TurnError> {
         let announced = self.announcement(recorded, turn.workspace());
-        let parsed = match self.parse(&recorded.name, &recorded.arguments) {
+        let parsed = match self.parse(&recorded.name, &recorded.arguments, turn.workspace().root())
+        {
             Ok(parsed) => parsed,
             Err(reason) => {
                 turn.announce_tool_call(
@@ -294,14 +324,13 @@ fn untitled(name: &str) -> String {
     }
 }
 
-/// A tool as an `OpenAI` function definition.
-fn definition(tool: &dyn Tool) -> Value {
-    let (properties, required) = tool.parameters();
+/// An `OpenAI` function definition.
+fn function(name: &str, description: &str, properties: &Value, required: &[&str]) -> Value {
     json!({
         "type": "function",
         "function": {
-            "name": tool.name(),
-            "description": tool.description(),
+            "name": name,
+            "description": description,
             "parameters": {
                 "type": "object",
                 "properties": properties,
@@ -329,13 +358,13 @@ mod tests {
     use super::*;
 
     fn toolbox() -> Toolbox {
-        Toolbox::standard(Duration::from_secs(1))
+        Toolbox::standard(Duration::from_secs(1), None)
     }
 
     /// `(kind, title, permission)` of a call.
     fn shown(name: &str, arguments: &str) -> (ToolKind, String, Option<PermissionKind>) {
         let toolbox = toolbox();
-        let parsed = toolbox.parse(name, arguments).unwrap();
+        let parsed = toolbox.parse(name, arguments, Path::new(".")).unwrap();
         (
             parsed.tool.kind(),
             parsed.call.title(),
@@ -346,8 +375,8 @@ mod tests {
     #[test]
     fn definitions_name_exactly_the_tools() {
         let toolbox = toolbox();
-        let names: Vec<&str> = toolbox
-            .definitions()
+        let definitions = toolbox.definitions(Path::new("."));
+        let names: Vec<&str> = definitions
             .as_array()
             .unwrap()
             .iter()
@@ -370,10 +399,15 @@ mod tests {
     #[test]
     fn calls_parse_with_clear_errors() {
         let toolbox = toolbox();
-        let error = |name: &str, arguments: &str| toolbox.parse(name, arguments).err().unwrap();
+        let error = |name: &str, arguments: &str| {
+            toolbox
+                .parse(name, arguments, Path::new("."))
+                .err()
+                .unwrap()
+        };
         assert_eq!(
             toolbox
-                .parse("read_file", r#"{"path":"a.txt","extra":1}"#)
+                .parse("read_file", r#"{"path":"a.txt","extra":1}"#, Path::new("."))
                 .unwrap()
                 .call
                 .path(),

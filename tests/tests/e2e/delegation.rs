@@ -1,0 +1,989 @@
+//! End-to-end: delegation across processes. The depth budget (`ACP_HOST_DEPTH`,
+//! `ACP_HOST_MAX_DEPTH`) set by `acp-host run` and enforced before anything is spawned; acp-child
+//! delegating to child acp-child processes offline (`/delegate`) and on the mock model (the
+//! `subagent` tool): relayed permissions, the depth cap's two faces, timeouts, cancellation,
+//! parallel children, and no process left behind.
+
+use std::path::Path;
+use std::process::Command;
+
+use acp_tests::mock_llm::{MockLlm, Reply};
+use acp_tests::{code, host_run, run_to_end, stderr, stdout};
+use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
+use serde_json::{Value, json};
+
+fn mock_path() -> &'static str {
+    env!("CARGO_BIN_EXE_mock-agent")
+}
+
+/// `acp-host run` with the mock echoing the depth variables it was given.
+fn echo_depth(dir: &Path) -> Command {
+    let mut cmd = host_run(dir);
+    cmd.env_remove(ACP_HOST_DEPTH)
+        .env_remove(ACP_HOST_MAX_DEPTH)
+        .args([
+            "--agent",
+            &format!(
+                "{} echo-env {ACP_HOST_DEPTH} {ACP_HOST_MAX_DEPTH}",
+                mock_path()
+            ),
+        ]);
+    cmd
+}
+
+#[test]
+fn an_agent_started_by_a_person_runs_at_depth_0_whatever_is_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(echo_depth(dir.path()).args([
+        "--env",
+        &format!("{ACP_HOST_DEPTH}=7"),
+        "--env",
+        &format!("{ACP_HOST_MAX_DEPTH}=9"),
+        "hi",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!("{ACP_HOST_DEPTH}=0\n{ACP_HOST_MAX_DEPTH}=1")
+    );
+}
+
+#[test]
+fn an_agent_started_from_an_agent_is_one_deeper_and_the_cap_only_shrinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(echo_depth(dir.path()).env(ACP_HOST_DEPTH, "0").args([
+        "--max-depth",
+        "3",
+        "hi",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!("{ACP_HOST_DEPTH}=1\n{ACP_HOST_MAX_DEPTH}=3")
+    );
+    let out = run_to_end(
+        echo_depth(dir.path())
+            .env(ACP_HOST_DEPTH, "0")
+            .env(ACP_HOST_MAX_DEPTH, "2")
+            .args(["--max-depth", "5", "hi"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!("{ACP_HOST_DEPTH}=1\n{ACP_HOST_MAX_DEPTH}=2")
+    );
+}
+
+#[test]
+fn a_start_past_the_cap_is_refused_and_nothing_is_spawned() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("mock.pid");
+    let mut cmd = host_run(dir.path());
+    cmd.env(ACP_HOST_DEPTH, "1")
+        .env(ACP_HOST_MAX_DEPTH, "1")
+        .args(["--json", "--agent"])
+        .arg(format!(
+            "{} hello --pid-file {}",
+            mock_path(),
+            pid_file.display()
+        ))
+        .arg("hi");
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let lines: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // No start (nothing was spawned): the end of the run, then its result.
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["type"], "end");
+    assert_eq!(lines[0]["lastAssistantMessage"], Value::Null);
+    let result = &lines[1];
+    assert_eq!(result["status"], "error");
+    assert_eq!(result["errorKind"], "depth-limit");
+    assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
+    assert_eq!(
+        result["error"],
+        "depth limit: the agent would run at depth 2, deeper than the limit of 1 (raise it with \
+         --max-depth or the definition's maxDepth where the limit allows; ACP_HOST_MAX_DEPTH set \
+         by a parent can only shrink)"
+    );
+    assert!(!pid_file.exists(), "the mock was spawned");
+
+    // A malformed inherited value fails closed.
+    let out = run_to_end(echo_depth(dir.path()).env(ACP_HOST_DEPTH, "deep").arg("hi"));
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: depth limit: ACP_HOST_DEPTH=\"deep\" is not a whole number; refusing to \
+         start an agent\n"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// acp-child delegating, offline: `/delegate NAME PROMPT`
+// ---------------------------------------------------------------------------------------------
+
+/// `acp-host run` driving an offline acp-child that may delegate to acp-child, started by a
+/// person (depth 0), with `extra` acp-child flags.
+fn delegating(dir: &Path, extra: &[&str]) -> Command {
+    let mut cmd = host_run(dir);
+    let mut words = vec!["acp-child", "--subagent-agents", "acp-child"];
+    words.extend_from_slice(extra);
+    cmd.env_remove(ACP_HOST_DEPTH)
+        .env_remove(ACP_HOST_MAX_DEPTH)
+        .env_remove("ACP_CHILD_MODEL")
+        .args(["--agent", &shell_words::join(words)]);
+    cmd
+}
+
+fn records(out: &std::process::Output) -> Vec<Value> {
+    stdout(out)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// Asserts that no process is left running in `dir`.
+fn assert_none_left(dir: &Path) {
+    assert!(
+        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::processes_in(dir)
+            .is_empty()),
+        "processes left in {}: {:?}",
+        dir.display(),
+        acp_tests::processes_in(dir)
+    );
+}
+
+#[test]
+fn delegate_runs_a_child_whose_write_is_relayed_to_the_outer_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(delegating(dir.path(), &[]).args([
+        "--json",
+        "--permission",
+        "allow",
+        "/delegate acp-child /write notes.txt from the child",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = records(&out);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "wrote 14 bytes to notes.txt");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "from the child"
+    );
+    // The child's request reached the outer client, titled with the subagent's name.
+    let permissions = result["permissions"].as_array().unwrap();
+    assert_eq!(permissions.len(), 1, "{permissions:?}");
+    assert_eq!(permissions[0]["title"], "acp-child: Write notes.txt");
+    assert_eq!(permissions[0]["toolKind"], "edit");
+    assert_eq!(permissions[0]["verdict"], "allow");
+    // The subagent's card: announced, then completed with the child's answer.
+    let card: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["update"]["title"] == "Subagent acp-child: /write notes.txt from the child")
+        .collect();
+    assert_eq!(card.len(), 1);
+    assert_eq!(card[0]["update"]["kind"], "think");
+    // The lifecycle: start once the session exists, end with provider, status, stop reason and
+    // the last assistant message, then the result.
+    let start = &records[0];
+    assert_eq!(start["type"], "start");
+    assert_eq!(start["provider"], "acp-child --subagent-agents acp-child");
+    let end = &records[records.len() - 2];
+    assert_eq!(end["type"], "end");
+    assert_eq!(end["runId"], start["runId"]);
+    assert_eq!(end["provider"], start["provider"]);
+    assert_eq!(end["status"], "completed");
+    assert_eq!(end["stopReason"], "end_turn");
+    assert_eq!(end["lastAssistantMessage"], "wrote 14 bytes to notes.txt");
+    for record in &records {
+        let schema = if record["type"] == "result" {
+            "run-result.json"
+        } else {
+            "run-event.json"
+        };
+        protocol::schema::check_keys(&protocol::schema::output(schema).unwrap(), record).unwrap();
+    }
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_relayed_rejection_reaches_the_child_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(
+        delegating(dir.path(), &[]).args(["--json", "/delegate acp-child /write notes.txt x"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(
+        result["output"],
+        "permission denied: did not write notes.txt"
+    );
+    assert_eq!(
+        result["permissions"][0]["title"],
+        "acp-child: Write notes.txt"
+    );
+    assert_eq!(result["permissions"][0]["verdict"], "reject");
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn subagent_permission_policy_answers_without_asking_the_outer_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(
+        delegating(dir.path(), &["--subagent-permission", "allow"])
+            .args(["--json", "/delegate acp-child /write notes.txt x"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(result["output"], "wrote 1 bytes to notes.txt");
+    assert_eq!(result["permissions"], serde_json::json!([]));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "x"
+    );
+}
+
+#[test]
+fn delegate_at_the_depth_cap_is_refused_and_nothing_is_spawned() {
+    let dir = tempfile::tempdir().unwrap();
+    // Started from an agent at depth 0, the delegating acp-child runs at depth 1: the cap.
+    let out = run_to_end(
+        delegating(dir.path(), &[])
+            .env(ACP_HOST_DEPTH, "0")
+            .args(["/delegate acp-child /write notes.txt x"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "subagent acp-child ended error: depth limit: the agent would run at depth 2, deeper than \
+         the limit of 1 (raise it with --max-depth or the definition's maxDepth where the limit \
+         allows; ACP_HOST_MAX_DEPTH set by a parent can only shrink)"
+    );
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn delegate_with_nothing_available_says_how_to_enable_subagents() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(host_run(dir.path()).env_remove("ACP_CHILD_MODEL").args([
+        "--agent",
+        "acp-child",
+        "/delegate acp-child hi",
+    ]));
+    assert_eq!(code(&out), 0);
+    assert_eq!(
+        stdout(&out),
+        "unknown subagent \"acp-child\": none are available (enable registry agents with \
+         --subagent-agents, or add definitions with a `run:` table under subagents/)"
+    );
+}
+
+#[test]
+fn a_child_past_its_timeout_is_a_result_and_is_torn_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(
+        delegating(dir.path(), &["--subagent-timeout", "1"]).arg("/delegate acp-child /sleep 60"),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "subagent acp-child ended timeout: timed out after 1 s"
+    );
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let child = delegating(dir.path(), &[])
+        .args(["--json", "/delegate acp-child /sleep 60"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // acp-host, the parent acp-child and its child all run in `dir`.
+    assert!(
+        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::agents_in(dir.path())
+            .len()
+            >= 3),
+        "the child never started"
+    );
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGINT,
+    )
+    .unwrap();
+    let out = acp_tests::wait_output(child);
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["stopReason"], "cancelled");
+    assert_none_left(dir.path());
+}
+
+// ---------------------------------------------------------------------------------------------
+// acp-child delegating on a model: the `subagent` tool
+// ---------------------------------------------------------------------------------------------
+
+const KEY: &str = "test-key";
+const MODEL: &str = "mock-model";
+
+/// `acp-host run` driving acp-child on the mock model, allowed to delegate to acp-child;
+/// the model settings travel in the environment (so a child acp-child inherits them) when
+/// `inherit_model`, else as the parent's own flags (its children then run offline).
+fn model_parent(dir: &Path, llm: &MockLlm, inherit_model: bool, extra: &[&str]) -> Command {
+    let mut cmd = host_run(dir);
+    for name in [
+        ACP_HOST_DEPTH,
+        ACP_HOST_MAX_DEPTH,
+        "ACP_CHILD_LOG",
+        "ACP_CHILD_MODEL",
+        "ACP_CHILD_BASE_URL",
+        "ACP_CHILD_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "OPENAI_API_KEY",
+    ] {
+        cmd.env_remove(name);
+    }
+    let state = dir.join(".state");
+    cmd.args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+        .args(["--env", &format!("ACP_CHILD_STATE_DIR={}", state.display())]);
+    let mut words = vec![
+        "acp-child".to_owned(),
+        "--subagent-agents".to_owned(),
+        "acp-child".to_owned(),
+        "--subagent-env".to_owned(),
+        "ACP_CHILD_API_KEY".to_owned(),
+    ];
+    if inherit_model {
+        cmd.args(["--env", &format!("ACP_CHILD_MODEL={MODEL}")])
+            .args(["--env", &format!("ACP_CHILD_BASE_URL={}", llm.base_url())]);
+    } else {
+        words.extend(["--model".to_owned(), MODEL.to_owned()]);
+        words.extend(["--base-url".to_owned(), llm.base_url()]);
+    }
+    words.extend(extra.iter().map(|w| (*w).to_owned()));
+    cmd.args(["--agent", &shell_words::join(words)]);
+    cmd
+}
+
+#[test]
+fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_cannot_delegate() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            // The parent delegates.
+            Reply::tool_call(
+                "call_parent",
+                "subagent",
+                &json!({"agent": "acp-child", "prompt": "write the notes", "description": "Write notes"}),
+                3,
+            ),
+            // The child writes (asking permission), then answers.
+            Reply::tool_call(
+                "call_child",
+                "write_file",
+                &json!({"path": "notes.txt", "content": "from the child"}),
+                1,
+            ),
+            Reply::text(["child ", "done"]),
+            // The parent reads the child's answer.
+            Reply::text(["parent done"]),
+        ])
+        .start();
+    let out = run_to_end(model_parent(dir.path(), &llm, true, &[]).args([
+        "--json",
+        "--permission",
+        "allow",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = records(&out);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "parent done");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "from the child"
+    );
+    let permissions = result["permissions"].as_array().unwrap();
+    assert_eq!(permissions.len(), 1, "{permissions:?}");
+    assert_eq!(permissions[0]["title"], "acp-child: Write notes.txt");
+    assert_eq!(permissions[0]["verdict"], "allow");
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    // Prompt face: the parent (depth 0) is offered the tool, with the enabled names as an enum;
+    // the child (depth 1, the cap) is not.
+    assert!(requests[0].tool_names().contains(&"subagent"));
+    let tool = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap();
+    assert_eq!(
+        tool["function"]["parameters"]["properties"]["agent"]["enum"],
+        json!(["acp-child"])
+    );
+    assert_eq!(
+        requests[1].last_user_text().as_deref(),
+        Some("write the notes")
+    );
+    assert!(!requests[1].tool_names().contains(&"subagent"));
+    assert!(!requests[2].tool_names().contains(&"subagent"));
+    // The child's final text is the parent's tool result.
+    assert_eq!(
+        requests[3].tool_result("call_parent").as_deref(),
+        Some("child done")
+    );
+    // The card names the subagent and showed the child's text while it ran.
+    let card_title = records
+        .iter()
+        .find(|r| r["update"]["sessionUpdate"] == "tool_call")
+        .map(|r| r["update"]["title"].clone());
+    assert_eq!(card_title, Some(json!("Subagent acp-child: Write notes")));
+    let shown: Vec<&Value> = records
+        .iter()
+        .filter(|r| {
+            r["update"]["sessionUpdate"] == "tool_call_update"
+                && r["update"]["toolCallId"] == "call_parent"
+        })
+        .filter_map(|r| {
+            r["update"]["content"][0]["content"]["text"]
+                .as_str()
+                .map(|_| r)
+        })
+        .collect();
+    assert!(
+        shown
+            .iter()
+            .any(|r| r["update"]["content"][0]["content"]["text"] == "child done"),
+        "{shown:?}"
+    );
+    assert_none_left(dir.path());
+}
+
+/// One model reply with a `subagent` call per prompt, all in the same response.
+fn parallel_calls(prompts: &[&str]) -> Reply {
+    let calls: Vec<Value> = prompts
+        .iter()
+        .enumerate()
+        .map(|(index, prompt)| {
+            json!({"index": index, "id": format!("call_{index}"), "type": "function",
+                "function": {"name": "subagent",
+                    "arguments": json!({"agent": "acp-child", "prompt": prompt}).to_string()}})
+        })
+        .collect();
+    Reply::Events(vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}, "finish_reason": null}]})
+            .to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        "[DONE]".to_owned(),
+    ])
+}
+
+#[test]
+fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
+    for (limit, expected_max) in [(None, 4), (Some("2"), 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let llm = MockLlm::builder()
+            .require_key(Some(KEY))
+            .replies([
+                parallel_calls(&["/sleep 2", "/sleep 2", "/sleep 2", "/sleep 2"]),
+                Reply::text(["all done"]),
+            ])
+            .start();
+        let extra: Vec<&str> = limit
+            .map(|n| vec!["--max-parallel-subagents", n])
+            .unwrap_or_default();
+        let child = model_parent(dir.path(), &llm, false, &extra)
+            .arg("go")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // acp-host and the parent run in `dir` beside the children: watch how many children
+        // run at once until the run ends.
+        let pid = child.id();
+        let mut most = 0;
+        while acp_tests::process_alive(pid) {
+            most = most.max(acp_tests::agents_in(dir.path()).len().saturating_sub(2));
+            if most > expected_max {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = acp_tests::wait_output(child);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert_eq!(stdout(&out), "all done");
+        assert_eq!(most, expected_max, "limit {limit:?}");
+        let requests = llm.requests();
+        assert_eq!(requests.len(), 2);
+        for index in 0..4 {
+            assert_eq!(
+                requests[1].tool_result(&format!("call_{index}")).as_deref(),
+                Some("slept 2 s")
+            );
+        }
+        assert_none_left(dir.path());
+    }
+}
+
+#[test]
+fn a_forced_subagent_call_at_the_cap_is_refused_as_a_tool_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            Reply::tool_call(
+                "call_forced",
+                "subagent",
+                &json!({"agent": "acp-child", "prompt": "/write notes.txt x"}),
+                1,
+            ),
+            Reply::text(["understood"]),
+        ])
+        .start();
+    // Started from an agent at depth 0: the parent runs at depth 1, the cap.
+    let out = run_to_end(
+        model_parent(dir.path(), &llm, false, &[])
+            .env(ACP_HOST_DEPTH, "0")
+            .args(["--permission", "allow", "go"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "understood");
+    let requests = llm.requests();
+    assert!(!requests[0].tool_names().contains(&"subagent"));
+    assert_eq!(
+        requests[1].tool_result("call_forced").as_deref(),
+        Some(
+            "subagent acp-child ended error: depth limit: the agent would run at depth 2, deeper \
+             than the limit of 1 (raise it with --max-depth or the definition's maxDepth where \
+             the limit allows; ACP_HOST_MAX_DEPTH set by a parent can only shrink)"
+        )
+    );
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_child_that_cannot_start_is_a_result_naming_how_to_install_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = delegating(dir.path(), &[]);
+    // The enabled agent is one whose program is not installed.
+    cmd.args([
+        "--agent",
+        "acp-child --subagent-agents codex",
+        "/delegate codex review",
+    ])
+    .env("PATH", "/nonexistent");
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("subagent codex ended error: ")
+            && text.contains("npm install -g @zed-industries/codex-acp"),
+        "{text}"
+    );
+    assert_none_left(dir.path());
+}
+
+#[tokio::test]
+async fn a_command_the_agent_runs_inherits_its_standing_so_acp_host_inside_it_goes_one_deeper() {
+    use acp_tests::acp_client::{Launch, Permission, new_session, prompt, with_launch};
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start(vec![
+        Reply::tool_call(
+            "call_env",
+            "run_command",
+            &json!({"command": format!("echo ${ACP_HOST_DEPTH}/${ACP_HOST_MAX_DEPTH}")}),
+            1,
+        ),
+        Reply::text(["done"]),
+    ]);
+    // Started like an editor starts it: this test's own environment, no depth set by a host.
+    let launch = Launch::model(&llm.base_url(), state.path());
+    with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (_log, response) = prompt(&mut session, "show the depth", Permission::Allow).await?;
+        assert!(response.is_ok());
+        Ok(())
+    })
+    .await;
+    let own = protocol::depth::own(protocol::depth::Inherited {
+        depth: std::env::var(ACP_HOST_DEPTH).ok().as_deref(),
+        max_depth: std::env::var(ACP_HOST_MAX_DEPTH).ok().as_deref(),
+    })
+    .unwrap();
+    let result = llm.requests()[1].tool_result("call_env").unwrap();
+    assert!(
+        result.contains(&format!("{}/{}", own.depth, own.max_depth)),
+        "{result}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Subagent definitions with a `run:` table
+// ---------------------------------------------------------------------------------------------
+
+fn write_definition(dir: &Path, file: &str, text: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
+#[test]
+fn a_definition_runs_a_foreign_agent_with_its_persona_before_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = format!("{} echo-prompt", mock_path());
+    write_definition(
+        &dir.path().join("subagents"),
+        "echo.md",
+        &format!(
+            "---\ndescription: answers from the mock\nrun:\n  agent: {}\n---\nYou are the echo.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    );
+    // No registry agent enabled: the definition alone makes `echo` available.
+    let out = run_to_end(
+        host_run(dir.path())
+            .env_remove("ACP_CHILD_MODEL")
+            .env_remove(ACP_HOST_DEPTH)
+            .env_remove(ACP_HOST_MAX_DEPTH)
+            .args(["--agent", "acp-child", "/delegate echo say hi"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "You are the echo.\n\n---\n\nsay hi");
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn one_bad_definition_is_reported_and_does_not_hide_the_good_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = tempfile::tempdir().unwrap();
+    let agent = format!("{} text --text ok", mock_path());
+    let good = format!(
+        "---\ndescription: fine\nrun: {{agent: {}}}\n---\nBe fine.\n",
+        serde_json::to_string(&agent).unwrap()
+    );
+    write_definition(extra.path(), "good.md", &good);
+    write_definition(
+        extra.path(),
+        "typo.md",
+        "---\ndescription: d\nrun: {modle: x}\n---\nB\n",
+    );
+    write_definition(
+        extra.path(),
+        "filtered.md",
+        "---\ndescription: d\nrun: {tools: [read_file]}\n---\nB\n",
+    );
+    let host = |prompt: &str| {
+        let mut cmd = host_run(dir.path());
+        cmd.env_remove("ACP_CHILD_MODEL")
+            .env_remove(ACP_HOST_DEPTH)
+            .env_remove(ACP_HOST_MAX_DEPTH)
+            .args([
+                "--agent",
+                &shell_words::join([
+                    "acp-child",
+                    "--subagents",
+                    &extra.path().display().to_string(),
+                ]),
+                prompt,
+            ]);
+        run_to_end(&mut cmd)
+    };
+    let out = host("/delegate good go");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "ok");
+    let out = host("/delegate typo go");
+    let shown = extra.path().display();
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "unknown subagent \"typo\"; the subagents are: good\n\
+             {shown}/filtered.md: field `run.tools` cannot be honoured yet: no agent takes a tool \
+             filter when it starts; remove the field\n\
+             {shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, tools, \
+             permission, env, timeout, maxDepth"
+        )
+    );
+}
+
+#[test]
+fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write_definition(
+        &dir.path().join("subagents"),
+        "reviewer.md",
+        "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {cwd} as {model}.\n",
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            Reply::tool_call(
+                "call_review",
+                "subagent",
+                &json!({"agent": "reviewer", "prompt": "review it"}),
+                1,
+            ),
+            Reply::text(["looks good"]),
+            Reply::text(["reviewed"]),
+        ])
+        .start();
+    // The parent's model is its own flag; the base URL travels in the environment.
+    let out = run_to_end(
+        model_parent(dir.path(), &llm, false, &[])
+            .args(["--env", &format!("ACP_CHILD_BASE_URL={}", llm.base_url())])
+            .arg("go"),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "reviewed");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let tool = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap();
+    assert_eq!(
+        tool["function"]["parameters"]["properties"]["agent"]["enum"],
+        json!(["acp-child", "reviewer"])
+    );
+    assert!(
+        tool["function"]["parameters"]["properties"]["agent"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("reviewer: reviews code")
+    );
+    // The child ran on the definition's model with the body as its system prompt.
+    assert_eq!(requests[1].body["model"], "reviewer-model");
+    let canonical = dir.path().canonicalize().unwrap();
+    assert_eq!(
+        requests[1].messages()[0]["content"],
+        format!("You review {} as reviewer-model.", canonical.display())
+    );
+    assert_eq!(
+        requests[2].tool_result("call_review").as_deref(),
+        Some("looks good")
+    );
+    assert_none_left(dir.path());
+}
+
+// ---------------------------------------------------------------------------------------------
+// `acp-host run --subagent NAME`
+// ---------------------------------------------------------------------------------------------
+
+/// `acp-host run` started by a person, offline, in `dir`.
+fn person_run(dir: &Path) -> Command {
+    let mut cmd = host_run(dir);
+    cmd.env_remove("ACP_CHILD_MODEL")
+        .env_remove(ACP_HOST_DEPTH)
+        .env_remove(ACP_HOST_MAX_DEPTH);
+    cmd
+}
+
+#[test]
+fn run_subagent_applies_the_definition_and_flags_win() {
+    let dir = tempfile::tempdir().unwrap();
+    write_definition(
+        &dir.path().join("subagents"),
+        "writer.md",
+        "---\ndescription: writes\nrun: {permission: allow}\n---\nYou write.\n",
+    );
+    let out = run_to_end(person_run(dir.path()).args(["--subagent", "writer", "/write a.txt hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "wrote 2 bytes to a.txt");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "hi"
+    );
+    // --permission on the command line wins over the definition's.
+    let out = run_to_end(person_run(dir.path()).args([
+        "--subagent",
+        "writer",
+        "--permission",
+        "reject",
+        "/write b.txt hi",
+    ]));
+    assert_eq!(stdout(&out), "permission denied: did not write b.txt");
+    assert!(!dir.path().join("b.txt").exists());
+}
+
+#[test]
+fn run_subagent_of_a_foreign_agent_sends_the_persona_before_the_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let defs = tempfile::tempdir().unwrap();
+    let agent = format!("{} echo-prompt", mock_path());
+    write_definition(
+        defs.path(),
+        "echo.md",
+        &format!(
+            "---\ndescription: d\nrun: {{agent: {}}}\n---\nYou echo.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    );
+    let out = run_to_end(person_run(dir.path()).args([
+        "--subagents",
+        &defs.path().display().to_string(),
+        "--subagent",
+        "echo",
+        "hello",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "You echo.\n\n---\n\nhello");
+}
+
+#[test]
+fn run_subagent_on_acp_child_applies_model_and_persona() {
+    let dir = tempfile::tempdir().unwrap();
+    write_definition(
+        &dir.path().join("subagents"),
+        "reviewer.md",
+        "---\ndescription: d\nrun: {model: reviewer-model, env: [ACP_CHILD_API_KEY]}\n---\nReview as {model}.\n",
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([Reply::text(["fine"])])
+        .start();
+    let out = run_to_end(
+        person_run(dir.path())
+            .env("ACP_CHILD_API_KEY", KEY)
+            .env("ACP_CHILD_BASE_URL", llm.base_url())
+            .env("ACP_CHILD_STATE_DIR", dir.path().join(".state"))
+            .args(["--subagent", "reviewer", "review it"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "fine");
+    let requests = llm.requests();
+    assert_eq!(requests[0].body["model"], "reviewer-model");
+    assert_eq!(
+        requests[0].messages()[0]["content"],
+        "Review as reviewer-model."
+    );
+}
+
+#[test]
+fn run_subagent_refuses_bad_missing_or_unhonourable_definitions_before_spawning() {
+    let dir = tempfile::tempdir().unwrap();
+    let subagents = dir.path().join("subagents");
+    write_definition(
+        &subagents,
+        "typo.md",
+        "---\ndescription: d\nrun: {modle: x}\n---\nB\n",
+    );
+    write_definition(
+        &subagents,
+        "plain.md",
+        "---\ndescription: d\nagents: [codex]\n---\nB\n",
+    );
+    write_definition(
+        &subagents,
+        "filtered.md",
+        "---\ndescription: d\nrun: {tools: [read_file]}\n---\nB\n",
+    );
+    let shown = subagents.display();
+    for (name, expected) in [
+        (
+            "typo",
+            format!(
+                "{shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, \
+                 tools, permission, env, timeout, maxDepth"
+            ),
+        ),
+        (
+            "plain",
+            format!(
+                "{shown}/plain.md: has no `run:` table; add `run: {{}}` to run it with the \
+                 defaults (acp-child)"
+            ),
+        ),
+        (
+            "filtered",
+            "--subagent filtered: field `run.tools` cannot be honoured yet: no agent takes a \
+             tool filter when it starts; remove the field"
+                .to_owned(),
+        ),
+        (
+            "missing",
+            format!(
+                "--subagent missing: no missing.md in {shown} (add the definition, or pass \
+                 --subagents DIR)"
+            ),
+        ),
+    ] {
+        let out = run_to_end(person_run(dir.path()).args(["--subagent", name, "hi"]));
+        assert_eq!(code(&out), 2, "{name}");
+        assert_eq!(
+            stderr(&out),
+            format!("acp-host: error: {expected}\n"),
+            "{name}"
+        );
+        assert_eq!(stdout(&out), "");
+    }
+}
+
+#[test]
+fn a_child_that_crashes_is_a_result_with_its_partial_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = format!("{} crash-on-prompt", mock_path());
+    write_definition(
+        &dir.path().join("subagents"),
+        "crasher.md",
+        &format!(
+            "---\ndescription: d\nrun: {{agent: {}}}\n---\nCrash.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    );
+    let out =
+        run_to_end(person_run(dir.path()).args(["--agent", "acp-child", "/delegate crasher go"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("subagent crasher ended error: ")
+            && text.ends_with("\n\nIts output so far:\npartial output"),
+        "{text}"
+    );
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn when_the_delegating_agent_dies_its_child_dies_too() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let host = delegating(dir.path(), &[])
+        .arg("/delegate acp-child /sleep 60")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::agents_in(dir.path())
+            .len()
+            >= 3),
+        "the child never started"
+    );
+    // The delegating acp-child is the one acp-host started (under its watchdog).
+    let delegating_pid = acp_tests::agents_in(dir.path())
+        .into_iter()
+        .find(|pid| acp_tests::logical_parent(*pid) == Some(host.id()))
+        .expect("the delegating acp-child");
+    kill(
+        Pid::from_raw(i32::try_from(delegating_pid).unwrap()),
+        Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = acp_tests::wait_output(host);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_none_left(dir.path());
+}
