@@ -8,6 +8,9 @@
 //! - output is every `agent_message_chunk` text, in order, kept in [`Shared`] so a partial output
 //!   survives cancel and error;
 //! - once cancellation began, every permission request (pending or new) is answered `cancelled`;
+//! - a permission request is read leniently from its JSON (unknown option kinds, numeric ids,
+//!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
+//!   exactly as the agent sent it;
 //! - the prompt is never sent if cancellation came before `session/new` answered;
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a frame larger
 //!   than [`DriveConfig::max_frame_bytes`] ends the run with a clear error instead of eating memory.
@@ -21,16 +24,16 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, InitializeRequest, NewSessionRequest, PermissionOptionKind,
-    PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionNotification, SessionUpdate, TextContent,
+    CancelNotification, ContentBlock, InitializeRequest, NewSessionRequest, PromptRequest,
+    SessionNotification, SessionUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::Stream;
 use protocol::permission::{
-    self, Answer, DecidedBy, OfferedOption, OptionKind, Outcome, PermissionDecision,
+    self, Answer, DecidedBy, OfferedKind, OfferedOption, Outcome, PermissionDecision,
     PermissionRequest,
 };
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStdout;
 use tokio_util::sync::CancellationToken;
@@ -214,12 +217,13 @@ pub(crate) async fn drive(
         let events = Arc::clone(&events);
         let cancel = cancel.clone();
         let handler = Arc::clone(&config.permissions);
-        async move |request: RequestPermissionRequest,
-                    responder: agent_client_protocol::v1::Responder<RequestPermissionResponse>,
+        async move |request: RawPermissionRequest,
+                    responder: agent_client_protocol::v1::Responder<serde_json::Value>,
                     cx: ConnectionTo<Agent>| {
-            let request = permission_request(&request, &shared);
+            let (request, ids) = permission_request(&request.0, &shared);
             let answer = answer_permission(
                 request,
+                ids,
                 Arc::clone(&handler),
                 Arc::clone(&shared),
                 Arc::clone(&events),
@@ -244,22 +248,39 @@ pub(crate) async fn drive(
     })
 }
 
+/// `session/request_permission` with its params as sent: the SDK's typed request refuses (-32602)
+/// options of a kind newer than it, a numeric `optionId` or a missing `name`, and such a request
+/// must still reach the policy and the record.
+#[derive(
+    Debug, Clone, serde::Serialize, serde::Deserialize, agent_client_protocol::JsonRpcRequest,
+)]
+#[request(method = "session/request_permission", response = serde_json::Value)]
+#[serde(transparent)]
+struct RawPermissionRequest(serde_json::Value);
+
 /// Decides one permission request, records the decision, and builds the answer sent back.
+/// `ids` maps each offered id's text to the JSON value the agent sent, which is echoed back as is
+/// (an agent that numbered its options gets its number back).
 async fn answer_permission(
     request: PermissionRequest,
+    ids: Vec<(String, serde_json::Value)>,
     handler: Arc<dyn PermissionHandler>,
     shared: Arc<Shared>,
     events: Arc<dyn DriveEvents>,
     cancel: CancellationToken,
-) -> RequestPermissionResponse {
+) -> serde_json::Value {
     let decision = decide_permission(handler, request.clone(), &shared, &cancel).await;
     let outcome = permission::choose_answer(decision.answer, &request.offered);
-    let response = RequestPermissionResponse::new(match &outcome {
+    let response = match &outcome {
         Outcome::Selected { option_id, .. } => {
-            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option_id.clone()))
+            let raw = ids
+                .into_iter()
+                .find_map(|(text, raw)| (text == *option_id).then_some(raw))
+                .unwrap_or_else(|| serde_json::Value::String(option_id.clone()));
+            json!({"outcome": {"outcome": "selected", "optionId": raw}})
         }
-        Outcome::Cancelled => RequestPermissionOutcome::Cancelled,
-    });
+        Outcome::Cancelled => json!({"outcome": {"outcome": "cancelled"}}),
+    };
     shared.record(
         PermissionDecision {
             tool_call_id: request.tool_call_id,
@@ -492,41 +513,64 @@ fn kind_name(kind: agent_client_protocol::v1::schema::ToolKind) -> Option<String
         .and_then(|v| v.as_str().map(str::to_owned))
 }
 
-/// What the request is about: its own fields, completed from earlier tool call updates.
-fn permission_request(request: &RequestPermissionRequest, shared: &Shared) -> PermissionRequest {
-    let fields = &request.tool_call.fields;
+/// What the request is about, read leniently from its params: its own fields, completed from
+/// earlier tool call updates; every option with an id is kept (unknown kinds included, to be
+/// recorded), with the raw id for the answer.
+fn permission_request(
+    params: &serde_json::Value,
+    shared: &Shared,
+) -> (PermissionRequest, Vec<(String, serde_json::Value)>) {
+    let tool_call = params.get("toolCall").unwrap_or(&serde_json::Value::Null);
+    let tool_call_id = tool_call
+        .get("toolCallId")
+        .and_then(id_text)
+        .unwrap_or_default();
+    let text = |value: &serde_json::Value, key: &str| {
+        value
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
     let known = shared
         .tool_calls
         .lock()
         .ok()
-        .and_then(|calls| {
-            calls
-                .get(&request.tool_call.tool_call_id.to_string())
-                .cloned()
-        })
+        .and_then(|calls| calls.get(&tool_call_id).cloned())
         .unwrap_or_default();
-    PermissionRequest {
-        tool_call_id: request.tool_call.tool_call_id.to_string(),
-        title: fields.title.clone().or(known.title),
-        tool_kind: fields.kind.and_then(kind_name).or(known.kind),
-        offered: request
-            .options
-            .iter()
-            .filter_map(|o| {
-                let kind = match o.kind {
-                    PermissionOptionKind::AllowOnce => OptionKind::AllowOnce,
-                    PermissionOptionKind::AllowAlways => OptionKind::AllowAlways,
-                    PermissionOptionKind::RejectOnce => OptionKind::RejectOnce,
-                    PermissionOptionKind::RejectAlways => OptionKind::RejectAlways,
-                    // A kind newer than this host: never chosen, since we cannot know what it means.
-                    _ => return None,
-                };
-                Some(OfferedOption {
-                    option_id: o.option_id.to_string(),
-                    kind,
-                })
-            })
-            .collect(),
+    let mut ids = Vec::new();
+    let offered = params
+        .get("options")
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|option| {
+            let raw = option.get("optionId").filter(|id| !id.is_null())?;
+            let option_id = id_text(raw)?;
+            ids.push((option_id.clone(), raw.clone()));
+            let kind = match option.get("kind") {
+                Some(serde_json::Value::String(kind)) => OfferedKind::from_wire(kind),
+                Some(other) => OfferedKind::Unknown(other.to_string()),
+                None => OfferedKind::Unknown(String::new()),
+            };
+            Some(OfferedOption { option_id, kind })
+        })
+        .collect();
+    let request = PermissionRequest {
+        title: text(tool_call, "title").or(known.title),
+        tool_kind: text(tool_call, "kind").or(known.kind),
+        tool_call_id,
+        offered,
+    };
+    (request, ids)
+}
+
+/// An id's text: a string as is, a number (or any other non-null value) as its JSON text.
+fn id_text(id: &serde_json::Value) -> Option<String> {
+    match id {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(id) => Some(id.clone()),
+        other => Some(other.to_string()),
     }
 }
 

@@ -1,0 +1,126 @@
+//! End-to-end: odd protocol input answered right, through `acp-host run` and the scripted mock.
+//!
+//! Permission requests the SDK's typed parser refuses (unknown kinds, numeric ids, missing names,
+//! one id under two kinds) still reach the policy and the record; updates for a session that is
+//! not ours are ignored; messages read cleanly and name what to do.
+
+use std::path::Path;
+use std::process::Output;
+
+use acp_tests::{code, run_to_end, stderr, stdout};
+use serde_json::{Value, json};
+
+use super::run::{mock, result_record};
+
+fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+/// `permission-raw` offering `options`, under `--permission policy`, with `--json`.
+fn raw_permission(dir: &Path, policy: &str, options: &Value) -> Output {
+    let agent = mock(&["permission-raw", "--options-json", &options.to_string()]);
+    run_to_end(acp_tests::host_run(dir).args([
+        "--json",
+        "--permission",
+        policy,
+        "--agent",
+        &agent,
+        "x",
+    ]))
+}
+
+/// The one recorded decision of a run that answered exactly one request.
+fn only_decision(result: &Value) -> &Value {
+    let decisions = result["permissions"].as_array().expect("permissions array");
+    assert_eq!(decisions.len(), 1, "{result}");
+    &decisions[0]
+}
+
+#[test]
+fn unknown_kinds_numeric_ids_and_missing_names_reach_the_policy_and_the_record() {
+    let dir = temp();
+    let options = json!([
+        {"optionId": "forever", "name": "Allow forever", "kind": "allow_forever"},
+        {"optionId": 1, "kind": "allow_once"},
+        {"optionId": 2, "name": "Reject", "kind": "reject_once"},
+    ]);
+    let out = raw_permission(dir.path(), "allow", &options);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    // The agent gets its own number back, not a string.
+    assert_eq!(result["output"], "selected json:1");
+    let decision = only_decision(&result);
+    assert_eq!(
+        decision["offered"],
+        json!([
+            {"optionId": "forever", "kind": "allow_forever"},
+            {"optionId": "1", "kind": "allow_once"},
+            {"optionId": "2", "kind": "reject_once"},
+        ])
+    );
+    assert_eq!(decision["verdict"], "allow");
+    assert_eq!(
+        decision["outcome"],
+        json!({"outcome": "selected", "optionId": "1", "kind": "allow_once"})
+    );
+}
+
+#[test]
+fn an_unknown_kind_is_offered_but_never_chosen() {
+    let dir = temp();
+    let options = json!([
+        {"optionId": "forever", "name": "Allow forever", "kind": "allow_forever"},
+        {"optionId": "no", "name": "Reject", "kind": "reject_once"},
+    ]);
+    let out = raw_permission(dir.path(), "allow", &options);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["output"], "cancelled");
+    let decision = only_decision(&result);
+    assert_eq!(decision["verdict"], "allow");
+    assert_eq!(decision["outcome"], json!({"outcome": "cancelled"}));
+    assert_eq!(decision["offered"][0]["kind"], "allow_forever");
+}
+
+#[test]
+fn one_id_under_two_kinds_is_answered_cancelled() {
+    let dir = temp();
+    let options = json!([
+        {"optionId": "ok", "name": "Allow", "kind": "allow_once"},
+        {"optionId": "ok", "name": "Reject", "kind": "reject_once"},
+        {"optionId": "never", "name": "Never", "kind": "reject_always"},
+    ]);
+    for policy in ["reject", "allow"] {
+        let out = raw_permission(dir.path(), policy, &options);
+        assert_eq!(code(&out), 0, "{policy}: {}", stderr(&out));
+        let result = result_record(&out);
+        assert_eq!(result["output"], "cancelled", "{policy}");
+        let decision = only_decision(&result);
+        assert_eq!(decision["verdict"], policy);
+        assert_eq!(decision["outcome"], json!({"outcome": "cancelled"}));
+    }
+}
+
+#[test]
+fn a_decision_is_shown_on_stderr_in_human_mode_and_streamed_under_json() {
+    let dir = temp();
+    let agent = mock(&["permission"]);
+    let human = run_to_end(acp_tests::host_run(dir.path()).args(["--agent", &agent, "x"]));
+    assert_eq!(code(&human), 0, "{}", stderr(&human));
+    assert_eq!(
+        stderr(&human),
+        "acp-host: permission reject for Write notes.txt (edit): selected reject_once [by policy]\n"
+    );
+    let json = run_to_end(acp_tests::host_run(dir.path()).args(["--json", "--agent", &agent, "x"]));
+    assert_eq!(code(&json), 0, "{}", stderr(&json));
+    // Under --json stdout is the record: the decision is a `permission` event there, not a line
+    // on stderr.
+    assert_eq!(stderr(&json), "");
+    let events: Vec<Value> = stdout(&json)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|event: &Value| event["type"] == "permission")
+        .collect();
+    assert_eq!(events.len(), 1, "{}", stdout(&json));
+    assert_eq!(events[0]["outcome"]["optionId"], "reject_once");
+}
