@@ -5,8 +5,9 @@
 //! Invariants:
 //! - no client capabilities are advertised, so `fs/*` and `terminal/*` requests get the SDK's
 //!   "method not found" (-32601);
-//! - output is every `agent_message_chunk` text, in order, kept in [`Shared`] so a partial output
-//!   survives cancel and error;
+//! - output is every `agent_message_chunk` text of our session, in order, kept in [`Shared`] so a
+//!   partial output survives cancel and error; a `session/update` for another session id is
+//!   ignored (logged), neither output nor event;
 //! - once cancellation began, every permission request (pending or new) is answered `cancelled`;
 //! - a permission request is read leniently from its JSON (unknown option kinds, numeric ids,
 //!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
@@ -77,8 +78,11 @@ pub(crate) struct Shared {
     cancelling: AtomicBool,
     /// Non-JSON lines skipped on the agent's stdout.
     garbage_lines: AtomicU64,
+    /// `session/update`s ignored because their session id is not ours.
+    foreign_updates: AtomicU64,
     /// Orders `ready` before every update: the session/new answer reaches the drive on another
-    /// task than the notifications that follow it, so an early update waits here until ready.
+    /// task than the notifications that follow it, so an early update waits here until ready
+    /// (and until our session id is known, to tell whether it is ours).
     start_gate: Mutex<StartGate>,
     /// Title and kind of each tool call seen in updates: a permission request may carry only the
     /// tool call id, and the decision should still say what it was about.
@@ -89,7 +93,7 @@ pub(crate) struct Shared {
 #[derive(Debug, Default)]
 struct StartGate {
     open: bool,
-    held: Vec<serde_json::Value>,
+    held: Vec<SessionNotification>,
 }
 
 /// What updates said about one tool call.
@@ -125,21 +129,37 @@ impl Shared {
             return;
         };
         events.ready(session_id);
-        for update in gate.held.drain(..) {
-            events.update(update);
+        for notification in gate.held.drain(..) {
+            self.accept(&notification, events);
         }
         gate.open = true;
     }
 
-    fn publish_update(&self, update: serde_json::Value, events: &dyn DriveEvents) {
+    /// One `session/update`: held until the session is ready, then accepted. The gate's lock is
+    /// held while accepting, so updates keep their order.
+    fn receive(&self, notification: SessionNotification, events: &dyn DriveEvents) {
         let Ok(mut gate) = self.start_gate.lock() else {
             return;
         };
         if gate.open {
-            events.update(update);
+            self.accept(&notification, events);
         } else {
-            gate.held.push(update);
+            gate.held.push(notification);
         }
+    }
+
+    /// Takes an update of our session into the output and the events; drops any other.
+    fn accept(&self, notification: &SessionNotification, events: &dyn DriveEvents) {
+        let theirs = notification.session_id.to_string();
+        if self.session_id().as_deref() != Some(theirs.as_str()) {
+            if self.foreign_updates.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::info!(session = %theirs, "ignoring session/update for a session that is not ours");
+            } else {
+                tracing::debug!(session = %theirs, "ignoring session/update for a session that is not ours");
+            }
+            return;
+        }
+        on_session_update(self, events, &notification.update);
     }
 
     fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
@@ -208,7 +228,7 @@ pub(crate) async fn drive(
         let shared = Arc::clone(&shared);
         let events = Arc::clone(&events);
         async move |notification: SessionNotification, _cx: ConnectionTo<Agent>| {
-            on_session_update(&shared, events.as_ref(), &notification.update);
+            shared.receive(notification, events.as_ref());
             Ok(())
         }
     };
@@ -493,7 +513,7 @@ fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &Session
         _ => {}
     }
     match serde_json::to_value(update) {
-        Ok(value) => shared.publish_update(value, events),
+        Ok(value) => events.update(value),
         Err(err) => tracing::debug!(%err, "could not serialize a session update"),
     }
 }

@@ -124,3 +124,28 @@ fn a_decision_is_shown_on_stderr_in_human_mode_and_streamed_under_json() {
     assert_eq!(events.len(), 1, "{}", stdout(&json));
     assert_eq!(events[0]["outcome"]["optionId"], "reject_once");
 }
+
+#[test]
+fn updates_for_another_session_are_ignored() {
+    let dir = temp();
+    let agent = mock(&["foreign-session"]);
+    let human =
+        run_to_end(acp_tests::host_run(dir.path()).args(["--verbose", "--agent", &agent, "x"]));
+    assert_eq!(code(&human), 0, "{}", stderr(&human));
+    assert_eq!(stdout(&human), "hello from acp child");
+    // Logged, and the tool call of the other session is not shown.
+    assert!(stderr(&human).contains("not ours"), "{}", stderr(&human));
+    assert!(!stderr(&human).contains("Intrude"), "{}", stderr(&human));
+
+    let json = run_to_end(acp_tests::host_run(dir.path()).args(["--json", "--agent", &agent, "x"]));
+    assert_eq!(code(&json), 0, "{}", stderr(&json));
+    let records = super::run::records(&json);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "hello from acp child");
+    let updates: Vec<&Value> = records.iter().filter(|r| r["type"] == "update").collect();
+    assert_eq!(updates.len(), 1, "{}", stdout(&json));
+    assert_eq!(
+        updates[0]["update"]["content"]["text"],
+        "hello from acp child"
+    );
+}
