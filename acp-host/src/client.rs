@@ -25,8 +25,8 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, InitializeRequest, NewSessionRequest, PromptRequest,
-    SessionNotification, SessionUpdate, TextContent,
+    CancelNotification, ContentBlock, Implementation, InitializeRequest, NewSessionRequest,
+    PromptRequest, SessionNotification, SessionUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::Stream;
@@ -210,6 +210,9 @@ pub(crate) enum DriveEnd {
     },
     /// The transport itself failed (an oversized frame, an unreadable stdout), at any stage.
     ConnectionFailed { message: String },
+    /// The agent answered the handshake with ACP's auth-required error; `run` adds how to get
+    /// past it (acp-host never runs an agent's interactive login).
+    AuthRequired { stage: Stage, message: String },
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
@@ -396,10 +399,13 @@ async fn handshake(
     // Which handshake step a timeout interrupted, for the message.
     let initialized = AtomicBool::new(false);
     let steps = async {
-        cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-            .block_task()
-            .await
-            .map_err(|err| failed(Stage::Initialize, &err))?;
+        cx.send_request(
+            InitializeRequest::new(ProtocolVersion::V1)
+                .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
+        )
+        .block_task()
+        .await
+        .map_err(|err| failed(Stage::Initialize, &err))?;
         initialized.store(true, Ordering::Relaxed);
         // Untyped so that a response without a session id is reported as such, not as a parse error.
         let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
@@ -466,19 +472,16 @@ fn failed(stage: Stage, err: &agent_client_protocol::Error) -> DriveEnd {
             .as_ref()
             .map(|d| format!(" ({d})"))
             .unwrap_or_default();
-        // acp-host never runs an agent's interactive login, so say how to get past it.
-        let fix = if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED {
-            "; the agent needs authentication: log in with the agent itself once, or forward its \
-             API key with --env NAME"
-        } else {
-            ""
-        };
-        format!(
-            "agent answered {} with error {}: {}{data}{fix}",
+        let message = format!(
+            "agent answered {} with error {}: {}{data}",
             stage.method(),
             err.code.value(),
             err.message
-        )
+        );
+        if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED {
+            return DriveEnd::AuthRequired { stage, message };
+        }
+        message
     };
     DriveEnd::Failed {
         stage,

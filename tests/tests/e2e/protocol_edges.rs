@@ -149,3 +149,82 @@ fn updates_for_another_session_are_ignored() {
         "hello from acp child"
     );
 }
+
+/// `acp-host run --json` with only `PATH` and `extra` in its environment, so what it withholds is
+/// known exactly.
+fn clean_env_run(dir: &Path, extra: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = acp_tests::host_run(dir);
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(extra.iter().copied())
+        .arg("--json")
+        .args(args);
+    run_to_end(&mut cmd)
+}
+
+#[test]
+fn the_auth_hint_names_the_withheld_key_and_reads_cleanly() {
+    let dir = temp();
+    let agent = mock(&["auth-required", "--message", "No API key configured."]);
+    let out = clean_env_run(
+        dir.path(),
+        &[
+            ("GEMINI_API_KEY", "test-value-123"),
+            ("PGPASSWORD", "pw-value-123"),
+        ],
+        &["--agent", &agent, "x"],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(
+        result["error"],
+        "agent answered session/new with error -32000: No API key configured; the agent needs \
+         authentication: log in with the agent itself once, or forward its API key with --env \
+         GEMINI_API_KEY (acp-host withheld it)"
+    );
+    assert_eq!(result["errorKind"], "handshake");
+}
+
+#[test]
+fn initialize_names_the_client() {
+    let dir = temp();
+    let out = clean_env_run(
+        dir.path(),
+        &[],
+        &["--agent", &mock(&["echo-initialize"]), "x"],
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let info: Value =
+        serde_json::from_str(result_record(&out)["output"].as_str().unwrap()).unwrap();
+    let version =
+        run_to_end(std::process::Command::new(acp_tests::bin("acp-host")).arg("--version"));
+    assert_eq!(info["name"], "acp-host");
+    assert_eq!(
+        stdout(&version).trim(),
+        format!("acp-host {}", info["version"].as_str().unwrap())
+    );
+}
+
+#[test]
+fn ask_without_a_terminal_says_so_once_then_rejects() {
+    let dir = temp();
+    let mut cmd = acp_tests::host_run(dir.path());
+    cmd.args([
+        "--json",
+        "--permission",
+        "ask",
+        "--agent",
+        &mock(&["permission"]),
+        "x",
+    ]);
+    let out = super::run::run_without_tty(&mut cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "acp-host: --permission ask: no terminal to ask on (/dev/tty cannot be opened); rejecting \
+         the agent's permission requests\n"
+    );
+    let result = result_record(&out);
+    assert_eq!(result["output"], "selected reject_once");
+    assert_eq!(only_decision(&result)["decidedBy"], "policy");
+}

@@ -1037,8 +1037,13 @@ fn a_missing_registry_agent_says_how_to_install_it() {
 #[test]
 fn an_agent_requiring_authentication_says_how_to_get_past_it() {
     let dir = temp();
-    let out =
-        run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["auth-required"]), "x"]));
+    // Nothing key-shaped withheld: the hint cannot name a variable.
+    let out = run_to_end(
+        host(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .args(["--json", "--agent", &mock(&["auth-required"]), "x"]),
+    );
     assert_eq!(code(&out), 1);
     assert_eq!(
         result_record(&out)["error"],
