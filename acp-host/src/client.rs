@@ -5,9 +5,13 @@
 //! Invariants:
 //! - no client capabilities are advertised, so `fs/*` and `terminal/*` requests get the SDK's
 //!   "method not found" (-32601);
-//! - output is every `agent_message_chunk` text, in order, kept in [`Shared`] so a partial output
-//!   survives cancel and error;
+//! - output is every `agent_message_chunk` text of our session, in order, kept in [`Shared`] so a
+//!   partial output survives cancel and error; a `session/update` for another session id is
+//!   ignored (logged), neither output nor event;
 //! - once cancellation began, every permission request (pending or new) is answered `cancelled`;
+//! - a permission request is read leniently from its JSON (unknown option kinds, numeric ids,
+//!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
+//!   exactly as the agent sent it;
 //! - the prompt is never sent if cancellation came before `session/new` answered;
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a frame larger
 //!   than [`DriveConfig::max_frame_bytes`] ends the run with a clear error instead of eating memory.
@@ -21,16 +25,16 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, InitializeRequest, NewSessionRequest, PermissionOptionKind,
-    PromptRequest, RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionNotification, SessionUpdate, TextContent,
+    CancelNotification, ContentBlock, Implementation, InitializeRequest, NewSessionRequest,
+    PromptRequest, SessionNotification, SessionUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::Stream;
 use protocol::permission::{
-    self, Answer, DecidedBy, OfferedOption, OptionKind, Outcome, PermissionDecision,
+    self, Answer, DecidedBy, OfferedKind, OfferedOption, Outcome, PermissionDecision,
     PermissionRequest,
 };
+use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStdout;
 use tokio_util::sync::CancellationToken;
@@ -74,8 +78,11 @@ pub(crate) struct Shared {
     cancelling: AtomicBool,
     /// Non-JSON lines skipped on the agent's stdout.
     garbage_lines: AtomicU64,
+    /// `session/update`s ignored because their session id is not ours.
+    foreign_updates: AtomicU64,
     /// Orders `ready` before every update: the session/new answer reaches the drive on another
-    /// task than the notifications that follow it, so an early update waits here until ready.
+    /// task than the notifications that follow it, so an early update waits here until ready
+    /// (and until our session id is known, to tell whether it is ours).
     start_gate: Mutex<StartGate>,
     /// Title and kind of each tool call seen in updates: a permission request may carry only the
     /// tool call id, and the decision should still say what it was about.
@@ -86,7 +93,7 @@ pub(crate) struct Shared {
 #[derive(Debug, Default)]
 struct StartGate {
     open: bool,
-    held: Vec<serde_json::Value>,
+    held: Vec<SessionNotification>,
 }
 
 /// What updates said about one tool call.
@@ -122,21 +129,37 @@ impl Shared {
             return;
         };
         events.ready(session_id);
-        for update in gate.held.drain(..) {
-            events.update(update);
+        for notification in gate.held.drain(..) {
+            self.accept(&notification, events);
         }
         gate.open = true;
     }
 
-    fn publish_update(&self, update: serde_json::Value, events: &dyn DriveEvents) {
+    /// One `session/update`: held until the session is ready, then accepted. The gate's lock is
+    /// held while accepting, so updates keep their order.
+    fn receive(&self, notification: SessionNotification, events: &dyn DriveEvents) {
         let Ok(mut gate) = self.start_gate.lock() else {
             return;
         };
         if gate.open {
-            events.update(update);
+            self.accept(&notification, events);
         } else {
-            gate.held.push(update);
+            gate.held.push(notification);
         }
+    }
+
+    /// Takes an update of our session into the output and the events; drops any other.
+    fn accept(&self, notification: &SessionNotification, events: &dyn DriveEvents) {
+        let theirs = notification.session_id.to_string();
+        if self.session_id().as_deref() != Some(theirs.as_str()) {
+            if self.foreign_updates.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::info!(session = %theirs, "ignoring session/update for a session that is not ours");
+            } else {
+                tracing::debug!(session = %theirs, "ignoring session/update for a session that is not ours");
+            }
+            return;
+        }
+        on_session_update(self, events, &notification.update);
     }
 
     fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
@@ -187,6 +210,9 @@ pub(crate) enum DriveEnd {
     },
     /// The transport itself failed (an oversized frame, an unreadable stdout), at any stage.
     ConnectionFailed { message: String },
+    /// The agent answered the handshake with ACP's auth-required error; `run` adds how to get
+    /// past it (acp-host never runs an agent's interactive login).
+    AuthRequired { stage: Stage, message: String },
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
@@ -205,7 +231,7 @@ pub(crate) async fn drive(
         let shared = Arc::clone(&shared);
         let events = Arc::clone(&events);
         async move |notification: SessionNotification, _cx: ConnectionTo<Agent>| {
-            on_session_update(&shared, events.as_ref(), &notification.update);
+            shared.receive(notification, events.as_ref());
             Ok(())
         }
     };
@@ -214,12 +240,13 @@ pub(crate) async fn drive(
         let events = Arc::clone(&events);
         let cancel = cancel.clone();
         let handler = Arc::clone(&config.permissions);
-        async move |request: RequestPermissionRequest,
-                    responder: agent_client_protocol::v1::Responder<RequestPermissionResponse>,
+        async move |request: RawPermissionRequest,
+                    responder: agent_client_protocol::v1::Responder<serde_json::Value>,
                     cx: ConnectionTo<Agent>| {
-            let request = permission_request(&request, &shared);
+            let (request, ids) = permission_request(&request.0, &shared);
             let answer = answer_permission(
                 request,
+                ids,
                 Arc::clone(&handler),
                 Arc::clone(&shared),
                 Arc::clone(&events),
@@ -244,22 +271,39 @@ pub(crate) async fn drive(
     })
 }
 
+/// `session/request_permission` with its params as sent: the SDK's typed request refuses (-32602)
+/// options of a kind newer than it, a numeric `optionId` or a missing `name`, and such a request
+/// must still reach the policy and the record.
+#[derive(
+    Debug, Clone, serde::Serialize, serde::Deserialize, agent_client_protocol::JsonRpcRequest,
+)]
+#[request(method = "session/request_permission", response = serde_json::Value)]
+#[serde(transparent)]
+struct RawPermissionRequest(serde_json::Value);
+
 /// Decides one permission request, records the decision, and builds the answer sent back.
+/// `ids` maps each offered id's text to the JSON value the agent sent, which is echoed back as is
+/// (an agent that numbered its options gets its number back).
 async fn answer_permission(
     request: PermissionRequest,
+    ids: Vec<(String, serde_json::Value)>,
     handler: Arc<dyn PermissionHandler>,
     shared: Arc<Shared>,
     events: Arc<dyn DriveEvents>,
     cancel: CancellationToken,
-) -> RequestPermissionResponse {
+) -> serde_json::Value {
     let decision = decide_permission(handler, request.clone(), &shared, &cancel).await;
     let outcome = permission::choose_answer(decision.answer, &request.offered);
-    let response = RequestPermissionResponse::new(match &outcome {
+    let response = match &outcome {
         Outcome::Selected { option_id, .. } => {
-            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(option_id.clone()))
+            let raw = ids
+                .into_iter()
+                .find_map(|(text, raw)| (text == *option_id).then_some(raw))
+                .unwrap_or_else(|| serde_json::Value::String(option_id.clone()));
+            json!({"outcome": {"outcome": "selected", "optionId": raw}})
         }
-        Outcome::Cancelled => RequestPermissionOutcome::Cancelled,
-    });
+        Outcome::Cancelled => json!({"outcome": {"outcome": "cancelled"}}),
+    };
     shared.record(
         PermissionDecision {
             tool_call_id: request.tool_call_id,
@@ -355,10 +399,13 @@ async fn handshake(
     // Which handshake step a timeout interrupted, for the message.
     let initialized = AtomicBool::new(false);
     let steps = async {
-        cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
-            .block_task()
-            .await
-            .map_err(|err| failed(Stage::Initialize, &err))?;
+        cx.send_request(
+            InitializeRequest::new(ProtocolVersion::V1)
+                .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
+        )
+        .block_task()
+        .await
+        .map_err(|err| failed(Stage::Initialize, &err))?;
         initialized.store(true, Ordering::Relaxed);
         // Untyped so that a response without a session id is reported as such, not as a parse error.
         let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
@@ -425,19 +472,16 @@ fn failed(stage: Stage, err: &agent_client_protocol::Error) -> DriveEnd {
             .as_ref()
             .map(|d| format!(" ({d})"))
             .unwrap_or_default();
-        // acp-host never runs an agent's interactive login, so say how to get past it.
-        let fix = if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED {
-            "; the agent needs authentication: log in with the agent itself once, or forward its \
-             API key with --env NAME"
-        } else {
-            ""
-        };
-        format!(
-            "agent answered {} with error {}: {}{data}{fix}",
+        let message = format!(
+            "agent answered {} with error {}: {}{data}",
             stage.method(),
             err.code.value(),
             err.message
-        )
+        );
+        if err.code == agent_client_protocol::ErrorCode::AUTH_REQUIRED {
+            return DriveEnd::AuthRequired { stage, message };
+        }
+        message
     };
     DriveEnd::Failed {
         stage,
@@ -472,7 +516,7 @@ fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &Session
         _ => {}
     }
     match serde_json::to_value(update) {
-        Ok(value) => shared.publish_update(value, events),
+        Ok(value) => events.update(value),
         Err(err) => tracing::debug!(%err, "could not serialize a session update"),
     }
 }
@@ -492,41 +536,64 @@ fn kind_name(kind: agent_client_protocol::v1::schema::ToolKind) -> Option<String
         .and_then(|v| v.as_str().map(str::to_owned))
 }
 
-/// What the request is about: its own fields, completed from earlier tool call updates.
-fn permission_request(request: &RequestPermissionRequest, shared: &Shared) -> PermissionRequest {
-    let fields = &request.tool_call.fields;
+/// What the request is about, read leniently from its params: its own fields, completed from
+/// earlier tool call updates; every option with an id is kept (unknown kinds included, to be
+/// recorded), with the raw id for the answer.
+fn permission_request(
+    params: &serde_json::Value,
+    shared: &Shared,
+) -> (PermissionRequest, Vec<(String, serde_json::Value)>) {
+    let tool_call = params.get("toolCall").unwrap_or(&serde_json::Value::Null);
+    let tool_call_id = tool_call
+        .get("toolCallId")
+        .and_then(id_text)
+        .unwrap_or_default();
+    let text = |value: &serde_json::Value, key: &str| {
+        value
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
     let known = shared
         .tool_calls
         .lock()
         .ok()
-        .and_then(|calls| {
-            calls
-                .get(&request.tool_call.tool_call_id.to_string())
-                .cloned()
-        })
+        .and_then(|calls| calls.get(&tool_call_id).cloned())
         .unwrap_or_default();
-    PermissionRequest {
-        tool_call_id: request.tool_call.tool_call_id.to_string(),
-        title: fields.title.clone().or(known.title),
-        tool_kind: fields.kind.and_then(kind_name).or(known.kind),
-        offered: request
-            .options
-            .iter()
-            .filter_map(|o| {
-                let kind = match o.kind {
-                    PermissionOptionKind::AllowOnce => OptionKind::AllowOnce,
-                    PermissionOptionKind::AllowAlways => OptionKind::AllowAlways,
-                    PermissionOptionKind::RejectOnce => OptionKind::RejectOnce,
-                    PermissionOptionKind::RejectAlways => OptionKind::RejectAlways,
-                    // A kind newer than this host: never chosen, since we cannot know what it means.
-                    _ => return None,
-                };
-                Some(OfferedOption {
-                    option_id: o.option_id.to_string(),
-                    kind,
-                })
-            })
-            .collect(),
+    let mut ids = Vec::new();
+    let offered = params
+        .get("options")
+        .and_then(serde_json::Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|option| {
+            let raw = option.get("optionId").filter(|id| !id.is_null())?;
+            let option_id = id_text(raw)?;
+            ids.push((option_id.clone(), raw.clone()));
+            let kind = match option.get("kind") {
+                Some(serde_json::Value::String(kind)) => OfferedKind::from_wire(kind),
+                Some(other) => OfferedKind::Unknown(other.to_string()),
+                None => OfferedKind::Unknown(String::new()),
+            };
+            Some(OfferedOption { option_id, kind })
+        })
+        .collect();
+    let request = PermissionRequest {
+        title: text(tool_call, "title").or(known.title),
+        tool_kind: text(tool_call, "kind").or(known.kind),
+        tool_call_id,
+        offered,
+    };
+    (request, ids)
+}
+
+/// An id's text: a string as is, a number (or any other non-null value) as its JSON text.
+fn id_text(id: &serde_json::Value) -> Option<String> {
+    match id {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(id) => Some(id.clone()),
+        other => Some(other.to_string()),
     }
 }
 

@@ -3,6 +3,10 @@
 //! Start-up hardening comes first, before any agent can be spawned: the process becomes
 //! non-dumpable (its environment, with the credentials withheld from agents, is unreadable to
 //! them through /proc) and a child subreaper (orphans of an agent's tree stay findable).
+//!
+//! The withheld variables are not also removed from this process's environment: the kernel serves
+//! `/proc/<pid>/environ` from the block the process started with, which `unsetenv` leaves as it
+//! was, so removal would hide nothing; non-dumpable is what keeps that block out of reach.
 
 mod cli;
 

@@ -289,7 +289,13 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     let teardown = process.shutdown(graces).await;
     record_teardown(&mut result, &teardown, &process, &shared);
 
-    settle(&mut result, end, timed_out, &timeouts);
+    settle(
+        &mut result,
+        end,
+        timed_out,
+        &timeouts,
+        &request.agent.display,
+    );
     redact_agent_text(&mut result, &env.redactor);
     if shared.garbage_lines() > 0 {
         tracing::info!(
@@ -312,7 +318,10 @@ fn spawn_failure_message(err: &SpawnError, request: &StartRequest) -> String {
         .install_hint
         .as_ref()
         .map_or_else(String::new, |hint| format!(" (`{hint}`)"));
-    format!("{message}; install it{install}, put it on PATH, or pass --agent with a full path")
+    protocol::report::clause(
+        &message,
+        &format!("install it{install}, put it on PATH, or pass --agent with a full path"),
+    )
 }
 
 /// Copies what teardown observed and what the drive collected into the result.
@@ -449,6 +458,7 @@ fn settle(
     end: Option<DriveEnd>,
     timed_out: bool,
     timeouts: &protocol::request::Timeouts,
+    agent: &str,
 ) {
     let exit = describe_exit(&result.agent_exit);
     let (status, stop_reason, error) = match end {
@@ -494,7 +504,10 @@ fn settle(
             message,
         }) => {
             let error = if closed {
-                (ErrorKind::Crash, format!("{message}; it {exit}"))
+                (
+                    ErrorKind::Crash,
+                    protocol::report::clause(&message, &format!("it {exit}")),
+                )
             } else if stage == Stage::Prompt {
                 (ErrorKind::Protocol, message)
             } else {
@@ -505,10 +518,35 @@ fn settle(
         Some(DriveEnd::ConnectionFailed { message }) => {
             (Status::Error, None, Some((ErrorKind::Protocol, message)))
         }
+        Some(DriveEnd::AuthRequired { stage, message }) => {
+            let kind = if stage == Stage::Prompt {
+                ErrorKind::Protocol
+            } else {
+                ErrorKind::Handshake
+            };
+            let hint = auth_hint(agent, &result.scrubbed_env);
+            (
+                Status::Error,
+                None,
+                Some((kind, protocol::report::clause(&message, &hint))),
+            )
+        }
     };
     result.status = status;
     result.stop_reason = stop_reason;
     (result.error_kind, result.error) = error.unzip();
+}
+
+/// How to get past an agent's auth-required answer, naming the variables acp-host withheld that
+/// most likely hold its key.
+fn auth_hint(agent: &str, withheld: &[String]) -> String {
+    let fix = "the agent needs authentication: log in with the agent itself once, or forward its \
+               API key with --env";
+    match protocol::registry::likely_keys(agent, withheld).as_slice() {
+        [] => format!("{fix} NAME"),
+        [name] => format!("{fix} {name} (acp-host withheld it)"),
+        names => format!("{fix} NAME (acp-host withheld {})", names.join(", ")),
+    }
 }
 
 fn describe_exit(exit: &AgentExit) -> String {

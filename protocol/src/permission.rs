@@ -5,9 +5,11 @@
 //! option for it.
 //!
 //! Invariants: an option is chosen by its KIND, never its position (agents may list `allow_always`
-//! first, and `allow_always` can persist rules inside the agent); the `cancelled` outcome is used only
-//! when no option of a wanted kind exists, and for every request once the host has cancelled the turn
-//! (ACP requires it).
+//! first, and `allow_always` can persist rules inside the agent); an option of a kind this host does
+//! not know (a newer protocol's `allow_forever`) is recorded but never chosen; a request that offers
+//! one `optionId` under two kinds is ambiguous (the id could mean allow) and gets the `cancelled`
+//! outcome; otherwise `cancelled` is used only when no option of a wanted kind exists, and for every
+//! request once the host has cancelled the turn (ACP requires it).
 
 use serde::{Deserialize, Serialize};
 
@@ -34,12 +36,50 @@ pub enum OptionKind {
     RejectAlways,
 }
 
+/// The kind of an offered option as the agent sent it: one this host knows, or another string
+/// (a newer kind, or whatever a faulty agent sent) that is never chosen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum OfferedKind {
+    Known(OptionKind),
+    /// The kind's wire text; empty when the agent gave none.
+    Unknown(String),
+}
+
+impl OfferedKind {
+    /// Reads a kind from its wire name.
+    #[must_use]
+    pub fn from_wire(name: &str) -> Self {
+        serde_json::from_value(serde_json::Value::String(name.to_owned())).map_or_else(
+            |_| OfferedKind::Unknown(name.to_owned()),
+            OfferedKind::Known,
+        )
+    }
+
+    /// The kind, when this host knows it.
+    #[must_use]
+    pub fn known(&self) -> Option<OptionKind> {
+        match self {
+            OfferedKind::Known(kind) => Some(*kind),
+            OfferedKind::Unknown(_) => None,
+        }
+    }
+}
+
+impl From<OptionKind> for OfferedKind {
+    fn from(kind: OptionKind) -> Self {
+        OfferedKind::Known(kind)
+    }
+}
+
 /// One option as offered by the agent.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OfferedOption {
+    /// The id as the agent sent it: a string as is, any other JSON value (a number) as its JSON
+    /// text.
     pub option_id: String,
-    pub kind: OptionKind,
+    pub kind: OfferedKind,
 }
 
 /// What the host wants to answer, once the policy (or the user) has decided.
@@ -118,11 +158,14 @@ impl From<Verdict> for Answer {
 }
 
 /// Picks the option for an answer by kind: the exact kind asked for when offered, else as
-/// [`choose`] does for its verdict.
+/// [`choose`] does for its verdict; `cancelled` for an [`ambiguous`] offer.
 #[must_use]
 pub fn choose_answer(answer: Answer, options: &[OfferedOption]) -> Outcome {
+    if ambiguous(options) {
+        return Outcome::Cancelled;
+    }
     if let Answer::Kind(kind) = answer
-        && let Some(option) = options.iter().find(|o| o.kind == kind)
+        && let Some(option) = options.iter().find(|o| o.kind.known() == Some(kind))
     {
         return Outcome::Selected {
             option_id: option.option_id.clone(),
@@ -132,9 +175,13 @@ pub fn choose_answer(answer: Answer, options: &[OfferedOption]) -> Outcome {
     choose(answer.verdict(), options)
 }
 
-/// Picks the option for `verdict` by kind: once before always; `Cancelled` when none fits.
+/// Picks the option for `verdict` by kind: once before always; `Cancelled` when none fits or the
+/// offer is [`ambiguous`]. Options of unknown kinds are never picked.
 #[must_use]
 pub fn choose(verdict: Verdict, options: &[OfferedOption]) -> Outcome {
+    if ambiguous(options) {
+        return Outcome::Cancelled;
+    }
     let preference: &[OptionKind] = match verdict {
         Verdict::Allow => &[OptionKind::AllowOnce, OptionKind::AllowAlways],
         Verdict::Reject => &[OptionKind::RejectOnce, OptionKind::RejectAlways],
@@ -142,11 +189,27 @@ pub fn choose(verdict: Verdict, options: &[OfferedOption]) -> Outcome {
     };
     preference
         .iter()
-        .find_map(|kind| options.iter().find(|o| o.kind == *kind))
-        .map_or(Outcome::Cancelled, |o| Outcome::Selected {
-            option_id: o.option_id.clone(),
-            kind: o.kind,
+        .find_map(|kind| {
+            options
+                .iter()
+                .find(|o| o.kind.known() == Some(*kind))
+                .map(|o| Outcome::Selected {
+                    option_id: o.option_id.clone(),
+                    kind: *kind,
+                })
         })
+        .unwrap_or(Outcome::Cancelled)
+}
+
+/// Whether one `optionId` is offered under two different kinds: whatever the host selects, the
+/// agent may read it as the other kind (an allow), so such an offer is answered `cancelled`.
+#[must_use]
+pub fn ambiguous(options: &[OfferedOption]) -> bool {
+    options.iter().enumerate().any(|(i, a)| {
+        options[i + 1..]
+            .iter()
+            .any(|b| a.option_id == b.option_id && a.kind != b.kind)
+    })
 }
 
 /// The verdict a non-interactive policy gives (`Ask` without a terminal rejects).
@@ -167,7 +230,7 @@ pub struct PermissionRequest {
     /// The tool kind (`edit`, `execute`, ...).
     pub tool_kind: Option<String>,
     /// The options offered, in the agent's order, with their ids and kinds (options of a kind
-    /// newer than this host are left out: they are never chosen).
+    /// newer than this host are included as [`OfferedKind::Unknown`]: they are never chosen).
     pub offered: Vec<OfferedOption>,
 }
 
@@ -217,8 +280,88 @@ mod tests {
     fn opt(id: &str, kind: OptionKind) -> OfferedOption {
         OfferedOption {
             option_id: id.into(),
-            kind,
+            kind: kind.into(),
         }
+    }
+
+    fn unknown(id: &str, kind: &str) -> OfferedOption {
+        OfferedOption {
+            option_id: id.into(),
+            kind: OfferedKind::Unknown(kind.into()),
+        }
+    }
+
+    #[test]
+    fn kinds_are_read_from_their_wire_names() {
+        assert_eq!(
+            OfferedKind::from_wire("allow_always"),
+            OfferedKind::Known(OptionKind::AllowAlways)
+        );
+        assert_eq!(
+            OfferedKind::from_wire("allow_forever"),
+            OfferedKind::Unknown("allow_forever".into())
+        );
+        // Recorded as the agent sent it: known kinds keep their wire shape.
+        let json = serde_json::to_value([opt("a", OptionKind::AllowOnce), unknown("b", "x")]);
+        assert_eq!(
+            json.unwrap(),
+            serde_json::json!([{"optionId": "a", "kind": "allow_once"},
+                               {"optionId": "b", "kind": "x"}])
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_are_never_chosen() {
+        let options = [
+            unknown("forever", "allow_forever"),
+            unknown("nameless", ""),
+            opt("no", OptionKind::RejectOnce),
+        ];
+        assert_eq!(choose(Verdict::Allow, &options), Outcome::Cancelled);
+        assert_eq!(
+            choose(Verdict::Reject, &options),
+            Outcome::Selected {
+                option_id: "no".into(),
+                kind: OptionKind::RejectOnce
+            }
+        );
+        assert_eq!(
+            choose_answer(Answer::Kind(OptionKind::AllowAlways), &options[..2]),
+            Outcome::Cancelled
+        );
+    }
+
+    #[test]
+    fn an_id_offered_under_two_kinds_is_cancelled_whatever_the_verdict() {
+        let options = [
+            opt("x", OptionKind::AllowOnce),
+            opt("x", OptionKind::RejectOnce),
+            opt("never", OptionKind::RejectAlways),
+        ];
+        assert!(ambiguous(&options));
+        for verdict in [Verdict::Allow, Verdict::Reject] {
+            assert_eq!(choose(verdict, &options), Outcome::Cancelled, "{verdict:?}");
+        }
+        assert_eq!(
+            choose_answer(Answer::Kind(OptionKind::RejectAlways), &options),
+            Outcome::Cancelled
+        );
+        // An unknown kind sharing an id with a reject could mean allow: ambiguous too.
+        let options = [
+            opt("1", OptionKind::RejectOnce),
+            unknown("1", "allow_forever"),
+        ];
+        assert_eq!(choose(Verdict::Reject, &options), Outcome::Cancelled);
+        // The same id twice under one kind means one thing.
+        let options = [
+            opt("no", OptionKind::RejectOnce),
+            opt("no", OptionKind::RejectOnce),
+        ];
+        assert!(!ambiguous(&options));
+        assert!(matches!(
+            choose(Verdict::Reject, &options),
+            Outcome::Selected { .. }
+        ));
     }
 
     #[test]

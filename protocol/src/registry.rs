@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::env_vars;
+
 use OptionKind::{Bool, List, OneOf, PositiveInt, StringOrList, StringOrTable};
 // `String` would shadow the std type in this module.
 const STRING: OptionKind = OptionKind::String;
@@ -194,10 +196,42 @@ pub struct AgentSpec {
     pub summary: &'static str,
     /// How to install the ACP command, shown when it cannot be started.
     pub install: Option<&'static str>,
+    /// The variables the agent reads its API key from: the auth-required hint names the ones
+    /// acp-host withheld.
+    pub keys: &'static [&'static str],
 }
 
 /// The name of our own agent, launched from the sibling binary of `acp-host`.
 pub const ACP_CHILD: &str = "acp-child";
+
+/// Most names the auth-required hint lists when nothing points at the agent's own key.
+const MAX_KEY_GUESSES: usize = 3;
+
+/// The withheld variables most likely to hold `agent`'s API key, for the auth-required hint:
+/// the agent's known key variables (`agent` as named with `--agent`) when any was withheld, else
+/// the withheld names that look like an API key or token (`*API_KEY*`, `*APIKEY*`, `*TOKEN`),
+/// at most a few, in the order given.
+#[must_use]
+pub fn likely_keys<'a>(agent: &str, withheld: &'a [String]) -> Vec<&'a str> {
+    let known = find(agent).map_or(&[][..], |spec| spec.keys);
+    let own: Vec<&str> = withheld
+        .iter()
+        .map(String::as_str)
+        .filter(|name| known.contains(name))
+        .collect();
+    if !own.is_empty() {
+        return own;
+    }
+    withheld
+        .iter()
+        .map(String::as_str)
+        .filter(|name| {
+            let upper = name.to_ascii_uppercase();
+            upper.contains("API_KEY") || upper.contains("APIKEY") || upper.ends_with("TOKEN")
+        })
+        .take(MAX_KEY_GUESSES)
+        .collect()
+}
 
 /// Every known agent, in display order.
 pub const AGENTS: &[AgentSpec] = &[
@@ -210,6 +244,11 @@ pub const AGENTS: &[AgentSpec] = &[
         sync: None,
         summary: "this project's agent (offline backend unless a model is configured)",
         install: Some("build it beside acp-host: cargo build --workspace"),
+        keys: &[
+            env_vars::ACP_CHILD_API_KEY,
+            env_vars::DEEPSEEK_API_KEY,
+            env_vars::OPENAI_API_KEY,
+        ],
     },
     AgentSpec {
         name: "claude-code",
@@ -227,6 +266,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "Claude Code (ACP via claude-code-acp)",
         install: Some("npm install -g @zed-industries/claude-code-acp"),
+        keys: &["ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"],
     },
     AgentSpec {
         name: "codex",
@@ -248,6 +288,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "OpenAI Codex CLI (ACP via codex-acp)",
         install: Some("npm install -g @zed-industries/codex-acp"),
+        keys: &["OPENAI_API_KEY", "CODEX_API_KEY"],
     },
     AgentSpec {
         name: "gemini",
@@ -258,6 +299,7 @@ pub const AGENTS: &[AgentSpec] = &[
         sync: None,
         summary: "Gemini CLI (ACP via gemini --acp)",
         install: Some("npm install -g @google/gemini-cli"),
+        keys: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
     },
     AgentSpec {
         name: "opencode",
@@ -275,6 +317,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "OpenCode (ACP via opencode acp)",
         install: Some("npm install -g opencode-ai"),
+        keys: &[],
     },
     AgentSpec {
         name: "github-copilot",
@@ -300,6 +343,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "GitHub Copilot CLI",
         install: None,
+        keys: &[],
     },
     AgentSpec {
         name: "agy",
@@ -317,6 +361,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "Antigravity CLI",
         install: None,
+        keys: &[],
     },
     AgentSpec {
         name: "grok",
@@ -343,6 +388,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "Grok CLI",
         install: None,
+        keys: &[],
     },
     AgentSpec {
         name: "pi",
@@ -360,6 +406,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "pi coding agent (needs its subagent extension)",
         install: None,
+        keys: &[],
     },
     AgentSpec {
         name: "dsh",
@@ -383,6 +430,7 @@ pub const AGENTS: &[AgentSpec] = &[
         }),
         summary: "DeepSeek Harness (shared .dsh/cordis.patch.yml)",
         install: None,
+        keys: &[],
     },
 ];
 
@@ -652,6 +700,30 @@ pub fn locate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn likely_keys_prefer_the_agents_own_then_key_shaped_names() {
+        let withheld: Vec<String> = ["AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN", "GEMINI_API_KEY"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(likely_keys("gemini", &withheld), ["GEMINI_API_KEY"]);
+        // An agent with no known key withheld (or a command line): key-shaped names.
+        assert_eq!(
+            likely_keys("codex", &withheld),
+            ["GITHUB_TOKEN", "GEMINI_API_KEY"]
+        );
+        assert_eq!(
+            likely_keys("/opt/agent --acp", &withheld),
+            ["GITHUB_TOKEN", "GEMINI_API_KEY"]
+        );
+        assert_eq!(
+            likely_keys("claude", &["ANTHROPIC_API_KEY".to_owned()]),
+            ["ANTHROPIC_API_KEY"]
+        );
+        assert!(likely_keys("gemini", &["PGPASSWORD".to_owned()]).is_empty());
+        let many: Vec<String> = (0..5).map(|i| format!("K{i}_API_KEY")).collect();
+        assert_eq!(likely_keys("x", &many).len(), MAX_KEY_GUESSES);
+    }
 
     #[test]
     fn names_and_aliases_are_unique() {

@@ -176,17 +176,18 @@ pub(crate) async fn relay(turn: &Turn, subagent: &str, request: &PermissionReque
     let Ok(id) = turn.announce_tool_call(call, "") else {
         return rejected;
     };
+    // Kinds this agent does not know are never chosen, so they are not offered upstream either.
     let options = request
         .offered
         .iter()
-        .map(|option| {
-            let (name, kind) = match option.kind {
+        .filter_map(|option| {
+            let (name, kind) = match option.kind.known()? {
                 OptionKind::AllowOnce => ("Allow once", PermissionOptionKind::AllowOnce),
                 OptionKind::AllowAlways => ("Allow always", PermissionOptionKind::AllowAlways),
                 OptionKind::RejectOnce => ("Reject once", PermissionOptionKind::RejectOnce),
                 OptionKind::RejectAlways => ("Reject always", PermissionOptionKind::RejectAlways),
             };
-            PermissionOption::new(option.option_id.clone(), name, kind)
+            Some(PermissionOption::new(option.option_id.clone(), name, kind))
         })
         .collect();
     let answer = match turn
@@ -201,8 +202,9 @@ pub(crate) async fn relay(turn: &Turn, subagent: &str, request: &PermissionReque
             .offered
             .iter()
             .find(|option| option.option_id == chosen)
-            .map_or(rejected, |option| Decision {
-                answer: host::Answer::Kind(option.kind),
+            .and_then(|option| option.kind.known())
+            .map_or(rejected, |kind| Decision {
+                answer: host::Answer::Kind(kind),
                 decided_by: DecidedBy::User,
             }),
         Answer::Dismissed => Decision {

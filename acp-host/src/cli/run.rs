@@ -182,10 +182,12 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let renderer = Arc::new(Renderer::new(args.json, args.verbose));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
-        permissions: ask
-            .then(TerminalAsker::open)
-            .flatten()
-            .map(|asker| Arc::new(asker) as Arc<dyn PermissionHandler>),
+        permissions: ask.then(|| {
+            TerminalAsker::open().map_or_else(
+                || Arc::new(NoTerminal::default()) as Arc<dyn PermissionHandler>,
+                |asker| Arc::new(asker) as Arc<dyn PermissionHandler>,
+            )
+        }),
         ..RunOptions::default()
     };
     let result = runtime.block_on(async {
@@ -466,6 +468,25 @@ fn last_lines(text: &str, n: usize) -> impl Iterator<Item = &str> {
     let lines: Vec<&str> = text.lines().collect();
     let skip = lines.len().saturating_sub(n);
     lines.into_iter().skip(skip)
+}
+
+/// `--permission ask` with no terminal to ask on: rejects like the policy, and says so on stderr
+/// at the first request (once, not per request; a run that asks nothing says nothing).
+#[derive(Default)]
+struct NoTerminal {
+    said: AtomicBool,
+}
+
+impl PermissionHandler for NoTerminal {
+    fn decide(&self, request: PermissionRequest) -> DecisionFuture {
+        if !self.said.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "acp-host: --permission ask: no terminal to ask on (/dev/tty cannot be opened); \
+                 rejecting the agent's permission requests"
+            );
+        }
+        PermissionPolicy::Ask.decide(request)
+    }
 }
 
 /// Asks on the controlling terminal (`/dev/tty`), so it works even when stdin carries the prompt.

@@ -60,6 +60,8 @@ pub struct Agent {
     pub(super) cancelled: bool,
     /// The `cwd` of `session/new`, for `echo-cwd` and `fs-request`.
     pub(super) session_cwd: Option<String>,
+    /// The params of `initialize`, for `echo-initialize`.
+    pub(super) initialize: Value,
     out: Outbound,
     inbox: Inbox,
     eof: EofPolicy,
@@ -124,6 +126,7 @@ pub async fn run(config: Config) -> i32 {
         log,
         cancelled: false,
         session_cwd: None,
+        initialize: Value::Null,
         next_request_id: 0,
         responses: HashMap::new(),
         _grandchildren: grandchildren,
@@ -183,6 +186,7 @@ impl Agent {
         }
         match method {
             "initialize" => {
+                self.initialize = params.clone();
                 self.send(&wire::response(id, wire::initialize_result()))
                     .await;
             }
@@ -200,8 +204,8 @@ impl Agent {
         self.session_cwd = params.get("cwd").and_then(Value::as_str).map(str::to_owned);
         let result = match &self.scenario {
             Scenario::NoSessionId => json!({}),
-            Scenario::AuthRequired => {
-                let error = wire::error_response(id, -32000, "Authentication required");
+            Scenario::AuthRequired { message } => {
+                let error = wire::error_response(id, -32000, message);
                 self.send(&error).await;
                 return;
             }

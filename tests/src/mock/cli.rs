@@ -16,7 +16,8 @@ pub const USAGE_EXIT: i32 = 64;
 pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on-cancel, \
     crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
-    echo-env, fs-request, session-echo, echo-prompt, slow-stream, probe-fd, ancestor-environ, escapee";
+    echo-env, fs-request, session-echo, echo-prompt, slow-stream, probe-fd, ancestor-environ, \
+    escapee, permission-raw, foreign-session, echo-initialize";
 
 /// Flags only some scenarios read; each scenario takes the ones it uses, leftovers are errors.
 const SPECIFIC_FLAGS: &[&str] = &[
@@ -33,6 +34,8 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "fd",
     "then",
     "stdout",
+    "message",
+    "options-json",
 ];
 
 /// The permission option kinds offered when `--options` is absent: all four, `allow_always`
@@ -77,8 +80,9 @@ pub enum Scenario {
     GatedSession { go: PathBuf },
     /// Answers `session/new` with `{}` (no session id).
     NoSessionId,
-    /// Answers `session/new` with ACP's `auth_required` error (-32000).
-    AuthRequired,
+    /// Answers `session/new` with ACP's `auth_required` error (-32000) and `message` (default
+    /// "Authentication required").
+    AuthRequired { message: String },
     /// Non-JSON lines on stdout before and between frames, otherwise `Hello`.
     Garbage,
     /// One text chunk of `bytes` bytes of `x`, `end_turn`.
@@ -122,6 +126,15 @@ pub enum Scenario {
         then: EscapeeThen,
         hold_stdout: bool,
     },
+    /// Asks `session/request_permission` offering exactly `options` (a JSON array, sent as is:
+    /// unknown kinds, numeric ids, missing names), then reports the answer as text like
+    /// `permission` (a non-string id as `selected json:<id>`).
+    PermissionRaw { options: serde_json::Value },
+    /// Before answering like `hello`, sends a message chunk "intruder " and a tool call for
+    /// another session id (`other-session`).
+    ForeignSession,
+    /// Text: the `clientInfo` of the `initialize` request as JSON (`null` when absent).
+    EchoInitialize,
 }
 
 /// What the `escapee` scenario does with the prompt once its grandchildren run.
@@ -317,7 +330,14 @@ fn scenario(
             }
         }
         "no-session-id" => Scenario::NoSessionId,
-        "auth-required" => Scenario::AuthRequired,
+        "auth-required" => Scenario::AuthRequired {
+            message: s
+                .take("message")
+                .unwrap_or_else(|| "Authentication required".to_owned()),
+        },
+        "permission-raw" => permission_raw(s)?,
+        "foreign-session" => Scenario::ForeignSession,
+        "echo-initialize" => Scenario::EchoInitialize,
         "garbage" => Scenario::Garbage,
         "huge" => Scenario::Huge {
             bytes: s.number("bytes")?.unwrap_or(DEFAULT_HUGE_BYTES),
@@ -355,27 +375,40 @@ fn scenario(
             fd: s.number("fd")?.ok_or_else(|| s.missing("fd"))?,
         },
         "ancestor-environ" => Scenario::AncestorEnviron,
-        "escapee" => {
-            if common.pid_file.is_none() {
-                return Err(s.missing("pid-file"));
-            }
-            let then = match s.take("then").as_deref() {
-                None | Some("answer") => EscapeeThen::Answer,
-                Some("exit") => EscapeeThen::Exit,
-                Some("hang") => EscapeeThen::Hang,
-                Some(other) => {
-                    return Err(Specific::invalid("then", other, "answer, exit or hang"));
-                }
-            };
-            let hold_stdout = match s.take("stdout").as_deref() {
-                None | Some("null") => false,
-                Some("hold") => true,
-                Some(other) => return Err(Specific::invalid("stdout", other, "hold or null")),
-            };
-            Scenario::Escapee { then, hold_stdout }
-        }
+        "escapee" => escapee(s, common)?,
         other => return Err(UsageError::UnknownScenario(other.to_owned())),
     })
+}
+
+fn escapee(s: &mut Specific, common: &Common) -> Result<Scenario, UsageError> {
+    if common.pid_file.is_none() {
+        return Err(s.missing("pid-file"));
+    }
+    let then = match s.take("then").as_deref() {
+        None | Some("answer") => EscapeeThen::Answer,
+        Some("exit") => EscapeeThen::Exit,
+        Some("hang") => EscapeeThen::Hang,
+        Some(other) => {
+            return Err(Specific::invalid("then", other, "answer, exit or hang"));
+        }
+    };
+    let hold_stdout = match s.take("stdout").as_deref() {
+        None | Some("null") => false,
+        Some("hold") => true,
+        Some(other) => return Err(Specific::invalid("stdout", other, "hold or null")),
+    };
+    Ok(Scenario::Escapee { then, hold_stdout })
+}
+
+fn permission_raw(s: &mut Specific) -> Result<Scenario, UsageError> {
+    let json = s
+        .take("options-json")
+        .ok_or_else(|| s.missing("options-json"))?;
+    let options = serde_json::from_str(&json)
+        .ok()
+        .filter(serde_json::Value::is_array)
+        .ok_or_else(|| Specific::invalid("options-json", &json, "a JSON array"))?;
+    Ok(Scenario::PermissionRaw { options })
 }
 
 /// The scenario-specific flag values not yet taken by the scenario.

@@ -23,6 +23,10 @@ enum OnCancel {
 }
 
 impl Agent {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a dispatch table: one short arm per scenario reads best in one place"
+    )]
     pub(super) async fn prompt(&mut self, id: &Value, params: &Value) {
         self.cancelled = false;
         let session = params
@@ -43,7 +47,7 @@ impl Agent {
             | Scenario::TermMarker { .. }
             | Scenario::GatedSession { .. }
             | Scenario::NoSessionId
-            | Scenario::AuthRequired
+            | Scenario::AuthRequired { .. }
             | Scenario::ExitBeforeInit { .. }
             | Scenario::Silent
             | Scenario::Escapee {
@@ -116,6 +120,13 @@ impl Agent {
                 ..
             } => std::process::exit(0),
             Scenario::ProbeFd { fd } => self.reply(id, session, [probe_fd(fd)], "end_turn").await,
+            Scenario::PermissionRaw { options } => self.permission_raw(id, session, options).await,
+            Scenario::ForeignSession => self.foreign_session(id, session).await,
+            Scenario::EchoInitialize => {
+                let info = self.initialize.get("clientInfo").cloned();
+                let text = info.unwrap_or_default().to_string();
+                self.reply(id, session, [text], "end_turn").await;
+            }
             Scenario::AncestorEnviron => {
                 self.reply(id, session, [ancestor_environ()], "end_turn")
                     .await;
@@ -194,6 +205,25 @@ impl Agent {
             "end_turn"
         };
         self.reply(id, session, [outcome], stop).await;
+    }
+
+    async fn permission_raw(&mut self, id: &Value, session: &str, options: Value) {
+        let mut params = permission_request(session, &[]);
+        params["options"] = options;
+        let asked = self.request("session/request_permission", params).await;
+        let outcome = describe_permission(&self.response_to(asked).await);
+        self.reply(id, session, [outcome], "end_turn").await;
+    }
+
+    /// Updates for a session the client never opened, then a normal answer in ours.
+    async fn foreign_session(&mut self, id: &Value, session: &str) {
+        let other = "other-session";
+        let chunk = wire::text_chunk("agent_message_chunk", "intruder ");
+        self.send(&wire::session_update(other, chunk)).await;
+        let call = json!({"sessionUpdate": "tool_call", "toolCallId": "call-x",
+                          "title": "Intrude", "kind": "execute", "status": "pending"});
+        self.send(&wire::session_update(other, call)).await;
+        self.reply(id, session, [HELLO], "end_turn").await;
     }
 
     /// `--ready` after the first chunk, so a test interrupting on ready interrupts mid-stream.
@@ -347,7 +377,8 @@ fn describe_permission(reply: &Result<Value, Value>) -> String {
         Ok(result) => match result.pointer("/outcome/outcome").and_then(Value::as_str) {
             Some("selected") => match result.pointer("/outcome/optionId") {
                 Some(Value::String(option)) => format!("selected {option}"),
-                _ => format!("unexpected {result}"),
+                Some(Value::Null) | None => format!("unexpected {result}"),
+                Some(other) => format!("selected json:{other}"),
             },
             Some("cancelled") => "cancelled".to_owned(),
             _ => format!("unexpected {result}"),

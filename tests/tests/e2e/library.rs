@@ -240,13 +240,13 @@ fn an_async_handler_answers_by_option_kind() {
     let seen = relay.seen.lock().unwrap();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].tool_call_id, decision.tool_call_id);
-    let kinds: Vec<_> = seen[0].offered.iter().map(|o| o.kind).collect();
+    let kinds: Vec<_> = seen[0].offered.iter().map(|o| o.kind.known()).collect();
     assert_eq!(
         kinds,
         [
-            OptionKind::AllowOnce,
-            OptionKind::AllowAlways,
-            OptionKind::RejectOnce
+            Some(OptionKind::AllowOnce),
+            Some(OptionKind::AllowAlways),
+            Some(OptionKind::RejectOnce)
         ]
     );
 }

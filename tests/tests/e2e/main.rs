@@ -14,6 +14,7 @@ mod library;
 mod mock_agent;
 mod mock_llm;
 mod model;
+mod protocol_edges;
 mod run;
 mod scrub;
 mod sync;

@@ -41,14 +41,14 @@ fn host(dir: &Path) -> Command {
 }
 
 /// All NDJSON records of a `--json` run; asserts every stdout line is JSON.
-fn records(output: &Output) -> Vec<Value> {
+pub(super) fn records(output: &Output) -> Vec<Value> {
     stdout(output)
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
         .collect()
 }
 
-fn result_record(output: &Output) -> Value {
+pub(super) fn result_record(output: &Output) -> Value {
     let records = records(output);
     let last = records.last().expect("at least the result record").clone();
     assert_eq!(last["type"], "result", "last record is the result: {last}");
@@ -380,7 +380,7 @@ fn permission_ask_without_a_terminal_rejects() {
 }
 
 /// Runs in a new session (setsid) so /dev/tty is unavailable, as in CI.
-fn run_without_tty(cmd: &mut Command) -> Output {
+pub(super) fn run_without_tty(cmd: &mut Command) -> Output {
     use std::os::unix::process::CommandExt;
     cmd.process_group(0);
     // A new process group alone keeps the controlling terminal; setsid detaches from it.
@@ -1037,8 +1037,13 @@ fn a_missing_registry_agent_says_how_to_install_it() {
 #[test]
 fn an_agent_requiring_authentication_says_how_to_get_past_it() {
     let dir = temp();
-    let out =
-        run_to_end(host(dir.path()).args(["--json", "--agent", &mock(&["auth-required"]), "x"]));
+    // Nothing key-shaped withheld: the hint cannot name a variable.
+    let out = run_to_end(
+        host(dir.path())
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .args(["--json", "--agent", &mock(&["auth-required"]), "x"]),
+    );
     assert_eq!(code(&out), 1);
     assert_eq!(
         result_record(&out)["error"],
