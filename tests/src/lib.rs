@@ -245,7 +245,7 @@ pub fn agents_in(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` is an acp-host watchdog (its argv[1] is the watchdog mode argument).
+/// Whether `pid` is an acp-host watchdog (its `argv[1]` is the watchdog mode argument).
 #[must_use]
 pub fn is_watchdog(pid: u32) -> bool {
     std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
