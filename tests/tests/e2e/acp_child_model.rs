@@ -31,13 +31,11 @@ use agent_client_protocol::v1::schema::{
 };
 use serde_json::{Value, json};
 
+use super::common::temp;
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("a temporary directory")
-}
 
 fn text_chunk(text: &str) -> ContentChunk {
     ContentChunk::new(ContentBlock::Text(TextContent::new(text)))

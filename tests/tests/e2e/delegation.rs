@@ -12,9 +12,7 @@ use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
-fn mock_path() -> &'static str {
-    env!("CARGO_BIN_EXE_mock-agent")
-}
+use super::common::{mock_path, records};
 
 /// `acp-host run` with the mock echoing the depth variables it was given.
 fn echo_depth(dir: &Path) -> Command {
@@ -135,13 +133,6 @@ fn delegating(dir: &Path, extra: &[&str]) -> Command {
         .env_remove("ACP_CHILD_MODEL")
         .args(["--agent", &shell_words::join(words)]);
     cmd
-}
-
-fn records(out: &std::process::Output) -> Vec<Value> {
-    stdout(out)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
 }
 
 /// Asserts that no process is left running in `dir`.

@@ -16,11 +16,7 @@ use acp_tests::{
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use super::run::{mock, shell_join};
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
-}
+use super::common::{mock, mock_path, temp};
 
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 temp path")
@@ -212,7 +208,7 @@ fn the_whole_tree_dies_when_the_host_is_sigkilled_even_under_a_wrapper() {
     ]);
     // A wrapper launcher (like npx) between host and agent: the parent-death signal alone
     // would reach only the wrapper.
-    let wrapped = shell_join(&["sh".to_owned(), "-c".to_owned(), format!("{agent}; true")]);
+    let wrapped = shell_words::join(&["sh".to_owned(), "-c".to_owned(), format!("{agent}; true")]);
     let child = acp_tests::host_run(dir.path())
         .args(["--agent", &wrapped, "x"])
         .stdin(Stdio::null())
@@ -249,7 +245,7 @@ fn the_inherited_fd_test_would_see_a_leak() {
     std::fs::write(&marker, "x").unwrap();
     let mut cmd = Command::new("sh");
     cmd.args(["-c", r#"exec 7<"$0" && exec "$@""#, path_str(&marker)])
-        .arg(super::run::mock_path())
+        .arg(mock_path())
         .args(["probe-fd", "--fd", "7"]);
     // Drive the mock directly over its stdin: one prompt turn.
     let mut child = cmd

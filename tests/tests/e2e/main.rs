@@ -7,6 +7,7 @@
 mod acp_child;
 mod acp_child_model;
 mod cli_snapshots;
+mod common;
 mod delegation;
 mod hardening;
 mod host_child;

@@ -24,6 +24,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+use super::common::temp;
+
 /// The key the tests forward; the mock requires it unless a test says otherwise.
 const KEY: &str = "test-key";
 
@@ -89,10 +91,6 @@ fn assert_code(output: &Output, expected: i32, llm: &MockLlm) {
         stderr(output),
         llm.requests()
     );
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
 }
 
 fn read(path: impl AsRef<Path>) -> String {

@@ -10,11 +10,7 @@ use std::process::Output;
 use acp_tests::{code, run_to_end, stderr, stdout};
 use serde_json::{Value, json};
 
-use super::run::{mock, result_record};
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
-}
+use super::common::{mock, records, result_record, temp};
 
 /// `permission-raw` offering `options`, under `--permission policy`, with `--json`.
 fn raw_permission(dir: &Path, policy: &str, options: &Value) -> Output {
@@ -139,7 +135,7 @@ fn updates_for_another_session_are_ignored() {
 
     let json = run_to_end(acp_tests::host_run(dir.path()).args(["--json", "--agent", &agent, "x"]));
     assert_eq!(code(&json), 0, "{}", stderr(&json));
-    let records = super::run::records(&json);
+    let records = records(&json);
     let result = records.last().unwrap();
     assert_eq!(result["output"], "hello from acp child");
     let updates: Vec<&Value> = records.iter().filter(|r| r["type"] == "update").collect();

@@ -17,46 +17,10 @@ use nix::unistd::Pid;
 use protocol::{env_vars, schema};
 use serde_json::Value;
 
-pub(super) fn mock_path() -> &'static str {
-    env!("CARGO_BIN_EXE_mock-agent")
-}
-
-/// The `--agent` command line for the mock with these arguments.
-pub(super) fn mock(args: &[&str]) -> String {
-    let mut words = vec![mock_path().to_owned()];
-    words.extend(args.iter().map(|a| (*a).to_owned()));
-    shell_join(&words)
-}
-
-pub(super) fn shell_join(words: &[String]) -> String {
-    words
-        .iter()
-        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
+use super::common::{mock, records, result_record, temp};
 
 fn host(dir: &Path) -> Command {
     acp_tests::host_run(dir)
-}
-
-/// All NDJSON records of a `--json` run; asserts every stdout line is JSON.
-pub(super) fn records(output: &Output) -> Vec<Value> {
-    stdout(output)
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
-        .collect()
-}
-
-pub(super) fn result_record(output: &Output) -> Value {
-    let records = records(output);
-    let last = records.last().expect("at least the result record").clone();
-    assert_eq!(last["type"], "result", "last record is the result: {last}");
-    last
-}
-
-fn temp() -> tempfile::TempDir {
-    tempfile::tempdir().expect("temp dir")
 }
 
 fn path_str(path: &Path) -> &str {
@@ -980,7 +944,7 @@ fn a_closed_stdout_pipe_is_not_an_error() {
 /// is the answer we type.
 fn ask_on_a_terminal(answer: &str) -> String {
     let dir = temp();
-    let command = shell_join(&[
+    let command = shell_words::join(&[
         bin("acp-host").display().to_string(),
         "run".into(),
         "--permission".into(),

@@ -10,32 +10,15 @@ use std::process::{Command, Output};
 use acp_tests::{code, run_to_end, stderr, stdout};
 use serde_json::Value;
 
+use super::common::{mock, result_record};
+
 const GH_TOKEN: &str = "ghp_FAKE0123456789abcdefghijklmnopqrstuv";
 const OPENAI_KEY: &str = "sk-proj-FAKE0123456789abcdefghij_klmnop";
 const DB_PASS: &str = "correct-horse-battery-staple";
 const SLACK_HOOK: &str = "https://hooks.slack.com/services/T00000000/B00000000/FAKEFAKEFAKEFAKE";
 
-/// The `--agent` command line for the mock with these arguments.
-fn mock(args: &[&str]) -> String {
-    std::iter::once(env!("CARGO_BIN_EXE_mock-agent"))
-        .chain(args.iter().copied())
-        .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn host(dir: &Path) -> Command {
     acp_tests::host_run(dir)
-}
-
-fn result_record(output: &Output) -> Value {
-    let last = stdout(output)
-        .lines()
-        .last()
-        .map(|line| serde_json::from_str::<Value>(line).expect("the last line is JSON"))
-        .expect("a result record");
-    assert_eq!(last["type"], "result", "{last}");
-    last
 }
 
 fn scrubbed(result: &Value) -> Vec<String> {
