@@ -4,7 +4,11 @@
 //! human mode writes only the agent's message text to stdout, as it arrives; `--json` writes one
 //! event per line and the result record last; diagnostics go to stderr; a closed stdout pipe is
 //! not an error (the renderer stops writing and the run goes on); the first Ctrl-C/SIGTERM cancels
-//! gracefully, the second kills at once. Errors before the run are returned to the CLI edge.
+//! gracefully, the second kills at once, at any stage (the handlers are installed before anything
+//! else). Stdout is written on the library's observer thread, so a stalled reader slows the agent
+//! down and never blocks a signal or the timeout; at the end the result waits for stdout only
+//! until a signal comes (or briefly, after a timeout). Errors before the run are returned to the
+//! CLI edge.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -21,7 +25,7 @@ use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
-use protocol::result::{RunResult, Status};
+use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
 
 use super::{CliError, Written};
 
@@ -78,6 +82,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(Timeouts::default().term_grace))]
     term_grace: Seconds,
+
+    /// The result keeps at most this many bytes of the agent's text (the end; `outputTruncatedBytes`
+    /// says how much was dropped). Human-mode stdout streams everything regardless.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
+    max_output: usize,
 
     /// Write NDJSON events to stdout (start, updates, permissions), then a result record.
     #[arg(long)]
@@ -145,7 +154,20 @@ impl RunArgs {
     }
 }
 
+/// After a timeout, how long the result record may wait for a slow stdout before acp-host exits.
+const LATE_WRITE: Duration = Duration::from_millis(100);
+
 pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
+    // First thing: a Ctrl-C from now on is ours to handle, whatever stage the run is at.
+    let signals = {
+        let _runtime = runtime.enter();
+        Signals::install()
+    };
     let request = build_request(args).map_err(CliError::Usage)?;
     let prepared = run::prepare(request, std::env::vars_os())
         .map_err(|err| CliError::Usage(err.to_string()))?;
@@ -155,11 +177,6 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
             prepared.scrubbed().join(", ")
         );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
     let renderer = Arc::new(Renderer::new(args.json, args.verbose));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
@@ -167,19 +184,48 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
             .then(TerminalAsker::open)
             .flatten()
             .map(|asker| Arc::new(asker) as Arc<dyn PermissionHandler>),
+        max_output_bytes: Some(args.max_output),
         ..RunOptions::default()
     };
+    let (seen_tx, mut seen) = tokio::sync::watch::channel(0_u32);
     let result = runtime.block_on(async {
         let cancel = Cancel::new();
-        let signals = tokio::spawn(watch_signals(cancel.clone()));
-        let result = run::run(prepared, &options, &cancel).await;
-        signals.abort();
-        result
+        if let Some(signals) = signals {
+            tokio::spawn(signals.watch(cancel.clone(), seen_tx));
+        }
+        run::run(prepared, &options, &cancel).await
     });
-    renderer.finish(&result);
+    let code = ExitCode::from(result.exit_code());
+    // The last stdout write may block on a stalled reader: it must not hold the exit hostage.
+    let killed = *seen.borrow_and_update() >= 2;
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let writer = Arc::clone(&renderer);
+    let timed_out = result.status == Status::Timeout;
+    let finished = result.clone();
+    std::thread::spawn(move || {
+        writer.finish(&finished);
+        let _ = done_tx.send(());
+    });
+    if !killed {
+        runtime.block_on(async {
+            let limit = async {
+                if timed_out {
+                    tokio::time::sleep(LATE_WRITE).await;
+                } else {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                _ = done => {}
+                _ = seen.changed() => {}
+                () = limit => {}
+            }
+        });
+    }
+    renderer.report(&result);
     // Do not wait for a permission question nobody answered.
     runtime.shutdown_background();
-    Ok(ExitCode::from(result.exit_code()))
+    Ok(code)
 }
 
 fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
@@ -219,27 +265,41 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
     })
 }
 
-async fn watch_signals(cancel: Cancel) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::warn!("cannot install signal handlers; Ctrl-C will not cancel gracefully");
-        return;
-    };
-    let mut seen = 0;
-    loop {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        seen += 1;
-        if seen == 1 {
-            eprintln!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
-            cancel.cancel();
+/// SIGINT and SIGTERM, registered (so no longer fatal) as soon as this exists.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Must be called inside the runtime's context.
+    fn install() -> Option<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(int), Ok(term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            Some(Signals { int, term })
         } else {
-            cancel.kill();
+            tracing::warn!("cannot install signal handlers; Ctrl-C will not cancel gracefully");
+            None
+        }
+    }
+
+    /// The first signal cancels, the second kills; `seen` counts them for the exit path.
+    async fn watch(mut self, cancel: Cancel, seen: tokio::sync::watch::Sender<u32>) {
+        loop {
+            tokio::select! {
+                _ = self.int.recv() => {}
+                _ = self.term.recv() => {}
+            }
+            seen.send_modify(|n| *n += 1);
+            if *seen.borrow() == 1 {
+                eprintln!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
+                cancel.cancel();
+            } else {
+                cancel.kill();
+            }
         }
     }
 }
@@ -289,6 +349,8 @@ impl Renderer {
         }
     }
 
+    /// The last stdout write: the result record, or the final newline on a terminal. May block on
+    /// a stalled reader, so it runs off the main thread.
     fn finish(&self, result: &RunResult) {
         if self.json {
             self.write_json(&ResultRecord::Result(result.clone()));
@@ -298,7 +360,11 @@ impl Renderer {
         if !newline && std::io::stdout().is_terminal() {
             self.write_stdout("\n");
         }
-        if result.status == Status::Completed {
+    }
+
+    /// What went wrong, on stderr (human mode; `--json` has it in the result record).
+    fn report(&self, result: &RunResult) {
+        if self.json || result.status == Status::Completed {
             return;
         }
         match &result.error {

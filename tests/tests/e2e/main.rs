@@ -12,6 +12,7 @@ mod library;
 mod mock_agent;
 mod mock_llm;
 mod model;
+mod perf_behaviour;
 mod run;
 mod scrub;
 mod sync;

@@ -22,7 +22,7 @@ fn mock_path() -> &'static str {
 }
 
 /// The `--agent` command line for the mock with these arguments.
-fn mock(args: &[&str]) -> String {
+pub(crate) fn mock(args: &[&str]) -> String {
     let mut words = vec![mock_path().to_owned()];
     words.extend(args.iter().map(|a| (*a).to_owned()));
     shell_join(&words)
@@ -36,34 +36,34 @@ fn shell_join(words: &[String]) -> String {
         .join(" ")
 }
 
-fn host(dir: &Path) -> Command {
+pub(crate) fn host(dir: &Path) -> Command {
     acp_tests::host_run(dir)
 }
 
 /// All NDJSON records of a `--json` run; asserts every stdout line is JSON.
-fn records(output: &Output) -> Vec<Value> {
+pub(crate) fn records(output: &Output) -> Vec<Value> {
     stdout(output)
         .lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}")))
         .collect()
 }
 
-fn result_record(output: &Output) -> Value {
+pub(crate) fn result_record(output: &Output) -> Value {
     let records = records(output);
     let last = records.last().expect("at least the result record").clone();
     assert_eq!(last["type"], "result", "last record is the result: {last}");
     last
 }
 
-fn temp() -> tempfile::TempDir {
+pub(crate) fn temp() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
 }
 
-fn path_str(path: &Path) -> &str {
+pub(crate) fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 temp path")
 }
 
-fn assert_dead(pid_file: &Path) {
+pub(crate) fn assert_dead(pid_file: &Path) {
     let pid = read_pid(pid_file).expect("the mock wrote its pid");
     assert!(
         wait_until_dead(pid, HANG_GUARD),
@@ -71,12 +71,12 @@ fn assert_dead(pid_file: &Path) {
     );
 }
 
-fn signal(child: &Child, sig: Signal) {
+pub(crate) fn signal(child: &Child, sig: Signal) {
     kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).expect("signal acp-host");
 }
 
 /// Starts a host whose stderr lines are forwarded to a channel (to wait on diagnostics).
-fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
+pub(crate) fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -87,7 +87,7 @@ fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
     (child, rx)
 }
 
-fn wait_line(rx: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
+pub(crate) fn wait_line(rx: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
     let mut seen = Vec::new();
     let deadline = std::time::Instant::now() + HANG_GUARD;
     while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
