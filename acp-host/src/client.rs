@@ -86,8 +86,11 @@ pub(crate) trait DriveEvents: Send + Sync {
     /// session/new answered: the agent is ready. Never waits.
     fn ready(&self, session_id: &str);
     /// One `session/update` (the `update` object as sent), `size` bytes on the wire. Waits while
-    /// the observers are behind: this is the backpressure that slows the agent down.
+    /// the observers are behind: this is the backpressure that slows the agent down. The update
+    /// may be held back for a batch until [`DriveEvents::flush`].
     fn update(&self, update: serde_json::Value, size: usize) -> Queued<'_>;
+    /// Sends the updates held back so far: called whenever the reader is about to wait.
+    fn flush(&self);
     /// Like [`DriveEvents::update`], but never waits (for the few updates held before ready).
     fn update_now(&self, update: serde_json::Value);
     /// One permission request was answered. Waits like [`DriveEvents::update`].
@@ -368,9 +371,8 @@ pub(crate) async fn drive(
         let events = Arc::clone(&events);
         // Only frames the fast path declined get here; both paths end in `handle_update`.
         async move |notification: SessionNotification, _cx: ConnectionTo<Agent>| {
-            if let Some(update) = update_value(&notification.update) {
-                handle_update(&shared, events.as_ref(), &notification.update, update, 0).await;
-            }
+            handle_update(&shared, events.as_ref(), notification.update, 0).await;
+            events.flush();
             Ok(())
         }
     };
@@ -614,11 +616,27 @@ fn failed(stage: Stage, err: &agent_client_protocol::Error) -> DriveEnd {
 }
 
 /// The update as observers see it: the typed update serialized back, so both decode paths give
-/// the same value.
-fn update_value(update: &SessionUpdate) -> Option<serde_json::Value> {
-    serde_json::to_value(update)
+/// the same value. A text chunk's text is moved, not copied: one large frame costs one copy of its
+/// text here, not two.
+fn update_value(mut update: SessionUpdate) -> Option<serde_json::Value> {
+    let text = match &mut update {
+        SessionUpdate::AgentMessageChunk(chunk)
+        | SessionUpdate::AgentThoughtChunk(chunk)
+        | SessionUpdate::UserMessageChunk(chunk) => match &mut chunk.content {
+            ContentBlock::Text(text) => Some(std::mem::take(&mut text.text)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut value = serde_json::to_value(&update)
         .inspect_err(|err| tracing::debug!(%err, "could not serialize a session update"))
-        .ok()
+        .ok()?;
+    if let Some(text) = text
+        && let Some(slot) = value.pointer_mut("/content/text")
+    {
+        *slot = serde_json::Value::String(text);
+    }
+    Some(value)
 }
 
 /// What every `session/update` does, whichever path decoded it: output text, tool-call notes,
@@ -626,11 +644,10 @@ fn update_value(update: &SessionUpdate) -> Option<serde_json::Value> {
 async fn handle_update(
     shared: &Shared,
     events: &dyn DriveEvents,
-    update: &SessionUpdate,
-    value: serde_json::Value,
+    update: SessionUpdate,
     size: usize,
 ) {
-    match update {
+    match &update {
         SessionUpdate::AgentMessageChunk(chunk) => {
             if let ContentBlock::Text(text) = &chunk.content
                 && let Ok(mut output) = shared.output.lock()
@@ -654,7 +671,9 @@ async fn handle_update(
         ),
         _ => {}
     }
-    shared.publish_update(value, size, events).await;
+    if let Some(value) = update_value(update) {
+        shared.publish_update(value, size, events).await;
+    }
 }
 
 fn remember_tool_call(shared: &Shared, id: String, title: Option<String>, kind: Option<String>) {
@@ -791,12 +810,16 @@ impl Reader {
     }
 
     /// Reads one `\n`-terminated line into `buf` (without the newline); `false` at EOF.
-    async fn next_line(&mut self) -> std::io::Result<bool> {
+    /// `before_read` runs whenever the pipe itself is about to be read (which may wait).
+    async fn next_line(&mut self, before_read: impl Fn()) -> std::io::Result<bool> {
         if self.buf.capacity() > KEEP_BUFFER_BYTES {
             self.buf = Vec::new();
         }
         self.buf.clear();
         loop {
+            if self.stdout.buffer().is_empty() {
+                before_read();
+            }
             let available = self.stdout.fill_buf().await?;
             if available.is_empty() {
                 return Ok(!self.buf.is_empty());
@@ -840,7 +863,7 @@ async fn pump(
         let line = tokio::select! {
             biased;
             () = drain_until.cancelled() => return,
-            line = reader.next_line() => line,
+            line = reader.next_line(|| events.flush()) => line,
         };
         match line {
             Ok(true) => {}
@@ -875,11 +898,13 @@ async fn pump(
                     );
                 }
                 if let Some(update) = fast::session_update(&text) {
-                    if let Some(value) = update_value(&update) {
-                        handle_update(&shared, events.as_ref(), &update, value, text.len()).await;
-                    }
+                    let size = text.len();
+                    // Released before the update is handled: a large frame is not held twice.
+                    drop(text);
+                    handle_update(&shared, events.as_ref(), update, size).await;
                     continue;
                 }
+                events.flush();
                 if frames.send(Ok(text)).await.is_err() {
                     // The drive ended: from now on the line is only drained.
                 }
@@ -1014,11 +1039,11 @@ mod tests {
         let method = message.get("method")?.as_str()?;
         let params = message.get("params")?;
         let notification = SessionNotification::parse_message(method, params).ok()?;
-        update_value(&notification.update)
+        serde_json::to_value(&notification.update).ok()
     }
 
     fn through_the_fast_path(line: &str) -> Option<Value> {
-        fast::session_update(line).and_then(|update| update_value(&update))
+        fast::session_update(line).and_then(update_value)
     }
 
     fn update_strategy() -> impl Strategy<Value = Value> {

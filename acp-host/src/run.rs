@@ -45,7 +45,7 @@ pub const DEFAULT_STDERR_TAIL_BYTES: usize = 16 * 1024;
 const EXIT_DRAIN: Duration = Duration::from_millis(500);
 /// Bytes of events queued for observers at most; past it the drive waits for them, which stops
 /// the reading of the agent's stdout: backpressure instead of buffering.
-pub const OBSERVER_BUDGET_BYTES: usize = 4 * 1024 * 1024;
+pub const OBSERVER_BUDGET_BYTES: usize = 1024 * 1024;
 /// The least an event weighs against [`OBSERVER_BUDGET_BYTES`] (its fixed overhead).
 const EVENT_MIN_BYTES: usize = 256;
 /// After a timeout or a kill, how long observers get to catch up before the run returns anyway.
@@ -59,6 +59,10 @@ pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
 /// return quickly.
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
+
+    /// Called after a burst of events, before the observer's thread waits for more: an observer
+    /// that buffers its output writes it now.
+    fn flush(&self) {}
 }
 
 /// Cancellation of a run, injected by the caller (Ctrl-C handler, a parent agent, a test).
@@ -539,8 +543,41 @@ async fn finish(
 /// One event on its way to the observers' thread, holding its share of the budget.
 enum Delivery {
     Event(Event, Option<OwnedSemaphorePermit>),
+    /// Updates decoded from one read of the agent's stdout, sent together: one wake-up of the
+    /// observers' thread per read, not per update.
+    Batch(Vec<Delivery>),
     /// Answered once everything queued before it was delivered.
     Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The most updates held back for one batch.
+const BATCH_MAX: usize = 64;
+
+/// Delivers on the observers' thread.
+fn deliver_on_thread(observers: &[Arc<dyn Observer>], delivery: Delivery, run_id: &str) {
+    match delivery {
+        Delivery::Event(event, permit) => {
+            notify(observers, &event, run_id);
+            drop(permit);
+        }
+        Delivery::Batch(all) => {
+            for delivery in all {
+                deliver_on_thread(observers, delivery, run_id);
+            }
+        }
+        Delivery::Flush(done) => {
+            flush_all(observers, run_id);
+            let _ = done.send(());
+        }
+    }
+}
+
+fn flush_all(observers: &[Arc<dyn Observer>], run_id: &str) {
+    for observer in observers {
+        if std::panic::catch_unwind(AssertUnwindSafe(|| observer.flush())).is_err() {
+            tracing::warn!(run_id, "observer panicked");
+        }
+    }
 }
 
 /// Fans events out to observers, each in isolation, on a thread of their own behind a queue of
@@ -554,6 +591,8 @@ struct Notifier {
     /// `None` when there are no observers.
     queue: Option<std::sync::mpsc::Sender<Delivery>>,
     budget: Arc<Semaphore>,
+    /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
+    pending: std::sync::Mutex<Vec<Delivery>>,
     /// Fired at a timeout or kill: from then on events that do not fit are dropped, not waited for.
     shed: CancellationToken,
     dropped: std::sync::atomic::AtomicU64,
@@ -574,16 +613,13 @@ impl Notifier {
                 std::thread::Builder::new()
                     .name("acp-host-observers".into())
                     .spawn(move || {
-                        for delivery in rx {
-                            match delivery {
-                                Delivery::Event(event, permit) => {
-                                    notify(&observers, &event, &run_id);
-                                    drop(permit);
-                                }
-                                Delivery::Flush(done) => {
-                                    let _ = done.send(());
-                                }
+                        while let Ok(delivery) = rx.recv() {
+                            deliver_on_thread(&observers, delivery, &run_id);
+                            // Everything already queued first; flush before waiting for more.
+                            while let Ok(delivery) = rx.try_recv() {
+                                deliver_on_thread(&observers, delivery, &run_id);
                             }
+                            flush_all(&observers, &run_id);
                         }
                     })
                     .inspect_err(|err| tracing::warn!(%err, "cannot start the observers' thread"))
@@ -599,6 +635,7 @@ impl Notifier {
             pid: std::sync::atomic::AtomicU32::new(0),
             queue,
             budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
+            pending: std::sync::Mutex::default(),
             shed: CancellationToken::new(),
             dropped: std::sync::atomic::AtomicU64::new(0),
         }
@@ -608,8 +645,24 @@ impl Notifier {
         u32::try_from(size.clamp(EVENT_MIN_BYTES, OBSERVER_BUDGET_BYTES)).unwrap_or(u32::MAX)
     }
 
-    /// Queues `event`, waiting while the queue is full (unless shedding, then it is dropped).
-    async fn deliver(&self, event: Event, size: usize) {
+    /// Sends the batch of updates held so far.
+    fn send_pending(&self) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        let batch = self
+            .pending
+            .lock()
+            .map(|mut pending| std::mem::take(&mut *pending))
+            .unwrap_or_default();
+        if !batch.is_empty() {
+            let _ = queue.send(Delivery::Batch(batch));
+        }
+    }
+
+    /// Queues `event`, waiting while the queue is full (unless shedding, then it is dropped). With
+    /// `batch`, the event waits for [`DriveEvents::flush`] (or a full batch).
+    async fn deliver(&self, event: Event, size: usize, batch: bool) {
         let Some(queue) = &self.queue else {
             return;
         };
@@ -626,11 +679,23 @@ impl Notifier {
                 }
             }
         };
-        let _ = queue.send(Delivery::Event(event, permit));
+        if batch {
+            let full = self.pending.lock().is_ok_and(|mut pending| {
+                pending.push(Delivery::Event(event, permit));
+                pending.len() >= BATCH_MAX
+            });
+            if full {
+                self.send_pending();
+            }
+        } else {
+            self.send_pending();
+            let _ = queue.send(Delivery::Event(event, permit));
+        }
     }
 
     /// Queues `event` without waiting, for events bounded in number (start, end, held updates).
     fn deliver_now(&self, event: Event) {
+        self.send_pending();
         if let Some(queue) = &self.queue {
             let _ = queue.send(Delivery::Event(event, None));
         }
@@ -655,6 +720,7 @@ impl Notifier {
     /// Waits until the observers have seen every queued event; not after a kill, and only briefly
     /// after a timeout.
     async fn caught_up(&self, cancel: &Cancel) {
+        self.send_pending();
         if let Some(queue) = &self.queue {
             let (done, flushed) = tokio::sync::oneshot::channel();
             if queue.send(Delivery::Flush(done)).is_ok() {
@@ -722,7 +788,11 @@ impl DriveEvents for Notifier {
             run_id: self.run_id.clone(),
             update,
         };
-        Box::pin(self.deliver(event, size))
+        Box::pin(self.deliver(event, size, true))
+    }
+
+    fn flush(&self) {
+        self.send_pending();
     }
 
     fn update_now(&self, update: serde_json::Value) {
@@ -737,6 +807,6 @@ impl DriveEvents for Notifier {
             run_id: self.run_id.clone(),
             decision: decision.clone(),
         };
-        Box::pin(self.deliver(event, 0))
+        Box::pin(self.deliver(event, 0, false))
     }
 }

@@ -83,8 +83,8 @@ pub struct RunArgs {
           default_value_t = Seconds(Timeouts::default().term_grace))]
     term_grace: Seconds,
 
-    /// The result keeps at most this many bytes of the agent's text (the end; `outputTruncatedBytes`
-    /// says how much was dropped). Human-mode stdout streams everything regardless.
+    /// With --json, the result keeps at most this many bytes of the agent's text (the end;
+    /// `outputTruncatedBytes` says how much was dropped). Stdout streams everything regardless.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
     max_output: usize,
 
@@ -154,12 +154,17 @@ impl RunArgs {
     }
 }
 
-/// After a timeout, how long the result record may wait for a slow stdout before acp-host exits.
+/// Stdout text is written in pieces of at least this size while the agent streams.
+const OUT_BUFFER_BYTES: usize = 64 * 1024;
+
+/// After a timeout or a kill, how long the result record may wait for a slow stdout before
+/// acp-host exits.
 const LATE_WRITE: Duration = Duration::from_millis(100);
 
 pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread is enough: nothing on the runtime blocks (stdout is written on the observers'
+    // thread, a terminal question on its own), and it starts faster than a pool.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
@@ -184,7 +189,8 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
             .then(TerminalAsker::open)
             .flatten()
             .map(|asker| Arc::new(asker) as Arc<dyn PermissionHandler>),
-        max_output_bytes: Some(args.max_output),
+        // Human mode printed the text as it came and shows no result: it keeps none of it.
+        max_output_bytes: Some(if args.json { args.max_output } else { 0 }),
         ..RunOptions::default()
     };
     let (seen_tx, mut seen) = tokio::sync::watch::channel(0_u32);
@@ -200,29 +206,35 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let killed = *seen.borrow_and_update() >= 2;
     let (done_tx, done) = tokio::sync::oneshot::channel();
     let writer = Arc::clone(&renderer);
-    let timed_out = result.status == Status::Timeout;
-    let finished = result.clone();
+    // After a timeout or a kill, a stalled reader gets only a moment to take the record.
+    let hurry = killed || result.status == Status::Timeout;
+    // Moved, not cloned: under --json the result may hold megabytes of output.
+    let (record, report) = if args.json {
+        (Some(result), None)
+    } else {
+        (None, Some(result))
+    };
     std::thread::spawn(move || {
-        writer.finish(&finished);
+        writer.finish(record);
         let _ = done_tx.send(());
     });
-    if !killed {
-        runtime.block_on(async {
-            let limit = async {
-                if timed_out {
-                    tokio::time::sleep(LATE_WRITE).await;
-                } else {
-                    std::future::pending::<()>().await;
-                }
-            };
-            tokio::select! {
-                _ = done => {}
-                _ = seen.changed() => {}
-                () = limit => {}
+    runtime.block_on(async {
+        let limit = async {
+            if hurry {
+                tokio::time::sleep(LATE_WRITE).await;
+            } else {
+                std::future::pending::<()>().await;
             }
-        });
+        };
+        tokio::select! {
+            _ = done => {}
+            _ = seen.changed() => {}
+            () = limit => {}
+        }
+    });
+    if let Some(result) = report {
+        renderer.report(&result);
     }
-    renderer.report(&result);
     // Do not wait for a permission question nobody answered.
     runtime.shutdown_background();
     Ok(code)
@@ -310,6 +322,10 @@ struct Renderer {
     verbose: bool,
     /// Set once stdout is gone (e.g. `| head`): stop writing, keep running.
     stdout_closed: AtomicBool,
+    /// Text not yet written: filled by a burst of events, written when the burst ends
+    /// ([`Observer::flush`]) or [`OUT_BUFFER_BYTES`] is reached, so a stream of small chunks does
+    /// not cost one write per chunk.
+    pending: Mutex<Vec<u8>>,
     /// Whether the last text written ended with a newline (for the final newline on a TTY).
     ended_with_newline: Mutex<bool>,
 }
@@ -320,6 +336,7 @@ impl Renderer {
             json,
             verbose,
             stdout_closed: AtomicBool::new(false),
+            pending: Mutex::default(),
             ended_with_newline: Mutex::new(true),
         }
     }
@@ -328,7 +345,27 @@ impl Renderer {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
         }
-        match super::write_stdout(text.as_bytes()) {
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        pending.extend_from_slice(text.as_bytes());
+        if pending.len() >= OUT_BUFFER_BYTES {
+            self.write_out(&mut pending);
+        }
+    }
+
+    /// Writes what is pending (blocking while the reader is slow: this is the backpressure).
+    fn write_out(&self, pending: &mut Vec<u8>) {
+        if pending.is_empty() || self.stdout_closed.load(Ordering::Relaxed) {
+            pending.clear();
+            return;
+        }
+        let written = super::write_stdout(pending);
+        pending.clear();
+        if pending.capacity() > OUT_BUFFER_BYTES * 2 {
+            *pending = Vec::new();
+        }
+        match written {
             Ok(Written::Done) => {}
             Ok(Written::Closed) => self.stdout_closed.store(true, Ordering::Relaxed),
             Err(err) => {
@@ -339,32 +376,43 @@ impl Renderer {
         }
     }
 
+    /// One NDJSON line, serialized straight into the pending text.
     fn write_json(&self, value: &impl serde::Serialize) {
-        match serde_json::to_string(value) {
-            Ok(mut line) => {
-                line.push('\n');
-                self.write_stdout(&line);
-            }
-            Err(err) => tracing::warn!(%err, "cannot serialize an event"),
+        if self.stdout_closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        let before = pending.len();
+        if let Err(err) = serde_json::to_writer(&mut *pending, value) {
+            pending.truncate(before);
+            tracing::warn!(%err, "cannot serialize an event");
+            return;
+        }
+        pending.push(b'\n');
+        if pending.len() >= OUT_BUFFER_BYTES {
+            self.write_out(&mut pending);
         }
     }
 
     /// The last stdout write: the result record, or the final newline on a terminal. May block on
     /// a stalled reader, so it runs off the main thread.
-    fn finish(&self, result: &RunResult) {
-        if self.json {
-            self.write_json(&ResultRecord::Result(result.clone()));
-            return;
+    fn finish(&self, record: Option<RunResult>) {
+        if let Some(result) = record {
+            self.write_json(&ResultRecord::Result(result));
+        } else {
+            let newline = self.ended_with_newline.lock().map_or(true, |g| *g);
+            if !newline && std::io::stdout().is_terminal() {
+                self.write_stdout("\n");
+            }
         }
-        let newline = self.ended_with_newline.lock().map_or(true, |g| *g);
-        if !newline && std::io::stdout().is_terminal() {
-            self.write_stdout("\n");
-        }
+        Observer::flush(self);
     }
 
     /// What went wrong, on stderr (human mode; `--json` has it in the result record).
     fn report(&self, result: &RunResult) {
-        if self.json || result.status == Status::Completed {
+        if result.status == Status::Completed {
             return;
         }
         match &result.error {
@@ -411,6 +459,12 @@ impl Renderer {
 }
 
 impl Observer for Renderer {
+    fn flush(&self) {
+        if let Ok(mut pending) = self.pending.lock() {
+            self.write_out(&mut pending);
+        }
+    }
+
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
         if let Event::Stderr { line, .. } = event {
             // Not streamed under --json: stdout stays the conversation; stderrTail keeps the end.
