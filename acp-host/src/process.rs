@@ -523,6 +523,12 @@ impl StderrTail {
 fn group_members(pgid: u32) -> Vec<i32> {
     #[cfg(target_os = "linux")]
     {
+        // One signal-0 probe first: an empty group (the usual case) costs no /proc scan.
+        if let Ok(pgid) = i32::try_from(pgid)
+            && killpg(Pid::from_raw(pgid), None) == Err(nix::errno::Errno::ESRCH)
+        {
+            return Vec::new();
+        }
         let Ok(entries) = std::fs::read_dir("/proc") else {
             return Vec::new();
         };
