@@ -13,8 +13,8 @@
 //! - observers are called in isolation, on a thread of their own, in order: one that fails or
 //!   panics is logged and the others still see every event; one that is slow (a stalled stdout)
 //!   slows the agent down through a bounded queue ([`OBSERVER_BUDGET_BYTES`]) and never delays
-//!   cancellation, the timeout or teardown; after a timeout or a kill, events that do not fit are
-//!   dropped for observers (the result still has them);
+//!   cancellation, the timeout or teardown; once the run is cancelled, timed out or killed, events
+//!   that do not fit are dropped for observers (the result still has them);
 //! - memory is flat in the length of a run: the output keeps its tail (`max_output_bytes`),
 //!   permission records and tool-call notes are capped with counts of what was dropped.
 
@@ -48,7 +48,8 @@ const EXIT_DRAIN: Duration = Duration::from_millis(500);
 pub const OBSERVER_BUDGET_BYTES: usize = 1024 * 1024;
 /// The least an event weighs against [`OBSERVER_BUDGET_BYTES`] (its fixed overhead).
 const EVENT_MIN_BYTES: usize = 256;
-/// After a timeout or a kill, how long observers get to catch up before the run returns anyway.
+/// After a cancel, a timeout or a kill, how long observers get to catch up before the run returns
+/// anyway.
 const LATE_FLUSH: Duration = Duration::from_millis(100);
 
 /// Error returned by an observer; logged, never propagated.
@@ -393,6 +394,9 @@ async fn supervise(
                 return Supervised { end: None, killed: true, timed_out };
             }
             end = &mut drive => return Supervised { end: Some(end), killed: false, timed_out },
+            // Cancelling must not wait for a slow observer either (the agent's answer to
+            // session/cancel has to be read).
+            () = drive_cancel.cancelled(), if !notifier.shed.is_cancelled() => notifier.shed.cancel(),
             () = &mut deadline, if !timed_out => {
                 timed_out = true;
                 // The deadline is the caller's: a slow observer must not stretch it.
@@ -593,7 +597,8 @@ struct Notifier {
     budget: Arc<Semaphore>,
     /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
     pending: std::sync::Mutex<Vec<Delivery>>,
-    /// Fired at a timeout or kill: from then on events that do not fit are dropped, not waited for.
+    /// Fired at a cancel, timeout or kill: from then on events that do not fit are dropped, not
+    /// waited for.
     shed: CancellationToken,
     dropped: std::sync::atomic::AtomicU64,
 }
@@ -718,7 +723,7 @@ impl Notifier {
     }
 
     /// Waits until the observers have seen every queued event; not after a kill, and only briefly
-    /// after a timeout.
+    /// after a cancel or a timeout.
     async fn caught_up(&self, cancel: &Cancel) {
         self.send_pending();
         if let Some(queue) = &self.queue {

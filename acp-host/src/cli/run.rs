@@ -168,12 +168,14 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         .enable_all()
         .build()
         .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
-    // First thing: a Ctrl-C from now on is ours to handle, whatever stage the run is at.
+    // Until here a Ctrl-C simply ends acp-host (nothing is spawned yet, and reading a prompt from
+    // stdin must stay interruptible); from here on it is ours, before anything is spawned, so no
+    // signal falls between the spawn and the watcher.
+    let request = build_request(args).map_err(CliError::Usage)?;
     let signals = {
         let _runtime = runtime.enter();
         Signals::install()
     };
-    let request = build_request(args).map_err(CliError::Usage)?;
     let prepared = run::prepare(request, std::env::vars_os())
         .map_err(|err| CliError::Usage(err.to_string()))?;
     if args.verbose && !prepared.scrubbed().is_empty() {
@@ -206,8 +208,8 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let killed = *seen.borrow_and_update() >= 2;
     let (done_tx, done) = tokio::sync::oneshot::channel();
     let writer = Arc::clone(&renderer);
-    // After a timeout or a kill, a stalled reader gets only a moment to take the record.
-    let hurry = killed || result.status == Status::Timeout;
+    // After a timeout, a cancel or a kill, a stalled reader gets only a moment to take the record.
+    let hurry = killed || matches!(result.status, Status::Timeout | Status::Aborted);
     // Moved, not cloned: under --json the result may hold megabytes of output.
     let (record, report) = if args.json {
         (Some(result), None)

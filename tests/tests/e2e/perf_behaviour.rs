@@ -115,6 +115,53 @@ fn a_stalled_stdout_reader_does_not_stop_the_timeout() {
 }
 
 #[test]
+fn one_ctrl_c_ends_a_run_whose_stdout_is_stalled() {
+    let dir = temp();
+    let pid = dir.path().join("pid");
+    let ready = dir.path().join("ready");
+    let mut child = host(dir.path())
+        .args([
+            "--cancel-grace",
+            "0.5",
+            "--eof-grace",
+            "0.2",
+            "--term-grace",
+            "0.2",
+            "--agent",
+            &mock(&[
+                "flood",
+                "--chunks",
+                "100000",
+                "--bytes",
+                "1024",
+                "--pid-file",
+                path_str(&pid),
+                "--ready",
+                path_str(&ready),
+            ]),
+            "x",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("acp-host starts");
+    let _stalled = child.stdout.take();
+    assert!(acp_tests::wait_for_file(&ready, HANG_GUARD));
+    signal(&child, Signal::SIGINT);
+    let mut status = None;
+    assert!(
+        wait_until(HANG_GUARD, || {
+            status = child.try_wait().expect("waitable");
+            status.is_some()
+        }),
+        "one Ctrl-C did not end a run with a stalled stdout"
+    );
+    assert_eq!(status.and_then(|s| s.code()), Some(130));
+    assert_dead(&pid);
+}
+
+#[test]
 fn a_second_ctrl_c_during_the_term_grace_kills_at_once() {
     let dir = temp();
     let pid = dir.path().join("pid");
