@@ -876,6 +876,20 @@ async fn pump(
         if frames.is_closed() {
             continue;
         }
+        // The hot path decodes from the read buffer itself: no copy of the line, and the buffer is
+        // reused for the next one.
+        let update = std::str::from_utf8(reader.buf.trim_ascii())
+            .ok()
+            .and_then(fast::session_update);
+        if let Some(update) = update {
+            let size = reader.buf.len();
+            if reader.buf.capacity() > KEEP_BUFFER_BYTES {
+                // Released before the update is handled: a large frame is not held twice.
+                reader.buf = Vec::new();
+            }
+            handle_update(&shared, events.as_ref(), update, size).await;
+            continue;
+        }
         match classify(&mut reader.buf) {
             Line::Blank => {}
             Line::Garbage => {
@@ -897,9 +911,9 @@ async fn pump(
                          replacement characters"
                     );
                 }
-                if let Some(update) = fast::session_update(&text) {
+                // Only a lossily decoded line can still be an update here.
+                if lossy && let Some(update) = fast::session_update(&text) {
                     let size = text.len();
-                    // Released before the update is handled: a large frame is not held twice.
                     drop(text);
                     handle_update(&shared, events.as_ref(), update, size).await;
                     continue;

@@ -510,7 +510,12 @@ impl Observer for Renderer {
 
 /// The string at a JSON pointer of a session update, if there is one.
 fn text_at<'a>(value: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
-    value.pointer(pointer).and_then(serde_json::Value::as_str)
+    // Walked by hand: `Value::pointer` allocates per token, and this runs for every chunk.
+    pointer
+        .split('/')
+        .skip(1)
+        .try_fold(value, |value, key| value.get(key))
+        .and_then(serde_json::Value::as_str)
 }
 
 fn last_lines(text: &str, n: usize) -> impl Iterator<Item = &str> {
