@@ -5,19 +5,30 @@
 //! Invariants:
 //! - no client capabilities are advertised, so `fs/*` and `terminal/*` requests get the SDK's
 //!   "method not found" (-32601);
-//! - output is every `agent_message_chunk` text of our session, in order, kept in [`Shared`] so a
-//!   partial output survives cancel and error; a `session/update` for another session id is
-//!   ignored (logged), neither output nor event;
+//! - output is the tail (at most the run's `max_output_bytes`) of every
+//!   `agent_message_chunk` text of our session, in order, kept in [`Shared`] so a partial output
+//!   survives cancel and error; a `session/update` for another session id is ignored (logged),
+//!   neither output nor event; permission records are capped at [`MAX_PERMISSION_RECORDS`] and tool-call notes at
+//!   [`MAX_TOOL_CALLS`], with counts of what was dropped: nothing grows with the length of a run;
+//! - one task reads the agent's stdout ([`pump`]): `session/update` notifications are decoded and
+//!   handled there ([`fast`]), everything else goes to the SDK through a one-frame channel, so a
+//!   slow consumer stops the reading (the agent's pipe fills) instead of growing a queue;
+//! - that task keeps draining (and discarding) the agent's stdout after the drive ended, until EOF
+//!   or teardown ends it: an agent flushing a last line during the EOF grace never dies of EPIPE;
 //! - once cancellation began, every permission request (pending or new) is answered `cancelled`;
 //! - a permission request is read leniently from its JSON (unknown option kinds, numeric ids,
 //!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
 //!   exactly as the agent sent it;
 //! - the prompt is never sent if cancellation came before `session/new` answered;
-//! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a frame larger
-//!   than [`DriveConfig::max_frame_bytes`] ends the run with a clear error instead of eating memory.
+//! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a `{` line that
+//!   is not valid UTF-8 is decoded lossily (with a warning); a batch array is answered with an
+//!   "invalid request" error; a frame larger than [`DriveConfig::max_frame_bytes`] ends the run
+//!   with a clear error instead of eating memory.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,11 +40,12 @@ use agent_client_protocol::v1::schema::{
     PromptRequest, SessionNotification, SessionUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
-use futures::Stream;
+use futures::{SinkExt, StreamExt};
 use protocol::permission::{
     self, Answer, DecidedBy, OfferedKind, OfferedOption, Outcome, PermissionDecision,
     PermissionRequest,
 };
+pub(crate) use protocol::result::MAX_PERMISSION_RECORDS;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStdout;
@@ -41,6 +53,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::permission::{Decision, PermissionHandler};
 use crate::process::AgentPipes;
+
+/// The most tool calls whose title and kind are remembered (for permission requests that name
+/// only the id); later ones are not remembered.
+pub(crate) const MAX_TOOL_CALLS: usize = 4096;
+/// Updates that arrive before `session/new` answered are held (to announce the session first, and
+/// to know whether they are of our session) up to this many bytes; beyond it they are dropped.
+const HELD_UPDATES_MAX_BYTES: usize = 4 * 1024 * 1024;
+/// A read buffer grown past this by a large frame is released afterwards, so one 8 MiB frame does
+/// not keep 8 MiB for the rest of the run.
+const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
+/// Read size on the agent's stdout.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
 
 /// Settings of one drive.
 #[derive(Clone)]
@@ -58,21 +82,30 @@ pub(crate) struct DriveConfig {
     pub(crate) max_frame_bytes: usize,
 }
 
+/// A future an event sink returns: resolved once the event is queued (or shed).
+pub(crate) type Queued<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+
 /// What the drive reports as it goes.
 pub(crate) trait DriveEvents: Send + Sync {
-    /// session/new answered: the agent is ready.
+    /// session/new answered: the agent is ready. Never waits.
     fn ready(&self, session_id: &str);
-    /// One `session/update` (the `update` object as sent).
-    fn update(&self, update: serde_json::Value);
-    /// One permission request was answered.
-    fn permission(&self, decision: &PermissionDecision);
+    /// One `session/update` (the `update` object as sent), `size` bytes on the wire. Waits while
+    /// the observers are behind: this is the backpressure that slows the agent down. The update
+    /// may be held back for a batch until [`DriveEvents::flush`].
+    fn update(&self, update: serde_json::Value, size: usize) -> Queued<'_>;
+    /// Sends the updates held back so far: called whenever the reader is about to wait.
+    fn flush(&self);
+    /// Like [`DriveEvents::update`], but never waits (for the few updates held before ready).
+    fn update_now(&self, update: serde_json::Value);
+    /// One permission request was answered. Waits like [`DriveEvents::update`].
+    fn permission(&self, decision: &PermissionDecision) -> Queued<'_>;
 }
 
 /// State the handlers and the drive share, read by `run` on every settle path.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Shared {
-    output: Mutex<String>,
-    permissions: Mutex<Vec<PermissionDecision>>,
+    output: Mutex<OutputTail>,
+    permissions: Mutex<Capped<PermissionDecision>>,
     session_id: Mutex<Option<String>>,
     /// Set before session/cancel is sent; from then on permissions are answered `cancelled`.
     cancelling: AtomicBool,
@@ -89,11 +122,28 @@ pub(crate) struct Shared {
     tool_calls: Mutex<HashMap<String, ToolCallInfo>>,
 }
 
+impl Shared {
+    pub(crate) fn new(max_output_bytes: usize) -> Self {
+        Shared {
+            output: Mutex::new(OutputTail::new(max_output_bytes)),
+            permissions: Mutex::new(Capped::new(MAX_PERMISSION_RECORDS)),
+            session_id: Mutex::default(),
+            cancelling: AtomicBool::new(false),
+            garbage_lines: AtomicU64::new(0),
+            foreign_updates: AtomicU64::new(0),
+            start_gate: Mutex::default(),
+            tool_calls: Mutex::default(),
+        }
+    }
+}
+
 /// Updates that arrived before the drive announced the session as ready.
 #[derive(Debug, Default)]
 struct StartGate {
     open: bool,
-    held: Vec<SessionNotification>,
+    /// Whole notifications (with their wire size): whether one is ours is known only once open.
+    held: Vec<(SessionNotification, usize)>,
+    held_bytes: usize,
 }
 
 /// What updates said about one tool call.
@@ -103,15 +153,94 @@ struct ToolCallInfo {
     kind: Option<String>,
 }
 
-impl Shared {
-    pub(crate) fn output(&self) -> String {
-        self.output.lock().map(|o| o.clone()).unwrap_or_default()
+/// The last `cap` bytes of the output text, cut on a character boundary, and how many bytes
+/// were dropped before them.
+#[derive(Debug)]
+pub(crate) struct OutputTail {
+    cap: usize,
+    bytes: VecDeque<u8>,
+    dropped: u64,
+}
+
+impl OutputTail {
+    pub(crate) fn new(cap: usize) -> Self {
+        OutputTail {
+            cap,
+            bytes: VecDeque::new(),
+            dropped: 0,
+        }
     }
 
-    pub(crate) fn permissions(&self) -> Vec<PermissionDecision> {
+    pub(crate) fn push(&mut self, text: &str) {
+        let text = text.as_bytes();
+        let skip = text.len().saturating_sub(self.cap);
+        let text = &text[skip..];
+        let overflow = (self.bytes.len() + text.len()).saturating_sub(self.cap);
+        self.bytes.drain(..overflow);
+        self.bytes.extend(text);
+        self.dropped += (skip + overflow) as u64;
+    }
+
+    /// The kept text and the count of dropped bytes (`None` when nothing was dropped). A cut
+    /// through a character drops the rest of that character too, so the text stays valid UTF-8.
+    pub(crate) fn take(&mut self) -> (String, Option<u64>) {
+        let mut bytes = Vec::from(std::mem::take(&mut self.bytes));
+        let mut dropped = self.dropped;
+        if dropped > 0 {
+            // UTF-8 continuation bytes are 0b10xx_xxxx.
+            let partial = bytes.iter().take_while(|&&b| b & 0xC0 == 0x80).count();
+            bytes.drain(..partial);
+            dropped += partial as u64;
+        }
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned());
+        (text, (dropped > 0).then_some(dropped))
+    }
+}
+
+/// The first `cap` items and a count of the rest.
+#[derive(Debug)]
+pub(crate) struct Capped<T> {
+    cap: usize,
+    items: Vec<T>,
+    dropped: u64,
+}
+
+impl<T> Capped<T> {
+    pub(crate) fn new(cap: usize) -> Self {
+        Capped {
+            cap,
+            items: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    pub(crate) fn push(&mut self, item: T) {
+        if self.items.len() < self.cap {
+            self.items.push(item);
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
+
+impl Shared {
+    /// The output (taken: called once, when the run settles) and how many bytes were dropped.
+    pub(crate) fn take_output(&self) -> (String, Option<u64>) {
+        self.output.lock().map(|mut o| o.take()).unwrap_or_default()
+    }
+
+    /// The recorded decisions (taken) and how many more were not recorded.
+    pub(crate) fn take_permissions(&self) -> (Vec<PermissionDecision>, Option<u64>) {
         self.permissions
             .lock()
-            .map(|p| p.clone())
+            .map(|mut p| {
+                let dropped = p.dropped;
+                (
+                    std::mem::take(&mut p.items),
+                    (dropped > 0).then_some(dropped),
+                )
+            })
             .unwrap_or_default()
     }
 
@@ -123,47 +252,89 @@ impl Shared {
         self.garbage_lines.load(Ordering::Relaxed)
     }
 
-    /// Announces the session, then releases the updates that raced ahead of it, in order.
+    /// Announces the session, then releases the updates that raced ahead of it, in order (those
+    /// of another session are dropped).
     fn open_start_gate(&self, session_id: &str, events: &dyn DriveEvents) {
         let Ok(mut gate) = self.start_gate.lock() else {
             return;
         };
         events.ready(session_id);
-        for notification in gate.held.drain(..) {
-            self.accept(&notification, events);
+        for (notification, _) in gate.held.drain(..) {
+            if self.is_ours(&notification)
+                && let Some(value) = self.take_in(notification.update)
+            {
+                events.update_now(value);
+            }
         }
+        gate.held_bytes = 0;
         gate.open = true;
     }
 
-    /// One `session/update`: held until the session is ready, then accepted. The gate's lock is
-    /// held while accepting, so updates keep their order.
-    fn receive(&self, notification: SessionNotification, events: &dyn DriveEvents) {
+    /// Holds an update that came before the session was announced (within a byte budget), else
+    /// admits it if it is of our session. `None`: nothing to do now (held, or dropped).
+    fn admit(&self, notification: SessionNotification, size: usize) -> Option<SessionUpdate> {
         let Ok(mut gate) = self.start_gate.lock() else {
-            return;
+            return None;
         };
-        if gate.open {
-            self.accept(&notification, events);
-        } else {
-            gate.held.push(notification);
-        }
-    }
-
-    /// Takes an update of our session into the output and the events; drops any other.
-    fn accept(&self, notification: &SessionNotification, events: &dyn DriveEvents) {
-        let theirs = notification.session_id.to_string();
-        if self.session_id().as_deref() != Some(theirs.as_str()) {
-            if self.foreign_updates.fetch_add(1, Ordering::Relaxed) == 0 {
-                tracing::info!(session = %theirs, "ignoring session/update for a session that is not ours");
+        if !gate.open {
+            if gate.held_bytes + size <= HELD_UPDATES_MAX_BYTES {
+                gate.held_bytes += size;
+                gate.held.push((notification, size));
             } else {
-                tracing::debug!(session = %theirs, "ignoring session/update for a session that is not ours");
+                tracing::debug!("dropped an update sent before session/new answered");
             }
-            return;
+            return None;
         }
-        on_session_update(self, events, &notification.update);
+        drop(gate);
+        self.is_ours(&notification).then_some(notification.update)
     }
 
-    fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
-        events.permission(&decision);
+    /// Whether an update is of our session; logs the first one that is not (later ones quietly).
+    fn is_ours(&self, notification: &SessionNotification) -> bool {
+        let theirs = notification.session_id.to_string();
+        if self.session_id().as_deref() == Some(theirs.as_str()) {
+            return true;
+        }
+        if self.foreign_updates.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::info!(session = %theirs, "ignoring session/update for a session that is not ours");
+        } else {
+            tracing::debug!(session = %theirs, "ignoring session/update for a session that is not ours");
+        }
+        false
+    }
+
+    /// What an update of our session does before observers see it: output text and tool-call
+    /// notes; then the value observers get.
+    fn take_in(&self, update: SessionUpdate) -> Option<serde_json::Value> {
+        match &update {
+            SessionUpdate::AgentMessageChunk(chunk) => {
+                if let ContentBlock::Text(text) = &chunk.content
+                    && let Ok(mut output) = self.output.lock()
+                {
+                    output.push(&text.text);
+                }
+            }
+            SessionUpdate::ToolCall(call) => {
+                remember_tool_call(
+                    self,
+                    call.tool_call_id.to_string(),
+                    Some(call.title.clone()),
+                    kind_name(call.kind),
+                );
+            }
+            SessionUpdate::ToolCallUpdate(call) => remember_tool_call(
+                self,
+                call.tool_call_id.to_string(),
+                call.fields.title.clone(),
+                call.fields.kind.and_then(kind_name),
+            ),
+            _ => {}
+        }
+        update_value(update)
+    }
+
+    async fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
+        events.permission(&decision).await;
         if let Ok(mut all) = self.permissions.lock() {
             all.push(decision);
         }
@@ -217,21 +388,48 @@ pub(crate) enum DriveEnd {
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
 /// answered, the connection fails, or `cancel` fires (then session/cancel and a bounded wait).
+///
+/// The agent's stdout keeps being drained after this returns, until EOF or `drain_until` fires
+/// (teardown is over).
 pub(crate) async fn drive(
     pipes: AgentPipes,
     config: DriveConfig,
     shared: Arc<Shared>,
     events: Arc<dyn DriveEvents>,
     cancel: CancellationToken,
+    drain_until: CancellationToken,
 ) -> DriveEnd {
-    let frames = frames(pipes.stdout, config.max_frame_bytes, Arc::clone(&shared));
-    let transport = Lines::new(pipes.stdin, frames);
+    // Outgoing frames: the SDK's and the reader's (answers to batch arrays) share the pipe.
+    let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
+    let mut stdin = pipes.stdin;
+    tokio::spawn(async move {
+        let mut out_rx = out_rx.map(Ok);
+        if let Err(err) = stdin.send_all(&mut out_rx).await {
+            tracing::debug!(%err, "agent stdin closed");
+        }
+    });
+    // One frame in flight: the reader waits for the SDK instead of queueing behind it.
+    let (frames_tx, frames_rx) = futures::channel::mpsc::channel::<std::io::Result<String>>(0);
+    tokio::spawn(pump(
+        Reader::new(pipes.stdout, config.max_frame_bytes),
+        frames_tx,
+        out_tx.clone(),
+        Arc::clone(&shared),
+        Arc::clone(&events),
+        drain_until,
+    ));
+    let outgoing = out_tx.sink_map_err(|_| {
+        std::io::Error::new(std::io::ErrorKind::BrokenPipe, "agent stdin is closed")
+    });
+    let transport = Lines::new(outgoing, frames_rx);
 
     let on_update = {
         let shared = Arc::clone(&shared);
         let events = Arc::clone(&events);
+        // Only frames the fast path declined get here; both paths end in `handle_update`.
         async move |notification: SessionNotification, _cx: ConnectionTo<Agent>| {
-            shared.receive(notification, events.as_ref());
+            handle_update(&shared, events.as_ref(), notification, 0).await;
+            events.flush();
             Ok(())
         }
     };
@@ -304,18 +502,20 @@ async fn answer_permission(
         }
         Outcome::Cancelled => json!({"outcome": {"outcome": "cancelled"}}),
     };
-    shared.record(
-        PermissionDecision {
-            tool_call_id: request.tool_call_id,
-            title: request.title,
-            tool_kind: request.tool_kind,
-            offered: request.offered,
-            verdict: decision.answer.verdict(),
-            decided_by: decision.decided_by,
-            outcome,
-        },
-        events.as_ref(),
-    );
+    shared
+        .record(
+            PermissionDecision {
+                tool_call_id: request.tool_call_id,
+                title: request.title,
+                tool_kind: request.tool_kind,
+                offered: request.offered,
+                verdict: decision.answer.verdict(),
+                decided_by: decision.decided_by,
+                outcome,
+            },
+            events.as_ref(),
+        )
+        .await;
     response
 }
 
@@ -490,39 +690,50 @@ fn failed(stage: Stage, err: &agent_client_protocol::Error) -> DriveEnd {
     }
 }
 
-fn on_session_update(shared: &Shared, events: &dyn DriveEvents, update: &SessionUpdate) {
-    match update {
-        SessionUpdate::AgentMessageChunk(chunk) => {
-            if let ContentBlock::Text(text) = &chunk.content
-                && let Ok(mut output) = shared.output.lock()
-            {
-                output.push_str(&text.text);
-            }
-        }
-        SessionUpdate::ToolCall(call) => {
-            remember_tool_call(
-                shared,
-                call.tool_call_id.to_string(),
-                Some(call.title.clone()),
-                kind_name(call.kind),
-            );
-        }
-        SessionUpdate::ToolCallUpdate(call) => remember_tool_call(
-            shared,
-            call.tool_call_id.to_string(),
-            call.fields.title.clone(),
-            call.fields.kind.and_then(kind_name),
-        ),
-        _ => {}
+/// The update as observers see it: the typed update serialized back, so both decode paths give
+/// the same value. A text chunk's text is moved, not copied: one large frame costs one copy of its
+/// text here, not two.
+fn update_value(mut update: SessionUpdate) -> Option<serde_json::Value> {
+    let text = match &mut update {
+        SessionUpdate::AgentMessageChunk(chunk)
+        | SessionUpdate::AgentThoughtChunk(chunk)
+        | SessionUpdate::UserMessageChunk(chunk) => match &mut chunk.content {
+            ContentBlock::Text(text) => Some(std::mem::take(&mut text.text)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut value = serde_json::to_value(&update)
+        .inspect_err(|err| tracing::debug!(%err, "could not serialize a session update"))
+        .ok()?;
+    if let Some(text) = text
+        && let Some(slot) = value.pointer_mut("/content/text")
+    {
+        *slot = serde_json::Value::String(text);
     }
-    match serde_json::to_value(update) {
-        Ok(value) => events.update(value),
-        Err(err) => tracing::debug!(%err, "could not serialize a session update"),
+    Some(value)
+}
+
+/// What every `session/update` does, whichever path decoded it: through the start gate, then
+/// output text, tool-call notes and the event (waiting while observers are behind).
+async fn handle_update(
+    shared: &Shared,
+    events: &dyn DriveEvents,
+    notification: SessionNotification,
+    size: usize,
+) {
+    if let Some(update) = shared.admit(notification, size)
+        && let Some(value) = shared.take_in(update)
+    {
+        events.update(value, size).await;
     }
 }
 
 fn remember_tool_call(shared: &Shared, id: String, title: Option<String>, kind: Option<String>) {
     if let Ok(mut calls) = shared.tool_calls.lock() {
+        if calls.len() >= MAX_TOOL_CALLS && !calls.contains_key(&id) {
+            return;
+        }
         let entry = calls.entry(id).or_default();
         entry.title = title.or(entry.title.take());
         entry.kind = kind.or(entry.kind.take());
@@ -597,86 +808,418 @@ fn id_text(id: &serde_json::Value) -> Option<String> {
     }
 }
 
-/// The agent's stdout as a stream of JSON frames: blank and non-JSON lines are skipped (some
-/// agents print banners to stdout), oversized frames end the stream with an error.
-fn frames(
-    stdout: ChildStdout,
-    max_frame_bytes: usize,
-    shared: Arc<Shared>,
-) -> impl Stream<Item = std::io::Result<String>> + Send + 'static {
-    let state = (BufReader::new(stdout), Vec::new(), false);
-    futures::stream::unfold(state, move |(mut reader, mut buf, done)| {
-        let shared = Arc::clone(&shared);
-        async move {
-            if done {
-                return None;
+/// What one line of the agent's stdout is.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    Blank,
+    /// Not JSON-RPC (a banner, a log line): skipped and counted.
+    Garbage,
+    /// A JSON-RPC batch: not part of ACP, answered with an error.
+    Batch,
+    /// A JSON object; `lossy` when invalid UTF-8 had to be replaced.
+    Frame {
+        text: String,
+        lossy: bool,
+    },
+}
+
+/// Classifies the line in `buf`, moving a frame out without copying when it needs no trimming.
+/// `buf` keeps a garbage line for the caller to report.
+fn classify(buf: &mut Vec<u8>) -> Line {
+    let trimmed = buf.trim_ascii();
+    match trimmed.first() {
+        None => {
+            buf.clear();
+            Line::Blank
+        }
+        Some(b'[') => Line::Batch,
+        Some(b'{') => {
+            let whole = trimmed.len() == buf.len();
+            match std::str::from_utf8(trimmed) {
+                Ok(_) if whole => Line::Frame {
+                    // Checked just above: the whole line is valid UTF-8.
+                    text: String::from_utf8(std::mem::take(buf)).unwrap_or_default(),
+                    lossy: false,
+                },
+                Ok(text) => Line::Frame {
+                    text: text.to_owned(),
+                    lossy: false,
+                },
+                Err(_) => Line::Frame {
+                    text: String::from_utf8_lossy(trimmed).into_owned(),
+                    lossy: true,
+                },
             }
-            loop {
-                match read_frame(&mut reader, &mut buf, max_frame_bytes).await {
-                    Ok(Some(())) => match frame_text(&mut buf) {
-                        Some(frame) => return Some((Ok(frame), (reader, buf, false))),
-                        None if buf.is_empty() => {}
-                        None => {
-                            shared.garbage_lines.fetch_add(1, Ordering::Relaxed);
-                            tracing::debug!(
-                                line = %String::from_utf8_lossy(&buf[..buf.len().min(200)]),
-                                "skipped a non-JSON line on the agent's stdout"
-                            );
-                        }
-                    },
-                    Ok(None) => return None,
-                    Err(err) => return Some((Err(err), (reader, buf, true))),
+        }
+        Some(_) => Line::Garbage,
+    }
+}
+
+/// The answer to a batch array: ACP has no batches, and a silent drop would leave the agent
+/// waiting for answers forever.
+fn batch_error() -> String {
+    serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": -32600,
+            "message": "batch requests are not supported by this ACP client; send one message per line",
+        },
+    })
+    .to_string()
+}
+
+/// The agent's stdout, split into lines.
+struct Reader {
+    stdout: BufReader<ChildStdout>,
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl Reader {
+    fn new(stdout: ChildStdout, max: usize) -> Self {
+        Reader {
+            stdout: BufReader::with_capacity(READ_BUFFER_BYTES, stdout),
+            buf: Vec::new(),
+            max,
+        }
+    }
+
+    /// Reads one `\n`-terminated line into `buf` (without the newline); `false` at EOF.
+    /// `before_read` runs whenever the pipe itself is about to be read (which may wait).
+    async fn next_line(&mut self, before_read: impl Fn()) -> std::io::Result<bool> {
+        if self.buf.capacity() > KEEP_BUFFER_BYTES {
+            self.buf = Vec::new();
+        }
+        self.buf.clear();
+        loop {
+            if self.stdout.buffer().is_empty() {
+                before_read();
+            }
+            let available = self.stdout.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(!self.buf.is_empty());
+            }
+            let (chunk, found) = match memchr_newline(available) {
+                Some(i) => (&available[..i], Some(i + 1)),
+                None => (available, None),
+            };
+            if self.buf.len() + chunk.len() > self.max {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("agent sent a frame larger than {} bytes", self.max),
+                ));
+            }
+            self.buf.extend_from_slice(chunk);
+            let consumed = found.unwrap_or(chunk.len());
+            self.stdout.consume(consumed);
+            if found.is_some() {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+fn memchr_newline(bytes: &[u8]) -> Option<usize> {
+    bytes.iter().position(|&b| b == b'\n')
+}
+
+/// Reads the agent's stdout for the whole life of the process: `session/update` notifications are
+/// handled here, other frames go to the SDK one at a time; once the SDK is gone (the drive ended)
+/// the rest is read and discarded until EOF or `drain_until`.
+async fn pump(
+    mut reader: Reader,
+    mut frames: futures::channel::mpsc::Sender<std::io::Result<String>>,
+    replies: futures::channel::mpsc::UnboundedSender<String>,
+    shared: Arc<Shared>,
+    events: Arc<dyn DriveEvents>,
+    drain_until: CancellationToken,
+) {
+    loop {
+        let line = tokio::select! {
+            biased;
+            () = drain_until.cancelled() => return,
+            line = reader.next_line(|| events.flush()) => line,
+        };
+        match line {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(err) => {
+                let _ = frames.send(Err(err)).await;
+                return;
+            }
+        }
+        if frames.is_closed() {
+            continue;
+        }
+        // The hot path decodes from the read buffer itself: no copy of the line, and the buffer is
+        // reused for the next one.
+        let update = std::str::from_utf8(reader.buf.trim_ascii())
+            .ok()
+            .and_then(fast::session_notification);
+        if let Some(update) = update {
+            let size = reader.buf.len();
+            if reader.buf.capacity() > KEEP_BUFFER_BYTES {
+                // Released before the update is handled: a large frame is not held twice.
+                reader.buf = Vec::new();
+            }
+            handle_update(&shared, events.as_ref(), update, size).await;
+            continue;
+        }
+        match classify(&mut reader.buf) {
+            Line::Blank => {}
+            Line::Garbage => {
+                shared.garbage_lines.fetch_add(1, Ordering::Relaxed);
+                let buf = &reader.buf;
+                tracing::debug!(
+                    line = %String::from_utf8_lossy(&buf[..buf.len().min(200)]),
+                    "skipped a non-JSON line on the agent's stdout"
+                );
+            }
+            Line::Batch => {
+                tracing::warn!("the agent sent a JSON-RPC batch array; answered with an error");
+                let _ = replies.unbounded_send(batch_error());
+            }
+            Line::Frame { text, lossy } => {
+                if lossy {
+                    tracing::warn!(
+                        "the agent sent a frame that is not valid UTF-8; decoded it with \
+                         replacement characters"
+                    );
+                }
+                // Only a lossily decoded line can still be an update here.
+                if lossy && let Some(update) = fast::session_notification(&text) {
+                    let size = text.len();
+                    drop(text);
+                    handle_update(&shared, events.as_ref(), update, size).await;
+                    continue;
+                }
+                events.flush();
+                if frames.send(Ok(text)).await.is_err() {
+                    // The drive ended: from now on the line is only drained.
                 }
             }
         }
-    })
+    }
 }
 
-/// The JSON frame in `buf`, moved out without copying when the line needs no trimming. `None`
-/// leaves `buf` holding a non-JSON line (or nothing, for a blank one) for the caller to report.
-fn frame_text(buf: &mut Vec<u8>) -> Option<String> {
-    let trimmed = std::str::from_utf8(buf).ok()?.trim();
-    if trimmed.is_empty() {
-        buf.clear();
-        return None;
+/// The hot path: `session/update` notifications decoded straight from the line into the typed
+/// update, without the SDK's generic dispatch (which parses every frame into a JSON tree first).
+/// Anything this does not recognise exactly goes to the SDK, which stays the reference.
+pub(crate) mod fast {
+    use agent_client_protocol::v1::schema::SessionNotification;
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    struct Notification<'a> {
+        #[serde(borrow)]
+        jsonrpc: &'a str,
+        #[serde(borrow)]
+        method: &'a str,
+        /// Present means a request, which this path does not handle.
+        #[serde(default)]
+        id: Option<serde::de::IgnoredAny>,
+        params: SessionNotification,
     }
-    if !trimmed.starts_with('{') {
-        return None;
+
+    /// The params of a `session/update` notification, or `None` for anything else (including a
+    /// `session/update` that does not decode: the SDK then reports it as it always did).
+    pub(crate) fn session_notification(line: &str) -> Option<SessionNotification> {
+        // Cheap filter first: most other frames never reach the decoder.
+        if !line.contains("\"session/update\"") {
+            return None;
+        }
+        let frame: Notification<'_> = serde_json::from_str(line).ok()?;
+        (frame.jsonrpc == "2.0" && frame.method == "session/update" && frame.id.is_none())
+            .then_some(frame.params)
     }
-    if trimmed.len() == buf.len() {
-        // Valid UTF-8 was checked above; the frame is the whole line: no copy.
-        return String::from_utf8(std::mem::take(buf)).ok();
-    }
-    Some(trimmed.to_owned())
 }
 
-/// Reads one `\n`-terminated line into `buf` (without the newline); `None` at EOF.
-async fn read_frame(
-    reader: &mut BufReader<ChildStdout>,
-    buf: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<Option<()>> {
-    buf.clear();
-    loop {
-        let available = reader.fill_buf().await?;
-        if available.is_empty() {
-            return Ok(if buf.is_empty() { None } else { Some(()) });
+#[cfg(test)]
+mod tests {
+    use agent_client_protocol::JsonRpcMessage;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[test]
+    fn the_output_tail_keeps_the_last_bytes_and_counts_the_rest() {
+        let mut tail = OutputTail::new(5);
+        tail.push("abc");
+        tail.push("defg");
+        assert_eq!(tail.take(), ("cdefg".to_owned(), Some(2)));
+        let mut tail = OutputTail::new(5);
+        tail.push("0123456789");
+        tail.push("ab");
+        assert_eq!(tail.take(), ("789ab".to_owned(), Some(7)));
+        let mut whole = OutputTail::new(5);
+        whole.push("hi");
+        assert_eq!(whole.take(), ("hi".to_owned(), None));
+    }
+
+    #[test]
+    fn a_cut_through_a_character_drops_the_whole_character() {
+        let mut tail = OutputTail::new(4);
+        // "é" is two bytes: keeping 4 bytes of "xé12" + "3" would start inside it.
+        tail.push("xé12");
+        tail.push("3");
+        assert_eq!(tail.take(), ("123".to_owned(), Some(3)));
+    }
+
+    #[test]
+    fn capped_records_keep_the_first_and_count_the_rest() {
+        let mut capped = Capped::new(2);
+        for i in 0..5 {
+            capped.push(i);
         }
-        let (chunk, found) = match available.iter().position(|&b| b == b'\n') {
-            Some(i) => (&available[..i], Some(i + 1)),
-            None => (available, None),
-        };
-        if buf.len() + chunk.len() > max {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("agent sent a frame larger than {max} bytes"),
-            ));
+        assert_eq!(capped.items, [0, 1]);
+        assert_eq!(capped.dropped, 3);
+    }
+
+    #[test]
+    fn lines_are_classified() {
+        let mut buf = b"  \r".to_vec();
+        assert_eq!(classify(&mut buf), Line::Blank);
+        let mut buf = b"Loading model...".to_vec();
+        assert_eq!(classify(&mut buf), Line::Garbage);
+        assert_eq!(buf, b"Loading model...", "kept for the report");
+        let mut buf = b"[{\"jsonrpc\":\"2.0\"}]".to_vec();
+        assert_eq!(classify(&mut buf), Line::Batch);
+        let mut buf = b"{\"a\":1}".to_vec();
+        assert_eq!(
+            classify(&mut buf),
+            Line::Frame {
+                text: "{\"a\":1}".into(),
+                lossy: false
+            }
+        );
+        let mut buf = b" {\"a\":1}\r".to_vec();
+        assert_eq!(
+            classify(&mut buf),
+            Line::Frame {
+                text: "{\"a\":1}".into(),
+                lossy: false
+            }
+        );
+        let mut buf = b"{\"a\":\"caf\xe9\"}".to_vec();
+        assert_eq!(
+            classify(&mut buf),
+            Line::Frame {
+                text: "{\"a\":\"caf\u{FFFD}\"}".into(),
+                lossy: true
+            }
+        );
+    }
+
+    #[test]
+    fn the_batch_answer_is_an_invalid_request_with_a_null_id() {
+        let answer: Value = serde_json::from_str(&batch_error()).unwrap();
+        assert_eq!(answer["id"], Value::Null);
+        assert_eq!(answer["error"]["code"], -32600);
+    }
+
+    /// What the SDK's dispatch makes of a line: the JSON-RPC envelope, then the typed
+    /// notification through the SDK's own parser.
+    fn through_the_sdk(line: &str) -> Option<Value> {
+        let message: Value = serde_json::from_str(line).ok()?;
+        if message.get("jsonrpc")? != "2.0" || message.get("id").is_some() {
+            return None;
         }
-        buf.extend_from_slice(chunk);
-        let consumed = found.unwrap_or(chunk.len());
-        reader.consume(consumed);
-        if found.is_some() {
-            return Ok(Some(()));
+        let method = message.get("method")?.as_str()?;
+        let params = message.get("params")?;
+        let notification = SessionNotification::parse_message(method, params).ok()?;
+        serde_json::to_value(&notification.update).ok()
+    }
+
+    fn through_the_fast_path(line: &str) -> Option<Value> {
+        fast::session_notification(line).and_then(|n| update_value(n.update))
+    }
+
+    fn update_strategy() -> impl Strategy<Value = Value> {
+        let text = ".{0,40}";
+        prop_oneof![
+            (
+                prop::sample::select(vec![
+                    "agent_message_chunk",
+                    "agent_thought_chunk",
+                    "user_message_chunk"
+                ]),
+                text
+            )
+                .prop_map(|(kind, text)| json!({
+                    "sessionUpdate": kind,
+                    "content": {"type": "text", "text": text},
+                })),
+            (
+                text,
+                prop::sample::select(vec!["read", "edit", "execute", "other"]),
+                prop::sample::select(vec!["pending", "in_progress", "completed"])
+            )
+                .prop_map(|(title, kind, status)| json!({
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": "call-1",
+                    "title": title,
+                    "kind": kind,
+                    "status": status,
+                })),
+            (text, prop::option::of(Just("failed"))).prop_map(|(title, status)| json!({
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": "call-2",
+                "title": title,
+                "status": status,
+            })),
+            text.prop_map(|content| json!({
+                "sessionUpdate": "plan",
+                "entries": [{"content": content, "priority": "high", "status": "pending"}],
+            })),
+            text.prop_map(|name| json!({"sessionUpdate": name, "content": 1})),
+        ]
+    }
+
+    fn frame_strategy() -> impl Strategy<Value = String> {
+        (
+            update_strategy(),
+            prop::sample::select(vec!["session/update", "session/other"]),
+            prop::option::of(0_u32..3),
+            prop::bool::ANY,
+            prop::bool::ANY,
+        )
+            .prop_map(|(update, method, id, extra, pretty)| {
+                let mut frame = json!({
+                    "jsonrpc": "2.0",
+                    "method": method,
+                    "params": {"sessionId": "s", "update": update},
+                });
+                if let Some(id) = id {
+                    frame["id"] = json!(id);
+                }
+                if extra {
+                    frame["params"]["_meta"] = json!({"x": [1, 2]});
+                    frame["params"]["update"]["unknownField"] = json!(true);
+                }
+                if pretty {
+                    // Still one line: pretty printing with the newlines turned into spaces.
+                    serde_json::to_string_pretty(&frame)
+                        .unwrap()
+                        .replace('\n', " ")
+                } else {
+                    frame.to_string()
+                }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn both_paths_give_the_same_update_for_the_same_frame(line in frame_strategy()) {
+            let fast = through_the_fast_path(&line);
+            let sdk = through_the_sdk(&line);
+            // The fast path may decline a frame (the SDK then handles it), never disagree.
+            if fast.is_some() {
+                prop_assert_eq!(&fast, &sdk);
+            }
+            // And it declines no well-formed update the SDK accepts.
+            prop_assert_eq!(fast.is_some(), sdk.is_some(), "{}", line);
         }
     }
 }

@@ -14,8 +14,13 @@
 //!   boundary);
 //! - where the result repeats the agent's words (stderr tail, error, stop reason), credential values
 //!   are redacted (`protocol::env_scrub::Redactor`);
-//! - observers are called in isolation: one that fails or panics is logged and the others still
-//!   see every event.
+//! - observers are called in isolation, on a thread of their own, in order: one that fails or
+//!   panics is logged and the others still see every event; one that is slow (a stalled stdout)
+//!   slows the agent down through a bounded queue ([`OBSERVER_BUDGET_BYTES`]) and never delays
+//!   cancellation, the timeout or teardown; once the run is cancelled, timed out or killed, events
+//!   that do not fit are dropped for observers (the result still has them);
+//! - memory is flat in the length of a run: the output keeps its tail (`max_output_bytes`),
+//!   permission records and tool-call notes are capped with counts of what was dropped.
 
 use std::ffi::OsString;
 use std::panic::AssertUnwindSafe;
@@ -30,7 +35,8 @@ use protocol::env_vars;
 use protocol::events::{EndEvent, Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use protocol::request::StartRequest;
-use protocol::result::{AgentExit, ErrorKind, RunResult, Status};
+use protocol::result::{AgentExit, DEFAULT_MAX_OUTPUT_BYTES, ErrorKind, RunResult, Status};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{self, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
@@ -43,6 +49,14 @@ pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
 pub const DEFAULT_STDERR_TAIL_BYTES: usize = 16 * 1024;
 /// After the agent exits, how long the drive may still read what it wrote before exiting.
 const EXIT_DRAIN: Duration = Duration::from_millis(500);
+/// Bytes of events queued for observers at most; past it the drive waits for them, which stops
+/// the reading of the agent's stdout: backpressure instead of buffering.
+pub const OBSERVER_BUDGET_BYTES: usize = 1024 * 1024;
+/// The least an event weighs against [`OBSERVER_BUDGET_BYTES`] (its fixed overhead).
+const EVENT_MIN_BYTES: usize = 256;
+/// After a cancel, a timeout or a kill, how long observers get to catch up before the run returns
+/// anyway.
+const LATE_FLUSH: Duration = Duration::from_millis(100);
 
 /// Error returned by an observer; logged, never propagated.
 pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
@@ -52,6 +66,10 @@ pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
 /// return quickly.
 pub trait Observer: Send + Sync {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
+
+    /// Called after a burst of events, before the observer's thread waits for more: an observer
+    /// that buffers its output writes it now.
+    fn flush(&self) {}
 }
 
 /// Cancellation of a run, injected by the caller (Ctrl-C handler, a parent agent, a test).
@@ -96,6 +114,9 @@ pub struct RunOptions {
     pub max_frame_bytes: Option<usize>,
     /// `None` uses [`DEFAULT_STDERR_TAIL_BYTES`].
     pub stderr_tail_bytes: Option<usize>,
+    /// The most bytes of output the result keeps (the tail); `None` uses
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`].
+    pub max_output_bytes: Option<usize>,
 }
 
 /// The request was refused before anything was spawned.
@@ -212,24 +233,23 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         budget,
     } = prepared;
     let run_id = uuid::Uuid::new_v4().to_string();
-    let notifier = Arc::new(Notifier {
-        run_id: run_id.clone(),
-        observers: options.observers.clone(),
-        agent: request.agent.display.clone(),
-        cwd: request.cwd.display().to_string(),
-        scrubbed: env.scrubbed.clone(),
-        pid: std::sync::atomic::AtomicU32::new(0),
-    });
+    let notifier = Arc::new(Notifier::new(
+        run_id.clone(),
+        options.observers.clone(),
+        request.agent.display.clone(),
+        request.cwd.display().to_string(),
+        env.scrubbed.clone(),
+    ));
     let mut result = unsettled_result(run_id, env.scrubbed.clone());
 
     if let Err(refused) = budget {
         result.error = Some(refused.to_string());
         result.error_kind = Some(ErrorKind::DepthLimit);
-        return finish(result, started, &notifier, None);
+        return finish(result, started, &notifier, None, cancel).await;
     }
     if cancel.is_cancelled() {
         result.status = Status::Aborted;
-        return finish(result, started, &notifier, None);
+        return finish(result, started, &notifier, None, cancel).await;
     }
 
     let spec = SpawnSpec {
@@ -252,13 +272,19 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         Err(err) => {
             result.error = Some(spawn_failure_message(&err, &request));
             result.error_kind = Some(ErrorKind::Spawn);
-            return finish(result, started, &notifier, None);
+            return finish(result, started, &notifier, None, cancel).await;
         }
     };
     notifier.pid.store(process.pid(), Ordering::Relaxed);
 
-    let shared = Arc::new(Shared::default());
+    let shared = Arc::new(Shared::new(
+        options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+    ));
     let timeouts = request.timeouts;
+    // The agent's stdout is drained until teardown is over (an agent flushing on EOF must not
+    // die of EPIPE), then left.
+    let drain_until = CancellationToken::new();
+    let _stop_draining = drain_until.clone().drop_guard();
     let supervised = supervise(
         &mut process,
         pipes,
@@ -266,7 +292,8 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         options,
         cancel,
         &shared,
-        Arc::clone(&notifier) as Arc<dyn DriveEvents>,
+        &notifier,
+        drain_until,
     )
     .await;
     let Supervised {
@@ -275,18 +302,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         timed_out,
     } = supervised;
 
-    let graces = if killed {
-        Graces {
-            eof: Duration::ZERO,
-            term: Duration::ZERO,
-        }
-    } else {
-        Graces {
-            eof: timeouts.eof_grace,
-            term: timeouts.term_grace,
-        }
-    };
-    let teardown = process.shutdown(graces).await;
+    let teardown = tear_down(&mut process, killed, &timeouts, cancel, &notifier).await;
     record_teardown(&mut result, &teardown, &process, &shared);
 
     settle(
@@ -304,7 +320,40 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         );
     }
     let output = Some(result.output.clone());
-    finish(result, started, &notifier, output)
+    finish(result, started, &notifier, output, cancel).await
+}
+
+/// The teardown ladder with the run's graces, or none after a kill; a kill (second Ctrl-C) during
+/// the graces cuts them short.
+async fn tear_down(
+    process: &mut AgentProcess,
+    killed: bool,
+    timeouts: &protocol::request::Timeouts,
+    cancel: &Cancel,
+    notifier: &Notifier,
+) -> Teardown {
+    let now = Graces {
+        eof: Duration::ZERO,
+        term: Duration::ZERO,
+    };
+    let graces = if killed {
+        now
+    } else {
+        Graces {
+            eof: timeouts.eof_grace,
+            term: timeouts.term_grace,
+        }
+    };
+    let teardown = tokio::select! {
+        biased;
+        () = cancel.immediate.cancelled(), if !killed => None,
+        teardown = process.shutdown(graces) => Some(teardown),
+    };
+    if let Some(teardown) = teardown {
+        return teardown;
+    }
+    notifier.shed.cancel();
+    process.shutdown(now).await
 }
 
 /// The error of a failed spawn; a missing program comes with how to install it, when known.
@@ -340,8 +389,8 @@ fn record_teardown(
         tracing::warn!(survivors = ?teardown.survivors, "processes of the agent survived SIGKILL");
     }
     result.stderr_tail = process.stderr_tail();
-    result.output = shared.output();
-    result.permissions = shared.permissions();
+    (result.output, result.output_truncated_bytes) = shared.take_output();
+    (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
 }
 
@@ -364,6 +413,10 @@ struct Supervised {
 
 /// Drives the protocol while watching the caller's cancel, the overall deadline and the agent's
 /// exit, whichever comes first.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the run's parts, passed once from `run`"
+)]
 async fn supervise(
     process: &mut AgentProcess,
     pipes: crate::process::AgentPipes,
@@ -371,7 +424,8 @@ async fn supervise(
     options: &RunOptions,
     cancel: &Cancel,
     shared: &Arc<Shared>,
-    events: Arc<dyn DriveEvents>,
+    notifier: &Arc<Notifier>,
+    drain_until: CancellationToken,
 ) -> Supervised {
     let timeouts = request.timeouts;
     let config = DriveConfig {
@@ -391,8 +445,9 @@ async fn supervise(
         pipes,
         config,
         Arc::clone(shared),
-        events,
+        Arc::clone(notifier) as Arc<dyn DriveEvents>,
         drive_cancel.clone(),
+        drain_until,
     );
     tokio::pin!(drive);
     let deadline = async {
@@ -408,11 +463,17 @@ async fn supervise(
         tokio::select! {
             biased;
             () = cancel.immediate.cancelled() => {
+                notifier.shed.cancel();
                 return Supervised { end: None, killed: true, timed_out };
             }
             end = &mut drive => return Supervised { end: Some(end), killed: false, timed_out },
+            // Cancelling must not wait for a slow observer either (the agent's answer to
+            // session/cancel has to be read).
+            () = drive_cancel.cancelled(), if !notifier.shed.is_cancelled() => notifier.shed.cancel(),
             () = &mut deadline, if !timed_out => {
                 timed_out = true;
+                // The deadline is the caller's: a slow observer must not stretch it.
+                notifier.shed.cancel();
                 drive_cancel.cancel();
             }
             _ = process.exited() => {
@@ -438,6 +499,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
         status: Status::Error,
         stop_reason: None,
         output: String::new(),
+        output_truncated_bytes: None,
         error: None,
         error_kind: None,
         scrubbed_env,
@@ -448,6 +510,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
         stderr_tail: String::new(),
         duration_ms: 0,
         permissions: Vec::new(),
+        permissions_dropped: None,
         session_id: None,
     }
 }
@@ -566,56 +629,260 @@ fn human_duration(d: Duration) -> String {
     }
 }
 
-fn finish(
+async fn finish(
     mut result: RunResult,
     started: Instant,
     notifier: &Notifier,
     last_assistant_message: Option<String>,
+    cancel: &Cancel,
 ) -> RunResult {
     result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-    notifier.notify(&Event::End(EndEvent {
+    notifier.deliver_now(Event::End(EndEvent {
         run_id: result.run_id.clone(),
         provider: notifier.agent.clone(),
         status: result.status,
         stop_reason: result.stop_reason.clone(),
         last_assistant_message,
     }));
+    notifier.caught_up(cancel).await;
     result
 }
 
-/// Fans events out to observers, each in isolation.
+/// One event on its way to the observers' thread, holding its share of the budget.
+enum Delivery {
+    Event(Event, Option<OwnedSemaphorePermit>),
+    /// Updates decoded from one read of the agent's stdout, sent together: one wake-up of the
+    /// observers' thread per read, not per update.
+    Batch(Vec<Delivery>),
+    /// Answered once everything queued before it was delivered.
+    Flush(tokio::sync::oneshot::Sender<()>),
+}
+
+/// The most updates held back for one batch.
+const BATCH_MAX: usize = 64;
+
+/// Delivers on the observers' thread.
+fn deliver_on_thread(observers: &[Arc<dyn Observer>], delivery: Delivery, run_id: &str) {
+    match delivery {
+        Delivery::Event(event, permit) => {
+            notify(observers, &event, run_id);
+            drop(permit);
+        }
+        Delivery::Batch(all) => {
+            for delivery in all {
+                deliver_on_thread(observers, delivery, run_id);
+            }
+        }
+        Delivery::Flush(done) => {
+            flush_all(observers, run_id);
+            let _ = done.send(());
+        }
+    }
+}
+
+fn flush_all(observers: &[Arc<dyn Observer>], run_id: &str) {
+    for observer in observers {
+        if std::panic::catch_unwind(AssertUnwindSafe(|| observer.flush())).is_err() {
+            tracing::warn!(run_id, "observer panicked");
+        }
+    }
+}
+
+/// Fans events out to observers, each in isolation, on a thread of their own behind a queue of
+/// at most [`OBSERVER_BUDGET_BYTES`].
 struct Notifier {
     run_id: String,
-    observers: Vec<Arc<dyn Observer>>,
     agent: String,
     cwd: String,
     scrubbed: Vec<String>,
     pid: std::sync::atomic::AtomicU32,
+    /// `None` when there are no observers.
+    queue: Option<std::sync::mpsc::Sender<Delivery>>,
+    budget: Arc<Semaphore>,
+    /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
+    pending: std::sync::Mutex<Vec<Delivery>>,
+    /// Fired at a cancel, timeout or kill: from then on events that do not fit are dropped, not
+    /// waited for.
+    shed: CancellationToken,
+    dropped: std::sync::atomic::AtomicU64,
 }
 
 impl Notifier {
-    fn notify(&self, event: &Event) {
-        for observer in &self.observers {
-            match std::panic::catch_unwind(AssertUnwindSafe(|| observer.on_event(event))) {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => tracing::warn!(%err, run_id = %self.run_id, "observer failed"),
-                Err(_) => tracing::warn!(run_id = %self.run_id, "observer panicked"),
+    fn new(
+        run_id: String,
+        observers: Vec<Arc<dyn Observer>>,
+        agent: String,
+        cwd: String,
+        scrubbed: Vec<String>,
+    ) -> Self {
+        let queue = (!observers.is_empty())
+            .then(|| {
+                let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
+                let run_id = run_id.clone();
+                std::thread::Builder::new()
+                    .name("acp-host-observers".into())
+                    .spawn(move || {
+                        while let Ok(delivery) = rx.recv() {
+                            deliver_on_thread(&observers, delivery, &run_id);
+                            // Everything already queued first; flush before waiting for more.
+                            while let Ok(delivery) = rx.try_recv() {
+                                deliver_on_thread(&observers, delivery, &run_id);
+                            }
+                            flush_all(&observers, &run_id);
+                        }
+                    })
+                    .inspect_err(|err| tracing::warn!(%err, "cannot start the observers' thread"))
+                    .ok()
+                    .map(|_| tx)
+            })
+            .flatten();
+        Notifier {
+            run_id,
+            agent,
+            cwd,
+            scrubbed,
+            pid: std::sync::atomic::AtomicU32::new(0),
+            queue,
+            budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
+            pending: std::sync::Mutex::default(),
+            shed: CancellationToken::new(),
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn weight(size: usize) -> u32 {
+        u32::try_from(size.clamp(EVENT_MIN_BYTES, OBSERVER_BUDGET_BYTES)).unwrap_or(u32::MAX)
+    }
+
+    /// Sends the batch of updates held so far.
+    fn send_pending(&self) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        let batch = self
+            .pending
+            .lock()
+            .map(|mut pending| std::mem::take(&mut *pending))
+            .unwrap_or_default();
+        if !batch.is_empty() {
+            let _ = queue.send(Delivery::Batch(batch));
+        }
+    }
+
+    /// Queues `event`, waiting while the queue is full (unless shedding, then it is dropped). With
+    /// `batch`, the event waits for [`DriveEvents::flush`] (or a full batch).
+    async fn deliver(&self, event: Event, size: usize, batch: bool) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        let weight = Self::weight(size);
+        let permit = tokio::select! {
+            biased;
+            permit = Arc::clone(&self.budget).acquire_many_owned(weight) => permit.ok(),
+            () = self.shed.cancelled() => {
+                if let Ok(permit) = Arc::clone(&self.budget).try_acquire_many_owned(weight) {
+                    Some(permit)
+                } else {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        };
+        if batch {
+            let full = self.pending.lock().is_ok_and(|mut pending| {
+                pending.push(Delivery::Event(event, permit));
+                pending.len() >= BATCH_MAX
+            });
+            if full {
+                self.send_pending();
+            }
+        } else {
+            self.send_pending();
+            let _ = queue.send(Delivery::Event(event, permit));
+        }
+    }
+
+    /// Queues `event` without waiting, for events bounded in number (start, end, held updates).
+    fn deliver_now(&self, event: Event) {
+        self.send_pending();
+        if let Some(queue) = &self.queue {
+            let _ = queue.send(Delivery::Event(event, None));
+        }
+    }
+
+    /// Queues `event` if it fits now; otherwise it is dropped (and counted). For callers that
+    /// cannot wait (the stderr reader's callback).
+    fn try_deliver(&self, event: Event, size: usize) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        match Arc::clone(&self.budget).try_acquire_many_owned(Self::weight(size)) {
+            Ok(permit) => {
+                let _ = queue.send(Delivery::Event(event, Some(permit)));
+            }
+            Err(_) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
+    /// Waits until the observers have seen every queued event; not after a kill, and only briefly
+    /// after a cancel or a timeout.
+    async fn caught_up(&self, cancel: &Cancel) {
+        self.send_pending();
+        if let Some(queue) = &self.queue {
+            let (done, flushed) = tokio::sync::oneshot::channel();
+            if queue.send(Delivery::Flush(done)).is_ok() {
+                let flushed = async {
+                    let _ = flushed.await;
+                };
+                if self.shed.is_cancelled() {
+                    let _ = tokio::time::timeout(LATE_FLUSH, flushed).await;
+                } else {
+                    tokio::select! {
+                        biased;
+                        () = cancel.immediate.cancelled() => {}
+                        () = flushed => {}
+                    }
+                }
+            }
+        }
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!(
+                events = dropped,
+                run_id = %self.run_id,
+                "events were not shown: the reader of the output was too slow"
+            );
+        }
+    }
+
     fn stderr(&self, line: &str) {
-        self.notify(&Event::Stderr {
-            run_id: self.run_id.clone(),
-            line: line.to_owned(),
-        });
+        self.try_deliver(
+            Event::Stderr {
+                run_id: self.run_id.clone(),
+                line: line.to_owned(),
+            },
+            line.len(),
+        );
+    }
+}
+
+/// Calls every observer with `event`, each in isolation.
+fn notify(observers: &[Arc<dyn Observer>], event: &Event, run_id: &str) {
+    for observer in observers {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| observer.on_event(event))) {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!(%err, run_id, "observer failed"),
+            Err(_) => tracing::warn!(run_id, "observer panicked"),
+        }
     }
 }
 
 impl DriveEvents for Notifier {
     fn ready(&self, session_id: &str) {
         let pid = self.pid.load(Ordering::Relaxed);
-        self.notify(&Event::Start(StartEvent {
+        self.deliver_now(Event::Start(StartEvent {
             run_id: self.run_id.clone(),
             agent: self.agent.clone(),
             provider: self.agent.clone(),
@@ -626,17 +893,30 @@ impl DriveEvents for Notifier {
         }));
     }
 
-    fn update(&self, update: serde_json::Value) {
-        self.notify(&Event::Update {
+    fn update(&self, update: serde_json::Value, size: usize) -> client::Queued<'_> {
+        let event = Event::Update {
+            run_id: self.run_id.clone(),
+            update,
+        };
+        Box::pin(self.deliver(event, size, true))
+    }
+
+    fn flush(&self) {
+        self.send_pending();
+    }
+
+    fn update_now(&self, update: serde_json::Value) {
+        self.deliver_now(Event::Update {
             run_id: self.run_id.clone(),
             update,
         });
     }
 
-    fn permission(&self, decision: &PermissionDecision) {
-        self.notify(&Event::Permission {
+    fn permission(&self, decision: &PermissionDecision) -> client::Queued<'_> {
+        let event = Event::Permission {
             run_id: self.run_id.clone(),
             decision: decision.clone(),
-        });
+        };
+        Box::pin(self.deliver(event, 0, false))
     }
 }

@@ -103,6 +103,7 @@ mod tests {
             status: Status::Completed,
             stop_reason: Some("end_turn".into()),
             output: "hi".into(),
+            output_truncated_bytes: None,
             error: None,
             error_kind: None,
             scrubbed_env: vec!["OPENAI_API_KEY".into()],
@@ -110,6 +111,7 @@ mod tests {
             stderr_tail: String::new(),
             duration_ms: 5,
             permissions: vec![],
+            permissions_dropped: None,
             session_id: None,
         });
         let value = serde_json::to_value(&record).unwrap();

@@ -43,8 +43,11 @@ impl Default for Timeouts {
             overall: None,
             handshake: Duration::from_mins(1),
             cancel_grace: Duration::from_secs(3),
-            eof_grace: Duration::from_secs(6),
-            term_grace: Duration::from_secs(3),
+            // Short on purpose: popular agents ignore stdin EOF (the host keeps draining their
+            // stdout meanwhile, so one that does flush on EOF is not cut off), and every run of
+            // those pays EOF grace + TERM grace.
+            eof_grace: Duration::from_secs(1),
+            term_grace: Duration::from_secs(2),
         }
     }
 }

@@ -30,6 +30,13 @@ pub enum Status {
     Error,
 }
 
+/// The most permission decisions a result records; later ones are counted, not kept, so memory
+/// stays flat however many requests an agent sends.
+pub const MAX_PERMISSION_RECORDS: usize = 1000;
+
+/// The default of `--max-output`: the most bytes of output a result keeps (the tail).
+pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 8 * 1024 * 1024;
+
 /// Usage errors (bad flags, bad cwd, bad `--env`) exit with this code; no child is spawned.
 pub const EXIT_USAGE: u8 = 2;
 
@@ -216,7 +223,12 @@ pub struct RunResult {
     /// The agent's stop reason on the wire, when it answered the prompt.
     pub stop_reason: Option<String>,
     /// Every `agent_message_chunk` text, concatenated; kept on every path (partial on cancel/error).
+    /// At most `--max-output` bytes: the tail, when more was sent (see `outputTruncatedBytes`).
     pub output: String,
+    /// How many bytes were dropped from the start of `output` to keep it within `--max-output`;
+    /// absent when nothing was dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_truncated_bytes: Option<u64>,
     /// What went wrong, for statuses other than the stop-reason ones.
     pub error: Option<String>,
     /// The kind of `error`, for machines; present exactly when `error` is.
@@ -227,8 +239,12 @@ pub struct RunResult {
     /// The last bytes the agent wrote to stderr (bounded), for diagnosis.
     pub stderr_tail: String,
     pub duration_ms: u64,
-    /// Every permission request and how it was answered, in order.
+    /// Every permission request and how it was answered, in order: the first 1,000 at most (see
+    /// `permissionsDropped`).
     pub permissions: Vec<PermissionDecision>,
+    /// How many later permission decisions were not recorded in `permissions`; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permissions_dropped: Option<u64>,
     /// The agent's ACP session id, when a session was created (useful to correlate agent logs).
     pub session_id: Option<String>,
 }

@@ -4,7 +4,11 @@
 //! human mode writes only the agent's message text to stdout, as it arrives; `--json` writes one
 //! event per line and the result record last; diagnostics go to stderr; a closed stdout pipe is
 //! not an error (the renderer stops writing and the run goes on); the first Ctrl-C/SIGTERM cancels
-//! gracefully, the second kills at once. Errors before the run are returned to the CLI edge.
+//! gracefully, the second kills at once, at any stage (the handlers are installed before anything
+//! else). Stdout is written on the library's observer thread, so a stalled reader slows the agent
+//! down and never blocks a signal or the timeout; at the end the result waits for stdout only
+//! until a signal comes (or briefly, after a timeout). Errors before the run are returned to the
+//! CLI edge.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
@@ -22,7 +26,7 @@ use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
-use protocol::result::{RunResult, Status};
+use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
 
 use super::{CliError, Written, subagent};
 
@@ -95,6 +99,10 @@ pub struct RunArgs {
     /// can only lower the limit inherited from a parent agent (`ACP_HOST_MAX_DEPTH`); default 1.
     #[arg(long, value_name = "N")]
     max_depth: Option<u32>,
+    /// With --json, the result keeps at most this many bytes of the agent's text (the end;
+    /// `outputTruncatedBytes` says how much was dropped). Stdout streams everything regardless.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
+    max_output: usize,
 
     /// Write NDJSON events to stdout (start, updates, permissions), then a result record.
     #[arg(long)]
@@ -162,9 +170,29 @@ impl RunArgs {
     }
 }
 
+/// Stdout text is written in pieces of at least this size while the agent streams.
+const OUT_BUFFER_BYTES: usize = 64 * 1024;
+
+/// After a timeout or a kill, how long the result record may wait for a slow stdout before
+/// acp-host exits.
+const LATE_WRITE: Duration = Duration::from_millis(100);
+
 pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
-    // The persona file of a --subagent run lives until the run has ended.
+    // One thread is enough: nothing on the runtime blocks (stdout is written on the observers'
+    // thread, a terminal question on its own), and it starts faster than a pool.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
+    // Until here a Ctrl-C simply ends acp-host (nothing is spawned yet, and reading a prompt from
+    // stdin must stay interruptible); from here on it is ours, before anything is spawned, so no
+    // signal falls between the spawn and the watcher. The persona file of a --subagent run lives
+    // until the run has ended.
     let (request, _persona) = build_request(args).map_err(CliError::Usage)?;
+    let signals = {
+        let _runtime = runtime.enter();
+        Signals::install()
+    };
     let ask = request.permission == PermissionPolicy::Ask;
     let prepared = run::prepare(request, std::env::vars_os())
         .map_err(|err| CliError::Usage(err.to_string()))?;
@@ -174,11 +202,6 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
             prepared.scrubbed().join(", ")
         );
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|err| CliError::Failed(format!("cannot start the async runtime: {err}")))?;
     let renderer = Arc::new(Renderer::new(args.json, args.verbose));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
@@ -188,19 +211,55 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
                 |asker| Arc::new(asker) as Arc<dyn PermissionHandler>,
             )
         }),
+        // Human mode printed the text as it came and shows no result: it keeps none of it.
+        max_output_bytes: Some(if args.json { args.max_output } else { 0 }),
         ..RunOptions::default()
     };
+    let (seen_tx, mut seen) = tokio::sync::watch::channel(0_u32);
     let result = runtime.block_on(async {
         let cancel = Cancel::new();
-        let signals = tokio::spawn(watch_signals(cancel.clone()));
-        let result = run::run(prepared, &options, &cancel).await;
-        signals.abort();
-        result
+        if let Some(signals) = signals {
+            tokio::spawn(signals.watch(cancel.clone(), seen_tx));
+        }
+        run::run(prepared, &options, &cancel).await
     });
-    renderer.finish(&result);
+    let code = ExitCode::from(result.exit_code());
+    // The last stdout write may block on a stalled reader: it must not hold the exit hostage.
+    let killed = *seen.borrow_and_update() >= 2;
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    let writer = Arc::clone(&renderer);
+    // After a timeout, a cancel or a kill, a stalled reader gets only a moment to take the record.
+    let hurry = killed || matches!(result.status, Status::Timeout | Status::Aborted);
+    // Moved, not cloned: under --json the result may hold megabytes of output.
+    let (record, report) = if args.json {
+        (Some(result), None)
+    } else {
+        (None, Some(result))
+    };
+    std::thread::spawn(move || {
+        writer.finish(record);
+        let _ = done_tx.send(());
+    });
+    runtime.block_on(async {
+        let limit = async {
+            if hurry {
+                tokio::time::sleep(LATE_WRITE).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = done => {}
+            _ = seen.changed() => {}
+            () = limit => {}
+        }
+    });
+    if let Some(result) = report {
+        renderer.report(&result);
+    }
     // Do not wait for a permission question nobody answered.
     runtime.shutdown_background();
-    Ok(ExitCode::from(result.exit_code()))
+    Ok(code)
 }
 
 fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempDir>), String> {
@@ -294,27 +353,41 @@ fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempD
     Ok((request, persona_dir))
 }
 
-async fn watch_signals(cancel: Cancel) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        tracing::warn!("cannot install signal handlers; Ctrl-C will not cancel gracefully");
-        return;
-    };
-    let mut seen = 0;
-    loop {
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-        seen += 1;
-        if seen == 1 {
-            eprintln!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
-            cancel.cancel();
+/// SIGINT and SIGTERM, registered (so no longer fatal) as soon as this exists.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Must be called inside the runtime's context.
+    fn install() -> Option<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(int), Ok(term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) {
+            Some(Signals { int, term })
         } else {
-            cancel.kill();
+            tracing::warn!("cannot install signal handlers; Ctrl-C will not cancel gracefully");
+            None
+        }
+    }
+
+    /// The first signal cancels, the second kills; `seen` counts them for the exit path.
+    async fn watch(mut self, cancel: Cancel, seen: tokio::sync::watch::Sender<u32>) {
+        loop {
+            tokio::select! {
+                _ = self.int.recv() => {}
+                _ = self.term.recv() => {}
+            }
+            seen.send_modify(|n| *n += 1);
+            if *seen.borrow() == 1 {
+                eprintln!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
+                cancel.cancel();
+            } else {
+                cancel.kill();
+            }
         }
     }
 }
@@ -325,6 +398,10 @@ struct Renderer {
     verbose: bool,
     /// Set once stdout is gone (e.g. `| head`): stop writing, keep running.
     stdout_closed: AtomicBool,
+    /// Text not yet written: filled by a burst of events, written when the burst ends
+    /// ([`Observer::flush`]) or [`OUT_BUFFER_BYTES`] is reached, so a stream of small chunks does
+    /// not cost one write per chunk.
+    pending: Mutex<Vec<u8>>,
     /// Whether the last text written ended with a newline (for the final newline on a TTY).
     ended_with_newline: Mutex<bool>,
 }
@@ -335,6 +412,7 @@ impl Renderer {
             json,
             verbose,
             stdout_closed: AtomicBool::new(false),
+            pending: Mutex::default(),
             ended_with_newline: Mutex::new(true),
         }
     }
@@ -343,7 +421,27 @@ impl Renderer {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
         }
-        match super::write_stdout(text.as_bytes()) {
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        pending.extend_from_slice(text.as_bytes());
+        if pending.len() >= OUT_BUFFER_BYTES {
+            self.write_out(&mut pending);
+        }
+    }
+
+    /// Writes what is pending (blocking while the reader is slow: this is the backpressure).
+    fn write_out(&self, pending: &mut Vec<u8>) {
+        if pending.is_empty() || self.stdout_closed.load(Ordering::Relaxed) {
+            pending.clear();
+            return;
+        }
+        let written = super::write_stdout(pending);
+        pending.clear();
+        if pending.capacity() > OUT_BUFFER_BYTES * 2 {
+            *pending = Vec::new();
+        }
+        match written {
             Ok(Written::Done) => {}
             Ok(Written::Closed) => self.stdout_closed.store(true, Ordering::Relaxed),
             Err(err) => {
@@ -354,25 +452,42 @@ impl Renderer {
         }
     }
 
+    /// One NDJSON line, serialized straight into the pending text.
     fn write_json(&self, value: &impl serde::Serialize) {
-        match serde_json::to_string(value) {
-            Ok(mut line) => {
-                line.push('\n');
-                self.write_stdout(&line);
-            }
-            Err(err) => tracing::warn!(%err, "cannot serialize an event"),
+        if self.stdout_closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(mut pending) = self.pending.lock() else {
+            return;
+        };
+        let before = pending.len();
+        if let Err(err) = serde_json::to_writer(&mut *pending, value) {
+            pending.truncate(before);
+            tracing::warn!(%err, "cannot serialize an event");
+            return;
+        }
+        pending.push(b'\n');
+        if pending.len() >= OUT_BUFFER_BYTES {
+            self.write_out(&mut pending);
         }
     }
 
-    fn finish(&self, result: &RunResult) {
-        if self.json {
-            self.write_json(&ResultRecord::Result(result.clone()));
-            return;
+    /// The last stdout write: the result record, or the final newline on a terminal. May block on
+    /// a stalled reader, so it runs off the main thread.
+    fn finish(&self, record: Option<RunResult>) {
+        if let Some(result) = record {
+            self.write_json(&ResultRecord::Result(result));
+        } else {
+            let newline = self.ended_with_newline.lock().map_or(true, |g| *g);
+            if !newline && std::io::stdout().is_terminal() {
+                self.write_stdout("\n");
+            }
         }
-        let newline = self.ended_with_newline.lock().map_or(true, |g| *g);
-        if !newline && std::io::stdout().is_terminal() {
-            self.write_stdout("\n");
-        }
+        Observer::flush(self);
+    }
+
+    /// What went wrong, on stderr (human mode; `--json` has it in the result record).
+    fn report(&self, result: &RunResult) {
         if result.status == Status::Completed {
             return;
         }
@@ -420,6 +535,12 @@ impl Renderer {
 }
 
 impl Observer for Renderer {
+    fn flush(&self) {
+        if let Ok(mut pending) = self.pending.lock() {
+            self.write_out(&mut pending);
+        }
+    }
+
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
         if let Event::Stderr { line, .. } = event {
             // Not streamed under --json: stdout stays the conversation; stderrTail keeps the end.
@@ -461,7 +582,12 @@ impl Observer for Renderer {
 
 /// The string at a JSON pointer of a session update, if there is one.
 fn text_at<'a>(value: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
-    value.pointer(pointer).and_then(serde_json::Value::as_str)
+    // Walked by hand: `Value::pointer` allocates per token, and this runs for every chunk.
+    pointer
+        .split('/')
+        .skip(1)
+        .try_fold(value, |value, key| value.get(key))
+        .and_then(serde_json::Value::as_str)
 }
 
 fn last_lines(text: &str, n: usize) -> impl Iterator<Item = &str> {

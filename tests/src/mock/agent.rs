@@ -281,6 +281,24 @@ impl Agent {
         }
     }
 
+    /// Waits for a response with a null id: the answer to a message the client could not read
+    /// (JSON-RPC answers those with `"id": null`).
+    pub(super) async fn response_to_null_id(&mut self) -> Result<Value, Value> {
+        loop {
+            let Some(message) = self.inbox.next_fresh().await else {
+                match self.at_eof().await {}
+            };
+            match message {
+                Inbound::Response {
+                    id: Value::Null,
+                    outcome,
+                } => return outcome,
+                Inbound::Response { id, outcome } => self.file_response(&id, outcome),
+                other => self.inbox.defer(other),
+            }
+        }
+    }
+
     /// Waits until `session/cancel` has arrived in this turn.
     pub(super) async fn until_cancelled(&mut self) {
         while !self.cancelled {
@@ -303,6 +321,13 @@ impl Agent {
         }
     }
 
+    /// Writes one line as given (it need not be valid JSON or UTF-8).
+    pub(super) async fn send_raw(&mut self, line: &[u8]) {
+        if let Err(error) = self.out.send_raw(line).await {
+            self.stdout_closed(&error).await;
+        }
+    }
+
     async fn stdout_closed(&mut self, error: &std::io::Error) {
         eprintln!("mock: stdout is closed ({error}); handling it like stdin EOF");
         match self.at_eof().await {}
@@ -313,8 +338,19 @@ impl Agent {
         match &self.eof {
             EofPolicy::Exit => std::process::exit(0),
             EofPolicy::FlushMarker { marker, delay } => {
+                let marker = marker.clone();
                 tokio::time::sleep(*delay).await;
-                files::touch(marker);
+                // A last line on stdout, as agents flushing a session do: the marker proves the
+                // client was still reading (a closed pipe would have failed the write).
+                let last = wire::session_update(
+                    wire::SESSION_ID,
+                    wire::text_chunk("agent_thought_chunk", "flushed on eof"),
+                );
+                if let Err(error) = self.out.send(&last).await {
+                    eprintln!("mock: the last line on eof failed: {error}");
+                    std::process::exit(1);
+                }
+                files::touch(&marker);
                 std::process::exit(0)
             }
             EofPolicy::Ignore => std::future::pending().await,

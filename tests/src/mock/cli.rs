@@ -17,7 +17,7 @@ pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on
     crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
     echo-env, fs-request, session-echo, echo-prompt, slow-stream, probe-fd, ancestor-environ, \
-    escapee, permission-raw, foreign-session, echo-initialize";
+    escapee, permission-raw, foreign-session, echo-initialize, flood, bad-utf8, batch";
 
 /// Flags only some scenarios read; each scenario takes the ones it uses, leftovers are errors.
 const SPECIFIC_FLAGS: &[&str] = &[
@@ -135,6 +135,26 @@ pub enum Scenario {
     ForeignSession,
     /// Text: the `clientInfo` of the `initialize` request as JSON (`null` when absent).
     EchoInitialize,
+    /// `chunks` chunks of `bytes` bytes each, as fast as the pipe takes them, then `end_turn`.
+    /// Chunk `i` (from 0) is `i` in decimal, zero-padded to `bytes - 1` digits, then a newline
+    /// ([`flood_chunk`]), so any tail of the output says exactly where it starts.
+    Flood { chunks: usize, bytes: usize },
+    /// A chunk `caf\xe9` (Latin-1, not UTF-8), then the prompt's answer with one invalid byte in
+    /// an extra field: a client must decode both lossily, not drop them.
+    BadUtf8,
+    /// Sends a JSON-RPC batch array holding one `fs/read_text_file` request, waits for the
+    /// client's answer to it, and reports the answer as text (`batch: <error code>`).
+    Batch,
+}
+
+/// Chunk `index` of the `flood` scenario.
+#[must_use]
+pub fn flood_chunk(index: usize, bytes: usize) -> String {
+    let width = bytes.saturating_sub(1);
+    let mut chunk = format!("{index:0width$}");
+    chunk.truncate(width);
+    chunk.push('\n');
+    chunk
 }
 
 /// What the `escapee` scenario does with the prompt once its grandchildren run.
@@ -376,6 +396,12 @@ fn scenario(
         },
         "ancestor-environ" => Scenario::AncestorEnviron,
         "escapee" => escapee(s, common)?,
+        "flood" => Scenario::Flood {
+            chunks: s.positive("chunks")?.unwrap_or(1000),
+            bytes: s.positive("bytes")?.unwrap_or(1024),
+        },
+        "bad-utf8" => Scenario::BadUtf8,
+        "batch" => Scenario::Batch,
         other => return Err(UsageError::UnknownScenario(other.to_owned())),
     })
 }

@@ -131,6 +131,12 @@ impl Agent {
                 self.reply(id, session, [ancestor_environ()], "end_turn")
                     .await;
             }
+            Scenario::Flood { chunks, bytes } => {
+                let texts = (0..chunks).map(|index| super::cli::flood_chunk(index, bytes));
+                self.reply(id, session, texts, "end_turn").await;
+            }
+            Scenario::BadUtf8 => self.bad_utf8(id, session).await,
+            Scenario::Batch => self.batch(id, session).await,
         }
     }
 }
@@ -151,6 +157,39 @@ fn prompt_text(params: &Value) -> String {
 }
 
 impl Agent {
+    /// Frames with one byte that is not UTF-8 each, written raw.
+    async fn bad_utf8(&mut self, id: &Value, session: &str) {
+        let chunk = wire::session_update(session, wire::text_chunk("agent_message_chunk", "caf@"));
+        let answer = wire::response(
+            id,
+            json!({"stopReason": "end_turn", "_meta": {"note": "@"}}),
+        );
+        for frame in [chunk, answer] {
+            let mut bytes = serde_json::to_vec(&frame).unwrap_or_default();
+            // `@` stands in for the bad byte: Latin-1 `é`, never valid UTF-8 on its own.
+            for byte in &mut bytes {
+                if *byte == b'@' {
+                    *byte = 0xE9;
+                }
+            }
+            self.send_raw(&bytes).await;
+        }
+    }
+
+    /// A batch array of one request; the answer is reported as text.
+    async fn batch(&mut self, id: &Value, session: &str) {
+        let request = wire::request(
+            7,
+            "fs/read_text_file",
+            json!({"sessionId": session, "path": "/dev/null"}),
+        );
+        self.send_raw(Value::Array(vec![request]).to_string().as_bytes())
+            .await;
+        let answer = self.response_to_null_id().await;
+        let text = format!("batch: {}", describe_reply(&answer));
+        self.reply(id, session, [text], "end_turn").await;
+    }
+
     /// The chunk is sent before `--ready` is touched, so a test that cancels on ready knows
     /// the partial text is already on the wire.
     async fn hang(&mut self, id: &Value, session: &str, on_cancel: OnCancel) {

@@ -156,6 +156,11 @@ impl Outbound {
         self.write_line(&bytes).await
     }
 
+    /// Writes one line as given, without noise.
+    pub async fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.write_line(bytes).await
+    }
+
     async fn write_line(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.stdout.write_all(bytes).await?;
         self.stdout.write_all(b"\n").await?;

@@ -15,6 +15,7 @@ mod library;
 mod mock_agent;
 mod mock_llm;
 mod model;
+mod perf_behaviour;
 mod protocol_edges;
 mod run;
 mod scrub;

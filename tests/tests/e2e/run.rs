@@ -19,15 +19,15 @@ use serde_json::Value;
 
 use super::common::{mock, records, result_record, temp};
 
-fn host(dir: &Path) -> Command {
+pub(crate) fn host(dir: &Path) -> Command {
     acp_tests::host_run(dir)
 }
 
-fn path_str(path: &Path) -> &str {
+pub(crate) fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 temp path")
 }
 
-fn assert_dead(pid_file: &Path) {
+pub(crate) fn assert_dead(pid_file: &Path) {
     let pid = read_pid(pid_file).expect("the mock wrote its pid");
     assert!(
         wait_until_dead(pid, HANG_GUARD),
@@ -35,12 +35,12 @@ fn assert_dead(pid_file: &Path) {
     );
 }
 
-fn signal(child: &Child, sig: Signal) {
+pub(crate) fn signal(child: &Child, sig: Signal) {
     kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), sig).expect("signal acp-host");
 }
 
 /// Starts a host whose stderr lines are forwarded to a channel (to wait on diagnostics).
-fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
+pub(crate) fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -51,7 +51,7 @@ fn spawn_watched(cmd: &mut Command) -> (Child, mpsc::Receiver<String>) {
     (child, rx)
 }
 
-fn wait_line(rx: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
+pub(crate) fn wait_line(rx: &mpsc::Receiver<String>, needle: &str) -> Vec<String> {
     let mut seen = Vec::new();
     let deadline = std::time::Instant::now() + HANG_GUARD;
     while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
