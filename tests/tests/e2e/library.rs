@@ -17,6 +17,8 @@ use protocol::permission::{
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::result::{ErrorKind, Status};
 
+use super::common::mock_path;
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -113,11 +115,7 @@ fn a_pre_cancelled_run_spawns_nothing() {
 #[test]
 fn observers_are_isolated_and_see_start_and_end_with_one_run_id() {
     let dir = tempfile::tempdir().unwrap();
-    let prepared = run::prepare(
-        request(env!("CARGO_BIN_EXE_mock-agent"), &["hello"], dir.path()),
-        ambient(),
-    )
-    .unwrap();
+    let prepared = run::prepare(request(mock_path(), &["hello"], dir.path()), ambient()).unwrap();
     let recorder = Arc::new(Recorder::default());
     let options = RunOptions {
         // The failing and panicking observers come first: they must not starve the recorder.
@@ -148,11 +146,7 @@ fn observers_are_isolated_and_see_start_and_end_with_one_run_id() {
 fn a_crash_with_a_failing_observer_still_yields_one_error() {
     let dir = tempfile::tempdir().unwrap();
     let prepared = run::prepare(
-        request(
-            env!("CARGO_BIN_EXE_mock-agent"),
-            &["crash-on-prompt"],
-            dir.path(),
-        ),
+        request(mock_path(), &["crash-on-prompt"], dir.path()),
         ambient(),
     )
     .unwrap();
@@ -203,7 +197,7 @@ fn an_async_handler_answers_by_option_kind() {
     let dir = tempfile::tempdir().unwrap();
     let prepared = run::prepare(
         request(
-            env!("CARGO_BIN_EXE_mock-agent"),
+            mock_path(),
             &[
                 "permission",
                 "--options",
@@ -264,15 +258,8 @@ impl PermissionHandler for CancelsInstead {
 #[test]
 fn a_pending_question_is_answered_cancelled_when_the_run_is_cancelled() {
     let dir = tempfile::tempdir().unwrap();
-    let prepared = run::prepare(
-        request(
-            env!("CARGO_BIN_EXE_mock-agent"),
-            &["permission"],
-            dir.path(),
-        ),
-        ambient(),
-    )
-    .unwrap();
+    let prepared =
+        run::prepare(request(mock_path(), &["permission"], dir.path()), ambient()).unwrap();
     let cancel = Cancel::new();
     let options = RunOptions {
         permissions: Some(Arc::new(CancelsInstead(cancel.clone()))),
@@ -294,7 +281,7 @@ fn the_agents_stderr_reaches_observers_as_lines_and_never_our_stderr() {
     let dir = tempfile::tempdir().unwrap();
     let prepared = run::prepare(
         request(
-            env!("CARGO_BIN_EXE_mock-agent"),
+            mock_path(),
             &["crash-on-prompt", "--stderr", "mock: starting"],
             dir.path(),
         ),
@@ -344,11 +331,7 @@ fn the_agents_stderr_reaches_observers_as_lines_and_never_our_stderr() {
 fn an_oversized_frame_is_a_protocol_error() {
     let dir = tempfile::tempdir().unwrap();
     let prepared = run::prepare(
-        request(
-            env!("CARGO_BIN_EXE_mock-agent"),
-            &["huge", "--bytes", "100000"],
-            dir.path(),
-        ),
+        request(mock_path(), &["huge", "--bytes", "100000"], dir.path()),
         ambient(),
     )
     .unwrap();

@@ -13,6 +13,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
+use super::common::mock_path;
+
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// A running mock with line-wise access to its stdout.
@@ -24,7 +26,7 @@ struct Mock {
 
 impl Mock {
     fn spawn(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_mock-agent"))
+        let mut child = Command::new(mock_path())
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use acp_tests::{code, run_to_end, stderr, stdout};
 use serde_json::Value;
 
-use super::common::{mock, result_record};
+use super::common::{mock, mock_path, result_record};
 
 const GH_TOKEN: &str = "ghp_FAKE0123456789abcdefghijklmnopqrstuv";
 const OPENAI_KEY: &str = "sk-proj-FAKE0123456789abcdefghij_klmnop";
@@ -145,7 +145,7 @@ fn leaky_run(dir: &Path, flags: &[&str]) -> Output {
         format!(
             "#!/bin/sh\nexec '{}' text --text hi --stop \"$GH_TOKEN\" \\\n  \
              --stderr \"leaking $GH_TOKEN and {OPENAI_KEY} and $DB_PASS and {SLACK_HOOK}\"\n",
-            env!("CARGO_BIN_EXE_mock-agent")
+            mock_path()
         ),
     )
     .unwrap();
