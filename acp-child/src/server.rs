@@ -6,7 +6,9 @@
 //! (`sess-<uuid>`, unique across connections), each session gets a JSONL file, and `session/load`
 //! replays a saved conversation before answering. Without a store (the offline backend) ids are
 //! `sess-1`, `sess-2`, ... and `session/load` is refused. The backend's slash commands, if any,
-//! are advertised after `session/new`.
+//! are advertised after `session/new`. When the client advertises `subagents`, delegated children
+//! are exposed as sessions of their own (`backend::delegate`), and `session/cancel` naming one
+//! cancels that child only.
 //!
 //! Invariants:
 //! - handlers run inside the SDK's dispatch loop, which processes one message at a time; they
@@ -40,7 +42,7 @@ use crate::backend::delegate::Subagents;
 use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
 use crate::backend::{Backend, ClientFs, Turn};
-use crate::session::{Memory, SessionError, Sessions};
+use crate::session::{ChildSessions, Memory, SessionError, Sessions};
 use crate::store::StoreError;
 use crate::workspace::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION, describe};
@@ -125,6 +127,8 @@ pub(crate) async fn serve(
     let backend = config.backend;
     // Set by `initialize`; read when a turn starts.
     let client_fs = Arc::new(Mutex::new(ClientFs::default()));
+    let client_subagents = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let children = Arc::new(ChildSessions::default());
     let title = backend.title();
     let result = Agent
         .v1()
@@ -132,10 +136,15 @@ pub(crate) async fn serve(
         .on_receive_request(
             {
                 let client_fs = Arc::clone(&client_fs);
+                let client_subagents = Arc::clone(&client_subagents);
                 let persistent = backend.store().is_some();
                 async move |request: InitializeRequest,
                             responder: Responder<InitializeResponse>,
                             _cx: ConnectionTo<Client>| {
+                    client_subagents.store(
+                        request.client_capabilities.subagents.is_some(),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                     let fs = &request.client_capabilities.fs;
                     *client_fs.lock().unwrap_or_else(PoisonError::into_inner) = ClientFs {
                         read: fs.read_text_file,
@@ -173,11 +182,15 @@ pub(crate) async fn serve(
         .on_receive_request(
             {
                 let sessions = Arc::clone(&sessions);
+                let children = Arc::clone(&children);
                 async move |request: PromptRequest,
                             responder: Responder<PromptResponse>,
                             cx: ConnectionTo<Client>| {
                     let fs = *client_fs.lock().unwrap_or_else(PoisonError::into_inner);
-                    prompt(&sessions, &backend, fs, request, responder, &cx)
+                    let children = client_subagents
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                        .then(|| Arc::clone(&children));
+                    prompt(&sessions, &backend, fs, children, request, responder, &cx)
                 }
             },
             on_receive_request!(),
@@ -189,6 +202,8 @@ pub(crate) async fn serve(
                     let id = notification.session_id.0.as_ref();
                     if sessions.cancel(id) {
                         tracing::debug!(session = id, "cancelling the prompt turn");
+                    } else if children.cancel(id) {
+                        tracing::debug!(session = id, "cancelling a child session");
                     } else {
                         tracing::debug!(session = id, "session/cancel with no prompt in flight");
                     }
@@ -324,6 +339,7 @@ fn prompt(
     sessions: &Arc<Sessions>,
     backend: &Arc<dyn Backend>,
     client_fs: ClientFs,
+    children: Option<Arc<ChildSessions>>,
     request: PromptRequest,
     responder: Responder<PromptResponse>,
     cx: &ConnectionTo<Client>,
@@ -342,7 +358,7 @@ fn prompt(
         }
     };
     let backend = Arc::clone(backend);
-    let mut turn = Turn::new(active, cx.clone(), request.prompt, client_fs);
+    let mut turn = Turn::new(active, cx.clone(), request.prompt, client_fs, children);
     cx.spawn(async move {
         let result = backend.run_turn(&mut turn).await;
         // Free the session's slot before answering, so the next prompt is never refused as busy.

@@ -12,6 +12,11 @@
 //! permission kind) and the tool call ids announced so far (each is announced once). It lives as
 //! long as the connection and is shared with the session's turns.
 //!
+//! The children a turn exposes as sessions of their own (ACP subagent sessions, when the client
+//! advertised them) are in [`ChildSessions`]: their ids are minted here too (`sub-1`, `sub-2`, ...,
+//! counting on this connection, never an id a child agent chose), and `session/cancel` naming one
+//! cancels that child only.
+//!
 //! Synchronous on purpose: every method is a short critical section, safe to call from the SDK's
 //! dispatch loop (which must not block) and from spawned turn tasks.
 
@@ -129,6 +134,78 @@ impl ToolCallIds {
 /// left nothing half-done: keep serving.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The child sessions exposed on this connection: minted ids, and the cancellation of those the
+/// client may cancel (a running delegated child).
+#[derive(Debug, Default)]
+pub(crate) struct ChildSessions {
+    inner: Mutex<ChildInner>,
+}
+
+#[derive(Debug, Default)]
+struct ChildInner {
+    minted: u64,
+    cancellable: HashMap<String, CancellationToken>,
+}
+
+/// A child session the client may cancel while this lives.
+#[derive(Debug)]
+pub(crate) struct CancellableChild {
+    children: Arc<ChildSessions>,
+    id: String,
+    cancel: CancellationToken,
+}
+
+impl ChildSessions {
+    /// A fresh child session id, unique on this connection.
+    pub(crate) fn mint(&self) -> String {
+        let mut inner = lock(&self.inner);
+        inner.minted += 1;
+        format!("sub-{}", inner.minted)
+    }
+
+    /// A fresh child session that `session/cancel` can cancel until the guard is dropped.
+    pub(crate) fn cancellable(self: &Arc<Self>) -> CancellableChild {
+        let id = self.mint();
+        let cancel = CancellationToken::new();
+        lock(&self.inner)
+            .cancellable
+            .insert(id.clone(), cancel.clone());
+        CancellableChild {
+            children: Arc::clone(self),
+            id,
+            cancel,
+        }
+    }
+
+    /// Cancels the child session `id`; returns whether it is one that can be cancelled now.
+    pub(crate) fn cancel(&self, id: &str) -> bool {
+        match lock(&self.inner).cancellable.get(id) {
+            Some(cancel) => {
+                cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl CancellableChild {
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Cancelled when the client sends `session/cancel` for this child.
+    pub(crate) fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+}
+
+impl Drop for CancellableChild {
+    fn drop(&mut self) {
+        lock(&self.children.inner).cancellable.remove(&self.id);
+    }
 }
 
 #[derive(Debug, Default)]

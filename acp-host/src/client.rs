@@ -3,11 +3,16 @@
 //! initialize -> session/new -> session/prompt, with cancellation.
 //!
 //! Invariants:
-//! - no client capabilities are advertised, so `fs/*` and `terminal/*` requests get the SDK's
-//!   "method not found" (-32601);
+//! - the only client capability advertised is `subagents` (ACP subagent sessions): `fs/*` and
+//!   `terminal/*` requests get the SDK's "method not found" (-32601);
+//! - a child session the agent announces (a `subagent_update` on our session, or on a child
+//!   already announced: nesting) is part of the run: its updates reach observers with its session
+//!   id and name, its permission requests go to the same handler as ours, and the result lists it
+//!   with its last state (one still running when the run settles is `disconnected`); at most
+//!   [`MAX_CHILDREN`] are tracked, later ones are foreign. Only our own session's text is output;
 //! - output is the tail (at most the run's `max_output_bytes`) of every
 //!   `agent_message_chunk` text of our session, in order, kept in [`Shared`] so a partial output
-//!   survives cancel and error; a `session/update` for another session id is ignored (logged),
+//!   survives cancel and error; a `session/update` for any other session id is ignored (logged),
 //!   neither output nor event; permission records are capped at [`MAX_PERMISSION_RECORDS`] and tool-call notes at
 //!   [`MAX_TOOL_CALLS`], with counts of what was dropped: nothing grows with the length of a run;
 //! - one task reads the agent's stdout ([`pump`]): `session/update` notifications are decoded and
@@ -36,11 +41,13 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, Implementation, InitializeRequest, NewSessionRequest,
-    PromptRequest, SessionNotification, SessionUpdate, TextContent,
+    CancelNotification, ClientCapabilities, ContentBlock, Implementation, InitializeRequest,
+    NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate, SubagentCapabilities,
+    SubagentUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::{SinkExt, StreamExt};
+use protocol::child_session::{ChildSession, ChildState};
 use protocol::permission::{
     self, Answer, DecidedBy, OfferedKind, OfferedOption, Outcome, PermissionDecision,
     PermissionRequest,
@@ -65,6 +72,9 @@ const HELD_UPDATES_MAX_BYTES: usize = 4 * 1024 * 1024;
 const KEEP_BUFFER_BYTES: usize = 1024 * 1024;
 /// Read size on the agent's stdout.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// The most child sessions tracked in one run; later announcements are ignored (and their
+/// sessions foreign), so a runaway agent cannot grow the result without bound.
+pub(crate) const MAX_CHILDREN: usize = 1024;
 
 /// Settings of one drive.
 #[derive(Clone)]
@@ -89,16 +99,106 @@ pub(crate) type Queued<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 pub(crate) trait DriveEvents: Send + Sync {
     /// session/new answered: the agent is ready. Never waits.
     fn ready(&self, session_id: &str);
-    /// One `session/update` (the `update` object as sent), `size` bytes on the wire. Waits while
-    /// the observers are behind: this is the backpressure that slows the agent down. The update
-    /// may be held back for a batch until [`DriveEvents::flush`].
-    fn update(&self, update: serde_json::Value, size: usize) -> Queued<'_>;
+    /// One `session/update` (the `update` object as sent), `size` bytes on the wire, of our
+    /// session (`child` `None`) or of a child session. Waits while the observers are behind: this
+    /// is the backpressure that slows the agent down. The update may be held back for a batch
+    /// until [`DriveEvents::flush`].
+    fn update(&self, update: serde_json::Value, size: usize, child: Option<ChildRef>)
+    -> Queued<'_>;
     /// Sends the updates held back so far: called whenever the reader is about to wait.
     fn flush(&self);
     /// Like [`DriveEvents::update`], but never waits (for the few updates held before ready).
-    fn update_now(&self, update: serde_json::Value);
+    fn update_now(&self, update: serde_json::Value, child: Option<ChildRef>);
     /// One permission request was answered. Waits like [`DriveEvents::update`].
     fn permission(&self, decision: &PermissionDecision) -> Queued<'_>;
+}
+
+/// Which child session an update belongs to: its id and its name, when announced with one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChildRef {
+    pub(crate) session_id: String,
+    pub(crate) name: Option<String>,
+}
+
+/// Which session a notification is of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scope {
+    Ours,
+    Child(ChildRef),
+    Foreign,
+}
+
+/// The child sessions announced so far, in order.
+#[derive(Debug, Default)]
+struct Children {
+    list: Vec<ChildSession>,
+    index: HashMap<String, usize>,
+}
+
+impl Children {
+    fn get(&self, session_id: &str) -> Option<&ChildSession> {
+        self.index.get(session_id).map(|&i| &self.list[i])
+    }
+
+    /// Applies one `subagent_update` sent on `parent` (ours or a known child's): the first for a
+    /// session id announces it, later ones patch it. A child is never re-parented, and one that
+    /// ended stays ended.
+    fn apply(&mut self, parent: &str, ours: &str, update: &SubagentUpdate) {
+        let id = update.session_id.to_string();
+        if id == ours || id == parent {
+            return;
+        }
+        let index = match self.index.get(&id) {
+            Some(&index) => index,
+            None if self.list.len() < MAX_CHILDREN => {
+                self.list.push(ChildSession {
+                    session_id: id.clone(),
+                    parent_session_id: parent.to_owned(),
+                    name: None,
+                    task: None,
+                    state: ChildState::Running,
+                    stop_reason: None,
+                });
+                self.index.insert(id, self.list.len() - 1);
+                self.list.len() - 1
+            }
+            None => {
+                tracing::debug!(session = %id, "too many child sessions; ignoring another");
+                return;
+            }
+        };
+        let child = &mut self.list[index];
+        if child.parent_session_id != parent {
+            tracing::debug!(session = %child.session_id, "ignoring a subagent_update from another parent");
+            return;
+        }
+        if let Some(title) = update.title.value() {
+            child.name = Some(title.clone());
+        }
+        if let Some(task) = update.description.value() {
+            child.task = Some(task.clone());
+        }
+        if let Some(state) = update.state.value()
+            && !child.state.is_final()
+            && let Ok(wire) = serde_json::to_value(state)
+            && let Some((state, stop_reason)) = ChildState::from_wire(&wire)
+        {
+            child.state = state;
+            child.stop_reason = stop_reason;
+        }
+    }
+
+    /// The list, a child that never reported its end being `disconnected`.
+    fn take(&mut self) -> Vec<ChildSession> {
+        let mut list = std::mem::take(&mut self.list);
+        self.index.clear();
+        for child in &mut list {
+            if !child.state.is_final() {
+                child.state = ChildState::Disconnected;
+            }
+        }
+        list
+    }
 }
 
 /// State the handlers and the drive share, read by `run` on every settle path.
@@ -117,9 +217,11 @@ pub(crate) struct Shared {
     /// task than the notifications that follow it, so an early update waits here until ready
     /// (and until our session id is known, to tell whether it is ours).
     start_gate: Mutex<StartGate>,
-    /// Title and kind of each tool call seen in updates: a permission request may carry only the
-    /// tool call id, and the decision should still say what it was about.
+    /// Title and kind of each tool call seen in updates (keyed by session and tool call id): a
+    /// permission request may carry only the tool call id, and the decision should still say
+    /// what it was about.
     tool_calls: Mutex<HashMap<String, ToolCallInfo>>,
+    children: Mutex<Children>,
 }
 
 impl Shared {
@@ -133,6 +235,7 @@ impl Shared {
             foreign_updates: AtomicU64::new(0),
             start_gate: Mutex::default(),
             tool_calls: Mutex::default(),
+            children: Mutex::default(),
         }
     }
 }
@@ -248,6 +351,14 @@ impl Shared {
         self.session_id.lock().ok().and_then(|s| s.clone())
     }
 
+    /// The child sessions announced (taken: called once, when the run settles).
+    pub(crate) fn take_children(&self) -> Vec<ChildSession> {
+        self.children
+            .lock()
+            .map(|mut children| children.take())
+            .unwrap_or_default()
+    }
+
     pub(crate) fn garbage_lines(&self) -> u64 {
         self.garbage_lines.load(Ordering::Relaxed)
     }
@@ -260,10 +371,11 @@ impl Shared {
         };
         events.ready(session_id);
         for (notification, _) in gate.held.drain(..) {
-            if self.is_ours(&notification)
-                && let Some(value) = self.take_in(notification.update)
+            let scope = self.scope(&notification);
+            if let Some((value, child)) =
+                self.take_in(&notification.session_id, notification.update, scope)
             {
-                events.update_now(value);
+                events.update_now(value, child);
             }
         }
         gate.held_bytes = 0;
@@ -271,8 +383,12 @@ impl Shared {
     }
 
     /// Holds an update that came before the session was announced (within a byte budget), else
-    /// admits it if it is of our session. `None`: nothing to do now (held, or dropped).
-    fn admit(&self, notification: SessionNotification, size: usize) -> Option<SessionUpdate> {
+    /// admits it with its scope. `None`: nothing to do now (held, or dropped).
+    fn admit(
+        &self,
+        notification: SessionNotification,
+        size: usize,
+    ) -> Option<(SessionNotification, Scope)> {
         let Ok(mut gate) = self.start_gate.lock() else {
             return None;
         };
@@ -286,28 +402,53 @@ impl Shared {
             return None;
         }
         drop(gate);
-        self.is_ours(&notification).then_some(notification.update)
+        let scope = self.scope(&notification);
+        Some((notification, scope))
     }
 
-    /// Whether an update is of our session; logs the first one that is not (later ones quietly).
-    fn is_ours(&self, notification: &SessionNotification) -> bool {
-        let theirs = notification.session_id.to_string();
-        if self.session_id().as_deref() == Some(theirs.as_str()) {
-            return true;
+    /// Which session an update is of: ours, an announced child's, or another (logged: the first
+    /// one, later ones quietly).
+    fn scope(&self, notification: &SessionNotification) -> Scope {
+        let theirs: &str = &notification.session_id.0;
+        if self.session_id().as_deref() == Some(theirs) {
+            return Scope::Ours;
+        }
+        if let Some(child) = self.child(theirs) {
+            return Scope::Child(child);
         }
         if self.foreign_updates.fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::info!(session = %theirs, "ignoring session/update for a session that is not ours");
         } else {
             tracing::debug!(session = %theirs, "ignoring session/update for a session that is not ours");
         }
-        false
+        Scope::Foreign
     }
 
-    /// What an update of our session does before observers see it: output text and tool-call
-    /// notes; then the value observers get.
-    fn take_in(&self, update: SessionUpdate) -> Option<serde_json::Value> {
+    /// The announced child with this session id.
+    fn child(&self, session_id: &str) -> Option<ChildRef> {
+        let children = self.children.lock().ok()?;
+        children.get(session_id).map(|child| ChildRef {
+            session_id: child.session_id.clone(),
+            name: child.name.clone(),
+        })
+    }
+
+    /// What an update of our session or of a child's does before observers see it: output text
+    /// (ours only), tool-call notes, child announcements; then the value observers get, with the
+    /// child it belongs to. `None` for a foreign session.
+    fn take_in(
+        &self,
+        session: &agent_client_protocol::v1::schema::SessionId,
+        update: SessionUpdate,
+        scope: Scope,
+    ) -> Option<(serde_json::Value, Option<ChildRef>)> {
+        let child = match scope {
+            Scope::Ours => None,
+            Scope::Child(child) => Some(child),
+            Scope::Foreign => return None,
+        };
         match &update {
-            SessionUpdate::AgentMessageChunk(chunk) => {
+            SessionUpdate::AgentMessageChunk(chunk) if child.is_none() => {
                 if let ContentBlock::Text(text) = &chunk.content
                     && let Ok(mut output) = self.output.lock()
                 {
@@ -317,20 +458,25 @@ impl Shared {
             SessionUpdate::ToolCall(call) => {
                 remember_tool_call(
                     self,
-                    call.tool_call_id.to_string(),
+                    tool_call_key(&session.0, &call.tool_call_id.0),
                     Some(call.title.clone()),
                     kind_name(call.kind),
                 );
             }
             SessionUpdate::ToolCallUpdate(call) => remember_tool_call(
                 self,
-                call.tool_call_id.to_string(),
+                tool_call_key(&session.0, &call.tool_call_id.0),
                 call.fields.title.clone(),
                 call.fields.kind.and_then(kind_name),
             ),
+            SessionUpdate::SubagentUpdate(announced) => {
+                if let (Some(ours), Ok(mut children)) = (self.session_id(), self.children.lock()) {
+                    children.apply(&session.0, &ours, announced);
+                }
+            }
             _ => {}
         }
-        update_value(update)
+        update_value(update).map(|value| (value, child))
     }
 
     async fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
@@ -505,6 +651,7 @@ async fn answer_permission(
     shared
         .record(
             PermissionDecision {
+                session_id: request.session_id,
                 tool_call_id: request.tool_call_id,
                 title: request.title,
                 tool_kind: request.tool_kind,
@@ -601,6 +748,9 @@ async fn handshake(
     let steps = async {
         cx.send_request(
             InitializeRequest::new(ProtocolVersion::V1)
+                .client_capabilities(
+                    ClientCapabilities::new().subagents(SubagentCapabilities::new()),
+                )
                 .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
         )
         .block_task()
@@ -722,11 +872,17 @@ async fn handle_update(
     notification: SessionNotification,
     size: usize,
 ) {
-    if let Some(update) = shared.admit(notification, size)
-        && let Some(value) = shared.take_in(update)
+    if let Some((notification, scope)) = shared.admit(notification, size)
+        && let Some((value, child)) =
+            shared.take_in(&notification.session_id, notification.update, scope)
     {
-        events.update(value, size).await;
+        events.update(value, size, child).await;
     }
+}
+
+/// Tool call ids are per session: the key of one in [`Shared`]'s notes.
+fn tool_call_key(session: &str, tool_call_id: &str) -> String {
+    format!("{session}\u{0}{tool_call_id}")
 }
 
 fn remember_tool_call(shared: &Shared, id: String, title: Option<String>, kind: Option<String>) {
@@ -765,12 +921,18 @@ fn permission_request(
             .and_then(serde_json::Value::as_str)
             .map(str::to_owned)
     };
+    let session = params
+        .get("sessionId")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
     let known = shared
         .tool_calls
         .lock()
         .ok()
-        .and_then(|calls| calls.get(&tool_call_id).cloned())
+        .and_then(|calls| calls.get(&tool_call_key(session, &tool_call_id)).cloned())
         .unwrap_or_default();
+    // A child's request is answered like ours, and says whose it is.
+    let session_id = shared.child(session).map(|child| child.session_id);
     let mut ids = Vec::new();
     let offered = params
         .get("options")
@@ -791,6 +953,7 @@ fn permission_request(
         })
         .collect();
     let request = PermissionRequest {
+        session_id,
         title: text(tool_call, "title").or(known.title),
         tool_kind: text(tool_call, "kind").or(known.kind),
         tool_call_id,
@@ -1174,6 +1337,22 @@ mod tests {
                 "entries": [{"content": content, "priority": "high", "status": "pending"}],
             })),
             text.prop_map(|name| json!({"sessionUpdate": name, "content": 1})),
+            (
+                text,
+                prop::sample::select(vec![
+                    json!({"state": "running"}),
+                    json!({"state": "idle", "stopReason": "end_turn"}),
+                    json!({"state": "idle", "stopReason": "error", "error": {"code": -32603, "message": "boom"}}),
+                    json!({"state": "unknown"}),
+                ])
+            )
+                .prop_map(|(title, state)| json!({
+                    "sessionUpdate": "subagent_update",
+                    "sessionId": "child-1",
+                    "title": title,
+                    "capabilities": {"cancel": {}},
+                    "state": state,
+                })),
         ]
     }
 

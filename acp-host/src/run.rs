@@ -392,6 +392,7 @@ fn record_teardown(
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
+    result.children = shared.take_children();
 }
 
 /// The agent may print a credential it was given or found: where the result repeats the agent's
@@ -512,6 +513,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
         permissions: Vec::new(),
         permissions_dropped: None,
         session_id: None,
+        children: Vec::new(),
     }
 }
 
@@ -893,9 +895,17 @@ impl DriveEvents for Notifier {
         }));
     }
 
-    fn update(&self, update: serde_json::Value, size: usize) -> client::Queued<'_> {
+    fn update(
+        &self,
+        update: serde_json::Value,
+        size: usize,
+        child: Option<client::ChildRef>,
+    ) -> client::Queued<'_> {
+        let (session_id, subagent) = child.map(|c| (c.session_id, c.name)).unzip();
         let event = Event::Update {
             run_id: self.run_id.clone(),
+            session_id,
+            subagent: subagent.flatten(),
             update,
         };
         Box::pin(self.deliver(event, size, true))
@@ -905,9 +915,12 @@ impl DriveEvents for Notifier {
         self.send_pending();
     }
 
-    fn update_now(&self, update: serde_json::Value) {
+    fn update_now(&self, update: serde_json::Value, child: Option<client::ChildRef>) {
+        let (session_id, subagent) = child.map(|c| (c.session_id, c.name)).unzip();
         self.deliver_now(Event::Update {
             run_id: self.run_id.clone(),
+            session_id,
+            subagent: subagent.flatten(),
             update,
         });
     }

@@ -50,6 +50,13 @@ pub enum Event {
     Update {
         #[serde(rename = "runId")]
         run_id: String,
+        /// The child session it belongs to, when it is not the run's own session (a child the
+        /// agent exposed, announced by a `subagent_update`); absent for the run's own session.
+        #[serde(rename = "sessionId", default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+        /// That child's name (the title it was announced with), when it has one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subagent: Option<String>,
         update: serde_json::Value,
     },
     /// One answered permission request.
@@ -113,6 +120,7 @@ mod tests {
             permissions: vec![],
             permissions_dropped: None,
             session_id: None,
+            children: vec![],
         });
         let value = serde_json::to_value(&record).unwrap();
         let schema = crate::schema::output("run-result.json").unwrap();

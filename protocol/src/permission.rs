@@ -225,6 +225,9 @@ pub fn policy_verdict(policy: PermissionPolicy) -> Verdict {
 /// from earlier tool call updates (a request may carry only the tool call id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PermissionRequest {
+    /// The child session the request was made on, when it is not the run's own session (a
+    /// child the agent exposed); `None` for the run's own session.
+    pub session_id: Option<String>,
     pub tool_call_id: String,
     pub title: Option<String>,
     /// The tool kind (`edit`, `execute`, ...).
@@ -262,6 +265,9 @@ impl DecidedBy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PermissionDecision {
+    /// The child session the request was made on; absent for the run's own session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
     pub tool_call_id: String,
     /// The tool call's title, when the agent gave one.
     pub title: Option<String>,

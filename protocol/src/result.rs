@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::child_session::ChildSession;
 use crate::permission::PermissionDecision;
 
 /// How a run ended. Serialized in kebab-case (`max-tokens`), which is also how it is printed.
@@ -247,6 +248,10 @@ pub struct RunResult {
     pub permissions_dropped: Option<u64>,
     /// The agent's ACP session id, when a session was created (useful to correlate agent logs).
     pub session_id: Option<String>,
+    /// The children the agent exposed as sessions of their own (ACP subagent sessions), in the
+    /// order they were announced, with how each ended; absent when there were none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<ChildSession>,
 }
 
 impl RunResult {

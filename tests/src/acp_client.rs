@@ -9,10 +9,16 @@
 //! ([`AMBIENT`]), so an offline launch stays offline and a model launch talks only to the model
 //! server the test names. Debug logging is always on, to prove logs stay off stdout.
 //!
+//! A client launched with [`Launch::subagents`] advertises ACP subagent sessions: every
+//! `session/update` of every session is then recorded in arrival order ([`Finished::all_updates`]),
+//! the updates of an announced child session do not reach the parent's session stream, and a
+//! child's permission requests are answered with `allow-once` (recorded in
+//! [`Finished::child_permissions`]).
+//!
 //! No fixed sleeps: callers wait for protocol events (an update, a response, EOF), each wait
 //! bounded by [`TIMEOUT`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -22,15 +28,15 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::util::MatchDispatch;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, ContentChunk, FileSystemCapabilities,
-    InitializeRequest, InitializeResponse, PromptResponse, ReadTextFileRequest,
-    ReadTextFileResponse, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification, SessionUpdate,
-    StopReason, ToolCall, ToolCallStatus, ToolCallUpdate, WriteTextFileRequest,
+    CancelNotification, ContentBlock, ContentChunk, FileSystemCapabilities, InitializeRequest,
+    InitializeResponse, PromptResponse, ReadTextFileRequest, ReadTextFileResponse,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
+    SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason,
+    SubagentCapabilities, ToolCall, ToolCallStatus, ToolCallUpdate, WriteTextFileRequest,
     WriteTextFileResponse,
 };
-use agent_client_protocol::v1::{ActiveSession, ConnectionTo, SessionMessage};
-use agent_client_protocol::{Agent, Client, Error as AcpError, ErrorCode, Lines};
+use agent_client_protocol::v1::{ActiveSession, ConnectionTo, Responder, SessionMessage};
+use agent_client_protocol::{Agent, Client, Error as AcpError, ErrorCode, Handled, Lines};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
@@ -55,6 +61,7 @@ pub const MODEL: &str = "mock-model";
 #[derive(Debug, Clone)]
 pub struct Launch {
     args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
     initialize: InitializeRequest,
 }
 
@@ -64,6 +71,7 @@ impl Launch {
     pub fn offline() -> Self {
         Self {
             args: Vec::new(),
+            env: Vec::new(),
             initialize: InitializeRequest::new(ProtocolVersion::V1),
         }
     }
@@ -91,14 +99,32 @@ impl Launch {
         self
     }
 
+    /// One more variable in the agent's environment.
+    #[must_use]
+    pub fn env(mut self, name: impl Into<OsString>, value: impl Into<OsString>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+
     /// Advertises `fs.readTextFile` / `fs.writeTextFile` in `initialize`.
     #[must_use]
     pub fn client_fs(mut self, read: bool, write: bool) -> Self {
+        let caps = self.initialize.client_capabilities.clone();
         self.initialize = self.initialize.client_capabilities(
-            ClientCapabilities::new().fs(FileSystemCapabilities::new()
+            caps.fs(FileSystemCapabilities::new()
                 .read_text_file(read)
                 .write_text_file(write)),
         );
+        self
+    }
+
+    /// Advertises `subagents` (ACP subagent sessions) in `initialize`; see the module's doc.
+    #[must_use]
+    pub fn subagents(mut self) -> Self {
+        let caps = self.initialize.client_capabilities.clone();
+        self.initialize = self
+            .initialize
+            .client_capabilities(caps.subagents(SubagentCapabilities::new()));
         self
     }
 }
@@ -124,10 +150,24 @@ pub type StdoutLines = futures::channel::mpsc::UnboundedReceiver<std::io::Result
 /// When the binary is missing (see [`crate::bin`]) or cannot be started.
 #[must_use]
 pub fn spawn_agent(args: &[OsString]) -> (Spawned, ChildStdin, StdoutLines) {
+    spawn_agent_with(args, &[])
+}
+
+/// [`spawn_agent`] with `env` added to the agent's environment.
+///
+/// # Panics
+///
+/// See [`spawn_agent`].
+#[must_use]
+pub fn spawn_agent_with(
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+) -> (Spawned, ChildStdin, StdoutLines) {
     let mut command = Command::new(crate::bin("acp-child"));
     for name in AMBIENT {
         command.env_remove(name);
     }
+    command.envs(env.iter().cloned());
     let mut child = command
         .args(args)
         .env("ACP_CHILD_LOG", "debug")
@@ -192,6 +232,11 @@ pub struct Finished {
     pub stderr: String,
     /// Every line the SDK client sent (runs through [`with_launch`] only), in order.
     pub sent: Vec<String>,
+    /// With [`Launch::subagents`]: every `session/update` of every session (session id, update),
+    /// in arrival order.
+    pub all_updates: Vec<(String, SessionUpdate)>,
+    /// With [`Launch::subagents`]: the permission requests made on child sessions, in order.
+    pub child_permissions: Vec<RequestPermissionRequest>,
 }
 
 impl Finished {
@@ -273,6 +318,8 @@ impl Spawned {
             stdout,
             stderr,
             sent,
+            all_updates: Vec::new(),
+            child_permissions: Vec::new(),
         }
     }
 }
@@ -294,7 +341,7 @@ pub async fn with_launch<R>(
     launch: Launch,
     main: impl AsyncFnOnce(ConnectionTo<Agent>, InitializeResponse) -> Result<R, AcpError>,
 ) -> (R, Finished) {
-    let (spawned, stdin, lines) = spawn_agent(&launch.args);
+    let (spawned, stdin, lines) = spawn_agent_with(&launch.args, &launch.env);
     let sent_log = Arc::clone(&spawned.sent_log);
     let sink = futures::sink::unfold(stdin, move |mut stdin: ChildStdin, line: String| {
         lock(&sent_log).push(line.clone());
@@ -307,11 +354,32 @@ pub async fn with_launch<R>(
     });
     let transport = Lines::new(Box::pin(sink), lines);
     let initialize = launch.initialize;
+    let children = ChildSessions::default();
     // The transport, and with it the agent's stdin, is dropped when `connect_with` returns.
     let result = tokio::time::timeout(
         TIMEOUT,
         Client
             .v1()
+            .on_receive_notification(
+                {
+                    let children = children.clone();
+                    async move |notification: SessionNotification, cx: ConnectionTo<Agent>| {
+                        Ok(children.notification(notification, cx))
+                    }
+                },
+                agent_client_protocol::on_receive_notification!(),
+            )
+            .on_receive_request(
+                {
+                    let children = children.clone();
+                    async move |request: RequestPermissionRequest,
+                                responder: Responder<RequestPermissionResponse>,
+                                _cx: ConnectionTo<Agent>| {
+                        children.permission(request, responder)
+                    }
+                },
+                agent_client_protocol::on_receive_request!(),
+            )
             .connect_with(transport, async |cx: ConnectionTo<Agent>| {
                 let init = cx.send_request(initialize).block_task().await?;
                 main(cx, init).await
@@ -320,7 +388,66 @@ pub async fn with_launch<R>(
     .await
     .expect("the client session finished in time")
     .expect("the client session succeeded");
-    (result, spawned.finish().await)
+    let mut finished = spawned.finish().await;
+    finished.all_updates = std::mem::take(&mut *lock(&children.updates));
+    finished.child_permissions = std::mem::take(&mut *lock(&children.permissions));
+    (result, finished)
+}
+
+/// What the connection-level handlers of [`with_launch`] saw of every session.
+#[derive(Debug, Clone, Default)]
+struct ChildSessions {
+    announced: Arc<Mutex<HashSet<String>>>,
+    updates: Arc<Mutex<Vec<(String, SessionUpdate)>>>,
+    permissions: Arc<Mutex<Vec<RequestPermissionRequest>>>,
+}
+
+impl ChildSessions {
+    /// Records every update; keeps an announced child's away from the parent's session stream.
+    fn notification(
+        &self,
+        notification: SessionNotification,
+        cx: ConnectionTo<Agent>,
+    ) -> Handled<(SessionNotification, ConnectionTo<Agent>)> {
+        let session = notification.session_id.to_string();
+        if let SessionUpdate::SubagentUpdate(child) = &notification.update {
+            lock(&self.announced).insert(child.session_id.to_string());
+        }
+        lock(&self.updates).push((session.clone(), notification.update.clone()));
+        if lock(&self.announced).contains(&session) {
+            Handled::Yes
+        } else {
+            Handled::No {
+                message: (notification, cx),
+                retry: false,
+            }
+        }
+    }
+
+    /// Answers a child's permission request with `allow-once`; leaves the others to the session.
+    fn permission(
+        &self,
+        request: RequestPermissionRequest,
+        responder: Responder<RequestPermissionResponse>,
+    ) -> Result<
+        Handled<(
+            RequestPermissionRequest,
+            Responder<RequestPermissionResponse>,
+        )>,
+        AcpError,
+    > {
+        if !lock(&self.announced).contains(&request.session_id.to_string()) {
+            return Ok(Handled::No {
+                message: (request, responder),
+                retry: false,
+            });
+        }
+        lock(&self.permissions).push(request);
+        responder.respond(RequestPermissionResponse::new(
+            RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new("allow-once")),
+        ))?;
+        Ok(Handled::Yes)
+    }
 }
 
 /// How the test client answers `session/request_permission`.

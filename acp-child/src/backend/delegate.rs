@@ -18,9 +18,22 @@
 //!   observes the turn's cancellation);
 //! - every failure (unknown name, spawn error, crash, timeout, refusal, cancellation) is a
 //!   [`Delegated`] result with `failed` set, never an error of the parent's turn;
-//! - the child's streamed text reaches the parent's client as the tool call's content, bounded to
-//!   the last [`SHOWN_BYTES`]; its permission requests are relayed to the parent's client
-//!   (`relay`, through `backend::permission::relay`) or answered by policy (`reject`, `allow`);
+//! - when the client advertised `subagents`, the child is a session of its own ([`Exposure`]): an id
+//!   minted on this connection (never the child agent's own), announced with a `subagent_update`
+//!   on the turn's session (name, task, `capabilities.cancel`, `running`) before anything else of
+//!   it; then its updates go out under that id, its permission requests are asked on it, and
+//!   exactly one final `subagent_update` (`idle` with the stop reason, `protocol::child_session`)
+//!   follows once its run ended, every update of it was relayed and every request of it was
+//!   resolved (a request still pending is withdrawn first). A child's own children (it announces
+//!   them to us: acp-host's library speaks subagent sessions) are relayed the same way, each under
+//!   an id minted here and announced on its parent's minted id; one the child never ended is
+//!   reported `unknown` (its outcome is lost with the child). `session/cancel` naming the child
+//!   cancels only its run (its own children go with it); the children it announces are not
+//!   offered `cancel` (this agent cannot reach into the child's sessions);
+//! - otherwise the child's streamed text reaches the parent's client as the tool call's content,
+//!   bounded to the last [`SHOWN_BYTES`], and its own children stay hidden;
+//! - its permission requests are relayed to the parent's client (`relay`, through
+//!   `backend::permission::relay`) or answered by policy (`reject`, `allow`);
 //! - the parent's `session/cancel` cancels every running child (session/cancel, then the teardown
 //!   ladder) and the call then waits for the child's result, so no child outlives the turn.
 
@@ -33,11 +46,16 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use std::collections::HashMap;
+
 use agent_client_protocol::v1::schema::{
-    ToolCallContent, ToolCallId, ToolCallUpdateFields, ToolKind,
+    RunningStateUpdate, SessionCancelCapabilities, SessionId, SessionReference, SessionUpdate,
+    StateUpdate, SubagentSessionCapabilities, SubagentUpdate, ToolCallContent, ToolCallId,
+    ToolCallUpdateFields, ToolKind,
 };
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
+use protocol::child_session::ChildState;
 use protocol::definition::{
     self, Definition, PersonaDelivery, Problem, RunPermission, RunSpec, SourceEntry,
 };
@@ -50,27 +68,33 @@ use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::result::{RunResult, Status};
 use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::Turn;
 use super::model::tools::CANCELLED;
-use super::permission;
+use super::permission::{self, Via};
+use crate::session::{CancellableChild, ChildSessions};
 
 /// How a subagent's tool call is shown: the kind ACP agents give delegated work.
 pub(crate) const KIND: ToolKind = ToolKind::Think;
 
-/// The title of a subagent's tool call: the subagent's name and the short label (else the
-/// prompt's first line, cut).
+/// The title of a subagent's tool call: the subagent's name and [`label`].
 pub(crate) fn title(name: &str, description: Option<&str>, prompt: &str) -> String {
+    format!("Subagent {name}: {}", label(description, prompt))
+}
+
+/// What a child is doing, in a few words: the short label (else the prompt's first line, cut).
+/// Also the task its session is announced with.
+fn label(description: Option<&str>, prompt: &str) -> String {
     let label = description
         .map(str::trim)
         .filter(|label| !label.is_empty())
         .unwrap_or_else(|| prompt.lines().next().unwrap_or("").trim());
-    let label: String = if label.chars().count() > 60 {
+    if label.chars().count() > 60 {
         label.chars().take(59).chain(['…']).collect()
     } else {
         label.to_owned()
-    };
-    format!("Subagent {name}: {label}")
+    }
 }
 
 /// How much of a running child's text its tool card shows (the tail): the whole text travels
@@ -415,31 +439,19 @@ impl Subagents {
         Ok((request, permission, persona_file))
     }
 
-    /// Runs subagent `name` on `prompt` for tool call `call` of `turn`, to its result.
+    /// Runs subagent `name` on `prompt` (labelled `description`) for tool call `call` of `turn`,
+    /// to its result.
     pub(crate) async fn run(
         &self,
         turn: &Turn,
         call: &ToolCallId,
         name: &str,
         prompt: &str,
+        description: Option<&str>,
     ) -> Delegated {
         let catalog = self.catalog(turn.workspace().root());
         let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
-            let names: Vec<&str> = catalog.targets.iter().map(|t| t.name.as_str()).collect();
-            let mut text = if names.is_empty() {
-                format!(
-                    "unknown subagent {name:?}: none are available (enable registry agents with --subagent-agents, or add definitions with a `run:` table under subagents/)"
-                )
-            } else {
-                format!(
-                    "unknown subagent {name:?}; the subagents are: {}",
-                    names.join(", ")
-                )
-            };
-            for problem in &catalog.problems {
-                let _ = write!(text, "\n{problem}");
-            }
-            return Delegated::failed(text);
+            return unknown(name, &catalog);
         };
         let slot = tokio::select! {
             biased;
@@ -463,37 +475,72 @@ impl Subagents {
                 ));
             }
         };
-        let (text_tx, mut text_rx) = mpsc::unbounded_channel();
+        let mut exposure = turn.child_sessions().map(|children| {
+            Exposure::announce(turn, children, call, name, &label(description, prompt))
+        });
+        let (update_tx, mut update_rx) = mpsc::unbounded_channel();
         let (ask_tx, mut ask_rx) = mpsc::unbounded_channel();
-        let options = RunOptions {
-            observers: vec![Arc::new(Streamed { text: text_tx }) as Arc<dyn Observer>],
-            permissions: (permission == SubagentPermission::Relay)
-                .then(|| Arc::new(Relay { asks: ask_tx }) as Arc<dyn PermissionHandler>),
-            ..RunOptions::default()
-        };
         let cancel = Cancel::new();
-        let child = run::run(prepared, &options, &cancel);
-        tokio::pin!(child);
+        // Fired once the run ended: relayed requests still pending are withdrawn.
+        let run_over = CancellationToken::new();
         let mut shown = String::new();
         let mut relays = FuturesUnordered::new();
-        let result = loop {
-            tokio::select! {
-                biased;
-                result = &mut child => break result,
-                () = turn.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
-                Some(()) = relays.next(), if !relays.is_empty() => {}
-                Some((request, answer)) = ask_rx.recv() => {
-                    relays.push(relay(turn, name, request, answer));
-                }
-                Some(text) = text_rx.recv() => {
-                    push_bounded(&mut shown, &text);
-                    let content = vec![ToolCallContent::from(shown.clone())];
-                    if let Err(error) = turn.update_tool_call(call, ToolCallUpdateFields::new().content(content)) {
-                        tracing::debug!(error = %crate::describe(&error), "cannot show a subagent's text");
+        let result = {
+            // Dropped with this block once the run ended: the observer's sender goes with it, so
+            // the channel below ends once every event was delivered.
+            let options = RunOptions {
+                observers: vec![Arc::new(Forwarded { updates: update_tx }) as Arc<dyn Observer>],
+                permissions: (permission == SubagentPermission::Relay)
+                    .then(|| Arc::new(Relay { asks: ask_tx }) as Arc<dyn PermissionHandler>),
+                ..RunOptions::default()
+            };
+            let child = run::run(prepared, &options, &cancel);
+            tokio::pin!(child);
+            let exposed_cancel = exposure
+                .as_ref()
+                .map_or_else(CancellationToken::new, |e| e.child.cancellation().clone());
+            loop {
+                tokio::select! {
+                    biased;
+                    result = &mut child => break result,
+                    () = turn.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
+                    () = exposed_cancel.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
+                    Some(()) = relays.next(), if !relays.is_empty() => {}
+                    Some((request, answer)) = ask_rx.recv() => {
+                        // The updates already delivered first (the tool call asked about).
+                        while let Ok((session, update)) = update_rx.try_recv() {
+                            deliver(turn, call, exposure.as_mut(), &mut shown, session.as_ref(), update);
+                        }
+                        let via = match &exposure {
+                            Some(exposure) => exposure.via(&request, &run_over),
+                            None => Some(Via::Parent { subagent: name }),
+                        };
+                        relays.push(relay(turn, via, request, answer));
+                    }
+                    Some((session, update)) = update_rx.recv() => {
+                        deliver(turn, call, exposure.as_mut(), &mut shown, session.as_ref(), update);
                     }
                 }
             }
         };
+        run_over.cancel();
+        while relays.next().await.is_some() {}
+        if let Some(mut exposure) = exposure.take() {
+            // The rest of the child's updates, bounded: an observer thread that does not finish
+            // (it always does, once the run's tasks are gone) must not hold the turn.
+            let rest = async {
+                while let Some((session, update)) = update_rx.recv().await {
+                    exposure.relay(turn, session.as_ref(), update);
+                }
+            };
+            if tokio::time::timeout(Duration::from_secs(2), rest)
+                .await
+                .is_err()
+            {
+                tracing::debug!("stopped relaying a child's late updates");
+            }
+            exposure.end(turn, &result);
+        }
         if turn.is_cancelled() {
             return Delegated::failed(CANCELLED);
         }
@@ -504,6 +551,242 @@ impl Subagents {
             };
         }
         ended(name, &result)
+    }
+}
+
+/// The result of a call naming no available subagent: what is available, and why some are not.
+fn unknown(name: &str, catalog: &Catalog) -> Delegated {
+    let names: Vec<&str> = catalog.targets.iter().map(|t| t.name.as_str()).collect();
+    let mut text = if names.is_empty() {
+        format!(
+            "unknown subagent {name:?}: none are available (enable registry agents with --subagent-agents, or add definitions with a `run:` table under subagents/)"
+        )
+    } else {
+        format!(
+            "unknown subagent {name:?}; the subagents are: {}",
+            names.join(", ")
+        )
+    };
+    for problem in &catalog.problems {
+        let _ = write!(text, "\n{problem}");
+    }
+    Delegated::failed(text)
+}
+
+/// One update of the child's run: relayed on its session when exposed, else shown on the card.
+fn deliver(
+    turn: &Turn,
+    call: &ToolCallId,
+    exposure: Option<&mut Exposure>,
+    shown: &mut String,
+    session: Option<&String>,
+    update: serde_json::Value,
+) {
+    match exposure {
+        Some(exposure) => exposure.relay(turn, session, update),
+        None => show(turn, call, shown, session, &update),
+    }
+}
+
+/// Without subagent sessions: the child's own text, shown (its tail) as the tool call's content.
+fn show(
+    turn: &Turn,
+    call: &ToolCallId,
+    shown: &mut String,
+    session: Option<&String>,
+    update: &serde_json::Value,
+) {
+    if session.is_some()
+        || update.get("sessionUpdate").and_then(|v| v.as_str()) != Some("agent_message_chunk")
+    {
+        return;
+    }
+    let Some(text) = update.pointer("/content/text").and_then(|v| v.as_str()) else {
+        return;
+    };
+    push_bounded(shown, text);
+    let content = vec![ToolCallContent::from(shown.clone())];
+    if let Err(error) = turn.update_tool_call(call, ToolCallUpdateFields::new().content(content)) {
+        tracing::debug!(error = %crate::describe(&error), "cannot show a subagent's text");
+    }
+}
+
+/// A child exposed as a session of its own, with the sessions it announced in turn.
+struct Exposure {
+    children: Arc<ChildSessions>,
+    /// The child's session, cancellable by the client while this lives.
+    child: CancellableChild,
+    /// The child agent's ids of the sessions it announced -> the ids minted for them here.
+    nested: HashMap<String, String>,
+    /// Minted ids of nested sessions not ended yet, in announcement order, with the minted id of
+    /// the session each was announced on.
+    open: Vec<(String, String)>,
+}
+
+impl Exposure {
+    /// Mints the child's session and announces it on the turn's session; the tool call then
+    /// references it.
+    fn announce(
+        turn: &Turn,
+        children: &Arc<ChildSessions>,
+        call: &ToolCallId,
+        name: &str,
+        task: &str,
+    ) -> Self {
+        let child = children.cancellable();
+        let announce = SubagentUpdate::new(child.id().to_owned())
+            .title(name.to_owned())
+            .description(task.to_owned())
+            .capabilities(
+                SubagentSessionCapabilities::new().cancel(SessionCancelCapabilities::new()),
+            )
+            .state(StateUpdate::Running(RunningStateUpdate::new()));
+        let announced = turn
+            .notify_on(turn.session(), SessionUpdate::SubagentUpdate(announce))
+            .and_then(|()| {
+                turn.update_tool_call(
+                    call,
+                    ToolCallUpdateFields::new().content(vec![ToolCallContent::from(
+                        SessionReference::new(child.id().to_owned()),
+                    )]),
+                )
+            });
+        if let Err(error) = announced {
+            tracing::debug!(error = %crate::describe(&error), "cannot announce a child session");
+        }
+        Self {
+            children: Arc::clone(children),
+            child,
+            nested: HashMap::new(),
+            open: Vec::new(),
+        }
+    }
+
+    /// The minted id of the session an update of the child's run is of: the child's own
+    /// (`None`), or one it announced.
+    fn minted(&self, session: Option<&String>) -> Option<String> {
+        match session {
+            None => Some(self.child.id().to_owned()),
+            Some(theirs) => self.nested.get(theirs).cloned(),
+        }
+    }
+
+    /// Where a relayed permission request is asked: on the session it was made on.
+    fn via<'a>(
+        &self,
+        request: &PermissionRequest,
+        withdraw: &'a CancellationToken,
+    ) -> Option<Via<'a>> {
+        let session = self.minted(request.session_id.as_ref())?;
+        Some(Via::Session {
+            session: SessionId::new(session),
+            withdraw,
+        })
+    }
+
+    /// Sends one update of the child's run on its minted session, ids mapped.
+    fn relay(&mut self, turn: &Turn, session: Option<&String>, mut update: serde_json::Value) {
+        let Some(on) = self.minted(session) else {
+            tracing::debug!(
+                ?session,
+                "dropped an update of a session the child never announced"
+            );
+            return;
+        };
+        match update.get("sessionUpdate").and_then(|v| v.as_str()) {
+            // A child session takes no prompt from the client: its commands would mislead.
+            Some("available_commands_update") => return,
+            Some("subagent_update") => {
+                let Some(theirs) = update.get("sessionId").and_then(|v| v.as_str()) else {
+                    return;
+                };
+                let minted = if let Some(minted) = self.nested.get(theirs) {
+                    minted.clone()
+                } else {
+                    let minted = self.children.mint();
+                    self.nested.insert(theirs.to_owned(), minted.clone());
+                    self.open.push((minted.clone(), on.clone()));
+                    minted
+                };
+                update["sessionId"] = minted.clone().into();
+                if let Some(fields) = update.as_object_mut() {
+                    fields.remove("capabilities");
+                }
+                if update
+                    .get("state")
+                    .and_then(ChildState::from_wire)
+                    .is_some_and(|(state, _)| state.is_final())
+                {
+                    self.open.retain(|(open, _)| *open != minted);
+                }
+            }
+            Some("tool_call" | "tool_call_update") => {
+                // A reference to a session must name one the client knows: mapped, or dropped.
+                if let Some(content) = update.get_mut("content").and_then(|c| c.as_array_mut()) {
+                    content.retain_mut(|item| {
+                        if item.get("type").and_then(|t| t.as_str()) != Some("session") {
+                            return true;
+                        }
+                        let mapped = item
+                            .get("sessionId")
+                            .and_then(|id| id.as_str())
+                            .and_then(|id| self.nested.get(id))
+                            .cloned();
+                        mapped.is_some_and(|id| {
+                            item["sessionId"] = id.into();
+                            true
+                        })
+                    });
+                }
+            }
+            _ => {}
+        }
+        match serde_json::from_value::<SessionUpdate>(update) {
+            Ok(update) => {
+                if let Err(error) = turn.notify_on(SessionId::new(on), update) {
+                    tracing::debug!(error = %crate::describe(&error), "cannot relay a child's update");
+                }
+            }
+            Err(error) => tracing::debug!(%error, "dropped a child's update that does not decode"),
+        }
+    }
+
+    /// The final snapshots: `unknown` for every nested session the child never ended (the
+    /// deepest first), then the child's own outcome on the turn's session.
+    fn end(&mut self, turn: &Turn, result: &RunResult) {
+        for (minted, on) in self.open.drain(..).rev() {
+            let update = SubagentUpdate::new(minted).state(StateUpdate::Unknown(
+                agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
+            ));
+            if let Err(error) =
+                turn.notify_on(SessionId::new(on), SessionUpdate::SubagentUpdate(update))
+            {
+                tracing::debug!(error = %crate::describe(&error), "cannot end a nested session");
+            }
+        }
+        let state = ChildState::of_status(result.status);
+        let mut snapshot = serde_json::json!({
+            "state": "idle",
+            "stopReason": state.wire_stop_reason(result.stop_reason.as_deref()),
+        });
+        if state == ChildState::Failed {
+            snapshot["error"] = serde_json::json!({
+                "code": agent_client_protocol::ErrorCode::INTERNAL_ERROR.value(),
+                "message": result.error.clone().unwrap_or_else(|| format!("ended {}", result.status)),
+            });
+        }
+        let update = match serde_json::from_value::<StateUpdate>(snapshot) {
+            Ok(state) => SubagentUpdate::new(self.child.id().to_owned()).state(state),
+            Err(error) => {
+                tracing::warn!(%error, "cannot build a child's final state");
+                SubagentUpdate::new(self.child.id().to_owned()).state(StateUpdate::Unknown(
+                    agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
+                ))
+            }
+        };
+        if let Err(error) = turn.notify_on(turn.session(), SessionUpdate::SubagentUpdate(update)) {
+            tracing::debug!(error = %crate::describe(&error), "cannot end a child session");
+        }
     }
 }
 
@@ -539,14 +822,21 @@ fn write_persona(persona: &str) -> std::io::Result<tempfile::NamedTempFile> {
     Ok(file)
 }
 
-/// Relays one child permission request to this agent's client and sends the decision back.
+/// Relays one child permission request to this agent's client (`via` where it is asked; `None`
+/// for a session the child never announced: rejected) and sends the decision back.
 async fn relay(
     turn: &Turn,
-    subagent: &str,
+    via: Option<Via<'_>>,
     request: PermissionRequest,
     answer: oneshot::Sender<Decision>,
 ) {
-    let decision = permission::relay(turn, subagent, &request).await;
+    let decision = match via {
+        Some(via) => permission::relay(turn, via, &request).await,
+        None => Decision {
+            answer: Answer::Reject,
+            decided_by: DecidedBy::Policy,
+        },
+    };
     // The child's run may have ended meanwhile; nobody waits for the answer then.
     let _ = answer.send(decision);
 }
@@ -563,19 +853,20 @@ fn push_bounded(shown: &mut String, text: &str) {
     }
 }
 
-/// Forwards the child's message text to the tool call that runs it.
-struct Streamed {
-    text: mpsc::UnboundedSender<String>,
+/// Forwards the child run's updates (with the child session each is of, `None` for the run's
+/// own) to the call's loop.
+struct Forwarded {
+    updates: mpsc::UnboundedSender<(Option<String>, serde_json::Value)>,
 }
 
-impl Observer for Streamed {
+impl Observer for Forwarded {
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
-        if let Event::Update { update, .. } = event
-            && update.get("sessionUpdate").and_then(|v| v.as_str()) == Some("agent_message_chunk")
-            && let Some(text) = update.pointer("/content/text").and_then(|v| v.as_str())
+        if let Event::Update {
+            session_id, update, ..
+        } = event
         {
             // The receiver is gone only once the call has its result.
-            let _ = self.text.send(text.to_owned());
+            let _ = self.updates.send((session_id.clone(), update.clone()));
         }
         Ok(())
     }

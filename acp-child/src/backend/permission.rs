@@ -11,17 +11,19 @@
 //! that answers the request with a JSON-RPC error (the tool call is not run, the turn goes on).
 //! Cancellation of the turn wins over any answer.
 //!
-//! A subagent's request is relayed ([`relay`]): shown as its own tool call, titled with the
-//! subagent's name, offering the subagent's options; the answer goes back to the subagent by the
-//! kind of the option chosen. Nothing is remembered here: the subagent keeps its own standing
-//! answers.
+//! A subagent's request is relayed ([`relay`]), offering the subagent's options, the answer going
+//! back to the subagent by the kind of the option chosen: on the subagent's own session when it is
+//! exposed as one ([`Via::Session`], about the subagent's tool call, which the client saw there),
+//! else on this session as a tool call of its own titled with the subagent's name
+//! ([`Via::Parent`]). Nothing is remembered here: the subagent keeps its own standing answers.
 
 use acp_host::permission::Decision;
 use agent_client_protocol::v1::schema::{
-    PermissionOption, PermissionOptionKind, ToolCall, ToolCallId, ToolCallStatus,
+    PermissionOption, PermissionOptionKind, SessionId, ToolCall, ToolCallId, ToolCallStatus,
     ToolCallUpdateFields, ToolKind,
 };
 use protocol::permission::{self as host, DecidedBy, OptionKind, PermissionRequest};
+use tokio_util::sync::CancellationToken;
 
 use super::{Turn, TurnError};
 
@@ -156,25 +158,31 @@ pub(crate) async fn ask(
     Ok(verdict)
 }
 
+/// Where a subagent's permission request is asked.
+pub(crate) enum Via<'a> {
+    /// On this turn's session, as a tool call titled `subagent: title`.
+    Parent { subagent: &'a str },
+    /// On the subagent's own session (exposed to the client), about its own tool call; withdrawn
+    /// when `withdraw` fires first (the subagent's run ended).
+    Session {
+        session: SessionId,
+        withdraw: &'a CancellationToken,
+    },
+}
+
 /// Asks this agent's client about a subagent's permission request and returns the answer for
 /// the subagent: the kind of the option chosen, `cancelled` when the turn was cancelled or the
-/// request dismissed, a rejection when the client failed.
-pub(crate) async fn relay(turn: &Turn, subagent: &str, request: &PermissionRequest) -> Decision {
+/// request dismissed or withdrawn, a rejection when the client failed.
+pub(crate) async fn relay(turn: &Turn, via: Via<'_>, request: &PermissionRequest) -> Decision {
     let title = request.title.as_deref().unwrap_or("a tool call");
     let kind = request
         .tool_kind
         .as_deref()
         .and_then(|kind| serde_json::from_value(serde_json::Value::from(kind)).ok())
         .unwrap_or(ToolKind::Other);
-    let call = ToolCall::new("", format!("{subagent}: {title}"))
-        .kind(kind)
-        .status(ToolCallStatus::Pending);
     let rejected = Decision {
         answer: host::Answer::Reject,
         decided_by: DecidedBy::User,
-    };
-    let Ok(id) = turn.announce_tool_call(call, "") else {
-        return rejected;
     };
     // Kinds this agent does not know are never chosen, so they are not offered upstream either.
     let options = request
@@ -190,12 +198,33 @@ pub(crate) async fn relay(turn: &Turn, subagent: &str, request: &PermissionReque
             Some(PermissionOption::new(option.option_id.clone(), name, kind))
         })
         .collect();
-    let answer = match turn
-        .request_permission(&id, ToolCallUpdateFields::new(), options)
-        .await
-    {
-        Ok(answer) => answer,
-        Err(error) => Answer::ClientError(crate::describe(&error)),
+    let (answer, card) = match via {
+        Via::Parent { subagent } => {
+            let call = ToolCall::new("", format!("{subagent}: {title}"))
+                .kind(kind)
+                .status(ToolCallStatus::Pending);
+            let Ok(id) = turn.announce_tool_call(call, "") else {
+                return rejected;
+            };
+            let answer = match turn
+                .request_permission(&id, ToolCallUpdateFields::new(), options)
+                .await
+            {
+                Ok(answer) => answer,
+                Err(error) => Answer::ClientError(crate::describe(&error)),
+            };
+            (answer, Some(id))
+        }
+        Via::Session { session, withdraw } => {
+            let fields = ToolCallUpdateFields::new()
+                .title(title.to_owned())
+                .kind(kind);
+            let id = ToolCallId::new(request.tool_call_id.clone());
+            let answer = turn
+                .request_permission_on(session, id, fields, options, withdraw)
+                .await;
+            (answer, None)
+        }
     };
     let decision = match answer {
         Answer::Selected(chosen) => request
@@ -220,12 +249,15 @@ pub(crate) async fn relay(turn: &Turn, subagent: &str, request: &PermissionReque
             decided_by: DecidedBy::Cancel,
         },
     };
-    let status = if decision.answer.verdict() == host::Verdict::Allow {
-        ToolCallStatus::Completed
-    } else {
-        ToolCallStatus::Failed
-    };
-    let _ = turn.update_tool_call(&id, ToolCallUpdateFields::new().status(status));
+    // The subagent updates its own tool call on its own session; a card of ours is ours to end.
+    if let Some(id) = card {
+        let status = if decision.answer.verdict() == host::Verdict::Allow {
+            ToolCallStatus::Completed
+        } else {
+            ToolCallStatus::Failed
+        };
+        let _ = turn.update_tool_call(&id, ToolCallUpdateFields::new().status(status));
+    }
     decision
 }
 

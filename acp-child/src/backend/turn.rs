@@ -6,7 +6,10 @@
 //!   a fresh `call-<n>`) and a non-empty title;
 //! - message text that resumes after a tool call is separated from the text before it: when that
 //!   text did not end with a newline, a paragraph break is sent first ([`TextFlow`]);
-//! - cancellation wins over every pending client request, which is then withdrawn.
+//! - cancellation wins over every pending client request, which is then withdrawn;
+//! - children are exposed as sessions of their own only when the client advertised `subagents`
+//!   ([`Turn::child_sessions`]); their updates and requests go out under the ids minted for them
+//!   ([`Turn::notify_on`], [`Turn::request_permission_on`]).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::TurnError;
 use super::permission::Answer;
 use crate::describe;
-use crate::session::{ActiveTurn, Memory};
+use crate::session::{ActiveTurn, ChildSessions, Memory};
 use crate::workspace::Workspace;
 
 /// The title of a tool call that would otherwise have none.
@@ -69,6 +72,8 @@ pub(crate) struct Turn {
     client: ConnectionTo<Client>,
     prompt: Vec<ContentBlock>,
     client_fs: ClientFs,
+    /// `Some` when the client advertised `subagents`.
+    children: Option<Arc<ChildSessions>>,
     flow: Mutex<TextFlow>,
 }
 
@@ -78,14 +83,27 @@ impl Turn {
         client: ConnectionTo<Client>,
         prompt: Vec<ContentBlock>,
         client_fs: ClientFs,
+        children: Option<Arc<ChildSessions>>,
     ) -> Self {
         Self {
             active,
             client,
             prompt,
             client_fs,
+            children,
             flow: Mutex::default(),
         }
+    }
+
+    /// The connection's child sessions, when the client understands them (else children are
+    /// shown through the parent session only).
+    pub(crate) fn child_sessions(&self) -> Option<&Arc<ChildSessions>> {
+        self.children.as_ref()
+    }
+
+    /// This turn's session id.
+    pub(crate) fn session(&self) -> SessionId {
+        self.session_id()
     }
 
     pub(crate) fn client_fs(&self) -> ClientFs {
@@ -243,6 +261,50 @@ impl Turn {
             },
             Some(Err(error)) => Answer::ClientError(describe(&error)),
         })
+    }
+
+    /// Asks the client about tool call `id` of another session (a child's, exposed as a session
+    /// of its own), offering `options`; withdrawn when the turn or `withdraw` is cancelled first.
+    pub(crate) async fn request_permission_on(
+        &self,
+        session: SessionId,
+        id: ToolCallId,
+        fields: ToolCallUpdateFields,
+        options: Vec<PermissionOption>,
+        withdraw: &CancellationToken,
+    ) -> Answer {
+        let request =
+            RequestPermissionRequest::new(session, ToolCallUpdate::new(id, fields), options);
+        let response = tokio::select! {
+            biased;
+            () = withdraw.cancelled() => None,
+            response = self.client_request(request) => response,
+        };
+        match response {
+            None => Answer::TurnCancelled,
+            Some(Ok(response)) => match response.outcome {
+                RequestPermissionOutcome::Selected(selected) => {
+                    Answer::Selected(selected.option_id.0.to_string())
+                }
+                _ => Answer::Dismissed,
+            },
+            Some(Err(error)) => Answer::ClientError(describe(&error)),
+        }
+    }
+
+    /// Sends an update on `session` (this turn's, or a child session exposed by it).
+    pub(crate) fn notify_on(
+        &self,
+        session: SessionId,
+        update: SessionUpdate,
+    ) -> Result<(), TurnError> {
+        self.client
+            .send_notification(SessionNotification::new(session, update))
+            .map_err(|source| TurnError::Client {
+                action: "relay a child session's update",
+                session_id: self.active.session_id().to_owned(),
+                source: Box::new(source),
+            })
     }
 
     /// Sends a request to the client, racing the turn's cancellation (which withdraws it).

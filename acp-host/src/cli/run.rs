@@ -404,6 +404,9 @@ struct Renderer {
     pending: Mutex<Vec<u8>>,
     /// Whether the last text written ended with a newline (for the final newline on a TTY).
     ended_with_newline: Mutex<bool>,
+    /// The names of the child sessions announced so far, by session id (`--verbose` names a
+    /// child in every line about it; the library tracks a bounded number of children).
+    child_names: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Renderer {
@@ -414,6 +417,7 @@ impl Renderer {
             stdout_closed: AtomicBool::new(false),
             pending: Mutex::default(),
             ended_with_newline: Mutex::new(true),
+            child_names: Mutex::default(),
         }
     }
 
@@ -504,10 +508,23 @@ impl Renderer {
         }
     }
 
-    fn human_update(&self, update: &serde_json::Value) {
+    /// One update in human mode: our session's text on stdout; under `--verbose`, the rest on
+    /// stderr, a child's activity prefixed with its name (`child`).
+    fn human_update(&self, update: &serde_json::Value, child: Option<&str>) {
         let kind = text_at(update, "/sessionUpdate").unwrap_or("");
         let text = text_at(update, "/content/text");
+        if !self.verbose && child.is_some() {
+            return;
+        }
+        let prefix = child.map_or_else(String::new, |name| format!("[{name}] "));
         match (kind, text) {
+            ("subagent_update", _) => self.subagent_line(update, &prefix),
+            ("agent_message_chunk" | "agent_thought_chunk", Some(text))
+                if child.is_some() && !text.trim().is_empty() =>
+            {
+                eprintln!("acp-host: {prefix}{}", text.trim_end());
+            }
+            ("agent_message_chunk" | "agent_thought_chunk", Some(_)) if child.is_some() => {}
             ("agent_message_chunk", Some(text)) => {
                 if let Ok(mut newline) = self.ended_with_newline.lock()
                     && !text.is_empty()
@@ -519,17 +536,62 @@ impl Renderer {
             _ if !self.verbose => {}
             ("agent_thought_chunk", Some(text)) => eprint!("{text}"),
             ("tool_call" | "tool_call_update", _) => eprintln!(
-                "acp-host: [{kind}] {} {}",
+                "acp-host: {prefix}[{kind}] {} {}",
                 text_at(update, "/title").unwrap_or(""),
                 text_at(update, "/status").unwrap_or("")
             ),
             ("plan", _) => eprintln!(
-                "acp-host: [plan] {}",
+                "acp-host: {prefix}[plan] {}",
                 update
                     .get("entries")
                     .map_or_else(String::new, ToString::to_string)
             ),
             _ => {}
+        }
+    }
+}
+
+impl Renderer {
+    /// A child's name for a line about it (its session id when it has none).
+    fn child_name(&self, session_id: &str) -> String {
+        self.child_names
+            .lock()
+            .ok()
+            .and_then(|names| names.get(session_id).cloned())
+            .unwrap_or_else(|| session_id.to_owned())
+    }
+
+    /// `--verbose`: a child announced (`[subagent] NAME started: TASK`) or ended
+    /// (`[subagent] NAME completed (end_turn)`), on the session it was announced on (`prefix`).
+    fn subagent_line(&self, update: &serde_json::Value, prefix: &str) {
+        let Some(id) = text_at(update, "/sessionId") else {
+            return;
+        };
+        let name = {
+            let Ok(mut names) = self.child_names.lock() else {
+                return;
+            };
+            if let Some(title) = text_at(update, "/title") {
+                names.insert(id.to_owned(), title.to_owned());
+            }
+            names.get(id).cloned().unwrap_or_else(|| id.to_owned())
+        };
+        if !self.verbose {
+            return;
+        }
+        let state = update
+            .get("state")
+            .and_then(protocol::child_session::ChildState::from_wire);
+        match state {
+            Some((state, stop_reason)) if state.is_final() => {
+                let reason = stop_reason.map_or_else(String::new, |r| format!(" ({r})"));
+                eprintln!("acp-host: {prefix}[subagent] {name} {state}{reason}");
+            }
+            _ => {
+                let task = text_at(update, "/description")
+                    .map_or_else(String::new, |task| format!(": {task}"));
+                eprintln!("acp-host: {prefix}[subagent] {name} started{task}");
+            }
         }
     }
 }
@@ -554,14 +616,28 @@ impl Observer for Renderer {
             return Ok(());
         }
         match event {
-            Event::Update { update, .. } => self.human_update(update),
+            Event::Update {
+                update,
+                session_id,
+                subagent,
+                ..
+            } => self.human_update(
+                update,
+                session_id
+                    .as_deref()
+                    .map(|id| subagent.as_deref().unwrap_or(id)),
+            ),
             Event::Permission { decision, .. } => {
                 let answer = match &decision.outcome {
                     Outcome::Selected { option_id, .. } => format!("selected {option_id}"),
                     Outcome::Cancelled => "cancelled".to_owned(),
                 };
+                let prefix = decision
+                    .session_id
+                    .as_deref()
+                    .map_or_else(String::new, |id| format!("[{}] ", self.child_name(id)));
                 eprintln!(
-                    "acp-host: permission {} for {} ({}): {answer} [by {}]",
+                    "acp-host: {prefix}permission {} for {} ({}): {answer} [by {}]",
                     decision.verdict.as_str(),
                     decision.title.as_deref().unwrap_or("a tool call"),
                     decision.tool_kind.as_deref().unwrap_or("unknown kind"),

@@ -136,7 +136,7 @@ fn delegating(dir: &Path, extra: &[&str]) -> Command {
 }
 
 /// Asserts that no process is left running in `dir`.
-fn assert_none_left(dir: &Path) {
+pub(super) fn assert_none_left(dir: &Path) {
     assert!(
         acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::processes_in(dir)
             .is_empty()),
@@ -163,10 +163,12 @@ fn delegate_runs_a_child_whose_write_is_relayed_to_the_outer_client() {
         std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
         "from the child"
     );
-    // The child's request reached the outer client, titled with the subagent's name.
+    // The child's request reached the outer client (acp-host speaks subagent sessions: on the
+    // child's own session).
     let permissions = result["permissions"].as_array().unwrap();
     assert_eq!(permissions.len(), 1, "{permissions:?}");
-    assert_eq!(permissions[0]["title"], "acp-child: Write notes.txt");
+    assert_eq!(permissions[0]["title"], "Write notes.txt");
+    assert_eq!(permissions[0]["sessionId"], "sub-1");
     assert_eq!(permissions[0]["toolKind"], "edit");
     assert_eq!(permissions[0]["verdict"], "allow");
     // The subagent's card: announced, then completed with the child's answer.
@@ -211,10 +213,8 @@ fn a_relayed_rejection_reaches_the_child_and_nothing_is_written() {
         result["output"],
         "permission denied: did not write notes.txt"
     );
-    assert_eq!(
-        result["permissions"][0]["title"],
-        "acp-child: Write notes.txt"
-    );
+    assert_eq!(result["permissions"][0]["title"], "Write notes.txt");
+    assert_eq!(result["permissions"][0]["sessionId"], "sub-1");
     assert_eq!(result["permissions"][0]["verdict"], "reject");
     assert!(!dir.path().join("notes.txt").exists());
     assert_none_left(dir.path());
@@ -406,7 +406,8 @@ fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_ca
     );
     let permissions = result["permissions"].as_array().unwrap();
     assert_eq!(permissions.len(), 1, "{permissions:?}");
-    assert_eq!(permissions[0]["title"], "acp-child: Write notes.txt");
+    assert_eq!(permissions[0]["title"], "Write notes.txt");
+    assert_eq!(permissions[0]["sessionId"], "sub-1");
     assert_eq!(permissions[0]["verdict"], "allow");
 
     let requests = llm.requests();
@@ -434,35 +435,30 @@ fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_ca
         requests[3].tool_result("call_parent").as_deref(),
         Some("child done")
     );
-    // The card names the subagent and showed the child's text while it ran.
+    // The card names the subagent and references the child's session, where its text went.
     let card_title = records
         .iter()
         .find(|r| r["update"]["sessionUpdate"] == "tool_call")
         .map(|r| r["update"]["title"].clone());
     assert_eq!(card_title, Some(json!("Subagent acp-child: Write notes")));
-    let shown: Vec<&Value> = records
+    assert!(records.iter().any(|r| {
+        r["update"]["toolCallId"] == "call_parent"
+            && r["update"]["content"] == json!([{"type": "session", "sessionId": "sub-1"}])
+    }));
+    let child_text: String = records
         .iter()
         .filter(|r| {
-            r["update"]["sessionUpdate"] == "tool_call_update"
-                && r["update"]["toolCallId"] == "call_parent"
+            r["sessionId"] == "sub-1" && r["update"]["sessionUpdate"] == "agent_message_chunk"
         })
-        .filter_map(|r| {
-            r["update"]["content"][0]["content"]["text"]
-                .as_str()
-                .map(|_| r)
-        })
+        .filter_map(|r| r["update"]["content"]["text"].as_str())
         .collect();
-    assert!(
-        shown
-            .iter()
-            .any(|r| r["update"]["content"][0]["content"]["text"] == "child done"),
-        "{shown:?}"
-    );
+    assert_eq!(child_text, "child done");
+    assert_eq!(result["children"][0]["task"], "Write notes");
     assert_none_left(dir.path());
 }
 
 /// One model reply with a `subagent` call per prompt, all in the same response.
-fn parallel_calls(prompts: &[&str]) -> Reply {
+pub(super) fn parallel_calls(prompts: &[&str]) -> Reply {
     let calls: Vec<Value> = prompts
         .iter()
         .enumerate()

@@ -19,4 +19,5 @@ mod perf_behaviour;
 mod protocol_edges;
 mod run;
 mod scrub;
+mod subagent_sessions;
 mod sync;

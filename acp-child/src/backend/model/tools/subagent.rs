@@ -107,7 +107,13 @@ impl Call for Args {
                 return Ok(Outcome::failed("subagents are not enabled"));
             };
             let result = subagents
-                .run(cx.turn, cx.id, &self.agent, &self.prompt)
+                .run(
+                    cx.turn,
+                    cx.id,
+                    &self.agent,
+                    &self.prompt,
+                    self.description.as_deref(),
+                )
                 .await;
             Ok(if result.failed {
                 Outcome::failed(result.text)
