@@ -9,11 +9,11 @@
 //!   already announced: nesting) is part of the run: its updates reach observers with its session
 //!   id and name, its permission requests go to the same handler as ours, and the result lists it
 //!   with its last state (one still running when the run settles is `disconnected`); at most
-//!   [`MAX_CHILDREN`] are tracked, later ones are foreign. Only our own session's text is output;
+//!   [`MAX_CHILDREN`] are tracked, later ones are foreign;
 //! - output is the tail (at most the run's `max_output_bytes`) of every
-//!   `agent_message_chunk` text of our session, in order, kept in [`Shared`] so a partial output
-//!   survives cancel and error; a `session/update` for any other session id is ignored (logged),
-//!   neither output nor event; permission records are capped at [`MAX_PERMISSION_RECORDS`] and tool-call notes at
+//!   `agent_message_chunk` text of our own session (a child's text is an event, not output), in
+//!   order, kept in [`Shared`] so a partial output survives cancel and error; a `session/update`
+//!   for any other session id is ignored (logged), neither output nor event; permission records are capped at [`MAX_PERMISSION_RECORDS`] and tool-call notes at
 //!   [`MAX_TOOL_CALLS`], with counts of what was dropped: nothing grows with the length of a run;
 //! - one task reads the agent's stdout ([`pump`]): `session/update` notifications are decoded and
 //!   handled there ([`fast`]), everything else goes to the SDK through a one-frame channel, so a
