@@ -1240,6 +1240,80 @@ mod tests {
         assert_eq!(capped.dropped, 3);
     }
 
+    fn subagent(value: Value) -> SubagentUpdate {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn children_are_announced_patched_nested_and_settled() {
+        let mut children = Children::default();
+        children.apply(
+            "root",
+            "root",
+            &subagent(
+                json!({"sessionId": "a", "title": "one", "description": "task",
+                "state": {"state": "running"}}),
+            ),
+        );
+        // Nested on `a`; an update for `b` from another parent, or one naming ours, is ignored.
+        children.apply(
+            "a",
+            "root",
+            &subagent(json!({"sessionId": "b", "title": "two"})),
+        );
+        children.apply(
+            "root",
+            "root",
+            &subagent(json!({"sessionId": "b", "title": "moved"})),
+        );
+        children.apply("root", "root", &subagent(json!({"sessionId": "root"})));
+        // A final state sticks; a later snapshot does not revive the child.
+        children.apply(
+            "root",
+            "root",
+            &subagent(
+                json!({"sessionId": "a", "state": {"state": "idle", "stopReason": "cancelled"}}),
+            ),
+        );
+        children.apply(
+            "root",
+            "root",
+            &subagent(json!({"sessionId": "a", "state": {"state": "running"}})),
+        );
+        let list = children.take();
+        let seen: Vec<String> = list
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} on {}: {:?} {} {:?}",
+                    c.session_id, c.parent_session_id, c.name, c.state, c.stop_reason
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                "a on root: Some(\"one\") cancelled Some(\"cancelled\")",
+                // Never ended: disconnected once the run settled.
+                "b on a: Some(\"two\") disconnected None",
+            ]
+        );
+        assert_eq!(list[0].task.as_deref(), Some("task"));
+    }
+
+    #[test]
+    fn children_beyond_the_cap_are_not_tracked() {
+        let mut children = Children::default();
+        for n in 0..=MAX_CHILDREN {
+            children.apply(
+                "root",
+                "root",
+                &subagent(json!({"sessionId": format!("c{n}")})),
+            );
+        }
+        assert_eq!(children.take().len(), MAX_CHILDREN);
+    }
+
     #[test]
     fn lines_are_classified() {
         let mut buf = b"  \r".to_vec();

@@ -489,7 +489,10 @@ impl Subagents {
             // Dropped with this block once the run ended: the observer's sender goes with it, so
             // the channel below ends once every event was delivered.
             let options = RunOptions {
-                observers: vec![Arc::new(Forwarded { updates: update_tx }) as Arc<dyn Observer>],
+                observers: vec![Arc::new(Forwarded {
+                    updates: update_tx,
+                    all: exposure.is_some(),
+                }) as Arc<dyn Observer>],
                 permissions: (permission == SubagentPermission::Relay)
                     .then(|| Arc::new(Relay { asks: ask_tx }) as Arc<dyn PermissionHandler>),
                 ..RunOptions::default()
@@ -525,21 +528,8 @@ impl Subagents {
         };
         run_over.cancel();
         while relays.next().await.is_some() {}
-        if let Some(mut exposure) = exposure.take() {
-            // The rest of the child's updates, bounded: an observer thread that does not finish
-            // (it always does, once the run's tasks are gone) must not hold the turn.
-            let rest = async {
-                while let Some((session, update)) = update_rx.recv().await {
-                    exposure.relay(turn, session.as_ref(), update);
-                }
-            };
-            if tokio::time::timeout(Duration::from_secs(2), rest)
-                .await
-                .is_err()
-            {
-                tracing::debug!("stopped relaying a child's late updates");
-            }
-            exposure.end(turn, &result);
+        if let Some(exposure) = exposure.take() {
+            exposure.finish(turn, &mut update_rx, &result).await;
         }
         if turn.is_cancelled() {
             return Delegated::failed(CANCELLED);
@@ -751,6 +741,29 @@ impl Exposure {
         }
     }
 
+    /// Relays the rest of the child's updates, then sends the final snapshots. Bounded: an
+    /// observer thread that does not finish (it always does, once the run's tasks are gone) must
+    /// not hold the turn; what it delivers later is not relayed.
+    async fn finish(
+        mut self,
+        turn: &Turn,
+        updates: &mut mpsc::UnboundedReceiver<(Option<String>, serde_json::Value)>,
+        result: &RunResult,
+    ) {
+        let rest = async {
+            while let Some((session, update)) = updates.recv().await {
+                self.relay(turn, session.as_ref(), update);
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(2), rest)
+            .await
+            .is_err()
+        {
+            tracing::debug!("stopped relaying a child's late updates");
+        }
+        self.end(turn, result);
+    }
+
     /// The final snapshots: `unknown` for every nested session the child never ended (the
     /// deepest first), then the child's own outcome on the turn's session.
     fn end(&mut self, turn: &Turn, result: &RunResult) {
@@ -854,9 +867,10 @@ fn push_bounded(shown: &mut String, text: &str) {
 }
 
 /// Forwards the child run's updates (with the child session each is of, `None` for the run's
-/// own) to the call's loop.
+/// own) to the call's loop: all of them (`all`), or only the run's own text (the tool card).
 struct Forwarded {
     updates: mpsc::UnboundedSender<(Option<String>, serde_json::Value)>,
+    all: bool,
 }
 
 impl Observer for Forwarded {
@@ -864,6 +878,10 @@ impl Observer for Forwarded {
         if let Event::Update {
             session_id, update, ..
         } = event
+            && (self.all
+                || (session_id.is_none()
+                    && update.get("sessionUpdate").and_then(|v| v.as_str())
+                        == Some("agent_message_chunk")))
         {
             // The receiver is gone only once the call has its result.
             let _ = self.updates.send((session_id.clone(), update.clone()));

@@ -316,6 +316,8 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
     let result = records(&out).pop().unwrap();
     assert_eq!(result["status"], "aborted");
     assert_eq!(result["stopReason"], "cancelled");
+    // The child's session ended, cancelled, before the parent answered.
+    assert_eq!(result["children"][0]["state"], "cancelled", "{result}");
     assert_none_left(dir.path());
 }
 
