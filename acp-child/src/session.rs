@@ -9,8 +9,9 @@
 //!
 //! Each session also has a [`Memory`]: the conversation so far (for the model backend and
 //! `session/load`), the standing permission answers (`allow-always` / `reject-always`, per
-//! permission kind) and the tool call ids announced so far (each is announced once). It lives as
-//! long as the connection and is shared with the session's turns.
+//! permission kind), the tool call ids announced so far (each is announced once) and the
+//! session's [`Settings`] (system prompt, model, tool filter). It lives as long as the connection
+//! and is shared with the session's turns.
 //!
 //! Synchronous on purpose: every method is a short critical section, safe to call from the SDK's
 //! dispatch loop (which must not block) and from spawned turn tasks.
@@ -18,8 +19,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use protocol::capabilities::ToolFilter;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
+
+use crate::backend::model::persona::SessionPersona;
 
 use crate::store::{Record, Store};
 use crate::workspace::Workspace;
@@ -37,12 +41,22 @@ pub(crate) enum SessionError {
     AlreadyOpen { id: String },
 }
 
+/// What the client chose for a session: at `session/new` (system prompt, tool filter) and with
+/// `session/set_config_option` (model). `None`: the agent's own default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub(crate) persona: Option<SessionPersona>,
+    pub(crate) model: Option<String>,
+    pub(crate) tools: Option<ToolFilter>,
+}
+
 /// What a session remembers between its turns.
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     history: Mutex<Vec<Record>>,
     standing: Mutex<HashMap<String, bool>>,
     tool_call_ids: Mutex<ToolCallIds>,
+    settings: Mutex<Settings>,
     /// Where the conversation is also saved (persistent sessions only).
     saved_to: Option<(Arc<Store>, String)>,
 }
@@ -63,6 +77,7 @@ impl Memory {
             history: Mutex::new(history),
             standing: Mutex::default(),
             tool_call_ids: Mutex::default(),
+            settings: Mutex::default(),
             saved_to: Some((store, id.to_owned())),
         }
     }
@@ -94,6 +109,15 @@ impl Memory {
     /// Remembers an allow-always (`true`) or reject-always (`false`) for a tool kind.
     pub(crate) fn set_standing(&self, kind: &str, allow: bool) {
         lock(&self.standing).insert(kind.to_owned(), allow);
+    }
+
+    #[must_use]
+    pub(crate) fn settings(&self) -> Settings {
+        lock(&self.settings).clone()
+    }
+
+    pub(crate) fn configure(&self, change: impl FnOnce(&mut Settings)) {
+        change(&mut lock(&self.settings));
     }
 
     /// The id to announce a tool call under: `proposed` when it is non-empty and not yet
@@ -234,6 +258,14 @@ impl Sessions {
             workspace: Arc::clone(&entry.workspace),
             memory: Arc::clone(&entry.memory),
         })
+    }
+
+    /// What session `id` remembers, if it is open.
+    pub(crate) fn memory(&self, id: &str) -> Option<Arc<Memory>> {
+        self.lock()
+            .sessions
+            .get(id)
+            .map(|entry| Arc::clone(&entry.memory))
     }
 
     /// Cancels the session's in-flight turn; returns whether there was one.

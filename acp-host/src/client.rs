@@ -20,6 +20,11 @@
 //!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
 //!   exactly as the agent sent it;
 //! - the prompt is never sent if cancellation came before `session/new` answered;
+//! - what the run asks at start is decided from the `initialize` answer
+//!   (`protocol::capabilities`): `session/new` carries a `systemPrompt` or the start extension's
+//!   `_meta` only when advertised, a model is selected with `session/set_config_option` before the
+//!   prompt, and a refusal ends the drive before `session/new` (persona, tools) or before the
+//!   prompt (model); `ready` is announced only once the session is configured;
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a `{` line that
 //!   is not valid UTF-8 is decoded lossily (with a warning); a batch array is answered with an
 //!   "invalid request" error; a frame larger than [`DriveConfig::max_frame_bytes`] ends the run
@@ -37,10 +42,12 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock, Implementation, InitializeRequest, NewSessionRequest,
-    PromptRequest, SessionNotification, SessionUpdate, TextContent,
+    PromptRequest, SessionNotification, SessionUpdate, SetSessionConfigOptionRequest, SystemPrompt,
+    SystemPromptMode, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::{SinkExt, StreamExt};
+use protocol::capabilities::{self, Offers, PersonaDelivery, Refusal, SessionPlan, Wants};
 use protocol::permission::{
     self, Answer, DecidedBy, OfferedKind, OfferedOption, Outcome, PermissionDecision,
     PermissionRequest,
@@ -80,6 +87,10 @@ pub(crate) struct DriveConfig {
     pub(crate) cancel_grace: Duration,
     /// Larger stdout lines end the run (a runaway agent must not exhaust the host's memory).
     pub(crate) max_frame_bytes: usize,
+    /// What the run asks of the agent at start; refused before the prompt when it cannot.
+    pub(crate) wants: Wants,
+    /// The agent as the user named it, for refusals.
+    pub(crate) agent: String,
 }
 
 /// A future an event sink returns: resolved once the event is queued (or shed).
@@ -120,6 +131,8 @@ pub(crate) struct Shared {
     /// Title and kind of each tool call seen in updates: a permission request may carry only the
     /// tool call id, and the decision should still say what it was about.
     tool_calls: Mutex<HashMap<String, ToolCallInfo>>,
+    /// How the persona reached the agent, once decided.
+    persona_delivery: Mutex<Option<PersonaDelivery>>,
 }
 
 impl Shared {
@@ -133,6 +146,7 @@ impl Shared {
             foreign_updates: AtomicU64::new(0),
             start_gate: Mutex::default(),
             tool_calls: Mutex::default(),
+            persona_delivery: Mutex::default(),
         }
     }
 }
@@ -248,6 +262,10 @@ impl Shared {
         self.session_id.lock().ok().and_then(|s| s.clone())
     }
 
+    pub(crate) fn persona_delivery(&self) -> Option<PersonaDelivery> {
+        self.persona_delivery.lock().ok().and_then(|d| *d)
+    }
+
     pub(crate) fn garbage_lines(&self) -> u64 {
         self.garbage_lines.load(Ordering::Relaxed)
     }
@@ -346,6 +364,7 @@ impl Shared {
 pub(crate) enum Stage {
     Initialize,
     NewSession,
+    SetConfigOption,
     Prompt,
 }
 
@@ -354,6 +373,7 @@ impl Stage {
         match self {
             Stage::Initialize => "initialize",
             Stage::NewSession => "session/new",
+            Stage::SetConfigOption => "session/set_config_option",
             Stage::Prompt => "session/prompt",
         }
     }
@@ -384,6 +404,8 @@ pub(crate) enum DriveEnd {
     /// The agent answered the handshake with ACP's auth-required error; `run` adds how to get
     /// past it (acp-host never runs an agent's interactive login).
     AuthRequired { stage: Stage, message: String },
+    /// The agent cannot honour what the run asked of it at start; the prompt was not sent.
+    Refused(Refusal),
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
@@ -546,18 +568,19 @@ async fn converse(
     events: &dyn DriveEvents,
     cancel: &CancellationToken,
 ) -> DriveEnd {
-    let session_id = match handshake(cx, config, cancel).await {
-        Ok(id) => id,
+    let (session_id, plan) = match handshake(cx, config, shared, cancel).await {
+        Ok(started) => started,
         Err(end) => return end,
     };
-    if let Ok(mut slot) = shared.session_id.lock() {
-        *slot = Some(session_id.clone());
-    }
     shared.open_start_gate(&session_id, events);
 
+    let text = match &plan.preamble {
+        Some(persona) => capabilities::preamble(persona, &config.prompt),
+        None => config.prompt.clone(),
+    };
     let prompt = PromptRequest::new(
         session_id.clone(),
-        vec![ContentBlock::Text(TextContent::new(config.prompt.clone()))],
+        vec![ContentBlock::Text(TextContent::new(text))],
     );
     let prompt = match UntypedMessage::new("session/prompt", prompt) {
         Ok(message) => message,
@@ -589,53 +612,103 @@ async fn converse(
     }
 }
 
-/// initialize, then session/new, within the handshake deadline: the session id, or how the drive
-/// ended (cancelled first, timed out, or failed).
+/// initialize, the start-time capabilities decided, session/new, then the model selected, all
+/// within the handshake deadline: the session id and what the prompt still needs, or how the drive
+/// ended (cancelled first, timed out, refused, or failed).
 async fn handshake(
     cx: &ConnectionTo<Agent>,
     config: &DriveConfig,
+    shared: &Shared,
     cancel: &CancellationToken,
-) -> Result<String, DriveEnd> {
+) -> Result<(String, SessionPlan), DriveEnd> {
     // Which handshake step a timeout interrupted, for the message.
-    let initialized = AtomicBool::new(false);
+    let stage = Mutex::new(Stage::Initialize);
+    let at = |next: Stage| {
+        if let Ok(mut stage) = stage.lock() {
+            *stage = next;
+        }
+    };
     let steps = async {
-        cx.send_request(
-            InitializeRequest::new(ProtocolVersion::V1)
-                .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
-        )
-        .block_task()
-        .await
-        .map_err(|err| failed(Stage::Initialize, &err))?;
-        initialized.store(true, Ordering::Relaxed);
+        let initialized = cx
+            .send_request(
+                InitializeRequest::new(ProtocolVersion::V1)
+                    .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
+            )
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::Initialize, &err))?;
+        let offers =
+            Offers::from_initialize(&serde_json::to_value(&initialized).unwrap_or_default());
+        let plan = capabilities::plan_session(&config.wants, &offers, &config.agent)
+            .map_err(DriveEnd::Refused)?;
+        if let Ok(mut delivery) = shared.persona_delivery.lock() {
+            *delivery = plan.persona_delivery;
+        }
+        at(Stage::NewSession);
+        let mut request = NewSessionRequest::new(&config.cwd);
+        if let Some(system) = &plan.system_prompt {
+            request = request.system_prompt(
+                SystemPrompt::new(vec![ContentBlock::Text(TextContent::new(
+                    system.text.clone(),
+                ))])
+                .mode(if system.replace {
+                    SystemPromptMode::Override
+                } else {
+                    SystemPromptMode::Append
+                }),
+            );
+        }
+        request.meta.clone_from(&plan.meta);
         // Untyped so that a response without a session id is reported as such, not as a parse error.
-        let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
+        let new_session = UntypedMessage::new("session/new", request)
             .map_err(|err| failed(Stage::NewSession, &err))?;
         let response = cx
             .send_request(new_session)
             .block_task()
             .await
             .map_err(|err| failed(Stage::NewSession, &err))?;
-        match response
+        let session_id = match response
             .get("sessionId")
             .and_then(serde_json::Value::as_str)
         {
-            Some(id) if !id.is_empty() => Ok(id.to_owned()),
-            _ => Err(DriveEnd::Failed {
-                stage: Stage::NewSession,
-                closed: false,
-                message: format!("agent answered session/new without a sessionId: {response}"),
-            }),
+            Some(id) if !id.is_empty() => id.to_owned(),
+            _ => {
+                return Err(DriveEnd::Failed {
+                    stage: Stage::NewSession,
+                    closed: false,
+                    message: format!("agent answered session/new without a sessionId: {response}"),
+                });
+            }
+        };
+        if let Ok(mut slot) = shared.session_id.lock() {
+            *slot = Some(session_id.clone());
         }
+        if let Some(model) = &config.wants.model {
+            let choice =
+                capabilities::plan_model(model, response.get("configOptions"), &config.agent)
+                    .map_err(DriveEnd::Refused)?;
+            if let Some(choice) = choice {
+                at(Stage::SetConfigOption);
+                let set = SetSessionConfigOptionRequest::new(
+                    session_id.clone(),
+                    choice.config_id,
+                    choice.value.as_str(),
+                );
+                let set = UntypedMessage::new("session/set_config_option", set)
+                    .map_err(|err| failed(Stage::SetConfigOption, &err))?;
+                cx.send_request(set)
+                    .block_task()
+                    .await
+                    .map_err(|err| failed(Stage::SetConfigOption, &err))?;
+            }
+        }
+        Ok((session_id, plan))
     };
     tokio::select! {
         biased;
         () = cancel.cancelled() => Err(DriveEnd::Cancelled { prompt_sent: false, stop_reason: None }),
         answer = tokio::time::timeout(config.handshake_timeout, steps) => answer.unwrap_or_else(|_| {
-            let stage = if initialized.load(Ordering::Relaxed) {
-                Stage::NewSession
-            } else {
-                Stage::Initialize
-            };
+            let stage = stage.lock().map_or(Stage::Initialize, |stage| *stage);
             Err(DriveEnd::HandshakeTimeout { stage })
         }),
     }

@@ -8,6 +8,8 @@
 //!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
 //! - teardown runs on every path once a process exists, and the result records how it ended;
 //! - the run id is minted here, never taken from the agent;
+//! - what the request asks of the agent at start (persona, model, tool filter) is honoured or the
+//!   run ends `error` with kind `capability` before the prompt is sent (`protocol::capabilities`);
 //! - the agent's `ACP_HOST_DEPTH` / `ACP_HOST_MAX_DEPTH` are set here from the caller's own
 //!   (`protocol::depth`), overriding any forwarded value; a start past the cap is refused with
 //!   `depth-limit` before anything is spawned (a budget against runaway recursion, not a security
@@ -392,6 +394,7 @@ fn record_teardown(
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
+    result.persona_delivery = shared.persona_delivery();
 }
 
 /// The agent may print a credential it was given or found: where the result repeats the agent's
@@ -438,6 +441,8 @@ async fn supervise(
         handshake_timeout: timeouts.handshake,
         cancel_grace: timeouts.cancel_grace,
         max_frame_bytes: options.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
+        wants: request.wants.clone(),
+        agent: request.agent.display.clone(),
     };
     // The drive watches its own token: the caller's cancel and our deadline both feed it.
     let drive_cancel = cancel.graceful.child_token();
@@ -512,6 +517,7 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
         permissions: Vec::new(),
         permissions_dropped: None,
         session_id: None,
+        persona_delivery: None,
     }
 }
 
@@ -578,6 +584,11 @@ fn settle(
             };
             (Status::Error, None, Some(error))
         }
+        Some(DriveEnd::Refused(refusal)) => (
+            Status::Error,
+            None,
+            Some((ErrorKind::Capability, refusal.to_string())),
+        ),
         Some(DriveEnd::ConnectionFailed { message }) => {
             (Status::Error, None, Some((ErrorKind::Protocol, message)))
         }

@@ -113,6 +113,7 @@ mod tests {
             permissions: vec![],
             permissions_dropped: None,
             session_id: None,
+            persona_delivery: None,
         });
         let value = serde_json::to_value(&record).unwrap();
         let schema = crate::schema::output("run-result.json").unwrap();

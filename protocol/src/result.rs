@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::capabilities::PersonaDelivery;
 use crate::permission::PermissionDecision;
 
 /// How a run ended. Serialized in kebab-case (`max-tokens`), which is also how it is printed.
@@ -115,7 +116,7 @@ impl Status {
             let why = match status {
                 Status::Timeout => "--timeout elapsed".to_owned(),
                 Status::Error => {
-                    "spawn failure, crash, protocol error, unknown stop reason, depth limit"
+                    "spawn failure, crash, protocol error, depth limit, capability refused"
                         .to_owned()
                 }
                 Status::Aborted => {
@@ -168,17 +169,21 @@ pub enum ErrorKind {
     /// Starting the agent would exceed the delegation depth limit (`ACP_HOST_MAX_DEPTH`, the
     /// definition's `maxDepth`, `--max-depth`); nothing was spawned.
     DepthLimit,
+    /// The agent cannot honour a start-time capability the run asked for (a persona mode, a
+    /// model, a tool filter); the prompt was not sent.
+    Capability,
 }
 
 impl ErrorKind {
     /// Every kind, in documentation order.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::Spawn,
         ErrorKind::Handshake,
         ErrorKind::Protocol,
         ErrorKind::Crash,
         ErrorKind::Timeout,
         ErrorKind::DepthLimit,
+        ErrorKind::Capability,
     ];
 
     /// The kebab-case name, as serialized.
@@ -191,6 +196,7 @@ impl ErrorKind {
             ErrorKind::Crash => "crash",
             ErrorKind::Timeout => "timeout",
             ErrorKind::DepthLimit => "depth-limit",
+            ErrorKind::Capability => "capability",
         }
     }
 }
@@ -247,6 +253,9 @@ pub struct RunResult {
     pub permissions_dropped: Option<u64>,
     /// The agent's ACP session id, when a session was created (useful to correlate agent logs).
     pub session_id: Option<String>,
+    /// How the run's persona reached the agent; absent when the run had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persona_delivery: Option<PersonaDelivery>,
 }
 
 impl RunResult {

@@ -20,7 +20,8 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
-use protocol::definition::{self, PersonaDelivery, RunPermission};
+use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
+use protocol::definition::RunPermission;
 use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
@@ -56,6 +57,31 @@ pub struct RunArgs {
     /// A folder of subagent definitions for --subagent, after ./subagents/ (repeatable).
     #[arg(long = "subagents", value_name = "DIR")]
     subagent_dirs: Vec<PathBuf>,
+
+    /// The agent's persona, read from FILE: sent as its session system prompt when it takes one,
+    /// else before the prompt (see --persona-mode) [default: the --subagent definition's body].
+    #[arg(long, value_name = "FILE")]
+    persona: Option<PathBuf>,
+
+    /// append: add the persona to the agent's instructions, falling back to a preamble of the
+    /// prompt; strict: the same without the fallback (refused instead); override: replace the
+    /// agent's default instructions (refused when it cannot) [default: append, or the definition's].
+    #[arg(long, value_enum, value_name = "MODE")]
+    persona_mode: Option<PersonaModeArg>,
+
+    /// Select this model through the agent's session config option of category model; refused
+    /// when the agent does not offer it [default: the --subagent definition's].
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+
+    /// Only these tools (comma-separated; '' for none). Needs an agent honouring acp-host's
+    /// start extension (acp-child does); refused otherwise.
+    #[arg(long, value_name = "NAME,...")]
+    tools: Option<String>,
+
+    /// Never these tools (comma-separated); wins over --tools. Refused like --tools.
+    #[arg(long, value_name = "NAME,...")]
+    deny_tools: Option<String>,
 
     /// Working directory of the agent and of its session (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -111,6 +137,23 @@ pub struct RunArgs {
     /// Show thoughts, tool calls, plans, permission decisions and the agent's stderr on stderr.
     #[arg(short, long)]
     verbose: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum PersonaModeArg {
+    Append,
+    Strict,
+    Override,
+}
+
+impl From<PersonaModeArg> for PersonaMode {
+    fn from(arg: PersonaModeArg) -> Self {
+        match arg {
+            PersonaModeArg::Append => PersonaMode::Append,
+            PersonaModeArg::Strict => PersonaMode::Strict,
+            PersonaModeArg::Override => PersonaMode::Override,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -188,7 +231,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     // stdin must stay interruptible); from here on it is ours, before anything is spawned, so no
     // signal falls between the spawn and the watcher. The persona file of a --subagent run lives
     // until the run has ended.
-    let (request, _persona) = build_request(args).map_err(CliError::Usage)?;
+    let request = build_request(args).map_err(CliError::Usage)?;
     let signals = {
         let _runtime = runtime.enter();
         Signals::install()
@@ -262,8 +305,8 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     Ok(code)
 }
 
-fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempDir>), String> {
-    let mut prompt = if args.prompt == "-" {
+fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
+    let prompt = if args.prompt == "-" {
         let mut prompt = String::new();
         std::io::stdin()
             .read_to_string(&mut prompt)
@@ -295,25 +338,11 @@ fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempD
     let resolved =
         agents::resolve(&agent_name, &HostFacts::from_env()).map_err(|err| err.to_string())?;
     let mut agent = resolved.command;
-    let mut persona_dir = None;
+    let wants = wants(args, found.as_ref())?;
+    agent
+        .args
+        .extend(protocol::capabilities::launch_args(&wants, resolved.spec));
     if let Some(found) = &found {
-        let acp_child = resolved
-            .spec
-            .is_some_and(|spec| spec.name == registry::ACP_CHILD);
-        let plan = definition::plan_run(&found.run, &agent_name, acp_child)
-            .map_err(|err| format!("--subagent {}: {err}", found.definition.name))?;
-        agent.args.extend(plan.args);
-        match plan.persona {
-            PersonaDelivery::Flag => {
-                let (dir, path) = subagent::persona_file(&found.definition.body)?;
-                agent.args.push("--persona".to_owned());
-                agent.args.push(path.display().to_string());
-                persona_dir = Some(dir);
-            }
-            PersonaDelivery::Prompt => {
-                prompt = definition::prompt_with_persona(&found.definition.body, &prompt);
-            }
-        }
         // The definition's names, unless a flag forwards the same one.
         for name in &found.run.env {
             if !env.iter().any(|forward| forward.name() == name) {
@@ -349,8 +378,59 @@ fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempD
         max_depth: args
             .max_depth
             .or_else(|| run_spec.and_then(|run| run.max_depth)),
+        wants,
     };
-    Ok((request, persona_dir))
+    Ok(request)
+}
+
+/// The persona, model and tool filter: the flags, over the --subagent definition's.
+fn wants(args: &RunArgs, found: Option<&subagent::Found>) -> Result<Wants, String> {
+    let mut wants = found.map_or_else(Wants::default, |found| {
+        found.run.wants(&found.definition.body)
+    });
+    if let Some(path) = &args.persona {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("--persona {}: cannot read it: {err}", path.display()))?;
+        if text.trim().is_empty() {
+            return Err(format!(
+                "--persona {}: the file is empty; write the persona in it",
+                path.display()
+            ));
+        }
+        wants.persona = Some(Persona {
+            text,
+            mode: PersonaMode::default(),
+        });
+    }
+    if let Some(mode) = args.persona_mode {
+        let Some(persona) = &mut wants.persona else {
+            return Err(
+                "--persona-mode: there is no persona; pass --persona FILE or --subagent NAME"
+                    .into(),
+            );
+        };
+        persona.mode = mode.into();
+    }
+    if let Some(model) = &args.model {
+        wants.model = Some(model.clone());
+    }
+    let names = |list: &str| -> Vec<String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    if args.tools.is_some() || args.deny_tools.is_some() {
+        let filter = wants.tools.get_or_insert_with(ToolFilter::default);
+        if let Some(allow) = &args.tools {
+            filter.allow = Some(names(allow));
+        }
+        if let Some(deny) = &args.deny_tools {
+            filter.deny = names(deny);
+        }
+    }
+    Ok(wants)
 }
 
 /// SIGINT and SIGTERM, registered (so no longer fatal) as soon as this exists.
