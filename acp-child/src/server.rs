@@ -38,6 +38,7 @@ use agent_client_protocol::{
     on_receive_request,
 };
 use protocol::capabilities::{self, ToolFilter};
+use protocol::structured::OutputSchema;
 use serde_json::{Value, json};
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
@@ -251,7 +252,10 @@ fn initialize(
         let mut meta = serde_json::Map::new();
         meta.insert(
             capabilities::EXTENSION.to_owned(),
-            json!({"version": capabilities::EXTENSION_VERSION, "fields": [capabilities::FIELD_TOOLS]}),
+            json!({
+                "version": capabilities::EXTENSION_VERSION,
+                "fields": [capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA],
+            }),
         );
         capabilities = capabilities.meta(meta);
     }
@@ -293,7 +297,7 @@ fn session_settings(request: &NewSessionRequest, offers: &Offers) -> Result<Sett
         .as_ref()
         .and_then(|meta| meta.get(capabilities::EXTENSION))
     {
-        settings.tools = start_extension(extension, offers)?;
+        (settings.tools, settings.output) = start_extension(extension, offers)?;
     }
     Ok(settings)
 }
@@ -325,8 +329,12 @@ fn session_persona(system: &SystemPrompt, offers: &Offers) -> Result<SessionPers
     Ok(SessionPersona { persona, replace })
 }
 
-/// The start extension's fields: a tool filter whose names must all exist.
-fn start_extension(extension: &Value, offers: &Offers) -> Result<Option<ToolFilter>, String> {
+/// The start extension's fields: a tool filter whose names must all exist, an output schema that
+/// compiles.
+fn start_extension(
+    extension: &Value,
+    offers: &Offers,
+) -> Result<(Option<ToolFilter>, Option<Arc<OutputSchema>>), String> {
     let key = capabilities::EXTENSION;
     let Some(fields) = extension.as_object() else {
         return Err(format!("_meta.{key}: must be an object"));
@@ -338,6 +346,7 @@ fn start_extension(extension: &Value, offers: &Offers) -> Result<Option<ToolFilt
         ));
     }
     let mut tools = None;
+    let mut output = None;
     for (name, value) in fields {
         match name.as_str() {
             "version" => {}
@@ -349,6 +358,11 @@ fn start_extension(extension: &Value, offers: &Offers) -> Result<Option<ToolFilt
                     .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
                 tools = Some(filter);
             }
+            capabilities::FIELD_OUTPUT_SCHEMA if !offers.tools.is_empty() => {
+                let schema = OutputSchema::compile(value.clone())
+                    .map_err(|error| format!("_meta.{key}.outputSchema: {error}"))?;
+                output = Some(Arc::new(schema));
+            }
             other => {
                 return Err(format!(
                     "_meta.{key}: field {other} is not honoured by this agent (see its initialize \
@@ -357,7 +371,7 @@ fn start_extension(extension: &Value, offers: &Offers) -> Result<Option<ToolFilt
             }
         }
     }
-    Ok(tools)
+    Ok((tools, output))
 }
 
 /// Selects a session's model; answers every config option's current value.
@@ -551,12 +565,26 @@ fn prompt(
     };
     let backend = Arc::clone(backend);
     let mut turn = Turn::new(active, cx.clone(), request.prompt, client_fs);
+    // A capture of an earlier turn is never this turn's answer.
+    turn.memory().take_captured();
     cx.spawn(async move {
         let result = backend.run_turn(&mut turn).await;
+        let captured = turn.memory().take_captured();
         // Free the session's slot before answering, so the next prompt is never refused as busy.
         drop(turn);
         let sent = match result {
-            Ok(stop_reason) => responder.respond(PromptResponse::new(stop_reason)),
+            Ok(stop_reason) => {
+                let mut response = PromptResponse::new(stop_reason);
+                if let Some(value) = captured {
+                    let mut meta = serde_json::Map::new();
+                    meta.insert(
+                        capabilities::EXTENSION.to_owned(),
+                        json!({"structured": value}),
+                    );
+                    response = response.meta(meta);
+                }
+                responder.respond(response)
+            }
             Err(error) => {
                 let message = describe(&error);
                 tracing::warn!(%message, "prompt turn failed");

@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use protocol::capabilities::ToolFilter;
+use protocol::structured::OutputSchema;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
@@ -43,11 +44,13 @@ pub(crate) enum SessionError {
 
 /// What the client chose for a session: at `session/new` (system prompt, tool filter) and with
 /// `session/set_config_option` (model). `None`: the agent's own default.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Settings {
     pub(crate) persona: Option<SessionPersona>,
     pub(crate) model: Option<String>,
     pub(crate) tools: Option<ToolFilter>,
+    /// A structured answer is asked for: the capture tool is offered with this schema.
+    pub(crate) output: Option<Arc<OutputSchema>>,
 }
 
 /// What a session remembers between its turns.
@@ -57,6 +60,8 @@ pub(crate) struct Memory {
     standing: Mutex<HashMap<String, bool>>,
     tool_call_ids: Mutex<ToolCallIds>,
     settings: Mutex<Settings>,
+    /// The structured answer captured in the current turn.
+    captured: Mutex<Option<serde_json::Value>>,
     /// Where the conversation is also saved (persistent sessions only).
     saved_to: Option<(Arc<Store>, String)>,
 }
@@ -78,6 +83,7 @@ impl Memory {
             standing: Mutex::default(),
             tool_call_ids: Mutex::default(),
             settings: Mutex::default(),
+            captured: Mutex::default(),
             saved_to: Some((store, id.to_owned())),
         }
     }
@@ -118,6 +124,16 @@ impl Memory {
 
     pub(crate) fn configure(&self, change: impl FnOnce(&mut Settings)) {
         change(&mut lock(&self.settings));
+    }
+
+    /// Keeps a checked structured answer (the latest call wins).
+    pub(crate) fn capture(&self, value: serde_json::Value) {
+        *lock(&self.captured) = Some(value);
+    }
+
+    /// The structured answer captured since the last take.
+    pub(crate) fn take_captured(&self) -> Option<serde_json::Value> {
+        lock(&self.captured).take()
     }
 
     /// The id to announce a tool call under: `proposed` when it is non-empty and not yet

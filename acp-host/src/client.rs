@@ -53,6 +53,7 @@ use protocol::permission::{
     PermissionRequest,
 };
 pub(crate) use protocol::result::MAX_PERMISSION_RECORDS;
+use protocol::structured::{self, OutputSchema, StructuredVia, Violation};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStdout;
@@ -91,6 +92,22 @@ pub(crate) struct DriveConfig {
     pub(crate) wants: Wants,
     /// The agent as the user named it, for refusals.
     pub(crate) agent: String,
+    /// The compiled output schema of `wants.output`.
+    pub(crate) schema: Option<Arc<OutputSchema>>,
+}
+
+/// The structured answer of a run, once the drive has checked it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Structured {
+    Matched {
+        value: serde_json::Value,
+        via: StructuredVia,
+    },
+    /// The last answer's violations, after every follow-up.
+    Mismatched {
+        via: StructuredVia,
+        violations: Vec<Violation>,
+    },
 }
 
 /// A future an event sink returns: resolved once the event is queued (or shed).
@@ -133,6 +150,10 @@ pub(crate) struct Shared {
     tool_calls: Mutex<HashMap<String, ToolCallInfo>>,
     /// How the persona reached the agent, once decided.
     persona_delivery: Mutex<Option<PersonaDelivery>>,
+    /// The text of the current prompt turn, for extracting a structured answer (bounded like the
+    /// output); `None` when no structured answer is asked for.
+    turn_text: Mutex<Option<OutputTail>>,
+    structured: Mutex<Option<Structured>>,
 }
 
 impl Shared {
@@ -147,6 +168,8 @@ impl Shared {
             start_gate: Mutex::default(),
             tool_calls: Mutex::default(),
             persona_delivery: Mutex::default(),
+            turn_text: Mutex::default(),
+            structured: Mutex::default(),
         }
     }
 }
@@ -262,6 +285,25 @@ impl Shared {
         self.session_id.lock().ok().and_then(|s| s.clone())
     }
 
+    pub(crate) fn take_structured(&self) -> Option<Structured> {
+        self.structured.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Starts collecting a new turn's text (for a run asking a structured answer).
+    fn begin_turn_text(&self, cap: usize) {
+        if let Ok(mut text) = self.turn_text.lock() {
+            *text = Some(OutputTail::new(cap));
+        }
+    }
+
+    fn take_turn_text(&self) -> String {
+        self.turn_text
+            .lock()
+            .ok()
+            .and_then(|mut text| text.as_mut().map(|t| t.take().0))
+            .unwrap_or_default()
+    }
+
     pub(crate) fn persona_delivery(&self) -> Option<PersonaDelivery> {
         self.persona_delivery.lock().ok().and_then(|d| *d)
     }
@@ -326,10 +368,15 @@ impl Shared {
     fn take_in(&self, update: SessionUpdate) -> Option<serde_json::Value> {
         match &update {
             SessionUpdate::AgentMessageChunk(chunk) => {
-                if let ContentBlock::Text(text) = &chunk.content
-                    && let Ok(mut output) = self.output.lock()
-                {
-                    output.push(&text.text);
+                if let ContentBlock::Text(text) = &chunk.content {
+                    if let Ok(mut output) = self.output.lock() {
+                        output.push(&text.text);
+                    }
+                    if let Ok(mut turn) = self.turn_text.lock()
+                        && let Some(turn) = turn.as_mut()
+                    {
+                        turn.push(&text.text);
+                    }
                 }
             }
             SessionUpdate::ToolCall(call) => {
@@ -574,29 +621,92 @@ async fn converse(
     };
     shared.open_start_gate(&session_id, events);
 
-    let text = match &plan.preamble {
+    let mut text = match &plan.preamble {
         Some(persona) => capabilities::preamble(persona, &config.prompt),
         None => config.prompt.clone(),
     };
+    if let Some(instruction) = &plan.output_instruction {
+        text.push_str(instruction);
+    }
+    let (Some(schema), Some(output), Some(expected)) =
+        (&config.schema, &config.wants.output, plan.structured_via)
+    else {
+        return match prompt_turn(cx, config, shared, &session_id, text, cancel).await {
+            Ok(response) => stop_reason_of(&response),
+            Err(end) => end,
+        };
+    };
+    // The answer is checked after each turn that ends normally; a mismatch is answered with a
+    // follow-up in the same session, up to the retries.
+    let mut follow_ups = output.retries;
+    loop {
+        shared.begin_turn_text(protocol::result::DEFAULT_MAX_OUTPUT_BYTES);
+        let response = match prompt_turn(cx, config, shared, &session_id, text, cancel).await {
+            Ok(response) => response,
+            Err(end) => return end,
+        };
+        let end = stop_reason_of(&response);
+        if !matches!(&end, DriveEnd::Stopped { stop_reason } if stop_reason == "end_turn") {
+            return end;
+        }
+        let captured = response
+            .get("_meta")
+            .and_then(|meta| meta.get(capabilities::EXTENSION))
+            .and_then(|extension| extension.get("structured"))
+            .cloned();
+        // Without a capture, the answer's text is the candidate (an agent may answer in text
+        // even when it has a capture tool).
+        let turn_text = shared.take_turn_text();
+        let (candidate, via) = match captured {
+            Some(value) => (Some(value), StructuredVia::CaptureTool),
+            None => match structured::extract(&turn_text) {
+                Some(value) => (Some(value), StructuredVia::Text),
+                None => (None, expected),
+            },
+        };
+        let outcome = match schema.check(candidate.as_ref()) {
+            Ok(value) => Structured::Matched { value, via },
+            Err(violations) if follow_ups > 0 => {
+                follow_ups -= 1;
+                tracing::info!(violations = %structured::describe(&violations), "answer does not match the output schema; following up");
+                text = structured::nudge(&violations);
+                continue;
+            }
+            Err(violations) => Structured::Mismatched { via, violations },
+        };
+        if let Ok(mut slot) = shared.structured.lock() {
+            *slot = Some(outcome);
+        }
+        return end;
+    }
+}
+
+/// One `session/prompt` with `text`, raced against cancellation: the agent's answer, or how the
+/// drive ended (a failure, or the cancel, after session/cancel and a bounded wait).
+async fn prompt_turn(
+    cx: &ConnectionTo<Agent>,
+    config: &DriveConfig,
+    shared: &Shared,
+    session_id: &str,
+    text: String,
+    cancel: &CancellationToken,
+) -> Result<serde_json::Value, DriveEnd> {
     let prompt = PromptRequest::new(
-        session_id.clone(),
+        session_id.to_owned(),
         vec![ContentBlock::Text(TextContent::new(text))],
     );
     let prompt = match UntypedMessage::new("session/prompt", prompt) {
         Ok(message) => message,
-        Err(err) => return failed(Stage::Prompt, &err),
+        Err(err) => return Err(failed(Stage::Prompt, &err)),
     };
     let answer = cx.send_request(prompt).block_task();
     tokio::pin!(answer);
     tokio::select! {
         biased;
-        response = &mut answer => match response {
-            Ok(value) => stop_reason_of(&value),
-            Err(err) => failed(Stage::Prompt, &err),
-        },
+        response = &mut answer => response.map_err(|err| failed(Stage::Prompt, &err)),
         () = cancel.cancelled() => {
             shared.cancelling.store(true, Ordering::SeqCst);
-            if let Err(err) = cx.send_notification(CancelNotification::new(session_id)) {
+            if let Err(err) = cx.send_notification(CancelNotification::new(session_id.to_owned())) {
                 tracing::debug!(%err, "could not send session/cancel");
             }
             let stop_reason = match tokio::time::timeout(config.cancel_grace, answer).await {
@@ -607,7 +717,7 @@ async fn converse(
                 // A torn pipe after cancel, or no answer within the grace: still a cancel.
                 Ok(Err(_)) | Err(_) => None,
             };
-            DriveEnd::Cancelled { prompt_sent: true, stop_reason }
+            Err(DriveEnd::Cancelled { prompt_sent: true, stop_reason })
         }
     }
 }

@@ -19,12 +19,17 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::structured::{self, OutputSpec, StructuredVia};
+
 /// The `_meta` key of the extension, in `agentCapabilities._meta` and on `session/new`.
 pub const EXTENSION: &str = "acp-host/start";
 /// The version of the extension's fields this side speaks.
 pub const EXTENSION_VERSION: u64 = 1;
 /// The extension field carrying a tool filter.
 pub const FIELD_TOOLS: &str = "tools";
+/// The extension field carrying an output schema (the agent answers through a capture tool and
+/// returns the value in the prompt response's `_meta`, under [`EXTENSION`], as `structured`).
+pub const FIELD_OUTPUT_SCHEMA: &str = "outputSchema";
 
 /// How a persona joins the agent's own instructions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -111,6 +116,8 @@ pub struct Wants {
     /// A value of the agent's `model` config option.
     pub model: Option<String>,
     pub tools: Option<ToolFilter>,
+    /// A structured answer: never refused (text extraction is the fallback).
+    pub output: Option<OutputSpec>,
 }
 
 /// What the agent advertised at `initialize`, as far as [`Wants`] are concerned.
@@ -192,6 +199,10 @@ pub struct SessionPlan {
     /// `session/new`'s `_meta`.
     pub meta: Option<Map<String, Value>>,
     pub persona_delivery: Option<PersonaDelivery>,
+    /// Appended to the first prompt: the schema and how to answer ([`structured::instruction`]).
+    pub output_instruction: Option<String>,
+    /// Where the structured answer is expected from, when one is asked for.
+    pub structured_via: Option<StructuredVia>,
 }
 
 /// A capability the agent cannot honour: the run is refused before the prompt.
@@ -250,6 +261,7 @@ pub fn plan_session(wants: &Wants, offers: &Offers, agent: &str) -> Result<Sessi
             }
         }
     }
+    let mut fields = Map::new();
     if let Some(tools) = &wants.tools {
         if !offers.honours(FIELD_TOOLS) {
             return Err(refuse(
@@ -261,9 +273,19 @@ pub fn plan_session(wants: &Wants, offers: &Offers, agent: &str) -> Result<Sessi
                 ),
             ));
         }
-        let mut fields = Map::new();
-        fields.insert("version".into(), json!(EXTENSION_VERSION));
         fields.insert(FIELD_TOOLS.into(), json!(tools));
+    }
+    if let Some(output) = &wants.output {
+        if offers.honours(FIELD_OUTPUT_SCHEMA) {
+            fields.insert(FIELD_OUTPUT_SCHEMA.into(), output.schema.clone());
+            plan.structured_via = Some(StructuredVia::CaptureTool);
+        } else {
+            plan.output_instruction = Some(structured::instruction(&output.schema));
+            plan.structured_via = Some(StructuredVia::Text);
+        }
+    }
+    if !fields.is_empty() {
+        fields.insert("version".into(), json!(EXTENSION_VERSION));
         let mut meta = Map::new();
         meta.insert(EXTENSION.into(), Value::Object(fields));
         plan.meta = Some(meta);
@@ -467,6 +489,33 @@ mod tests {
         assert_eq!(
             Value::Object(plan.meta.unwrap()),
             json!({EXTENSION: {"version": 1, "tools": {"allow": ["read_file"], "deny": ["run_command"]}}})
+        );
+    }
+
+    #[test]
+    fn an_output_schema_goes_to_a_capture_tool_or_into_the_prompt() {
+        let wants = Wants {
+            output: Some(OutputSpec {
+                schema: json!({"type": "object"}),
+                retries: 2,
+            }),
+            ..Wants::default()
+        };
+        let plan = plan_session(&wants, &Offers::default(), "a").unwrap();
+        assert_eq!(plan.structured_via, Some(StructuredVia::Text));
+        assert!(plan.meta.is_none());
+        assert_eq!(
+            plan.output_instruction,
+            Some(structured::instruction(&json!({"type": "object"})))
+        );
+        let capture = offers(&json!({"agentCapabilities": {
+            "_meta": {EXTENSION: {"version": 1, "fields": ["outputSchema"]}}}}));
+        let plan = plan_session(&wants, &capture, "a").unwrap();
+        assert_eq!(plan.structured_via, Some(StructuredVia::CaptureTool));
+        assert!(plan.output_instruction.is_none());
+        assert_eq!(
+            Value::Object(plan.meta.unwrap()),
+            json!({EXTENSION: {"version": 1, "outputSchema": {"type": "object"}}})
         );
     }
 

@@ -134,6 +134,7 @@ impl RunSpec {
                 allow: self.tools.clone(),
                 deny: self.deny_tools.clone(),
             }),
+            output: None,
         }
     }
 }
@@ -748,6 +749,7 @@ mod tests {
                     allow: None,
                     deny: vec!["run_command".into()]
                 }),
+                output: None,
             }
         );
         let plain = RunSpec::default().wants("B");

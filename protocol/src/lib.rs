@@ -16,4 +16,5 @@ pub mod report;
 pub mod request;
 pub mod result;
 pub mod schema;
+pub mod structured;
 pub mod sync;

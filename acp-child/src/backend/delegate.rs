@@ -49,6 +49,7 @@ use protocol::permission::{Answer, DecidedBy, PermissionPolicy, PermissionReques
 use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::result::{RunResult, Status};
+use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::Turn;
@@ -357,6 +358,7 @@ impl Subagents {
         target: &Target,
         prompt: &str,
         cwd: &Path,
+        output_schema: Option<&serde_json::Value>,
     ) -> (StartRequest, SubagentPermission) {
         let launch = &target.launch;
         let permission = launch.permission.unwrap_or(self.permission);
@@ -376,18 +378,26 @@ impl Subagents {
                 ..Timeouts::default()
             },
             max_depth: launch.max_depth,
-            wants: launch.wants.clone(),
+            wants: Wants {
+                output: output_schema.map(|schema| OutputSpec {
+                    schema: schema.clone(),
+                    retries: DEFAULT_SCHEMA_RETRIES,
+                }),
+                ..launch.wants.clone()
+            },
         };
         (request, permission)
     }
 
-    /// Runs subagent `name` on `prompt` for tool call `call` of `turn`, to its result.
+    /// Runs subagent `name` on `prompt` for tool call `call` of `turn`, to its result; with
+    /// `output_schema`, the result is the child's checked JSON answer.
     pub(crate) async fn run(
         &self,
         turn: &Turn,
         call: &ToolCallId,
         name: &str,
         prompt: &str,
+        output_schema: Option<&serde_json::Value>,
     ) -> Delegated {
         let catalog = self.catalog(turn.workspace().root());
         let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
@@ -415,7 +425,8 @@ impl Subagents {
         let Ok(_slot) = slot else {
             return Delegated::failed("subagents are shutting down");
         };
-        let (request, permission) = self.request(target, prompt, turn.workspace().root());
+        let (request, permission) =
+            self.request(target, prompt, turn.workspace().root(), output_schema);
         let prepared = match run::prepare(request, self.ambient()) {
             Ok(prepared) => prepared,
             Err(error) => {
@@ -461,7 +472,10 @@ impl Subagents {
         }
         if result.status == Status::Completed {
             return Delegated {
-                text: result.output,
+                text: result
+                    .structured
+                    .as_ref()
+                    .map_or(result.output, ToString::to_string),
                 failed: false,
             };
         }

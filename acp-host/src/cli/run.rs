@@ -28,6 +28,7 @@ use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, Permiss
 use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
+use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use super::{CliError, Written, subagent};
 
@@ -82,6 +83,17 @@ pub struct RunArgs {
     /// Never these tools (comma-separated); wins over --tools. Refused like --tools.
     #[arg(long, value_name = "NAME,...")]
     deny_tools: Option<String>,
+
+    /// Ask for an answer matching this JSON Schema (a JSON file): through the agent's capture tool
+    /// where it has one (acp-child), else by instruction and extraction from its text. Stdout then
+    /// carries exactly the value, as one line of JSON (--verbose shows the text on stderr).
+    #[arg(long, value_name = "FILE")]
+    output_schema: Option<PathBuf>,
+
+    /// Follow-up prompts, in the same session, after an answer that does not match
+    /// --output-schema; then the run ends schema-mismatch (exit 6).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SCHEMA_RETRIES)]
+    schema_retries: u32,
 
     /// Working directory of the agent and of its session (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -237,15 +249,26 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         Signals::install()
     };
     let ask = request.permission == PermissionPolicy::Ask;
-    let prepared = run::prepare(request, std::env::vars_os())
-        .map_err(|err| CliError::Usage(err.to_string()))?;
+    let prepared = run::prepare(request, std::env::vars_os()).map_err(|err| match err {
+        run::PrepareError::Schema(err) => CliError::Usage(format!(
+            "--output-schema {}: {err}",
+            args.output_schema
+                .as_deref()
+                .map_or_else(String::new, |p| p.display().to_string())
+        )),
+        err => CliError::Usage(err.to_string()),
+    })?;
     if args.verbose && !prepared.scrubbed().is_empty() {
         eprintln!(
             "acp-host: withheld from the agent: {}",
             prepared.scrubbed().join(", ")
         );
     }
-    let renderer = Arc::new(Renderer::new(args.json, args.verbose));
+    let renderer = Arc::new(Renderer::new(
+        args.json,
+        args.verbose,
+        args.output_schema.is_some(),
+    ));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
         permissions: ask.then(|| {
@@ -279,8 +302,12 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     } else {
         (None, Some(result))
     };
+    let value_line = report
+        .as_ref()
+        .and_then(|result| result.structured.as_ref())
+        .map(|value| format!("{value}\n"));
     std::thread::spawn(move || {
-        writer.finish(record);
+        writer.finish(record, value_line.as_deref());
         let _ = done_tx.send(());
     });
     runtime.block_on(async {
@@ -414,6 +441,20 @@ fn wants(args: &RunArgs, found: Option<&subagent::Found>) -> Result<Wants, Strin
     if let Some(model) = &args.model {
         wants.model = Some(model.clone());
     }
+    if let Some(path) = &args.output_schema {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("--output-schema {}: cannot read it: {err}", path.display()))?;
+        let schema = serde_json::from_str(&text).map_err(|err| {
+            format!(
+                "--output-schema {}: not JSON ({err}); give a JSON Schema file",
+                path.display()
+            )
+        })?;
+        wants.output = Some(OutputSpec {
+            schema,
+            retries: args.schema_retries,
+        });
+    }
     let names = |list: &str| -> Vec<String> {
         list.split(',')
             .map(str::trim)
@@ -476,6 +517,9 @@ impl Signals {
 struct Renderer {
     json: bool,
     verbose: bool,
+    /// A structured answer is asked for: in human mode stdout carries only its value, so the
+    /// agent's text goes to stderr (with --verbose) instead.
+    structured: bool,
     /// Set once stdout is gone (e.g. `| head`): stop writing, keep running.
     stdout_closed: AtomicBool,
     /// Text not yet written: filled by a burst of events, written when the burst ends
@@ -487,10 +531,11 @@ struct Renderer {
 }
 
 impl Renderer {
-    fn new(json: bool, verbose: bool) -> Self {
+    fn new(json: bool, verbose: bool, structured: bool) -> Self {
         Renderer {
             json,
             verbose,
+            structured,
             stdout_closed: AtomicBool::new(false),
             pending: Mutex::default(),
             ended_with_newline: Mutex::new(true),
@@ -552,12 +597,14 @@ impl Renderer {
         }
     }
 
-    /// The last stdout write: the result record, or the final newline on a terminal. May block on
-    /// a stalled reader, so it runs off the main thread.
-    fn finish(&self, record: Option<RunResult>) {
+    /// The last stdout write: the result record, the structured value's line, or the final newline
+    /// on a terminal. May block on a stalled reader, so it runs off the main thread.
+    fn finish(&self, record: Option<RunResult>, value_line: Option<&str>) {
         if let Some(result) = record {
             self.write_json(&ResultRecord::Result(result));
-        } else {
+        } else if let Some(line) = value_line {
+            self.write_stdout(line);
+        } else if !self.structured {
             let newline = self.ended_with_newline.lock().map_or(true, |g| *g);
             if !newline && std::io::stdout().is_terminal() {
                 self.write_stdout("\n");
@@ -588,6 +635,11 @@ impl Renderer {
         let kind = text_at(update, "/sessionUpdate").unwrap_or("");
         let text = text_at(update, "/content/text");
         match (kind, text) {
+            // Stdout carries only the structured value.
+            ("agent_message_chunk", Some(text)) if self.structured && self.verbose => {
+                eprint!("{text}");
+            }
+            ("agent_message_chunk", Some(_)) if self.structured => {}
             ("agent_message_chunk", Some(text)) => {
                 if let Ok(mut newline) = self.ended_with_newline.lock()
                     && !text.is_empty()

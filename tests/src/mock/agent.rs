@@ -66,6 +66,8 @@ pub struct Agent {
     pub(super) new_session: Value,
     /// The model `configurable` currently runs.
     pub(super) model: Option<String>,
+    /// Prompts answered so far (`answers`).
+    pub(super) prompts: usize,
     out: Outbound,
     inbox: Inbox,
     eof: EofPolicy,
@@ -133,6 +135,7 @@ pub async fn run(config: Config) -> i32 {
         initialize: Value::Null,
         new_session: Value::Null,
         model: None,
+        prompts: 0,
         next_request_id: 0,
         responses: HashMap::new(),
         _grandchildren: grandchildren,

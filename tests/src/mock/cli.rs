@@ -17,7 +17,7 @@ pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on
     crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
     echo-env, fs-request, session-echo, echo-prompt, slow-stream, probe-fd, ancestor-environ, \
-    escapee, permission-raw, foreign-session, echo-initialize, flood, bad-utf8, batch, configurable";
+    escapee, permission-raw, foreign-session, echo-initialize, flood, bad-utf8, batch, configurable, answers";
 
 /// Flags only some scenarios read; each scenario takes the ones it uses, leftovers are errors.
 const SPECIFIC_FLAGS: &[&str] = &[
@@ -38,6 +38,7 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "options-json",
     "models",
     "advertise",
+    "answers-json",
 ];
 
 /// The permission option kinds offered when `--options` is absent: all four, `allow_always`
@@ -156,6 +157,10 @@ pub enum Scenario {
         models: Vec<String>,
         advertise: Vec<String>,
     },
+    /// Answers the n-th prompt of the session with the n-th of `answers` (the last one again
+    /// after that), `{prompt}` in it replaced by the prompt's text, `end_turn`; an answer
+    /// `{hang}` behaves like `hang` instead.
+    Answers { answers: Vec<String> },
 }
 
 /// Chunk `index` of the `flood` scenario.
@@ -414,6 +419,7 @@ fn scenario(
         "bad-utf8" => Scenario::BadUtf8,
         "configurable" => configurable(s)?,
         "batch" => Scenario::Batch,
+        "answers" => answers(s)?,
         other => return Err(UsageError::UnknownScenario(other.to_owned())),
     })
 }
@@ -436,6 +442,19 @@ fn escapee(s: &mut Specific, common: &Common) -> Result<Scenario, UsageError> {
         Some(other) => return Err(Specific::invalid("stdout", other, "hold or null")),
     };
     Ok(Scenario::Escapee { then, hold_stdout })
+}
+
+fn answers(s: &mut Specific) -> Result<Scenario, UsageError> {
+    let json = s
+        .take("answers-json")
+        .ok_or_else(|| s.missing("answers-json"))?;
+    let answers: Vec<String> = serde_json::from_str(&json)
+        .ok()
+        .filter(|answers: &Vec<String>| !answers.is_empty())
+        .ok_or_else(|| {
+            Specific::invalid("answers-json", &json, "a non-empty JSON array of strings")
+        })?;
+    Ok(Scenario::Answers { answers })
 }
 
 fn configurable(s: &mut Specific) -> Result<Scenario, UsageError> {

@@ -969,3 +969,40 @@ fn when_the_delegating_agent_dies_its_child_dies_too() {
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert_none_left(dir.path());
 }
+
+#[test]
+fn a_subagent_call_with_an_output_schema_returns_the_childs_checked_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            Reply::tool_call(
+                "call_parent",
+                "subagent",
+                &json!({"agent": "acp-child", "prompt": "count", "output_schema": schema}),
+                1,
+            ),
+            // The child answers through its capture tool, then ends its turn.
+            Reply::tool_call("call_child", "submit_result", &json!({"n": 4}), 1),
+            Reply::text(["counted"]),
+            Reply::text(["the child counted"]),
+        ])
+        .start();
+    let out = run_to_end(model_parent(dir.path(), &llm, true, &[]).arg("go"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "the child counted");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4);
+    assert!(
+        requests[1].tool_names().contains(&"submit_result"),
+        "{:?}",
+        requests[1].tool_names()
+    );
+    assert_eq!(
+        requests[3].tool_result("call_parent").as_deref(),
+        Some("{\"n\":4}")
+    );
+    assert_none_left(dir.path());
+}

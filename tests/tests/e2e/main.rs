@@ -20,4 +20,5 @@ mod perf_behaviour;
 mod protocol_edges;
 mod run;
 mod scrub;
+mod structured;
 mod sync;

@@ -39,11 +39,19 @@ pub(super) async fn run(
     });
     let settings = memory.settings();
     let model = settings.model.as_deref().unwrap_or(&config.model);
-    let system = config
+    let mut system = config
         .persona
         .with_session(settings.persona.as_ref())
         .render(model, turn.workspace().root());
-    let offered = tools.definitions(turn.workspace().root(), settings.tools.as_ref());
+    if settings.output.is_some() {
+        system.push_str("\n\n");
+        system.push_str(super::tools::CAPTURE_INSTRUCTION);
+    }
+    let offered = tools.definitions(
+        turn.workspace().root(),
+        settings.tools.as_ref(),
+        settings.output.as_deref(),
+    );
     for request_number in 1..=config.max_turn_requests {
         tracing::debug!(request_number, "model request");
         let mut history = memory.history();

@@ -202,7 +202,7 @@ async fn delegate(
         .status(ToolCallStatus::InProgress)
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;
-    let result = subagents.run(turn, &id, name, prompt).await;
+    let result = subagents.run(turn, &id, name, prompt, None).await;
     if result.failed {
         fail(turn, &id, &result.text)?;
     } else {

@@ -14,6 +14,7 @@
 //! an editor sees its unsaved buffers; otherwise the local file system ([`files`]). Listing and
 //! searching are always local (ACP has no such client request).
 
+mod capture;
 mod edit_file;
 mod files;
 mod list_dir;
@@ -32,6 +33,7 @@ use agent_client_protocol::v1::schema::{
 };
 use futures::future::BoxFuture;
 use protocol::capabilities::ToolFilter;
+use protocol::structured::{CAPTURE_TOOL, OutputSchema};
 use serde_json::{Value, json};
 
 use self::files::Files;
@@ -40,6 +42,8 @@ use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
 use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;
 use crate::workspace::Workspace;
+
+pub(crate) use self::capture::INSTRUCTION as CAPTURE_INSTRUCTION;
 
 /// The tool result when the user refuses a call.
 pub(crate) const PERMISSION_DENIED: &str = "permission denied by the user";
@@ -216,11 +220,18 @@ impl Toolbox {
             .filter(move |tool| filter.is_none_or(|filter| filter.allows(tool.name())))
     }
 
-    /// The tools offered in session directory `cwd` through the session's `filter`, as the
-    /// `tools` field of a request.
-    pub(crate) fn definitions(&self, cwd: &Path, filter: Option<&ToolFilter>) -> Value {
+    /// The tools offered in session directory `cwd` through the session's `filter`, and the
+    /// capture tool when the session asks for a structured answer (`output`), as the `tools` field
+    /// of a request.
+    pub(crate) fn definitions(
+        &self,
+        cwd: &Path,
+        filter: Option<&ToolFilter>,
+        output: Option<&OutputSchema>,
+    ) -> Value {
         self.allowed(filter)
             .filter_map(|tool| tool.definition(cwd))
+            .chain(output.map(capture::definition))
             .collect()
     }
 
@@ -294,8 +305,14 @@ impl Toolbox {
         turn: &Turn,
         recorded: &RecordedCall,
     ) -> Result<ToolResult, TurnError> {
+        let settings = turn.memory().settings();
+        if let Some(schema) = &settings.output
+            && recorded.name == CAPTURE_TOOL
+        {
+            return capture::run(turn, recorded, schema);
+        }
         let announced = self.announcement(recorded, turn.workspace());
-        let filter = turn.memory().settings().tools;
+        let filter = settings.tools;
         let parsed = match self.parse(
             &recorded.name,
             &recorded.arguments,
@@ -404,7 +421,7 @@ mod tests {
     #[test]
     fn definitions_name_exactly_the_tools() {
         let toolbox = toolbox();
-        let definitions = toolbox.definitions(Path::new("."), None);
+        let definitions = toolbox.definitions(Path::new("."), None, None);
         let names: Vec<&str> = definitions
             .as_array()
             .unwrap()
@@ -472,7 +489,7 @@ mod tests {
             allow: Some(vec!["read_file".into(), "run_command".into()]),
             deny: vec!["run_command".into()],
         };
-        let offered = toolbox.definitions(Path::new("."), Some(&filter));
+        let offered = toolbox.definitions(Path::new("."), Some(&filter), None);
         assert_eq!(offered.as_array().map(Vec::len), Some(1));
         assert_eq!(offered[0]["function"]["name"], "read_file");
         assert_eq!(
