@@ -25,6 +25,10 @@
 //!   `_meta` only when advertised, a model is selected with `session/set_config_option` before the
 //!   prompt, and a refusal ends the drive before `session/new` (persona, tools) or before the
 //!   prompt (model); `ready` is announced only once the session is configured;
+//! - with an output schema, every turn that ends `end_turn` is checked (`protocol::structured`):
+//!   the agent's captured value, else the value extracted from the turn's text (kept bounded); a
+//!   mismatch gets a follow-up prompt in the same session, at most `retries` times, each raced
+//!   against cancellation like the first prompt;
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a `{` line that
 //!   is not valid UTF-8 is decoded lossily (with a warning); a batch array is answered with an
 //!   "invalid request" error; a frame larger than [`DriveConfig::max_frame_bytes`] ends the run

@@ -2,7 +2,8 @@
 //! path after validation.
 //!
 //! Invariants:
-//! - validation ([`prepare`]) happens before anything is spawned; its errors are usage errors;
+//! - validation ([`prepare`]) happens before anything is spawned; its errors are usage errors (an
+//!   output schema that does not compile among them);
 //! - after validation nothing panics or hangs: spawn, transport and protocol failures become
 //!   status `error` with a message; the handshake has a deadline; cancellation (the injected
 //!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;

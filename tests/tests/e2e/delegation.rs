@@ -711,7 +711,7 @@ fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_b
     write_definition(
         &dir.path().join("subagents"),
         "reviewer.md",
-        "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  personaMode: override\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {{cwd}} as {{model}}.\n",
+        "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  personaMode: override\n  tools: [read_file, search]\n  denyTools: [search]\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {{cwd}} as {{model}}.\n",
     );
     let llm = MockLlm::builder()
         .require_key(Some(KEY))
@@ -751,8 +751,10 @@ fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_b
             .unwrap()
             .contains("reviewer: reviews code")
     );
-    // The child ran on the definition's model with the body as its whole system prompt.
+    // The child ran on the definition's model and tools, with the body as its whole system
+    // prompt.
     assert_eq!(requests[1].body["model"], "reviewer-model");
+    assert_eq!(requests[1].tool_names(), ["read_file"]);
     let canonical = dir.path().canonicalize().unwrap();
     assert_eq!(
         requests[1].messages()[0]["content"],

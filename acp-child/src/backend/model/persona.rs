@@ -35,7 +35,7 @@ pub enum PersonaError {
     },
     #[error("persona template: {problem} (the variables are {VARIABLES})")]
     Template { problem: String },
-    #[error("persona file {}: {source}", path.display())]
+    #[error("persona file {}", path.display())]
     File {
         path: PathBuf,
         #[source]
@@ -216,6 +216,22 @@ mod tests {
         for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }
+    }
+
+    #[test]
+    fn a_bad_file_names_the_file_then_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.md");
+        std::fs::write(&path, "hi {{x}}").unwrap();
+        let error = Persona::load(&path).unwrap_err();
+        assert_eq!(
+            crate::describe(&error),
+            format!(
+                "persona file {}: persona template: unknown variable `{{{{x}}}}` (the variables \
+                 are {{{{model}}}}, {{{{cwd}}}})",
+                path.display()
+            )
+        );
     }
 
     #[test]
