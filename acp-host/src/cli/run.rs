@@ -92,7 +92,8 @@ pub struct RunArgs {
 
     /// Follow-up prompts, in the same session, after an answer that does not match
     /// --output-schema; then the run ends schema-mismatch (exit 6).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_SCHEMA_RETRIES)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SCHEMA_RETRIES,
+          requires = "output_schema")]
     schema_retries: u32,
 
     /// Working directory of the agent and of its session (default: the current directory).

@@ -87,6 +87,17 @@ fn a_schema_that_cannot_compile_is_a_usage_error_with_nothing_spawned() {
         stderr(&out)
     );
     assert!(!pid_file.exists());
+
+    // --schema-retries means nothing without a schema.
+    let out =
+        run_to_end(host_run(dir.path()).args(["--agent", &agent, "--schema-retries", "1", "hi"]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--output-schema <FILE>"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!pid_file.exists());
 }
 
 #[test]
