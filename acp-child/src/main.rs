@@ -44,6 +44,13 @@ struct Cli {
     model: Option<String>,
     #[arg(
         long,
+        value_name = "NAME,...",
+        value_delimiter = ',',
+        help = "Further models a client may select per session (the session config option of category model), besides --model [default: none]"
+    )]
+    models: Vec<String>,
+    #[arg(
+        long,
         value_name = "URL",
         help = format!("The OpenAI-compatible base URL including /v1 [env: {BASE_URL_VAR}] [default: {DEEPSEEK_BASE_URL} with {}, else {OPENAI_BASE_URL}]", KEY_VARIABLES[1])
     )]
@@ -51,7 +58,7 @@ struct Cli {
     #[arg(
         long,
         value_name = "FILE",
-        help = "A system prompt file; {model} and {cwd} in it are replaced [default: built in]"
+        help = "A system prompt file; {{model}} and {{cwd}} in it are replaced (another {{...}} is an error) [default: built in]"
     )]
     persona: Option<PathBuf>,
     #[arg(
@@ -189,6 +196,7 @@ impl Cli {
     fn model_options(self) -> ModelOptions {
         ModelOptions {
             model: self.model,
+            models: self.models,
             base_url: self.base_url,
             persona: self.persona,
             max_turn_requests: self.max_turn_requests,

@@ -26,23 +26,31 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate,
-    CancelNotification, Implementation, InitializeRequest, InitializeResponse, LoadSessionRequest,
-    LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse,
-    SessionId, SessionNotification, SessionUpdate, UnstructuredCommandInput,
+    CancelNotification, ContentBlock, Implementation, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
+    PromptResponse, SessionCapabilities, SessionConfigOption, SessionConfigOptionCategory,
+    SessionConfigSelectOption, SessionId, SessionNotification, SessionSystemPromptCapabilities,
+    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SessionUpdate,
+    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SystemPrompt, SystemPromptMode,
+    UnstructuredCommandInput,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
     Agent, ByteStreams, Client, ConnectTo, Error as AcpError, ErrorCode, on_receive_notification,
     on_receive_request,
 };
+use protocol::capabilities::{self, ToolFilter};
+use protocol::structured::OutputSchema;
+use serde_json::{Value, json};
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
 use crate::backend::delegate::Subagents;
+use crate::backend::model::persona::{Persona, SessionPersona};
 use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
-use crate::backend::{Backend, ClientFs, Turn};
-use crate::session::{ChildSessions, Memory, SessionError, Sessions};
+use crate::backend::{Backend, ClientFs, Offers, Turn};
+use crate::session::{ChildSessions, Memory, SessionError, Sessions, Settings};
 use crate::store::StoreError;
 use crate::workspace::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION, describe};
@@ -118,6 +126,28 @@ pub async fn serve_stdio(config: AgentConfig) -> Result<(), ServeError> {
     serve(config, transport).await
 }
 
+/// What the client said it can do at `initialize`, read when a turn starts.
+#[derive(Debug, Clone, Copy, Default)]
+struct ClientOffers {
+    fs: ClientFs,
+    /// The client follows children exposed as sessions of their own (ACP subagent sessions);
+    /// without it, a child's activity goes into its tool card.
+    subagents: bool,
+}
+
+impl ClientOffers {
+    fn of(request: &InitializeRequest) -> ClientOffers {
+        let capabilities = &request.client_capabilities;
+        ClientOffers {
+            fs: ClientFs {
+                read: capabilities.fs.read_text_file,
+                write: capabilities.fs.write_text_file,
+            },
+            subagents: capabilities.subagents.is_some(),
+        }
+    }
+}
+
 /// Serves ACP over any transport until the client closes it.
 pub(crate) async fn serve(
     config: AgentConfig,
@@ -126,8 +156,7 @@ pub(crate) async fn serve(
     let sessions = Arc::new(Sessions::default());
     let backend = config.backend;
     // Set by `initialize`; read when a turn starts.
-    let client_fs = Arc::new(Mutex::new(ClientFs::default()));
-    let client_subagents = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = Arc::new(Mutex::new(ClientOffers::default()));
     let children = Arc::new(ChildSessions::default());
     let title = backend.title();
     let result = Agent
@@ -135,22 +164,15 @@ pub(crate) async fn serve(
         .name(AGENT_NAME)
         .on_receive_request(
             {
-                let client_fs = Arc::clone(&client_fs);
-                let client_subagents = Arc::clone(&client_subagents);
+                let client = Arc::clone(&client);
                 let persistent = backend.store().is_some();
+                let offers = backend.offers();
                 async move |request: InitializeRequest,
                             responder: Responder<InitializeResponse>,
                             _cx: ConnectionTo<Client>| {
-                    client_subagents.store(
-                        request.client_capabilities.subagents.is_some(),
-                        std::sync::atomic::Ordering::Relaxed,
-                    );
-                    let fs = &request.client_capabilities.fs;
-                    *client_fs.lock().unwrap_or_else(PoisonError::into_inner) = ClientFs {
-                        read: fs.read_text_file,
-                        write: fs.write_text_file,
-                    };
-                    responder.respond(initialize(&request, &title, persistent))
+                    *client.lock().unwrap_or_else(PoisonError::into_inner) =
+                        ClientOffers::of(&request);
+                    responder.respond(initialize(&request, &title, persistent, &offers))
                 }
             },
             on_receive_request!(),
@@ -182,15 +204,32 @@ pub(crate) async fn serve(
         .on_receive_request(
             {
                 let sessions = Arc::clone(&sessions);
+                let offers = backend.offers();
+                async move |request: SetSessionConfigOptionRequest,
+                            responder: Responder<SetSessionConfigOptionResponse>,
+                            _cx: ConnectionTo<Client>| {
+                    match set_config_option(&sessions, &offers, &request) {
+                        Ok(options) => {
+                            responder.respond(SetSessionConfigOptionResponse::new(options))
+                        }
+                        Err(error) => responder.respond_with_error(error),
+                    }
+                }
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let sessions = Arc::clone(&sessions);
                 let children = Arc::clone(&children);
                 async move |request: PromptRequest,
                             responder: Responder<PromptResponse>,
                             cx: ConnectionTo<Client>| {
-                    let fs = *client_fs.lock().unwrap_or_else(PoisonError::into_inner);
-                    let children = client_subagents
-                        .load(std::sync::atomic::Ordering::Relaxed)
-                        .then(|| Arc::clone(&children));
-                    prompt(&sessions, &backend, fs, children, request, responder, &cx)
+                    let client = *client.lock().unwrap_or_else(PoisonError::into_inner);
+                    let children = client.subagents.then(|| Arc::clone(&children));
+                    prompt(
+                        &sessions, &backend, client.fs, children, request, responder, &cx,
+                    )
                 }
             },
             on_receive_request!(),
@@ -199,14 +238,7 @@ pub(crate) async fn serve(
             {
                 let sessions = Arc::clone(&sessions);
                 async move |notification: CancelNotification, _cx: ConnectionTo<Client>| {
-                    let id = notification.session_id.0.as_ref();
-                    if sessions.cancel(id) {
-                        tracing::debug!(session = id, "cancelling the prompt turn");
-                    } else if children.cancel(id) {
-                        tracing::debug!(session = id, "cancelling a child session");
-                    } else {
-                        tracing::debug!(session = id, "session/cancel with no prompt in flight");
-                    }
+                    cancel(&sessions, &children, notification.session_id.0.as_ref());
                     Ok(())
                 }
             },
@@ -219,12 +251,204 @@ pub(crate) async fn serve(
     result.map_err(|source| ServeError::Connection { source })
 }
 
-fn initialize(request: &InitializeRequest, title: &str, persistent: bool) -> InitializeResponse {
+/// `session/cancel`: a session's prompt turn, else a child session exposed on this connection
+/// (that child only, with its descendants).
+fn cancel(sessions: &Sessions, children: &ChildSessions, id: &str) {
+    if sessions.cancel(id) {
+        tracing::debug!(session = id, "cancelling the prompt turn");
+    } else if children.cancel(id) {
+        tracing::debug!(session = id, "cancelling a child session");
+    } else {
+        tracing::debug!(session = id, "session/cancel with no prompt in flight");
+    }
+}
+
+fn initialize(
+    request: &InitializeRequest,
+    title: &str,
+    persistent: bool,
+    offers: &Offers,
+) -> InitializeResponse {
     tracing::debug!(client_version = ?request.protocol_version, "initialize");
+    let mut capabilities = AgentCapabilities::new().load_session(persistent);
+    if offers.system_prompt {
+        capabilities = capabilities.session_capabilities(
+            SessionCapabilities::new().system_prompt(
+                SessionSystemPromptCapabilities::new().mode(
+                    SessionSystemPromptModeCapabilities::new()
+                        .override_(SessionSystemPromptOverrideCapabilities::new()),
+                ),
+            ),
+        );
+    }
+    if !offers.tools.is_empty() {
+        let mut meta = serde_json::Map::new();
+        meta.insert(
+            capabilities::EXTENSION.to_owned(),
+            json!({
+                "version": capabilities::EXTENSION_VERSION,
+                "fields": [capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA],
+            }),
+        );
+        capabilities = capabilities.meta(meta);
+    }
     // Only v1 is spoken; answering with it lets a newer client downgrade or disconnect.
     InitializeResponse::new(ProtocolVersion::V1)
-        .agent_capabilities(AgentCapabilities::new().load_session(persistent))
+        .agent_capabilities(capabilities)
         .agent_info(Implementation::new(AGENT_NAME, AGENT_VERSION).title(title))
+}
+
+/// The model config option of a session (none when the backend offers no models).
+fn config_options(offers: &Offers, settings: &Settings) -> Vec<SessionConfigOption> {
+    let Some(default) = offers.models.first() else {
+        return Vec::new();
+    };
+    let current = settings.model.as_ref().unwrap_or(default);
+    let values: Vec<SessionConfigSelectOption> = offers
+        .models
+        .iter()
+        .map(|model| SessionConfigSelectOption::new(model.clone(), model.clone()))
+        .collect();
+    vec![
+        SessionConfigOption::select(MODEL_OPTION, "Model", current.clone(), values)
+            .category(SessionConfigOptionCategory::Model),
+    ]
+}
+
+/// The id of the model config option.
+const MODEL_OPTION: &str = "model";
+
+/// What `session/new` asks of the session (system prompt, the start extension), checked against
+/// what the backend offers; `Err` is the message of an invalid-params error.
+fn session_settings(request: &NewSessionRequest, offers: &Offers) -> Result<Settings, String> {
+    let mut settings = Settings::default();
+    if let Some(system) = &request.system_prompt {
+        settings.persona = Some(session_persona(system, offers)?);
+    }
+    if let Some(extension) = request
+        .meta
+        .as_ref()
+        .and_then(|meta| meta.get(capabilities::EXTENSION))
+    {
+        (settings.tools, settings.output) = start_extension(extension, offers)?;
+    }
+    Ok(settings)
+}
+
+fn session_persona(system: &SystemPrompt, offers: &Offers) -> Result<SessionPersona, String> {
+    if !offers.system_prompt {
+        return Err("systemPrompt: this agent takes no system prompt".into());
+    }
+    let replace = match &system.mode {
+        SystemPromptMode::Append => false,
+        SystemPromptMode::Override => true,
+        other => {
+            return Err(format!(
+                "systemPrompt: mode {other:?} is not supported; use append or override"
+            ));
+        }
+    };
+    if system.content.is_empty() {
+        return Err("systemPrompt: content is empty".into());
+    }
+    let mut text = String::new();
+    for block in &system.content {
+        let ContentBlock::Text(block) = block else {
+            return Err("systemPrompt: only text content is supported".into());
+        };
+        text.push_str(&block.text);
+    }
+    let persona = Persona::new(&text).map_err(|error| format!("systemPrompt: {error}"))?;
+    Ok(SessionPersona { persona, replace })
+}
+
+/// The start extension's fields: a tool filter whose names must all exist, an output schema that
+/// compiles.
+fn start_extension(
+    extension: &Value,
+    offers: &Offers,
+) -> Result<(Option<ToolFilter>, Option<Arc<OutputSchema>>), String> {
+    let key = capabilities::EXTENSION;
+    let Some(fields) = extension.as_object() else {
+        return Err(format!("_meta.{key}: must be an object"));
+    };
+    if fields.get("version").and_then(Value::as_u64) != Some(capabilities::EXTENSION_VERSION) {
+        return Err(format!(
+            "_meta.{key}: version must be {}",
+            capabilities::EXTENSION_VERSION
+        ));
+    }
+    let mut tools = None;
+    let mut output = None;
+    for (name, value) in fields {
+        match name.as_str() {
+            "version" => {}
+            capabilities::FIELD_TOOLS if !offers.tools.is_empty() => {
+                let filter: ToolFilter = serde_json::from_value(value.clone())
+                    .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
+                filter
+                    .check(&offers.tools)
+                    .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
+                tools = Some(filter);
+            }
+            capabilities::FIELD_OUTPUT_SCHEMA if !offers.tools.is_empty() => {
+                let schema = OutputSchema::compile(value.clone())
+                    .map_err(|error| format!("_meta.{key}.outputSchema: {error}"))?;
+                output = Some(Arc::new(schema));
+            }
+            other => {
+                return Err(format!(
+                    "_meta.{key}: field {other} is not honoured by this agent (see its initialize \
+                     answer)"
+                ));
+            }
+        }
+    }
+    Ok((tools, output))
+}
+
+/// Selects a session's model; answers every config option's current value.
+fn set_config_option(
+    sessions: &Sessions,
+    offers: &Offers,
+    request: &SetSessionConfigOptionRequest,
+) -> Result<Vec<SessionConfigOption>, AcpError> {
+    let invalid = |message: String| {
+        AcpError::new(
+            ErrorCode::INVALID_PARAMS,
+            format!("session/set_config_option: {message}"),
+        )
+    };
+    let id = request.session_id.0.as_ref();
+    let Some(memory) = sessions.memory(id) else {
+        return Err(AcpError::new(
+            ErrorCode::RESOURCE_NOT_FOUND,
+            format!("session/set_config_option: unknown session {id}"),
+        ));
+    };
+    if request.config_id.0.as_ref() != MODEL_OPTION || offers.models.is_empty() {
+        return Err(invalid(format!(
+            "unknown config option {}; {}",
+            request.config_id.0,
+            if offers.models.is_empty() {
+                "this agent offers none".to_owned()
+            } else {
+                format!("the options are: {MODEL_OPTION}")
+            }
+        )));
+    }
+    let Some(value) = request.value.as_value_id() else {
+        return Err(invalid("the model option takes a value id".into()));
+    };
+    let value = value.0.as_ref();
+    if !offers.models.iter().any(|model| model == value) {
+        return Err(invalid(format!(
+            "model {value} is not offered; the models are: {}",
+            offers.models.join(", ")
+        )));
+    }
+    memory.configure(|settings| settings.model = Some(value.to_owned()));
+    Ok(config_options(offers, &memory.settings()))
 }
 
 fn new_session(
@@ -243,6 +467,16 @@ fn new_session(
             ));
         }
     };
+    let offers = backend.offers();
+    let settings = match session_settings(request, &offers) {
+        Ok(settings) => settings,
+        Err(message) => {
+            return responder.respond_with_error(AcpError::new(
+                ErrorCode::INVALID_PARAMS,
+                format!("session/new: {message}"),
+            ));
+        }
+    };
     let store = backend.store();
     let id = sessions.mint_id(store.is_some());
     let memory = match store {
@@ -257,6 +491,8 @@ fn new_session(
         }
         None => Memory::default(),
     };
+    let options = config_options(&offers, &settings);
+    memory.configure(|current| *current = settings);
     if let Err(error) = sessions.open(&id, workspace, memory) {
         // A freshly minted id cannot be open already; answer rather than assume.
         return responder.respond_with_error(AcpError::new(
@@ -265,7 +501,11 @@ fn new_session(
         ));
     }
     tracing::debug!(session = id, cwd = %request.cwd.display(), saved = store.is_some(), "session created");
-    responder.respond(NewSessionResponse::new(id.clone()))?;
+    let mut response = NewSessionResponse::new(id.clone());
+    if !options.is_empty() {
+        response = response.config_options(options);
+    }
+    responder.respond(response)?;
     let commands = backend.available_commands();
     if commands.is_empty() {
         return Ok(());
@@ -359,12 +599,26 @@ fn prompt(
     };
     let backend = Arc::clone(backend);
     let mut turn = Turn::new(active, cx.clone(), request.prompt, client_fs, children);
+    // A capture of an earlier turn is never this turn's answer.
+    turn.memory().take_captured();
     cx.spawn(async move {
         let result = backend.run_turn(&mut turn).await;
+        let captured = turn.memory().take_captured();
         // Free the session's slot before answering, so the next prompt is never refused as busy.
         drop(turn);
         let sent = match result {
-            Ok(stop_reason) => responder.respond(PromptResponse::new(stop_reason)),
+            Ok(stop_reason) => {
+                let mut response = PromptResponse::new(stop_reason);
+                if let Some(value) = captured {
+                    let mut meta = serde_json::Map::new();
+                    meta.insert(
+                        capabilities::EXTENSION.to_owned(),
+                        json!({"structured": value}),
+                    );
+                    response = response.meta(meta);
+                }
+                responder.respond(response)
+            }
             Err(error) => {
                 let message = describe(&error);
                 tracing::warn!(%message, "prompt turn failed");

@@ -9,8 +9,9 @@
 //!
 //! Each session also has a [`Memory`]: the conversation so far (for the model backend and
 //! `session/load`), the standing permission answers (`allow-always` / `reject-always`, per
-//! permission kind) and the tool call ids announced so far (each is announced once). It lives as
-//! long as the connection and is shared with the session's turns.
+//! permission kind), the tool call ids announced so far (each is announced once) and the
+//! session's [`Settings`] (system prompt, model, tool filter). It lives as long as the connection
+//! and is shared with the session's turns.
 //!
 //! The children a turn exposes as sessions of their own (ACP subagent sessions, when the client
 //! advertised them) are in [`ChildSessions`]: their ids are minted here too (`sub-1`, `sub-2`, ...,
@@ -23,8 +24,12 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use protocol::capabilities::ToolFilter;
+use protocol::structured::OutputSchema;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
+
+use crate::backend::model::persona::SessionPersona;
 
 use crate::store::{Record, Store};
 use crate::workspace::Workspace;
@@ -42,12 +47,26 @@ pub(crate) enum SessionError {
     AlreadyOpen { id: String },
 }
 
+/// What the client chose for a session: at `session/new` (system prompt, tool filter) and with
+/// `session/set_config_option` (model). `None`: the agent's own default.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Settings {
+    pub(crate) persona: Option<SessionPersona>,
+    pub(crate) model: Option<String>,
+    pub(crate) tools: Option<ToolFilter>,
+    /// A structured answer is asked for: the capture tool is offered with this schema.
+    pub(crate) output: Option<Arc<OutputSchema>>,
+}
+
 /// What a session remembers between its turns.
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
     history: Mutex<Vec<Record>>,
     standing: Mutex<HashMap<String, bool>>,
     tool_call_ids: Mutex<ToolCallIds>,
+    settings: Mutex<Settings>,
+    /// The structured answer captured in the current turn.
+    captured: Mutex<Option<serde_json::Value>>,
     /// Where the conversation is also saved (persistent sessions only).
     saved_to: Option<(Arc<Store>, String)>,
 }
@@ -68,6 +87,8 @@ impl Memory {
             history: Mutex::new(history),
             standing: Mutex::default(),
             tool_call_ids: Mutex::default(),
+            settings: Mutex::default(),
+            captured: Mutex::default(),
             saved_to: Some((store, id.to_owned())),
         }
     }
@@ -99,6 +120,25 @@ impl Memory {
     /// Remembers an allow-always (`true`) or reject-always (`false`) for a tool kind.
     pub(crate) fn set_standing(&self, kind: &str, allow: bool) {
         lock(&self.standing).insert(kind.to_owned(), allow);
+    }
+
+    #[must_use]
+    pub(crate) fn settings(&self) -> Settings {
+        lock(&self.settings).clone()
+    }
+
+    pub(crate) fn configure(&self, change: impl FnOnce(&mut Settings)) {
+        change(&mut lock(&self.settings));
+    }
+
+    /// Keeps a checked structured answer (the latest call wins).
+    pub(crate) fn capture(&self, value: serde_json::Value) {
+        *lock(&self.captured) = Some(value);
+    }
+
+    /// The structured answer captured since the last take.
+    pub(crate) fn take_captured(&self) -> Option<serde_json::Value> {
+        lock(&self.captured).take()
     }
 
     /// The id to announce a tool call under: `proposed` when it is non-empty and not yet
@@ -311,6 +351,14 @@ impl Sessions {
             workspace: Arc::clone(&entry.workspace),
             memory: Arc::clone(&entry.memory),
         })
+    }
+
+    /// What session `id` remembers, if it is open.
+    pub(crate) fn memory(&self, id: &str) -> Option<Arc<Memory>> {
+        self.lock()
+            .sessions
+            .get(id)
+            .map(|entry| Arc::clone(&entry.memory))
     }
 
     /// Cancels the session's in-flight turn; returns whether there was one.

@@ -25,6 +25,15 @@
 //!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
 //!   exactly as the agent sent it;
 //! - the prompt is never sent if cancellation came before `session/new` answered;
+//! - what the run asks at start is decided from the `initialize` answer
+//!   (`protocol::capabilities`): `session/new` carries a `systemPrompt` or the start extension's
+//!   `_meta` only when advertised, a model is selected with `session/set_config_option` before the
+//!   prompt, and a refusal ends the drive before `session/new` (persona, tools) or before the
+//!   prompt (model); `ready` is announced only once the session is configured;
+//! - with an output schema, every turn that ends `end_turn` is checked (`protocol::structured`):
+//!   the agent's captured value, else the value extracted from the turn's text (kept bounded); a
+//!   mismatch gets a follow-up prompt in the same session, at most `retries` times, each raced
+//!   against cancellation like the first prompt;
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a `{` line that
 //!   is not valid UTF-8 is decoded lossily (with a warning); a batch array is answered with an
 //!   "invalid request" error; a frame larger than [`DriveConfig::max_frame_bytes`] ends the run
@@ -42,17 +51,20 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, Implementation, InitializeRequest,
-    NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate, SubagentCapabilities,
-    SubagentUpdate, TextContent,
+    NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate,
+    SetSessionConfigOptionRequest, SubagentCapabilities, SubagentUpdate, SystemPrompt,
+    SystemPromptMode, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::{SinkExt, StreamExt};
+use protocol::capabilities::{self, Offers, PersonaDelivery, Refusal, SessionPlan, Wants};
 use protocol::child_session::{ChildSession, ChildState};
 use protocol::permission::{
     self, Answer, DecidedBy, OfferedKind, OfferedOption, Outcome, PermissionDecision,
     PermissionRequest,
 };
 pub(crate) use protocol::result::MAX_PERMISSION_RECORDS;
+use protocol::structured::{self, OutputSchema, StructuredVia, Violation};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::ChildStdout;
@@ -90,6 +102,26 @@ pub(crate) struct DriveConfig {
     pub(crate) cancel_grace: Duration,
     /// Larger stdout lines end the run (a runaway agent must not exhaust the host's memory).
     pub(crate) max_frame_bytes: usize,
+    /// What the run asks of the agent at start; refused before the prompt when it cannot.
+    pub(crate) wants: Wants,
+    /// The agent as the user named it, for refusals.
+    pub(crate) agent: String,
+    /// The compiled output schema of `wants.output`.
+    pub(crate) schema: Option<Arc<OutputSchema>>,
+}
+
+/// The structured answer of a run, once the drive has checked it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Structured {
+    Matched {
+        value: serde_json::Value,
+        via: StructuredVia,
+    },
+    /// The last answer's violations, after every follow-up.
+    Mismatched {
+        via: StructuredVia,
+        violations: Vec<Violation>,
+    },
 }
 
 /// A future an event sink returns: resolved once the event is queued (or shed).
@@ -222,6 +254,12 @@ pub(crate) struct Shared {
     /// what it was about.
     tool_calls: Mutex<HashMap<String, ToolCallInfo>>,
     children: Mutex<Children>,
+    /// How the persona reached the agent, once decided.
+    persona_delivery: Mutex<Option<PersonaDelivery>>,
+    /// The text of the current prompt turn, for extracting a structured answer (bounded like the
+    /// output); `None` when no structured answer is asked for.
+    turn_text: Mutex<Option<OutputTail>>,
+    structured: Mutex<Option<Structured>>,
 }
 
 impl Shared {
@@ -236,6 +274,9 @@ impl Shared {
             start_gate: Mutex::default(),
             tool_calls: Mutex::default(),
             children: Mutex::default(),
+            persona_delivery: Mutex::default(),
+            turn_text: Mutex::default(),
+            structured: Mutex::default(),
         }
     }
 }
@@ -359,6 +400,29 @@ impl Shared {
             .unwrap_or_default()
     }
 
+    pub(crate) fn take_structured(&self) -> Option<Structured> {
+        self.structured.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Starts collecting a new turn's text (for a run asking a structured answer).
+    fn begin_turn_text(&self, cap: usize) {
+        if let Ok(mut text) = self.turn_text.lock() {
+            *text = Some(OutputTail::new(cap));
+        }
+    }
+
+    fn take_turn_text(&self) -> String {
+        self.turn_text
+            .lock()
+            .ok()
+            .and_then(|mut text| text.as_mut().map(|t| t.take().0))
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn persona_delivery(&self) -> Option<PersonaDelivery> {
+        self.persona_delivery.lock().ok().and_then(|d| *d)
+    }
+
     pub(crate) fn garbage_lines(&self) -> u64 {
         self.garbage_lines.load(Ordering::Relaxed)
     }
@@ -449,10 +513,15 @@ impl Shared {
         };
         match &update {
             SessionUpdate::AgentMessageChunk(chunk) if child.is_none() => {
-                if let ContentBlock::Text(text) = &chunk.content
-                    && let Ok(mut output) = self.output.lock()
-                {
-                    output.push(&text.text);
+                if let ContentBlock::Text(text) = &chunk.content {
+                    if let Ok(mut output) = self.output.lock() {
+                        output.push(&text.text);
+                    }
+                    if let Ok(mut turn) = self.turn_text.lock()
+                        && let Some(turn) = turn.as_mut()
+                    {
+                        turn.push(&text.text);
+                    }
                 }
             }
             SessionUpdate::ToolCall(call) => {
@@ -492,6 +561,7 @@ impl Shared {
 pub(crate) enum Stage {
     Initialize,
     NewSession,
+    SetConfigOption,
     Prompt,
 }
 
@@ -500,6 +570,7 @@ impl Stage {
         match self {
             Stage::Initialize => "initialize",
             Stage::NewSession => "session/new",
+            Stage::SetConfigOption => "session/set_config_option",
             Stage::Prompt => "session/prompt",
         }
     }
@@ -530,6 +601,8 @@ pub(crate) enum DriveEnd {
     /// The agent answered the handshake with ACP's auth-required error; `run` adds how to get
     /// past it (acp-host never runs an agent's interactive login).
     AuthRequired { stage: Stage, message: String },
+    /// The agent cannot honour what the run asked of it at start; the prompt was not sent.
+    Refused(Refusal),
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
@@ -693,34 +766,98 @@ async fn converse(
     events: &dyn DriveEvents,
     cancel: &CancellationToken,
 ) -> DriveEnd {
-    let session_id = match handshake(cx, config, cancel).await {
-        Ok(id) => id,
+    let (session_id, plan) = match handshake(cx, config, shared, cancel).await {
+        Ok(started) => started,
         Err(end) => return end,
     };
-    if let Ok(mut slot) = shared.session_id.lock() {
-        *slot = Some(session_id.clone());
-    }
     shared.open_start_gate(&session_id, events);
 
+    let mut text = match &plan.preamble {
+        Some(persona) => capabilities::preamble(persona, &config.prompt),
+        None => config.prompt.clone(),
+    };
+    if let Some(instruction) = &plan.output_instruction {
+        text.push_str(instruction);
+    }
+    let (Some(schema), Some(output), Some(expected)) =
+        (&config.schema, &config.wants.output, plan.structured_via)
+    else {
+        return match prompt_turn(cx, config, shared, &session_id, text, cancel).await {
+            Ok(response) => stop_reason_of(&response),
+            Err(end) => end,
+        };
+    };
+    // The answer is checked after each turn that ends normally; a mismatch is answered with a
+    // follow-up in the same session, up to the retries.
+    let mut follow_ups = output.retries;
+    loop {
+        shared.begin_turn_text(protocol::result::DEFAULT_MAX_OUTPUT_BYTES);
+        let response = match prompt_turn(cx, config, shared, &session_id, text, cancel).await {
+            Ok(response) => response,
+            Err(end) => return end,
+        };
+        let end = stop_reason_of(&response);
+        if !matches!(&end, DriveEnd::Stopped { stop_reason } if stop_reason == "end_turn") {
+            return end;
+        }
+        let captured = response
+            .get("_meta")
+            .and_then(|meta| meta.get(capabilities::EXTENSION))
+            .and_then(|extension| extension.get("structured"))
+            .cloned();
+        // Without a capture, the answer's text is the candidate (an agent may answer in text
+        // even when it has a capture tool).
+        let turn_text = shared.take_turn_text();
+        let (candidate, via) = match captured {
+            Some(value) => (Some(value), StructuredVia::CaptureTool),
+            None => match structured::extract(&turn_text) {
+                Some(value) => (Some(value), StructuredVia::Text),
+                None => (None, expected),
+            },
+        };
+        let outcome = match schema.check(candidate.as_ref()) {
+            Ok(value) => Structured::Matched { value, via },
+            Err(violations) if follow_ups > 0 => {
+                follow_ups -= 1;
+                tracing::info!(violations = %structured::describe(&violations), "answer does not match the output schema; following up");
+                text = structured::nudge(&violations);
+                continue;
+            }
+            Err(violations) => Structured::Mismatched { via, violations },
+        };
+        if let Ok(mut slot) = shared.structured.lock() {
+            *slot = Some(outcome);
+        }
+        return end;
+    }
+}
+
+/// One `session/prompt` with `text`, raced against cancellation: the agent's answer, or how the
+/// drive ended (a failure, or the cancel, after session/cancel and a bounded wait).
+async fn prompt_turn(
+    cx: &ConnectionTo<Agent>,
+    config: &DriveConfig,
+    shared: &Shared,
+    session_id: &str,
+    text: String,
+    cancel: &CancellationToken,
+) -> Result<serde_json::Value, DriveEnd> {
     let prompt = PromptRequest::new(
-        session_id.clone(),
-        vec![ContentBlock::Text(TextContent::new(config.prompt.clone()))],
+        session_id.to_owned(),
+        vec![ContentBlock::Text(TextContent::new(text))],
     );
     let prompt = match UntypedMessage::new("session/prompt", prompt) {
         Ok(message) => message,
-        Err(err) => return failed(Stage::Prompt, &err),
+        Err(err) => return Err(failed(Stage::Prompt, &err)),
     };
     let answer = cx.send_request(prompt).block_task();
     tokio::pin!(answer);
     tokio::select! {
         biased;
-        response = &mut answer => match response {
-            Ok(value) => stop_reason_of(&value),
-            Err(err) => failed(Stage::Prompt, &err),
-        },
+        response = &mut answer => response.map_err(|err| failed(Stage::Prompt, &err)),
         () = cancel.cancelled() => {
             shared.cancelling.store(true, Ordering::SeqCst);
-            if let Err(err) = cx.send_notification(CancelNotification::new(session_id)) {
+            if let Err(err) = cx.send_notification(CancelNotification::new(session_id.to_owned())) {
                 tracing::debug!(%err, "could not send session/cancel");
             }
             let stop_reason = match tokio::time::timeout(config.cancel_grace, answer).await {
@@ -731,61 +868,111 @@ async fn converse(
                 // A torn pipe after cancel, or no answer within the grace: still a cancel.
                 Ok(Err(_)) | Err(_) => None,
             };
-            DriveEnd::Cancelled { prompt_sent: true, stop_reason }
+            Err(DriveEnd::Cancelled { prompt_sent: true, stop_reason })
         }
     }
 }
 
-/// initialize, then session/new, within the handshake deadline: the session id, or how the drive
-/// ended (cancelled first, timed out, or failed).
+/// initialize, the start-time capabilities decided, session/new, then the model selected, all
+/// within the handshake deadline: the session id and what the prompt still needs, or how the drive
+/// ended (cancelled first, timed out, refused, or failed).
 async fn handshake(
     cx: &ConnectionTo<Agent>,
     config: &DriveConfig,
+    shared: &Shared,
     cancel: &CancellationToken,
-) -> Result<String, DriveEnd> {
+) -> Result<(String, SessionPlan), DriveEnd> {
     // Which handshake step a timeout interrupted, for the message.
-    let initialized = AtomicBool::new(false);
+    let stage = Mutex::new(Stage::Initialize);
+    let at = |next: Stage| {
+        if let Ok(mut stage) = stage.lock() {
+            *stage = next;
+        }
+    };
     let steps = async {
-        cx.send_request(
-            InitializeRequest::new(ProtocolVersion::V1)
-                .client_capabilities(
-                    ClientCapabilities::new().subagents(SubagentCapabilities::new()),
-                )
-                .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
-        )
-        .block_task()
-        .await
-        .map_err(|err| failed(Stage::Initialize, &err))?;
-        initialized.store(true, Ordering::Relaxed);
+        let initialized = cx
+            .send_request(
+                InitializeRequest::new(ProtocolVersion::V1)
+                    .client_capabilities(
+                        ClientCapabilities::new().subagents(SubagentCapabilities::new()),
+                    )
+                    .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
+            )
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::Initialize, &err))?;
+        let offers =
+            Offers::from_initialize(&serde_json::to_value(&initialized).unwrap_or_default());
+        let plan = capabilities::plan_session(&config.wants, &offers, &config.agent)
+            .map_err(DriveEnd::Refused)?;
+        if let Ok(mut delivery) = shared.persona_delivery.lock() {
+            *delivery = plan.persona_delivery;
+        }
+        at(Stage::NewSession);
+        let mut request = NewSessionRequest::new(&config.cwd);
+        if let Some(system) = &plan.system_prompt {
+            request = request.system_prompt(
+                SystemPrompt::new(vec![ContentBlock::Text(TextContent::new(
+                    system.text.clone(),
+                ))])
+                .mode(if system.replace {
+                    SystemPromptMode::Override
+                } else {
+                    SystemPromptMode::Append
+                }),
+            );
+        }
+        request.meta.clone_from(&plan.meta);
         // Untyped so that a response without a session id is reported as such, not as a parse error.
-        let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
+        let new_session = UntypedMessage::new("session/new", request)
             .map_err(|err| failed(Stage::NewSession, &err))?;
         let response = cx
             .send_request(new_session)
             .block_task()
             .await
             .map_err(|err| failed(Stage::NewSession, &err))?;
-        match response
+        let session_id = match response
             .get("sessionId")
             .and_then(serde_json::Value::as_str)
         {
-            Some(id) if !id.is_empty() => Ok(id.to_owned()),
-            _ => Err(DriveEnd::Failed {
-                stage: Stage::NewSession,
-                closed: false,
-                message: format!("agent answered session/new without a sessionId: {response}"),
-            }),
+            Some(id) if !id.is_empty() => id.to_owned(),
+            _ => {
+                return Err(DriveEnd::Failed {
+                    stage: Stage::NewSession,
+                    closed: false,
+                    message: format!("agent answered session/new without a sessionId: {response}"),
+                });
+            }
+        };
+        if let Ok(mut slot) = shared.session_id.lock() {
+            *slot = Some(session_id.clone());
         }
+        if let Some(model) = &config.wants.model {
+            let choice =
+                capabilities::plan_model(model, response.get("configOptions"), &config.agent)
+                    .map_err(DriveEnd::Refused)?;
+            if let Some(choice) = choice {
+                at(Stage::SetConfigOption);
+                let set = SetSessionConfigOptionRequest::new(
+                    session_id.clone(),
+                    choice.config_id,
+                    choice.value.as_str(),
+                );
+                let set = UntypedMessage::new("session/set_config_option", set)
+                    .map_err(|err| failed(Stage::SetConfigOption, &err))?;
+                cx.send_request(set)
+                    .block_task()
+                    .await
+                    .map_err(|err| failed(Stage::SetConfigOption, &err))?;
+            }
+        }
+        Ok((session_id, plan))
     };
     tokio::select! {
         biased;
         () = cancel.cancelled() => Err(DriveEnd::Cancelled { prompt_sent: false, stop_reason: None }),
         answer = tokio::time::timeout(config.handshake_timeout, steps) => answer.unwrap_or_else(|_| {
-            let stage = if initialized.load(Ordering::Relaxed) {
-                Stage::NewSession
-            } else {
-                Stage::Initialize
-            };
+            let stage = stage.lock().map_or(Stage::Initialize, |stage| *stage);
             Err(DriveEnd::HandshakeTimeout { stage })
         }),
     }

@@ -34,6 +34,7 @@
 //!
 //! use acp_host::agents::{self, HostFacts};
 //! use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+//! use protocol::capabilities::Wants;
 //! use protocol::events::Event;
 //! use protocol::permission::PermissionPolicy;
 //! use protocol::request::{StartRequest, Timeouts};
@@ -60,6 +61,8 @@
 //!         permission: PermissionPolicy::Reject,
 //!         timeouts: Timeouts::default(),
 //!         max_depth: None,
+//!         // A persona, a model, a tool filter: honoured by the agent or refused before the prompt.
+//!         wants: Wants::default(),
 //!     };
 //!     // Validation happens here, before anything is spawned.
 //!     let prepared = run::prepare(request, std::env::vars_os())?;

@@ -2,12 +2,15 @@
 //! path after validation.
 //!
 //! Invariants:
-//! - validation ([`prepare`]) happens before anything is spawned; its errors are usage errors;
+//! - validation ([`prepare`]) happens before anything is spawned; its errors are usage errors (an
+//!   output schema that does not compile among them);
 //! - after validation nothing panics or hangs: spawn, transport and protocol failures become
 //!   status `error` with a message; the handshake has a deadline; cancellation (the injected
 //!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
 //! - teardown runs on every path once a process exists, and the result records how it ended;
 //! - the run id is minted here, never taken from the agent;
+//! - what the request asks of the agent at start (persona, model, tool filter) is honoured or the
+//!   run ends `error` with kind `capability` before the prompt is sent (`protocol::capabilities`);
 //! - the agent's `ACP_HOST_DEPTH` / `ACP_HOST_MAX_DEPTH` are set here from the caller's own
 //!   (`protocol::depth`), overriding any forwarded value; a start past the cap is refused with
 //!   `depth-limit` before anything is spawned (a budget against runaway recursion, not a security
@@ -36,10 +39,11 @@ use protocol::events::{EndEvent, Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use protocol::request::StartRequest;
 use protocol::result::{AgentExit, DEFAULT_MAX_OUTPUT_BYTES, ErrorKind, RunResult, Status};
+use protocol::structured::{self, OutputSchema, SchemaError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{self, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
+use crate::client::{self, DriveConfig, DriveEnd, DriveEvents, Shared, Stage, Structured};
 use crate::permission::PermissionHandler;
 use crate::process::{AgentProcess, Graces, SpawnError, SpawnSpec, StderrSink, Teardown};
 
@@ -130,6 +134,8 @@ pub enum PrepareError {
     Env(#[from] EnvForwardError),
     #[error("no working directory: the current directory cannot be read ({0}); pass --cwd")]
     NoCurrentDir(#[source] std::io::Error),
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
 }
 
 /// Resolves `--cwd` (or the caller's directory) to an absolute path, once, up front.
@@ -149,6 +155,8 @@ pub struct Prepared {
     env: Scrubbed,
     /// The agent's standing, or why it may not start (refused by [`run`], as a result).
     budget: Result<Budget, DepthError>,
+    /// `request.wants.output`'s schema, compiled.
+    schema: Option<Arc<OutputSchema>>,
 }
 
 impl Prepared {
@@ -171,6 +179,10 @@ pub fn prepare(
     ambient: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Result<Prepared, PrepareError> {
     check_cwd(&request.cwd)?;
+    let schema = match &request.wants.output {
+        Some(output) => Some(Arc::new(OutputSchema::compile(output.schema.clone())?)),
+        None => None,
+    };
     let ambient: Vec<(OsString, OsString)> = ambient.into_iter().collect();
     // The caller's own standing comes from its environment (what it inherited), never from a
     // forwarded value: `--env ACP_HOST_DEPTH=0` must not lift the budget.
@@ -204,6 +216,7 @@ pub fn prepare(
         request,
         env,
         budget,
+        schema,
     })
 }
 
@@ -231,6 +244,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         request,
         env,
         budget,
+        schema,
     } = prepared;
     let run_id = uuid::Uuid::new_v4().to_string();
     let notifier = Arc::new(Notifier::new(
@@ -289,6 +303,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         &mut process,
         pipes,
         &request,
+        schema,
         options,
         cancel,
         &shared,
@@ -312,6 +327,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         &timeouts,
         &request.agent.display,
     );
+    record_structured(&mut result, shared.take_structured());
     redact_agent_text(&mut result, &env.redactor);
     if shared.garbage_lines() > 0 {
         tracing::info!(
@@ -393,6 +409,30 @@ fn record_teardown(
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
     result.children = shared.take_children();
+    result.persona_delivery = shared.persona_delivery();
+}
+
+/// The checked structured answer: its value, or (on a run that otherwise completed) status
+/// `schema-mismatch` with the last violations.
+fn record_structured(result: &mut RunResult, structured: Option<Structured>) {
+    match structured {
+        Some(Structured::Matched { value, via }) => {
+            result.structured = Some(value);
+            result.structured_via = Some(via);
+        }
+        Some(Structured::Mismatched { via, violations }) => {
+            result.structured_via = Some(via);
+            if result.status == Status::Completed {
+                result.status = Status::SchemaMismatch;
+                result.error_kind = Some(ErrorKind::SchemaMismatch);
+                result.error = Some(format!(
+                    "the answer does not match the output schema: {}",
+                    structured::describe(&violations)
+                ));
+            }
+        }
+        None => {}
+    }
 }
 
 /// The agent may print a credential it was given or found: where the result repeats the agent's
@@ -422,6 +462,7 @@ async fn supervise(
     process: &mut AgentProcess,
     pipes: crate::process::AgentPipes,
     request: &StartRequest,
+    schema: Option<Arc<OutputSchema>>,
     options: &RunOptions,
     cancel: &Cancel,
     shared: &Arc<Shared>,
@@ -439,6 +480,9 @@ async fn supervise(
         handshake_timeout: timeouts.handshake,
         cancel_grace: timeouts.cancel_grace,
         max_frame_bytes: options.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
+        wants: request.wants.clone(),
+        agent: request.agent.display.clone(),
+        schema,
     };
     // The drive watches its own token: the caller's cancel and our deadline both feed it.
     let drive_cancel = cancel.graceful.child_token();
@@ -514,6 +558,9 @@ fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
         permissions_dropped: None,
         session_id: None,
         children: Vec::new(),
+        persona_delivery: None,
+        structured: None,
+        structured_via: None,
     }
 }
 
@@ -580,6 +627,11 @@ fn settle(
             };
             (Status::Error, None, Some(error))
         }
+        Some(DriveEnd::Refused(refusal)) => (
+            Status::Error,
+            None,
+            Some((ErrorKind::Capability, refusal.to_string())),
+        ),
         Some(DriveEnd::ConnectionFailed { message }) => {
             (Status::Error, None, Some((ErrorKind::Protocol, message)))
         }

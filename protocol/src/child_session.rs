@@ -44,7 +44,7 @@ impl ChildState {
                 ChildState::Completed
             }
             Status::Aborted => ChildState::Cancelled,
-            Status::Timeout | Status::Error => ChildState::Failed,
+            Status::Timeout | Status::Error | Status::SchemaMismatch => ChildState::Failed,
         }
     }
 

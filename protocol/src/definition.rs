@@ -17,6 +17,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
 use crate::registry::{self, AgentSpec, OptionKind, SyncTarget};
 
 /// OS junk files that may sit in any folder; ignored rather than reported.
@@ -94,6 +95,10 @@ pub struct RunSpec {
     pub model: Option<String>,
     /// Allow-list of the child's tool names (`Some(empty)`: no tools).
     pub tools: Option<Vec<String>>,
+    /// Tool names the child may not use (wins over `tools`).
+    pub deny_tools: Vec<String>,
+    /// How the body joins the child's instructions; `None`: append.
+    pub persona_mode: Option<PersonaMode>,
     pub permission: Option<RunPermission>,
     /// Names of variables forwarded to the child (never values).
     pub env: Vec<String>,
@@ -112,53 +117,26 @@ pub enum RunPermission {
     Allow,
 }
 
-/// How a definition's persona (its body) reaches the agent that runs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PersonaDelivery {
-    /// acp-child: `--persona FILE`, the body written to a private file.
-    Flag,
-    /// Any other agent: sent before the task, in the prompt ([`prompt_with_persona`]).
-    Prompt,
-}
-
-/// What running a definition adds to its agent's command line, and how its persona travels.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunPlan {
-    /// Arguments appended to the agent's command line (`--model M` for acp-child).
-    pub args: Vec<String>,
-    pub persona: PersonaDelivery,
-}
-
-/// How `run` is honoured by `agent` (`is_acp_child`: it resolved to acp-child, which takes a
-/// model and a persona when it starts); `Err` names the field that cannot be honoured and why.
-/// A tool filter is honoured by no agent yet: it is refused, never ignored.
-pub fn plan_run(run: &RunSpec, agent: &str, is_acp_child: bool) -> Result<RunPlan, String> {
-    if run.tools.is_some() {
-        return Err("field `run.tools` cannot be honoured yet: no agent takes a tool filter when it starts; remove the field".to_owned());
-    }
-    let mut args = Vec::new();
-    if let Some(model) = &run.model {
-        if !is_acp_child {
-            return Err(format!(
-                "field `run.model` cannot be honoured for agent `{agent}`: only acp-child takes a model when it starts; remove the field or run acp-child"
-            ));
+impl RunSpec {
+    /// What running the definition asks of its agent: the body as persona (in `personaMode`),
+    /// the model, the tool filter. Whether the agent can honour them is decided when it starts
+    /// (`crate::capabilities::plan_session`), for `acp-host run --subagent` and acp-child's
+    /// `subagent` tool alike.
+    #[must_use]
+    pub fn wants(&self, body: &str) -> Wants {
+        Wants {
+            persona: Some(Persona {
+                text: body.to_owned(),
+                mode: self.persona_mode.unwrap_or_default(),
+            }),
+            model: self.model.clone(),
+            tools: (self.tools.is_some() || !self.deny_tools.is_empty()).then(|| ToolFilter {
+                allow: self.tools.clone(),
+                deny: self.deny_tools.clone(),
+            }),
+            output: None,
         }
-        args.extend(["--model".to_owned(), model.clone()]);
     }
-    Ok(RunPlan {
-        args,
-        persona: if is_acp_child {
-            PersonaDelivery::Flag
-        } else {
-            PersonaDelivery::Prompt
-        },
-    })
-}
-
-/// The prompt of an agent that takes no persona when it starts: the persona, a rule, the task.
-#[must_use]
-pub fn prompt_with_persona(persona: &str, task: &str) -> String {
-    format!("{persona}\n\n---\n\n{task}")
 }
 
 /// The fields a `run` table may hold.
@@ -166,6 +144,8 @@ pub const RUN_FIELDS: &[&str] = &[
     "agent",
     "model",
     "tools",
+    "denyTools",
+    "personaMode",
     "permission",
     "env",
     "timeout",
@@ -507,17 +487,18 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
         match key.as_str() {
             "agent" => run.agent = Some(text()?),
             "model" => run.model = Some(text()?),
-            "tools" => {
-                let Value::Array(items) = value else {
-                    return Err(wrong("a list of tool names"));
-                };
-                // An explicit empty list means "no tools"; omitting the field means no filter.
-                let tools = if items.is_empty() {
-                    Vec::new()
-                } else {
-                    string_list(items).ok_or_else(|| wrong("a list of tool names"))?
-                };
-                run.tools = Some(tools);
+            // An explicit empty list means "no tools"; omitting the field means no filter.
+            "tools" => run.tools = Some(names(value).ok_or_else(|| wrong("a list of tool names"))?),
+            "denyTools" => {
+                run.deny_tools = names(value).ok_or_else(|| wrong("a list of tool names"))?;
+            }
+            "personaMode" => {
+                run.persona_mode = Some(
+                    value
+                        .as_str()
+                        .and_then(PersonaMode::parse)
+                        .ok_or_else(|| wrong(&format!("one of {}", PersonaMode::NAMES)))?,
+                );
             }
             "permission" => {
                 run.permission = Some(match value.as_str() {
@@ -528,14 +509,7 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                 });
             }
             "env" => {
-                let Value::Array(items) = value else {
-                    return Err(wrong("a list of variable names"));
-                };
-                run.env = if items.is_empty() {
-                    Vec::new()
-                } else {
-                    string_list(items).ok_or_else(|| wrong("a list of variable names"))?
-                };
+                run.env = names(value).ok_or_else(|| wrong("a list of variable names"))?;
                 if let Some(bad) = run.env.iter().find(|name| name.contains('=')) {
                     let name = bad.split_once('=').map_or("", |(name, _)| name);
                     return Err(field(
@@ -630,6 +604,15 @@ fn non_empty(s: &str) -> bool {
     !s.trim().is_empty()
 }
 
+/// A list of names, possibly empty; `None` when it is not a list of non-blank strings.
+fn names(value: &Value) -> Option<Vec<String>> {
+    match value {
+        Value::Array(items) if items.is_empty() => Some(Vec::new()),
+        Value::Array(items) => string_list(items),
+        _ => None,
+    }
+}
+
 fn string_list(items: &[Value]) -> Option<Vec<String>> {
     if items.is_empty() {
         return None;
@@ -713,6 +696,8 @@ mod tests {
                 agent: Some("codex".into()),
                 model: Some("m".into()),
                 tools: Some(Vec::new()),
+                deny_tools: Vec::new(),
+                persona_mode: None,
                 permission: Some(RunPermission::Allow),
                 env: vec!["OPENAI_API_KEY".into()],
                 timeout: Some(30),
@@ -725,7 +710,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
-            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, permission, env, timeout, maxDepth"
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth"
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
@@ -741,39 +726,41 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
-            "subagents/review.md: field `run`: must be a table of agent, model, tools, permission, env, timeout, maxDepth, got a list"
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
     }
 
     #[test]
-    fn a_run_is_planned_for_acp_child_or_refused_field_by_field() {
-        let run = RunSpec {
-            model: Some("m".into()),
-            ..RunSpec::default()
-        };
+    fn a_run_asks_for_its_persona_model_and_tool_filter() {
+        let d = ok(
+            "---\ndescription: d\nrun:\n  model: m\n  denyTools: [run_command]\n  personaMode: strict\n---\nBe terse.\n",
+        );
+        let run = d.run.unwrap();
         assert_eq!(
-            plan_run(&run, "acp-child", true),
-            Ok(RunPlan {
-                args: vec!["--model".into(), "m".into()],
-                persona: PersonaDelivery::Flag
-            })
+            run.wants(&d.body),
+            Wants {
+                persona: Some(Persona {
+                    text: "Be terse.".into(),
+                    mode: PersonaMode::Strict
+                }),
+                model: Some("m".into()),
+                tools: Some(ToolFilter {
+                    allow: None,
+                    deny: vec!["run_command".into()]
+                }),
+                output: None,
+            }
         );
-        assert!(
-            plan_run(&run, "codex", false)
-                .unwrap_err()
-                .starts_with("field `run.model` cannot be honoured for agent `codex`")
+        let plain = RunSpec::default().wants("B");
+        assert_eq!(
+            (plain.persona.map(|p| p.mode), plain.model, plain.tools),
+            (Some(PersonaMode::Append), None, None)
         );
         assert_eq!(
-            plan_run(&RunSpec::default(), "codex", false).map(|p| p.persona),
-            Ok(PersonaDelivery::Prompt)
+            err("---\ndescription: d\nrun: {personaMode: loud}\n---\nB\n"),
+            "subagents/review.md: field `run.personaMode`: must be one of append, strict, override, got the string \"loud\""
         );
-        let filtered = RunSpec {
-            tools: Some(Vec::new()),
-            ..RunSpec::default()
-        };
-        assert!(plan_run(&filtered, "acp-child", true).is_err());
-        assert_eq!(prompt_with_persona("P", "T"), "P\n\n---\n\nT");
     }
 
     #[test]

@@ -121,6 +121,9 @@ mod tests {
             permissions_dropped: None,
             session_id: None,
             children: vec![],
+            persona_delivery: None,
+            structured: None,
+            structured_via: None,
         });
         let value = serde_json::to_value(&record).unwrap();
         let schema = crate::schema::output("run-result.json").unwrap();

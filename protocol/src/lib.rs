@@ -4,6 +4,7 @@
 //! hidden behind a decision; functions take values and return values, so each decision has exactly
 //! one home and is unit-tested here. `acp-host` and `acp-child` call into it; it never calls back.
 
+pub mod capabilities;
 pub mod child_session;
 pub mod definition;
 pub mod depth;
@@ -16,4 +17,5 @@ pub mod report;
 pub mod request;
 pub mod result;
 pub mod schema;
+pub mod structured;
 pub mod sync;

@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::capabilities::Wants;
 use crate::env_scrub::EnvForward;
 use crate::permission::PermissionPolicy;
 
@@ -66,4 +67,7 @@ pub struct StartRequest {
     /// The delegation depth cap asked for (`--max-depth`, a definition's `maxDepth`); it can only
     /// lower the inherited one (`crate::depth`).
     pub max_depth: Option<u32>,
+    /// Persona, model, tool filter: honoured by the agent or refused before the prompt
+    /// (`crate::capabilities`).
+    pub wants: Wants,
 }

@@ -8,8 +8,10 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::capabilities::PersonaDelivery;
 use crate::child_session::ChildSession;
 use crate::permission::PermissionDecision;
+use crate::structured::StructuredVia;
 
 /// How a run ended. Serialized in kebab-case (`max-tokens`), which is also how it is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -27,6 +29,8 @@ pub enum Status {
     Aborted,
     /// `--timeout` elapsed.
     Timeout,
+    /// The answer did not match `--output-schema`, after every follow-up (`--schema-retries`).
+    SchemaMismatch,
     /// Anything else: spawn failure, crash, protocol error, unknown stop reason.
     Error,
 }
@@ -43,11 +47,12 @@ pub const EXIT_USAGE: u8 = 2;
 
 impl Status {
     /// Every status, in the order the exit-code table is documented.
-    pub const ALL: [Status; 7] = [
+    pub const ALL: [Status; 8] = [
         Status::Completed,
         Status::MaxTokens,
         Status::MaxTurnRequests,
         Status::Refusal,
+        Status::SchemaMismatch,
         Status::Aborted,
         Status::Timeout,
         Status::Error,
@@ -76,6 +81,7 @@ impl Status {
             Status::MaxTokens => 3,
             Status::MaxTurnRequests => 4,
             Status::Refusal => 5,
+            Status::SchemaMismatch => 6,
             Status::Timeout => 124,
             Status::Aborted => 130,
         }
@@ -90,7 +96,7 @@ impl Status {
             Status::MaxTurnRequests => Some("max_turn_requests"),
             Status::Refusal => Some("refusal"),
             Status::Aborted => Some("cancelled"),
-            Status::Timeout | Status::Error => None,
+            Status::Timeout | Status::Error | Status::SchemaMismatch => None,
         }
     }
 
@@ -104,6 +110,7 @@ impl Status {
             Status::Refusal => "refusal",
             Status::Aborted => "aborted",
             Status::Timeout => "timeout",
+            Status::SchemaMismatch => "schema-mismatch",
             Status::Error => "error",
         }
     }
@@ -115,8 +122,11 @@ impl Status {
         for status in Status::ALL {
             let why = match status {
                 Status::Timeout => "--timeout elapsed".to_owned(),
+                Status::SchemaMismatch => {
+                    "the answer did not match --output-schema after --schema-retries".to_owned()
+                }
                 Status::Error => {
-                    "spawn failure, crash, protocol error, unknown stop reason, depth limit"
+                    "spawn failure, crash, protocol error, depth limit, capability refused"
                         .to_owned()
                 }
                 Status::Aborted => {
@@ -169,17 +179,25 @@ pub enum ErrorKind {
     /// Starting the agent would exceed the delegation depth limit (`ACP_HOST_MAX_DEPTH`, the
     /// definition's `maxDepth`, `--max-depth`); nothing was spawned.
     DepthLimit,
+    /// The agent cannot honour a start-time capability the run asked for (a persona mode, a
+    /// model, a tool filter); the prompt was not sent.
+    Capability,
+    /// The answer did not match the output schema after every follow-up; `error` lists the last
+    /// violations.
+    SchemaMismatch,
 }
 
 impl ErrorKind {
     /// Every kind, in documentation order.
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 8] = [
         ErrorKind::Spawn,
         ErrorKind::Handshake,
         ErrorKind::Protocol,
         ErrorKind::Crash,
         ErrorKind::Timeout,
         ErrorKind::DepthLimit,
+        ErrorKind::Capability,
+        ErrorKind::SchemaMismatch,
     ];
 
     /// The kebab-case name, as serialized.
@@ -192,6 +210,8 @@ impl ErrorKind {
             ErrorKind::Crash => "crash",
             ErrorKind::Timeout => "timeout",
             ErrorKind::DepthLimit => "depth-limit",
+            ErrorKind::Capability => "capability",
+            ErrorKind::SchemaMismatch => "schema-mismatch",
         }
     }
 }
@@ -252,6 +272,16 @@ pub struct RunResult {
     /// order they were announced, with how each ended; absent when there were none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<ChildSession>,
+    /// How the run's persona reached the agent; absent when the run had none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persona_delivery: Option<PersonaDelivery>,
+    /// The answer as a JSON value matching the output schema; absent without one, or when no
+    /// answer matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<serde_json::Value>,
+    /// How `structured` was obtained (or was expected, when it did not match).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_via: Option<StructuredVia>,
 }
 
 impl RunResult {

@@ -7,8 +7,9 @@
 //!   definitions with a `run:` table in `<session cwd>/subagents/` and the `--subagents` folders
 //!   ([`Subagents::catalog`], read at each use; a bad file is a noted problem, never fatal, and
 //!   never hides the others); a model or a prompt never names a command line;
-//! - a definition's fields reach its agent by `protocol::definition::plan_run` (the rule
-//!   `acp-host run --subagent` uses too); what cannot be honoured is refused, never ignored;
+//! - a definition asks its agent for a persona, model and tool filter
+//!   (`protocol::definition::RunSpec::wants`, as `acp-host run --subagent` does); the run library
+//!   honours them or refuses the run before the prompt, never ignores them;
 //! - a child runs at this agent's depth + 1 (`protocol::depth`): the ambient environment handed to
 //!   the library carries this agent's own standing, so a child past the cap is refused by the one
 //!   rule in acp-host (execution face); [`Subagents::offered`] is the prompt face;
@@ -55,10 +56,9 @@ use agent_client_protocol::v1::schema::{
 };
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
+use protocol::capabilities::Wants;
 use protocol::child_session::ChildState;
-use protocol::definition::{
-    self, Definition, PersonaDelivery, Problem, RunPermission, RunSpec, SourceEntry,
-};
+use protocol::definition::{self, Definition, Problem, RunPermission, RunSpec, SourceEntry};
 use protocol::depth::Budget;
 use protocol::env_scrub::EnvForward;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
@@ -67,6 +67,7 @@ use protocol::permission::{Answer, DecidedBy, PermissionPolicy, PermissionReques
 use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::result::{RunResult, Status};
+use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -162,10 +163,8 @@ pub(crate) struct Target {
 /// What a definition adds to a run (nothing, for a registry agent).
 #[derive(Debug, Clone, Default)]
 struct Launch {
-    /// The definition's body.
-    persona: Option<String>,
-    /// acp-child takes the persona as `--persona FILE`; other agents get it before the task.
-    persona_flag: bool,
+    /// Its persona (the body), model and tool filter.
+    wants: Wants,
     permission: Option<SubagentPermission>,
     env: Vec<String>,
     timeout: Option<Duration>,
@@ -337,20 +336,18 @@ impl Subagents {
         let agent = run.agent.as_deref().unwrap_or(registry::ACP_CHILD);
         let resolved = agents::resolve(agent, &self.facts)
             .map_err(|error| format!("field `run.agent`: {}", crate::describe(&error)))?;
-        let acp_child = resolved
-            .spec
-            .is_some_and(|spec| spec.name == registry::ACP_CHILD);
-        let plan = definition::plan_run(run, agent, acp_child)?;
         let mut command = resolved.command;
-        command.args.extend(plan.args);
         command.display.clone_from(&definition.name);
+        let wants = run.wants(&definition.body);
+        command
+            .args
+            .extend(protocol::capabilities::launch_args(&wants, resolved.spec));
         Ok(Target {
             name: definition.name,
             description: definition.description,
             command,
             launch: Launch {
-                persona: Some(definition.body),
-                persona_flag: plan.persona == PersonaDelivery::Flag,
+                wants,
                 permission: run.permission.map(|p| match p {
                     RunPermission::Relay => SubagentPermission::Relay,
                     RunPermission::Reject => SubagentPermission::Reject,
@@ -379,51 +376,21 @@ impl Subagents {
         ambient
     }
 
-    /// The start request for `target`, the permission policy of its run, and the persona file
-    /// that must outlive the run; `Err` when it cannot be started.
+    /// The start request for `target` and the permission policy of its run.
     fn request(
         &self,
         target: &Target,
         prompt: &str,
         cwd: &Path,
-    ) -> Result<
-        (
-            StartRequest,
-            SubagentPermission,
-            Option<tempfile::NamedTempFile>,
-        ),
-        Delegated,
-    > {
+        output_schema: Option<&serde_json::Value>,
+    ) -> (StartRequest, SubagentPermission) {
         let launch = &target.launch;
-        let mut agent = target.command.clone();
-        let mut prompt = prompt.to_owned();
-        // Kept until the run ends: acp-child reads its persona file when it starts.
-        let mut persona_file = None;
-        if let Some(persona) = &launch.persona {
-            if launch.persona_flag {
-                match write_persona(persona) {
-                    Ok(file) => {
-                        agent.args.push("--persona".to_owned());
-                        agent.args.push(file.path().display().to_string());
-                        persona_file = Some(file);
-                    }
-                    Err(error) => {
-                        return Err(Delegated::failed(format!(
-                            "subagent {} was not started: cannot write its persona to a temporary file: {error}",
-                            target.name
-                        )));
-                    }
-                }
-            } else {
-                prompt = definition::prompt_with_persona(persona, &prompt);
-            }
-        }
         let permission = launch.permission.unwrap_or(self.permission);
         let mut env = self.env.clone();
         env.extend(launch.env.iter().filter(|n| !self.env.contains(n)).cloned());
         let request = StartRequest {
-            agent,
-            prompt,
+            agent: target.command.clone(),
+            prompt: prompt.to_owned(),
             cwd: cwd.to_path_buf(),
             env: env.into_iter().map(EnvForward::Inherit).collect(),
             permission: match permission {
@@ -435,12 +402,19 @@ impl Subagents {
                 ..Timeouts::default()
             },
             max_depth: launch.max_depth,
+            wants: Wants {
+                output: output_schema.map(|schema| OutputSpec {
+                    schema: schema.clone(),
+                    retries: DEFAULT_SCHEMA_RETRIES,
+                }),
+                ..launch.wants.clone()
+            },
         };
-        Ok((request, permission, persona_file))
+        (request, permission)
     }
 
     /// Runs subagent `name` on `prompt` (labelled `description`) for tool call `call` of `turn`,
-    /// to its result.
+    /// to its result; with `output_schema`, the result is the child's checked JSON answer.
     pub(crate) async fn run(
         &self,
         turn: &Turn,
@@ -448,6 +422,7 @@ impl Subagents {
         name: &str,
         prompt: &str,
         description: Option<&str>,
+        output_schema: Option<&serde_json::Value>,
     ) -> Delegated {
         let catalog = self.catalog(turn.workspace().root());
         let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
@@ -461,11 +436,8 @@ impl Subagents {
         let Ok(_slot) = slot else {
             return Delegated::failed("subagents are shutting down");
         };
-        let (request, permission, _persona_file) =
-            match self.request(target, prompt, turn.workspace().root()) {
-                Ok(built) => built,
-                Err(refused) => return refused,
-            };
+        let (request, permission) =
+            self.request(target, prompt, turn.workspace().root(), output_schema);
         let prepared = match run::prepare(request, self.ambient()) {
             Ok(prepared) => prepared,
             Err(error) => {
@@ -536,7 +508,10 @@ impl Subagents {
         }
         if result.status == Status::Completed {
             return Delegated {
-                text: result.output,
+                text: result
+                    .structured
+                    .as_ref()
+                    .map_or(result.output, ToString::to_string),
                 failed: false,
             };
         }
@@ -823,16 +798,6 @@ fn ended(name: &str, result: &RunResult) -> Delegated {
 /// Where definitions live inside a session directory.
 fn definition_dir() -> &'static str {
     "subagents"
-}
-
-/// The persona, in a private temporary file for acp-child's `--persona`.
-fn write_persona(persona: &str) -> std::io::Result<tempfile::NamedTempFile> {
-    let mut file = tempfile::Builder::new()
-        .prefix("acp-child-persona-")
-        .suffix(".md")
-        .tempfile()?;
-    std::io::Write::write_all(&mut file, persona.as_bytes())?;
-    Ok(file)
 }
 
 /// Relays one child permission request to this agent's client (`via` where it is asked; `None`

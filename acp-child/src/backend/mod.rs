@@ -53,6 +53,23 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn replay(&self, _workspace: &Workspace, _memory: &Memory) -> Vec<SessionUpdate> {
         Vec::new()
     }
+
+    /// What a session of this backend can be given at start (advertised at `initialize` and in
+    /// `session/new`'s answer); nothing by default.
+    fn offers(&self) -> Offers {
+        Offers::default()
+    }
+}
+
+/// What a backend honours per session.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Offers {
+    /// A system prompt (`append` and `override`).
+    pub(crate) system_prompt: bool,
+    /// The tools a tool filter may name; empty: no tool filter is honoured.
+    pub(crate) tools: Vec<&'static str>,
+    /// The models a session may select, the default first; empty: no model option.
+    pub(crate) models: Vec<String>,
 }
 
 /// How to use one slash command, for `--help` and the session's available-commands list.

@@ -30,7 +30,7 @@ pub struct Cli {
 enum Command {
     // A flag given twice takes its last value, so wrappers can append overrides.
     #[command(args_override_self = true)]
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     Sync(sync::SyncArgs),
     Agents(agents::AgentsArgs),
 }

@@ -20,13 +20,15 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
-use protocol::definition::{self, PersonaDelivery, RunPermission};
+use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
+use protocol::definition::RunPermission;
 use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
+use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use super::{CliError, Written, subagent};
 
@@ -56,6 +58,43 @@ pub struct RunArgs {
     /// A folder of subagent definitions for --subagent, after ./subagents/ (repeatable).
     #[arg(long = "subagents", value_name = "DIR")]
     subagent_dirs: Vec<PathBuf>,
+
+    /// The agent's persona, read from FILE: sent as its session system prompt when it takes one,
+    /// else before the prompt (see --persona-mode) [default: the --subagent definition's body].
+    #[arg(long, value_name = "FILE")]
+    persona: Option<PathBuf>,
+
+    /// append: add the persona to the agent's instructions, falling back to a preamble of the
+    /// prompt; strict: the same without the fallback (refused instead); override: replace the
+    /// agent's default instructions (refused when it cannot) [default: append, or the definition's].
+    #[arg(long, value_enum, value_name = "MODE")]
+    persona_mode: Option<PersonaModeArg>,
+
+    /// Select this model through the agent's session config option of category model; refused
+    /// when the agent does not offer it [default: the --subagent definition's].
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+
+    /// Only these tools (comma-separated; '' for none). Needs an agent honouring acp-host's
+    /// start extension (acp-child does); refused otherwise.
+    #[arg(long, value_name = "NAME,...")]
+    tools: Option<String>,
+
+    /// Never these tools (comma-separated); wins over --tools. Refused like --tools.
+    #[arg(long, value_name = "NAME,...")]
+    deny_tools: Option<String>,
+
+    /// Ask for an answer matching this JSON Schema (a JSON file): through the agent's capture tool
+    /// where it has one (acp-child), else by instruction and extraction from its text. Stdout then
+    /// carries exactly the value, as one line of JSON (--verbose shows the text on stderr).
+    #[arg(long, value_name = "FILE")]
+    output_schema: Option<PathBuf>,
+
+    /// Follow-up prompts, in the same session, after an answer that does not match
+    /// --output-schema; then the run ends schema-mismatch (exit 6).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SCHEMA_RETRIES,
+          requires = "output_schema")]
+    schema_retries: u32,
 
     /// Working directory of the agent and of its session (default: the current directory).
     #[arg(long, value_name = "DIR")]
@@ -111,6 +150,23 @@ pub struct RunArgs {
     /// Show thoughts, tool calls, plans, permission decisions and the agent's stderr on stderr.
     #[arg(short, long)]
     verbose: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum PersonaModeArg {
+    Append,
+    Strict,
+    Override,
+}
+
+impl From<PersonaModeArg> for PersonaMode {
+    fn from(arg: PersonaModeArg) -> Self {
+        match arg {
+            PersonaModeArg::Append => PersonaMode::Append,
+            PersonaModeArg::Strict => PersonaMode::Strict,
+            PersonaModeArg::Override => PersonaMode::Override,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -188,21 +244,32 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     // stdin must stay interruptible); from here on it is ours, before anything is spawned, so no
     // signal falls between the spawn and the watcher. The persona file of a --subagent run lives
     // until the run has ended.
-    let (request, _persona) = build_request(args).map_err(CliError::Usage)?;
+    let request = build_request(args).map_err(CliError::Usage)?;
     let signals = {
         let _runtime = runtime.enter();
         Signals::install()
     };
     let ask = request.permission == PermissionPolicy::Ask;
-    let prepared = run::prepare(request, std::env::vars_os())
-        .map_err(|err| CliError::Usage(err.to_string()))?;
+    let prepared = run::prepare(request, std::env::vars_os()).map_err(|err| match err {
+        run::PrepareError::Schema(err) => CliError::Usage(format!(
+            "--output-schema {}: {err}",
+            args.output_schema
+                .as_deref()
+                .map_or_else(String::new, |p| p.display().to_string())
+        )),
+        err => CliError::Usage(err.to_string()),
+    })?;
     if args.verbose && !prepared.scrubbed().is_empty() {
         eprintln!(
             "acp-host: withheld from the agent: {}",
             prepared.scrubbed().join(", ")
         );
     }
-    let renderer = Arc::new(Renderer::new(args.json, args.verbose));
+    let renderer = Arc::new(Renderer::new(
+        args.json,
+        args.verbose,
+        args.output_schema.is_some(),
+    ));
     let options = RunOptions {
         observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
         permissions: ask.then(|| {
@@ -236,8 +303,12 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     } else {
         (None, Some(result))
     };
+    let value_line = report
+        .as_ref()
+        .and_then(|result| result.structured.as_ref())
+        .map(|value| format!("{value}\n"));
     std::thread::spawn(move || {
-        writer.finish(record);
+        writer.finish(record, value_line.as_deref());
         let _ = done_tx.send(());
     });
     runtime.block_on(async {
@@ -262,8 +333,8 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     Ok(code)
 }
 
-fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempDir>), String> {
-    let mut prompt = if args.prompt == "-" {
+fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
+    let prompt = if args.prompt == "-" {
         let mut prompt = String::new();
         std::io::stdin()
             .read_to_string(&mut prompt)
@@ -295,25 +366,11 @@ fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempD
     let resolved =
         agents::resolve(&agent_name, &HostFacts::from_env()).map_err(|err| err.to_string())?;
     let mut agent = resolved.command;
-    let mut persona_dir = None;
+    let wants = wants(args, found.as_ref())?;
+    agent
+        .args
+        .extend(protocol::capabilities::launch_args(&wants, resolved.spec));
     if let Some(found) = &found {
-        let acp_child = resolved
-            .spec
-            .is_some_and(|spec| spec.name == registry::ACP_CHILD);
-        let plan = definition::plan_run(&found.run, &agent_name, acp_child)
-            .map_err(|err| format!("--subagent {}: {err}", found.definition.name))?;
-        agent.args.extend(plan.args);
-        match plan.persona {
-            PersonaDelivery::Flag => {
-                let (dir, path) = subagent::persona_file(&found.definition.body)?;
-                agent.args.push("--persona".to_owned());
-                agent.args.push(path.display().to_string());
-                persona_dir = Some(dir);
-            }
-            PersonaDelivery::Prompt => {
-                prompt = definition::prompt_with_persona(&found.definition.body, &prompt);
-            }
-        }
         // The definition's names, unless a flag forwards the same one.
         for name in &found.run.env {
             if !env.iter().any(|forward| forward.name() == name) {
@@ -349,8 +406,73 @@ fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempD
         max_depth: args
             .max_depth
             .or_else(|| run_spec.and_then(|run| run.max_depth)),
+        wants,
     };
-    Ok((request, persona_dir))
+    Ok(request)
+}
+
+/// The persona, model and tool filter: the flags, over the --subagent definition's.
+fn wants(args: &RunArgs, found: Option<&subagent::Found>) -> Result<Wants, String> {
+    let mut wants = found.map_or_else(Wants::default, |found| {
+        found.run.wants(&found.definition.body)
+    });
+    if let Some(path) = &args.persona {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("--persona {}: cannot read it: {err}", path.display()))?;
+        if text.trim().is_empty() {
+            return Err(format!(
+                "--persona {}: the file is empty; write the persona in it",
+                path.display()
+            ));
+        }
+        wants.persona = Some(Persona {
+            text,
+            mode: PersonaMode::default(),
+        });
+    }
+    if let Some(mode) = args.persona_mode {
+        let Some(persona) = &mut wants.persona else {
+            return Err(
+                "--persona-mode: there is no persona; pass --persona FILE or --subagent NAME"
+                    .into(),
+            );
+        };
+        persona.mode = mode.into();
+    }
+    if let Some(model) = &args.model {
+        wants.model = Some(model.clone());
+    }
+    if let Some(path) = &args.output_schema {
+        let text = std::fs::read_to_string(path)
+            .map_err(|err| format!("--output-schema {}: cannot read it: {err}", path.display()))?;
+        let schema = serde_json::from_str(&text).map_err(|err| {
+            format!(
+                "--output-schema {}: not JSON ({err}); give a JSON Schema file",
+                path.display()
+            )
+        })?;
+        wants.output = Some(OutputSpec {
+            schema,
+            retries: args.schema_retries,
+        });
+    }
+    let names = |list: &str| -> Vec<String> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    if args.tools.is_some() || args.deny_tools.is_some() {
+        let filter = wants.tools.get_or_insert_with(ToolFilter::default);
+        if let Some(allow) = &args.tools {
+            filter.allow = Some(names(allow));
+        }
+        if let Some(deny) = &args.deny_tools {
+            filter.deny = names(deny);
+        }
+    }
+    Ok(wants)
 }
 
 /// SIGINT and SIGTERM, registered (so no longer fatal) as soon as this exists.
@@ -396,6 +518,9 @@ impl Signals {
 struct Renderer {
     json: bool,
     verbose: bool,
+    /// A structured answer is asked for: in human mode stdout carries only its value, so the
+    /// agent's text goes to stderr (with --verbose) instead.
+    structured: bool,
     /// Set once stdout is gone (e.g. `| head`): stop writing, keep running.
     stdout_closed: AtomicBool,
     /// Text not yet written: filled by a burst of events, written when the burst ends
@@ -410,10 +535,11 @@ struct Renderer {
 }
 
 impl Renderer {
-    fn new(json: bool, verbose: bool) -> Self {
+    fn new(json: bool, verbose: bool, structured: bool) -> Self {
         Renderer {
             json,
             verbose,
+            structured,
             stdout_closed: AtomicBool::new(false),
             pending: Mutex::default(),
             ended_with_newline: Mutex::new(true),
@@ -476,12 +602,14 @@ impl Renderer {
         }
     }
 
-    /// The last stdout write: the result record, or the final newline on a terminal. May block on
-    /// a stalled reader, so it runs off the main thread.
-    fn finish(&self, record: Option<RunResult>) {
+    /// The last stdout write: the result record, the structured value's line, or the final newline
+    /// on a terminal. May block on a stalled reader, so it runs off the main thread.
+    fn finish(&self, record: Option<RunResult>, value_line: Option<&str>) {
         if let Some(result) = record {
             self.write_json(&ResultRecord::Result(result));
-        } else {
+        } else if let Some(line) = value_line {
+            self.write_stdout(line);
+        } else if !self.structured {
             let newline = self.ended_with_newline.lock().map_or(true, |g| *g);
             if !newline && std::io::stdout().is_terminal() {
                 self.write_stdout("\n");
@@ -525,6 +653,11 @@ impl Renderer {
                 eprintln!("acp-host: {prefix}{}", text.trim_end());
             }
             ("agent_message_chunk" | "agent_thought_chunk", Some(_)) if child.is_some() => {}
+            // Stdout carries only the structured value.
+            ("agent_message_chunk", Some(text)) if self.structured && self.verbose => {
+                eprint!("{text}");
+            }
+            ("agent_message_chunk", Some(_)) if self.structured => {}
             ("agent_message_chunk", Some(text)) => {
                 if let Ok(mut newline) = self.ended_with_newline.lock()
                     && !text.is_empty()

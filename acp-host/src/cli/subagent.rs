@@ -2,11 +2,9 @@
 //!
 //! The definition is `NAME.md` in `<cwd>/subagents/`, then in each `--subagents DIR`, the first
 //! found; it is validated strictly (a bad file is a usage error naming the file and field) and
-//! must have a `run:` table. How its fields reach the agent is `protocol::definition::plan_run`,
-//! the rule acp-child's subagent tool uses too; flags given on the command line win over it.
-//!
-//! Invariant: the persona file written for acp-child lives in a private temporary folder that the
-//! caller keeps until the run has ended (acp-child reads it when it starts).
+//! must have a `run:` table. What it asks of its agent (persona, model, tool filter) is
+//! `protocol::definition::RunSpec::wants`, honoured or refused when the agent starts, as for
+//! acp-child's subagent tool; flags given on the command line win over it.
 
 use std::path::{Path, PathBuf};
 
@@ -54,17 +52,4 @@ pub(super) fn find(name: &str, cwd: &Path, dirs: &[PathBuf]) -> Result<Found, St
             .collect::<Vec<_>>()
             .join(", ")
     ))
-}
-
-/// Writes `persona` for acp-child's `--persona`, in a private temporary folder kept by the
-/// caller until the run ends; returns the folder and the file.
-pub(super) fn persona_file(persona: &str) -> Result<(tempfile::TempDir, PathBuf), String> {
-    let dir = tempfile::Builder::new()
-        .prefix("acp-host-persona-")
-        .tempdir()
-        .map_err(|error| format!("cannot create a temporary folder for the persona: {error}"))?;
-    let path = dir.path().join("persona.md");
-    acp_host::fs_atomic::write_new(&path, persona.as_bytes())
-        .map_err(|error| format!("cannot write the persona to {}: {error}", path.display()))?;
-    Ok((dir, path))
 }

@@ -62,6 +62,12 @@ pub struct Agent {
     pub(super) session_cwd: Option<String>,
     /// The params of `initialize`, for `echo-initialize`.
     pub(super) initialize: Value,
+    /// The params of `session/new`, for `configurable`.
+    pub(super) new_session: Value,
+    /// The model `configurable` currently runs.
+    pub(super) model: Option<String>,
+    /// Prompts answered so far (`answers`).
+    pub(super) prompts: usize,
     out: Outbound,
     inbox: Inbox,
     eof: EofPolicy,
@@ -127,6 +133,9 @@ pub async fn run(config: Config) -> i32 {
         cancelled: false,
         session_cwd: None,
         initialize: Value::Null,
+        new_session: Value::Null,
+        model: None,
+        prompts: 0,
         next_request_id: 0,
         responses: HashMap::new(),
         _grandchildren: grandchildren,
@@ -187,10 +196,18 @@ impl Agent {
         match method {
             "initialize" => {
                 self.initialize = params.clone();
-                self.send(&wire::response(id, wire::initialize_result()))
-                    .await;
+                let mut result = wire::initialize_result();
+                if let Scenario::Configurable { advertise, .. } = &self.scenario {
+                    result["agentCapabilities"] = wire::advertised(advertise);
+                }
+                self.send(&wire::response(id, result)).await;
             }
             "session/new" => self.new_session(id, params).await,
+            "session/set_config_option"
+                if matches!(self.scenario, Scenario::Configurable { .. }) =>
+            {
+                self.set_config_option(id, params).await;
+            }
             "session/prompt" => self.prompt(id, params).await,
             other => {
                 let message = format!("the mock agent does not implement {other}");
@@ -202,7 +219,12 @@ impl Agent {
 
     async fn new_session(&mut self, id: &Value, params: &Value) {
         self.session_cwd = params.get("cwd").and_then(Value::as_str).map(str::to_owned);
+        self.new_session = params.clone();
         let result = match &self.scenario {
+            Scenario::Configurable { models, .. } => {
+                self.model = models.first().cloned();
+                json!({"sessionId": wire::SESSION_ID, "configOptions": wire::model_options(models, self.model.as_deref())})
+            }
             Scenario::NoSessionId => json!({}),
             Scenario::AuthRequired { message } => {
                 let error = wire::error_response(id, -32000, message);
@@ -218,6 +240,24 @@ impl Agent {
             _ => json!({"sessionId": wire::SESSION_ID}),
         };
         self.send(&wire::response(id, result)).await;
+    }
+
+    /// `configurable`: selects one of its models, or answers invalid params.
+    async fn set_config_option(&mut self, id: &Value, params: &Value) {
+        let Scenario::Configurable { models, .. } = &self.scenario else {
+            return;
+        };
+        let value = params.get("value").and_then(Value::as_str).unwrap_or("");
+        let frame = if params.get("configId").and_then(Value::as_str) == Some("llm")
+            && models.iter().any(|m| m == value)
+        {
+            let options = wire::model_options(models, Some(value));
+            self.model = Some(value.to_owned());
+            wire::response(id, json!({"configOptions": options}))
+        } else {
+            wire::error_response(id, -32602, "no such option or value")
+        };
+        self.send(&frame).await;
     }
 
     /// Waits until `go` exists, still handling stdin (EOF ends the wait per the EOF policy).

@@ -17,7 +17,7 @@ pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on
     crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
     echo-env, fs-request, session-echo, echo-prompt, slow-stream, probe-fd, ancestor-environ, \
-    escapee, permission-raw, foreign-session, echo-initialize, flood, bad-utf8, batch";
+    escapee, permission-raw, foreign-session, echo-initialize, flood, bad-utf8, batch, configurable, answers";
 
 /// Flags only some scenarios read; each scenario takes the ones it uses, leftovers are errors.
 const SPECIFIC_FLAGS: &[&str] = &[
@@ -36,6 +36,9 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "stdout",
     "message",
     "options-json",
+    "models",
+    "advertise",
+    "answers-json",
 ];
 
 /// The permission option kinds offered when `--options` is absent: all four, `allow_always`
@@ -145,6 +148,19 @@ pub enum Scenario {
     /// Sends a JSON-RPC batch array holding one `fs/read_text_file` request, waits for the
     /// client's answer to it, and reports the answer as text (`batch: <error code>`).
     Batch,
+    /// A foreign agent with start-time options: `session/new` answers a select config option
+    /// `llm` of category `model` offering `models` (the first current), `session/set_config_option`
+    /// selects one; `advertise` adds `system-prompt` (append only), `override`, or `tools` (the
+    /// acp-host start extension) to its capabilities. The reply reports, one per line, `model
+    /// <current>`, `systemPrompt <JSON>`, `meta <JSON>` (of `session/new`) and `prompt <text>`.
+    Configurable {
+        models: Vec<String>,
+        advertise: Vec<String>,
+    },
+    /// Answers the n-th prompt of the session with the n-th of `answers` (the last one again
+    /// after that), `{prompt}` in it replaced by the prompt's text, `end_turn`; an answer
+    /// `{hang}` behaves like `hang` instead.
+    Answers { answers: Vec<String> },
 }
 
 /// Chunk `index` of the `flood` scenario.
@@ -401,7 +417,9 @@ fn scenario(
             bytes: s.positive("bytes")?.unwrap_or(1024),
         },
         "bad-utf8" => Scenario::BadUtf8,
+        "configurable" => configurable(s)?,
         "batch" => Scenario::Batch,
+        "answers" => answers(s)?,
         other => return Err(UsageError::UnknownScenario(other.to_owned())),
     })
 }
@@ -424,6 +442,48 @@ fn escapee(s: &mut Specific, common: &Common) -> Result<Scenario, UsageError> {
         Some(other) => return Err(Specific::invalid("stdout", other, "hold or null")),
     };
     Ok(Scenario::Escapee { then, hold_stdout })
+}
+
+fn answers(s: &mut Specific) -> Result<Scenario, UsageError> {
+    let json = s
+        .take("answers-json")
+        .ok_or_else(|| s.missing("answers-json"))?;
+    let answers: Vec<String> = serde_json::from_str(&json)
+        .ok()
+        .filter(|answers: &Vec<String>| !answers.is_empty())
+        .ok_or_else(|| {
+            Specific::invalid("answers-json", &json, "a non-empty JSON array of strings")
+        })?;
+    Ok(Scenario::Answers { answers })
+}
+
+fn configurable(s: &mut Specific) -> Result<Scenario, UsageError> {
+    let list = |value: String| -> Vec<String> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let advertise = list(s.take("advertise").unwrap_or_default());
+    if let Some(bad) = advertise
+        .iter()
+        .find(|a| !["system-prompt", "override", "tools"].contains(&a.as_str()))
+    {
+        return Err(Specific::invalid(
+            "advertise",
+            bad,
+            "a list of system-prompt, override, tools",
+        ));
+    }
+    Ok(Scenario::Configurable {
+        models: list(
+            s.take("models")
+                .unwrap_or_else(|| "mock-small,mock-large".to_owned()),
+        ),
+        advertise,
+    })
 }
 
 fn permission_raw(s: &mut Specific) -> Result<Scenario, UsageError> {

@@ -136,6 +136,37 @@ impl Agent {
                 self.reply(id, session, texts, "end_turn").await;
             }
             Scenario::BadUtf8 => self.bad_utf8(id, session).await,
+            Scenario::Answers { answers } => {
+                let answer = answers
+                    .get(self.prompts)
+                    .or(answers.last())
+                    .cloned()
+                    .unwrap_or_default();
+                self.prompts += 1;
+                if answer == "{hang}" {
+                    self.hang(id, session, OnCancel::Answer).await;
+                } else {
+                    let text = answer.replace("{prompt}", &prompt_text(params));
+                    self.reply(id, session, [text], "end_turn").await;
+                }
+            }
+            Scenario::Configurable { .. } => {
+                let field = |key: &str| {
+                    self.new_session
+                        .get(key)
+                        .cloned()
+                        .unwrap_or(Value::Null)
+                        .to_string()
+                };
+                let text = format!(
+                    "model {}\nsystemPrompt {}\nmeta {}\nprompt {}",
+                    self.model.as_deref().unwrap_or("none"),
+                    field("systemPrompt"),
+                    field("_meta"),
+                    prompt_text(params)
+                );
+                self.reply(id, session, [text], "end_turn").await;
+            }
             Scenario::Batch => self.batch(id, session).await,
         }
     }

@@ -119,6 +119,35 @@ pub fn initialize_result() -> Value {
     json!({"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []})
 }
 
+/// The `agentCapabilities` of the `configurable` scenario: `system-prompt`, `override`, `tools`.
+#[must_use]
+pub fn advertised(advertise: &[String]) -> Value {
+    let has = |what: &str| advertise.iter().any(|a| a == what);
+    let mut capabilities = json!({});
+    if has("system-prompt") || has("override") {
+        capabilities["sessionCapabilities"] = if has("override") {
+            json!({"systemPrompt": {"mode": {"override": {}}}})
+        } else {
+            json!({"systemPrompt": {}})
+        };
+    }
+    if has("tools") {
+        capabilities["_meta"] = json!({"acp-host/start": {"version": 1, "fields": ["tools"]}});
+    }
+    capabilities
+}
+
+/// A select config option `llm` of category `model`.
+#[must_use]
+pub fn model_options(models: &[String], current: Option<&str>) -> Value {
+    let options: Vec<Value> = models
+        .iter()
+        .map(|m| json!({"value": m, "name": m}))
+        .collect();
+    json!([{"id": "llm", "name": "Model", "category": "model", "type": "select",
+            "currentValue": current, "options": options}])
+}
+
 /// The stdout writer. With noise enabled it interleaves [`NOISE`] lines between frames.
 pub struct Outbound {
     stdout: Stdout,

@@ -1045,7 +1045,7 @@ async fn the_persona_file_becomes_the_system_prompt_with_model_and_cwd() {
     let persona = state.path().join("persona.md");
     std::fs::write(
         &persona,
-        "You are a careful reviewer using {model} in {cwd}.",
+        "You are a careful reviewer using {{model}} in {{cwd}}; fn f() { {x} }",
     )
     .unwrap();
     let llm = MockLlm::start(vec![Reply::text(["ok"])]);
@@ -1063,7 +1063,7 @@ async fn the_persona_file_becomes_the_system_prompt_with_model_and_cwd() {
     assert_eq!(
         system_prompt(&llm.requests()[0]),
         format!(
-            "You are a careful reviewer using mock-model in {}.",
+            "You are a careful reviewer using mock-model in {}; fn f() {{ {{x}} }}",
             canonical(cwd.path()).display()
         )
     );

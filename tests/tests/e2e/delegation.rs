@@ -650,7 +650,10 @@ fn a_definition_runs_a_foreign_agent_with_its_persona_before_the_task() {
             .args(["--agent", "acp-child", "/delegate echo say hi"]),
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(stdout(&out), "You are the echo.\n\n---\n\nsay hi");
+    assert_eq!(
+        stdout(&out),
+        protocol::capabilities::preamble("You are the echo.", "say hi")
+    );
     assert_none_left(dir.path());
 }
 
@@ -668,11 +671,6 @@ fn one_bad_definition_is_reported_and_does_not_hide_the_good_ones() {
         extra.path(),
         "typo.md",
         "---\ndescription: d\nrun: {modle: x}\n---\nB\n",
-    );
-    write_definition(
-        extra.path(),
-        "filtered.md",
-        "---\ndescription: d\nrun: {tools: [read_file]}\n---\nB\n",
     );
     let host = |prompt: &str| {
         let mut cmd = host_run(dir.path());
@@ -699,10 +697,8 @@ fn one_bad_definition_is_reported_and_does_not_hide_the_good_ones() {
         stdout(&out),
         format!(
             "unknown subagent \"typo\"; the subagents are: good\n\
-             {shown}/filtered.md: field `run.tools` cannot be honoured yet: no agent takes a tool \
-             filter when it starts; remove the field\n\
              {shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, tools, \
-             permission, env, timeout, maxDepth"
+             denyTools, personaMode, permission, env, timeout, maxDepth"
         )
     );
 }
@@ -713,7 +709,7 @@ fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_b
     write_definition(
         &dir.path().join("subagents"),
         "reviewer.md",
-        "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {cwd} as {model}.\n",
+        "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  personaMode: override\n  tools: [read_file, search]\n  denyTools: [search]\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {{cwd}} as {{model}}.\n",
     );
     let llm = MockLlm::builder()
         .require_key(Some(KEY))
@@ -753,8 +749,10 @@ fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_b
             .unwrap()
             .contains("reviewer: reviews code")
     );
-    // The child ran on the definition's model with the body as its system prompt.
+    // The child ran on the definition's model and tools, with the body as its whole system
+    // prompt.
     assert_eq!(requests[1].body["model"], "reviewer-model");
+    assert_eq!(requests[1].tool_names(), ["read_file"]);
     let canonical = dir.path().canonicalize().unwrap();
     assert_eq!(
         requests[1].messages()[0]["content"],
@@ -828,7 +826,10 @@ fn run_subagent_of_a_foreign_agent_sends_the_persona_before_the_task() {
         "hello",
     ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(stdout(&out), "You echo.\n\n---\n\nhello");
+    assert_eq!(
+        stdout(&out),
+        protocol::capabilities::preamble("You echo.", "hello")
+    );
 }
 
 #[test]
@@ -837,7 +838,7 @@ fn run_subagent_on_acp_child_applies_model_and_persona() {
     write_definition(
         &dir.path().join("subagents"),
         "reviewer.md",
-        "---\ndescription: d\nrun: {model: reviewer-model, env: [ACP_CHILD_API_KEY]}\n---\nReview as {model}.\n",
+        "---\ndescription: d\nrun: {model: reviewer-model, env: [ACP_CHILD_API_KEY]}\n---\nReview as {{model}}.\n",
     );
     let llm = MockLlm::builder()
         .require_key(Some(KEY))
@@ -854,14 +855,17 @@ fn run_subagent_on_acp_child_applies_model_and_persona() {
     assert_eq!(stdout(&out), "fine");
     let requests = llm.requests();
     assert_eq!(requests[0].body["model"], "reviewer-model");
-    assert_eq!(
-        requests[0].messages()[0]["content"],
-        "Review as reviewer-model."
+    // Appended to acp-child's own persona (the default mode).
+    let system = requests[0].messages()[0]["content"].as_str().unwrap();
+    assert!(
+        system.starts_with("You are acp-child")
+            && system.ends_with("\n\nReview as reviewer-model."),
+        "{system}"
     );
 }
 
 #[test]
-fn run_subagent_refuses_bad_missing_or_unhonourable_definitions_before_spawning() {
+fn run_subagent_refuses_bad_or_missing_definitions_before_spawning() {
     let dir = tempfile::tempdir().unwrap();
     let subagents = dir.path().join("subagents");
     write_definition(
@@ -874,18 +878,13 @@ fn run_subagent_refuses_bad_missing_or_unhonourable_definitions_before_spawning(
         "plain.md",
         "---\ndescription: d\nagents: [codex]\n---\nB\n",
     );
-    write_definition(
-        &subagents,
-        "filtered.md",
-        "---\ndescription: d\nrun: {tools: [read_file]}\n---\nB\n",
-    );
     let shown = subagents.display();
     for (name, expected) in [
         (
             "typo",
             format!(
                 "{shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, \
-                 tools, permission, env, timeout, maxDepth"
+                 tools, denyTools, personaMode, permission, env, timeout, maxDepth"
             ),
         ),
         (
@@ -894,12 +893,6 @@ fn run_subagent_refuses_bad_missing_or_unhonourable_definitions_before_spawning(
                 "{shown}/plain.md: has no `run:` table; add `run: {{}}` to run it with the \
                  defaults (acp-child)"
             ),
-        ),
-        (
-            "filtered",
-            "--subagent filtered: field `run.tools` cannot be honoured yet: no agent takes a \
-             tool filter when it starts; remove the field"
-                .to_owned(),
         ),
         (
             "missing",
@@ -974,5 +967,42 @@ fn when_the_delegating_agent_dies_its_child_dies_too() {
     .unwrap();
     let out = acp_tests::wait_output(host);
     assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_subagent_call_with_an_output_schema_returns_the_childs_checked_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            Reply::tool_call(
+                "call_parent",
+                "subagent",
+                &json!({"agent": "acp-child", "prompt": "count", "output_schema": schema}),
+                1,
+            ),
+            // The child answers through its capture tool, then ends its turn.
+            Reply::tool_call("call_child", "submit_result", &json!({"n": 4}), 1),
+            Reply::text(["counted"]),
+            Reply::text(["the child counted"]),
+        ])
+        .start();
+    let out = run_to_end(model_parent(dir.path(), &llm, true, &[]).arg("go"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "the child counted");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4);
+    assert!(
+        requests[1].tool_names().contains(&"submit_result"),
+        "{:?}",
+        requests[1].tool_names()
+    );
+    assert_eq!(
+        requests[3].tool_result("call_parent").as_deref(),
+        Some("{\"n\":4}")
+    );
     assert_none_left(dir.path());
 }

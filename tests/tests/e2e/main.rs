@@ -6,6 +6,7 @@
 
 mod acp_child;
 mod acp_child_model;
+mod capabilities;
 mod cli_snapshots;
 mod common;
 mod delegation;
@@ -19,5 +20,6 @@ mod perf_behaviour;
 mod protocol_edges;
 mod run;
 mod scrub;
+mod structured;
 mod subagent_sessions;
 mod sync;

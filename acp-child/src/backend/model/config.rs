@@ -48,6 +48,8 @@ pub const DEFAULT_RETRY_BASE_MS: u64 = 200;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModelOptions {
     pub model: Option<String>,
+    /// Further models a session may select (`--models`), besides `model`.
+    pub models: Vec<String>,
     pub base_url: Option<String>,
     pub persona: Option<PathBuf>,
     pub max_turn_requests: Option<u32>,
@@ -77,8 +79,10 @@ impl std::fmt::Debug for ApiKey {
 /// The resolved model backend configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelConfig {
-    /// The model name sent in each request.
+    /// The model name sent in each request, unless a session selected another of `models`.
     pub model: String,
+    /// Further models a session may select (the `model` config option).
+    pub models: Vec<String>,
     /// The base URL including `/v1`, without a trailing slash.
     pub base_url: String,
     pub api_key: Option<ApiKey>,
@@ -162,6 +166,12 @@ impl ModelConfig {
         }
         Ok(Some(Self {
             model: model.trim().to_owned(),
+            models: options
+                .models
+                .iter()
+                .map(|m| m.trim().to_owned())
+                .filter(|m| !m.is_empty())
+                .collect(),
             base_url,
             api_key,
             persona,

@@ -24,7 +24,7 @@ use self::client::ModelClient;
 pub use self::config::{ConfigError, ModelConfig, ModelOptions};
 use self::tools::Toolbox;
 use super::delegate::Subagents;
-use super::{Backend, Turn, TurnError};
+use super::{Backend, Offers, Turn, TurnError};
 use crate::session::Memory;
 use crate::store::Store;
 use crate::workspace::Workspace;
@@ -67,5 +67,20 @@ impl Backend for Model {
 
     fn replay(&self, workspace: &Workspace, memory: &Memory) -> Vec<SessionUpdate> {
         replay::updates(&self.tools, &memory.history(), workspace, memory)
+    }
+
+    fn offers(&self) -> Offers {
+        let config = self.client.config();
+        let mut models = vec![config.model.clone()];
+        for model in &config.models {
+            if !models.contains(model) {
+                models.push(model.clone());
+            }
+        }
+        Offers {
+            system_prompt: true,
+            tools: self.tools.names(),
+            models,
+        }
     }
 }

@@ -1,23 +1,30 @@
 //! The persona: the system prompt sent first in every model request.
 //!
-//! A persona is a template; `{model}` and `{cwd}` are replaced by the model name and the session
-//! directory when a request is assembled (other braces are left alone, so a persona may contain
-//! code). Without `--persona FILE` the built-in [`DEFAULT_PERSONA`] is used.
+//! A persona is a template with two variables, `{{model}}` and `{{cwd}}` (the model name and the
+//! session directory). Variables are strict: an unknown name (`{{modle}}`) or an unclosed `{{` is
+//! an error when the template is read (a `--persona` file at start-up, a session's system prompt
+//! at `session/new`), never at rendering; substituted values are never scanned again, and single
+//! braces are plain text (a persona may contain code). Without `--persona FILE` the built-in
+//! [`DEFAULT_PERSONA`] is used. A session's system prompt is added to it (`append`) or replaces it
+//! (`override`): [`Persona::with_session`].
 
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
 pub(crate) const DEFAULT_PERSONA: &str = "\
-You are acp-child, a careful coding agent running as the model {model}, working in the directory {cwd}.
+You are acp-child, a careful coding agent running as the model {{model}}, working in the directory {{cwd}}.
 You help the user with software tasks in that directory, using the tools you are given:
 read_file, list_dir and search to look around; write_file and edit_file to change files; run_command \
-to run shell commands (builds, tests, git). Paths are relative to {cwd}; you cannot reach outside it.
+to run shell commands (builds, tests, git). Paths are relative to {{cwd}}; you cannot reach outside it.
 Read a file before editing it; edit_file replaces one exact, unique piece of text. The user approves \
 each write and command; if a tool result says \"permission denied by the user\", do not retry it, \
 explain what you wanted to do instead. Be concise: say what you did and what you found.";
 
-/// The persona file could not be read.
+/// The variables a persona may use.
+const VARIABLES: &str = "{{model}}, {{cwd}}";
+
+/// The persona file could not be read, or a template is malformed.
 #[derive(Debug, Error)]
 pub enum PersonaError {
     #[error("cannot read the persona file {}; pass a readable UTF-8 text file to --persona", path.display())]
@@ -26,68 +33,205 @@ pub enum PersonaError {
         #[source]
         source: std::io::Error,
     },
+    #[error("persona template: {problem} (the variables are {VARIABLES})")]
+    Template { problem: String },
+    #[error("persona file {}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: Box<PersonaError>,
+    },
+}
+
+/// One piece of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Model,
+    Cwd,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Persona {
-    template: String,
+    pieces: Vec<Piece>,
 }
 
 impl Default for Persona {
     fn default() -> Self {
-        Self {
-            template: DEFAULT_PERSONA.to_owned(),
-        }
+        Self::new(DEFAULT_PERSONA).unwrap_or_else(|_| Self {
+            pieces: vec![Piece::Text(DEFAULT_PERSONA.to_owned())],
+        })
     }
 }
 
 impl Persona {
-    #[must_use]
-    pub(crate) fn new(template: impl Into<String>) -> Self {
-        Self {
-            template: template.into(),
+    /// Parses a template; every `{{` must open a known variable.
+    pub(crate) fn new(template: &str) -> Result<Self, PersonaError> {
+        let mut pieces = Vec::new();
+        let mut rest = template;
+        while let Some(open) = rest.find("{{") {
+            if open > 0 {
+                pieces.push(Piece::Text(rest[..open].to_owned()));
+            }
+            let after = &rest[open + 2..];
+            let Some(close) = after.find("}}") else {
+                return Err(template_error(format!(
+                    "`{{{{` at byte {} is never closed",
+                    template.len() - rest.len() + open
+                )));
+            };
+            pieces.push(match after[..close].trim() {
+                "model" => Piece::Model,
+                "cwd" => Piece::Cwd,
+                other => {
+                    return Err(template_error(format!(
+                        "unknown variable `{{{{{other}}}}}`"
+                    )));
+                }
+            });
+            rest = &after[close + 2..];
         }
+        if !rest.is_empty() {
+            pieces.push(Piece::Text(rest.to_owned()));
+        }
+        Ok(Self { pieces })
     }
 
     pub(crate) fn load(path: &Path) -> Result<Self, PersonaError> {
-        std::fs::read_to_string(path)
-            .map(Self::new)
-            .map_err(|source| PersonaError::Read {
-                path: path.to_path_buf(),
-                source,
-            })
+        let text = std::fs::read_to_string(path).map_err(|source| PersonaError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::new(&text).map_err(|source| PersonaError::File {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        })
+    }
+
+    /// This persona with a session's system prompt: after it (`replace` false) or instead of it.
+    #[must_use]
+    pub(crate) fn with_session(&self, session: Option<&SessionPersona>) -> Persona {
+        match session {
+            None => self.clone(),
+            Some(session) if session.replace => session.persona.clone(),
+            Some(session) => {
+                let mut pieces = self.pieces.clone();
+                pieces.push(Piece::Text("\n\n".to_owned()));
+                pieces.extend(session.persona.pieces.iter().cloned());
+                Persona { pieces }
+            }
+        }
     }
 
     /// The system prompt for `model` working in `cwd`.
     #[must_use]
     pub(crate) fn render(&self, model: &str, cwd: &Path) -> String {
-        self.template
-            .replace("{model}", model)
-            .replace("{cwd}", &cwd.display().to_string())
+        let cwd = cwd.display().to_string();
+        self.pieces
+            .iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => text.as_str(),
+                Piece::Model => model,
+                Piece::Cwd => &cwd,
+            })
+            .collect()
     }
+}
+
+/// A session's system prompt (`session/new`'s `systemPrompt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SessionPersona {
+    pub(crate) persona: Persona,
+    /// ACP's `override` mode: it replaces the agent's persona.
+    pub(crate) replace: bool,
+}
+
+fn template_error(problem: String) -> PersonaError {
+    PersonaError::Template { problem }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn render(template: &str) -> String {
+        Persona::new(template)
+            .unwrap()
+            .render("deepseek-chat", Path::new("/p"))
+    }
+
     #[test]
-    fn placeholders_are_substituted_and_other_braces_kept() {
-        let persona = Persona::new("I am {model} in {cwd}; fn f() { {x} } {model}");
+    fn variables_are_substituted_once_and_single_braces_kept() {
         assert_eq!(
-            persona.render("deepseek-chat", Path::new("/p")),
+            render("I am {{model}} in {{ cwd }}; fn f() { {x} } {{model}}"),
             "I am deepseek-chat in /p; fn f() { {x} } deepseek-chat"
         );
+        // A value that looks like a variable is not substituted again.
+        assert_eq!(
+            Persona::new("in {{cwd}}")
+                .unwrap()
+                .render("m", Path::new("/{{model}}")),
+            "in /{{model}}"
+        );
+    }
+
+    #[test]
+    fn unknown_or_unclosed_variables_are_errors() {
+        assert_eq!(
+            Persona::new("hi {{modle}}").unwrap_err().to_string(),
+            "persona template: unknown variable `{{modle}}` (the variables are {{model}}, {{cwd}})"
+        );
+        assert_eq!(
+            Persona::new("ab {{model").unwrap_err().to_string(),
+            "persona template: `{{` at byte 3 is never closed (the variables are {{model}}, {{cwd}})"
+        );
+    }
+
+    #[test]
+    fn a_session_persona_appends_or_replaces() {
+        let base = Persona::new("base {{model}}").unwrap();
+        let session = |replace| SessionPersona {
+            persona: Persona::new("extra in {{cwd}}").unwrap(),
+            replace,
+        };
+        assert_eq!(
+            base.with_session(Some(&session(false)))
+                .render("m", Path::new("/w")),
+            "base m\n\nextra in /w"
+        );
+        assert_eq!(
+            base.with_session(Some(&session(true)))
+                .render("m", Path::new("/w")),
+            "extra in /w"
+        );
+        assert_eq!(base.with_session(None), base);
     }
 
     #[test]
     fn the_default_names_model_cwd_and_tools() {
         let text = Persona::default().render("m", Path::new("/w"));
         assert!(text.contains("model m") && text.contains("directory /w"));
+        assert!(!text.contains("{{"));
         let tools = super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1), None);
         for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }
+    }
+
+    #[test]
+    fn a_bad_file_names_the_file_then_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.md");
+        std::fs::write(&path, "hi {{x}}").unwrap();
+        let error = Persona::load(&path).unwrap_err();
+        assert_eq!(
+            crate::describe(&error),
+            format!(
+                "persona file {}: persona template: unknown variable `{{{{x}}}}` (the variables \
+                 are {{{{model}}}}, {{{{cwd}}}})",
+                path.display()
+            )
+        );
     }
 
     #[test]

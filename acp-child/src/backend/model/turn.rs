@@ -37,19 +37,31 @@ pub(super) async fn run(
     let mut prompt = Some(Record::User {
         text: turn.prompt_text(),
     });
-    let system = config
+    let settings = memory.settings();
+    let model = settings.model.as_deref().unwrap_or(&config.model);
+    let mut system = config
         .persona
-        .render(&config.model, turn.workspace().root());
+        .with_session(settings.persona.as_ref())
+        .render(model, turn.workspace().root());
+    if settings.output.is_some() {
+        system.push_str("\n\n");
+        system.push_str(super::tools::CAPTURE_INSTRUCTION);
+    }
+    let offered = tools.definitions(
+        turn.workspace().root(),
+        settings.tools.as_ref(),
+        settings.output.as_deref(),
+    );
     for request_number in 1..=config.max_turn_requests {
         tracing::debug!(request_number, "model request");
         let mut history = memory.history();
         history.extend(prompt.clone());
         let messages = wire::messages(system.clone(), &history);
         let request = ChatRequest {
-            model: &config.model,
+            model,
             messages: &messages,
             stream: true,
-            tools: &tools.definitions(turn.workspace().root()),
+            tools: &offered,
         };
         let streamed = stream_reply(client, &request, turn).await?;
         if let Some(prompt) = prompt.take() {

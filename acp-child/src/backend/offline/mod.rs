@@ -26,7 +26,7 @@ use futures::future::BoxFuture;
 use self::commands::{COMMANDS_HELP, Command, Parsed};
 use super::delegate::{self, Subagents};
 use super::permission::{self, Offer, PermissionKind, Verdict};
-use super::{Backend, CommandHelp, Turn, TurnError, locations};
+use super::{Backend, CommandHelp, Offers, Turn, TurnError, locations};
 use crate::describe;
 use crate::workspace::Workspace;
 
@@ -55,6 +55,15 @@ impl Backend for Offline {
 
     fn available_commands(&self) -> &'static [CommandHelp] {
         COMMANDS_HELP
+    }
+
+    /// A system prompt is taken (and checked) so a persona never turns into a preamble that would
+    /// hide a slash command; with no model, it has nothing to instruct.
+    fn offers(&self) -> Offers {
+        Offers {
+            system_prompt: true,
+            ..Offers::default()
+        }
     }
 }
 
@@ -193,7 +202,7 @@ async fn delegate(
         .status(ToolCallStatus::InProgress)
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;
-    let result = subagents.run(turn, &id, name, prompt, None).await;
+    let result = subagents.run(turn, &id, name, prompt, None, None).await;
     if result.failed {
         fail(turn, &id, &result.text)?;
     } else {

@@ -14,6 +14,7 @@
 //! an editor sees its unsaved buffers; otherwise the local file system ([`files`]). Listing and
 //! searching are always local (ACP has no such client request).
 
+mod capture;
 mod edit_file;
 mod files;
 mod list_dir;
@@ -31,6 +32,8 @@ use agent_client_protocol::v1::schema::{
     ToolCall, ToolCallContent, ToolCallId, ToolCallStatus, ToolCallUpdateFields, ToolKind,
 };
 use futures::future::BoxFuture;
+use protocol::capabilities::ToolFilter;
+use protocol::structured::{CAPTURE_TOOL, OutputSchema};
 use serde_json::{Value, json};
 
 use self::files::Files;
@@ -39,6 +42,8 @@ use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
 use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;
 use crate::workspace::Workspace;
+
+pub(crate) use self::capture::INSTRUCTION as CAPTURE_INSTRUCTION;
 
 /// The tool result when the user refuses a call.
 pub(crate) const PERMISSION_DENIED: &str = "permission denied by the user";
@@ -205,24 +210,52 @@ impl Toolbox {
         self.tools.iter().map(|tool| tool.name()).collect()
     }
 
-    /// The tools offered in session directory `cwd`, as the `tools` field of a request.
-    pub(crate) fn definitions(&self, cwd: &Path) -> Value {
+    /// The tools a session's filter lets through (all without one).
+    fn allowed<'a, 'f>(
+        &'a self,
+        filter: Option<&'f ToolFilter>,
+    ) -> impl Iterator<Item = &'a Box<dyn Tool>> + use<'a, 'f> {
         self.tools
             .iter()
+            .filter(move |tool| filter.is_none_or(|filter| filter.allows(tool.name())))
+    }
+
+    /// The tools offered in session directory `cwd` through the session's `filter`, and the
+    /// capture tool when the session asks for a structured answer (`output`), as the `tools` field
+    /// of a request.
+    pub(crate) fn definitions(
+        &self,
+        cwd: &Path,
+        filter: Option<&ToolFilter>,
+        output: Option<&OutputSchema>,
+    ) -> Value {
+        self.allowed(filter)
             .filter_map(|tool| tool.definition(cwd))
+            .chain(output.map(capture::definition))
             .collect()
     }
 
     /// Parses a call from its name and JSON arguments; the error is the tool result explaining it
-    /// (naming the tools offered in session directory `cwd`).
-    fn parse(&self, name: &str, arguments: &str, cwd: &Path) -> Result<Parsed<'_>, String> {
-        let Some(tool) = self.tools.iter().find(|tool| tool.name() == name) else {
+    /// (naming the tools offered in session directory `cwd`). A tool the session's `filter` leaves
+    /// out is unknown.
+    fn parse(
+        &self,
+        name: &str,
+        arguments: &str,
+        cwd: &Path,
+        filter: Option<&ToolFilter>,
+    ) -> Result<Parsed<'_>, String> {
+        let Some(tool) = self.allowed(filter).find(|tool| tool.name() == name) else {
             let offered: Vec<&str> = self
-                .tools
-                .iter()
+                .allowed(filter)
                 .filter(|tool| tool.definition(cwd).is_some())
                 .map(|tool| tool.name())
                 .collect();
+            if offered.is_empty() {
+                return Err(format!(
+                    "unknown tool {name:?}; no tools are offered in this session"
+                ));
+            }
             return Err(format!(
                 "unknown tool {name:?}; the tools are {}",
                 offered.join(", ")
@@ -248,7 +281,7 @@ impl Toolbox {
     /// recorded one; the announcing [`Turn`] may replace it.
     pub(crate) fn announcement(&self, recorded: &RecordedCall, workspace: &Workspace) -> ToolCall {
         let raw_input = serde_json::from_str::<Value>(&recorded.arguments).ok();
-        match self.parse(&recorded.name, &recorded.arguments, workspace.root()) {
+        match self.parse(&recorded.name, &recorded.arguments, workspace.root(), None) {
             Ok(parsed) => ToolCall::new(recorded.id.clone(), parsed.call.title())
                 .raw_input(raw_input)
                 .kind(parsed.tool.kind())
@@ -272,9 +305,20 @@ impl Toolbox {
         turn: &Turn,
         recorded: &RecordedCall,
     ) -> Result<ToolResult, TurnError> {
-        let announced = self.announcement(recorded, turn.workspace());
-        let parsed = match self.parse(&recorded.name, &recorded.arguments, turn.workspace().root())
+        let settings = turn.memory().settings();
+        if let Some(schema) = &settings.output
+            && recorded.name == CAPTURE_TOOL
         {
+            return capture::run(turn, recorded, schema);
+        }
+        let announced = self.announcement(recorded, turn.workspace());
+        let filter = settings.tools;
+        let parsed = match self.parse(
+            &recorded.name,
+            &recorded.arguments,
+            turn.workspace().root(),
+            filter.as_ref(),
+        ) {
             Ok(parsed) => parsed,
             Err(reason) => {
                 turn.announce_tool_call(
@@ -364,7 +408,9 @@ mod tests {
     /// `(kind, title, permission)` of a call.
     fn shown(name: &str, arguments: &str) -> (ToolKind, String, Option<PermissionKind>) {
         let toolbox = toolbox();
-        let parsed = toolbox.parse(name, arguments, Path::new(".")).unwrap();
+        let parsed = toolbox
+            .parse(name, arguments, Path::new("."), None)
+            .unwrap();
         (
             parsed.tool.kind(),
             parsed.call.title(),
@@ -375,7 +421,7 @@ mod tests {
     #[test]
     fn definitions_name_exactly_the_tools() {
         let toolbox = toolbox();
-        let definitions = toolbox.definitions(Path::new("."));
+        let definitions = toolbox.definitions(Path::new("."), None, None);
         let names: Vec<&str> = definitions
             .as_array()
             .unwrap()
@@ -401,13 +447,18 @@ mod tests {
         let toolbox = toolbox();
         let error = |name: &str, arguments: &str| {
             toolbox
-                .parse(name, arguments, Path::new("."))
+                .parse(name, arguments, Path::new("."), None)
                 .err()
                 .unwrap()
         };
         assert_eq!(
             toolbox
-                .parse("read_file", r#"{"path":"a.txt","extra":1}"#, Path::new("."))
+                .parse(
+                    "read_file",
+                    r#"{"path":"a.txt","extra":1}"#,
+                    Path::new("."),
+                    None
+                )
                 .unwrap()
                 .call
                 .path(),
@@ -428,6 +479,30 @@ mod tests {
         assert_eq!(
             error("edit_file", r#"{"path":"a"}"#),
             "invalid arguments for edit_file: missing field `old_text`"
+        );
+    }
+
+    #[test]
+    fn a_filter_leaves_tools_out_of_the_offer_and_the_calls() {
+        let toolbox = toolbox();
+        let filter = ToolFilter {
+            allow: Some(vec!["read_file".into(), "run_command".into()]),
+            deny: vec!["run_command".into()],
+        };
+        let offered = toolbox.definitions(Path::new("."), Some(&filter), None);
+        assert_eq!(offered.as_array().map(Vec::len), Some(1));
+        assert_eq!(offered[0]["function"]["name"], "read_file");
+        assert_eq!(
+            toolbox
+                .parse(
+                    "run_command",
+                    r#"{"command":"ls"}"#,
+                    Path::new("."),
+                    Some(&filter)
+                )
+                .err()
+                .unwrap(),
+            "unknown tool \"run_command\"; the tools are read_file"
         );
     }
 

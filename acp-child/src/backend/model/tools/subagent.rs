@@ -30,6 +30,8 @@ struct Args {
     prompt: String,
     #[serde(default)]
     description: Option<String>,
+    #[serde(default)]
+    output_schema: Option<Value>,
     #[serde(skip)]
     subagents: Option<Arc<Subagents>>,
 }
@@ -52,6 +54,7 @@ impl Tool for Subagent {
                 "agent": {"type": "string", "description": "which subagent runs the task"},
                 "prompt": {"type": "string", "description": "the task, complete and self-contained"},
                 "description": {"type": "string", "description": "a short label (3-6 words) shown to the user"},
+                "output_schema": {"type": "object", "description": "a JSON Schema the subagent's answer must match; the result is then that JSON value"},
             }),
             &["agent", "prompt"],
         )
@@ -113,6 +116,7 @@ impl Call for Args {
                     &self.agent,
                     &self.prompt,
                     self.description.as_deref(),
+                    self.output_schema.as_ref(),
                 )
                 .await;
             Ok(if result.failed {

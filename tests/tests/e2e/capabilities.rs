@@ -1,0 +1,397 @@
+//! End-to-end: start-time capabilities. A persona, a model and a tool filter reach acp-child (as
+//! ACP's session system prompt, its `model` config option and acp-host's start extension) and
+//! change what it sends the mock model; a foreign agent (the mock's `configurable` scenario) gets
+//! what it advertises, a persona degrades to a preamble only in append mode, and anything it
+//! cannot honour is refused before the prompt, with nothing sent.
+
+use std::path::Path;
+use std::process::Command;
+
+use acp_tests::mock_llm::{MockLlm, Reply};
+use acp_tests::{code, host_run, run_to_end, stderr, stdout};
+use protocol::capabilities::preamble;
+use serde_json::{Value, json};
+
+use super::common::{mock, result_record};
+
+const MODEL: &str = "mock-model";
+
+/// `acp-host run --json` of acp-child on the mock model, offering `other-model` too.
+fn acp_child_run(dir: &Path, llm: &MockLlm) -> Command {
+    let mut cmd = host_run(dir);
+    for name in [
+        "ACP_CHILD_MODEL",
+        "ACP_CHILD_BASE_URL",
+        "ACP_CHILD_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "OPENAI_API_KEY",
+    ] {
+        cmd.env_remove(name);
+    }
+    let agent = shell_words::join([
+        "acp-child",
+        "--model",
+        MODEL,
+        "--models",
+        "other-model",
+        "--base-url",
+        &llm.base_url(),
+        "--state-dir",
+        &dir.join(".state").display().to_string(),
+    ]);
+    cmd.args(["--json", "--agent", &agent]);
+    cmd
+}
+
+fn persona_file(dir: &Path, text: &str) -> String {
+    let path = dir.join("persona.md");
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn system_text(request: &acp_tests::mock_llm::RecordedRequest) -> String {
+    request.messages()[0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start(vec![Reply::text(["ok"])]);
+    let persona = persona_file(dir.path(), "Review as {{model}} in {{cwd}}.");
+    let out = run_to_end(acp_child_run(dir.path(), &llm).args([
+        "--persona",
+        &persona,
+        "--model",
+        "other-model",
+        "--tools",
+        "read_file,search,run_command",
+        "--deny-tools",
+        "run_command",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["personaDelivery"], "system-prompt");
+    assert_eq!(result["output"], "ok");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].body["model"], "other-model");
+    assert_eq!(requests[0].tool_names(), ["read_file", "search"]);
+    let canonical = dir.path().canonicalize().unwrap();
+    let system = system_text(&requests[0]);
+    assert!(
+        system.starts_with(
+            "You are acp-child, a careful coding agent running as the model other-model"
+        ),
+        "append keeps acp-child's own persona first: {system}"
+    );
+    assert!(
+        system.ends_with(&format!(
+            "\n\nReview as other-model in {}.",
+            canonical.display()
+        )),
+        "{system}"
+    );
+    assert_eq!(requests[0].last_user_text().as_deref(), Some("go"));
+}
+
+#[test]
+fn an_override_persona_replaces_acp_childs_and_an_empty_allow_list_offers_no_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start(vec![Reply::text(["ok"])]);
+    let persona = persona_file(dir.path(), "Only {{model}}.");
+    let out = run_to_end(acp_child_run(dir.path(), &llm).args([
+        "--persona",
+        &persona,
+        "--persona-mode",
+        "override",
+        "--tools",
+        "",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let requests = llm.requests();
+    assert_eq!(system_text(&requests[0]), "Only mock-model.");
+    assert!(requests[0].tool_names().is_empty());
+    assert_eq!(requests[0].body["model"], MODEL);
+}
+
+#[test]
+fn what_acp_child_cannot_honour_fails_the_session_before_any_model_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start(vec![Reply::text(["never"])]);
+    let out = run_to_end(acp_child_run(dir.path(), &llm).args(["--tools", "read_fil", "go"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["errorKind"], "handshake");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains("unknown tool name read_fil; the tools are read_file, list_dir"),
+        "{error}"
+    );
+    let persona = persona_file(dir.path(), "Be {{modle}}.");
+    let out = run_to_end(acp_child_run(dir.path(), &llm).args(["--persona", &persona, "go"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let error = result_record(&out)["error"].as_str().unwrap().to_owned();
+    assert!(
+        error.contains("persona template: unknown variable `{{modle}}`"),
+        "{error}"
+    );
+    let out = run_to_end(acp_child_run(dir.path(), &llm).args(["--model", "gpt-9", "go"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["errorKind"], "capability");
+    assert_eq!(
+        result["error"],
+        format!(
+            "capability model: agent {} does not offer model gpt-9; it offers: mock-model, other-model",
+            shell_words::join([
+                "acp-child",
+                "--model",
+                MODEL,
+                "--models",
+                "other-model",
+                "--base-url",
+                &llm.base_url(),
+                "--state-dir",
+                &dir.path().join(".state").display().to_string(),
+            ])
+        )
+    );
+    assert!(llm.requests().is_empty(), "nothing reached the model");
+}
+
+/// `acp-host run --json` of the mock's `configurable` scenario, logging what it receives.
+fn foreign(dir: &Path, advertise: &str) -> (Command, std::path::PathBuf) {
+    let log = dir.join("mock.log");
+    // Each run logs afresh.
+    let _ = std::fs::remove_file(&log);
+    let mut args = vec!["configurable", "--log"];
+    let log_text = log.display().to_string();
+    args.push(&log_text);
+    if !advertise.is_empty() {
+        args.extend(["--advertise", advertise]);
+    }
+    let mut cmd = host_run(dir);
+    cmd.args(["--json", "--agent", &mock(&args)]);
+    (cmd, log)
+}
+
+/// The messages the mock received (its stdin closing aside).
+fn received(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| *line != "eof")
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_foreign_agent_asked_for_tools_is_refused_with_nothing_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cmd, log) = foreign(dir.path(), "system-prompt");
+    let out = run_to_end(cmd.args(["--tools", "read_file", "hi"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["status"], "error");
+    assert_eq!(result["errorKind"], "capability");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("capability tools: agent ")
+            && error.contains(
+                "cannot take a tool filter: it does not advertise the acp-host/start extension"
+            ),
+        "{error}"
+    );
+    assert_eq!(result["sessionId"], Value::Null);
+    assert_eq!(received(&log), ["initialize"], "no session, no prompt");
+
+    // Human mode says the same on stderr, nothing on stdout.
+    let out = run_to_end(host_run(dir.path()).args([
+        "--agent",
+        &mock(&["configurable"]),
+        "--deny-tools",
+        "run_command",
+        "hi",
+    ]));
+    assert_eq!(code(&out), 1);
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).starts_with("acp-host: error: capability tools: agent "),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_foreign_agent_advertising_the_extension_gets_the_tool_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cmd, _) = foreign(dir.path(), "tools");
+    let out = run_to_end(cmd.args(["--tools", "read_file", "--deny-tools", "shell", "hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let output = result_record(&out)["output"].as_str().unwrap().to_owned();
+    let meta_line = output.lines().find(|l| l.starts_with("meta ")).unwrap();
+    let meta: Value = serde_json::from_str(&meta_line["meta ".len()..]).unwrap();
+    assert_eq!(
+        meta,
+        json!({"acp-host/start": {"version": 1, "tools": {"allow": ["read_file"], "deny": ["shell"]}}})
+    );
+}
+
+#[test]
+fn a_foreign_agent_selects_an_offered_model_and_refuses_another_naming_the_offered_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cmd, log) = foreign(dir.path(), "");
+    let out = run_to_end(cmd.args(["--model", "mock-large", "hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let output = result_record(&out)["output"].as_str().unwrap().to_owned();
+    assert_eq!(
+        output,
+        "model mock-large\nsystemPrompt null\nmeta null\nprompt hi"
+    );
+    assert_eq!(
+        received(&log),
+        [
+            "initialize",
+            "session/new",
+            "session/set_config_option",
+            "session/prompt"
+        ]
+    );
+
+    let (mut cmd, log) = foreign(dir.path(), "");
+    let out = run_to_end(cmd.args(["--model", "mock-huge", "hi"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["errorKind"], "capability");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("capability model: agent ")
+            && error.ends_with("does not offer model mock-huge; it offers: mock-small, mock-large"),
+        "{error}"
+    );
+    assert_eq!(
+        received(&log),
+        ["initialize", "session/new"],
+        "not prompted"
+    );
+}
+
+#[test]
+fn a_persona_is_a_system_prompt_where_advertised_else_a_preamble_unless_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    let persona = persona_file(dir.path(), "Be brief.");
+    // Advertised: sent in session/new, the prompt untouched.
+    let (mut cmd, _) = foreign(dir.path(), "system-prompt");
+    let out = run_to_end(cmd.args(["--persona", &persona, "hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["personaDelivery"], "system-prompt");
+    assert_eq!(
+        result["output"],
+        "model mock-small\nsystemPrompt {\"mode\":\"append\",\"content\":[{\"type\":\"text\",\"text\":\"Be brief.\"}]}\nmeta null\nprompt hi"
+    );
+    // Override needs the override mode.
+    let (mut cmd, log) = foreign(dir.path(), "system-prompt");
+    let out = run_to_end(cmd.args(["--persona", &persona, "--persona-mode", "override", "hi"]));
+    assert_eq!(code(&out), 1);
+    assert_eq!(result_record(&out)["errorKind"], "capability");
+    assert_eq!(received(&log), ["initialize"]);
+
+    // Not advertised: a delimited preamble of the prompt.
+    let (mut cmd, _) = foreign(dir.path(), "");
+    let out = run_to_end(cmd.args(["--persona", &persona, "hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["personaDelivery"], "preamble");
+    assert_eq!(
+        result["output"],
+        format!(
+            "model mock-small\nsystemPrompt null\nmeta null\nprompt {}",
+            preamble("Be brief.", "hi")
+        )
+    );
+    // ... unless strict.
+    let (mut cmd, log) = foreign(dir.path(), "");
+    let out = run_to_end(cmd.args(["--persona", &persona, "--persona-mode", "strict", "hi"]));
+    assert_eq!(code(&out), 1);
+    let result = result_record(&out);
+    assert_eq!(result["errorKind"], "capability");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .contains("takes no system prompt (no sessionCapabilities.systemPrompt), and persona mode strict does not fall back"),
+        "{result}"
+    );
+    assert_eq!(received(&log), ["initialize"]);
+}
+
+#[test]
+fn a_definition_asks_through_the_same_path_and_flags_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let subagents = dir.path().join("subagents");
+    std::fs::create_dir_all(&subagents).unwrap();
+    let log = dir.path().join("mock.log");
+    let agent = mock(&["configurable", "--log", &log.display().to_string()]);
+    std::fs::write(
+        subagents.join("picky.md"),
+        format!(
+            "---\ndescription: d\nrun:\n  agent: {}\n  model: mock-large\n  tools: [read_file]\n---\nBe picky.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    )
+    .unwrap();
+    let out = run_to_end(host_run(dir.path()).args(["--json", "--subagent", "picky", "hi"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["errorKind"], "capability");
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("capability tools: agent "),
+        "{result}"
+    );
+    assert_eq!(received(&log), ["initialize"]);
+    // A definition's model and persona go the same way; --model wins over the definition's.
+    std::fs::write(
+        subagents.join("sized.md"),
+        format!(
+            "---\ndescription: d\nrun:\n  agent: {}\n  model: mock-large\n---\nBe sized.\n",
+            serde_json::to_string(&mock(&["configurable"])).unwrap()
+        ),
+    )
+    .unwrap();
+    let sized = |extra: &[&str]| {
+        let out = run_to_end(
+            host_run(dir.path())
+                .args(["--json", "--subagent", "sized"])
+                .args(extra)
+                .arg("hi"),
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let result = result_record(&out);
+        assert_eq!(result["personaDelivery"], "preamble");
+        result["output"].as_str().unwrap().to_owned()
+    };
+    assert_eq!(
+        sized(&[]),
+        format!(
+            "model mock-large\nsystemPrompt null\nmeta null\nprompt {}",
+            preamble("Be sized.", "hi")
+        )
+    );
+    assert!(sized(&["--model", "mock-small"]).starts_with("model mock-small\n"));
+    // A bad --persona-mode without a persona is a usage error, nothing spawned.
+    let out = run_to_end(host_run(dir.path()).args(["--persona-mode", "strict", "hi"]));
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: --persona-mode: there is no persona; pass --persona FILE or --subagent NAME\n"
+    );
+}

@@ -1,0 +1,318 @@
+//! End-to-end: structured output (`--output-schema`). A foreign agent (the mock's `answers`
+//! scenario) is asked by instruction and its text is parsed; acp-child answers through its capture
+//! tool on the mock model. An answer that does not match gets a follow-up in the same session
+//! listing every violation, up to `--schema-retries`, then the run ends `schema-mismatch` (exit 6);
+//! a schema that cannot compile is a usage error with nothing spawned.
+
+use std::path::Path;
+use std::process::Command;
+
+use acp_tests::mock_llm::{MockLlm, Reply};
+use acp_tests::{code, host_run, run_to_end, stderr, stdout};
+use serde_json::{Value, json};
+
+use super::common::{mock, result_record};
+
+fn schema_file(dir: &Path, schema: &Value) -> String {
+    let path = dir.join("schema.json");
+    std::fs::write(&path, schema.to_string()).unwrap();
+    path.display().to_string()
+}
+
+fn number_schema(dir: &Path) -> String {
+    schema_file(
+        dir,
+        &json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}),
+    )
+}
+
+/// `acp-host run` of the mock answering `answers` in turn, logging what it receives.
+fn answering(dir: &Path, answers: &[&str]) -> Command {
+    let answers = serde_json::to_string(answers).unwrap();
+    let log = dir.join("mock.log").display().to_string();
+    let mut cmd = host_run(dir);
+    cmd.args([
+        "--agent",
+        &mock(&["answers", "--answers-json", &answers, "--log", &log]),
+    ]);
+    cmd
+}
+
+fn prompts_received(dir: &Path) -> usize {
+    std::fs::read_to_string(dir.join("mock.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| *line == "session/prompt")
+        .count()
+}
+
+#[test]
+fn a_schema_that_cannot_compile_is_a_usage_error_with_nothing_spawned() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("mock.pid");
+    let agent = mock(&["hello", "--pid-file", &pid_file.display().to_string()]);
+    let schema = schema_file(dir.path(), &json!({"type": "integr"}));
+    let out = run_to_end(host_run(dir.path()).args([
+        "--agent",
+        &agent,
+        "--output-schema",
+        &schema,
+        "hi",
+    ]));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let error = stderr(&out);
+    assert!(
+        error.starts_with(&format!(
+            "acp-host: error: --output-schema {schema}: output schema is not a valid JSON Schema: "
+        )) && error.contains("integr"),
+        "{error}"
+    );
+    assert_eq!(stdout(&out), "");
+    assert!(!pid_file.exists(), "the agent was spawned");
+
+    std::fs::write(dir.path().join("schema.json"), "{not json").unwrap();
+    let out = run_to_end(host_run(dir.path()).args([
+        "--agent",
+        &agent,
+        "--output-schema",
+        &schema,
+        "hi",
+    ]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "acp-host: error: --output-schema {schema}: not JSON ("
+        )),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!pid_file.exists());
+
+    // --schema-retries means nothing without a schema.
+    let out =
+        run_to_end(host_run(dir.path()).args(["--agent", &agent, "--schema-retries", "1", "hi"]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--output-schema <FILE>"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!pid_file.exists());
+}
+
+#[test]
+fn a_foreign_agent_answering_in_text_gives_exactly_the_value_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let out = run_to_end(
+        answering(dir.path(), &["Counted.\n```json\n{\"n\": 1}\n```\n"]).args([
+            "--output-schema",
+            &schema,
+            "count",
+        ]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "{\"n\":1}\n");
+    assert_eq!(prompts_received(dir.path()), 1);
+
+    // The prompt carried the schema and the instruction.
+    let out = run_to_end(
+        answering(dir.path(), &["{prompt}\n```json\n{\"n\": 1}\n```"]).args([
+            "--json",
+            "--output-schema",
+            &schema,
+            "count",
+        ]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["structured"], json!({"n": 1}));
+    assert_eq!(result["structuredVia"], "text");
+    let output = result["output"].as_str().unwrap();
+    assert!(
+        output.starts_with("count\n\nEnd your answer with a JSON value matching this JSON Schema"),
+        "{output}"
+    );
+}
+
+#[test]
+fn an_answer_that_does_not_match_is_followed_up_listing_the_violation_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let out = run_to_end(
+        answering(
+            dir.path(),
+            &["{\"n\": \"one\"}", "{prompt}\n```json\n{\"n\": 2}\n```"],
+        )
+        .args(["--json", "--output-schema", &schema, "count"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["structured"], json!({"n": 2}));
+    assert_eq!(
+        prompts_received(dir.path()),
+        2,
+        "one follow-up, same session"
+    );
+    // The second answer echoes the follow-up it was sent.
+    let output = result["output"].as_str().unwrap();
+    assert!(
+        output.contains(
+            "Your answer did not match the required JSON Schema. Violations:\n- /n: \"one\" is not of type \"integer\"\n"
+        ),
+        "{output}"
+    );
+}
+
+#[test]
+fn retries_exhausted_is_schema_mismatch_exit_6_with_the_last_violations() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let out = run_to_end(answering(dir.path(), &["no json here"]).args([
+        "--json",
+        "--output-schema",
+        &schema,
+        "--schema-retries",
+        "1",
+        "count",
+    ]));
+    assert_eq!(code(&out), 6, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["status"], "schema-mismatch");
+    assert_eq!(result["errorKind"], "schema-mismatch");
+    assert_eq!(
+        result["error"],
+        "the answer does not match the output schema: (root): no JSON value found in the answer"
+    );
+    assert_eq!(result["structured"], Value::Null);
+    assert_eq!(prompts_received(dir.path()), 2);
+    // Human mode: nothing on stdout, the reason on stderr.
+    let out = run_to_end(answering(dir.path(), &["{\"n\": 1.5}"]).args([
+        "--output-schema",
+        &schema,
+        "count",
+    ]));
+    assert_eq!(code(&out), 6);
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).starts_with(
+            "acp-host: schema-mismatch: the answer does not match the output schema: /n: 1.5 is not of type \"integer\""
+        ),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `acp-host run --json` of acp-child on the mock model.
+fn acp_child_run(dir: &Path, llm: &MockLlm) -> Command {
+    let mut cmd = host_run(dir);
+    for name in [
+        "ACP_CHILD_MODEL",
+        "ACP_CHILD_BASE_URL",
+        "ACP_CHILD_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "OPENAI_API_KEY",
+    ] {
+        cmd.env_remove(name);
+    }
+    let agent = shell_words::join([
+        "acp-child",
+        "--model",
+        "mock-model",
+        "--base-url",
+        &llm.base_url(),
+        "--state-dir",
+        &dir.join(".state").display().to_string(),
+    ]);
+    cmd.args(["--json", "--agent", &agent]);
+    cmd
+}
+
+#[test]
+fn acp_child_answers_through_its_capture_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let llm = MockLlm::start(vec![
+        Reply::tool_call("call_1", "submit_result", &json!({"n": 3}), 1),
+        Reply::text(["done"]),
+    ]);
+    let out =
+        run_to_end(acp_child_run(dir.path(), &llm).args(["--output-schema", &schema, "count"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["structured"], json!({"n": 3}));
+    assert_eq!(result["structuredVia"], "capture-tool");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    let capture = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "submit_result")
+        .expect("the capture tool is offered");
+    assert_eq!(
+        capture["function"]["parameters"],
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    );
+    assert_eq!(
+        requests[0].last_user_text().as_deref(),
+        Some("count"),
+        "no instruction in the prompt: acp-child has the tool"
+    );
+    assert_eq!(
+        requests[1].tool_result("call_1").as_deref(),
+        Some("result recorded; end your turn")
+    );
+}
+
+#[test]
+fn acp_child_that_does_not_capture_is_followed_up_and_a_bad_capture_is_refused_in_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let llm = MockLlm::start(vec![
+        Reply::text(["I think it is three."]),
+        Reply::tool_call("call_1", "submit_result", &json!({"n": "three"}), 1),
+        Reply::tool_call("call_2", "submit_result", &json!({"n": 3}), 1),
+        Reply::text(["done"]),
+    ]);
+    let out =
+        run_to_end(acp_child_run(dir.path(), &llm).args(["--output-schema", &schema, "count"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["structured"], json!({"n": 3}));
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4);
+    let follow_up = requests[1].last_user_text().unwrap();
+    assert!(
+        follow_up.contains("- (root): no JSON value found in the answer"),
+        "{follow_up}"
+    );
+    let refused = requests[2].tool_result("call_1").unwrap();
+    assert!(
+        refused.starts_with("the result does not match the required schema: /n: \"three\" is not of type \"integer\""),
+        "{refused}"
+    );
+}
+
+#[test]
+fn the_timeout_is_honoured_during_a_follow_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let out = run_to_end(answering(dir.path(), &["not yet", "{hang}"]).args([
+        "--json",
+        "--output-schema",
+        &schema,
+        "--timeout",
+        "1",
+        "count",
+    ]));
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["status"], "timeout");
+    assert_eq!(result["structured"], Value::Null);
+    assert_eq!(
+        prompts_received(dir.path()),
+        2,
+        "timed out in the follow-up"
+    );
+}
