@@ -20,6 +20,9 @@
 //!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
 //!   exactly as the agent sent it;
 //! - the prompt is never sent if cancellation came before `session/new` answered;
+//! - resuming (`DriveConfig::resume`) sends `session/load` instead of `session/new`, only to an
+//!   agent whose `initialize` answer advertises `loadSession`; the history it replays before
+//!   answering is discarded (neither output nor event): the run shows only the new turn;
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a `{` line that
 //!   is not valid UTF-8 is decoded lossily (with a warning); a batch array is answered with an
 //!   "invalid request" error; a frame larger than [`DriveConfig::max_frame_bytes`] ends the run
@@ -36,8 +39,8 @@ use std::time::Duration;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ContentBlock, Implementation, InitializeRequest, NewSessionRequest,
-    PromptRequest, SessionNotification, SessionUpdate, TextContent,
+    CancelNotification, ContentBlock, Implementation, InitializeRequest, LoadSessionRequest,
+    NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate, TextContent,
 };
 use agent_client_protocol::{Agent, Client, Lines, UntypedMessage};
 use futures::{SinkExt, StreamExt};
@@ -80,6 +83,8 @@ pub(crate) struct DriveConfig {
     pub(crate) cancel_grace: Duration,
     /// Larger stdout lines end the run (a runaway agent must not exhaust the host's memory).
     pub(crate) max_frame_bytes: usize,
+    /// Continue this saved session (`session/load`) instead of creating one.
+    pub(crate) resume: Option<String>,
 }
 
 /// A future an event sink returns: resolved once the event is queued (or shed).
@@ -141,6 +146,8 @@ impl Shared {
 #[derive(Debug, Default)]
 struct StartGate {
     open: bool,
+    /// Resuming: what arrives before the session is announced is the replayed history, dropped.
+    discard: bool,
     /// Whole notifications (with their wire size): whether one is ours is known only once open.
     held: Vec<(SessionNotification, usize)>,
     held_bytes: usize,
@@ -277,6 +284,9 @@ impl Shared {
             return None;
         };
         if !gate.open {
+            if gate.discard {
+                return None;
+            }
             if gate.held_bytes + size <= HELD_UPDATES_MAX_BYTES {
                 gate.held_bytes += size;
                 gate.held.push((notification, size));
@@ -346,6 +356,7 @@ impl Shared {
 pub(crate) enum Stage {
     Initialize,
     NewSession,
+    LoadSession,
     Prompt,
 }
 
@@ -354,6 +365,7 @@ impl Stage {
         match self {
             Stage::Initialize => "initialize",
             Stage::NewSession => "session/new",
+            Stage::LoadSession => "session/load",
             Stage::Prompt => "session/prompt",
         }
     }
@@ -384,6 +396,9 @@ pub(crate) enum DriveEnd {
     /// The agent answered the handshake with ACP's auth-required error; `run` adds how to get
     /// past it (acp-host never runs an agent's interactive login).
     AuthRequired { stage: Stage, message: String },
+    /// Resuming, but the agent's `initialize` answer does not advertise `loadSession`: nothing
+    /// was sent after `initialize`.
+    CannotResume,
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
@@ -399,6 +414,11 @@ pub(crate) async fn drive(
     cancel: CancellationToken,
     drain_until: CancellationToken,
 ) -> DriveEnd {
+    if config.resume.is_some()
+        && let Ok(mut gate) = shared.start_gate.lock()
+    {
+        gate.discard = true;
+    }
     // Outgoing frames: the SDK's and the reader's (answers to batch arrays) share the pipe.
     let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
     let mut stdin = pipes.stdin;
@@ -589,8 +609,8 @@ async fn converse(
     }
 }
 
-/// initialize, then session/new, within the handshake deadline: the session id, or how the drive
-/// ended (cancelled first, timed out, or failed).
+/// initialize, then session/new (or session/load when resuming), within the handshake deadline:
+/// the session id, or how the drive ended (cancelled first, timed out, or failed).
 async fn handshake(
     cx: &ConnectionTo<Agent>,
     config: &DriveConfig,
@@ -599,14 +619,31 @@ async fn handshake(
     // Which handshake step a timeout interrupted, for the message.
     let initialized = AtomicBool::new(false);
     let steps = async {
-        cx.send_request(
-            InitializeRequest::new(ProtocolVersion::V1)
-                .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
-        )
-        .block_task()
-        .await
-        .map_err(|err| failed(Stage::Initialize, &err))?;
+        let agent = cx
+            .send_request(
+                InitializeRequest::new(ProtocolVersion::V1)
+                    .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
+            )
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::Initialize, &err))?;
         initialized.store(true, Ordering::Relaxed);
+        if let Some(session_id) = &config.resume {
+            if !agent.agent_capabilities.load_session {
+                return Err(DriveEnd::CannotResume);
+            }
+            // The answer carries nothing we need; an error answer (unknown session) fails here.
+            let load = UntypedMessage::new(
+                "session/load",
+                LoadSessionRequest::new(session_id.clone(), &config.cwd),
+            )
+            .map_err(|err| failed(Stage::LoadSession, &err))?;
+            cx.send_request(load)
+                .block_task()
+                .await
+                .map_err(|err| failed(Stage::LoadSession, &err))?;
+            return Ok(session_id.clone());
+        }
         // Untyped so that a response without a session id is reported as such, not as a parse error.
         let new_session = UntypedMessage::new("session/new", NewSessionRequest::new(&config.cwd))
             .map_err(|err| failed(Stage::NewSession, &err))?;
@@ -631,10 +668,12 @@ async fn handshake(
         biased;
         () = cancel.cancelled() => Err(DriveEnd::Cancelled { prompt_sent: false, stop_reason: None }),
         answer = tokio::time::timeout(config.handshake_timeout, steps) => answer.unwrap_or_else(|_| {
-            let stage = if initialized.load(Ordering::Relaxed) {
-                Stage::NewSession
-            } else {
+            let stage = if !initialized.load(Ordering::Relaxed) {
                 Stage::Initialize
+            } else if config.resume.is_some() {
+                Stage::LoadSession
+            } else {
+                Stage::NewSession
             };
             Err(DriveEnd::HandshakeTimeout { stage })
         }),

@@ -60,6 +60,7 @@
 //!         permission: PermissionPolicy::Reject,
 //!         timeouts: Timeouts::default(),
 //!         max_depth: None,
+//!         resume: None,
 //!     };
 //!     // Validation happens here, before anything is spawned.
 //!     let prepared = run::prepare(request, std::env::vars_os())?;

@@ -66,4 +66,7 @@ pub struct StartRequest {
     /// The delegation depth cap asked for (`--max-depth`, a definition's `maxDepth`); it can only
     /// lower the inherited one (`crate::depth`).
     pub max_depth: Option<u32>,
+    /// Continue this saved session of the agent (`session/load`, then the prompt) instead of
+    /// starting one with `session/new`; the agent must advertise `loadSession`.
+    pub resume: Option<String>,
 }

@@ -411,6 +411,7 @@ impl Subagents {
                 ..Timeouts::default()
             },
             max_depth: launch.max_depth,
+            resume: None,
         };
         Ok((request, permission, persona_file))
     }

@@ -57,6 +57,12 @@ pub struct RunArgs {
     #[arg(long = "subagents", value_name = "DIR")]
     subagent_dirs: Vec<PathBuf>,
 
+    /// Continue the agent's saved session with this id (a result's `sessionId`) instead of
+    /// starting a new one; the agent must support loading sessions (ACP `loadSession`). The replayed
+    /// history is not printed.
+    #[arg(long, value_name = "SESSION_ID")]
+    resume: Option<String>,
+
     /// Working directory of the agent and of its session (default: the current directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -113,8 +119,8 @@ pub struct RunArgs {
     verbose: bool,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum PolicyArg {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum PolicyArg {
     Reject,
     Allow,
     Ask,
@@ -147,7 +153,7 @@ acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n"
 /// A duration given in (possibly fractional) seconds; displayed the same way, so `--help` shows
 /// the defaults of [`Timeouts::default`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Seconds(Duration);
+pub(super) struct Seconds(pub(super) Duration);
 
 impl std::fmt::Display for Seconds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -155,7 +161,7 @@ impl std::fmt::Display for Seconds {
     }
 }
 
-fn parse_seconds(arg: &str) -> Result<Seconds, String> {
+pub(super) fn parse_seconds(arg: &str) -> Result<Seconds, String> {
     let seconds: f64 = arg
         .parse()
         .map_err(|_| format!("{arg:?} is not a number of seconds"))?;
@@ -263,7 +269,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
 }
 
 fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempDir>), String> {
-    let mut prompt = if args.prompt == "-" {
+    let prompt = if args.prompt == "-" {
         let mut prompt = String::new();
         std::io::stdin()
             .read_to_string(&mut prompt)
@@ -275,6 +281,15 @@ fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempD
     if prompt.trim().is_empty() {
         return Err("the prompt is empty (pass text, or - to read it from stdin)".into());
     }
+    request_for(args, prompt)
+}
+
+/// The start request for `args` with this prompt (already read); the persona folder of a
+/// `--subagent` run must be kept until the run has ended.
+pub(super) fn request_for(
+    args: &RunArgs,
+    mut prompt: String,
+) -> Result<(StartRequest, Option<tempfile::TempDir>), String> {
     let mut env = args
         .env
         .iter()
@@ -349,19 +364,20 @@ fn build_request(args: &RunArgs) -> Result<(StartRequest, Option<tempfile::TempD
         max_depth: args
             .max_depth
             .or_else(|| run_spec.and_then(|run| run.max_depth)),
+        resume: args.resume.clone(),
     };
     Ok((request, persona_dir))
 }
 
 /// SIGINT and SIGTERM, registered (so no longer fatal) as soon as this exists.
-struct Signals {
+pub(super) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
 }
 
 impl Signals {
     /// Must be called inside the runtime's context.
-    fn install() -> Option<Signals> {
+    pub(super) fn install() -> Option<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
         if let (Ok(int), Ok(term)) = (
             signal(SignalKind::interrupt()),
@@ -375,7 +391,7 @@ impl Signals {
     }
 
     /// The first signal cancels, the second kills; `seen` counts them for the exit path.
-    async fn watch(mut self, cancel: Cancel, seen: tokio::sync::watch::Sender<u32>) {
+    pub(super) async fn watch(mut self, cancel: Cancel, seen: tokio::sync::watch::Sender<u32>) {
         loop {
             tokio::select! {
                 _ = self.int.recv() => {}

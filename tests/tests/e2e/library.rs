@@ -45,6 +45,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
             ..Timeouts::default()
         },
         max_depth: None,
+        resume: None,
     }
 }
 
