@@ -174,6 +174,43 @@ impl RunArgs {
     pub(super) fn verbose(&self) -> bool {
         self.verbose
     }
+
+    /// The arguments `acp-host run` would take for one line of `acp-host batch`: the line's
+    /// settings, every other flag at its default.
+    pub(super) fn for_batch(line: BatchRun) -> RunArgs {
+        let defaults = Timeouts::default();
+        RunArgs {
+            prompt: line.prompt,
+            agent: line.agent,
+            subagent: line.subagent,
+            subagent_dirs: line.subagent_dirs,
+            resume: None,
+            cwd: line.cwd,
+            env: line.env,
+            permission: line.permission,
+            timeout: line.timeout.map(Seconds),
+            handshake_timeout: Seconds(defaults.handshake),
+            cancel_grace: Seconds(defaults.cancel_grace),
+            eof_grace: Seconds(defaults.eof_grace),
+            term_grace: Seconds(defaults.term_grace),
+            max_depth: None,
+            max_output: DEFAULT_MAX_OUTPUT_BYTES,
+            json: true,
+            verbose: false,
+        }
+    }
+}
+
+/// What one line of `acp-host batch` sets of a run.
+pub(super) struct BatchRun {
+    pub(super) prompt: String,
+    pub(super) agent: Option<String>,
+    pub(super) subagent: Option<String>,
+    pub(super) subagent_dirs: Vec<PathBuf>,
+    pub(super) cwd: Option<PathBuf>,
+    pub(super) env: Vec<String>,
+    pub(super) permission: Option<PolicyArg>,
+    pub(super) timeout: Option<Duration>,
 }
 
 /// Stdout text is written in pieces of at least this size while the agent streams.
