@@ -6,13 +6,14 @@
 //! is pure (text in, [`BatchLine`] out); what needs the machine (the agent's program, the cwd, a
 //! subagent definition) is checked by the CLI before anything starts.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::result::RunResult;
+use crate::result::{EXIT_USAGE, RunResult, Status};
 
 /// The fields a line may have, in documentation order.
 pub const FIELDS: &[&str] = &["id", "prompt", "agent", "subagent", "cwd", "timeout", "env"];
@@ -161,6 +162,41 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
+/// The exit code of a batch: 130 when Ctrl-C / SIGTERM stopped it, else 0 when every one of the
+/// `ended` lines (run or not started) completed, else 1.
+#[must_use]
+pub fn exit_code(interrupted: bool, ended: usize, completed: usize) -> u8 {
+    if interrupted {
+        Status::Aborted.exit_code()
+    } else if completed < ended {
+        Status::Error.exit_code()
+    } else {
+        Status::Completed.exit_code()
+    }
+}
+
+/// The exit codes of `acp-host batch` as text, for its `--help` (one source with [`exit_code`]).
+#[must_use]
+pub fn exit_code_table() -> String {
+    [
+        (exit_code(false, 1, 1), "every run completed"),
+        (
+            exit_code(false, 1, 0),
+            "a run did not complete, or did not start (its record says why)",
+        ),
+        (EXIT_USAGE, "a bad flag or line; nothing was started"),
+        (
+            exit_code(true, 1, 0),
+            "Ctrl-C / SIGTERM: running agents were cancelled, the rest not started",
+        ),
+    ]
+    .iter()
+    .fold(String::from("Exit codes:\n"), |mut table, (code, why)| {
+        let _ = writeln!(table, "  {code:>3}  {why}");
+        table
+    })
+}
+
 /// One line of `acp-host batch` output, written as each run ends: the run's result record with
 /// the line's `id`, or, for a line that never started (Ctrl-C came first, or its request failed
 /// when it was its turn), a `not-started` record.
@@ -272,6 +308,15 @@ mod tests {
             "line 7: not a JSON object; each line is {\"prompt\": \"...\", ...}"
         );
         assert!(refused("{").starts_with("line 7: not valid JSON ("));
+    }
+
+    #[test]
+    fn exit_codes_follow_the_run_table() {
+        assert_eq!(exit_code(false, 0, 0), 0);
+        assert_eq!(exit_code(false, 3, 3), 0);
+        assert_eq!(exit_code(false, 3, 2), 1);
+        assert_eq!(exit_code(true, 3, 3), 130);
+        assert!(exit_code_table().contains("  130  Ctrl-C"));
     }
 
     #[test]

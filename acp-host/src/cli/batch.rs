@@ -25,7 +25,7 @@ use acp_host::run::{self as library, Cancel, PrepareError, RunOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use protocol::batch::{self, BatchLine, BatchRecord, NotStarted};
 use protocol::env_scrub::EnvForward;
-use protocol::result::{EXIT_USAGE, Status};
+use protocol::result::Status;
 
 use super::run::{BatchRun, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
 use super::{CliError, Written, subagent};
@@ -78,14 +78,11 @@ enum BatchPolicy {
 
 fn after_help() -> String {
     format!(
-        "Exit codes:\n    \
-0  every run completed\n    \
-1  a run did not complete (its record says why)\n  \
-{EXIT_USAGE:>3}  a bad flag or line; nothing was started\n  \
-130  Ctrl-C / SIGTERM: running agents were cancelled, the rest not started\n\n\
+        "{}\n\
 Examples:\n  \
 echo '{{\"id\":\"readme\",\"prompt\":\"summarise README.md\"}}' | acp-host batch --agent codex\n  \
-acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n"
+acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n",
+        batch::exit_code_table()
     )
 }
 
@@ -114,23 +111,24 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
     let (records, writer) = Writer::start(jobs);
     let (seen_tx, seen) = tokio::sync::watch::channel(0_u32);
     let cancel = Cancel::new();
+    let output = Output {
+        records,
+        interrupted: seen.clone(),
+    };
     let summary = runtime.block_on(async {
         if let Some(signals) = signals {
             tokio::spawn(signals.watch(cancel.clone(), seen_tx));
         }
-        drive(lines, args, jobs, &cancel, &records, &mut progress).await
+        drive(lines, args, jobs, &cancel, output, &mut progress).await
     });
-    drop(records);
     let interrupted = *seen.borrow() > 0;
     progress.finish(&summary);
     writer.finish(if interrupted { Some(LATE_WRITE) } else { None });
-    Ok(ExitCode::from(if interrupted {
-        Status::Aborted.exit_code()
-    } else if summary.failed > 0 {
-        Status::Error.exit_code()
-    } else {
-        0
-    }))
+    Ok(ExitCode::from(batch::exit_code(
+        interrupted,
+        summary.completed + summary.failed,
+        summary.completed,
+    )))
 }
 
 /// Reads and checks every line; keeps only the parsed lines.
@@ -267,7 +265,7 @@ async fn drive(
     args: &BatchArgs,
     jobs: usize,
     cancel: &Cancel,
-    records: &tokio::sync::mpsc::Sender<Vec<u8>>,
+    mut output: Output,
     progress: &mut Progress,
 ) -> Summary {
     let mut summary = Summary::default();
@@ -302,7 +300,7 @@ async fn drive(
         };
         summary.count(&record);
         progress.ended(&record, &summary);
-        write(records, &record).await;
+        output.write(&record).await;
     }
     for line in pending {
         let record = BatchRecord::NotStarted {
@@ -311,7 +309,7 @@ async fn drive(
             error: None,
         };
         summary.count(&record);
-        write(records, &record).await;
+        output.write(&record).await;
     }
     summary
 }
@@ -354,14 +352,38 @@ async fn run_line(line: BatchLine, args: RunArgs, cancel: Cancel) -> BatchRecord
     }
 }
 
-async fn write(records: &tokio::sync::mpsc::Sender<Vec<u8>>, record: &BatchRecord) {
-    match serde_json::to_vec(record) {
-        Ok(mut line) => {
-            line.push(b'\n');
-            // The writer is gone only when stdout failed; the batch goes on.
-            let _ = records.send(line).await;
+/// Where records go: the writer thread's queue. Waiting for room is the backpressure of a slow
+/// reader, until Ctrl-C: from then on a record that does not fit is dropped (and counted), so a
+/// stalled stdout never keeps acp-host from ending.
+struct Output {
+    records: tokio::sync::mpsc::Sender<Vec<u8>>,
+    interrupted: tokio::sync::watch::Receiver<u32>,
+}
+
+impl Output {
+    async fn write(&mut self, record: &BatchRecord) {
+        let mut line = match serde_json::to_vec(record) {
+            Ok(line) => line,
+            Err(err) => {
+                tracing::warn!(%err, "cannot serialize a batch record");
+                return;
+            }
+        };
+        line.push(b'\n');
+        let room = if *self.interrupted.borrow() > 0 {
+            self.records.try_reserve().ok()
+        } else {
+            tokio::select! {
+                room = self.records.reserve() => room.ok(),
+                _ = self.interrupted.changed() => self.records.try_reserve().ok(),
+            }
+        };
+        // No room after Ctrl-C, or the writer is gone (stdout failed): the record is lost.
+        if let Some(room) = room {
+            room.send(line);
+        } else {
+            tracing::warn!("a batch record was not written: stdout is not being read");
         }
-        Err(err) => tracing::warn!(%err, "cannot serialize a batch record"),
     }
 }
 

@@ -359,3 +359,50 @@ fn progress_is_a_live_bar_on_a_terminal() {
     let written = std::fs::read_to_string(dir.path().join("out.ndjson")).unwrap();
     assert_eq!(written.lines().count(), 3, "{written}");
 }
+
+#[test]
+fn ctrl_c_ends_the_batch_even_when_nobody_reads_its_stdout() {
+    let dir = temp();
+    let record = dir.path().join("record");
+    let lines: Vec<String> = (1..=40).map(|i| line(&i.to_string(), "big")).collect();
+    jobs_file(dir.path(), &lines);
+    // Each record carries 100 KB of output: the pipe fills at the first, the queue soon after.
+    let agent = mock(&["huge", "--bytes", "100000", "--record", path_str(&record)]);
+    let mut child = batch(dir.path())
+        .args(["--jobs", "2", "--agent", &agent, "jobs.ndjson"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ended = || {
+        std::fs::read_to_string(&record)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("end"))
+            .count()
+    };
+    // As many runs ended as the writer and its queue (16) hold: the batch is stalled, or about
+    // to be, on its stdout.
+    assert!(
+        wait_until(HANG_GUARD, || ended() >= 17),
+        "runs ended: {}",
+        ended()
+    );
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGINT,
+    )
+    .unwrap();
+    let mut status = None;
+    assert!(
+        wait_until(HANG_GUARD, || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        }),
+        "acp-host batch did not end with its stdout unread"
+    );
+    assert_eq!(status.unwrap().code(), Some(130));
+    drop(child.stdout.take());
+    assert_no_process_left(dir.path());
+}
