@@ -27,7 +27,7 @@ use protocol::batch::{self, BatchLine, BatchRecord, NotStarted};
 use protocol::env_scrub::EnvForward;
 use protocol::result::Status;
 
-use super::run::{BatchRun, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
+use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
 use super::{CliError, Written, subagent};
 
 /// Run many prompts, one agent each, up to --jobs at once.
@@ -58,7 +58,7 @@ pub struct BatchArgs {
     #[arg(long, value_enum)]
     permission: Option<BatchPolicy>,
 
-    /// Give up on a run after this many seconds (exit status 124 in its record), for lines
+    /// Give up on a run after this many seconds (status `timeout` in its record), for lines
     /// without `timeout`.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     timeout: Option<Seconds>,
@@ -150,7 +150,9 @@ fn read_lines(args: &BatchArgs) -> Result<Vec<BatchLine>, CliError> {
     let mut lines = Vec::new();
     for (index, text) in input.lines().enumerate() {
         let number = index + 1;
-        let text = text.map_err(|err| CliError::Usage(format!("cannot read {name}: {err}")))?;
+        let text = text.map_err(|err| {
+            CliError::Usage(format!("{name}: line {number}: cannot read it: {err}"))
+        })?;
         let Some(line) = batch::parse_line(number, &text) else {
             continue;
         };
@@ -235,19 +237,16 @@ impl<'a> Checker<'a> {
 
 /// `acp-host run`'s arguments for a line: the line's fields over the batch's flags.
 fn run_args(args: &BatchArgs, line: &BatchLine) -> RunArgs {
-    RunArgs::for_batch(BatchRun {
-        prompt: line.prompt.clone(),
-        agent: line.agent.clone().or_else(|| args.agent.clone()),
-        subagent: line.subagent.clone(),
-        subagent_dirs: args.subagent_dirs.clone(),
-        cwd: line.cwd.clone(),
-        env: line.env.clone(),
+    let flags = BatchFlags {
+        agent: args.agent.clone(),
         permission: args.permission.map(|policy| match policy {
             BatchPolicy::Reject => PolicyArg::Reject,
             BatchPolicy::Allow => PolicyArg::Allow,
         }),
-        timeout: line.timeout.or(args.timeout.map(|s| s.0)),
-    })
+        timeout: args.timeout.map(|s| s.0),
+        subagent_dirs: args.subagent_dirs.clone(),
+    };
+    RunArgs::for_batch(line, &flags)
 }
 
 /// How the batch went.

@@ -20,6 +20,7 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use protocol::batch::BatchLine;
 use protocol::definition::{self, PersonaDelivery, RunPermission};
 use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
@@ -81,7 +82,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     timeout: Option<Seconds>,
 
-    /// initialize and session/new must answer within this many seconds.
+    /// initialize and session/new (session/load with --resume) must answer within this many
+    /// seconds.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(Timeouts::default().handshake))]
     handshake_timeout: Seconds,
@@ -175,20 +177,21 @@ impl RunArgs {
         self.verbose
     }
 
-    /// The arguments `acp-host run` would take for one line of `acp-host batch`: the line's
-    /// settings, every other flag at its default.
-    pub(super) fn for_batch(line: BatchRun) -> RunArgs {
+    /// The arguments `acp-host run` would take for one line of `acp-host batch`: the line's fields
+    /// over the batch's flags, every other flag at its default. A new line field is one more
+    /// member here.
+    pub(super) fn for_batch(line: &BatchLine, batch: &BatchFlags) -> RunArgs {
         let defaults = Timeouts::default();
         RunArgs {
-            prompt: line.prompt,
-            agent: line.agent,
-            subagent: line.subagent,
-            subagent_dirs: line.subagent_dirs,
+            prompt: line.prompt.clone(),
+            agent: line.agent.clone().or_else(|| batch.agent.clone()),
+            subagent: line.subagent.clone(),
+            subagent_dirs: batch.subagent_dirs.clone(),
             resume: None,
-            cwd: line.cwd,
-            env: line.env,
-            permission: line.permission,
-            timeout: line.timeout.map(Seconds),
+            cwd: line.cwd.clone(),
+            env: line.env.clone(),
+            permission: batch.permission,
+            timeout: line.timeout.or(batch.timeout).map(Seconds),
             handshake_timeout: Seconds(defaults.handshake),
             cancel_grace: Seconds(defaults.cancel_grace),
             eof_grace: Seconds(defaults.eof_grace),
@@ -201,16 +204,12 @@ impl RunArgs {
     }
 }
 
-/// What one line of `acp-host batch` sets of a run.
-pub(super) struct BatchRun {
-    pub(super) prompt: String,
+/// What the flags of `acp-host batch` set for every line (a line's own fields win).
+pub(super) struct BatchFlags {
     pub(super) agent: Option<String>,
-    pub(super) subagent: Option<String>,
-    pub(super) subagent_dirs: Vec<PathBuf>,
-    pub(super) cwd: Option<PathBuf>,
-    pub(super) env: Vec<String>,
     pub(super) permission: Option<PolicyArg>,
     pub(super) timeout: Option<Duration>,
+    pub(super) subagent_dirs: Vec<PathBuf>,
 }
 
 /// Stdout text is written in pieces of at least this size while the agent streams.

@@ -518,12 +518,14 @@ mod tests {
         let config = parse_str("--log l hang --ready r --ignore-eof --ignore-cancel");
         // The scenario is the first argument, so a leading flag is not a scenario name.
         assert_eq!(config, Err(UsageError::UnknownScenario("--log".into())));
-        let config = parse_str("hang --log l --ready r --ignore-eof --trap-term").unwrap();
+        let config =
+            parse_str("hang --log l --ready r --ignore-eof --record=rec --trap-term").unwrap();
         assert_eq!(config.scenario, Scenario::Hang);
         assert_eq!(
             config.common,
             Common {
                 log: Some("l".into()),
+                record: Some("rec".into()),
                 ready: Some("r".into()),
                 ignore_eof: true,
                 trap_term: true,
