@@ -34,6 +34,9 @@
 //!   the agent's captured value, else the value extracted from the turn's text (kept bounded); a
 //!   mismatch gets a follow-up prompt in the same session, at most `retries` times, each raced
 //!   against cancellation like the first prompt;
+//! - resuming (`DriveConfig::resume`) sends `session/load` instead of `session/new`, only to an
+//!   agent whose `initialize` answer advertises `loadSession`; the history it replays before
+//!   answering is discarded (neither output nor event): the run shows only the new turn;
 //! - a non-JSON line on the agent's stdout is skipped (and counted), never fatal; a `{` line that
 //!   is not valid UTF-8 is decoded lossily (with a warning); a batch array is answered with an
 //!   "invalid request" error; a frame larger than [`DriveConfig::max_frame_bytes`] ends the run
@@ -51,7 +54,7 @@ use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, Implementation, InitializeRequest,
-    NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate,
+    LoadSessionRequest, NewSessionRequest, PromptRequest, SessionNotification, SessionUpdate,
     SetSessionConfigOptionRequest, SubagentCapabilities, SubagentUpdate, SystemPrompt,
     SystemPromptMode, TextContent,
 };
@@ -102,6 +105,8 @@ pub(crate) struct DriveConfig {
     pub(crate) cancel_grace: Duration,
     /// Larger stdout lines end the run (a runaway agent must not exhaust the host's memory).
     pub(crate) max_frame_bytes: usize,
+    /// Continue this saved session (`session/load`) instead of creating one.
+    pub(crate) resume: Option<String>,
     /// What the run asks of the agent at start; refused before the prompt when it cannot.
     pub(crate) wants: Wants,
     /// The agent as the user named it, for refusals.
@@ -285,6 +290,8 @@ impl Shared {
 #[derive(Debug, Default)]
 struct StartGate {
     open: bool,
+    /// Resuming: what arrives before the session is announced is the replayed history, dropped.
+    discard: bool,
     /// Whole notifications (with their wire size): whether one is ours is known only once open.
     held: Vec<(SessionNotification, usize)>,
     held_bytes: usize,
@@ -457,6 +464,9 @@ impl Shared {
             return None;
         };
         if !gate.open {
+            if gate.discard {
+                return None;
+            }
             if gate.held_bytes + size <= HELD_UPDATES_MAX_BYTES {
                 gate.held_bytes += size;
                 gate.held.push((notification, size));
@@ -562,6 +572,7 @@ pub(crate) enum Stage {
     Initialize,
     NewSession,
     SetConfigOption,
+    LoadSession,
     Prompt,
 }
 
@@ -571,6 +582,7 @@ impl Stage {
             Stage::Initialize => "initialize",
             Stage::NewSession => "session/new",
             Stage::SetConfigOption => "session/set_config_option",
+            Stage::LoadSession => "session/load",
             Stage::Prompt => "session/prompt",
         }
     }
@@ -603,6 +615,9 @@ pub(crate) enum DriveEnd {
     AuthRequired { stage: Stage, message: String },
     /// The agent cannot honour what the run asked of it at start; the prompt was not sent.
     Refused(Refusal),
+    /// Resuming, but the agent's `initialize` answer does not advertise `loadSession`: nothing
+    /// was sent after `initialize`.
+    CannotResume,
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is
@@ -618,6 +633,11 @@ pub(crate) async fn drive(
     cancel: CancellationToken,
     drain_until: CancellationToken,
 ) -> DriveEnd {
+    if config.resume.is_some()
+        && let Ok(mut gate) = shared.start_gate.lock()
+    {
+        gate.discard = true;
+    }
     // Outgoing frames: the SDK's and the reader's (answers to batch arrays) share the pipe.
     let (out_tx, out_rx) = futures::channel::mpsc::unbounded::<String>();
     let mut stdin = pipes.stdin;
@@ -873,9 +893,9 @@ async fn prompt_turn(
     }
 }
 
-/// initialize, the start-time capabilities decided, session/new, then the model selected, all
-/// within the handshake deadline: the session id and what the prompt still needs, or how the drive
-/// ended (cancelled first, timed out, refused, or failed).
+/// initialize, the start-time capabilities decided, session/new (or session/load when resuming),
+/// then the model selected, all within the handshake deadline: the session id and what the prompt
+/// still needs, or how the drive ended (cancelled first, timed out, refused, or failed).
 async fn handshake(
     cx: &ConnectionTo<Agent>,
     config: &DriveConfig,
@@ -908,41 +928,38 @@ async fn handshake(
         if let Ok(mut delivery) = shared.persona_delivery.lock() {
             *delivery = plan.persona_delivery;
         }
-        at(Stage::NewSession);
-        let mut request = NewSessionRequest::new(&config.cwd);
-        if let Some(system) = &plan.system_prompt {
-            request = request.system_prompt(
-                SystemPrompt::new(vec![ContentBlock::Text(TextContent::new(
-                    system.text.clone(),
-                ))])
-                .mode(if system.replace {
-                    SystemPromptMode::Override
-                } else {
-                    SystemPromptMode::Append
-                }),
-            );
-        }
-        request.meta.clone_from(&plan.meta);
-        // Untyped so that a response without a session id is reported as such, not as a parse error.
-        let new_session = UntypedMessage::new("session/new", request)
-            .map_err(|err| failed(Stage::NewSession, &err))?;
-        let response = cx
-            .send_request(new_session)
-            .block_task()
-            .await
-            .map_err(|err| failed(Stage::NewSession, &err))?;
-        let session_id = match response
-            .get("sessionId")
-            .and_then(serde_json::Value::as_str)
-        {
-            Some(id) if !id.is_empty() => id.to_owned(),
-            _ => {
-                return Err(DriveEnd::Failed {
-                    stage: Stage::NewSession,
-                    closed: false,
-                    message: format!("agent answered session/new without a sessionId: {response}"),
-                });
+        let system_prompt = plan.system_prompt.as_ref().map(|system| {
+            SystemPrompt::new(vec![ContentBlock::Text(TextContent::new(
+                system.text.clone(),
+            ))])
+            .mode(if system.replace {
+                SystemPromptMode::Override
+            } else {
+                SystemPromptMode::Append
+            })
+        });
+        let (session_id, response) = if let Some(session_id) = &config.resume {
+            if !initialized.agent_capabilities.load_session {
+                return Err(DriveEnd::CannotResume);
             }
+            at(Stage::LoadSession);
+            let mut request = LoadSessionRequest::new(session_id.clone(), &config.cwd)
+                .system_prompt(system_prompt);
+            request.meta.clone_from(&plan.meta);
+            // An error answer (unknown session) fails here.
+            let load = UntypedMessage::new("session/load", request)
+                .map_err(|err| failed(Stage::LoadSession, &err))?;
+            let response = cx
+                .send_request(load)
+                .block_task()
+                .await
+                .map_err(|err| failed(Stage::LoadSession, &err))?;
+            (session_id.clone(), response)
+        } else {
+            at(Stage::NewSession);
+            let mut request = NewSessionRequest::new(&config.cwd).system_prompt(system_prompt);
+            request.meta.clone_from(&plan.meta);
+            new_session(cx, request).await?
         };
         if let Ok(mut slot) = shared.session_id.lock() {
             *slot = Some(session_id.clone());
@@ -976,6 +993,35 @@ async fn handshake(
             Err(DriveEnd::HandshakeTimeout { stage })
         }),
     }
+}
+
+/// `session/new`: the new session's id, with the whole answer (its config options).
+async fn new_session(
+    cx: &ConnectionTo<Agent>,
+    request: NewSessionRequest,
+) -> Result<(String, serde_json::Value), DriveEnd> {
+    // Untyped so that a response without a session id is reported as such, not as a parse error.
+    let new_session = UntypedMessage::new("session/new", request)
+        .map_err(|err| failed(Stage::NewSession, &err))?;
+    let response = cx
+        .send_request(new_session)
+        .block_task()
+        .await
+        .map_err(|err| failed(Stage::NewSession, &err))?;
+    let session_id = match response
+        .get("sessionId")
+        .and_then(serde_json::Value::as_str)
+    {
+        Some(id) if !id.is_empty() => id.to_owned(),
+        _ => {
+            return Err(DriveEnd::Failed {
+                stage: Stage::NewSession,
+                closed: false,
+                message: format!("agent answered session/new without a sessionId: {response}"),
+            });
+        }
+    };
+    Ok((session_id, response))
 }
 
 fn stop_reason_of(value: &serde_json::Value) -> DriveEnd {

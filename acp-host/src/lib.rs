@@ -63,6 +63,7 @@
 //!         max_depth: None,
 //!         // A persona, a model, a tool filter: honoured by the agent or refused before the prompt.
 //!         wants: Wants::default(),
+//!         resume: None,
 //!     };
 //!     // Validation happens here, before anything is spawned.
 //!     let prepared = run::prepare(request, std::env::vars_os())?;

@@ -320,13 +320,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     let teardown = tear_down(&mut process, killed, &timeouts, cancel, &notifier).await;
     record_teardown(&mut result, &teardown, &process, &shared);
 
-    settle(
-        &mut result,
-        end,
-        timed_out,
-        &timeouts,
-        &request.agent.display,
-    );
+    settle(&mut result, end, timed_out, &timeouts, &request);
     record_structured(&mut result, shared.take_structured());
     redact_agent_text(&mut result, &env.redactor);
     if shared.garbage_lines() > 0 {
@@ -483,6 +477,7 @@ async fn supervise(
         wants: request.wants.clone(),
         agent: request.agent.display.clone(),
         schema,
+        resume: request.resume.clone(),
     };
     // The drive watches its own token: the caller's cancel and our deadline both feed it.
     let drive_cancel = cancel.graceful.child_token();
@@ -570,8 +565,9 @@ fn settle(
     end: Option<DriveEnd>,
     timed_out: bool,
     timeouts: &protocol::request::Timeouts,
-    agent: &str,
+    request: &StartRequest,
 ) {
+    let agent = request.agent.display.as_str();
     let exit = describe_exit(&result.agent_exit);
     let (status, stop_reason, error) = match end {
         // A second Ctrl-C: killed at once.
@@ -648,6 +644,18 @@ fn settle(
                 Some((kind, protocol::report::clause(&message, &hint))),
             )
         }
+        Some(DriveEnd::CannotResume) => (
+            Status::Error,
+            None,
+            Some((
+                ErrorKind::Handshake,
+                format!(
+                    "--resume {}: agent {agent} does not advertise loadSession, so it cannot \
+                     continue a saved session; run without --resume to start a new one",
+                    request.resume.as_deref().unwrap_or_default()
+                ),
+            )),
+        ),
     };
     result.status = status;
     result.stop_reason = stop_reason;

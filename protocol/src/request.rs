@@ -70,4 +70,7 @@ pub struct StartRequest {
     /// Persona, model, tool filter: honoured by the agent or refused before the prompt
     /// (`crate::capabilities`).
     pub wants: Wants,
+    /// Continue this saved session of the agent (`session/load`, then the prompt) instead of
+    /// starting one with `session/new`; the agent must advertise `loadSession`.
+    pub resume: Option<String>,
 }

@@ -166,8 +166,9 @@ impl std::fmt::Display for Status {
 pub enum ErrorKind {
     /// The agent could not be started: not found, not executable, or the spawn failed.
     Spawn,
-    /// initialize or session/new failed: no answer within the handshake timeout, an error answer
-    /// (authentication required included), or no session id.
+    /// initialize, session/new or (resuming) session/load failed: no answer within the handshake
+    /// timeout, an error answer (authentication required, an unknown session included), no
+    /// session id, or an agent that cannot load sessions asked to resume one.
     Handshake,
     /// The agent broke the protocol after the handshake: an error or malformed answer to
     /// session/prompt, an unknown stop reason, an oversized frame, a failed connection.

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use schemars::{Schema, schema_for};
 use serde_json::Value;
 
+use crate::batch::BatchRecord;
 use crate::events::{Event, ResultRecord};
 use crate::registry::AgentListing;
 use crate::sync::report::SyncOutput;
@@ -23,6 +24,8 @@ pub const OUTPUTS: &[(&str, SchemaFn)] = &[
     ("run-event.json", || schema_for!(Event)),
     // `acp-host run --json`: the last line.
     ("run-result.json", || schema_for!(ResultRecord)),
+    // `acp-host batch`: one record per input line, as each run ends.
+    ("batch-result.json", || schema_for!(BatchRecord)),
     // `acp-host agents --json`.
     ("agents.json", || schema_for!(AgentListing)),
     // `acp-host sync --json`: the report, or why the sync could not be planned.

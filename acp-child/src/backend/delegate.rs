@@ -409,6 +409,7 @@ impl Subagents {
                 }),
                 ..launch.wants.clone()
             },
+            resume: None,
         };
         (request, permission)
     }

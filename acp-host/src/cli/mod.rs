@@ -8,6 +8,7 @@
 //! error ([`write_stdout`]).
 
 mod agents;
+mod batch;
 mod run;
 mod subagent;
 mod sync;
@@ -31,6 +32,8 @@ enum Command {
     // A flag given twice takes its last value, so wrappers can append overrides.
     #[command(args_override_self = true)]
     Run(Box<run::RunArgs>),
+    #[command(args_override_self = true)]
+    Batch(batch::BatchArgs),
     Sync(sync::SyncArgs),
     Agents(agents::AgentsArgs),
 }
@@ -40,7 +43,7 @@ impl Command {
     fn verbose(&self) -> bool {
         match self {
             Command::Run(args) => args.verbose(),
-            Command::Sync(_) | Command::Agents(_) => false,
+            Command::Batch(_) | Command::Sync(_) | Command::Agents(_) => false,
         }
     }
 }
@@ -81,6 +84,7 @@ pub fn main() -> ExitCode {
     init_logging(cli.command.verbose());
     let outcome = match cli.command {
         Command::Run(args) => run::execute(&args),
+        Command::Batch(args) => batch::execute(&args),
         Command::Sync(args) => sync::execute(args),
         Command::Agents(args) => agents::execute(&args),
     };

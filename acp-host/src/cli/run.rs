@@ -20,6 +20,7 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use protocol::batch::BatchLine;
 use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
 use protocol::definition::RunPermission;
 use protocol::env_scrub::{self, EnvForward};
@@ -96,6 +97,12 @@ pub struct RunArgs {
           requires = "output_schema")]
     schema_retries: u32,
 
+    /// Continue the agent's saved session with this id (a result's `sessionId`) instead of
+    /// starting a new one; the agent must support loading sessions (ACP `loadSession`). The replayed
+    /// history is not printed.
+    #[arg(long, value_name = "SESSION_ID")]
+    resume: Option<String>,
+
     /// Working directory of the agent and of its session (default: the current directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -114,7 +121,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     timeout: Option<Seconds>,
 
-    /// initialize and session/new must answer within this many seconds.
+    /// initialize and session/new (session/load with --resume) must answer within this many
+    /// seconds.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(Timeouts::default().handshake))]
     handshake_timeout: Seconds,
@@ -169,8 +177,8 @@ impl From<PersonaModeArg> for PersonaMode {
     }
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum PolicyArg {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum PolicyArg {
     Reject,
     Allow,
     Ask,
@@ -203,7 +211,7 @@ acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n"
 /// A duration given in (possibly fractional) seconds; displayed the same way, so `--help` shows
 /// the defaults of [`Timeouts::default`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Seconds(Duration);
+pub(super) struct Seconds(pub(super) Duration);
 
 impl std::fmt::Display for Seconds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -211,7 +219,7 @@ impl std::fmt::Display for Seconds {
     }
 }
 
-fn parse_seconds(arg: &str) -> Result<Seconds, String> {
+pub(super) fn parse_seconds(arg: &str) -> Result<Seconds, String> {
     let seconds: f64 = arg
         .parse()
         .map_err(|_| format!("{arg:?} is not a number of seconds"))?;
@@ -224,6 +232,47 @@ impl RunArgs {
     pub(super) fn verbose(&self) -> bool {
         self.verbose
     }
+
+    /// The arguments `acp-host run` would take for one line of `acp-host batch`: the line's fields
+    /// over the batch's flags, every other flag at its default. A new line field is one more
+    /// member here.
+    pub(super) fn for_batch(line: &BatchLine, batch: &BatchFlags) -> RunArgs {
+        let defaults = Timeouts::default();
+        RunArgs {
+            prompt: line.prompt.clone(),
+            agent: line.agent.clone().or_else(|| batch.agent.clone()),
+            subagent: line.subagent.clone(),
+            subagent_dirs: batch.subagent_dirs.clone(),
+            persona: None,
+            persona_mode: None,
+            model: None,
+            tools: None,
+            deny_tools: None,
+            output_schema: None,
+            schema_retries: DEFAULT_SCHEMA_RETRIES,
+            resume: None,
+            cwd: line.cwd.clone(),
+            env: line.env.clone(),
+            permission: batch.permission,
+            timeout: line.timeout.or(batch.timeout).map(Seconds),
+            handshake_timeout: Seconds(defaults.handshake),
+            cancel_grace: Seconds(defaults.cancel_grace),
+            eof_grace: Seconds(defaults.eof_grace),
+            term_grace: Seconds(defaults.term_grace),
+            max_depth: None,
+            max_output: DEFAULT_MAX_OUTPUT_BYTES,
+            json: true,
+            verbose: false,
+        }
+    }
+}
+
+/// What the flags of `acp-host batch` set for every line (a line's own fields win).
+pub(super) struct BatchFlags {
+    pub(super) agent: Option<String>,
+    pub(super) permission: Option<PolicyArg>,
+    pub(super) timeout: Option<Duration>,
+    pub(super) subagent_dirs: Vec<PathBuf>,
 }
 
 /// Stdout text is written in pieces of at least this size while the agent streams.
@@ -346,6 +395,11 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
     if prompt.trim().is_empty() {
         return Err("the prompt is empty (pass text, or - to read it from stdin)".into());
     }
+    request_for(args, prompt)
+}
+
+/// The start request for `args` with this prompt (already read).
+pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest, String> {
     let mut env = args
         .env
         .iter()
@@ -407,6 +461,7 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
             .max_depth
             .or_else(|| run_spec.and_then(|run| run.max_depth)),
         wants,
+        resume: args.resume.clone(),
     };
     Ok(request)
 }
@@ -476,14 +531,14 @@ fn wants(args: &RunArgs, found: Option<&subagent::Found>) -> Result<Wants, Strin
 }
 
 /// SIGINT and SIGTERM, registered (so no longer fatal) as soon as this exists.
-struct Signals {
+pub(super) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
 }
 
 impl Signals {
     /// Must be called inside the runtime's context.
-    fn install() -> Option<Signals> {
+    pub(super) fn install() -> Option<Signals> {
         use tokio::signal::unix::{SignalKind, signal};
         if let (Ok(int), Ok(term)) = (
             signal(SignalKind::interrupt()),
@@ -497,7 +552,7 @@ impl Signals {
     }
 
     /// The first signal cancels, the second kills; `seen` counts them for the exit path.
-    async fn watch(mut self, cancel: Cancel, seen: tokio::sync::watch::Sender<u32>) {
+    pub(super) async fn watch(mut self, cancel: Cancel, seen: tokio::sync::watch::Sender<u32>) {
         loop {
             tokio::select! {
                 _ = self.int.recv() => {}

@@ -83,6 +83,7 @@ pub struct Agent {
 /// stdout is flushed, because a tokio runtime would otherwise wait for the blocked stdin read.
 pub async fn run(config: Config) -> i32 {
     let Config { scenario, common } = config;
+    files::record(common.record.as_deref(), "start");
     if let Some(text) = &common.stderr {
         if text.ends_with('\n') {
             eprint!("{text}");
@@ -376,7 +377,10 @@ impl Agent {
     /// The single home of what EOF means (see [`EofPolicy`]).
     async fn at_eof(&mut self) -> Infallible {
         match &self.eof {
-            EofPolicy::Exit => std::process::exit(0),
+            EofPolicy::Exit => {
+                files::record(self.common.record.as_deref(), "end");
+                std::process::exit(0)
+            }
             EofPolicy::FlushMarker { marker, delay } => {
                 let marker = marker.clone();
                 tokio::time::sleep(*delay).await;

@@ -189,6 +189,10 @@ pub enum EscapeeThen {
 pub struct Common {
     /// `--log FILE`: one line per received message, appended and flushed at once.
     pub log: Option<PathBuf>,
+    /// `--record FILE`: `start <pid> <ns>` appended when the process starts and `end <pid> <ns>`
+    /// when it exits on stdin EOF (`ns`: wall-clock nanoseconds since the Unix epoch, comparable
+    /// across processes), so a test can tell how many agents ran at once.
+    pub record: Option<PathBuf>,
     /// `--ready FILE`: touched when the scenario reaches its "ready" point (normally the prompt).
     pub ready: Option<PathBuf>,
     /// `--pid-file FILE`: the mock's pid (for `grandchild`: the grandchild's pid; for `escapee`:
@@ -220,7 +224,7 @@ pub enum UsageError {
     #[error("unknown scenario {0:?}; known scenarios: {SCENARIOS}")]
     UnknownScenario(String),
     #[error(
-        "unknown flag --{0}; common flags are --log, --ready, --pid-file, --stderr, \
+        "unknown flag --{0}; common flags are --log, --record, --ready, --pid-file, --stderr, \
          --ignore-eof, --ignore-cancel, --trap-term"
     )]
     UnknownFlag(String),
@@ -280,7 +284,7 @@ where
             *switch = true;
             continue;
         }
-        let known = matches!(flag, "log" | "ready" | "pid-file" | "stderr")
+        let known = matches!(flag, "log" | "record" | "ready" | "pid-file" | "stderr")
             || SPECIFIC_FLAGS.contains(&flag);
         if !known {
             return Err(UsageError::UnknownFlag(flag.to_owned()));
@@ -295,6 +299,7 @@ where
         };
         match flag {
             "log" => common.log = Some(value.into()),
+            "record" => common.record = Some(value.into()),
             "ready" => common.ready = Some(value.into()),
             "pid-file" => common.pid_file = Some(value.into()),
             "stderr" => common.stderr = Some(value),
@@ -573,12 +578,14 @@ mod tests {
         let config = parse_str("--log l hang --ready r --ignore-eof --ignore-cancel");
         // The scenario is the first argument, so a leading flag is not a scenario name.
         assert_eq!(config, Err(UsageError::UnknownScenario("--log".into())));
-        let config = parse_str("hang --log l --ready r --ignore-eof --trap-term").unwrap();
+        let config =
+            parse_str("hang --log l --ready r --ignore-eof --record=rec --trap-term").unwrap();
         assert_eq!(config.scenario, Scenario::Hang);
         assert_eq!(
             config.common,
             Common {
                 log: Some("l".into()),
+                record: Some("rec".into()),
                 ready: Some("r".into()),
                 ignore_eof: true,
                 trap_term: true,

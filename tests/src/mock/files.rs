@@ -36,6 +36,15 @@ impl Log {
     }
 }
 
+/// Appends `<event> <pid> <ns>` to the `--record` file (see `Common::record`).
+pub fn record(path: Option<&Path>, event: &str) {
+    let Some(path) = path else { return };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_nanos());
+    Log::new(Some(path.to_path_buf())).line(&format!("{event} {} {now}", std::process::id()));
+}
+
 /// Creates `path` if it does not exist (content untouched if it does).
 pub fn touch(path: &Path) {
     if let Err(error) = OpenOptions::new().create(true).append(true).open(path) {

@@ -26,6 +26,7 @@ fn help_texts() {
     let home = tempfile::tempdir().unwrap();
     insta::assert_snapshot!("help", run(&["--help"], home.path()));
     insta::assert_snapshot!("run_help", run(&["run", "--help"], home.path()));
+    insta::assert_snapshot!("batch_help", run(&["batch", "--help"], home.path()));
     insta::assert_snapshot!("sync_help", run(&["sync", "--help"], home.path()));
     insta::assert_snapshot!("agents_help", run(&["agents", "--help"], home.path()));
 }

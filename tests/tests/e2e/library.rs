@@ -46,6 +46,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
         },
         max_depth: None,
         wants: protocol::capabilities::Wants::default(),
+        resume: None,
     }
 }
 

@@ -726,3 +726,119 @@ fn ctrl_c_while_the_model_has_not_answered_leaves_no_process() {
     assert_eq!(result["output"], "");
     chat_requests(&llm, 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Resuming a session (`run --resume`)
+// ---------------------------------------------------------------------------------------------
+
+/// Every text of the model request's messages, in order (system prompt excluded).
+fn texts(request: &RecordedRequest) -> Vec<String> {
+    request.messages()[1..]
+        .iter()
+        .map(acp_tests::mock_llm::message_text)
+        .collect()
+}
+
+#[test]
+fn resume_continues_the_saved_session_and_prints_nothing_of_the_replay() {
+    let dir = temp();
+    let state = temp();
+    let llm = llm(vec![
+        Reply::text(["first ", "answer"]),
+        Reply::text(["second answer"]),
+        Reply::text(["third answer"]),
+    ]);
+    let state_args = ["--state-dir", state.path().to_str().unwrap()];
+
+    let out =
+        run_to_end(model_host(dir.path(), &llm, &state_args, &["--json"]).arg("first question"));
+    assert_code(&out, 0, &llm);
+    let first = super::common::result_record(&out);
+    assert_eq!(first["output"], "first answer");
+    let session = first["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+
+    // --json: no record of the replayed history, only the new turn.
+    let out = run_to_end(
+        model_host(
+            dir.path(),
+            &llm,
+            &state_args,
+            &["--json", "--resume", &session],
+        )
+        .arg("second question"),
+    );
+    assert_code(&out, 0, &llm);
+    let records = super::common::records(&out);
+    let updates: Vec<&Value> = records
+        .iter()
+        .filter(|record| record["type"] == "update")
+        .map(|record| &record["update"])
+        .collect();
+    assert_eq!(
+        updates,
+        [
+            &json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "second answer"}})
+        ],
+        "{records:#?}"
+    );
+    let second = super::common::result_record(&out);
+    assert_eq!(second["output"], "second answer");
+    assert_eq!(second["sessionId"], session.as_str());
+    assert_eq!(records[0]["type"], "start");
+    assert_eq!(records[0]["sessionId"], session.as_str());
+
+    // Human mode: exactly the new answer.
+    let out = run_to_end(
+        model_host(dir.path(), &llm, &state_args, &["--resume", &session]).arg("third question"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "third answer");
+    assert_eq!(stderr(&out), "");
+
+    // The model saw the history each time.
+    let requests = chat_requests(&llm, 3);
+    assert_eq!(texts(&requests[0]).last().unwrap(), "first question");
+    assert_eq!(
+        texts(&requests[1]),
+        ["first question", "first answer", "second question"]
+    );
+    assert_eq!(
+        texts(&requests[2]),
+        [
+            "first question",
+            "first answer",
+            "second question",
+            "second answer",
+            "third question"
+        ]
+    );
+}
+
+#[test]
+fn resuming_an_unknown_session_is_a_handshake_error_and_the_model_is_not_called() {
+    let dir = temp();
+    let state = temp();
+    let llm = llm(vec![]);
+    let out = run_to_end(
+        model_host(
+            dir.path(),
+            &llm,
+            &["--state-dir", state.path().to_str().unwrap()],
+            &["--json", "--resume", "sess-0123456789abcdef"],
+        )
+        .arg("again"),
+    );
+    assert_code(&out, 1, &llm);
+    let result = super::common::result_record(&out);
+    assert_eq!(result["errorKind"], "handshake");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("agent answered session/load with error")
+            && error.contains("unknown session sess-0123456789abcdef"),
+        "{error}"
+    );
+    chat_requests(&llm, 0);
+}

@@ -1075,3 +1075,25 @@ fn every_error_has_a_kind() {
     assert_eq!(result["errorKind"], Value::Null, "{result}");
     assert_eq!(result["error"], Value::Null, "{result}");
 }
+
+#[test]
+fn resume_is_refused_before_any_prompt_when_the_agent_cannot_load_sessions() {
+    let dir = temp();
+    let log = dir.path().join("log");
+    let agent = mock(&["hello", "--log", path_str(&log)]);
+    let out =
+        run_to_end(host(dir.path()).args(["--json", "--resume", "sess-1", "--agent", &agent, "x"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["status"], "error");
+    assert_eq!(result["errorKind"], "handshake");
+    assert_eq!(
+        result["error"],
+        format!(
+            "--resume sess-1: agent {agent} does not advertise loadSession, so it cannot continue \
+             a saved session; run without --resume to start a new one"
+        )
+    );
+    // initialize, then nothing but the end of the pipe.
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "initialize\neof\n");
+}
