@@ -385,6 +385,36 @@ fn ladder_eof_rung_for_a_process_that_exits_on_eof() {
 }
 
 #[test]
+fn each_agent_has_its_own_watchdog_holding_no_other_agents_pipes() {
+    runtime().block_on(async {
+        // The first agent's stdin is open in the host when the second watchdog is forked: were
+        // that fork to keep it, the first agent would never see EOF and would need SIGTERM.
+        let (mut first, _first_pipes) = spawn(&["sh", "-c", "read line; exit 0"]);
+        let (mut second, _second_pipes) = spawn(&["sleep", "60"]);
+        for process in [&first, &second] {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", process.pid())).unwrap();
+            let (_, rest) = stat.rsplit_once(')').unwrap();
+            let direct: u32 = rest.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!(acp_tests::is_watchdog(direct), "agent {}", process.pid());
+            let parent = acp_tests::logical_parent(process.pid());
+            assert_eq!(parent, Some(std::process::id()), "agent {}", process.pid());
+        }
+        let outcome = first.shutdown(SHORT).await;
+        assert_eq!(outcome.rung, Rung::Eof, "{outcome:?}");
+        assert_eq!(outcome.code, Some(0));
+        let pid = second.pid();
+        let outcome = second
+            .shutdown(Graces {
+                eof: Duration::from_millis(100),
+                term: Duration::from_secs(5),
+            })
+            .await;
+        assert_eq!(outcome.rung, Rung::Term, "{outcome:?}");
+        assert!(!acp_tests::process_alive(pid));
+    });
+}
+
+#[test]
 fn ladder_term_rung_for_sleep() {
     runtime().block_on(async {
         let (mut process, _pipes) = spawn(&["sleep", "60"]);
