@@ -392,6 +392,36 @@ impl Signals {
     }
 }
 
+/// The renderer's pending text as a writer: appends, and writes out whenever a piece is
+/// complete; a slice larger than a piece (a long string) goes to stdout without being copied.
+struct Chunked<'a> {
+    renderer: &'a Renderer,
+    pending: &'a mut Vec<u8>,
+    /// Whether part of the current line already went out (it can no longer be taken back).
+    flushed: bool,
+}
+
+impl Write for Chunked<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.pending.len() + buf.len() < OUT_BUFFER_BYTES {
+            self.pending.extend_from_slice(buf);
+            return Ok(buf.len());
+        }
+        self.flushed = true;
+        self.renderer.write_out(self.pending);
+        if buf.len() >= OUT_BUFFER_BYTES {
+            self.renderer.emit(buf);
+        } else {
+            self.pending.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Renders events as they arrive: the message text (human) or NDJSON (`--json`).
 struct Renderer {
     json: bool,
@@ -432,16 +462,19 @@ impl Renderer {
 
     /// Writes what is pending (blocking while the reader is slow: this is the backpressure).
     fn write_out(&self, pending: &mut Vec<u8>) {
-        if pending.is_empty() || self.stdout_closed.load(Ordering::Relaxed) {
-            pending.clear();
-            return;
-        }
-        let written = super::write_stdout(pending);
+        self.emit(pending);
         pending.clear();
         if pending.capacity() > OUT_BUFFER_BYTES * 2 {
             *pending = Vec::new();
         }
-        match written {
+    }
+
+    /// Writes `bytes` to stdout unless it is gone.
+    fn emit(&self, bytes: &[u8]) {
+        if bytes.is_empty() || self.stdout_closed.load(Ordering::Relaxed) {
+            return;
+        }
+        match super::write_stdout(bytes) {
             Ok(Written::Done) => {}
             Ok(Written::Closed) => self.stdout_closed.store(true, Ordering::Relaxed),
             Err(err) => {
@@ -452,7 +485,9 @@ impl Renderer {
         }
     }
 
-    /// One NDJSON line, serialized straight into the pending text.
+    /// One NDJSON line, serialized straight into the pending text and written out in pieces of
+    /// [`OUT_BUFFER_BYTES`] as it grows: a record holding megabytes of output (the result, the
+    /// end event) is never copied whole into memory again.
     fn write_json(&self, value: &impl serde::Serialize) {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
@@ -461,10 +496,17 @@ impl Renderer {
             return;
         };
         let before = pending.len();
-        if let Err(err) = serde_json::to_writer(&mut *pending, value) {
-            pending.truncate(before);
+        let mut out = Chunked {
+            renderer: self,
+            pending: &mut pending,
+            flushed: false,
+        };
+        if let Err(err) = serde_json::to_writer(&mut out, value) {
             tracing::warn!(%err, "cannot serialize an event");
-            return;
+            if !out.flushed {
+                pending.truncate(before);
+                return;
+            }
         }
         pending.push(b'\n');
         if pending.len() >= OUT_BUFFER_BYTES {

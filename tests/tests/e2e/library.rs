@@ -136,7 +136,7 @@ fn observers_are_isolated_and_see_start_and_end_with_one_run_id() {
     assert_eq!(end.run_id, result.run_id);
     assert_ne!(start.run_id, start.session_id);
     assert_eq!(
-        end.last_assistant_message.as_deref(),
+        end.last_assistant_message.as_deref().map(String::as_str),
         Some("hello from acp child")
     );
     assert!(events.iter().any(|e| matches!(e, Event::Update { .. })));
