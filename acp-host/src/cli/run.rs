@@ -236,10 +236,15 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     } else {
         (None, Some(result))
     };
-    std::thread::spawn(move || {
-        writer.finish(record);
+    if record.is_none() && renderer.nothing_to_finish() {
+        // Human mode whose text is all out: no last write that could block, no thread for it.
         let _ = done_tx.send(());
-    });
+    } else {
+        std::thread::spawn(move || {
+            writer.finish(record);
+            let _ = done_tx.send(());
+        });
+    }
     runtime.block_on(async {
         let limit = async {
             if hurry {
@@ -512,6 +517,15 @@ impl Renderer {
         if pending.len() >= OUT_BUFFER_BYTES {
             self.write_out(&mut pending);
         }
+    }
+
+    /// Whether [`Renderer::finish`] without a record would write nothing: no text pending, and
+    /// no final newline owed to a terminal.
+    /// Never waits: a lock held by a write still blocked on a stalled reader means "not nothing".
+    fn nothing_to_finish(&self) -> bool {
+        let pending = self.pending.try_lock().is_ok_and(|p| p.is_empty());
+        let newline = self.ended_with_newline.try_lock().is_ok_and(|g| *g);
+        pending && (newline || !std::io::stdout().is_terminal())
     }
 
     /// The last stdout write: the result record, or the final newline on a terminal. May block on
