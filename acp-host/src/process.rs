@@ -426,7 +426,11 @@ impl AgentProcess {
     }
 
     async fn stop_leader(&mut self, graces: Graces) -> (Option<ExitStatus>, Rung) {
-        self.track();
+        // Under the watchdog, what the agent leaves when it exits on EOF is in its report; a
+        // walk of the tree is needed only before a signal.
+        if self.watch.is_none() {
+            self.track();
+        }
         if let Ok(Some(status)) = self.child.try_wait() {
             self.close_stdin.cancel();
             return (Some(status), Rung::Exited);
