@@ -239,7 +239,8 @@ impl Watchdog {
             }
 
             let status = self.wait_agent(agent, sfd);
-            let mut left = [0 as libc::pid_t; 64];
+            // Room for every pid a line can carry (the rest stay in the group or below these).
+            let mut left = [0 as libc::pid_t; LEFT_MAX];
             let count = self.children(&mut left);
             // An agent that exits because the host died (its stdin closed as the host's files
             // were released) may be reaped before the host's other files, the life pipe among
@@ -471,16 +472,20 @@ fn mirror(status: c_int) -> ! {
     }
 }
 
+/// The longest report line: `left` and up to [`LEFT_MAX`] pids of up to 7 digits.
+const LINE_BYTES: usize = 16 * 1024;
+const LEFT_MAX: usize = 1024;
+
 /// One report line, built on the stack.
 struct Line {
-    buf: [u8; 4096],
+    buf: [u8; LINE_BYTES],
     len: usize,
 }
 
 impl Line {
     fn new(start: &[u8]) -> Line {
         let mut line = Line {
-            buf: [0; 4096],
+            buf: [0; LINE_BYTES],
             len: 0,
         };
         line.push(start);
