@@ -150,7 +150,8 @@ impl Watchdog {
     }
 
     /// The watchdog's life, in the forked child: never returns on success. An `Err` (only before
-    /// anything was started) is reported by std to the host's spawn, which then fails.
+    /// its first step is done) is reported by std to the host's spawn, which then fails; a later
+    /// failure to start is an `err <errno>` report.
     #[expect(
         unsafe_code,
         reason = "the body of a forked child of a multi-threaded process: raw system calls only"
@@ -160,6 +161,16 @@ impl Watchdog {
         // on integers, stack buffers and the C strings prepared before the fork; nothing
         // allocates or locks. The pointer arrays are NUL-terminated.
         unsafe {
+            for fd in [self.life, self.report] {
+                if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // First, so that the host's other fds (a file a thread of it is writing, another
+            // run's pipes) are held here as briefly as possible. From here on there is no
+            // returning: this closes std's exec-error pipe too, which the host's spawn reads as
+            // success; a failure is reported on our own pipe.
+            close_all_but(&mut [self.life, self.report]);
             let name = c"acp-watchdog";
             libc::prctl(libc::PR_SET_NAME, name.as_ptr());
             libc::prctl(libc::PR_SET_DUMPABLE, 0);
@@ -171,23 +182,17 @@ impl Watchdog {
             let mut all: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&raw mut all);
             if libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, std::ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
+                report_err(self.report, errno());
+                libc::_exit(NOT_STARTED);
             }
             let mut chld: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&raw mut chld);
             libc::sigaddset(&raw mut chld, libc::SIGCHLD);
             let sfd = libc::signalfd(-1, &raw const chld, libc::SFD_CLOEXEC);
             if sfd < 0 {
-                return Err(io::Error::last_os_error());
+                report_err(self.report, errno());
+                libc::_exit(NOT_STARTED);
             }
-            for fd in [self.life, self.report] {
-                if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            // From here on there is no returning: this closes std's exec-error pipe too, which
-            // the host's spawn reads as success.
-            close_all_but(&mut [self.life, self.report, sfd]);
 
             // The agent's start: its exec status comes back through a close-on-exec pipe.
             let mut status_pipe = [0 as c_int; 2];
