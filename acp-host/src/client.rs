@@ -148,6 +148,10 @@ pub(crate) trait DriveEvents: Send + Sync {
     fn update_now(&self, update: serde_json::Value, child: Option<ChildRef>);
     /// One permission request was answered. Waits like [`DriveEvents::update`].
     fn permission(&self, decision: &PermissionDecision) -> Queued<'_>;
+    /// Waits until the observers have seen every event handed over so far (held updates
+    /// included): a permission request is decided only after the updates the agent sent before
+    /// it, so whoever is asked (a relay, a person reading `--verbose`) sees the tool call first.
+    fn delivered(&self) -> Queued<'_>;
 }
 
 /// Which child session an update belongs to: its id and its name, when announced with one.
@@ -729,6 +733,10 @@ async fn answer_permission(
     events: Arc<dyn DriveEvents>,
     cancel: CancellationToken,
 ) -> serde_json::Value {
+    tokio::select! {
+        () = events.delivered() => {}
+        () = cancel.cancelled() => {}
+    }
     let decision = decide_permission(handler, request.clone(), &shared, &cancel).await;
     let outcome = permission::choose_answer(decision.answer, &request.offered);
     let response = match &outcome {

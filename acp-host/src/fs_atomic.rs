@@ -3,8 +3,9 @@
 //!
 //! Invariants:
 //! - A reader sees the old bytes or the new bytes, never a mix: content goes to a temp file in
-//!   the destination folder (same filesystem), is fsynced, then renamed over the target, and the
-//!   folder is fsynced so the rename survives a crash.
+//!   the destination folder (same filesystem), is made durable (its own fsync, or for a
+//!   [`Batch`] one `syncfs` for all its files), then renamed over the target, and the folder is
+//!   fsynced so the rename survives a crash. A rename never installs contents not yet on disk.
 //! - A target that is a symlink is written through only when the file it resolves to lies inside
 //!   the link's own folder ([`resolve`]); otherwise the write is refused. The same rule decides
 //!   what the planner sees ([`crate::sync_exec::read_facts`]) and what gets written.
@@ -208,53 +209,167 @@ fn sync_folder(folder: &Path) -> Result<(), FsError> {
 /// Atomically replaces (or creates) the file `path` resolves to with `contents`, creating
 /// missing parent folders and keeping an existing file's mode.
 pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FsError> {
-    let folder = replace(path, contents, &|| true)?;
+    let folder = replace(path, contents)?;
     sync_folder(&folder)
 }
 
-/// Writes many files; each write is atomic, and each touched folder is fsynced once, at
-/// [`Batch::finish`] (one folder fsync makes every rename in it durable, so a sync of thousands of
-/// files does not pay one folder fsync per file).
+/// Writes many files with one flush to disk instead of one per file. Each file is first
+/// [staged](Batch::stage_write) (its new contents written to a temp file beside it, not yet
+/// synced), then [`Batch::sync_data`] makes every staged temp file durable at once (one `syncfs`
+/// per filesystem), then each is [applied](Batch::apply) (renamed over its target, or the
+/// target removed), and [`Batch::finish`] fsyncs every touched folder once, which makes the
+/// renames durable. A crash at any point leaves each target old or new, never torn: a rename
+/// only ever installs contents that are already on disk. Staged files never applied are
+/// removed when the batch is dropped.
 #[derive(Debug, Default)]
 pub struct Batch {
+    staged: Vec<Option<Staged>>,
     folders: std::collections::BTreeSet<PathBuf>,
+    synced: bool,
 }
 
+/// One staged operation.
+#[derive(Debug)]
+enum Staged {
+    /// Rename `temp` over `physical` (the file `target` resolves to).
+    Replace {
+        target: PathBuf,
+        physical: PathBuf,
+        temp: tempfile::TempPath,
+    },
+    /// Rename `temp` to `path`, never replacing an existing file.
+    New {
+        path: PathBuf,
+        temp: tempfile::TempPath,
+    },
+    /// Remove what `target` resolves to.
+    Remove { target: PathBuf },
+}
+
+/// A staged operation, by position; [`Batch::apply`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagedId(usize);
+
 impl Batch {
-    /// As [`write_atomic`], minus the folder fsync (deferred to [`Batch::finish`]), and only if
-    /// `unchanged()` still holds once the new contents are on disk, right before the rename:
-    /// otherwise [`FsError::Changed`] and the target is left as it is.
-    pub fn write(
-        &mut self,
-        path: &Path,
-        contents: &[u8],
-        unchanged: &dyn Fn() -> bool,
-    ) -> Result<(), FsError> {
-        self.folders.insert(replace(path, contents, unchanged)?);
-        Ok(())
+    /// Stages the atomic replace (or creation) of the file `path` resolves to with `contents`:
+    /// missing parent folders are created, an existing file's mode is kept. Nothing is visible
+    /// at `path` until [`Batch::apply`].
+    pub fn stage_write(&mut self, path: &Path, contents: &[u8]) -> Result<StagedId, FsError> {
+        let Resolved { physical, .. } = resolve(path)?;
+        let mode = match fs::metadata(&physical) {
+            Ok(metadata) => metadata.permissions().mode(),
+            Err(_) => NEW_FILE_MODE,
+        };
+        let temp = stage_temp(&physical, contents, mode)?;
+        Ok(self.push(Staged::Replace {
+            target: path.to_path_buf(),
+            physical,
+            temp,
+        }))
     }
 
-    /// As [`remove`], minus the folder fsync (deferred to [`Batch::finish`]), and only if
-    /// `unchanged()` holds right before the unlink (else [`FsError::Changed`]).
-    pub fn remove(&mut self, path: &Path, unchanged: &dyn Fn() -> bool) -> Result<(), FsError> {
-        if !unchanged() {
-            return Err(FsError::Changed {
-                path: path.to_path_buf(),
+    /// Stages writing a new file at `path` (a backup): [`Batch::apply`] fails rather than
+    /// replace an existing file.
+    pub fn stage_new(&mut self, path: &Path, contents: &[u8]) -> Result<StagedId, FsError> {
+        let temp = stage_temp(path, contents, NEW_FILE_MODE)?;
+        Ok(self.push(Staged::New {
+            path: path.to_path_buf(),
+            temp,
+        }))
+    }
+
+    /// Stages the removal of what `path` resolves to (and the symlink itself, when it is one).
+    pub fn stage_remove(&mut self, path: &Path) -> StagedId {
+        self.push(Staged::Remove {
+            target: path.to_path_buf(),
+        })
+    }
+
+    fn push(&mut self, staged: Staged) -> StagedId {
+        self.staged.push(Some(staged));
+        StagedId(self.staged.len() - 1)
+    }
+
+    /// Makes every staged temp file durable: one `syncfs` per filesystem they are on (Linux),
+    /// or one fsync per file elsewhere. Required before the first [`Batch::apply`].
+    pub fn sync_data(&mut self) -> Result<(), FsError> {
+        let temps = self
+            .staged
+            .iter()
+            .flatten()
+            .filter_map(|staged| match staged {
+                Staged::Replace { temp, .. } | Staged::New { temp, .. } => Some(&**temp),
+                Staged::Remove { .. } => None,
             });
+        let error = |path: &Path, source| FsError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            let mut devices = std::collections::BTreeSet::new();
+            for temp in temps {
+                let meta = fs::metadata(temp).map_err(|e| error(temp, e))?;
+                if devices.insert(meta.dev()) {
+                    let file = File::open(temp).map_err(|e| error(temp, e))?;
+                    nix::unistd::syncfs(&file).map_err(|e| error(temp, e.into()))?;
+                }
+            }
         }
-        self.folders.extend(unlink(path)?);
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        for temp in temps {
+            File::open(temp)
+                .and_then(|f| f.sync_all())
+                .map_err(|e| error(temp, e))?;
+        }
+        self.synced = true;
         Ok(())
     }
 
-    /// As [`write_new`], with the folder fsync deferred to [`Batch::finish`].
-    pub fn write_new(&mut self, path: &Path, contents: &[u8]) -> Result<(), FsError> {
-        write_new(path, contents)?;
-        self.folders
-            .insert(path.parent().unwrap_or(Path::new("/")).to_path_buf());
+    /// Applies staged operation `id`, only if `unchanged()` still holds right before the rename
+    /// or unlink (otherwise [`FsError::Changed`], the target left as it is). Each id applies
+    /// once; [`Batch::sync_data`] must have run.
+    pub fn apply(&mut self, id: StagedId, unchanged: &dyn Fn() -> bool) -> Result<(), FsError> {
+        let taken = self
+            .synced
+            .then(|| self.staged.get_mut(id.0).and_then(Option::take))
+            .flatten();
+        let Some(staged) = taken else {
+            return Err(FsError::Write {
+                path: PathBuf::new(),
+                source: io::Error::other("staged write applied twice or before sync_data"),
+            });
+        };
+        let target = match &staged {
+            Staged::Replace { target, .. } | Staged::Remove { target } => target.clone(),
+            Staged::New { path, .. } => path.clone(),
+        };
+        if !unchanged() {
+            return Err(FsError::Changed { path: target });
+        }
+        let write_error = |path: &Path, source| FsError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        match staged {
+            Staged::Replace { physical, temp, .. } => {
+                temp.persist(&physical)
+                    .map_err(|e| write_error(&physical, e.error))?;
+                self.folders.insert(parent_of(&physical));
+            }
+            Staged::New { path, temp } => {
+                temp.persist_noclobber(&path)
+                    .map_err(|e| write_error(&path, e.error))?;
+                self.folders.insert(parent_of(&path));
+            }
+            Staged::Remove { target } => self.folders.extend(unlink(&target)?),
+        }
         Ok(())
     }
 
-    /// Fsyncs every folder touched.
+    /// Fsyncs every folder touched (making the applied renames and removals durable); staged
+    /// files not applied are removed.
     pub fn finish(self) -> Result<(), FsError> {
         self.folders
             .iter()
@@ -262,10 +377,28 @@ impl Batch {
     }
 }
 
-/// The atomic replace without the folder fsync; returns the folder to fsync. `unchanged` is asked
-/// last, after the temp file is durable, so the window in which a concurrent edit of the target
-/// can be lost is the rename alone.
-fn replace(path: &Path, contents: &[u8], unchanged: &dyn Fn() -> bool) -> Result<PathBuf, FsError> {
+fn parent_of(path: &Path) -> PathBuf {
+    path.parent().unwrap_or(Path::new("/")).to_path_buf()
+}
+
+/// A temp file beside `path` holding `contents` with `mode`, closed (a batch of thousands must
+/// not hold thousands of fds), not yet synced.
+fn stage_temp(path: &Path, contents: &[u8], mode: u32) -> Result<tempfile::TempPath, FsError> {
+    let folder = create_parent(path)?;
+    let write_error = |source| FsError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut temp = temp_in(folder).map_err(write_error)?;
+    temp.write_all(contents).map_err(write_error)?;
+    temp.as_file()
+        .set_permissions(Permissions::from_mode(mode))
+        .map_err(write_error)?;
+    Ok(temp.into_temp_path())
+}
+
+/// The atomic replace without the folder fsync; returns the folder to fsync.
+fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
     let Resolved { physical, .. } = resolve(path)?;
     let folder = create_parent(&physical)?;
     let write_error = |source| FsError::Write {
@@ -282,11 +415,6 @@ fn replace(path: &Path, contents: &[u8], unchanged: &dyn Fn() -> bool) -> Result
         .set_permissions(Permissions::from_mode(mode))
         .map_err(write_error)?;
     temp.as_file().sync_all().map_err(write_error)?;
-    if !unchanged() {
-        return Err(FsError::Changed {
-            path: path.to_path_buf(),
-        });
-    }
     temp.persist(&physical).map_err(|e| write_error(e.error))?;
     Ok(folder.to_path_buf())
 }
@@ -545,5 +673,65 @@ mod tests {
         fs::write(&path, "x").unwrap();
         remove(&path).unwrap();
         assert!(!path.exists());
+    }
+
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_batch_shows_nothing_until_applied_and_keeps_a_changed_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, gone) = (
+            dir.path().join("a.md"),
+            dir.path().join("b.md"),
+            dir.path().join("gone.md"),
+        );
+        fs::write(&b, "old b").unwrap();
+        fs::write(&gone, "x").unwrap();
+        let mut batch = Batch::default();
+        let write_a = batch.stage_write(&a, b"new a").unwrap();
+        let write_b = batch.stage_write(&b, b"new b").unwrap();
+        let remove = batch.stage_remove(&gone);
+        // Staged: targets untouched, only temp files beside them.
+        assert!(!a.exists());
+        assert_eq!(fs::read_to_string(&b).unwrap(), "old b");
+        assert!(matches!(
+            batch.apply(write_a, &|| true),
+            Err(FsError::Write { .. })
+        ));
+        batch.sync_data().unwrap();
+        batch.apply(write_a, &|| true).unwrap();
+        assert!(matches!(
+            batch.apply(write_b, &|| false),
+            Err(FsError::Changed { .. })
+        ));
+        batch.apply(remove, &|| true).unwrap();
+        batch.finish().unwrap();
+        assert_eq!(fs::read_to_string(&a).unwrap(), "new a");
+        assert_eq!(fs::read_to_string(&b).unwrap(), "old b");
+        // The temp file of the write that was not applied is gone with the batch.
+        assert_eq!(names_in(dir.path()), ["a.md", "b.md"]);
+    }
+
+    #[test]
+    fn a_dropped_batch_leaves_no_temp_file_and_a_backup_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let backup = dir.path().join("backup.md");
+        fs::write(&backup, "first").unwrap();
+        let mut batch = Batch::default();
+        batch.stage_write(&dir.path().join("x.md"), b"x").unwrap();
+        drop(batch);
+        assert_eq!(names_in(dir.path()), ["backup.md"]);
+        let mut batch = Batch::default();
+        let id = batch.stage_new(&backup, b"second").unwrap();
+        batch.sync_data().unwrap();
+        assert!(batch.apply(id, &|| true).is_err());
+        assert_eq!(fs::read_to_string(&backup).unwrap(), "first");
     }
 }

@@ -1,4 +1,4 @@
-//! The `acp-host` binary: the watchdog mode (internal, see `acp_host::watchdog`) or the CLI.
+//! The `acp-host` binary: the CLI.
 //!
 //! Start-up hardening comes first, before any agent can be spawned: the process becomes
 //! non-dumpable (its environment, with the credentials withheld from agents, is unreadable to
@@ -11,7 +11,6 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
-    acp_host::watchdog::run_if_requested();
     if let Err(err) = acp_host::process::harden_host() {
         eprintln!("acp-host: warning: {}", protocol::report::describe(&err));
     }

@@ -4,10 +4,10 @@
 //! no inherited file descriptor above stderr), in its own process group, and drains its stderr
 //! into a bounded tail and, line by line, to an optional [`StderrSink`] (each line capped at
 //! [`STDERR_LINE_MAX`] bytes). It never writes to the host's own stderr: a host embedded in an
-//! agent uses its stderr as the log channel. On Linux the agent runs under the watchdog
-//! ([`crate::watchdog`]) when `acp-host` is found beside the current executable (host -> watchdog
-//! -> agent; the watchdog leads the group and kills the whole tree if the host dies); otherwise it
-//! is spawned directly with a parent-death signal. It tears the whole tree down with a bounded,
+//! agent uses its stderr as the log channel. On Linux (glibc) the agent runs under the
+//! watchdog ([`crate::watchdog`], a fork of this process: host -> watchdog -> agent; the watchdog
+//! leads the group and kills the whole tree if the host dies); elsewhere, or should the watchdog
+//! fail to start, it is spawned directly with a parent-death signal. It tears the whole tree down with a bounded,
 //! idempotent ladder:
 //! already exited -> close stdin and wait the EOF grace -> SIGTERM the group and wait the TERM
 //! grace -> SIGKILL the group and reap; then everything the leader left behind gets the same
@@ -246,16 +246,14 @@ impl AgentProcess {
     /// Spawns the agent in its own process group with exactly `spec.env`, under the watchdog
     /// when one is available.
     pub fn spawn(spec: &SpawnSpec) -> Result<(AgentProcess, AgentPipes), SpawnError> {
-        if let Some(watchdog) = crate::watchdog::locate() {
-            match Self::spawn_watched(spec, &watchdog) {
+        if crate::watchdog::AVAILABLE {
+            match Self::spawn_watched(spec) {
                 Ok(spawned) => return Ok(spawned),
                 Err(Watched::Agent(err)) => return Err(err),
-                // Found but not working: the tree no longer dies with the host; say so.
-                Err(Watched::Unavailable(reason)) => tracing::warn!(
-                    watchdog = %watchdog.display(),
-                    reason,
-                    "watchdog unavailable; spawning the agent directly"
-                ),
+                // Not working: the tree no longer dies with the host; say so.
+                Err(Watched::Unavailable(reason)) => {
+                    tracing::warn!(reason, "watchdog unavailable; spawning the agent directly");
+                }
             }
         }
         let command = command(
@@ -263,15 +261,12 @@ impl AgentProcess {
             spec.program.as_os_str(),
             spec.args.iter().map(OsString::from),
         );
-        let child = spawn_command(command, &spec.program, None)?;
+        let child = spawn_command(command, &spec.program)?;
         let pid = child.id().unwrap_or_default();
         Ok(Self::start(child, pid, None, spec))
     }
 
-    fn spawn_watched(
-        spec: &SpawnSpec,
-        watchdog: &Path,
-    ) -> Result<(AgentProcess, AgentPipes), Watched> {
+    fn spawn_watched(spec: &SpawnSpec) -> Result<(AgentProcess, AgentPipes), Watched> {
         let unavailable = |what: &str, err: &dyn std::fmt::Display| {
             Watched::Unavailable(format!("{what}: {err}"))
         };
@@ -280,17 +275,24 @@ impl AgentProcess {
             nix::unistd::pipe2(cloexec).map_err(|e| unavailable("life pipe", &e))?;
         let (report_read, report_write) =
             nix::unistd::pipe2(cloexec).map_err(|e| unavailable("report pipe", &e))?;
-        let mut args: Vec<OsString> = vec![
-            crate::watchdog::MODE_ARG.into(),
-            life_read.as_raw_fd().to_string().into(),
-            report_write.as_raw_fd().to_string().into(),
-            spec.program.clone().into_os_string(),
-        ];
-        args.extend(spec.args.iter().map(OsString::from));
-        let command = command(spec, watchdog.as_os_str(), args);
-        let keep = [life_read.as_raw_fd(), report_write.as_raw_fd()];
-        let child =
-            spawn_command(command, watchdog, Some(keep)).map_err(|e| unavailable("spawn", &e))?;
+        let watchdog = crate::watchdog::Watchdog::new(
+            spec.program.as_os_str(),
+            spec.args.iter().map(std::ffi::OsStr::new),
+            spec.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
+            life_read.as_raw_fd(),
+            report_write.as_raw_fd(),
+        )
+        .map_err(|e| {
+            Watched::Agent(SpawnError::Io {
+                program: spec.program.display().to_string(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, e),
+            })
+        })?;
+        // The program is never executed by this command: the forked child becomes the watchdog
+        // and starts the agent itself (see `watchdog`).
+        let mut command = command(spec, spec.program.as_os_str(), std::iter::empty());
+        watch_pre_exec(&mut command, watchdog);
+        let child = command.spawn().map_err(|e| unavailable("spawn", &e))?;
         // Our copies of the watchdog's ends must go, or EOF could never be seen on either side.
         drop((life_read, report_write));
         let mut watch = Watch {
@@ -424,7 +426,11 @@ impl AgentProcess {
     }
 
     async fn stop_leader(&mut self, graces: Graces) -> (Option<ExitStatus>, Rung) {
-        self.track();
+        // Under the watchdog, what the agent leaves when it exits on EOF is in its report; a
+        // walk of the tree is needed only before a signal.
+        if self.watch.is_none() {
+            self.track();
+        }
         if let Ok(Some(status)) = self.child.try_wait() {
             self.close_stdin.cancel();
             return (Some(status), Rung::Exited);
@@ -488,16 +494,18 @@ impl AgentProcess {
             crate::reaper::reap(pid);
             self.tracked.remove(&pid);
         }
-        // One read of /proc serves both the tree and the group.
-        let table = crate::reaper::processes();
         let roots: Vec<i32> = self.tracked.iter().copied().collect();
-        self.tracked.extend(crate::reaper::below(&table, &roots));
+        self.tracked.extend(crate::reaper::descendants(&roots));
         let mut all: BTreeSet<i32> = self.tracked.clone();
-        if cfg!(target_os = "linux") {
+        // An empty group (the usual case) costs one kill(-pgid, 0); only a group with members
+        // left is looked up in the whole process table.
+        let members = group_members(self.leader);
+        if cfg!(target_os = "linux") && !members.is_empty() {
             let pgid = i32::try_from(self.leader).unwrap_or(-1);
+            let table = crate::reaper::processes();
             all.extend(table.iter().filter(|e| e.pgrp == pgid).map(|e| e.pid));
         } else {
-            all.extend(group_members(self.leader));
+            all.extend(members);
         }
         all.into_iter().collect()
     }
@@ -554,7 +562,7 @@ impl AgentProcess {
 
 impl Watch {
     /// The watchdog's first line, waiting at most [`WATCHDOG_HANDSHAKE`]; `None` on EOF (it
-    /// exited without one: an `acp-host` too old to have the mode) or timeout.
+    /// exited without one) or timeout.
     fn handshake(&mut self) -> Option<String> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         let deadline = std::time::Instant::now() + WATCHDOG_HANDSHAKE;
@@ -622,14 +630,13 @@ fn command(
     command
 }
 
-/// Spawns with the pre-exec hook; `keep` are the watchdog's pipe ends (the only inherited fds
-/// besides stdio), `None` for a direct agent (which then gets the parent-death signal).
+/// Spawns a direct agent (no watchdog) with the pre-exec hook: close-on-exec of inherited fds,
+/// the parent-death signal.
 fn spawn_command(
     mut command: tokio::process::Command,
     program: &Path,
-    keep: Option<[RawFd; 2]>,
 ) -> Result<Child, SpawnError> {
-    pre_exec(&mut command, keep);
+    pre_exec(&mut command);
     command
         .spawn()
         .map_err(|source| spawn_error(program, source))
@@ -669,7 +676,7 @@ fn open_max() -> RawFd {
     reason = "pre_exec is the only way to run code in the child between fork and exec: marking \
               inherited fds close-on-exec and setting the parent-death signal"
 )]
-fn pre_exec(command: &mut tokio::process::Command, keep: Option<[RawFd; 2]>) {
+fn pre_exec(command: &mut tokio::process::Command) {
     use nix::libc;
     let max_fd = open_max();
     #[cfg(target_os = "linux")]
@@ -699,15 +706,6 @@ fn pre_exec(command: &mut tokio::process::Command, keep: Option<[RawFd; 2]>) {
                     }
                 }
             }
-            if let Some(keep) = keep {
-                // The watchdog's pipe ends must survive its exec; it re-marks them itself.
-                for fd in keep {
-                    if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-                return Ok(());
-            }
             #[cfg(target_os = "linux")]
             {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
@@ -718,6 +716,21 @@ fn pre_exec(command: &mut tokio::process::Command, keep: Option<[RawFd; 2]>) {
             }
             Ok(())
         });
+    }
+}
+
+/// Makes the command's forked child the watchdog: it runs [`crate::watchdog::Watchdog::serve`]
+/// and never execs the command's program.
+#[expect(
+    unsafe_code,
+    reason = "pre_exec is the only way to run code in the child between fork and exec: the \
+              watchdog's whole life, in async-signal-safe system calls"
+)]
+fn watch_pre_exec(command: &mut tokio::process::Command, watchdog: crate::watchdog::Watchdog) {
+    // SAFETY: `serve` runs only async-signal-safe system calls on data prepared before the fork
+    // (see the `watchdog` module's invariants).
+    unsafe {
+        command.pre_exec(move || watchdog.serve());
     }
 }
 

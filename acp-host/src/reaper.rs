@@ -3,7 +3,9 @@
 //! A process that calls `setsid()` (or `setpgid()`) leaves the agent's group, so the group sweep
 //! cannot see it. On Linux the parent links in `/proc/<pid>/stat` still lead from it to the agent
 //! (or, once its parent died, to the nearest subreaper: the watchdog, or the host after
-//! [`crate::process::harden_host`]), so the tree below a pid is found by walking `/proc`.
+//! [`crate::process::harden_host`]), so the tree below a pid is found by walking `/proc`: from
+//! each pid down through its threads' `children` lists (a few reads for a small tree), or, on a
+//! kernel without those lists, by reading every process's `stat`.
 //!
 //! Invariants: reading `/proc` is best effort (a process may exit mid-walk; an unreadable entry
 //! is skipped); zombies count as gone (they run no code); a pid is reaped only when it was named
@@ -52,7 +54,54 @@ pub(crate) fn processes() -> Vec<Entry> {
 
 /// The live processes below any of `roots` (children, their children, ...), roots excluded.
 pub(crate) fn descendants(roots: &[i32]) -> Vec<i32> {
+    #[cfg(target_os = "linux")]
+    if let Some(found) = walk_children(roots) {
+        return found;
+    }
     below(&processes(), roots)
+}
+
+/// [`descendants`] through the `children` lists; `None` when the kernel has none.
+#[cfg(target_os = "linux")]
+fn walk_children(roots: &[i32]) -> Option<Vec<i32>> {
+    let mut found: Vec<i32> = Vec::new();
+    let mut frontier: Vec<i32> = roots.to_vec();
+    while let Some(parent) = frontier.pop() {
+        // A pid that exited meanwhile has no task directory: nothing below it to find.
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.filter_map(Result::ok) {
+            let mut path = task.path();
+            path.push("children");
+            let list = match std::fs::read_to_string(&path) {
+                Ok(list) => list,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound && task_exists(&task) => {
+                    return None;
+                }
+                Err(_) => continue,
+            };
+            for pid in list
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+            {
+                // A zombie runs nothing and has no children left (they re-parented).
+                if !found.contains(&pid) && !roots.contains(&pid) && alive(pid) {
+                    found.push(pid);
+                    frontier.push(pid);
+                }
+            }
+        }
+    }
+    found.sort_unstable();
+    Some(found)
+}
+
+/// Whether the task directory is still there (a `children` file missing from a live task means
+/// the kernel does not provide the lists).
+#[cfg(target_os = "linux")]
+fn task_exists(task: &std::fs::DirEntry) -> bool {
+    task.path().join("stat").exists()
 }
 
 /// [`descendants`] over a process table already read (pure).

@@ -259,11 +259,11 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     if let Err(refused) = budget {
         result.error = Some(refused.to_string());
         result.error_kind = Some(ErrorKind::DepthLimit);
-        return finish(result, started, &notifier, None, cancel).await;
+        return finish(result, started, &notifier, false, cancel).await;
     }
     if cancel.is_cancelled() {
         result.status = Status::Aborted;
-        return finish(result, started, &notifier, None, cancel).await;
+        return finish(result, started, &notifier, false, cancel).await;
     }
 
     let spec = SpawnSpec {
@@ -286,7 +286,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         Err(err) => {
             result.error = Some(spawn_failure_message(&err, &request));
             result.error_kind = Some(ErrorKind::Spawn);
-            return finish(result, started, &notifier, None, cancel).await;
+            return finish(result, started, &notifier, false, cancel).await;
         }
     };
     notifier.pid.store(process.pid(), Ordering::Relaxed);
@@ -329,8 +329,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
             "skipped non-JSON lines on the agent's stdout"
         );
     }
-    let output = Some(result.output.clone());
-    finish(result, started, &notifier, output, cancel).await
+    finish(result, started, &notifier, true, cancel).await
 }
 
 /// The teardown ladder with the run's graces, or none after a kill; a kill (second Ctrl-C) during
@@ -691,22 +690,29 @@ fn human_duration(d: Duration) -> String {
     }
 }
 
+/// Delivers the end event (with the output as its last message when `with_output`) and waits
+/// for the observers. The output is shared with the event, not copied, and taken back once the
+/// observers are done with it (copied only if one still holds it).
 async fn finish(
     mut result: RunResult,
     started: Instant,
     notifier: &Notifier,
-    last_assistant_message: Option<String>,
+    with_output: bool,
     cancel: &Cancel,
 ) -> RunResult {
     result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let output = with_output.then(|| Arc::new(std::mem::take(&mut result.output)));
     notifier.deliver_now(Event::End(EndEvent {
         run_id: result.run_id.clone(),
         provider: notifier.agent.clone(),
         status: result.status,
         stop_reason: result.stop_reason.clone(),
-        last_assistant_message,
+        last_assistant_message: output.clone(),
     }));
     notifier.caught_up(cancel).await;
+    if let Some(output) = output {
+        result.output = Arc::try_unwrap(output).unwrap_or_else(|shared| (*shared).clone());
+    }
     result
 }
 
@@ -983,6 +989,19 @@ impl DriveEvents for Notifier {
             subagent: subagent.flatten(),
             update,
         });
+    }
+
+    fn delivered(&self) -> client::Queued<'_> {
+        self.send_pending();
+        let flushed = self.queue.as_ref().and_then(|queue| {
+            let (done, flushed) = tokio::sync::oneshot::channel();
+            queue.send(Delivery::Flush(done)).is_ok().then_some(flushed)
+        });
+        Box::pin(async move {
+            if let Some(flushed) = flushed {
+                let _ = flushed.await;
+            }
+        })
     }
 
     fn permission(&self, decision: &PermissionDecision) -> client::Queued<'_> {

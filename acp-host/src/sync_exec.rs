@@ -12,8 +12,11 @@
 //!   under the user's state folder; backups are never overwritten.
 //! - Temp files that a killed sync left (in the folders of the plan's files, and in the backups)
 //!   are removed at the start of the next sync that can apply.
-//! - Writes go through [`crate::fs_atomic`] in sorted path order; the first failure stops the run
-//!   and the result says which file failed and whether earlier files were already written.
+//! - Writes go through [`crate::fs_atomic`]'s batch: every new file's contents are written beside
+//!   its target and made durable with one flush before the first rename; then the renames and
+//!   removals run in sorted path order, and every touched folder is fsynced once. The first
+//!   failure stops the run and the result says which file failed and whether files were already
+//!   written (a file that cannot be written stops the run before any target is replaced).
 
 use std::ffi::OsString;
 use std::fs;
@@ -444,6 +447,37 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
     result
 }
 
+/// The run's result when writing file `i` failed: the first failure stops the run.
+fn write_failed(
+    mut files: Vec<FileResult>,
+    i: usize,
+    path: &Path,
+    e: &FsError,
+    backup_dir: Option<PathBuf>,
+) -> ExecutionResult {
+    files[i].outcome = Outcome::Failed;
+    files[i].detail = Some(e.to_string());
+    let applied = files
+        .iter()
+        .filter(|f| f.outcome == Outcome::Applied)
+        .count();
+    let error = if applied == 0 {
+        format!("write failed: {e}; nothing was written")
+    } else {
+        format!(
+            "write failed: {e}; {applied} file(s) were already written (partial sync: restore from the backups or fix the cause and sync again)"
+        )
+    };
+    let detail = if applied == 0 {
+        "not written: another file could not be written"
+    } else {
+        "not attempted: an earlier write failed"
+    };
+    let mut result = stop(files, error, vec![path.to_path_buf()], detail);
+    result.backup_dir = backup_dir;
+    result
+}
+
 /// Removes the temp files an earlier, killed sync left behind: in the folders of this plan's files
 /// (only of agents that were read, so only folders we write) and anywhere under the backup root
 /// (ours entirely). A failure is logged, never fatal: debris is harmless to readers.
@@ -566,6 +600,7 @@ fn back_up(
 ) -> Result<(Vec<FileResult>, Option<PathBuf>), ExecutionResult> {
     let mut backup_dir: Option<PathBuf> = None;
     let mut batch = fs_atomic::Batch::default();
+    let mut staged = Vec::new();
     for &i in pending {
         let file = &plan.files[i];
         if !matches!(
@@ -581,11 +616,14 @@ fn back_up(
         .and_then(|dir| {
             let path = backup_path(&dir, &file.path);
             backup_dir = Some(dir);
-            batch.write_new(&path, file.current())?;
-            Ok(path)
+            let id = batch.stage_new(&path, file.current())?;
+            Ok((path, id))
         });
         match made {
-            Ok(path) => files[i].backup = Some(path),
+            Ok((path, id)) => {
+                files[i].backup = Some(path);
+                staged.push((i, id));
+            }
             Err(e) => {
                 files[i].outcome = Outcome::Failed;
                 files[i].detail = Some(format!("backup failed: {e}"));
@@ -603,8 +641,14 @@ fn back_up(
             }
         }
     }
-    // The backups are durable before the first target is touched.
-    if let Err(e) = batch.finish() {
+    // The backups are durable before the first target is touched: their contents with one
+    // flush, then each one's rename (never over an existing file), then their folder.
+    let installed = batch.sync_data().and_then(|()| {
+        staged
+            .iter()
+            .try_for_each(|&(_, id)| batch.apply(id, &|| true))
+    });
+    if let Err(e) = installed.and_then(|()| batch.finish()) {
         let mut result = stop(
             files,
             format!("cannot sync the backups to disk: {e}; nothing was written"),
@@ -617,7 +661,9 @@ fn back_up(
     Ok((files, backup_dir))
 }
 
-/// Writes in path order; the first failure stops the run.
+/// Writes in path order; the first failure stops the run. Every new file's contents are
+/// written and made durable first (one flush for all), then the renames and removals run in
+/// path order, each after its own last pre-image check.
 fn write_all(
     plan: &Plan,
     pending: &[usize],
@@ -625,17 +671,38 @@ fn write_all(
     backup_dir: Option<PathBuf>,
 ) -> ExecutionResult {
     let mut batch = fs_atomic::Batch::default();
-    let mut stale = Vec::new();
+    let mut staged = Vec::with_capacity(pending.len());
     for &i in pending {
+        let file = &plan.files[i];
+        let id = match &file.change {
+            Change::Write(bytes) => batch.stage_write(&file.target, bytes),
+            Change::Remove => Ok(batch.stage_remove(&file.target)),
+            Change::Keep => continue,
+        };
+        match id {
+            Ok(id) => staged.push((i, id)),
+            Err(e) => return write_failed(files, i, &plan.files[i].path, &e, backup_dir),
+        }
+    }
+    if let Err(e) = batch.sync_data() {
+        let result = stop(
+            files,
+            format!("cannot sync the new contents to disk: {e}; nothing was written"),
+            Vec::new(),
+            "not written: the new contents could not be synced",
+        );
+        return ExecutionResult {
+            backup_dir,
+            ..result
+        };
+    }
+    let mut stale = Vec::new();
+    for (i, id) in staged {
         let file = &plan.files[i];
         // Asked again right before this file's own rename: an edit made while the sync ran is
         // never overwritten.
         let unchanged = || file.pre_image.as_ref() == Some(&read_facts(&file.target));
-        let written = match &file.change {
-            Change::Write(bytes) => batch.write(&file.target, bytes, &unchanged),
-            Change::Remove => batch.remove(&file.target, &unchanged),
-            Change::Keep => Ok(()),
-        };
+        let written = batch.apply(id, &unchanged);
         if let Err(FsError::Changed { .. }) = written {
             files[i].outcome = Outcome::Failed;
             files[i].detail =
@@ -644,27 +711,7 @@ fn write_all(
             continue;
         }
         if let Err(e) = written {
-            files[i].outcome = Outcome::Failed;
-            files[i].detail = Some(e.to_string());
-            let applied = files
-                .iter()
-                .filter(|f| f.outcome == Outcome::Applied)
-                .count();
-            let error = if applied == 0 {
-                format!("write failed: {e}; nothing was written")
-            } else {
-                format!(
-                    "write failed: {e}; {applied} file(s) were already written (partial sync: restore from the backups or fix the cause and sync again)"
-                )
-            };
-            let mut result = stop(
-                files,
-                error,
-                vec![file.path.clone()],
-                "not attempted: an earlier write failed",
-            );
-            result.backup_dir = backup_dir;
-            return result;
+            return write_failed(files, i, &file.path, &e, backup_dir);
         }
         files[i].outcome = Outcome::Applied;
         files[i].detail = None;

@@ -1,21 +1,23 @@
 //! The watchdog: the agent's whole process tree dies with the host, even when the host is
 //! killed with SIGKILL (Linux).
 //!
-//! Shape: host -> watchdog -> agent. The watchdog is a second mode of the `acp-host` binary
-//! (`acp-host __acp-host-watchdog <life-fd> <report-fd> <program> [args...]`), found beside the
-//! current executable, so it serves the binary and library users alike (acp-child ships beside
-//! acp-host). It is the process-group leader the host signals, and a child subreaper, so every
-//! descendant that escapes the group (`setsid()`) or loses its parent re-parents to it and stays
-//! findable. It is transparent: the agent inherits its stdio, environment and working directory,
+//! Shape: host -> watchdog -> agent. The watchdog is a fork of the host that never execs: the
+//! host's spawn of it runs `Watchdog::serve` in the forked child (as std's pre-exec hook, after
+//! std has set the child's stdio, working directory, process group and signal mask), so it costs
+//! one fork, not a second program's start-up, and serves the binary and library users alike. It
+//! is the process-group leader the host signals, and a child subreaper, so every descendant that
+//! escapes the group (`setsid()`) or loses its parent re-parents to it and stays findable. It is
+//! transparent: the agent inherits its stdio, working directory and the scrubbed environment,
 //! and it exits with the agent's status (the same code, or dying by the same signal), so the
-//! host's EOF -> TERM -> KILL ladder reads exactly as without it.
+//! host's EOF -> TERM -> KILL ladder reads exactly as without it. It names itself
+//! [`PROCESS_NAME`] (`/proc/<pid>/comm`).
 //!
 //! Two pipes join it to the host. The life pipe: only the host holds its write end, so EOF means
 //! the host is gone (exited, crashed, killed) or abandoned the run; the watchdog then
 //! SIGKILLs every process below it until none is left, and exits. The report pipe: `ok <pid>` or
 //! `err <errno>` once the agent is (not) started, and, when the agent exits, `left <pid>...`:
-//! the descendants still alive, which re-parent away as the watchdog exits and which the host's
-//! sweep then ends.
+//! its children still alive (everything else of the tree is below them), which re-parent away as
+//! the watchdog exits and which the host's sweep then ends.
 //!
 //! Why this and not the alternatives: a parent-death signal reaches only the direct child (not a
 //! wrapper's real agent, not grandchildren); a cgroup is writable only under a delegating
@@ -23,240 +25,519 @@
 //! not its own death. A separate process that outlives the host and is an ancestor of the whole
 //! tree is the one design that covers all of these without privileges.
 //!
-//! Invariants: the watchdog blocks (never ignores) SIGTERM/SIGINT/SIGHUP/SIGQUIT once the agent
-//! runs, so the group TERM ends the agent and not it, and the agent starts with the mask the
-//! watchdog was given (a blocked mask would be inherited); it reaps only its own children (it is a fresh process, no runtime shares them); its pipe
-//! fds are close-on-exec before the agent starts; nothing here sends a signal while the host
-//! lives except to mirror the agent's death on itself.
+//! Invariants: the forked child runs only async-signal-safe system calls on data prepared before
+//! the fork (it allocates nothing, takes no lock, and has one thread); it first closes every fd
+//! the host had besides stdio and its two pipes (another run's pipes must not be held open by
+//! it), which is also how the host's spawn learns it is running; it is not dumpable, like the
+//! host it copies; it blocks every signal (SIGCHLD arrives through a signalfd), so the group TERM
+//! ends the agent and not it, and the agent starts with an empty mask; it reaps only its own
+//! children; nothing here sends a signal while the host lives except to mirror the agent's death
+//! on itself.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::ffi::{CString, OsStr, OsString, c_char, c_int};
+use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
 
-use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
-use nix::sys::wait::{WaitStatus, waitpid};
-use nix::unistd::Pid;
+use nix::libc;
 
-use crate::reaper;
+/// The watchdog's name in `/proc/<pid>/comm` (and `ps`): its command line is the host's.
+pub const PROCESS_NAME: &str = "acp-watchdog";
 
-/// The `argv[1]` that turns the `acp-host` binary into a watchdog. Not a user-facing command.
-pub const MODE_ARG: &str = "__acp-host-watchdog";
-
-/// The executable name looked for beside the current one.
-const BINARY: &str = "acp-host";
-
-/// Exit status when the watchdog cannot run at all (bad arguments, pipes gone).
-const SETUP_FAILURE: i32 = 70;
 /// Exit status after killing the tree because the host went away.
-const HOST_GONE: i32 = 137;
+const HOST_GONE: c_int = 137;
+/// Exit status when the agent could not be started (as a shell says for a command not run).
+const NOT_STARTED: c_int = 127;
 
 /// How long the watchdog keeps killing after the host died (a tree that forks under SIGKILL
 /// converges quickly; this only bounds a pathological case).
 const KILL_DEADLINE: Duration = Duration::from_secs(10);
-const KILL_POLL: Duration = Duration::from_millis(10);
+const KILL_POLL: Duration = Duration::from_millis(1);
 /// How long an agent's exit with descendants still alive waits to tell "the host is alive" from
 /// "the host is dying and its files are still being released". Paid only in that case.
 const LEFTOVER_CONFIRM: Duration = Duration::from_millis(250);
 
-/// The signals a group TERM (or a terminal) may send that must not end the watchdog first.
-const BLOCKED: [Signal; 4] = [
-    Signal::SIGTERM,
-    Signal::SIGINT,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-];
+/// Whether this platform runs agents under the watchdog.
+pub(crate) const AVAILABLE: bool = cfg!(all(target_os = "linux", target_env = "gnu"));
 
-/// The watchdog executable to use, if any: `acp-host` beside the current executable, on Linux.
-/// `None` means the agent is spawned directly (parent-death signal, group sweep and the host's
-/// own descendant tracking only).
-pub(crate) fn locate() -> Option<PathBuf> {
-    if !cfg!(target_os = "linux") {
-        return None;
-    }
-    let exe = std::env::current_exe().ok()?;
-    let candidate = exe.with_file_name(BINARY);
-    candidate.is_file().then_some(candidate)
+#[expect(
+    unsafe_code,
+    reason = "libc's own declaration of `environ` is not on every target"
+)]
+unsafe extern "C" {
+    /// The process's environment; set in the agent's child before `execvpe`, as std does, so the
+    /// `PATH` search uses the agent's (scrubbed) environment.
+    static mut environ: *const *const c_char;
 }
 
-/// Call first in a binary's `main` (acp-host's does): when the arguments ask for the watchdog
-/// mode, this runs it and never returns; otherwise it returns at once.
-pub fn run_if_requested() {
-    let mut args = std::env::args_os().skip(1);
-    if args.next().as_deref() != Some(std::ffi::OsStr::new(MODE_ARG)) {
-        return;
-    }
-    let Some((life, report, program, rest)) = parse(args) else {
-        eprintln!(
-            "acp-host: {MODE_ARG} is internal (usage: {MODE_ARG} <life-fd> <report-fd> \
-             <program> [args...]); run `acp-host run` instead"
-        );
-        std::process::exit(SETUP_FAILURE);
-    };
-    let code = serve(life, report, &program, &rest);
-    std::process::exit(code);
+/// Everything the forked watchdog needs, prepared (allocated) before the fork.
+pub(crate) struct Watchdog {
+    /// The strings the pointer arrays below point into; never touched after construction.
+    _strings: Vec<CString>,
+    program: *const c_char,
+    argv: Vec<*const c_char>,
+    envp: Vec<*const c_char>,
+    /// The read end of the life pipe, the write end of the report pipe, in the child.
+    life: RawFd,
+    report: RawFd,
+    /// The host's pid: when the watchdog's parent is no longer this, the host is gone.
+    host: libc::pid_t,
+    children_path: CString,
+    dev_null: CString,
 }
 
-type Parsed = (i32, i32, std::ffi::OsString, Vec<std::ffi::OsString>);
+// SAFETY: the raw pointers point into `_strings`, which the struct owns and never mutates (a
+// `CString`'s buffer does not move when the `CString` does); nothing else is shared.
+#[expect(
+    unsafe_code,
+    reason = "the pointer arrays are read-only views of owned strings"
+)]
+unsafe impl Send for Watchdog {}
+// SAFETY: as for `Send`: shared access only reads.
+#[expect(
+    unsafe_code,
+    reason = "the pointer arrays are read-only views of owned strings"
+)]
+unsafe impl Sync for Watchdog {}
 
-fn parse(mut args: impl Iterator<Item = std::ffi::OsString>) -> Option<Parsed> {
-    let fd = |arg: Option<std::ffi::OsString>| arg?.to_str()?.parse::<i32>().ok();
-    let life = fd(args.next()).filter(|fd| *fd > 2)?;
-    let report = fd(args.next()).filter(|fd| *fd > 2 && *fd != life)?;
-    let program = args.next()?;
-    Some((life, report, program, args.collect()))
-}
+/// An argument or variable with an interior NUL cannot be passed to `exec`.
+#[derive(Debug, thiserror::Error)]
+#[error("agent argument or environment variable contains a NUL byte: {0:?}")]
+pub(crate) struct NulError(OsString);
 
-/// Opens inherited pipe end `fd` as a close-on-exec `File` and closes the inherited number, so
-/// the agent never receives it. Going through `/proc/self/fd` needs no unsafe fd adoption;
-/// `O_NONBLOCK` keeps the open from waiting for a peer that is already gone.
-fn adopt(fd: i32, write: bool) -> std::io::Result<File> {
-    let file = OpenOptions::new()
-        .read(!write)
-        .write(write)
-        .custom_flags(nix::libc::O_NONBLOCK)
-        .open(format!("/proc/self/fd/{fd}"))?;
-    nix::unistd::close(fd).map_err(std::io::Error::from)?;
-    let flags = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_GETFL)?;
-    let flags = nix::fcntl::OFlag::from_bits_truncate(flags) - nix::fcntl::OFlag::O_NONBLOCK;
-    nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(flags))?;
-    Ok(file)
-}
-
-fn serve(life: i32, report: i32, program: &std::ffi::OsStr, args: &[std::ffi::OsString]) -> i32 {
-    let host = nix::unistd::getppid();
-    // No reader: the host is gone before we started; nothing was spawned.
-    let Ok(mut report) = adopt(report, true) else {
-        return HOST_GONE;
-    };
-    let Ok(life) = adopt(life, false) else {
-        return HOST_GONE;
-    };
-    #[cfg(target_os = "linux")]
-    if let Err(err) = nix::sys::prctl::set_child_subreaper(true) {
-        eprintln!("acp-host watchdog: cannot become a child subreaper: {err}");
-    }
-    let agent = match std::process::Command::new(program).args(args).spawn() {
-        Ok(child) => child,
-        Err(err) => {
-            let code = err.raw_os_error().unwrap_or(0);
-            let _ = writeln!(report, "err {code}");
-            return 127;
+impl Watchdog {
+    /// Prepares the watchdog of one agent: `program` with `args` and exactly `env`, joined to
+    /// the host by the pipe ends `life` (read) and `report` (write).
+    pub(crate) fn new<'a>(
+        program: &OsStr,
+        args: impl IntoIterator<Item = &'a OsStr>,
+        env: impl IntoIterator<Item = (&'a OsStr, &'a OsStr)>,
+        life: RawFd,
+        report: RawFd,
+    ) -> Result<Watchdog, NulError> {
+        let c = |bytes: &[u8]| {
+            CString::new(bytes).map_err(|_| NulError(OsStr::from_bytes(bytes).to_owned()))
+        };
+        let mut strings = vec![c(program.as_bytes())?];
+        for arg in args {
+            strings.push(c(arg.as_bytes())?);
         }
-    };
-    // Only now: a blocked mask would be inherited by the agent (std does not reset it). The
-    // group TERM comes after the EOF grace, long after this; and before any thread exists, so
-    // every thread inherits the mask.
-    let mut blocked = SigSet::empty();
-    for signal in BLOCKED {
-        blocked.add(signal);
-    }
-    if let Err(err) = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&blocked), None) {
-        eprintln!("acp-host watchdog: cannot block termination signals: {err}");
-    }
-    let agent_pid = Pid::from_raw(i32::try_from(agent.id()).unwrap_or(i32::MAX));
-    if writeln!(report, "ok {agent_pid}").is_err() {
-        // The host stopped listening: the life pipe will say why; keep going.
-    }
-    // The agent holds the stdio now; our copies of stdin/stdout would keep the host's pipes
-    // open after it exits. stderr stays for our own diagnostics (we exit with the agent).
-    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
-        let _ = nix::unistd::dup2_stdin(&null);
-        let _ = nix::unistd::dup2_stdout(&null);
-    }
-
-    // Held by whichever of "host gone" and "agent exited" acts first; the other then waits, so
-    // a host dying as the agent exits still gets the tree killed before we exit.
-    let acting = Arc::new(Mutex::new(()));
-    let guard = Arc::clone(&acting);
-    let life_probe = life.try_clone();
-    std::thread::spawn(move || watch_life(life, &guard));
-
-    let status = loop {
-        // Also reaps the orphans that re-parent to us, so none lingers as a zombie.
-        match waitpid(None::<Pid>, None) {
-            Ok(status) if status.pid() == Some(agent_pid) => break Some(status),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => break None,
+        let words = strings.len();
+        for (key, value) in env {
+            let mut pair = key.as_bytes().to_vec();
+            pair.push(b'=');
+            pair.extend_from_slice(value.as_bytes());
+            strings.push(c(&pair)?);
         }
-    };
-    let _acting = acting.lock();
-    let left = reaper::descendants(&[std::process::id().cast_signed()]);
-    // An agent that exits because the host died (its stdin closed as the host's files were
-    // released) may be reaped before the host's other files, the life pipe among them, are:
-    // check the host ourselves, and when something would be left behind give its death a
-    // moment to show, since leaving is final. Nothing left: nothing to lose, no wait.
-    let confirm = if left.is_empty() {
-        Duration::ZERO
-    } else {
-        LEFTOVER_CONFIRM
-    };
-    if nix::unistd::getppid() != host || life_probe.map_or(true, |life| host_gone(&life, confirm)) {
-        kill_tree_and_exit();
+        let program = strings[0].as_ptr();
+        let mut argv_ptrs: Vec<*const c_char> =
+            strings[..words].iter().map(|s| s.as_ptr()).collect();
+        argv_ptrs.push(std::ptr::null());
+        let mut envp: Vec<*const c_char> = strings[words..].iter().map(|s| s.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        Ok(Watchdog {
+            _strings: strings,
+            program,
+            argv: argv_ptrs,
+            envp,
+            life,
+            report,
+            host: libc::pid_t::try_from(std::process::id()).unwrap_or(0),
+            children_path: c"/proc/thread-self/children".to_owned(),
+            dev_null: c"/dev/null".to_owned(),
+        })
     }
-    let pids: Vec<String> = left.iter().map(ToString::to_string).collect();
-    let _ = writeln!(report, "left {}", pids.join(" "));
-    drop(report);
-    mirror(status)
+
+    /// The watchdog's life, in the forked child: never returns on success. An `Err` (only before
+    /// its first step is done) is reported by std to the host's spawn, which then fails; a later
+    /// failure to start is an `err <errno>` report.
+    #[expect(
+        unsafe_code,
+        reason = "the body of a forked child of a multi-threaded process: raw system calls only"
+    )]
+    pub(crate) fn serve(&self) -> io::Result<()> {
+        // SAFETY: every call below is an async-signal-safe system call (or a libc wrapper of one)
+        // on integers, stack buffers and the C strings prepared before the fork; nothing
+        // allocates or locks. The pointer arrays are NUL-terminated.
+        unsafe {
+            for fd in [self.life, self.report] {
+                if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            // First, so that the host's other fds (a file a thread of it is writing, another
+            // run's pipes) are held here as briefly as possible. From here on there is no
+            // returning: this closes std's exec-error pipe too, which the host's spawn reads as
+            // success; a failure is reported on our own pipe.
+            close_all_but(&mut [self.life, self.report]);
+            let name = c"acp-watchdog";
+            libc::prctl(libc::PR_SET_NAME, name.as_ptr());
+            libc::prctl(libc::PR_SET_DUMPABLE, 0);
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) != 0 {
+                say(b"acp-host watchdog: cannot become a child subreaper\n");
+            }
+            // Every signal blocked: SIGCHLD is read from a signalfd; the group TERM must end the
+            // agent, not us; handlers the host installed must never run here.
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&raw mut all);
+            if libc::pthread_sigmask(libc::SIG_SETMASK, &raw const all, std::ptr::null_mut()) != 0 {
+                report_err(self.report, errno());
+                libc::_exit(NOT_STARTED);
+            }
+            let mut chld: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&raw mut chld);
+            libc::sigaddset(&raw mut chld, libc::SIGCHLD);
+            let sfd = libc::signalfd(-1, &raw const chld, libc::SFD_CLOEXEC);
+            if sfd < 0 {
+                report_err(self.report, errno());
+                libc::_exit(NOT_STARTED);
+            }
+
+            // The agent's start: its exec status comes back through a close-on-exec pipe.
+            let mut status_pipe = [0 as c_int; 2];
+            if libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+                report_err(self.report, errno());
+                libc::_exit(NOT_STARTED);
+            }
+            let agent = libc::fork();
+            if agent == 0 {
+                let mut empty: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&raw mut empty);
+                libc::pthread_sigmask(libc::SIG_SETMASK, &raw const empty, std::ptr::null_mut());
+                environ = self.envp.as_ptr();
+                libc::execvpe(self.program, self.argv.as_ptr(), self.envp.as_ptr());
+                let code = errno().to_ne_bytes();
+                libc::write(status_pipe[1], code.as_ptr().cast(), code.len());
+                libc::_exit(NOT_STARTED);
+            }
+            libc::close(status_pipe[1]);
+            if agent < 0 {
+                report_err(self.report, errno());
+                libc::_exit(NOT_STARTED);
+            }
+            let mut code = [0u8; 4];
+            let n = loop {
+                let n = libc::read(status_pipe[0], code.as_mut_ptr().cast(), code.len());
+                if n >= 0 || errno() != libc::EINTR {
+                    break n;
+                }
+            };
+            libc::close(status_pipe[0]);
+            if n == 4 {
+                let mut status = 0;
+                libc::waitpid(agent, &raw mut status, 0);
+                report_err(self.report, c_int::from_ne_bytes(code));
+                libc::_exit(NOT_STARTED);
+            }
+            let mut line = Line::new(b"ok ");
+            line.number(i64::from(agent));
+            line.end(self.report);
+
+            // The agent holds the stdio now; our copies of stdin/stdout would keep the host's
+            // pipes open after it exits. stderr stays for our own diagnostics.
+            let null = libc::open(self.dev_null.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+            if null >= 0 {
+                libc::dup2(null, 0);
+                libc::dup2(null, 1);
+                libc::close(null);
+            }
+
+            let status = self.wait_agent(agent, sfd);
+            // Room for every pid a line can carry (the rest stay in the group or below these).
+            let mut left = [0 as libc::pid_t; LEFT_MAX];
+            let count = self.children(&mut left);
+            // An agent that exits because the host died (its stdin closed as the host's files
+            // were released) may be reaped before the host's other files, the life pipe among
+            // them, are: check the host ourselves, and when something would be left behind give
+            // its death a moment to show, since leaving is final. Nothing left: no wait.
+            let confirm = if count == 0 {
+                Duration::ZERO
+            } else {
+                LEFTOVER_CONFIRM
+            };
+            if libc::getppid() != self.host || readable(self.life, confirm) {
+                self.kill_tree_and_exit();
+            }
+            let mut line = Line::new(b"left");
+            for pid in &left[..count] {
+                line.push(b" ");
+                line.number(i64::from(*pid));
+            }
+            line.end(self.report);
+            libc::close(self.report);
+            mirror(status)
+        }
+    }
+
+    /// Waits for the agent's exit (reaping every orphan that re-parents to us meanwhile) unless
+    /// the host goes first; returns the agent's wait status.
+    #[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+    fn wait_agent(&self, agent: libc::pid_t, sfd: c_int) -> c_int {
+        // SAFETY: as in `serve`: system calls on integers and stack buffers.
+        unsafe {
+            loop {
+                let mut status = 0;
+                loop {
+                    let pid = libc::waitpid(-1, &raw mut status, libc::WNOHANG);
+                    if pid == agent {
+                        return status;
+                    }
+                    if pid <= 0 {
+                        break;
+                    }
+                }
+                let mut fds = [
+                    libc::pollfd {
+                        fd: self.life,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: sfd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                if libc::poll(fds.as_mut_ptr(), 2, -1) < 0 {
+                    continue;
+                }
+                if fds[0].revents != 0 && life_closed(self.life) {
+                    self.kill_tree_and_exit();
+                }
+                if fds[1].revents != 0 {
+                    let mut info = [0u8; 128 * 4];
+                    libc::read(sfd, info.as_mut_ptr().cast(), info.len());
+                }
+            }
+        }
+    }
+
+    /// Our live children (into `out`, as many as fit); reaps the dead ones.
+    #[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+    fn children(&self, out: &mut [libc::pid_t]) -> usize {
+        // SAFETY: as in `serve`: system calls on integers and stack buffers.
+        unsafe {
+            let mut status = 0;
+            while libc::waitpid(-1, &raw mut status, libc::WNOHANG) > 0 {}
+            let fd = libc::open(
+                self.children_path.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                return 0;
+            }
+            let mut count = 0;
+            let mut current: Option<libc::pid_t> = None;
+            let mut buf = [0u8; 1024];
+            loop {
+                let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+                let Ok(n @ 1..) = usize::try_from(n) else {
+                    break;
+                };
+                for &byte in &buf[..n] {
+                    if byte.is_ascii_digit() {
+                        let digit = libc::pid_t::from(byte - b'0');
+                        current = Some(current.unwrap_or(0).saturating_mul(10) + digit);
+                    } else if let Some(pid) = current.take()
+                        && count < out.len()
+                    {
+                        out[count] = pid;
+                        count += 1;
+                    }
+                }
+            }
+            if let Some(pid) = current
+                && count < out.len()
+            {
+                out[count] = pid;
+                count += 1;
+            }
+            libc::close(fd);
+            count
+        }
+    }
+
+    /// SIGKILLs every process below us until none is left (bounded), then exits. Killing our
+    /// children re-parents theirs to us (we are a subreaper), so repeating on our children
+    /// reaches the whole tree, escapees included.
+    #[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+    fn kill_tree_and_exit(&self) -> ! {
+        let rounds = KILL_DEADLINE.as_millis() / KILL_POLL.as_millis().max(1);
+        // SAFETY: as in `serve`: system calls on integers and stack buffers.
+        unsafe {
+            for _ in 0..rounds {
+                let mut below = [0 as libc::pid_t; 256];
+                let count = self.children(&mut below);
+                if count == 0 {
+                    let mut status = 0;
+                    // ECHILD: no child at all, live or zombie.
+                    if libc::waitpid(-1, &raw mut status, libc::WNOHANG) < 0 {
+                        break;
+                    }
+                }
+                for pid in &below[..count] {
+                    libc::kill(*pid, libc::SIGKILL);
+                }
+                sleep(KILL_POLL);
+            }
+            libc::_exit(HOST_GONE)
+        }
+    }
 }
 
-/// Blocks until the host closes the life pipe, then kills everything below us and exits.
-fn watch_life(mut life: File, acting: &Mutex<()>) {
+/// Closes every fd but 0, 1, 2 and `keep`.
+#[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+fn close_all_but(keep: &mut [RawFd]) {
+    keep.sort_unstable();
+    let mut first: u32 = 3;
+    // SAFETY: close_range on fd numbers; closing an fd this process does not use is harmless.
+    unsafe {
+        for fd in keep.iter() {
+            let Ok(fd) = u32::try_from(*fd) else { continue };
+            if fd > first {
+                libc::syscall(libc::SYS_close_range, first, fd - 1, 0);
+            }
+            first = first.max(fd + 1);
+        }
+        libc::syscall(libc::SYS_close_range, first, u32::MAX, 0);
+    }
+}
+
+/// Whether the life pipe says the host is gone: EOF or an error (the host never writes).
+#[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+fn life_closed(life: RawFd) -> bool {
     let mut buf = [0u8; 64];
-    loop {
-        match life.read(&mut buf) {
-            Ok(0) => break,
-            Ok(_) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
+    // SAFETY: a read into a stack buffer.
+    let n = unsafe { libc::read(life, buf.as_mut_ptr().cast(), buf.len()) };
+    n == 0 || (n < 0 && errno() != libc::EINTR && errno() != libc::EAGAIN)
+}
+
+/// Whether the life pipe becomes readable (EOF: the host is gone) within `within`.
+#[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+fn readable(life: RawFd, within: Duration) -> bool {
+    let timeout = c_int::try_from(within.as_millis()).unwrap_or(c_int::MAX);
+    let mut fds = [libc::pollfd {
+        fd: life,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    // SAFETY: poll on a stack array of one pollfd.
+    unsafe { libc::poll(fds.as_mut_ptr(), 1, timeout) > 0 }
+}
+
+#[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+fn sleep(duration: Duration) {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: libc::c_long::from(duration.subsec_nanos()),
+    };
+    // SAFETY: nanosleep with a stack timespec.
+    unsafe { libc::nanosleep(&raw const ts, std::ptr::null_mut()) };
+}
+
+fn errno() -> c_int {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Writes a fixed diagnostic to stderr.
+#[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+fn say(message: &[u8]) {
+    // SAFETY: a write of a static buffer.
+    unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
+}
+
+fn report_err(report: RawFd, code: c_int) {
+    let mut line = Line::new(b"err ");
+    line.number(i64::from(code));
+    line.end(report);
+}
+
+/// Exits the way the agent did: its code, or death by its signal (its default action restored,
+/// unblocked and re-raised on ourselves; a signal whose default is not to end the process falls
+/// back to 128 + signal).
+#[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+fn mirror(status: c_int) -> ! {
+    // SAFETY: signal disposition and mask changes on ourselves, then _exit.
+    unsafe {
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
         }
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            libc::signal(signal, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&raw mut set);
+            libc::sigaddset(&raw mut set, signal);
+            libc::raise(signal);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &raw const set, std::ptr::null_mut());
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(NOT_STARTED)
     }
-    let _acting = acting.lock();
-    kill_tree_and_exit();
 }
 
-/// Whether the life pipe's write end closes (the host is gone) within `within`.
-fn host_gone(life: &File, within: Duration) -> bool {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    use std::os::fd::AsFd;
-    let timeout = PollTimeout::try_from(within).unwrap_or(PollTimeout::MAX);
-    let mut fds = [PollFd::new(life.as_fd(), PollFlags::POLLIN)];
-    // Readable without the host ever writing, or hung up: both mean EOF.
-    poll(&mut fds, timeout).is_ok_and(|ready| ready > 0)
+/// The longest report line: `left` and up to [`LEFT_MAX`] pids of up to 7 digits.
+const LINE_BYTES: usize = 16 * 1024;
+const LEFT_MAX: usize = 1024;
+
+/// One report line, built on the stack.
+struct Line {
+    buf: [u8; LINE_BYTES],
+    len: usize,
 }
 
-/// SIGKILLs every process below us until none is left (bounded), then exits.
-fn kill_tree_and_exit() -> ! {
-    let me = std::process::id().cast_signed();
-    let deadline = Instant::now() + KILL_DEADLINE;
-    loop {
-        let below = reaper::descendants(&[me]);
-        if below.is_empty() || Instant::now() >= deadline {
-            break;
-        }
-        for pid in below {
-            let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        std::thread::sleep(KILL_POLL);
+impl Line {
+    fn new(start: &[u8]) -> Line {
+        let mut line = Line {
+            buf: [0; LINE_BYTES],
+            len: 0,
+        };
+        line.push(start);
+        line
     }
-    std::process::exit(HOST_GONE);
-}
 
-/// Exits the way the agent did: its code, or death by its signal (unblocked and re-raised on
-/// ourselves; a signal whose default is not to terminate falls back to 128 + signal).
-fn mirror(status: Option<WaitStatus>) -> i32 {
-    match status {
-        Some(WaitStatus::Exited(_, code)) => code,
-        Some(WaitStatus::Signaled(_, signal, _)) => {
-            let _ = nix::sys::signal::raise(signal);
-            let mut set = SigSet::empty();
-            set.add(signal);
-            let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
-            128 + signal as i32
+    fn push(&mut self, bytes: &[u8]) {
+        // Room is kept for the newline.
+        let room = self.buf.len() - 1 - self.len;
+        let n = bytes.len().min(room);
+        self.buf[self.len..self.len + n].copy_from_slice(&bytes[..n]);
+        self.len += n;
+    }
+
+    fn number(&mut self, value: i64) {
+        let mut digits = [0u8; 24];
+        let mut i = digits.len();
+        let negative = value < 0;
+        let mut rest = value.unsigned_abs();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + u8::try_from(rest % 10).unwrap_or(0);
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
         }
-        _ => SETUP_FAILURE,
+        if negative {
+            i -= 1;
+            digits[i] = b'-';
+        }
+        self.push(&digits[i..]);
+    }
+
+    /// Appends the newline and writes the line in one `write` (a pipe write this small is
+    /// atomic).
+    #[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+    fn end(mut self, fd: RawFd) {
+        self.buf[self.len] = b'\n';
+        self.len += 1;
+        // SAFETY: a write of a stack buffer.
+        unsafe { libc::write(fd, self.buf.as_ptr().cast(), self.len) };
+    }
+
+    #[cfg(test)]
+    fn text(&self) -> &[u8] {
+        &self.buf[..self.len]
     }
 }
 
@@ -264,21 +545,27 @@ fn mirror(status: Option<WaitStatus>) -> i32 {
 mod tests {
     use super::*;
 
-    fn os(args: &[&str]) -> impl Iterator<Item = std::ffi::OsString> {
-        args.iter()
-            .map(|a| std::ffi::OsString::from(*a))
-            .collect::<Vec<_>>()
-            .into_iter()
+    #[test]
+    fn report_lines_format_numbers_without_allocating() {
+        let mut line = Line::new(b"left");
+        for pid in [7, 12345, 0, -3] {
+            line.push(b" ");
+            line.number(pid);
+        }
+        assert_eq!(line.text(), b"left 7 12345 0 -3");
     }
 
     #[test]
-    fn parses_fds_program_and_args_and_rejects_stdio_fds() {
-        let (life, report, program, rest) = parse(os(&["5", "6", "sh", "-c", "x"])).unwrap();
-        assert_eq!((life, report, program.to_str()), (5, 6, Some("sh")));
-        assert_eq!(rest, ["-c", "x"]);
-        assert!(parse(os(&["1", "6", "sh"])).is_none());
-        assert!(parse(os(&["5", "5", "sh"])).is_none());
-        assert!(parse(os(&["5", "6"])).is_none());
-        assert!(parse(os(&["x", "6", "sh"])).is_none());
+    fn a_nul_in_an_argument_is_an_error_not_a_truncation() {
+        let err = Watchdog::new(
+            OsStr::new("sh"),
+            [OsStr::new("a\0b")],
+            std::iter::empty(),
+            5,
+            6,
+        )
+        .err()
+        .expect("a NUL byte must be rejected");
+        assert!(err.to_string().contains("NUL"), "{err}");
     }
 }

@@ -4,6 +4,8 @@
 //! status and, when a result was produced, the final output (`lastAssistantMessage`). Every record
 //! serializes with a `type` field so consumers can dispatch on one key.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::permission::PermissionDecision;
@@ -35,7 +37,9 @@ pub struct EndEvent {
     /// The agent's stop reason on the wire, when it answered the prompt.
     pub stop_reason: Option<String>,
     /// The final output; `None` when the run produced no result (nothing was spawned).
-    pub last_assistant_message: Option<String>,
+    // Shared with the run's result while the event is delivered: megabytes of output are not
+    // copied for it.
+    pub last_assistant_message: Option<Arc<String>>,
 }
 
 /// One event of a run, as observers see it and as `--json` streams it (one per line).
@@ -142,7 +146,7 @@ mod tests {
             provider: "acp-child".into(),
             status: Status::Aborted,
             stop_reason: Some("cancelled".into()),
-            last_assistant_message: Some(String::new()),
+            last_assistant_message: Some(Arc::new(String::new())),
         });
         let value = serde_json::to_value(&end).unwrap();
         assert_eq!(value["type"], "end");

@@ -245,15 +245,11 @@ pub fn agents_in(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` is an acp-host watchdog (its `argv[1]` is the watchdog mode argument).
+/// Whether `pid` is an acp-host watchdog (by its process name: its command line is its host's).
 #[must_use]
 pub fn is_watchdog(pid: u32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
-        cmdline
-            .split(|&b| b == 0)
-            .nth(1)
-            .is_some_and(|arg| arg == acp_host::watchdog::MODE_ARG.as_bytes())
-    })
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .is_ok_and(|comm| comm.trim_end() == acp_host::watchdog::PROCESS_NAME)
 }
 
 /// The parent of `pid`, skipping a watchdog in between (the agent's logical parent).

@@ -356,10 +356,15 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         .as_ref()
         .and_then(|result| result.structured.as_ref())
         .map(|value| format!("{value}\n"));
-    std::thread::spawn(move || {
-        writer.finish(record, value_line.as_deref());
+    if record.is_none() && value_line.is_none() && renderer.nothing_to_finish() {
+        // Human mode whose text is all out: no last write that could block, no thread for it.
         let _ = done_tx.send(());
-    });
+    } else {
+        std::thread::spawn(move || {
+            writer.finish(record, value_line.as_deref());
+            let _ = done_tx.send(());
+        });
+    }
     runtime.block_on(async {
         let limit = async {
             if hurry {
@@ -569,6 +574,36 @@ impl Signals {
     }
 }
 
+/// The renderer's pending text as a writer: appends, and writes out whenever a piece is
+/// complete; a slice larger than a piece (a long string) goes to stdout without being copied.
+struct Chunked<'a> {
+    renderer: &'a Renderer,
+    pending: &'a mut Vec<u8>,
+    /// Whether part of the current line already went out (it can no longer be taken back).
+    flushed: bool,
+}
+
+impl Write for Chunked<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.pending.len() + buf.len() < OUT_BUFFER_BYTES {
+            self.pending.extend_from_slice(buf);
+            return Ok(buf.len());
+        }
+        self.flushed = true;
+        self.renderer.write_out(self.pending);
+        if buf.len() >= OUT_BUFFER_BYTES {
+            self.renderer.emit(buf);
+        } else {
+            self.pending.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Renders events as they arrive: the message text (human) or NDJSON (`--json`).
 struct Renderer {
     json: bool,
@@ -617,16 +652,19 @@ impl Renderer {
 
     /// Writes what is pending (blocking while the reader is slow: this is the backpressure).
     fn write_out(&self, pending: &mut Vec<u8>) {
-        if pending.is_empty() || self.stdout_closed.load(Ordering::Relaxed) {
-            pending.clear();
-            return;
-        }
-        let written = super::write_stdout(pending);
+        self.emit(pending);
         pending.clear();
         if pending.capacity() > OUT_BUFFER_BYTES * 2 {
             *pending = Vec::new();
         }
-        match written {
+    }
+
+    /// Writes `bytes` to stdout unless it is gone.
+    fn emit(&self, bytes: &[u8]) {
+        if bytes.is_empty() || self.stdout_closed.load(Ordering::Relaxed) {
+            return;
+        }
+        match super::write_stdout(bytes) {
             Ok(Written::Done) => {}
             Ok(Written::Closed) => self.stdout_closed.store(true, Ordering::Relaxed),
             Err(err) => {
@@ -637,7 +675,9 @@ impl Renderer {
         }
     }
 
-    /// One NDJSON line, serialized straight into the pending text.
+    /// One NDJSON line, serialized straight into the pending text and written out in pieces of
+    /// [`OUT_BUFFER_BYTES`] as it grows: a record holding megabytes of output (the result, the
+    /// end event) is never copied whole into memory again.
     fn write_json(&self, value: &impl serde::Serialize) {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
@@ -646,15 +686,31 @@ impl Renderer {
             return;
         };
         let before = pending.len();
-        if let Err(err) = serde_json::to_writer(&mut *pending, value) {
-            pending.truncate(before);
+        let mut out = Chunked {
+            renderer: self,
+            pending: &mut pending,
+            flushed: false,
+        };
+        if let Err(err) = serde_json::to_writer(&mut out, value) {
             tracing::warn!(%err, "cannot serialize an event");
-            return;
+            if !out.flushed {
+                pending.truncate(before);
+                return;
+            }
         }
         pending.push(b'\n');
         if pending.len() >= OUT_BUFFER_BYTES {
             self.write_out(&mut pending);
         }
+    }
+
+    /// Whether [`Renderer::finish`] without a record or a value line would write nothing: no text
+    /// pending, and no final newline owed to a terminal.
+    /// Never waits: a lock held by a write still blocked on a stalled reader means "not nothing".
+    fn nothing_to_finish(&self) -> bool {
+        let pending = self.pending.try_lock().is_ok_and(|p| p.is_empty());
+        let newline = self.ended_with_newline.try_lock().is_ok_and(|g| *g);
+        pending && (self.structured || newline || !std::io::stdout().is_terminal())
     }
 
     /// The last stdout write: the result record, the structured value's line, or the final newline

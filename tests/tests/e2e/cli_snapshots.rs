@@ -75,14 +75,28 @@ fn agents_and_run_agree_on_programs_beside_acp_host() {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let run_host = |args: &[&str]| {
-        Command::new(&host)
-            .args(args)
-            .current_dir(home.path())
-            .env(env_vars::HOME, home.path())
-            .env(env_vars::PATH, "/usr/bin:/bin")
-            .env_remove(env_vars::ACP_HOST_LOG)
-            .output()
-            .expect("acp-host runs")
+        let run = || {
+            Command::new(&host)
+                .args(args)
+                .current_dir(home.path())
+                .env(env_vars::HOME, home.path())
+                .env(env_vars::PATH, "/usr/bin:/bin")
+                .env_remove(env_vars::ACP_HOST_LOG)
+                .output()
+        };
+        // The copy's write fd may still be open in a child another test thread forked at that
+        // moment (until that child execs or closes it): the kernel then refuses the exec.
+        let mut output = run();
+        let _ = acp_tests::wait_until(acp_tests::HANG_GUARD, || {
+            let busy = output
+                .as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ExecutableFileBusy);
+            if busy {
+                output = run();
+            }
+            !busy
+        });
+        output.expect("acp-host runs")
     };
     let listing = String::from_utf8(run_host(&["agents"]).stdout).unwrap();
     let line = |name: &str| {

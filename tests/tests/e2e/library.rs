@@ -138,7 +138,7 @@ fn observers_are_isolated_and_see_start_and_end_with_one_run_id() {
     assert_eq!(end.run_id, result.run_id);
     assert_ne!(start.run_id, start.session_id);
     assert_eq!(
-        end.last_assistant_message.as_deref(),
+        end.last_assistant_message.as_deref().map(String::as_str),
         Some("hello from acp child")
     );
     assert!(events.iter().any(|e| matches!(e, Event::Update { .. })));
@@ -383,6 +383,36 @@ fn ladder_eof_rung_for_a_process_that_exits_on_eof() {
         assert_eq!(outcome.signal, None);
         // Idempotent: a second shutdown reports the same outcome.
         assert_eq!(process.shutdown(SHORT).await, outcome);
+    });
+}
+
+#[test]
+fn each_agent_has_its_own_watchdog_holding_no_other_agents_pipes() {
+    runtime().block_on(async {
+        // The first agent's stdin is open in the host when the second watchdog is forked: were
+        // that fork to keep it, the first agent would never see EOF and would need SIGTERM.
+        let (mut first, _first_pipes) = spawn(&["sh", "-c", "read line; exit 0"]);
+        let (mut second, _second_pipes) = spawn(&["sleep", "60"]);
+        for process in [&first, &second] {
+            let stat = std::fs::read_to_string(format!("/proc/{}/stat", process.pid())).unwrap();
+            let (_, rest) = stat.rsplit_once(')').unwrap();
+            let direct: u32 = rest.split_whitespace().nth(1).unwrap().parse().unwrap();
+            assert!(acp_tests::is_watchdog(direct), "agent {}", process.pid());
+            let parent = acp_tests::logical_parent(process.pid());
+            assert_eq!(parent, Some(std::process::id()), "agent {}", process.pid());
+        }
+        let outcome = first.shutdown(SHORT).await;
+        assert_eq!(outcome.rung, Rung::Eof, "{outcome:?}");
+        assert_eq!(outcome.code, Some(0));
+        let pid = second.pid();
+        let outcome = second
+            .shutdown(Graces {
+                eof: Duration::from_millis(100),
+                term: Duration::from_secs(5),
+            })
+            .await;
+        assert_eq!(outcome.rung, Rung::Term, "{outcome:?}");
+        assert!(!acp_tests::process_alive(pid));
     });
 }
 

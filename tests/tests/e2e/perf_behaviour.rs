@@ -104,11 +104,8 @@ fn a_stalled_stdout_reader_does_not_stop_the_timeout() {
         "acp-host did not exit while its stdout was stalled"
     );
     assert_eq!(status.and_then(|s| s.code()), Some(124));
-    let said: Vec<String> = errors.try_iter().collect();
-    assert!(
-        said.iter().any(|l| l.contains("timed out after 1 s")),
-        "{said:?}"
-    );
+    // The reader of stderr may still be behind the exit: wait for the line (or for EOF).
+    wait_line(&errors, "timed out after 1 s");
     assert_dead(&pid);
 }
 
@@ -263,4 +260,27 @@ fn the_observed_stream_is_valid_json_records_to_the_end() {
         .filter_map(|r| r.pointer("/update/content/text").and_then(Value::as_str))
         .collect();
     assert_eq!(texts, result_record(&out)["output"]);
+}
+
+#[test]
+fn records_larger_than_a_write_piece_arrive_whole() {
+    // The end event and the result each carry 300 KB of output, written out in pieces as they
+    // are serialized: both must still be one complete line each, with the same text.
+    let dir = temp();
+    let out = run_to_end(host(dir.path()).args([
+        "--json",
+        "--agent",
+        &mock(&["flood", "--chunks", "3000", "--bytes", "100"]),
+        "x",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let all = records(&out);
+    assert_eq!(all.len(), 3003);
+    let full: String = (0..3000)
+        .map(|i| acp_tests::mock::cli::flood_chunk(i, 100))
+        .collect();
+    let end = &all[all.len() - 2];
+    assert_eq!(end["type"], "end");
+    assert_eq!(end["lastAssistantMessage"], full);
+    assert_eq!(result_record(&out)["output"], full);
 }

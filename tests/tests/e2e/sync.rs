@@ -1398,7 +1398,7 @@ fn a_failed_backup_writes_nothing() {
 
 /// A write that fails after another succeeded: reported per file, as a partial run.
 #[test]
-fn a_failed_write_reports_the_file_and_partial_completion() {
+fn a_failed_write_reports_the_file_and_replaces_nothing() {
     use acp_host::sync_exec::Outcome;
     use protocol::sync::{Change, FilePlan, Plan};
 
@@ -1421,21 +1421,26 @@ fn a_failed_write_reports_the_file_and_partial_completion() {
     let exec = acp_host::sync_exec::ExecConfig::for_user(&env.home, Some(&env.state))
         .expect("a state folder");
     let result = acp_host::sync_exec::execute(&plan, &exec);
+    // Every new file is written beside its target before the first rename, so a file that
+    // cannot be written stops the run with no target replaced.
     assert!(!result.success);
-    assert!(result.partial && result.recovery_required());
+    assert!(!result.partial && !result.recovery_required());
     assert_eq!(result.failed_files, [bad]);
     let error = result.error.as_deref().unwrap();
     assert!(
         error.starts_with("write failed: cannot inspect "),
         "{error}"
     );
-    assert!(
-        error.contains("1 file(s) were already written (partial sync"),
-        "{error}"
-    );
+    assert!(error.ends_with("; nothing was written"), "{error}");
     let outcomes: Vec<_> = result.files.iter().map(|f| f.outcome).collect();
-    assert_eq!(outcomes, [Outcome::Applied, Outcome::Failed]);
-    assert_eq!(fs::read_to_string(&good).unwrap(), "new\n");
+    assert_eq!(outcomes, [Outcome::Skipped, Outcome::Failed]);
+    assert_eq!(
+        result.files[0].detail.as_deref(),
+        Some("not written: another file could not be written")
+    );
+    assert!(!good.exists(), "no target is written");
+    let debris: Vec<_> = fs::read_dir(env.home.join("a")).unwrap().collect();
+    assert!(debris.is_empty(), "the staged file is removed: {debris:?}");
 }
 
 // ---- Whole human reports ----
