@@ -110,6 +110,8 @@ struct Inner {
     children_started: u64,
     tasks: Vec<Task>,
     children: BTreeMap<u64, ChildEntry>,
+    /// Saved child records that could not be used, one line each.
+    unusable: Vec<String>,
     closed: bool,
 }
 
@@ -174,6 +176,10 @@ impl Tasks {
             for record in records {
                 let Some(n) = number(&record.id, "agent") else {
                     tracing::warn!(id = %record.id, "skipping a child record with a malformed id");
+                    inner.unusable.push(format!(
+                        "{:?} (subagent {}): a saved child record with a malformed id; it cannot be continued",
+                        record.id, record.agent
+                    ));
                     continue;
                 };
                 inner.children_started = inner.children_started.max(n);
@@ -276,9 +282,14 @@ impl Tasks {
         Some(change(child))
     }
 
-    /// The session's children, in the order they started.
-    pub(crate) fn children(&self) -> Vec<ChildEntry> {
-        lock(&self.inner).children.values().cloned().collect()
+    /// The session's children, in the order they started, and the saved records that could not
+    /// be used.
+    pub(crate) fn children(&self) -> (Vec<ChildEntry>, Vec<String>) {
+        let inner = lock(&self.inner);
+        (
+            inner.children.values().cloned().collect(),
+            inner.unusable.clone(),
+        )
     }
 
     /// Registers a background task for `child` and spawns its run (`run` watches `cancel` and
@@ -454,9 +465,14 @@ fn bounded(text: &str) -> String {
 }
 
 /// One line per child for `list_agents`: id, subagent, status, last activity (seconds ago), and
-/// why a child cannot be continued.
-pub(crate) fn describe_children(children: &[ChildEntry]) -> String {
-    if children.is_empty() {
+/// why a child cannot be continued (no session id, a subagent `available` does not name); then
+/// the `unusable` saved records.
+pub(crate) fn describe_children(
+    children: &[ChildEntry],
+    unusable: &[String],
+    available: impl Fn(&str) -> bool,
+) -> String {
+    if children.is_empty() && unusable.is_empty() {
         return "no children in this session yet".to_owned();
     }
     let now = SystemTime::now();
@@ -476,7 +492,20 @@ pub(crate) fn describe_children(children: &[ChildEntry]) -> String {
         );
         if child.session.is_none() && child.status != ChildStatus::Running {
             text.push_str(" (cannot be continued: its agent reported no session id)");
+        } else if !available(&child.agent) {
+            let _ = write!(
+                text,
+                " (cannot be continued: subagent {} is not available in this session any more)",
+                child.agent
+            );
         }
+    }
+    for problem in unusable {
+        let _ = write!(
+            text,
+            "{}unusable: {problem}",
+            if text.is_empty() { "" } else { "\n" }
+        );
     }
     text
 }
@@ -559,7 +588,27 @@ mod tests {
                 failed: false,
             },
         ]);
-        assert_eq!(tasks.children().len(), 1);
+        let (children, unusable) = tasks.children();
+        assert_eq!(children.len(), 1);
+        let listed = describe_children(&children, &unusable, |name| name != "echo");
+        assert!(
+            listed
+                .lines()
+                .next()
+                .unwrap()
+                .ends_with("s ago (cannot be continued: subagent echo is not available in this session any more)"),
+            "{listed}"
+        );
+        assert_eq!(
+            listed
+                .lines()
+                .map(|line| line.split_once(", last").map_or(line, |(head, _)| head))
+                .collect::<Vec<_>>(),
+            [
+                "agent-2: subagent echo, ended",
+                "unusable: \"bogus\" (subagent echo): a saved child record with a malformed id; it cannot be continued"
+            ]
+        );
         assert_eq!(tasks.child("agent-2").unwrap().status, ChildStatus::Ended);
         assert_eq!(tasks.new_child("echo").unwrap().0, "agent-3");
     }

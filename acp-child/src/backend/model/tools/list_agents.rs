@@ -20,7 +20,10 @@ pub(super) struct ListAgents {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Args {}
+struct Args {
+    #[serde(skip)]
+    subagents: Option<Arc<Subagents>>,
+}
 
 impl Tool for ListAgents {
     fn name(&self) -> &'static str {
@@ -45,7 +48,9 @@ impl Tool for ListAgents {
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
-        super::parse_into::<Args>(arguments)
+        let mut args: Args = serde_json::from_value(arguments)?;
+        args.subagents = Some(Arc::clone(&self.subagents));
+        Ok(Box::new(args))
     }
 }
 
@@ -56,8 +61,19 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let children = cx.turn.memory().tasks().children();
-            Ok(Outcome::ok(tasks::describe_children(&children)))
+            let (children, unusable) = cx.turn.memory().tasks().children();
+            let catalog = self
+                .subagents
+                .as_ref()
+                .map(|subagents| subagents.catalog(cx.turn.workspace().root()));
+            let available = |name: &str| {
+                catalog
+                    .as_ref()
+                    .is_some_and(|catalog| catalog.targets.iter().any(|t| t.name == name))
+            };
+            Ok(Outcome::ok(tasks::describe_children(
+                &children, &unusable, available,
+            )))
         })
     }
 }
