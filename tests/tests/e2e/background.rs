@@ -524,3 +524,74 @@ async fn a_message_to_a_busy_child_waits_for_its_current_turn() {
     assert_eq!(mentions(&child[1], "slow first"), 1);
     assert_none_left(cwd.path());
 }
+
+#[tokio::test]
+async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    mock_definition(cwd.path(), "echo", "text --text fenced");
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "hi", "run_in_background": true}),
+            ),
+            Reply::text(["started"]),
+            // Another session of the same connection asks for the first one's task and child.
+            call("call_out", "task_output", &json!({"task_id": "subagent-1"})),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "hi"}),
+            ),
+            Reply::text(["nothing there"]),
+        ])
+        .start();
+    let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
+        for text in ["first", "second"] {
+            let mut session = new_session(&cx, cwd.path()).await?;
+            let (_, response) = prompt(&mut session, text, Permission::NotExpected).await?;
+            assert_eq!(stop_reason(response), StopReason::EndTurn);
+        }
+        Ok(())
+    })
+    .await;
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 5, "{requests:#?}");
+    assert_eq!(
+        requests[3].tool_result("call_out").unwrap(),
+        "no such task \"subagent-1\"; task_list shows this session's tasks"
+    );
+    assert_eq!(
+        requests[4].tool_result("call_msg").unwrap(),
+        "no such child \"agent-1\"; list_agents shows this session's children"
+    );
+    assert_none_left(cwd.path());
+
+    // At the depth cap none of the delegation tools is offered.
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([Reply::text(["alone"])])
+        .start();
+    let launch = parent(&llm, state.path(), None, &[]).env("ACP_HOST_DEPTH", "1");
+    assert_eq!(
+        one_turn(launch, cwd.path(), "go").await,
+        StopReason::EndTurn
+    );
+    let offered = llm.requests()[0].tool_names().join(",");
+    for tool in [
+        "subagent",
+        "task_output",
+        "task_list",
+        "task_kill",
+        "send_message",
+        "list_agents",
+    ] {
+        assert!(
+            !offered.contains(tool),
+            "{tool} offered at the cap: {offered}"
+        );
+    }
+}
