@@ -36,7 +36,15 @@
 //! - its permission requests are relayed to the parent's client (`relay`, through
 //!   `backend::permission::relay`) or answered by policy (`reject`, `allow`);
 //! - the parent's `session/cancel` cancels every running child (session/cancel, then the teardown
-//!   ladder) and the call then waits for the child's result, so no child outlives the turn.
+//!   ladder) and the call then waits for the child's result, so no foreground child outlives the
+//!   turn;
+//! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
+//!   schema) before anything is registered or spawned; a background child runs detached
+//!   ([`Subagents::run_detached`]: nobody to ask, so `relay` rejects; nothing shown) under a
+//!   [`Cancel`] its owner (the session's `backend::tasks`) holds; a continued child runs like a
+//!   foreground call, as a cold resume (`StartRequest::resume`: `session/load` of its session in a
+//!   fresh process), and one whose agent cannot load sessions is a clear result, not a protocol
+//!   error.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
