@@ -130,6 +130,11 @@ struct Cli {
         help = "Cancel a subagent that runs longer than this [default: no limit]"
     )]
     subagent_timeout: Option<u64>,
+    #[arg(
+        long,
+        help = "No background subagents: the subagent tool has no run_in_background (refused if a model sends it) and the task tools are not offered"
+    )]
+    no_background: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -190,6 +195,7 @@ impl Cli {
                 .iter()
                 .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
                 .collect(),
+            no_background: self.no_background,
         })
     }
 

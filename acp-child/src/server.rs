@@ -1,5 +1,5 @@
 //! The ACP agent server: SDK handlers for `initialize`, `session/new`, `session/load`,
-//! `session/prompt` and `session/cancel`.
+//! `session/prompt`, `session/cancel` and `session/close`.
 //!
 //! What differs between backends is asked of the [`Backend`]: sessions persist only when it has
 //! a session store (the model backend): then `loadSession` is advertised, session ids are random
@@ -9,6 +9,10 @@
 //! are advertised after `session/new`. When the client advertises `subagents`, delegated children
 //! are exposed as sessions of their own (`backend::delegate`), and `session/cancel` naming one
 //! cancels that child only.
+//!
+//! A session owns its background subagent tasks (`backend::tasks`): `session/cancel` cancels them
+//! with the turn, `session/close` cancels and awaits them before answering, and so does the end of
+//! the connection before `serve` returns, so no child process outlives its session.
 //!
 //! Invariants:
 //! - handlers run inside the SDK's dispatch loop, which processes one message at a time; they
@@ -26,9 +30,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate,
-    CancelNotification, ContentBlock, Implementation, InitializeRequest, InitializeResponse,
-    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
-    PromptResponse, SessionCapabilities, SessionConfigOption, SessionConfigOptionCategory,
+    CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Implementation,
+    InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
+    NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionCapabilities,
+    SessionCloseCapabilities, SessionConfigOption, SessionConfigOptionCategory,
     SessionConfigSelectOption, SessionId, SessionNotification, SessionSystemPromptCapabilities,
     SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SessionUpdate,
     SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SystemPrompt, SystemPromptMode,
@@ -149,6 +154,10 @@ impl ClientOffers {
 }
 
 /// Serves ACP over any transport until the client closes it.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one builder chain: the SDK's handlers, one per method, each cloning what it shares"
+)]
 pub(crate) async fn serve(
     config: AgentConfig,
     transport: impl ConnectTo<Agent> + 'static,
@@ -234,6 +243,17 @@ pub(crate) async fn serve(
             },
             on_receive_request!(),
         )
+        .on_receive_request(
+            {
+                let sessions = Arc::clone(&sessions);
+                async move |request: CloseSessionRequest,
+                            responder: Responder<CloseSessionResponse>,
+                            cx: ConnectionTo<Client>| {
+                    close_session(&sessions, &request, responder, &cx)
+                }
+            },
+            on_receive_request!(),
+        )
         .on_receive_notification(
             {
                 let sessions = Arc::clone(&sessions);
@@ -248,12 +268,20 @@ pub(crate) async fn serve(
         .await;
     // Turns still running are abandoned with the connection; tell them, so none keeps waiting.
     sessions.cancel_all();
+    // Background tasks end with the connection: each tears its child down before this returns.
+    for memory in sessions.memories() {
+        memory.tasks().shutdown().await;
+    }
     result.map_err(|source| ServeError::Connection { source })
 }
 
-/// `session/cancel`: a session's prompt turn, else a child session exposed on this connection
+/// `session/cancel`: a session's prompt turn and its background tasks, else a child session exposed on this connection
 /// (that child only, with its descendants).
 fn cancel(sessions: &Sessions, children: &ChildSessions, id: &str) {
+    if let Some(memory) = sessions.memory(id) {
+        // Cancelling a session stops its background tasks too.
+        memory.tasks().cancel_all();
+    }
     if sessions.cancel(id) {
         tracing::debug!(session = id, "cancelling the prompt turn");
     } else if children.cancel(id) {
@@ -261,6 +289,31 @@ fn cancel(sessions: &Sessions, children: &ChildSessions, id: &str) {
     } else {
         tracing::debug!(session = id, "session/cancel with no prompt in flight");
     }
+}
+
+/// `session/close`: the session leaves the table (its turn cancelled), its background tasks are
+/// cancelled and awaited (each child torn down), then the answer.
+fn close_session(
+    sessions: &Sessions,
+    request: &CloseSessionRequest,
+    responder: Responder<CloseSessionResponse>,
+    cx: &ConnectionTo<Client>,
+) -> Result<(), AcpError> {
+    let id = request.session_id.0.as_ref();
+    let Some(memory) = sessions.close(id) else {
+        return responder.respond_with_error(AcpError::new(
+            ErrorCode::RESOURCE_NOT_FOUND,
+            format!("session/close: unknown session {id}"),
+        ));
+    };
+    tracing::debug!(session = id, "closing the session");
+    cx.spawn(async move {
+        memory.tasks().shutdown().await;
+        if let Err(error) = responder.respond(CloseSessionResponse::new()) {
+            tracing::debug!(error = %describe(&error), "could not answer session/close");
+        }
+        Ok(())
+    })
 }
 
 fn initialize(
@@ -271,16 +324,16 @@ fn initialize(
 ) -> InitializeResponse {
     tracing::debug!(client_version = ?request.protocol_version, "initialize");
     let mut capabilities = AgentCapabilities::new().load_session(persistent);
+    let mut sessions = SessionCapabilities::new().close(SessionCloseCapabilities::new());
     if offers.system_prompt {
-        capabilities = capabilities.session_capabilities(
-            SessionCapabilities::new().system_prompt(
-                SessionSystemPromptCapabilities::new().mode(
-                    SessionSystemPromptModeCapabilities::new()
-                        .override_(SessionSystemPromptOverrideCapabilities::new()),
-                ),
+        sessions = sessions.system_prompt(
+            SessionSystemPromptCapabilities::new().mode(
+                SessionSystemPromptModeCapabilities::new()
+                    .override_(SessionSystemPromptOverrideCapabilities::new()),
             ),
         );
     }
+    capabilities = capabilities.session_capabilities(sessions);
     if !offers.tools.is_empty() {
         let mut meta = serde_json::Map::new();
         meta.insert(

@@ -30,6 +30,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::model::persona::SessionPersona;
+use crate::backend::tasks::{ChildRecord, Tasks};
 
 use crate::store::{Record, Store};
 use crate::workspace::Workspace;
@@ -69,6 +70,8 @@ pub(crate) struct Memory {
     captured: Mutex<Option<serde_json::Value>>,
     /// Where the conversation is also saved (persistent sessions only).
     saved_to: Option<(Arc<Store>, String)>,
+    /// The session's delegated children and background tasks.
+    tasks: Arc<Tasks>,
 }
 
 impl Memory {
@@ -80,9 +83,17 @@ impl Memory {
         }
     }
 
-    /// A memory whose additions are also appended to session `id`'s file in `store`.
+    /// A memory whose additions are also appended to session `id`'s file in `store`. A saved
+    /// conversation's child records become its children table, not history.
     #[must_use]
     pub(crate) fn persistent(store: Arc<Store>, id: &str, history: Vec<Record>) -> Self {
+        let (children, history): (Vec<Record>, Vec<Record>) = history
+            .into_iter()
+            .partition(|record| matches!(record, Record::Child(_)));
+        let children = children.into_iter().filter_map(|record| match record {
+            Record::Child(child) => Some(child),
+            _ => None,
+        });
         Self {
             history: Mutex::new(history),
             standing: Mutex::default(),
@@ -90,6 +101,22 @@ impl Memory {
             settings: Mutex::default(),
             captured: Mutex::default(),
             saved_to: Some((store, id.to_owned())),
+            tasks: Arc::new(Tasks::restored(children)),
+        }
+    }
+
+    /// The session's children and background tasks.
+    pub(crate) fn tasks(&self) -> &Arc<Tasks> {
+        &self.tasks
+    }
+
+    /// Saves a child's record for a persistent session (not part of the conversation). A failed
+    /// save is logged: the child's answer is not lost for it.
+    pub(crate) fn record_child(&self, child: ChildRecord) {
+        if let Some((store, id)) = &self.saved_to
+            && let Err(error) = store.append(id, &[Record::Child(child)])
+        {
+            tracing::warn!(session = %id, error = %crate::describe(&error), "cannot save a child");
         }
     }
 
@@ -375,6 +402,24 @@ impl Sessions {
             }
             None => false,
         }
+    }
+
+    /// Removes session `id` (cancelling its turn); returns what it remembered, its tasks with it.
+    pub(crate) fn close(&self, id: &str) -> Option<Arc<Memory>> {
+        let entry = self.lock().sessions.remove(id)?;
+        if let Some(turn) = &entry.turn {
+            turn.cancel.cancel();
+        }
+        Some(entry.memory)
+    }
+
+    /// Every open session's memory (the connection is closing: their tasks end with it).
+    pub(crate) fn memories(&self) -> Vec<Arc<Memory>> {
+        self.lock()
+            .sessions
+            .values()
+            .map(|entry| Arc::clone(&entry.memory))
+            .collect()
     }
 
     /// Cancels every in-flight turn (the connection is closing).

@@ -36,6 +36,11 @@ pub(crate) enum Record {
         #[serde(default)]
         failed: bool,
     },
+    /// What the agent told the model between turns (a background task's completion notice); sent
+    /// as a user message, never replayed.
+    Notice { text: String },
+    /// A delegated child of this session (kept out of the conversation when loaded).
+    Child(crate::backend::tasks::ChildRecord),
 }
 
 /// A tool call the model made.

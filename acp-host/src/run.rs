@@ -105,6 +105,11 @@ impl Cancel {
     pub fn is_cancelled(&self) -> bool {
         self.graceful.is_cancelled()
     }
+
+    /// Resolves once the run is cancelled (gracefully or killed).
+    pub async fn cancelled(&self) {
+        self.graceful.cancelled().await;
+    }
 }
 
 /// Host-side settings that are not part of the start request.

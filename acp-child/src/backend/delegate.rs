@@ -36,7 +36,15 @@
 //! - its permission requests are relayed to the parent's client (`relay`, through
 //!   `backend::permission::relay`) or answered by policy (`reject`, `allow`);
 //! - the parent's `session/cancel` cancels every running child (session/cancel, then the teardown
-//!   ladder) and the call then waits for the child's result, so no child outlives the turn.
+//!   ladder) and the call then waits for the child's result, so no foreground child outlives the
+//!   turn;
+//! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
+//!   schema) before anything is registered or spawned; a background child runs detached
+//!   ([`Subagents::run_detached`]: nobody to ask, so `relay` rejects; nothing shown) under a
+//!   [`Cancel`] its owner (the session's `backend::tasks`) holds; a continued child runs like a
+//!   foreground call, as a cold resume (`StartRequest::resume`: `session/load` of its session in a
+//!   fresh process), and one whose agent cannot load sessions is a clear result, not a protocol
+//!   error.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -66,7 +74,7 @@ use protocol::events::Event;
 use protocol::permission::{Answer, DecidedBy, PermissionPolicy, PermissionRequest};
 use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
-use protocol::result::{RunResult, Status};
+use protocol::result::{ErrorKind, RunResult, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -86,7 +94,7 @@ pub(crate) fn title(name: &str, description: Option<&str>, prompt: &str) -> Stri
 
 /// What a child is doing, in a few words: the short label (else the prompt's first line, cut).
 /// Also the task its session is announced with.
-fn label(description: Option<&str>, prompt: &str) -> String {
+pub(crate) fn label(description: Option<&str>, prompt: &str) -> String {
     let label = description
         .map(str::trim)
         .filter(|label| !label.is_empty())
@@ -132,6 +140,8 @@ pub struct SubagentOptions {
     pub budget: Option<Budget>,
     /// Folders of definitions (`--subagents`), looked at after `<session cwd>/subagents/`.
     pub dirs: Vec<PathBuf>,
+    /// `--no-background`: no `run_in_background` (left out of the schema, refused if sent).
+    pub no_background: bool,
 }
 
 /// `--subagent-agents` names something that cannot be a subagent.
@@ -191,6 +201,7 @@ pub struct Subagents {
     permission: SubagentPermission,
     env: Vec<String>,
     timeout: Option<Duration>,
+    background: bool,
 }
 
 /// A child's result, as the model (or the offline reply) gets it.
@@ -198,15 +209,27 @@ pub struct Subagents {
 pub(crate) struct Delegated {
     pub(crate) text: String,
     pub(crate) failed: bool,
+    /// The ACP session id the child's agent reported (to continue it later).
+    pub(crate) session: Option<String>,
 }
 
 impl Delegated {
-    fn failed(text: impl Into<String>) -> Self {
+    pub(crate) fn failed(text: impl Into<String>) -> Self {
         Self {
             text: text.into(),
             failed: true,
+            session: None,
         }
     }
+}
+
+/// A start that passed validation: ready to run, nothing spawned yet.
+pub(crate) struct Start {
+    pub(crate) name: String,
+    prepared: run::Prepared,
+    permission: SubagentPermission,
+    /// It continues a child's saved session.
+    resume: bool,
 }
 
 impl Subagents {
@@ -258,7 +281,13 @@ impl Subagents {
             permission: options.permission,
             env: options.env,
             timeout: options.timeout,
+            background: !options.no_background,
         })
+    }
+
+    /// Whether children may run in the background (`run_in_background`).
+    pub(crate) fn background(&self) -> bool {
+        self.background
     }
 
     /// Whether delegation is offered (the prompt face): some subagent is available and this
@@ -383,6 +412,7 @@ impl Subagents {
         prompt: &str,
         cwd: &Path,
         output_schema: Option<&serde_json::Value>,
+        resume: Option<String>,
     ) -> (StartRequest, SubagentPermission) {
         let launch = &target.launch;
         let permission = launch.permission.unwrap_or(self.permission);
@@ -409,26 +439,75 @@ impl Subagents {
                 }),
                 ..launch.wants.clone()
             },
-            resume: None,
+            resume,
         };
         (request, permission)
     }
 
-    /// Runs subagent `name` on `prompt` (labelled `description`) for tool call `call` of `turn`,
-    /// to its result; with `output_schema`, the result is the child's checked JSON answer.
+    /// Validates a start of subagent `name` on `prompt` in `cwd` (with `output_schema`, the
+    /// answer must match it; with `resume`, the child's saved session is continued): everything
+    /// that can fail before a process exists. `Err` is the call's result.
+    pub(crate) fn preflight(
+        &self,
+        cwd: &Path,
+        name: &str,
+        prompt: &str,
+        output_schema: Option<&serde_json::Value>,
+        resume: Option<String>,
+    ) -> Result<Start, Delegated> {
+        let catalog = self.catalog(cwd);
+        let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
+            return Err(unknown(name, &catalog));
+        };
+        let resuming = resume.is_some();
+        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
+        match run::prepare(request, self.ambient()) {
+            Ok(prepared) => Ok(Start {
+                name: name.to_owned(),
+                prepared,
+                permission,
+                resume: resuming,
+            }),
+            Err(error) => Err(Delegated::failed(format!(
+                "subagent {name} was not started: {}",
+                crate::describe(&error)
+            ))),
+        }
+    }
+
+    /// Runs a validated start with nobody to ask (a background task, a message to a child): its
+    /// permission requests are answered by policy (`relay` rejects: the turn that could ask may
+    /// be over), nothing of it is shown; `cancel` stops it.
+    pub(crate) async fn run_detached(&self, start: Start, cancel: Cancel) -> Delegated {
+        let slot = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Delegated::failed(CANCELLED),
+            slot = self.slots.acquire() => slot,
+        };
+        let Ok(_slot) = slot else {
+            return Delegated::failed("subagents are shutting down");
+        };
+        let Start {
+            name,
+            prepared,
+            resume,
+            ..
+        } = start;
+        let result = run::run(prepared, &RunOptions::default(), &cancel).await;
+        outcome(&name, result, resume)
+    }
+
+    /// Runs a validated start (`start`, labelled `description`, on `prompt`) for tool call `call`
+    /// of `turn`, to its result; with an output schema, the result is the child's checked JSON
+    /// answer.
     pub(crate) async fn run(
         &self,
         turn: &Turn,
         call: &ToolCallId,
-        name: &str,
+        start: Start,
         prompt: &str,
         description: Option<&str>,
-        output_schema: Option<&serde_json::Value>,
     ) -> Delegated {
-        let catalog = self.catalog(turn.workspace().root());
-        let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
-            return unknown(name, &catalog);
-        };
         let slot = tokio::select! {
             biased;
             () = turn.cancelled() => return Delegated::failed(CANCELLED),
@@ -437,17 +516,13 @@ impl Subagents {
         let Ok(_slot) = slot else {
             return Delegated::failed("subagents are shutting down");
         };
-        let (request, permission) =
-            self.request(target, prompt, turn.workspace().root(), output_schema);
-        let prepared = match run::prepare(request, self.ambient()) {
-            Ok(prepared) => prepared,
-            Err(error) => {
-                return Delegated::failed(format!(
-                    "subagent {name} was not started: {}",
-                    crate::describe(&error)
-                ));
-            }
-        };
+        let Start {
+            name,
+            prepared,
+            permission,
+            resume,
+        } = start;
+        let name = name.as_str();
         let mut exposure = turn.child_sessions().map(|children| {
             Exposure::announce(turn, children, call, name, &label(description, prompt))
         });
@@ -505,18 +580,44 @@ impl Subagents {
             exposure.finish(turn, &mut update_rx, &result).await;
         }
         if turn.is_cancelled() {
-            return Delegated::failed(CANCELLED);
-        }
-        if result.status == Status::Completed {
             return Delegated {
-                text: result
-                    .structured
-                    .as_ref()
-                    .map_or(result.output, ToString::to_string),
-                failed: false,
+                session: result.session_id,
+                ..Delegated::failed(CANCELLED)
             };
         }
-        ended(name, &result)
+        outcome(name, result, resume)
+    }
+}
+
+/// A finished run as the call's result: the answer (the checked JSON with an output schema), or
+/// how it ended.
+fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
+    if resume
+        && result.error_kind == Some(ErrorKind::Handshake)
+        && result.agent_exit.ended_by != "not-spawned"
+        && result
+            .error
+            .as_deref()
+            .is_some_and(|error| error.contains("loadSession"))
+    {
+        return Delegated::failed(format!(
+            "subagent {name} cannot be continued: its agent does not advertise loadSession, so its \
+             session cannot be loaded in a fresh process; start a new child with the subagent tool"
+        ));
+    }
+    if result.status == Status::Completed {
+        return Delegated {
+            text: result
+                .structured
+                .as_ref()
+                .map_or(result.output, ToString::to_string),
+            failed: false,
+            session: result.session_id,
+        };
+    }
+    Delegated {
+        session: result.session_id.clone(),
+        ..ended(name, &result)
     }
 }
 

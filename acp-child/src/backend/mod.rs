@@ -16,6 +16,7 @@ pub(crate) mod delegate;
 pub(crate) mod model;
 pub(crate) mod offline;
 pub(crate) mod permission;
+pub(crate) mod tasks;
 mod turn;
 
 use std::sync::Arc;

@@ -6,6 +6,7 @@
 
 mod acp_child;
 mod acp_child_model;
+mod background;
 mod batch;
 mod capabilities;
 mod cli_snapshots;

@@ -60,7 +60,10 @@ pub(crate) fn updates(
                     updates.push(SessionUpdate::ToolCall(shown));
                 }
             }
-            Record::Session { .. } | Record::Tool { .. } => {}
+            Record::Session { .. }
+            | Record::Tool { .. }
+            | Record::Notice { .. }
+            | Record::Child(_) => {}
         }
     }
     updates

@@ -11,6 +11,8 @@
 //!   calls a cancelled turn did not run are recorded as cancelled, so the next request is valid;
 //! - the calls of one reply run in order, except that consecutive `subagent` calls run together
 //!   (bounded by the subagents' own limit); their results are recorded in call order;
+//! - a background task's completion notice goes into the next request as a user message, once
+//!   (`backend::tasks`), and stays in the conversation;
 //! - cancellation is raced at every wait (request, stream, permission, command) and the turn then
 //!   returns `cancelled`; model failures become [`TurnError::Model`] (a JSON-RPC error).
 
@@ -54,6 +56,11 @@ pub(super) async fn run(
     );
     for request_number in 1..=config.max_turn_requests {
         tracing::debug!(request_number, "model request");
+        // Background tasks that finished since the last request: told once, between requests
+        // (never between a reply's tool calls and their results).
+        if let Some(notice) = memory.tasks().take_notices() {
+            memory.extend([Record::Notice { text: notice }]);
+        }
         let mut history = memory.history();
         history.extend(prompt.clone());
         let messages = wire::messages(system.clone(), &history);

@@ -84,8 +84,8 @@ pub(crate) fn messages(system: String, history: &[Record]) -> Vec<Message> {
     };
     for record in history {
         match record {
-            Record::Session { .. } => {}
-            Record::User { text } => {
+            Record::Session { .. } | Record::Child(_) => {}
+            Record::User { text } | Record::Notice { text } => {
                 close(&mut pending, &mut out);
                 out.push(Message::User {
                     content: text.clone(),

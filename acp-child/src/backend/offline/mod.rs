@@ -202,7 +202,10 @@ async fn delegate(
         .status(ToolCallStatus::InProgress)
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;
-    let result = subagents.run(turn, &id, name, prompt, None, None).await;
+    let result = match subagents.preflight(turn.workspace().root(), name, prompt, None, None) {
+        Ok(start) => subagents.run(turn, &id, start, prompt, None).await,
+        Err(refused) => refused,
+    };
     if result.failed {
         fail(turn, &id, &result.text)?;
     } else {

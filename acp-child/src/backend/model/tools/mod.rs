@@ -17,11 +17,16 @@
 mod capture;
 mod edit_file;
 mod files;
+mod list_agents;
 mod list_dir;
 mod read_file;
 mod run_command;
 mod search;
+mod send_message;
 pub(crate) mod subagent;
+mod task_kill;
+mod task_list;
+mod task_output;
 mod write_file;
 
 use std::path::Path;
@@ -67,13 +72,12 @@ pub(crate) trait Tool: Send + Sync {
     /// `None`: not offered there (a call the model makes anyway is still answered: refused with
     /// an explanation).
     fn definition(&self, _cwd: &Path) -> Option<Value> {
+        Some(self.offer())
+    }
+    /// The tool as an `OpenAI` function definition, from its name, description and parameters.
+    fn offer(&self) -> Value {
         let (properties, required) = self.parameters();
-        Some(function(
-            self.name(),
-            self.description(),
-            &properties,
-            required,
-        ))
+        function(self.name(), self.description(), &properties, required)
     }
     /// Parses a call's arguments (a JSON object).
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error>;
@@ -184,7 +188,9 @@ struct Parsed<'a> {
 
 impl Toolbox {
     /// Every built-in tool; `run_command` kills a command after `command_timeout`; `subagent`
-    /// when subagents are enabled.
+    /// and the tools reaching its children (`task_output`, `task_list`, `task_kill`,
+    /// `send_message`, `list_agents`; waits bounded by `command_timeout`) when subagents are
+    /// enabled.
     pub(crate) fn standard(command_timeout: Duration, subagents: Option<Arc<Subagents>>) -> Self {
         let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(read_file::ReadFile),
@@ -197,7 +203,24 @@ impl Toolbox {
             }),
         ];
         if let Some(subagents) = subagents {
-            tools.push(Box::new(subagent::Subagent { subagents }));
+            tools.push(Box::new(subagent::Subagent {
+                subagents: Arc::clone(&subagents),
+            }));
+            tools.push(Box::new(task_output::TaskOutput {
+                subagents: Arc::clone(&subagents),
+                timeout: command_timeout,
+            }));
+            tools.push(Box::new(task_list::TaskList {
+                subagents: Arc::clone(&subagents),
+            }));
+            tools.push(Box::new(task_kill::TaskKill {
+                subagents: Arc::clone(&subagents),
+                timeout: command_timeout,
+            }));
+            tools.push(Box::new(send_message::SendMessage {
+                subagents: Arc::clone(&subagents),
+            }));
+            tools.push(Box::new(list_agents::ListAgents { subagents }));
         }
         Self::new(tools)
     }
@@ -357,6 +380,17 @@ impl Toolbox {
         )?;
         Ok(result)
     }
+}
+
+/// Whether the delegation tools are offered in session directory `cwd` (the prompt face of the
+/// depth rule: not at the cap, not with nothing available).
+fn delegation_offered(subagents: &Subagents, cwd: &Path) -> bool {
+    subagents.offered(&subagents.catalog(cwd))
+}
+
+/// Whether the background task tools are offered: delegation is, and `--no-background` is off.
+fn background_offered(subagents: &Subagents, cwd: &Path) -> bool {
+    subagents.background() && delegation_offered(subagents, cwd)
 }
 
 /// The title of a call that could not be parsed: the tool's name, if it has one.

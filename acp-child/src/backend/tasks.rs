@@ -1,0 +1,615 @@
+//! A session's delegated children and background tasks: what outlives one tool call.
+//!
+//! Every child a session starts (a `subagent` call, in the foreground or the background) gets a
+//! child id here (`agent-1`, `agent-2`, ... counting per session) and a [`ChildEntry`]: its
+//! subagent name, the ACP session id its agent reported, its status and last activity. A
+//! background start is also a task (`subagent-1`, ... counting per session) that the session owns,
+//! not the turn that started it.
+//!
+//! Invariants:
+//! - ids are per session and only this session's tools see them (fencing: another session's id is
+//!   unknown here, so "no such task" / "no such child");
+//! - a child runs one turn at a time: every run of it (its first, a `send_message`) holds its
+//!   [`ChildEntry::gate`], so a message to a busy child waits behind the current turn;
+//! - a task is registered only once its start passed validation, and its run is spawned in the
+//!   same critical section, so a task id always names a run whose result can be collected;
+//! - once the session is closed ([`Tasks::shutdown`]) nothing new starts, and every running task
+//!   is cancelled (session/cancel, then the teardown ladder) and awaited;
+//! - a finished task's completion notice is handed out once ([`Tasks::take_notices`]), unless the
+//!   model already collected the task's result with `task_output` or killed it;
+//! - children are recorded in the session's store ([`ChildRecord`]) when a run of theirs ends, so
+//!   a session loaded later can continue them (by cold resume: no child process outlives its run).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use acp_host::run::Cancel;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::delegate::Delegated;
+
+/// The most bytes of a finished task's output a completion notice carries.
+const NOTICE_OUTPUT_BYTES: usize = 4 * 1024;
+
+/// A child as saved in its parent's session file (the last record of an id wins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChildRecord {
+    pub(crate) id: String,
+    /// The subagent's name (a registry agent or a definition).
+    pub(crate) agent: String,
+    /// The ACP session id its agent reported, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) session: Option<String>,
+    /// Whether its last run failed.
+    #[serde(default)]
+    pub(crate) failed: bool,
+}
+
+/// What a child is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChildStatus {
+    /// A turn of it is in flight.
+    Running,
+    /// Its last run ended; its process is gone (a message cold-resumes it).
+    Ended,
+    /// Its last run failed.
+    Failed,
+}
+
+impl ChildStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            ChildStatus::Running => "running",
+            ChildStatus::Ended => "ended",
+            ChildStatus::Failed => "failed",
+        }
+    }
+}
+
+/// One child of the session.
+#[derive(Debug, Clone)]
+pub(crate) struct ChildEntry {
+    pub(crate) id: String,
+    pub(crate) agent: String,
+    pub(crate) session: Option<String>,
+    pub(crate) status: ChildStatus,
+    pub(crate) last_activity: SystemTime,
+    /// Held by the run of this child in flight: one turn at a time.
+    pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// How a background task stands.
+#[derive(Debug, Clone)]
+enum TaskState {
+    Running,
+    Finished(Delegated),
+}
+
+#[derive(Debug)]
+struct Task {
+    id: String,
+    child: String,
+    agent: String,
+    label: String,
+    state: TaskState,
+    cancel: Cancel,
+    /// Fired once the task's result is in.
+    done: CancellationToken,
+    handle: Option<JoinHandle<()>>,
+    /// Its result reached the model (a notice, `task_output`, `task_kill`).
+    told: bool,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    tasks_started: u64,
+    children_started: u64,
+    tasks: Vec<Task>,
+    children: BTreeMap<u64, ChildEntry>,
+    /// Saved child records that could not be used, one line each.
+    unusable: Vec<String>,
+    closed: bool,
+}
+
+/// A session's children and background tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Tasks {
+    inner: Mutex<Inner>,
+}
+
+/// A task's state as the tools report it.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskView {
+    pub(crate) id: String,
+    pub(crate) child: String,
+    pub(crate) agent: String,
+    pub(crate) label: String,
+    /// `None` while running.
+    pub(crate) result: Option<Delegated>,
+}
+
+impl TaskView {
+    /// One line for `task_list` and the start of `task_output`.
+    pub(crate) fn line(&self) -> String {
+        let status = match &self.result {
+            None => "running",
+            Some(result) if result.failed => "failed",
+            Some(_) => "completed",
+        };
+        format!(
+            "{} ({status}): subagent {} as child {}: {}",
+            self.id, self.agent, self.child, self.label
+        )
+    }
+}
+
+/// Why a task cannot start, or a task or child cannot be found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum TaskError {
+    #[error("no such task {0:?}; task_list shows this session's tasks")]
+    NoSuchTask(String),
+    #[error("no such child {0:?}; list_agents shows this session's children")]
+    NoSuchChild(String),
+    #[error("this session is closed; no new subagent starts in it")]
+    Closed,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The number in an id `<prefix>-<n>`.
+fn number(id: &str, prefix: &str) -> Option<u64> {
+    id.strip_prefix(prefix)?.strip_prefix('-')?.parse().ok()
+}
+
+impl Tasks {
+    /// The table of a loaded session: its recorded children, ended (or failed).
+    pub(crate) fn restored(records: impl IntoIterator<Item = ChildRecord>) -> Self {
+        let tasks = Tasks::default();
+        {
+            let mut inner = lock(&tasks.inner);
+            for record in records {
+                let Some(n) = number(&record.id, "agent") else {
+                    tracing::warn!(id = %record.id, "skipping a child record with a malformed id");
+                    inner.unusable.push(format!(
+                        "{:?} (subagent {}): a saved child record with a malformed id; it cannot be continued",
+                        record.id, record.agent
+                    ));
+                    continue;
+                };
+                inner.children_started = inner.children_started.max(n);
+                inner.children.insert(
+                    n,
+                    ChildEntry {
+                        id: record.id,
+                        agent: record.agent,
+                        session: record.session,
+                        status: if record.failed {
+                            ChildStatus::Failed
+                        } else {
+                            ChildStatus::Ended
+                        },
+                        last_activity: SystemTime::now(),
+                        gate: Arc::default(),
+                    },
+                );
+            }
+        }
+        tasks
+    }
+
+    /// A new child (running its first turn), with its gate already held.
+    pub(crate) fn new_child(
+        &self,
+        agent: &str,
+    ) -> Result<(String, tokio::sync::OwnedMutexGuard<()>), TaskError> {
+        let mut inner = lock(&self.inner);
+        if inner.closed {
+            return Err(TaskError::Closed);
+        }
+        inner.children_started += 1;
+        let n = inner.children_started;
+        let id = format!("agent-{n}");
+        let gate: Arc<tokio::sync::Mutex<()>> = Arc::default();
+        let held = Arc::clone(&gate)
+            .try_lock_owned()
+            .map_err(|_| TaskError::Closed)?;
+        inner.children.insert(
+            n,
+            ChildEntry {
+                id: id.clone(),
+                agent: agent.to_owned(),
+                session: None,
+                status: ChildStatus::Running,
+                last_activity: SystemTime::now(),
+                gate,
+            },
+        );
+        Ok((id, held))
+    }
+
+    /// Child `id` of this session.
+    pub(crate) fn child(&self, id: &str) -> Result<ChildEntry, TaskError> {
+        let inner = lock(&self.inner);
+        if inner.closed {
+            return Err(TaskError::Closed);
+        }
+        number(id, "agent")
+            .and_then(|n| inner.children.get(&n))
+            .cloned()
+            .ok_or_else(|| TaskError::NoSuchChild(id.to_owned()))
+    }
+
+    /// Marks child `id` running (a message to it is being delivered).
+    pub(crate) fn child_running(&self, id: &str) {
+        self.update_child(id, |child| child.status = ChildStatus::Running);
+    }
+
+    /// Records how a run of child `id` ended; returns the record to save.
+    pub(crate) fn child_ended(
+        &self,
+        id: &str,
+        session: Option<&str>,
+        failed: bool,
+    ) -> Option<ChildRecord> {
+        self.update_child(id, |child| {
+            if let Some(session) = session {
+                child.session = Some(session.to_owned());
+            }
+            child.status = if failed {
+                ChildStatus::Failed
+            } else {
+                ChildStatus::Ended
+            };
+            ChildRecord {
+                id: child.id.clone(),
+                agent: child.agent.clone(),
+                session: child.session.clone(),
+                failed,
+            }
+        })
+    }
+
+    fn update_child<R>(&self, id: &str, change: impl FnOnce(&mut ChildEntry) -> R) -> Option<R> {
+        let mut inner = lock(&self.inner);
+        let child = number(id, "agent").and_then(|n| inner.children.get_mut(&n))?;
+        child.last_activity = SystemTime::now();
+        Some(change(child))
+    }
+
+    /// The session's children, in the order they started, and the saved records that could not
+    /// be used.
+    pub(crate) fn children(&self) -> (Vec<ChildEntry>, Vec<String>) {
+        let inner = lock(&self.inner);
+        (
+            inner.children.values().cloned().collect(),
+            inner.unusable.clone(),
+        )
+    }
+
+    /// Registers a background task for `child` and spawns its run (`run` watches `cancel` and
+    /// reports its result); refused once the session is closed. The child's `gate` is released
+    /// only once the result is recorded, so whoever waited for the child sees the task finished.
+    pub(crate) fn spawn<F>(
+        self: &Arc<Self>,
+        child: &str,
+        agent: &str,
+        label: &str,
+        cancel: Cancel,
+        gate: tokio::sync::OwnedMutexGuard<()>,
+        run: F,
+    ) -> Result<String, TaskError>
+    where
+        F: Future<Output = Delegated> + Send + 'static,
+    {
+        let mut inner = lock(&self.inner);
+        if inner.closed {
+            return Err(TaskError::Closed);
+        }
+        inner.tasks_started += 1;
+        let id = format!("subagent-{}", inner.tasks_started);
+        let done = CancellationToken::new();
+        let handle = {
+            let tasks = Arc::clone(self);
+            let id = id.clone();
+            let done = done.clone();
+            tokio::spawn(async move {
+                let result = run.await;
+                tasks.finish(&id, result);
+                drop(gate);
+                done.cancel();
+            })
+        };
+        inner.tasks.push(Task {
+            id: id.clone(),
+            child: child.to_owned(),
+            agent: agent.to_owned(),
+            label: label.to_owned(),
+            state: TaskState::Running,
+            cancel,
+            done,
+            handle: Some(handle),
+            told: false,
+        });
+        Ok(id)
+    }
+
+    fn finish(&self, id: &str, result: Delegated) {
+        let mut inner = lock(&self.inner);
+        if let Some(task) = inner.tasks.iter_mut().find(|task| task.id == id) {
+            task.state = TaskState::Finished(result);
+            task.handle = None;
+        }
+    }
+
+    fn view(task: &Task) -> TaskView {
+        TaskView {
+            id: task.id.clone(),
+            child: task.child.clone(),
+            agent: task.agent.clone(),
+            label: task.label.clone(),
+            result: match &task.state {
+                TaskState::Running => None,
+                TaskState::Finished(result) => Some(result.clone()),
+            },
+        }
+    }
+
+    /// The session's tasks, in the order they started.
+    pub(crate) fn list(&self) -> Vec<TaskView> {
+        lock(&self.inner).tasks.iter().map(Self::view).collect()
+    }
+
+    /// Task `id` now, and what fires once it is done; a finished task counts as told.
+    pub(crate) fn get(&self, id: &str) -> Result<(TaskView, CancellationToken), TaskError> {
+        let mut inner = lock(&self.inner);
+        let task = inner
+            .tasks
+            .iter_mut()
+            .find(|task| task.id == id)
+            .ok_or_else(|| TaskError::NoSuchTask(id.to_owned()))?;
+        if matches!(task.state, TaskState::Finished(_)) {
+            task.told = true;
+        }
+        Ok((Self::view(task), task.done.clone()))
+    }
+
+    /// Cancels task `id` (session/cancel, then the teardown ladder); returns what fires once its
+    /// run is over. Its result is then known to the model: no notice follows.
+    pub(crate) fn kill(&self, id: &str) -> Result<CancellationToken, TaskError> {
+        let mut inner = lock(&self.inner);
+        let task = inner
+            .tasks
+            .iter_mut()
+            .find(|task| task.id == id)
+            .ok_or_else(|| TaskError::NoSuchTask(id.to_owned()))?;
+        task.cancel.cancel();
+        task.told = true;
+        Ok(task.done.clone())
+    }
+
+    /// The completion notices not handed out yet, as one text for the model; each task's once.
+    pub(crate) fn take_notices(&self) -> Option<String> {
+        let mut inner = lock(&self.inner);
+        let mut text = String::new();
+        for task in &mut inner.tasks {
+            let TaskState::Finished(result) = &task.state else {
+                continue;
+            };
+            if task.told {
+                continue;
+            }
+            task.told = true;
+            let status = if result.failed { "failed" } else { "completed" };
+            let _ = write!(
+                text,
+                "{}Background task {} (subagent {}, child {}) {status}. Its result:\n{}",
+                if text.is_empty() { "" } else { "\n\n" },
+                task.id,
+                task.agent,
+                task.child,
+                bounded(&result.text),
+            );
+        }
+        (!text.is_empty()).then_some(text)
+    }
+
+    /// Cancels every running task (the session was cancelled); they end on their own.
+    pub(crate) fn cancel_all(&self) {
+        for task in &lock(&self.inner).tasks {
+            task.cancel.cancel();
+        }
+    }
+
+    /// Closes the session's table: nothing new starts, every running task is cancelled and
+    /// awaited (each run tears its process down before it returns).
+    pub(crate) async fn shutdown(&self) {
+        let handles: Vec<JoinHandle<()>> = {
+            let mut inner = lock(&self.inner);
+            inner.closed = true;
+            inner
+                .tasks
+                .iter_mut()
+                .filter_map(|task| {
+                    task.cancel.cancel();
+                    task.handle.take()
+                })
+                .collect()
+        };
+        for handle in handles {
+            if let Err(error) = handle.await {
+                tracing::warn!(%error, "a background task ended abnormally");
+            }
+        }
+    }
+}
+
+/// The head of a result for a notice, cut at a character boundary.
+fn bounded(text: &str) -> String {
+    if text.len() <= NOTICE_OUTPUT_BYTES {
+        return text.to_owned();
+    }
+    let mut cut = NOTICE_OUTPUT_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}… (cut; task_output returns all of it)",
+        text.get(..cut).unwrap_or_default()
+    )
+}
+
+/// One line per child for `list_agents`: id, subagent, status, last activity (seconds ago), and
+/// why a child cannot be continued (no session id, a subagent `available` does not name); then
+/// the `unusable` saved records.
+pub(crate) fn describe_children(
+    children: &[ChildEntry],
+    unusable: &[String],
+    available: impl Fn(&str) -> bool,
+) -> String {
+    if children.is_empty() && unusable.is_empty() {
+        return "no children in this session yet".to_owned();
+    }
+    let now = SystemTime::now();
+    let mut text = String::new();
+    for child in children {
+        let ago = now
+            .duration_since(child.last_activity)
+            .unwrap_or_default()
+            .as_secs();
+        let _ = write!(
+            text,
+            "{}{}: subagent {}, {}, last activity {ago} s ago",
+            if text.is_empty() { "" } else { "\n" },
+            child.id,
+            child.agent,
+            child.status.as_str(),
+        );
+        if child.session.is_none() && child.status != ChildStatus::Running {
+            text.push_str(" (cannot be continued: its agent reported no session id)");
+        } else if !available(&child.agent) {
+            let _ = write!(
+                text,
+                " (cannot be continued: subagent {} is not available in this session any more)",
+                child.agent
+            );
+        }
+    }
+    for problem in unusable {
+        let _ = write!(
+            text,
+            "{}unusable: {problem}",
+            if text.is_empty() { "" } else { "\n" }
+        );
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(text: &str) -> Delegated {
+        Delegated {
+            text: text.into(),
+            failed: false,
+            session: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn ids_count_per_session_and_a_notice_is_handed_out_once() {
+        let tasks = Arc::new(Tasks::default());
+        let (child, gate) = tasks.new_child("echo").unwrap();
+        assert_eq!(child, "agent-1");
+        let id = tasks
+            .spawn(&child, "echo", "say hi", Cancel::new(), gate, async {
+                done("hi")
+            })
+            .unwrap();
+        assert_eq!(id, "subagent-1");
+        let (_, finished) = tasks.get(&id).unwrap();
+        finished.cancelled().await;
+        let notice = tasks.take_notices().unwrap();
+        assert_eq!(
+            notice,
+            "Background task subagent-1 (subagent echo, child agent-1) completed. Its result:\nhi"
+        );
+        assert_eq!(tasks.take_notices(), None);
+        assert_eq!(
+            tasks.get("subagent-9").unwrap_err().to_string(),
+            "no such task \"subagent-9\"; task_list shows this session's tasks"
+        );
+        // Another session's table knows nothing of this one's ids.
+        let other = Tasks::default();
+        assert!(matches!(other.get(&id), Err(TaskError::NoSuchTask(_))));
+        assert!(matches!(
+            other.child(&child),
+            Err(TaskError::NoSuchChild(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn collected_results_send_no_notice_and_a_closed_table_starts_nothing() {
+        let tasks = Arc::new(Tasks::default());
+        let (child, gate) = tasks.new_child("echo").unwrap();
+        let id = tasks
+            .spawn(&child, "echo", "x", Cancel::new(), gate, async {
+                done("x")
+            })
+            .unwrap();
+        let (_, finished) = tasks.get(&id).unwrap();
+        finished.cancelled().await;
+        let (view, _) = tasks.get(&id).unwrap();
+        assert_eq!(view.result.unwrap().text, "x");
+        assert_eq!(tasks.take_notices(), None);
+        tasks.shutdown().await;
+        assert_eq!(tasks.new_child("echo").unwrap_err(), TaskError::Closed);
+    }
+
+    #[test]
+    fn restored_children_continue_the_count() {
+        let tasks = Tasks::restored([
+            ChildRecord {
+                id: "agent-2".into(),
+                agent: "echo".into(),
+                session: Some("s".into()),
+                failed: false,
+            },
+            ChildRecord {
+                id: "bogus".into(),
+                agent: "echo".into(),
+                session: None,
+                failed: false,
+            },
+        ]);
+        let (children, unusable) = tasks.children();
+        assert_eq!(children.len(), 1);
+        let listed = describe_children(&children, &unusable, |name| name != "echo");
+        assert!(
+            listed
+                .lines()
+                .next()
+                .unwrap()
+                .ends_with("s ago (cannot be continued: subagent echo is not available in this session any more)"),
+            "{listed}"
+        );
+        assert_eq!(
+            listed
+                .lines()
+                .map(|line| line.split_once(", last").map_or(line, |(head, _)| head))
+                .collect::<Vec<_>>(),
+            [
+                "agent-2: subagent echo, ended",
+                "unusable: \"bogus\" (subagent echo): a saved child record with a malformed id; it cannot be continued"
+            ]
+        );
+        assert_eq!(tasks.child("agent-2").unwrap().status, ChildStatus::Ended);
+        assert_eq!(tasks.new_child("echo").unwrap().0, "agent-3");
+    }
+}
