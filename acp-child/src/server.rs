@@ -281,17 +281,18 @@ fn initialize(
             ),
         );
     }
+    // Every backend honours a depth cap (the offline one delegates too); the tool filter and the
+    // output schema need the model's tools.
+    let mut fields = vec![capabilities::FIELD_MAX_DEPTH];
     if !offers.tools.is_empty() {
-        let mut meta = serde_json::Map::new();
-        meta.insert(
-            capabilities::EXTENSION.to_owned(),
-            json!({
-                "version": capabilities::EXTENSION_VERSION,
-                "fields": [capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA],
-            }),
-        );
-        capabilities = capabilities.meta(meta);
+        fields.extend([capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA]);
     }
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        capabilities::EXTENSION.to_owned(),
+        json!({"version": capabilities::EXTENSION_VERSION, "fields": fields}),
+    );
+    capabilities = capabilities.meta(meta);
     // Only v1 is spoken; answering with it lets a newer client downgrade or disconnect.
     InitializeResponse::new(ProtocolVersion::V1)
         .agent_capabilities(capabilities)
@@ -330,7 +331,9 @@ fn session_settings(request: &NewSessionRequest, offers: &Offers) -> Result<Sett
         .as_ref()
         .and_then(|meta| meta.get(capabilities::EXTENSION))
     {
-        (settings.tools, settings.output) = start_extension(extension, offers)?;
+        let extension = start_extension(extension, offers)?;
+        (settings.tools, settings.output, settings.max_depth) =
+            (extension.tools, extension.output, extension.max_depth);
     }
     Ok(settings)
 }
@@ -362,12 +365,17 @@ fn session_persona(system: &SystemPrompt, offers: &Offers) -> Result<SessionPers
     Ok(SessionPersona { persona, replace })
 }
 
+/// The start extension's fields, as a session takes them.
+#[derive(Default)]
+struct Extension {
+    tools: Option<ToolFilter>,
+    output: Option<Arc<OutputSchema>>,
+    max_depth: Option<u32>,
+}
+
 /// The start extension's fields: a tool filter whose names must all exist, an output schema that
-/// compiles.
-fn start_extension(
-    extension: &Value,
-    offers: &Offers,
-) -> Result<(Option<ToolFilter>, Option<Arc<OutputSchema>>), String> {
+/// compiles, a depth cap that is a whole number.
+fn start_extension(extension: &Value, offers: &Offers) -> Result<Extension, String> {
     let key = capabilities::EXTENSION;
     let Some(fields) = extension.as_object() else {
         return Err(format!("_meta.{key}: must be an object"));
@@ -378,8 +386,7 @@ fn start_extension(
             capabilities::EXTENSION_VERSION
         ));
     }
-    let mut tools = None;
-    let mut output = None;
+    let mut taken = Extension::default();
     for (name, value) in fields {
         match name.as_str() {
             "version" => {}
@@ -389,12 +396,21 @@ fn start_extension(
                 filter
                     .check(&offers.tools)
                     .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
-                tools = Some(filter);
+                taken.tools = Some(filter);
             }
             capabilities::FIELD_OUTPUT_SCHEMA if !offers.tools.is_empty() => {
                 let schema = OutputSchema::compile(value.clone())
                     .map_err(|error| format!("_meta.{key}.outputSchema: {error}"))?;
-                output = Some(Arc::new(schema));
+                taken.output = Some(Arc::new(schema));
+            }
+            capabilities::FIELD_MAX_DEPTH => {
+                let cap = value
+                    .as_u64()
+                    .and_then(|cap| u32::try_from(cap).ok())
+                    .ok_or_else(|| {
+                        format!("_meta.{key}.maxDepth: must be a whole number, not {value}")
+                    })?;
+                taken.max_depth = Some(cap);
             }
             other => {
                 return Err(format!(
@@ -404,7 +420,7 @@ fn start_extension(
             }
         }
     }
-    Ok((tools, output))
+    Ok(taken)
 }
 
 /// Selects a session's model; answers every config option's current value.

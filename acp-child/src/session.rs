@@ -10,8 +10,8 @@
 //! Each session also has a [`Memory`]: the conversation so far (for the model backend and
 //! `session/load`), the standing permission answers (`allow-always` / `reject-always`, per
 //! permission kind), the tool call ids announced so far (each is announced once) and the
-//! session's [`Settings`] (system prompt, model, tool filter). It lives as long as the connection
-//! and is shared with the session's turns.
+//! session's [`Settings`] (system prompt, model, tool filter, output schema, depth cap). It lives
+//! as long as the connection and is shared with the session's turns.
 //!
 //! The children a turn exposes as sessions of their own (ACP subagent sessions, when the client
 //! advertised them) are in [`ChildSessions`]: their ids are minted here too (`sub-1`, `sub-2`, ...,
@@ -25,11 +25,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use protocol::capabilities::ToolFilter;
+use protocol::depth::Budget;
 use protocol::structured::OutputSchema;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::model::persona::SessionPersona;
+use crate::backend::model::tools::subagent::NAME as SUBAGENT_TOOL;
 
 use crate::store::{Record, Store};
 use crate::workspace::Workspace;
@@ -56,6 +58,29 @@ pub(crate) struct Settings {
     pub(crate) tools: Option<ToolFilter>,
     /// A structured answer is asked for: the capture tool is offered with this schema.
     pub(crate) output: Option<Arc<OutputSchema>>,
+    /// The session's own delegation cap (the start extension's `maxDepth`): it lowers this
+    /// agent's inherited one for the session's delegation and commands, never raises it.
+    pub(crate) max_depth: Option<u32>,
+}
+
+impl Settings {
+    /// Where this session stands for delegation: this agent's own standing (inherited), the cap
+    /// lowered by the session's; `None` when the inherited values are malformed.
+    pub(crate) fn budget(&self) -> Option<Budget> {
+        crate::workspace::shell::own_budget().map(|budget| budget.lowered(self.max_depth))
+    }
+
+    /// The session's tool filter, with `subagent` denied when its own cap leaves no room to
+    /// delegate (so the model is not offered it, and a call made anyway is refused).
+    pub(crate) fn tool_filter(&self) -> Option<ToolFilter> {
+        let capped = self.max_depth.is_some() && !self.budget().is_some_and(Budget::may_delegate);
+        if !capped {
+            return self.tools.clone();
+        }
+        let mut filter = self.tools.clone().unwrap_or_default();
+        filter.deny.push(SUBAGENT_TOOL.to_owned());
+        Some(filter)
+    }
 }
 
 /// What a session remembers between its turns.

@@ -109,6 +109,9 @@ pub(crate) struct DriveConfig {
     pub(crate) resume: Option<String>,
     /// What the run asks of the agent at start; refused before the prompt when it cannot.
     pub(crate) wants: Wants,
+    /// The delegation cap the agent must enforce itself (the start extension's `maxDepth`), when
+    /// one was asked for explicitly; refused before the prompt when it cannot.
+    pub(crate) max_depth: Option<u32>,
     /// The agent as the user named it, for refusals.
     pub(crate) agent: String,
     /// The compiled output schema of `wants.output`.
@@ -923,8 +926,9 @@ async fn handshake(
             .map_err(|err| failed(Stage::Initialize, &err))?;
         let offers =
             Offers::from_initialize(&serde_json::to_value(&initialized).unwrap_or_default());
-        let plan = capabilities::plan_session(&config.wants, &offers, &config.agent)
-            .map_err(DriveEnd::Refused)?;
+        let plan =
+            capabilities::plan_session(&config.wants, config.max_depth, &offers, &config.agent)
+                .map_err(DriveEnd::Refused)?;
         if let Ok(mut delivery) = shared.persona_delivery.lock() {
             *delivery = plan.persona_delivery;
         }

@@ -361,10 +361,11 @@ impl Subagents {
     }
 
     /// The environment the library reads this agent's standing from: its own, even when it was
-    /// started by a person (no `ACP_HOST_DEPTH`), so its children run one deeper.
-    fn ambient(&self) -> Vec<(OsString, OsString)> {
+    /// started by a person (no `ACP_HOST_DEPTH`), so its children run one deeper; the cap lowered
+    /// to the session's own (`cap`, the start extension's `maxDepth`).
+    fn ambient(&self, cap: Option<u32>) -> Vec<(OsString, OsString)> {
         let mut ambient: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        if let Some(budget) = self.budget {
+        if let Some(budget) = self.budget.map(|budget| budget.lowered(cap)) {
             ambient.retain(|(name, _)| name != ACP_HOST_DEPTH && name != ACP_HOST_MAX_DEPTH);
             ambient.extend(
                 budget
@@ -439,7 +440,8 @@ impl Subagents {
         };
         let (request, permission) =
             self.request(target, prompt, turn.workspace().root(), output_schema);
-        let prepared = match run::prepare(request, self.ambient()) {
+        let cap = turn.memory().settings().max_depth;
+        let prepared = match run::prepare(request, self.ambient(cap)) {
             Ok(prepared) => prepared,
             Err(error) => {
                 return Delegated::failed(format!(
