@@ -4,7 +4,9 @@
 //! What differs between backends is asked of the [`Backend`]: sessions persist only when it has
 //! a session store (the model backend): then `loadSession` is advertised, session ids are random
 //! (`sess-<uuid>`, unique across connections), each session gets a JSONL file, and `session/load`
-//! replays a saved conversation before answering. Without a store (the offline backend) ids are
+//! replays a saved conversation before answering, the session keeping the settings it was saved
+//! with (system prompt, model, tool filter, output schema, depth limit) unless the request
+//! replaces them. Without a store (the offline backend) ids are
 //! `sess-1`, `sess-2`, ... and `session/load` is refused. The backend's slash commands, if any,
 //! are advertised after `session/new`. When the client advertises `subagents`, delegated children
 //! are exposed as sessions of their own (`backend::delegate`), and `session/cancel` naming one
@@ -319,21 +321,25 @@ fn config_options(offers: &Offers, settings: &Settings) -> Vec<SessionConfigOpti
 /// The id of the model config option.
 const MODEL_OPTION: &str = "model";
 
-/// What `session/new` asks of the session (system prompt, the start extension), checked against
-/// what the backend offers; `Err` is the message of an invalid-params error.
-fn session_settings(request: &NewSessionRequest, offers: &Offers) -> Result<Settings, String> {
-    let mut settings = Settings::default();
-    if let Some(system) = &request.system_prompt {
+/// What `session/new` (or `session/load`) asks of the session (`system_prompt`, the start
+/// extension in `meta`), checked against what the backend offers, over `base` (a loaded
+/// session's saved settings: what the request does not mention is kept); `Err` is the message of
+/// an invalid-params error.
+fn session_settings(
+    system_prompt: Option<&SystemPrompt>,
+    meta: Option<&serde_json::Map<String, Value>>,
+    offers: &Offers,
+    base: Settings,
+) -> Result<Settings, String> {
+    let mut settings = base;
+    if let Some(system) = system_prompt {
         settings.persona = Some(session_persona(system, offers)?);
     }
-    if let Some(extension) = request
-        .meta
-        .as_ref()
-        .and_then(|meta| meta.get(capabilities::EXTENSION))
-    {
+    if let Some(extension) = meta.and_then(|meta| meta.get(capabilities::EXTENSION)) {
         let extension = start_extension(extension, offers)?;
-        (settings.tools, settings.output, settings.max_depth) =
-            (extension.tools, extension.output, extension.max_depth);
+        settings.tools = extension.tools.or(settings.tools);
+        settings.output = extension.output.or(settings.output);
+        settings.max_depth = extension.max_depth.or(settings.max_depth);
     }
     Ok(settings)
 }
@@ -362,7 +368,11 @@ fn session_persona(system: &SystemPrompt, offers: &Offers) -> Result<SessionPers
         text.push_str(&block.text);
     }
     let persona = Persona::new(&text).map_err(|error| format!("systemPrompt: {error}"))?;
-    Ok(SessionPersona { persona, replace })
+    Ok(SessionPersona {
+        persona,
+        replace,
+        template: text,
+    })
 }
 
 /// The start extension's fields, as a session takes them.
@@ -484,7 +494,12 @@ fn new_session(
         }
     };
     let offers = backend.offers();
-    let settings = match session_settings(request, &offers) {
+    let settings = match session_settings(
+        request.system_prompt.as_ref(),
+        request.meta.as_ref(),
+        &offers,
+        Settings::default(),
+    ) {
         Ok(settings) => settings,
         Err(message) => {
             return responder.respond_with_error(AcpError::new(
@@ -503,7 +518,7 @@ fn new_session(
                     format!("session/new: {}", describe(&error)),
                 ));
             }
-            Memory::persistent(Arc::clone(store), &id, Vec::new())
+            Memory::persistent(Arc::clone(store), &id, Vec::new(), Settings::default())
         }
         None => Memory::default(),
     };
@@ -574,7 +589,29 @@ fn load_session(
             return responder.respond_with_error(refuse(code, describe(&error)));
         }
     };
-    let memory = Memory::persistent(Arc::clone(store), id, saved.history);
+    // The settings it was left with, then what this request asks (which wins where it speaks).
+    let offers = backend.offers();
+    let mut restored = saved.settings.map(Settings::restored).unwrap_or_default();
+    if let Some(model) = &restored.model
+        && !offers.models.contains(model)
+    {
+        tracing::warn!(session = id, %model, "the saved model is no longer offered; using the default");
+        restored.model = None;
+    }
+    let settings = match session_settings(
+        request.system_prompt.as_ref(),
+        request.meta.as_ref(),
+        &offers,
+        restored.clone(),
+    ) {
+        Ok(settings) => settings,
+        Err(message) => {
+            return responder.respond_with_error(refuse(ErrorCode::INVALID_PARAMS, message));
+        }
+    };
+    let options = config_options(&offers, &settings);
+    let memory = Memory::persistent(Arc::clone(store), id, saved.history, restored);
+    memory.configure(|current| *current = settings);
     let updates = backend.replay(&workspace, &memory);
     if let Err(error) = sessions.open(id, workspace, memory) {
         return responder.respond_with_error(refuse(ErrorCode::INVALID_REQUEST, error.to_string()));
@@ -588,7 +625,11 @@ fn load_session(
     for update in updates {
         cx.send_notification(SessionNotification::new(request.session_id.clone(), update))?;
     }
-    responder.respond(LoadSessionResponse::new())
+    let mut response = LoadSessionResponse::new();
+    if !options.is_empty() {
+        response = response.config_options(options);
+    }
+    responder.respond(response)
 }
 
 fn prompt(

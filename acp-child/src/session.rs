@@ -33,7 +33,8 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::model::persona::SessionPersona;
 use crate::backend::model::tools::subagent::NAME as SUBAGENT_TOOL;
 
-use crate::store::{Record, Store};
+use crate::backend::model::persona::Persona;
+use crate::store::{Record, SavedSettings, Store};
 use crate::workspace::Workspace;
 
 /// Why a prompt cannot start.
@@ -68,6 +69,51 @@ impl Settings {
     /// lowered by the session's; `None` when the inherited values are malformed.
     pub(crate) fn budget(&self) -> Option<Budget> {
         crate::workspace::shell::own_budget().map(|budget| budget.lowered(self.max_depth))
+    }
+
+    /// What is saved of these settings with a persistent session.
+    fn saved(&self) -> SavedSettings {
+        SavedSettings {
+            model: self.model.clone(),
+            persona: self.persona.as_ref().map(|p| p.template.clone()),
+            persona_replaces: self.persona.as_ref().is_some_and(|p| p.replace),
+            tools: self.tools.clone(),
+            output_schema: self.output.as_ref().map(|o| o.schema().clone()),
+            max_depth: self.max_depth,
+        }
+    }
+
+    /// The settings a saved session was left with. A saved persona or schema that no longer
+    /// parses (a file edited by hand) is dropped with a warning rather than making the session
+    /// unloadable.
+    pub(crate) fn restored(saved: SavedSettings) -> Self {
+        let persona = saved.persona.and_then(|template| {
+            Persona::new(&template)
+                .map(|persona| SessionPersona {
+                    persona,
+                    replace: saved.persona_replaces,
+                    template,
+                })
+                .inspect_err(|error| {
+                    tracing::warn!(error = %crate::describe(error), "dropping the saved system prompt");
+                })
+                .ok()
+        });
+        let output = saved.output_schema.and_then(|schema| {
+            OutputSchema::compile(schema)
+                .map(Arc::new)
+                .inspect_err(|error| {
+                    tracing::warn!(%error, "dropping the saved output schema");
+                })
+                .ok()
+        });
+        Self {
+            persona,
+            model: saved.model,
+            tools: saved.tools,
+            output,
+            max_depth: saved.max_depth,
+        }
     }
 
     /// The session's tool filter, with `subagent` denied when its own cap leaves no room to
@@ -105,14 +151,20 @@ impl Memory {
         }
     }
 
-    /// A memory whose additions are also appended to session `id`'s file in `store`.
+    /// A memory whose additions (and settings) are also saved to session `id`'s file in
+    /// `store`; it starts with `history` and `settings` (a loaded session's).
     #[must_use]
-    pub(crate) fn persistent(store: Arc<Store>, id: &str, history: Vec<Record>) -> Self {
+    pub(crate) fn persistent(
+        store: Arc<Store>,
+        id: &str,
+        history: Vec<Record>,
+        settings: Settings,
+    ) -> Self {
         Self {
             history: Mutex::new(history),
             standing: Mutex::default(),
             tool_call_ids: Mutex::default(),
-            settings: Mutex::default(),
+            settings: Mutex::new(settings),
             captured: Mutex::default(),
             saved_to: Some((store, id.to_owned())),
         }
@@ -152,8 +204,19 @@ impl Memory {
         lock(&self.settings).clone()
     }
 
+    /// Changes the session's settings; a persistent session saves them when they changed (a
+    /// failed save is logged: the session goes on with them).
     pub(crate) fn configure(&self, change: impl FnOnce(&mut Settings)) {
-        change(&mut lock(&self.settings));
+        let mut settings = lock(&self.settings);
+        let before = settings.saved();
+        change(&mut settings);
+        let after = settings.saved();
+        if let Some((store, id)) = &self.saved_to
+            && after != before
+            && let Err(error) = store.save_settings(id, &after)
+        {
+            tracing::warn!(session = %id, error = %crate::describe(&error), "cannot save the session's settings");
+        }
     }
 
     /// Keeps a checked structured answer (the latest call wins).
