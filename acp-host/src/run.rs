@@ -80,11 +80,13 @@ pub trait Observer: Send + Sync {
 /// Cancellation of a run, injected by the caller (Ctrl-C handler, a parent agent, a test).
 ///
 /// `cancel` is graceful: session/cancel, then a bounded wait, then the teardown ladder. `kill`
-/// skips the graces (a second Ctrl-C).
+/// skips the graces (a second Ctrl-C). `cancel_session` cancels one child session the agent
+/// exposed, and the run goes on.
 #[derive(Debug, Clone, Default)]
 pub struct Cancel {
     graceful: CancellationToken,
     immediate: CancellationToken,
+    sessions: Arc<client::SessionCancels>,
 }
 
 impl Cancel {
@@ -100,6 +102,14 @@ impl Cancel {
     pub fn kill(&self) {
         self.graceful.cancel();
         self.immediate.cancel();
+    }
+
+    /// Cancels one child session the agent announced in this run (ACP subagent sessions, as
+    /// observers see them in `Event::Update`'s `session_id`): `session/cancel` naming it is sent to the
+    /// agent while the prompt runs, and the run itself goes on. An id the agent did not announce
+    /// is ignored.
+    pub fn cancel_session(&self, session_id: &str) {
+        self.sessions.push(session_id);
     }
 
     #[must_use]
@@ -487,6 +497,7 @@ async fn supervise(
         agent: request.agent.display.clone(),
         schema,
         resume: request.resume.clone(),
+        child_cancels: Arc::clone(&cancel.sessions),
     };
     // The drive watches its own token: the caller's cancel and our deadline both feed it.
     let drive_cancel = cancel.graceful.child_token();
