@@ -4,7 +4,9 @@
 //! What differs between backends is asked of the [`Backend`]: sessions persist only when it has
 //! a session store (the model backend): then `loadSession` is advertised, session ids are random
 //! (`sess-<uuid>`, unique across connections), each session gets a JSONL file, and `session/load`
-//! replays a saved conversation before answering. Without a store (the offline backend) ids are
+//! replays a saved conversation before answering, the session keeping the settings it was saved
+//! with (system prompt, model, tool filter, output schema, depth limit) unless the request
+//! replaces them. Without a store (the offline backend) ids are
 //! `sess-1`, `sess-2`, ... and `session/load` is refused. The backend's slash commands, if any,
 //! are advertised after `session/new`. When the client advertises `subagents`, delegated children
 //! are exposed as sessions of their own (`backend::delegate`), and `session/cancel` naming one
@@ -334,17 +336,18 @@ fn initialize(
         );
     }
     capabilities = capabilities.session_capabilities(sessions);
+    // Every backend honours a depth cap (the offline one delegates too); the tool filter and the
+    // output schema need the model's tools.
+    let mut fields = vec![capabilities::FIELD_MAX_DEPTH];
     if !offers.tools.is_empty() {
-        let mut meta = serde_json::Map::new();
-        meta.insert(
-            capabilities::EXTENSION.to_owned(),
-            json!({
-                "version": capabilities::EXTENSION_VERSION,
-                "fields": [capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA],
-            }),
-        );
-        capabilities = capabilities.meta(meta);
+        fields.extend([capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA]);
     }
+    let mut meta = serde_json::Map::new();
+    meta.insert(
+        capabilities::EXTENSION.to_owned(),
+        json!({"version": capabilities::EXTENSION_VERSION, "fields": fields}),
+    );
+    capabilities = capabilities.meta(meta);
     // Only v1 is spoken; answering with it lets a newer client downgrade or disconnect.
     InitializeResponse::new(ProtocolVersion::V1)
         .agent_capabilities(capabilities)
@@ -371,19 +374,25 @@ fn config_options(offers: &Offers, settings: &Settings) -> Vec<SessionConfigOpti
 /// The id of the model config option.
 const MODEL_OPTION: &str = "model";
 
-/// What `session/new` asks of the session (system prompt, the start extension), checked against
-/// what the backend offers; `Err` is the message of an invalid-params error.
-fn session_settings(request: &NewSessionRequest, offers: &Offers) -> Result<Settings, String> {
-    let mut settings = Settings::default();
-    if let Some(system) = &request.system_prompt {
+/// What `session/new` (or `session/load`) asks of the session (`system_prompt`, the start
+/// extension in `meta`), checked against what the backend offers, over `base` (a loaded
+/// session's saved settings: what the request does not mention is kept); `Err` is the message of
+/// an invalid-params error.
+fn session_settings(
+    system_prompt: Option<&SystemPrompt>,
+    meta: Option<&serde_json::Map<String, Value>>,
+    offers: &Offers,
+    base: Settings,
+) -> Result<Settings, String> {
+    let mut settings = base;
+    if let Some(system) = system_prompt {
         settings.persona = Some(session_persona(system, offers)?);
     }
-    if let Some(extension) = request
-        .meta
-        .as_ref()
-        .and_then(|meta| meta.get(capabilities::EXTENSION))
-    {
-        (settings.tools, settings.output) = start_extension(extension, offers)?;
+    if let Some(extension) = meta.and_then(|meta| meta.get(capabilities::EXTENSION)) {
+        let extension = start_extension(extension, offers)?;
+        settings.tools = extension.tools.or(settings.tools);
+        settings.output = extension.output.or(settings.output);
+        settings.max_depth = extension.max_depth.or(settings.max_depth);
     }
     Ok(settings)
 }
@@ -412,15 +421,24 @@ fn session_persona(system: &SystemPrompt, offers: &Offers) -> Result<SessionPers
         text.push_str(&block.text);
     }
     let persona = Persona::new(&text).map_err(|error| format!("systemPrompt: {error}"))?;
-    Ok(SessionPersona { persona, replace })
+    Ok(SessionPersona {
+        persona,
+        replace,
+        template: text,
+    })
+}
+
+/// The start extension's fields, as a session takes them.
+#[derive(Default)]
+struct Extension {
+    tools: Option<ToolFilter>,
+    output: Option<Arc<OutputSchema>>,
+    max_depth: Option<u32>,
 }
 
 /// The start extension's fields: a tool filter whose names must all exist, an output schema that
-/// compiles.
-fn start_extension(
-    extension: &Value,
-    offers: &Offers,
-) -> Result<(Option<ToolFilter>, Option<Arc<OutputSchema>>), String> {
+/// compiles, a depth cap that is a whole number.
+fn start_extension(extension: &Value, offers: &Offers) -> Result<Extension, String> {
     let key = capabilities::EXTENSION;
     let Some(fields) = extension.as_object() else {
         return Err(format!("_meta.{key}: must be an object"));
@@ -431,8 +449,7 @@ fn start_extension(
             capabilities::EXTENSION_VERSION
         ));
     }
-    let mut tools = None;
-    let mut output = None;
+    let mut taken = Extension::default();
     for (name, value) in fields {
         match name.as_str() {
             "version" => {}
@@ -442,12 +459,21 @@ fn start_extension(
                 filter
                     .check(&offers.tools)
                     .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
-                tools = Some(filter);
+                taken.tools = Some(filter);
             }
             capabilities::FIELD_OUTPUT_SCHEMA if !offers.tools.is_empty() => {
                 let schema = OutputSchema::compile(value.clone())
                     .map_err(|error| format!("_meta.{key}.outputSchema: {error}"))?;
-                output = Some(Arc::new(schema));
+                taken.output = Some(Arc::new(schema));
+            }
+            capabilities::FIELD_MAX_DEPTH => {
+                let cap = value
+                    .as_u64()
+                    .and_then(|cap| u32::try_from(cap).ok())
+                    .ok_or_else(|| {
+                        format!("_meta.{key}.maxDepth: must be a whole number, not {value}")
+                    })?;
+                taken.max_depth = Some(cap);
             }
             other => {
                 return Err(format!(
@@ -457,7 +483,7 @@ fn start_extension(
             }
         }
     }
-    Ok((tools, output))
+    Ok(taken)
 }
 
 /// Selects a session's model; answers every config option's current value.
@@ -521,7 +547,12 @@ fn new_session(
         }
     };
     let offers = backend.offers();
-    let settings = match session_settings(request, &offers) {
+    let settings = match session_settings(
+        request.system_prompt.as_ref(),
+        request.meta.as_ref(),
+        &offers,
+        Settings::default(),
+    ) {
         Ok(settings) => settings,
         Err(message) => {
             return responder.respond_with_error(AcpError::new(
@@ -540,7 +571,7 @@ fn new_session(
                     format!("session/new: {}", describe(&error)),
                 ));
             }
-            Memory::persistent(Arc::clone(store), &id, Vec::new())
+            Memory::persistent(Arc::clone(store), &id, Vec::new(), Settings::default())
         }
         None => Memory::default(),
     };
@@ -611,7 +642,29 @@ fn load_session(
             return responder.respond_with_error(refuse(code, describe(&error)));
         }
     };
-    let memory = Memory::persistent(Arc::clone(store), id, saved.history);
+    // The settings it was left with, then what this request asks (which wins where it speaks).
+    let offers = backend.offers();
+    let mut restored = saved.settings.map(Settings::restored).unwrap_or_default();
+    if let Some(model) = &restored.model
+        && !offers.models.contains(model)
+    {
+        tracing::warn!(session = id, %model, "the saved model is no longer offered; using the default");
+        restored.model = None;
+    }
+    let settings = match session_settings(
+        request.system_prompt.as_ref(),
+        request.meta.as_ref(),
+        &offers,
+        restored.clone(),
+    ) {
+        Ok(settings) => settings,
+        Err(message) => {
+            return responder.respond_with_error(refuse(ErrorCode::INVALID_PARAMS, message));
+        }
+    };
+    let options = config_options(&offers, &settings);
+    let memory = Memory::persistent(Arc::clone(store), id, saved.history, restored);
+    memory.configure(|current| *current = settings);
     let updates = backend.replay(&workspace, &memory);
     if let Err(error) = sessions.open(id, workspace, memory) {
         return responder.respond_with_error(refuse(ErrorCode::INVALID_REQUEST, error.to_string()));
@@ -625,7 +678,11 @@ fn load_session(
     for update in updates {
         cx.send_notification(SessionNotification::new(request.session_id.clone(), update))?;
     }
-    responder.respond(LoadSessionResponse::new())
+    let mut response = LoadSessionResponse::new();
+    if !options.is_empty() {
+        response = response.config_options(options);
+    }
+    responder.respond(response)
 }
 
 fn prompt(

@@ -10,8 +10,8 @@
 //! Each session also has a [`Memory`]: the conversation so far (for the model backend and
 //! `session/load`), the standing permission answers (`allow-always` / `reject-always`, per
 //! permission kind), the tool call ids announced so far (each is announced once) and the
-//! session's [`Settings`] (system prompt, model, tool filter). It lives as long as the connection
-//! and is shared with the session's turns.
+//! session's [`Settings`] (system prompt, model, tool filter, output schema, depth cap). It lives
+//! as long as the connection and is shared with the session's turns.
 //!
 //! The children a turn exposes as sessions of their own (ACP subagent sessions, when the client
 //! advertised them) are in [`ChildSessions`]: their ids are minted here too (`sub-1`, `sub-2`, ...,
@@ -25,14 +25,17 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use protocol::capabilities::ToolFilter;
+use protocol::depth::Budget;
 use protocol::structured::OutputSchema;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::model::persona::SessionPersona;
+use crate::backend::model::tools::subagent::NAME as SUBAGENT_TOOL;
 use crate::backend::tasks::{ChildRecord, Tasks};
 
-use crate::store::{Record, Store};
+use crate::backend::model::persona::Persona;
+use crate::store::{Record, SavedSettings, Store};
 use crate::workspace::Workspace;
 
 /// Why a prompt cannot start.
@@ -57,6 +60,74 @@ pub(crate) struct Settings {
     pub(crate) tools: Option<ToolFilter>,
     /// A structured answer is asked for: the capture tool is offered with this schema.
     pub(crate) output: Option<Arc<OutputSchema>>,
+    /// The session's own delegation cap (the start extension's `maxDepth`): it lowers this
+    /// agent's inherited one for the session's delegation and commands, never raises it.
+    pub(crate) max_depth: Option<u32>,
+}
+
+impl Settings {
+    /// Where this session stands for delegation: this agent's own standing (inherited), the cap
+    /// lowered by the session's; `None` when the inherited values are malformed.
+    pub(crate) fn budget(&self) -> Option<Budget> {
+        crate::workspace::shell::own_budget().map(|budget| budget.lowered(self.max_depth))
+    }
+
+    /// What is saved of these settings with a persistent session.
+    fn saved(&self) -> SavedSettings {
+        SavedSettings {
+            model: self.model.clone(),
+            persona: self.persona.as_ref().map(|p| p.template.clone()),
+            persona_replaces: self.persona.as_ref().is_some_and(|p| p.replace),
+            tools: self.tools.clone(),
+            output_schema: self.output.as_ref().map(|o| o.schema().clone()),
+            max_depth: self.max_depth,
+        }
+    }
+
+    /// The settings a saved session was left with. A saved persona or schema that no longer
+    /// parses (a file edited by hand) is dropped with a warning rather than making the session
+    /// unloadable.
+    pub(crate) fn restored(saved: SavedSettings) -> Self {
+        let persona = saved.persona.and_then(|template| {
+            Persona::new(&template)
+                .map(|persona| SessionPersona {
+                    persona,
+                    replace: saved.persona_replaces,
+                    template,
+                })
+                .inspect_err(|error| {
+                    tracing::warn!(error = %crate::describe(error), "dropping the saved system prompt");
+                })
+                .ok()
+        });
+        let output = saved.output_schema.and_then(|schema| {
+            OutputSchema::compile(schema)
+                .map(Arc::new)
+                .inspect_err(|error| {
+                    tracing::warn!(%error, "dropping the saved output schema");
+                })
+                .ok()
+        });
+        Self {
+            persona,
+            model: saved.model,
+            tools: saved.tools,
+            output,
+            max_depth: saved.max_depth,
+        }
+    }
+
+    /// The session's tool filter, with `subagent` denied when its own cap leaves no room to
+    /// delegate (so the model is not offered it, and a call made anyway is refused).
+    pub(crate) fn tool_filter(&self) -> Option<ToolFilter> {
+        let capped = self.max_depth.is_some() && !self.budget().is_some_and(Budget::may_delegate);
+        if !capped {
+            return self.tools.clone();
+        }
+        let mut filter = self.tools.clone().unwrap_or_default();
+        filter.deny.push(SUBAGENT_TOOL.to_owned());
+        Some(filter)
+    }
 }
 
 /// What a session remembers between its turns.
@@ -83,10 +154,15 @@ impl Memory {
         }
     }
 
-    /// A memory whose additions are also appended to session `id`'s file in `store`. A saved
-    /// conversation's child records become its children table, not history.
+    /// A memory whose additions (and settings) are also saved to session `id`'s file in
+    /// `store`; it starts with `history` and `settings` (a loaded session's).
     #[must_use]
-    pub(crate) fn persistent(store: Arc<Store>, id: &str, history: Vec<Record>) -> Self {
+    pub(crate) fn persistent(
+        store: Arc<Store>,
+        id: &str,
+        history: Vec<Record>,
+        settings: Settings,
+    ) -> Self {
         let (children, history): (Vec<Record>, Vec<Record>) = history
             .into_iter()
             .partition(|record| matches!(record, Record::Child(_)));
@@ -98,7 +174,7 @@ impl Memory {
             history: Mutex::new(history),
             standing: Mutex::default(),
             tool_call_ids: Mutex::default(),
-            settings: Mutex::default(),
+            settings: Mutex::new(settings),
             captured: Mutex::default(),
             saved_to: Some((store, id.to_owned())),
             tasks: Arc::new(Tasks::restored(children)),
@@ -154,8 +230,19 @@ impl Memory {
         lock(&self.settings).clone()
     }
 
+    /// Changes the session's settings; a persistent session saves them when they changed (a
+    /// failed save is logged: the session goes on with them).
     pub(crate) fn configure(&self, change: impl FnOnce(&mut Settings)) {
-        change(&mut lock(&self.settings));
+        let mut settings = lock(&self.settings);
+        let before = settings.saved();
+        change(&mut settings);
+        let after = settings.saved();
+        if let Some((store, id)) = &self.saved_to
+            && after != before
+            && let Err(error) = store.save_settings(id, &after)
+        {
+            tracing::warn!(session = %id, error = %crate::describe(&error), "cannot save the session's settings");
+        }
     }
 
     /// Keeps a checked structured answer (the latest call wins).

@@ -3,6 +3,9 @@
 //! File `<dir>/<session-id>.jsonl`: the first line is a [`Record::Session`] header (the session's
 //! directory), then one [`Record`] per conversation step, appended as the turn goes (a user prompt,
 //! an assistant message with its tool calls, a tool result). Loading reads them back in order.
+//! Between them, a `{"type": "settings", ...}` line ([`SavedSettings`]) is appended whenever the
+//! session's settings change (at `session/new`, on `session/set_config_option`); the last one is
+//! the session's settings when it is loaded. It is not part of the conversation.
 //!
 //! Invariants: a session id becomes a file name only after [`check_id`] (letters, digits, `-`, `_`;
 //! no path separators, so a client cannot name a file outside the directory); records are only ever
@@ -12,6 +15,7 @@
 use std::io::{self, BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 
+use protocol::capabilities::ToolFilter;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -42,6 +46,30 @@ pub(crate) enum Record {
     /// A delegated child of this session (kept out of the conversation when loaded).
     Child(crate::backend::tasks::ChildRecord),
 }
+
+/// What a session was set up with, as saved: the `session/new` choices (system prompt, tool
+/// filter, output schema, depth limit) and the model selected since.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SavedSettings {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) model: Option<String>,
+    /// The system prompt's template text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) persona: Option<String>,
+    /// Whether the system prompt replaces the agent's own (`override`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) persona_replaces: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) tools: Option<ToolFilter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) output_schema: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) max_depth: Option<u32>,
+}
+
+/// The settings line's `type`.
+const SETTINGS_TYPE: &str = "settings";
 
 /// A tool call the model made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +109,8 @@ pub(crate) struct Saved {
     pub(crate) cwd: PathBuf,
     /// The conversation, in order (without the header).
     pub(crate) history: Vec<Record>,
+    /// The last settings saved, if any.
+    pub(crate) settings: Option<SavedSettings>,
 }
 
 /// The directory holding the session files.
@@ -135,6 +165,30 @@ impl Store {
             .map_err(|source| io_error("append to", source))
     }
 
+    /// Appends a session's settings, replacing the earlier ones when it is loaded.
+    pub(crate) fn save_settings(
+        &self,
+        id: &str,
+        settings: &SavedSettings,
+    ) -> Result<(), StoreError> {
+        let path = self.path(id)?;
+        let mut value = serde_json::to_value(settings).unwrap_or_default();
+        value["type"] = SETTINGS_TYPE.into();
+        let mut text = value.to_string();
+        text.push('\n');
+        let io_error = |action, source| StoreError::Io {
+            action,
+            path: path.clone(),
+            source,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|source| io_error("open", source))?;
+        file.write_all(text.as_bytes())
+            .map_err(|source| io_error("append to", source))
+    }
+
     /// Reads a session back.
     pub(crate) fn load(&self, id: &str) -> Result<Saved, StoreError> {
         let path = self.path(id)?;
@@ -155,6 +209,7 @@ impl Store {
             }
         };
         let mut records = Vec::new();
+        let mut settings = None;
         for (number, text) in io::BufReader::new(file).lines().enumerate() {
             let text = text.map_err(|source| StoreError::Io {
                 action: "read",
@@ -164,8 +219,18 @@ impl Store {
             if text.trim().is_empty() {
                 continue;
             }
-            match serde_json::from_str::<Record>(&text) {
-                Ok(record) => records.push(record),
+            let parsed = serde_json::from_str::<serde_json::Value>(&text).and_then(|value| {
+                if value.get("type").and_then(serde_json::Value::as_str) == Some(SETTINGS_TYPE) {
+                    serde_json::from_value::<SavedSettings>(value).map(|saved| {
+                        settings = Some(saved);
+                        None
+                    })
+                } else {
+                    serde_json::from_value::<Record>(value).map(Some)
+                }
+            });
+            match parsed {
+                Ok(record) => records.extend(record),
                 Err(error) => tracing::warn!(
                     path = %path.display(),
                     line = number + 1,
@@ -179,6 +244,7 @@ impl Store {
             Some(Record::Session { cwd }) => Ok(Saved {
                 cwd,
                 history: records.collect(),
+                settings,
             }),
             _ => Err(StoreError::NoHeader { path }),
         }
@@ -243,11 +309,43 @@ mod tests {
         let saved = store.load("sess-a").unwrap();
         assert_eq!(saved.cwd, PathBuf::from("/project"));
         assert_eq!(saved.history, history);
+        assert_eq!(saved.settings, None);
         // Never clobbered.
         assert!(matches!(
             store.create("sess-a", Path::new("/other")),
             Err(StoreError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn the_last_settings_saved_win_and_are_not_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        store.create("s", Path::new("/p")).unwrap();
+        let first = SavedSettings {
+            model: Some("m1".into()),
+            persona: Some("Be {{model}}.".into()),
+            persona_replaces: true,
+            tools: Some(ToolFilter {
+                allow: None,
+                deny: vec!["run_command".into()],
+            }),
+            output_schema: Some(serde_json::json!({"type": "object"})),
+            max_depth: Some(0),
+        };
+        store.save_settings("s", &first).unwrap();
+        store
+            .append("s", &[Record::User { text: "a".into() }])
+            .unwrap();
+        assert_eq!(store.load("s").unwrap().settings, Some(first.clone()));
+        let second = SavedSettings {
+            model: Some("m2".into()),
+            ..first
+        };
+        store.save_settings("s", &second).unwrap();
+        let saved = store.load("s").unwrap();
+        assert_eq!(saved.settings, Some(second));
+        assert_eq!(saved.history, vec![Record::User { text: "a".into() }]);
     }
 
     #[test]

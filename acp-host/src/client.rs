@@ -21,6 +21,8 @@
 //! - that task keeps draining (and discarding) the agent's stdout after the drive ended, until EOF
 //!   or teardown ends it: an agent flushing a last line during the EOF grace never dies of EPIPE;
 //! - once cancellation began, every permission request (pending or new) is answered `cancelled`;
+//! - the caller may cancel one child session ([`SessionCancels`]): while a prompt runs, a
+//!   `session/cancel` naming it is sent, only for a child the agent announced in this run;
 //! - a permission request is read leniently from its JSON (unknown option kinds, numeric ids,
 //!   missing names), so it always reaches the handler and the record; the chosen id is echoed back
 //!   exactly as the agent sent it;
@@ -109,10 +111,40 @@ pub(crate) struct DriveConfig {
     pub(crate) resume: Option<String>,
     /// What the run asks of the agent at start; refused before the prompt when it cannot.
     pub(crate) wants: Wants,
+    /// The delegation cap the agent must enforce itself (the start extension's `maxDepth`), when
+    /// one was asked for explicitly; refused before the prompt when it cannot.
+    pub(crate) max_depth: Option<u32>,
     /// The agent as the user named it, for refusals.
     pub(crate) agent: String,
     /// The compiled output schema of `wants.output`.
     pub(crate) schema: Option<Arc<OutputSchema>>,
+    /// Child sessions to cancel while a prompt runs.
+    pub(crate) child_cancels: Arc<SessionCancels>,
+}
+
+/// Child sessions the caller asked to cancel ([`crate::run::Cancel::cancel_session`]), queued
+/// for the drive, which sends `session/cancel` for each one the agent announced while its prompt
+/// runs.
+#[derive(Debug, Default)]
+pub(crate) struct SessionCancels {
+    queue: Mutex<Vec<String>>,
+    notify: tokio::sync::Notify,
+}
+
+impl SessionCancels {
+    pub(crate) fn push(&self, session_id: &str) {
+        if let Ok(mut queue) = self.queue.lock() {
+            queue.push(session_id.to_owned());
+        }
+        self.notify.notify_one();
+    }
+
+    fn take(&self) -> Vec<String> {
+        self.queue
+            .lock()
+            .map(|mut queue| std::mem::take(&mut *queue))
+            .unwrap_or_default()
+    }
 }
 
 /// The structured answer of a run, once the drive has checked it.
@@ -880,25 +912,41 @@ async fn prompt_turn(
     };
     let answer = cx.send_request(prompt).block_task();
     tokio::pin!(answer);
-    tokio::select! {
-        biased;
-        response = &mut answer => response.map_err(|err| failed(Stage::Prompt, &err)),
-        () = cancel.cancelled() => {
-            shared.cancelling.store(true, Ordering::SeqCst);
-            if let Err(err) = cx.send_notification(CancelNotification::new(session_id.to_owned())) {
-                tracing::debug!(%err, "could not send session/cancel");
+    loop {
+        tokio::select! {
+            biased;
+            response = &mut answer => return response.map_err(|err| failed(Stage::Prompt, &err)),
+            () = cancel.cancelled() => break,
+            () = config.child_cancels.notify.notified() => {
+                for child in config.child_cancels.take() {
+                    // Only a session the agent announced in this run: never ours, never foreign.
+                    if shared.child(&child).is_none() {
+                        tracing::debug!(session = %child, "not a child session of this run; not cancelled");
+                        continue;
+                    }
+                    if let Err(err) = cx.send_notification(CancelNotification::new(child)) {
+                        tracing::debug!(%err, "could not send session/cancel for a child session");
+                    }
+                }
             }
-            let stop_reason = match tokio::time::timeout(config.cancel_grace, answer).await {
-                Ok(Ok(value)) => match stop_reason_of(&value) {
-                    DriveEnd::Stopped { stop_reason } => Some(stop_reason),
-                    _ => None,
-                },
-                // A torn pipe after cancel, or no answer within the grace: still a cancel.
-                Ok(Err(_)) | Err(_) => None,
-            };
-            Err(DriveEnd::Cancelled { prompt_sent: true, stop_reason })
         }
     }
+    shared.cancelling.store(true, Ordering::SeqCst);
+    if let Err(err) = cx.send_notification(CancelNotification::new(session_id.to_owned())) {
+        tracing::debug!(%err, "could not send session/cancel");
+    }
+    let stop_reason = match tokio::time::timeout(config.cancel_grace, answer).await {
+        Ok(Ok(value)) => match stop_reason_of(&value) {
+            DriveEnd::Stopped { stop_reason } => Some(stop_reason),
+            _ => None,
+        },
+        // A torn pipe after cancel, or no answer within the grace: still a cancel.
+        Ok(Err(_)) | Err(_) => None,
+    };
+    Err(DriveEnd::Cancelled {
+        prompt_sent: true,
+        stop_reason,
+    })
 }
 
 /// initialize, the start-time capabilities decided, session/new (or session/load when resuming),
@@ -931,8 +979,9 @@ async fn handshake(
             .map_err(|err| failed(Stage::Initialize, &err))?;
         let offers =
             Offers::from_initialize(&serde_json::to_value(&initialized).unwrap_or_default());
-        let plan = capabilities::plan_session(&config.wants, &offers, &config.agent)
-            .map_err(DriveEnd::Refused)?;
+        let plan =
+            capabilities::plan_session(&config.wants, config.max_depth, &offers, &config.agent)
+                .map_err(DriveEnd::Refused)?;
         if let Ok(mut delivery) = shared.persona_delivery.lock() {
             *delivery = plan.persona_delivery;
         }

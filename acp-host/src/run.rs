@@ -9,8 +9,9 @@
 //!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
 //! - teardown runs on every path once a process exists, and the result records how it ended;
 //! - the run id is minted here, never taken from the agent;
-//! - what the request asks of the agent at start (persona, model, tool filter) is honoured or the
-//!   run ends `error` with kind `capability` before the prompt is sent (`protocol::capabilities`);
+//! - what the request asks of the agent at start (persona, model, tool filter, an explicit depth
+//!   cap) is honoured or the run ends `error` with kind `capability` before the prompt is sent
+//!   (`protocol::capabilities`);
 //! - the agent's `ACP_HOST_DEPTH` / `ACP_HOST_MAX_DEPTH` are set here from the caller's own
 //!   (`protocol::depth`), overriding any forwarded value; a start past the cap is refused with
 //!   `depth-limit` before anything is spawned (a budget against runaway recursion, not a security
@@ -79,11 +80,13 @@ pub trait Observer: Send + Sync {
 /// Cancellation of a run, injected by the caller (Ctrl-C handler, a parent agent, a test).
 ///
 /// `cancel` is graceful: session/cancel, then a bounded wait, then the teardown ladder. `kill`
-/// skips the graces (a second Ctrl-C).
+/// skips the graces (a second Ctrl-C). `cancel_session` cancels one child session the agent
+/// exposed, and the run goes on.
 #[derive(Debug, Clone, Default)]
 pub struct Cancel {
     graceful: CancellationToken,
     immediate: CancellationToken,
+    sessions: Arc<client::SessionCancels>,
 }
 
 impl Cancel {
@@ -99,6 +102,14 @@ impl Cancel {
     pub fn kill(&self) {
         self.graceful.cancel();
         self.immediate.cancel();
+    }
+
+    /// Cancels one child session the agent announced in this run (ACP subagent sessions, as
+    /// observers see them in `Event::Update`'s `session_id`): `session/cancel` naming it is sent to the
+    /// agent while the prompt runs, and the run itself goes on. An id the agent did not announce
+    /// is ignored.
+    pub fn cancel_session(&self, session_id: &str) {
+        self.sessions.push(session_id);
     }
 
     #[must_use]
@@ -261,11 +272,14 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     ));
     let mut result = unsettled_result(run_id, env.scrubbed.clone());
 
-    if let Err(refused) = budget {
-        result.error = Some(refused.to_string());
-        result.error_kind = Some(ErrorKind::DepthLimit);
-        return finish(result, started, &notifier, false, cancel).await;
-    }
+    let budget = match budget {
+        Ok(budget) => budget,
+        Err(refused) => {
+            result.error = Some(refused.to_string());
+            result.error_kind = Some(ErrorKind::DepthLimit);
+            return finish(result, started, &notifier, false, cancel).await;
+        }
+    };
     if cancel.is_cancelled() {
         result.status = Status::Aborted;
         return finish(result, started, &notifier, false, cancel).await;
@@ -308,6 +322,9 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         &mut process,
         pipes,
         &request,
+        // An explicit cap is asked of the agent too, as the cap it stands under (the smallest of
+        // the inherited one and the request's): the environment alone could be ignored.
+        request.max_depth.map(|_| budget.max_depth),
         schema,
         options,
         cancel,
@@ -460,6 +477,7 @@ async fn supervise(
     process: &mut AgentProcess,
     pipes: crate::process::AgentPipes,
     request: &StartRequest,
+    max_depth: Option<u32>,
     schema: Option<Arc<OutputSchema>>,
     options: &RunOptions,
     cancel: &Cancel,
@@ -479,9 +497,11 @@ async fn supervise(
         cancel_grace: timeouts.cancel_grace,
         max_frame_bytes: options.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
         wants: request.wants.clone(),
+        max_depth,
         agent: request.agent.display.clone(),
         schema,
         resume: request.resume.clone(),
+        child_cancels: Arc::clone(&cancel.sessions),
     };
     // The drive watches its own token: the caller's cancel and our deadline both feed it.
     let drive_cancel = cancel.graceful.child_token();

@@ -14,7 +14,9 @@
 //! - a persona in `append` mode degrades to a delimited preamble of the first prompt
 //!   ([`preamble`]) when the agent takes no system prompt; the result says how it travelled
 //!   ([`PersonaDelivery`]);
-//! - nothing is sent that the agent did not advertise (no `systemPrompt`, no `_meta` object).
+//! - nothing is sent that the agent did not advertise (no `systemPrompt`, no `_meta` object);
+//! - a delegation depth cap travels as the extension's `maxDepth` only when one was asked for
+//!   explicitly: the default budget (in the environment of every agent) is never a refusal.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -30,6 +32,9 @@ pub const FIELD_TOOLS: &str = "tools";
 /// The extension field carrying an output schema (the agent answers through a capture tool and
 /// returns the value in the prompt response's `_meta`, under [`EXTENSION`], as `structured`).
 pub const FIELD_OUTPUT_SCHEMA: &str = "outputSchema";
+/// The extension field carrying a delegation depth cap the agent enforces on itself, as it would
+/// a lower `ACP_HOST_MAX_DEPTH` (`crate::depth`).
+pub const FIELD_MAX_DEPTH: &str = "maxDepth";
 
 /// How a persona joins the agent's own instructions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -209,15 +214,21 @@ pub struct SessionPlan {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("capability {capability}: agent {agent} {reason}")]
 pub struct Refusal {
-    /// `persona`, `model` or `tools`.
+    /// `persona`, `model`, `tools` or `depth`.
     pub capability: &'static str,
     pub agent: String,
     pub reason: String,
 }
 
-/// What to send with `session/new`, or why the run must not go on. `agent` names the agent in
-/// messages.
-pub fn plan_session(wants: &Wants, offers: &Offers, agent: &str) -> Result<SessionPlan, Refusal> {
+/// What to send with `session/new`, or why the run must not go on. `max_depth` is the delegation
+/// cap the agent must enforce, given only when a cap was asked for explicitly (a flag, a
+/// definition); `agent` names the agent in messages.
+pub fn plan_session(
+    wants: &Wants,
+    max_depth: Option<u32>,
+    offers: &Offers,
+    agent: &str,
+) -> Result<SessionPlan, Refusal> {
     let refuse = |capability, reason: String| Refusal {
         capability,
         agent: agent.to_owned(),
@@ -274,6 +285,20 @@ pub fn plan_session(wants: &Wants, offers: &Offers, agent: &str) -> Result<Sessi
             ));
         }
         fields.insert(FIELD_TOOLS.into(), json!(tools));
+    }
+    if let Some(max_depth) = max_depth {
+        if !offers.honours(FIELD_MAX_DEPTH) {
+            return Err(refuse(
+                "depth",
+                format!(
+                    "cannot take a delegation depth cap ({max_depth}): it does not advertise the \
+                     {EXTENSION} extension (version {EXTENSION_VERSION}, field {FIELD_MAX_DEPTH}) \
+                     in agentCapabilities._meta; drop --max-depth (or the definition's maxDepth) \
+                     or run an agent that honours it"
+                ),
+            ));
+        }
+        fields.insert(FIELD_MAX_DEPTH.into(), json!(max_depth));
     }
     if let Some(output) = &wants.output {
         if offers.honours(FIELD_OUTPUT_SCHEMA) {
@@ -431,7 +456,7 @@ mod tests {
         let append_only = offers(&json!({"agentCapabilities": {
             "sessionCapabilities": {"systemPrompt": {}}}}));
         let none = Offers::default();
-        let plan = plan_session(&persona(PersonaMode::Override), &both, "a").unwrap();
+        let plan = plan_session(&persona(PersonaMode::Override), None, &both, "a").unwrap();
         assert_eq!(
             plan.system_prompt,
             Some(SystemPrompt {
@@ -440,15 +465,16 @@ mod tests {
             })
         );
         assert_eq!(plan.persona_delivery, Some(PersonaDelivery::SystemPrompt));
-        let plan = plan_session(&persona(PersonaMode::Strict), &append_only, "a").unwrap();
+        let plan = plan_session(&persona(PersonaMode::Strict), None, &append_only, "a").unwrap();
         assert_eq!(plan.system_prompt.map(|s| s.replace), Some(false));
-        let plan = plan_session(&persona(PersonaMode::Append), &none, "a").unwrap();
+        let plan = plan_session(&persona(PersonaMode::Append), None, &none, "a").unwrap();
         assert_eq!(
             (plan.preamble.as_deref(), plan.persona_delivery),
             (Some("P"), Some(PersonaDelivery::Preamble))
         );
         assert!(plan.system_prompt.is_none() && plan.meta.is_none());
-        let refused = plan_session(&persona(PersonaMode::Strict), &none, "codex").unwrap_err();
+        let refused =
+            plan_session(&persona(PersonaMode::Strict), None, &none, "codex").unwrap_err();
         assert_eq!(refused.capability, "persona");
         assert!(
             refused
@@ -456,10 +482,10 @@ mod tests {
                 .starts_with("capability persona: agent codex takes no system prompt"),
             "{refused}"
         );
-        assert!(plan_session(&persona(PersonaMode::Override), &append_only, "a").is_err());
-        assert!(plan_session(&persona(PersonaMode::Override), &none, "a").is_err());
+        assert!(plan_session(&persona(PersonaMode::Override), None, &append_only, "a").is_err());
+        assert!(plan_session(&persona(PersonaMode::Override), None, &none, "a").is_err());
         assert_eq!(
-            plan_session(&Wants::default(), &none, "a"),
+            plan_session(&Wants::default(), None, &none, "a"),
             Ok(SessionPlan::default())
         );
     }
@@ -473,7 +499,7 @@ mod tests {
             }),
             ..Wants::default()
         };
-        let refused = plan_session(&wants, &Offers::default(), "mock").unwrap_err();
+        let refused = plan_session(&wants, None, &Offers::default(), "mock").unwrap_err();
         assert_eq!(refused.capability, "tools");
         assert!(
             refused
@@ -482,13 +508,41 @@ mod tests {
         );
         let other_fields = offers(&json!({"agentCapabilities": {
             "_meta": {EXTENSION: {"version": 1, "fields": []}}}}));
-        assert!(plan_session(&wants, &other_fields, "a").is_err());
+        assert!(plan_session(&wants, None, &other_fields, "a").is_err());
         let honoured = offers(&json!({"agentCapabilities": {
             "_meta": {EXTENSION: {"version": 1, "fields": ["tools"]}}}}));
-        let plan = plan_session(&wants, &honoured, "a").unwrap();
+        let plan = plan_session(&wants, None, &honoured, "a").unwrap();
         assert_eq!(
             Value::Object(plan.meta.unwrap()),
             json!({EXTENSION: {"version": 1, "tools": {"allow": ["read_file"], "deny": ["run_command"]}}})
+        );
+    }
+
+    #[test]
+    fn an_explicit_depth_cap_needs_the_extension_field() {
+        let refused =
+            plan_session(&Wants::default(), Some(2), &Offers::default(), "mock").unwrap_err();
+        assert_eq!(refused.capability, "depth");
+        assert!(
+            refused
+                .to_string()
+                .starts_with("capability depth: agent mock cannot take a delegation depth cap (2)"),
+            "{refused}"
+        );
+        let tools_only = offers(&json!({"agentCapabilities": {
+            "_meta": {EXTENSION: {"version": 1, "fields": ["tools"]}}}}));
+        assert!(plan_session(&Wants::default(), Some(0), &tools_only, "a").is_err());
+        let honoured = offers(&json!({"agentCapabilities": {
+            "_meta": {EXTENSION: {"version": 1, "fields": ["maxDepth"]}}}}));
+        let plan = plan_session(&Wants::default(), Some(0), &honoured, "a").unwrap();
+        assert_eq!(
+            Value::Object(plan.meta.unwrap()),
+            json!({EXTENSION: {"version": 1, "maxDepth": 0}})
+        );
+        // No cap asked for: nothing sent, nothing refused.
+        assert_eq!(
+            plan_session(&Wants::default(), None, &Offers::default(), "a"),
+            Ok(SessionPlan::default())
         );
     }
 
@@ -501,7 +555,7 @@ mod tests {
             }),
             ..Wants::default()
         };
-        let plan = plan_session(&wants, &Offers::default(), "a").unwrap();
+        let plan = plan_session(&wants, None, &Offers::default(), "a").unwrap();
         assert_eq!(plan.structured_via, Some(StructuredVia::Text));
         assert!(plan.meta.is_none());
         assert_eq!(
@@ -510,7 +564,7 @@ mod tests {
         );
         let capture = offers(&json!({"agentCapabilities": {
             "_meta": {EXTENSION: {"version": 1, "fields": ["outputSchema"]}}}}));
-        let plan = plan_session(&wants, &capture, "a").unwrap();
+        let plan = plan_session(&wants, None, &capture, "a").unwrap();
         assert_eq!(plan.structured_via, Some(StructuredVia::CaptureTool));
         assert!(plan.output_instruction.is_none());
         assert_eq!(

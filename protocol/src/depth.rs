@@ -33,6 +33,15 @@ impl Budget {
         self.depth < self.max_depth
     }
 
+    /// This standing with the cap lowered to `cap` (a session's own limit); never raised.
+    #[must_use]
+    pub fn lowered(self, cap: Option<u32>) -> Self {
+        Budget {
+            depth: self.depth,
+            max_depth: cap.map_or(self.max_depth, |cap| cap.min(self.max_depth)),
+        }
+    }
+
     /// The environment an agent standing here is given: depth and cap, as decimal text.
     #[must_use]
     pub fn env(self) -> [(&'static str, String); 2] {
@@ -170,6 +179,19 @@ mod tests {
                 .unwrap()
                 .may_delegate()
         );
+    }
+
+    #[test]
+    fn a_session_cap_only_lowers() {
+        let budget = Budget {
+            depth: 0,
+            max_depth: 2,
+        };
+        assert_eq!(budget.lowered(None), budget);
+        assert_eq!(budget.lowered(Some(5)), budget);
+        let lowered = budget.lowered(Some(0));
+        assert_eq!(lowered.max_depth, 0);
+        assert!(!lowered.may_delegate());
     }
 
     #[test]

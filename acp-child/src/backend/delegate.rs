@@ -29,8 +29,9 @@
 //!   them to us: acp-host's library speaks subagent sessions) are relayed the same way, each under
 //!   an id minted here and announced on its parent's minted id; one the child never ended is
 //!   reported `unknown` (its outcome is lost with the child). `session/cancel` naming the child
-//!   cancels only its run (its own children go with it); the children it announces are not
-//!   offered `cancel` (this agent cannot reach into the child's sessions);
+//!   cancels only its run (its own children go with it); a session it announces is offered
+//!   `cancel` when the child offered it, and `session/cancel` naming it is forwarded to the child
+//!   (through the run library's `Cancel::cancel_session`), ending that session only;
 //! - otherwise the child's streamed text reaches the parent's client as the tool call's content,
 //!   bounded to the last [`SHOWN_BYTES`], and its own children stay hidden;
 //! - its permission requests are relayed to the parent's client (`relay`, through
@@ -390,10 +391,11 @@ impl Subagents {
     }
 
     /// The environment the library reads this agent's standing from: its own, even when it was
-    /// started by a person (no `ACP_HOST_DEPTH`), so its children run one deeper.
-    fn ambient(&self) -> Vec<(OsString, OsString)> {
+    /// started by a person (no `ACP_HOST_DEPTH`), so its children run one deeper; the cap lowered
+    /// to the session's own (`cap`, the start extension's `maxDepth`).
+    fn ambient(&self, cap: Option<u32>) -> Vec<(OsString, OsString)> {
         let mut ambient: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        if let Some(budget) = self.budget {
+        if let Some(budget) = self.budget.map(|budget| budget.lowered(cap)) {
             ambient.retain(|(name, _)| name != ACP_HOST_DEPTH && name != ACP_HOST_MAX_DEPTH);
             ambient.extend(
                 budget
@@ -444,24 +446,27 @@ impl Subagents {
         (request, permission)
     }
 
-    /// Validates a start of subagent `name` on `prompt` in `cwd` (with `output_schema`, the
-    /// answer must match it; with `resume`, the child's saved session is continued): everything
-    /// that can fail before a process exists. `Err` is the call's result.
+    /// Validates a start of subagent `name` on `prompt` for `turn`'s session (in its directory,
+    /// under its depth cap; with `output_schema`, the answer must match it; with `resume`, the
+    /// child's saved session is continued): everything that can fail before a process exists.
+    /// `Err` is the call's result.
     pub(crate) fn preflight(
         &self,
-        cwd: &Path,
+        turn: &Turn,
         name: &str,
         prompt: &str,
         output_schema: Option<&serde_json::Value>,
         resume: Option<String>,
     ) -> Result<Start, Delegated> {
+        let cwd = turn.workspace().root();
         let catalog = self.catalog(cwd);
         let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
             return Err(unknown(name, &catalog));
         };
         let resuming = resume.is_some();
         let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
-        match run::prepare(request, self.ambient()) {
+        let cap = turn.memory().settings().max_depth;
+        match run::prepare(request, self.ambient(cap)) {
             Ok(prepared) => Ok(Start {
                 name: name.to_owned(),
                 prepared,
@@ -523,14 +528,17 @@ impl Subagents {
             resume,
         } = start;
         let name = name.as_str();
-        let mut exposure = turn.child_sessions().map(|children| {
-            Exposure::announce(turn, children, call, name, &label(description, prompt))
-        });
-        let (update_tx, mut update_rx) = mpsc::unbounded_channel();
-        let (ask_tx, mut ask_rx) = mpsc::unbounded_channel();
         let cancel = Cancel::new();
         // Fired once the run ended: relayed requests still pending are withdrawn.
         let run_over = CancellationToken::new();
+        let mut exposure = turn.child_sessions().map(|children| {
+            let task = label(description, prompt);
+            let mut exposure = Exposure::announce(turn, children, call, name, &task);
+            exposure.run = Some((cancel.clone(), run_over.clone()));
+            exposure
+        });
+        let (update_tx, mut update_rx) = mpsc::unbounded_channel();
+        let (ask_tx, mut ask_rx) = mpsc::unbounded_channel();
         let mut shown = String::new();
         let mut relays = FuturesUnordered::new();
         let result = {
@@ -688,6 +696,11 @@ struct Exposure {
     /// Minted ids of nested sessions not ended yet, in announcement order, with the minted id of
     /// the session each was announced on.
     open: Vec<(String, String)>,
+    /// Nested sessions the client may cancel (the child offered it), by minted id, while open.
+    nested_cancellable: HashMap<String, CancellableChild>,
+    /// The child's run and the token fired when it is over: a nested session's cancel is
+    /// forwarded through the run (`Cancel::cancel_session`) until then.
+    run: Option<(Cancel, CancellationToken)>,
 }
 
 impl Exposure {
@@ -726,7 +739,30 @@ impl Exposure {
             child,
             nested: HashMap::new(),
             open: Vec::new(),
+            nested_cancellable: HashMap::new(),
+            run: None,
         }
+    }
+
+    /// Mints the id of a nested session the child announced (`theirs`); cancellable by the
+    /// client when the child offers it (`offers_cancel`): a `session/cancel` naming the minted id
+    /// is forwarded to the child as one naming `theirs`, and cancels that session only.
+    fn mint_nested(&mut self, theirs: &str, offers_cancel: bool) -> String {
+        let Some((cancel, over)) = self.run.clone().filter(|_| offers_cancel) else {
+            return self.children.mint();
+        };
+        let nested = self.children.cancellable();
+        let minted = nested.id().to_owned();
+        let cancelled = nested.cancellation().clone();
+        let theirs = theirs.to_owned();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = cancelled.cancelled() => cancel.cancel_session(&theirs),
+                () = over.cancelled() => {}
+            }
+        });
+        self.nested_cancellable.insert(minted.clone(), nested);
+        minted
     }
 
     /// The minted id of the session an update of the child's run is of: the child's own
@@ -767,17 +803,23 @@ impl Exposure {
                 let Some(theirs) = update.get("sessionId").and_then(|v| v.as_str()) else {
                     return;
                 };
+                let offers_cancel = update.pointer("/capabilities/cancel").is_some();
                 let minted = if let Some(minted) = self.nested.get(theirs) {
                     minted.clone()
                 } else {
-                    let minted = self.children.mint();
+                    let minted = self.mint_nested(theirs, offers_cancel);
                     self.nested.insert(theirs.to_owned(), minted.clone());
                     self.open.push((minted.clone(), on.clone()));
                     minted
                 };
                 update["sessionId"] = minted.clone().into();
                 if let Some(fields) = update.as_object_mut() {
-                    fields.remove("capabilities");
+                    // Offered only what is honoured here: cancel, through the child's run.
+                    if self.nested_cancellable.contains_key(&minted) && offers_cancel {
+                        fields.insert("capabilities".into(), serde_json::json!({"cancel": {}}));
+                    } else {
+                        fields.remove("capabilities");
+                    }
                 }
                 if update
                     .get("state")
@@ -785,6 +827,7 @@ impl Exposure {
                     .is_some_and(|(state, _)| state.is_final())
                 {
                     self.open.retain(|(open, _)| *open != minted);
+                    self.nested_cancellable.remove(&minted);
                 }
             }
             Some("tool_call" | "tool_call_update") => {

@@ -9,8 +9,9 @@
 //! connection closes mid-turn and the turn's task goes with it). Each stream keeps its first
 //! [`MAX_STREAM_BYTES`] bytes (the rest is counted and discarded, never blocking the child on a
 //! full pipe). The command inherits this agent's delegation standing (`ACP_HOST_DEPTH` and
-//! `ACP_HOST_MAX_DEPTH`, `protocol::depth`), so an `acp-host run` inside it starts its agent one
-//! level deeper, even when this agent was started by an editor without them.
+//! `ACP_HOST_MAX_DEPTH`, `protocol::depth`; the cap lowered by the session's own `maxDepth`), so
+//! an `acp-host run` inside it starts its agent one level deeper, even when this agent was started
+//! by an editor without them.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -101,7 +102,7 @@ impl CommandOutput {
 
 /// This agent's own standing; `None` when its inherited values are malformed (they are then
 /// passed on as they are, and acp-host refuses to start an agent from them).
-fn own_budget() -> Option<protocol::depth::Budget> {
+pub(crate) fn own_budget() -> Option<protocol::depth::Budget> {
     use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
     let (depth, max_depth) = (
         std::env::var(ACP_HOST_DEPTH).ok(),
@@ -114,15 +115,18 @@ fn own_budget() -> Option<protocol::depth::Budget> {
     .ok()
 }
 
-/// Runs `command` with `sh -c` in `cwd`.
+/// Runs `command` with `sh -c` in `cwd`, standing at `budget` (the session's: this agent's own,
+/// its cap lowered by the session's `maxDepth`; `None` passes the inherited values on as they
+/// are).
 pub(crate) async fn run(
     command: &str,
     cwd: &Path,
     timeout: Duration,
     cancel: &CancellationToken,
+    budget: Option<protocol::depth::Budget>,
 ) -> Result<CommandOutput, ToolError> {
     let mut shell = tokio::process::Command::new("sh");
-    if let Some(budget) = own_budget() {
+    if let Some(budget) = budget {
         shell.envs(budget.env());
     }
     let mut child = shell
@@ -235,9 +239,15 @@ mod tests {
 
     async fn run_in_temp(command: &str, timeout: Duration) -> CommandOutput {
         let dir = tempfile::tempdir().unwrap();
-        run(command, dir.path(), timeout, &CancellationToken::new())
-            .await
-            .unwrap()
+        run(
+            command,
+            dir.path(),
+            timeout,
+            &CancellationToken::new(),
+            None,
+        )
+        .await
+        .unwrap()
     }
 
     #[tokio::test]
@@ -262,6 +272,7 @@ mod tests {
             dir.path(),
             Duration::from_secs(30),
             &CancellationToken::new(),
+            None,
         )
         .await
         .unwrap();
@@ -306,7 +317,8 @@ mod tests {
                 "echo started; sleep 30",
                 dir.path(),
                 Duration::from_mins(1),
-                &cancel
+                &cancel,
+                None
             ),
             async move {
                 tokio::task::yield_now().await;
@@ -328,6 +340,7 @@ mod tests {
             dir.path(),
             Duration::from_mins(10),
             &never,
+            None,
         );
         // Drop the call once the grandchild is running, as a dropped turn task does.
         let pid = tokio::select! {

@@ -144,6 +144,8 @@ pub struct RunArgs {
 
     /// The deepest a chain of agents starting agents may go (0: the agent may not delegate). It
     /// can only lower the limit inherited from a parent agent (`ACP_HOST_MAX_DEPTH`); default 1.
+    /// Also asked of the agent through the acp-host/start extension: refused (exit 1) when the
+    /// agent does not honour it.
     #[arg(long, value_name = "N")]
     max_depth: Option<u32>,
     /// With --json, the result keeps at most this many bytes of the agent's text (the end;

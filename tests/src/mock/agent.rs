@@ -198,9 +198,7 @@ impl Agent {
             "initialize" => {
                 self.initialize = params.clone();
                 let mut result = wire::initialize_result();
-                if let Scenario::Configurable { advertise, .. } = &self.scenario {
-                    result["agentCapabilities"] = wire::advertised(advertise);
-                }
+                result["agentCapabilities"] = wire::advertised(&self.common.advertise);
                 self.send(&wire::response(id, result)).await;
             }
             "session/new" => self.new_session(id, params).await,
@@ -221,6 +219,10 @@ impl Agent {
     async fn new_session(&mut self, id: &Value, params: &Value) {
         self.session_cwd = params.get("cwd").and_then(Value::as_str).map(str::to_owned);
         self.new_session = params.clone();
+        // What a client asked of the session at start, for tests of the start extension.
+        if let Some(meta) = params.get("_meta") {
+            self.log.line(&format!("session/new _meta {meta}"));
+        }
         let result = match &self.scenario {
             Scenario::Configurable { models, .. } => {
                 self.model = models.first().cloned();

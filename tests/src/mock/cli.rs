@@ -37,7 +37,6 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "message",
     "options-json",
     "models",
-    "advertise",
     "answers-json",
 ];
 
@@ -150,16 +149,16 @@ pub enum Scenario {
     Batch,
     /// A foreign agent with start-time options: `session/new` answers a select config option
     /// `llm` of category `model` offering `models` (the first current), `session/set_config_option`
-    /// selects one; `advertise` adds `system-prompt` (append only), `override`, or `tools` (the
-    /// acp-host start extension) to its capabilities. The reply reports, one per line, `model
-    /// <current>`, `systemPrompt <JSON>`, `meta <JSON>` (of `session/new`) and `prompt <text>`.
-    Configurable {
-        models: Vec<String>,
-        advertise: Vec<String>,
-    },
+    /// selects one (what it advertises comes from the common `--advertise`). The reply reports,
+    /// one per line, `model <current>`, `systemPrompt <JSON>`, `meta <JSON>` (of `session/new`)
+    /// and `prompt <text>`.
+    Configurable { models: Vec<String> },
     /// Answers the n-th prompt of the session with the n-th of `answers` (the last one again
     /// after that), `{prompt}` in it replaced by the prompt's text, `end_turn`; an answer
-    /// `{hang}` behaves like `hang` instead.
+    /// `{hang}` behaves like `hang` instead (the only time `--ready` is touched). When
+    /// `session/new` asked for an `outputSchema` through the start extension, an answer that is
+    /// JSON is returned in the prompt response's `_meta` (as `structured`), with the text
+    /// "captured".
     Answers { answers: Vec<String> },
 }
 
@@ -206,7 +205,19 @@ pub struct Common {
     pub ignore_cancel: bool,
     /// `--trap-term`: register a SIGTERM listener that does nothing, so only SIGKILL ends us.
     pub trap_term: bool,
+    /// `--advertise LIST`: what `initialize` advertises ([`ADVERTISABLE`]); nothing by default.
+    pub advertise: Vec<String>,
 }
+
+/// What `--advertise` takes: a session system prompt (`system-prompt`: append only, `override`:
+/// both modes) and fields of acp-host's start extension (`tools`, `output-schema`, `max-depth`).
+pub const ADVERTISABLE: &[&str] = &[
+    "system-prompt",
+    "override",
+    "tools",
+    "output-schema",
+    "max-depth",
+];
 
 /// A parsed command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -225,7 +236,7 @@ pub enum UsageError {
     UnknownScenario(String),
     #[error(
         "unknown flag --{0}; common flags are --log, --record, --ready, --pid-file, --stderr, \
-         --ignore-eof, --ignore-cancel, --trap-term"
+         --ignore-eof, --ignore-cancel, --trap-term, --advertise"
     )]
     UnknownFlag(String),
     #[error("flag --{0} needs a value (`--{0} VALUE` or `--{0}=VALUE`)")]
@@ -284,8 +295,10 @@ where
             *switch = true;
             continue;
         }
-        let known = matches!(flag, "log" | "record" | "ready" | "pid-file" | "stderr")
-            || SPECIFIC_FLAGS.contains(&flag);
+        let known = matches!(
+            flag,
+            "log" | "record" | "ready" | "pid-file" | "stderr" | "advertise"
+        ) || SPECIFIC_FLAGS.contains(&flag);
         if !known {
             return Err(UsageError::UnknownFlag(flag.to_owned()));
         }
@@ -303,6 +316,23 @@ where
             "ready" => common.ready = Some(value.into()),
             "pid-file" => common.pid_file = Some(value.into()),
             "stderr" => common.stderr = Some(value),
+            "advertise" => {
+                let list: Vec<String> = value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if let Some(bad) = list.iter().find(|a| !ADVERTISABLE.contains(&a.as_str())) {
+                    return Err(UsageError::InvalidValue {
+                        flag: "advertise".to_owned(),
+                        value: bad.clone(),
+                        expected: "a list of system-prompt, override, tools, output-schema, \
+                                   max-depth",
+                    });
+                }
+                common.advertise = list;
+            }
             _ => {
                 specific.values.insert(flag.to_owned(), value);
             }
@@ -422,7 +452,7 @@ fn scenario(
             bytes: s.positive("bytes")?.unwrap_or(1024),
         },
         "bad-utf8" => Scenario::BadUtf8,
-        "configurable" => configurable(s)?,
+        "configurable" => configurable(s),
         "batch" => Scenario::Batch,
         "answers" => answers(s)?,
         other => return Err(UsageError::UnknownScenario(other.to_owned())),
@@ -462,7 +492,7 @@ fn answers(s: &mut Specific) -> Result<Scenario, UsageError> {
     Ok(Scenario::Answers { answers })
 }
 
-fn configurable(s: &mut Specific) -> Result<Scenario, UsageError> {
+fn configurable(s: &mut Specific) -> Scenario {
     let list = |value: String| -> Vec<String> {
         value
             .split(',')
@@ -471,24 +501,12 @@ fn configurable(s: &mut Specific) -> Result<Scenario, UsageError> {
             .map(str::to_owned)
             .collect()
     };
-    let advertise = list(s.take("advertise").unwrap_or_default());
-    if let Some(bad) = advertise
-        .iter()
-        .find(|a| !["system-prompt", "override", "tools"].contains(&a.as_str()))
-    {
-        return Err(Specific::invalid(
-            "advertise",
-            bad,
-            "a list of system-prompt, override, tools",
-        ));
-    }
-    Ok(Scenario::Configurable {
+    Scenario::Configurable {
         models: list(
             s.take("models")
                 .unwrap_or_else(|| "mock-small,mock-large".to_owned()),
         ),
-        advertise,
-    })
+    }
 }
 
 fn permission_raw(s: &mut Specific) -> Result<Scenario, UsageError> {

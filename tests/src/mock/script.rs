@@ -143,8 +143,21 @@ impl Agent {
                     .cloned()
                     .unwrap_or_default();
                 self.prompts += 1;
+                let captured = self
+                    .new_session
+                    .pointer("/_meta/acp-host~1start/outputSchema")
+                    .is_some()
+                    .then(|| serde_json::from_str::<Value>(&answer).ok())
+                    .flatten();
                 if answer == "{hang}" {
                     self.hang(id, session, OnCancel::Answer).await;
+                } else if let Some(value) = captured {
+                    // Asked for a structured answer through the start extension: the value goes
+                    // in the prompt response, as a capture tool's would.
+                    self.say(session, "captured").await;
+                    let result = json!({"stopReason": "end_turn",
+                                        "_meta": {"acp-host/start": {"structured": value}}});
+                    self.send(&wire::response(id, result)).await;
                 } else {
                     let text = answer.replace("{prompt}", &prompt_text(params));
                     self.reply(id, session, [text], "end_turn").await;
@@ -382,6 +395,7 @@ fn ready_at_prompt(scenario: &Scenario) -> bool {
     !matches!(
         scenario,
         Scenario::Stubborn
+            | Scenario::Answers { .. }
             | Scenario::Hang
             | Scenario::Grandchild
             | Scenario::IgnoreCancel

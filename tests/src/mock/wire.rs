@@ -119,7 +119,7 @@ pub fn initialize_result() -> Value {
     json!({"protocolVersion": 1, "agentCapabilities": {}, "authMethods": []})
 }
 
-/// The `agentCapabilities` of the `configurable` scenario: `system-prompt`, `override`, `tools`.
+/// The `agentCapabilities` advertising `advertise` (`--advertise`, [`super::cli::ADVERTISABLE`]).
 #[must_use]
 pub fn advertised(advertise: &[String]) -> Value {
     let has = |what: &str| advertise.iter().any(|a| a == what);
@@ -131,8 +131,17 @@ pub fn advertised(advertise: &[String]) -> Value {
             json!({"systemPrompt": {}})
         };
     }
-    if has("tools") {
-        capabilities["_meta"] = json!({"acp-host/start": {"version": 1, "fields": ["tools"]}});
+    let fields: Vec<&str> = [
+        ("tools", "tools"),
+        ("output-schema", "outputSchema"),
+        ("max-depth", "maxDepth"),
+    ]
+    .into_iter()
+    .filter(|(name, _)| has(name))
+    .map(|(_, field)| field)
+    .collect();
+    if !fields.is_empty() {
+        capabilities["_meta"] = json!({"acp-host/start": {"version": 1, "fields": fields}});
     }
     capabilities
 }

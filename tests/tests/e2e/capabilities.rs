@@ -395,3 +395,53 @@ fn a_definition_asks_through_the_same_path_and_flags_win() {
         "acp-host: error: --persona-mode: there is no persona; pass --persona FILE or --subagent NAME\n"
     );
 }
+
+#[test]
+fn a_resumed_acp_child_session_keeps_its_model_persona_and_tool_filter() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::start(vec![
+        Reply::text(["first"]),
+        Reply::text(["second"]),
+        Reply::text(["third"]),
+    ]);
+    let persona = persona_file(dir.path(), "Answer as {{model}}.");
+    let out = run_to_end(acp_child_run(dir.path(), &llm).args([
+        "--persona",
+        &persona,
+        "--model",
+        "other-model",
+        "--tools",
+        "read_file",
+        "one",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let session = result_record(&out)["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+    // Resumed by a new acp-child process, with nothing asked at start: what the session was set
+    // up with is restored from its file.
+    let out = run_to_end(acp_child_run(dir.path(), &llm).args(["--resume", &session, "two"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(result_record(&out)["output"], "second");
+    // A model asked when resuming is selected on the loaded session (its config options come
+    // with the session/load answer); the rest is still kept.
+    let out = run_to_end(
+        acp_child_run(dir.path(), &llm).args(["--resume", &session, "--model", MODEL, "three"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[2].body["model"], MODEL);
+    assert_eq!(requests[2].tool_names(), ["read_file"]);
+    for request in &requests[..2] {
+        assert_eq!(request.body["model"], "other-model");
+        assert_eq!(request.tool_names(), ["read_file"]);
+        assert!(
+            system_text(request).ends_with("\n\nAnswer as other-model."),
+            "{}",
+            system_text(request)
+        );
+    }
+    assert_eq!(requests[1].last_user_text().as_deref(), Some("two"));
+}

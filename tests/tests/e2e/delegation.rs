@@ -14,19 +14,39 @@ use serde_json::{Value, json};
 
 use super::common::{mock_path, records};
 
-/// `acp-host run` with the mock echoing the depth variables it was given.
+/// `acp-host run` with the mock echoing the depth variables it was given; it honours the start
+/// extension's `maxDepth`, so an explicit cap may be asked of it.
 fn echo_depth(dir: &Path) -> Command {
+    echo_depth_advertising(dir, "max-depth")
+}
+
+/// [`echo_depth`] advertising `advertise` (`--advertise`), logging what it receives to
+/// `<dir>/mock.log`.
+fn echo_depth_advertising(dir: &Path, advertise: &str) -> Command {
     let mut cmd = host_run(dir);
+    let advertise = if advertise.is_empty() {
+        String::new()
+    } else {
+        format!(" --advertise {advertise}")
+    };
+    let agent = format!(
+        "{} echo-env {ACP_HOST_DEPTH} {ACP_HOST_MAX_DEPTH} --log {}{advertise}",
+        mock_path(),
+        dir.join("mock.log").display()
+    );
     cmd.env_remove(ACP_HOST_DEPTH)
         .env_remove(ACP_HOST_MAX_DEPTH)
-        .args([
-            "--agent",
-            &format!(
-                "{} echo-env {ACP_HOST_DEPTH} {ACP_HOST_MAX_DEPTH}",
-                mock_path()
-            ),
-        ]);
+        .args(["--agent", &agent]);
     cmd
+}
+
+/// The `acp-host/start` object the mock received with `session/new`, if any.
+fn start_extension_received(dir: &Path) -> Option<Value> {
+    std::fs::read_to_string(dir.join("mock.log"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("session/new _meta "))
+        .map(|meta| serde_json::from_str::<Value>(meta).unwrap()["acp-host/start"].clone())
 }
 
 #[test]
@@ -59,6 +79,11 @@ fn an_agent_started_from_an_agent_is_one_deeper_and_the_cap_only_shrinks() {
         stdout(&out),
         format!("{ACP_HOST_DEPTH}=1\n{ACP_HOST_MAX_DEPTH}=3")
     );
+    // The explicit cap is also asked of the agent, through the start extension.
+    assert_eq!(
+        start_extension_received(dir.path()),
+        Some(json!({"version": 1, "maxDepth": 3}))
+    );
     let out = run_to_end(
         echo_depth(dir.path())
             .env(ACP_HOST_DEPTH, "0")
@@ -70,6 +95,114 @@ fn an_agent_started_from_an_agent_is_one_deeper_and_the_cap_only_shrinks() {
         stdout(&out),
         format!("{ACP_HOST_DEPTH}=1\n{ACP_HOST_MAX_DEPTH}=2")
     );
+}
+
+#[test]
+fn an_explicit_cap_for_an_agent_that_cannot_honour_it_is_refused_before_the_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(echo_depth_advertising(dir.path(), "tools").args([
+        "--json",
+        "--max-depth",
+        "2",
+        "hi",
+    ]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = records(&out).last().unwrap().clone();
+    assert_eq!(result["status"], "error");
+    assert_eq!(result["errorKind"], "capability");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("capability depth: agent ")
+            && error.contains("cannot take a delegation depth cap (2)"),
+        "{error}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("mock.log")).unwrap();
+    assert!(
+        !log.contains("session/new") && !log.contains("session/prompt"),
+        "{log}"
+    );
+
+    // The implicit budget is never refused, and is in the environment of every agent.
+    let out = run_to_end(echo_depth_advertising(dir.path(), "").arg("hi"));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        format!("{ACP_HOST_DEPTH}=0\n{ACP_HOST_MAX_DEPTH}=1")
+    );
+}
+
+#[test]
+fn acp_child_enforces_the_cap_asked_at_start_even_when_its_environment_allows_more() {
+    let dir = tempfile::tempdir().unwrap();
+    // A wrapper lifts the cap in acp-child's environment; the start extension's cap still holds.
+    let agent = format!(
+        "env ACP_HOST_MAX_DEPTH=5 {} --subagent-agents acp-child",
+        acp_tests::bin("acp-child").display()
+    );
+    let run = |max_depth: &str| {
+        let mut cmd = host_run(dir.path());
+        cmd.env_remove(ACP_HOST_DEPTH)
+            .env_remove(ACP_HOST_MAX_DEPTH)
+            .env_remove("ACP_CHILD_MODEL")
+            .args(["--agent", &agent, "--max-depth", max_depth])
+            .arg("/delegate acp-child /write notes.txt x");
+        run_to_end(&mut cmd)
+    };
+    let out = run("0");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "subagent acp-child ended error: depth limit: the agent would run at depth 1, deeper than \
+         the limit of 0 (raise it with --max-depth or the definition's maxDepth where the limit \
+         allows; ACP_HOST_MAX_DEPTH set by a parent can only shrink)"
+    );
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+
+    // On the model: the session is not offered the `subagent` tool, and a call made anyway is
+    // refused.
+    let llm = MockLlm::builder()
+        .replies([
+            Reply::tool_call(
+                "call_forced",
+                "subagent",
+                &json!({"agent": "acp-child", "prompt": "p"}),
+                1,
+            ),
+            Reply::text(["done"]),
+        ])
+        .start();
+    let mut cmd = host_run(dir.path());
+    for name in [ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH, "ACP_CHILD_MODEL"] {
+        cmd.env_remove(name);
+    }
+    let agent = format!(
+        "env ACP_HOST_MAX_DEPTH=5 {} --subagent-agents acp-child --model {MODEL} --base-url {} \
+         --state-dir {}",
+        acp_tests::bin("acp-child").display(),
+        llm.base_url(),
+        dir.path().join(".state").display()
+    );
+    let out = run_to_end(cmd.args([
+        "--env",
+        &format!("ACP_CHILD_API_KEY={KEY}"),
+        "--agent",
+        &agent,
+        "--max-depth",
+        "0",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "done");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    assert!(!requests[0].tool_names().contains(&"subagent"));
+    let refused = requests[1].tool_result("call_forced").unwrap();
+    assert!(
+        refused.starts_with("unknown tool \"subagent\""),
+        "{refused}"
+    );
+    assert_none_left(dir.path());
 }
 
 #[test]

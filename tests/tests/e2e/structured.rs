@@ -2,13 +2,20 @@
 //! scenario) is asked by instruction and its text is parsed; acp-child answers through its capture
 //! tool on the mock model. An answer that does not match gets a follow-up in the same session
 //! listing every violation, up to `--schema-retries`, then the run ends `schema-mismatch` (exit 6);
-//! a schema that cannot compile is a usage error with nothing spawned.
+//! a schema that cannot compile is a usage error with nothing spawned. A foreign agent that lists
+//! `outputSchema` in the start extension gets the schema at start and its value is still checked;
+//! Ctrl-C during a follow-up ends the run like any other.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use acp_tests::mock_llm::{MockLlm, Reply};
-use acp_tests::{code, host_run, run_to_end, stderr, stdout};
+use acp_tests::{
+    HANG_GUARD, code, host_run, processes_in, run_to_end, stderr, stdout, wait_for_file,
+    wait_output, wait_until,
+};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::{Value, json};
 
 use super::common::{mock, result_record};
@@ -28,13 +35,17 @@ fn number_schema(dir: &Path) -> String {
 
 /// `acp-host run` of the mock answering `answers` in turn, logging what it receives.
 fn answering(dir: &Path, answers: &[&str]) -> Command {
+    answering_with(dir, answers, &[])
+}
+
+/// [`answering`], the mock given `extra` flags too.
+fn answering_with(dir: &Path, answers: &[&str], extra: &[&str]) -> Command {
     let answers = serde_json::to_string(answers).unwrap();
     let log = dir.join("mock.log").display().to_string();
+    let mut args = vec!["answers", "--answers-json", &answers, "--log", &log];
+    args.extend_from_slice(extra);
     let mut cmd = host_run(dir);
-    cmd.args([
-        "--agent",
-        &mock(&["answers", "--answers-json", &answers, "--log", &log]),
-    ]);
+    cmd.args(["--agent", &mock(&args)]);
     cmd
 }
 
@@ -315,4 +326,82 @@ fn the_timeout_is_honoured_during_a_follow_up() {
         2,
         "timed out in the follow-up"
     );
+}
+
+#[test]
+fn ctrl_c_during_a_follow_up_ends_the_run_aborted_and_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let ready = dir.path().join("ready");
+    let ready_arg = ready.display().to_string();
+    let child = answering_with(dir.path(), &["not yet", "{hang}"], &["--ready", &ready_arg])
+        .args(["--json", "--output-schema", &schema, "count"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The mock is ready only in the `{hang}` answer: the follow-up is under way.
+    assert!(
+        wait_for_file(&ready, HANG_GUARD),
+        "the follow-up never started"
+    );
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGINT,
+    )
+    .unwrap();
+    let out = wait_output(child);
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["status"], "aborted");
+    assert_eq!(result["stopReason"], "cancelled");
+    assert_eq!(result["structured"], Value::Null);
+    assert_eq!(
+        prompts_received(dir.path()),
+        2,
+        "cancelled in the follow-up"
+    );
+    let log = std::fs::read_to_string(dir.path().join("mock.log")).unwrap();
+    assert!(log.contains("session/cancel"), "{log}");
+    assert!(
+        wait_until(HANG_GUARD, || processes_in(dir.path()).is_empty()),
+        "processes left: {:?}",
+        processes_in(dir.path())
+    );
+}
+
+#[test]
+fn a_foreign_agent_honouring_output_schema_gets_it_at_start_and_its_value_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema_value =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let schema = number_schema(dir.path());
+    let out = run_to_end(
+        answering_with(
+            dir.path(),
+            &["{\"n\": \"two\"}", "{\"n\": 2}"],
+            &["--advertise", "output-schema"],
+        )
+        .args(["--json", "--output-schema", &schema, "count"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["structured"], json!({"n": 2}));
+    assert_eq!(result["structuredVia"], "capture-tool");
+    // The schema went in `session/new`'s `_meta`, not into the prompt.
+    let log = std::fs::read_to_string(dir.path().join("mock.log")).unwrap();
+    let meta: Value = log
+        .lines()
+        .find_map(|line| line.strip_prefix("session/new _meta "))
+        .map_or_else(
+            || panic!("no _meta on session/new: {log}"),
+            |meta| serde_json::from_str(meta).unwrap(),
+        );
+    assert_eq!(
+        meta["acp-host/start"],
+        json!({"version": 1, "outputSchema": schema_value})
+    );
+    // The first value, captured but wrong, was checked by acp-host and followed up.
+    assert_eq!(prompts_received(dir.path()), 2);
 }

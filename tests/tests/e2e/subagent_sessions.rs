@@ -2,10 +2,12 @@
 //! `subagents` (the test client, or `acp-host` itself) sees each child announced on the parent's
 //! session, the child's own updates and permission requests under the id acp-child minted for it,
 //! then exactly one final state; one child cancelled through its own session leaves its sibling
-//! and the parent running; a grandchild is announced on its parent's session; a client without the
-//! capability gets the tool-card fallback. No process is left behind.
+//! and the parent running; a grandchild is announced on its parent's session, and cancelling its
+//! own session (through acp-host's library, `Cancel::cancel_session`) ends the grandchild only; a
+//! client without the capability gets the tool-card fallback. No process is left behind.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use acp_tests::acp_client::{
     Launch, Permission, TurnLog, new_session, prompt, read_until, stop_reason, with_launch,
@@ -355,9 +357,16 @@ async fn a_grandchild_is_announced_on_its_parents_session_under_a_minted_id() {
             (root.as_str(), "sub-1", Some(ChildState::Completed)),
         ]
     );
-    // The grandchild is not offered cancel here; its updates and request came on its own id.
+    // The grandchild is offered cancel (forwarded to the child); its updates and request came on
+    // its own id.
     let nested = subagent_updates(&finished.all_updates)[1].2;
-    assert!(nested.capabilities.is_undefined());
+    assert!(
+        nested
+            .capabilities
+            .value()
+            .is_some_and(|capabilities| capabilities.cancel.is_some()),
+        "{nested:?}"
+    );
     assert_eq!(nested.title.value().map(String::as_str), Some("leaf"));
     assert!(
         finished
@@ -468,4 +477,102 @@ fn acp_host_verbose_shows_child_activity_prefixed_with_its_name() {
         .collect();
     insta::assert_snapshot!("verbose_child_activity", shown.join("\n"));
     assert_none_left(dir.path());
+}
+
+/// Cancels child session `target` through the run's [`Cancel`] once an update of it is seen.
+struct CancelOnSight {
+    target: &'static str,
+    cancel: acp_host::run::Cancel,
+    sent: std::sync::atomic::AtomicBool,
+}
+
+impl acp_host::run::Observer for CancelOnSight {
+    fn on_event(
+        &self,
+        event: &protocol::events::Event,
+    ) -> Result<(), acp_host::run::ObserverError> {
+        if let protocol::events::Event::Update {
+            session_id: Some(id),
+            ..
+        } = event
+            && id == self.target
+            && !self.sent.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.cancel.cancel_session(id);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
+    use protocol::request::{AgentCommand, StartRequest, Timeouts};
+    use protocol::result::Status;
+
+    let cwd = tempfile::tempdir().unwrap();
+    write_definition(
+        &cwd.path().join("subagents"),
+        "leaf.md",
+        "---\ndescription: an acp-child\nrun: {}\n---\nDo as told.\n",
+    );
+    let request = StartRequest {
+        agent: AgentCommand {
+            program: acp_tests::bin("acp-child"),
+            args: Vec::new(),
+            display: "acp-child".into(),
+            install_hint: None,
+        },
+        prompt: "/delegate leaf /delegate leaf /sleep 60".into(),
+        cwd: cwd.path().to_path_buf(),
+        env: Vec::new(),
+        permission: protocol::permission::PermissionPolicy::Reject,
+        timeouts: Timeouts::default(),
+        // Room for the grandchild (depth 2).
+        max_depth: Some(2),
+        wants: protocol::capabilities::Wants::default(),
+        resume: None,
+    };
+    let ambient = std::env::vars_os().filter(|(name, _)| {
+        name != ACP_HOST_DEPTH && name != ACP_HOST_MAX_DEPTH && name != "ACP_CHILD_MODEL"
+    });
+    let prepared = acp_host::run::prepare(request, ambient).unwrap();
+    let cancel = acp_host::run::Cancel::new();
+    // The parent mints `sub-1` for its child and `sub-2` for the grandchild the child announces.
+    let observer = Arc::new(CancelOnSight {
+        target: "sub-2",
+        cancel: cancel.clone(),
+        sent: std::sync::atomic::AtomicBool::new(false),
+    });
+    let options = acp_host::run::RunOptions {
+        observers: vec![observer.clone() as Arc<dyn acp_host::run::Observer>],
+        ..acp_host::run::RunOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = runtime.block_on(acp_host::run::run(prepared, &options, &cancel));
+    assert!(observer.sent.load(std::sync::atomic::Ordering::SeqCst));
+    // The run, the parent and the child went on to the end; only the grandchild was cancelled.
+    assert_eq!(result.status, Status::Completed, "{result:?}");
+    assert!(
+        result.output.starts_with("subagent leaf ended aborted"),
+        "{}",
+        result.output
+    );
+    let states: Vec<(&str, &str, ChildState)> = result
+        .children
+        .iter()
+        .map(|c| (c.session_id.as_str(), c.parent_session_id.as_str(), c.state))
+        .collect();
+    let root = result.session_id.clone().unwrap();
+    assert_eq!(
+        states,
+        [
+            ("sub-1", root.as_str(), ChildState::Completed),
+            ("sub-2", "sub-1", ChildState::Cancelled),
+        ]
+    );
+    assert_none_left(cwd.path());
 }

@@ -144,6 +144,8 @@ pub(crate) struct SessionPersona {
     pub(crate) persona: Persona,
     /// ACP's `override` mode: it replaces the agent's persona.
     pub(crate) replace: bool,
+    /// The template as the client sent it (saved with the session).
+    pub(crate) template: String,
 }
 
 fn template_error(problem: String) -> PersonaError {
@@ -193,6 +195,7 @@ mod tests {
         let session = |replace| SessionPersona {
             persona: Persona::new("extra in {{cwd}}").unwrap(),
             replace,
+            template: "extra in {{cwd}}".into(),
         };
         assert_eq!(
             base.with_session(Some(&session(false)))

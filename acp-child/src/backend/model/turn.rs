@@ -51,7 +51,7 @@ pub(super) async fn run(
     }
     let offered = tools.definitions(
         turn.workspace().root(),
-        settings.tools.as_ref(),
+        settings.tool_filter().as_ref(),
         settings.output.as_deref(),
     );
     for request_number in 1..=config.max_turn_requests {

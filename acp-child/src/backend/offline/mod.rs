@@ -202,7 +202,7 @@ async fn delegate(
         .status(ToolCallStatus::InProgress)
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;
-    let result = match subagents.preflight(turn.workspace().root(), name, prompt, None, None) {
+    let result = match subagents.preflight(turn, name, prompt, None, None) {
         Ok(start) => subagents.run(turn, &id, start, prompt, None).await,
         Err(refused) => refused,
     };

@@ -335,7 +335,7 @@ impl Toolbox {
             return capture::run(turn, recorded, schema);
         }
         let announced = self.announcement(recorded, turn.workspace());
-        let filter = settings.tools;
+        let filter = settings.tool_filter();
         let parsed = match self.parse(
             &recorded.name,
             &recorded.arguments,

@@ -87,7 +87,15 @@ impl Call for RunCall {
                 ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
             )?;
             let root = cx.turn.workspace().root();
-            let ran = shell::run(&self.command, root, self.timeout, cx.turn.cancellation()).await;
+            let budget = cx.turn.memory().settings().budget();
+            let ran = shell::run(
+                &self.command,
+                root,
+                self.timeout,
+                cx.turn.cancellation(),
+                budget,
+            )
+            .await;
             Ok(match ran {
                 Ok(output) if output.succeeded() => Outcome::ok(output.render()),
                 Ok(output) => Outcome::failed(output.render()),

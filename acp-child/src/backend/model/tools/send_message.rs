@@ -103,7 +103,7 @@ impl Call for Args {
                 )));
             };
             let start = match subagents.preflight(
-                cx.turn.workspace().root(),
+                cx.turn,
                 &child.agent,
                 &self.message,
                 None,

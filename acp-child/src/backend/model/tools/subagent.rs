@@ -156,7 +156,7 @@ impl Call for Args {
                 return Ok(Outcome::failed(BACKGROUND_DISABLED));
             }
             let start = match subagents.preflight(
-                cx.turn.workspace().root(),
+                cx.turn,
                 &self.agent,
                 &self.prompt,
                 self.output_schema.as_ref(),
