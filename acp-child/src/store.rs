@@ -150,19 +150,8 @@ impl Store {
 
     /// Appends records to a session file, one line each, in one write.
     pub(crate) fn append(&self, id: &str, records: &[Record]) -> Result<(), StoreError> {
-        let path = self.path(id)?;
         let text: String = records.iter().map(line).collect();
-        let io_error = |action, source| StoreError::Io {
-            action,
-            path: path.clone(),
-            source,
-        };
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|source| io_error("open", source))?;
-        file.write_all(text.as_bytes())
-            .map_err(|source| io_error("append to", source))
+        self.append_text(id, &text)
     }
 
     /// Appends a session's settings, replacing the earlier ones when it is loaded.
@@ -171,11 +160,16 @@ impl Store {
         id: &str,
         settings: &SavedSettings,
     ) -> Result<(), StoreError> {
-        let path = self.path(id)?;
         let mut value = serde_json::to_value(settings).unwrap_or_default();
         value["type"] = SETTINGS_TYPE.into();
         let mut text = value.to_string();
         text.push('\n');
+        self.append_text(id, &text)
+    }
+
+    /// Appends whole lines to session `id`'s file, in one write.
+    fn append_text(&self, id: &str, text: &str) -> Result<(), StoreError> {
+        let path = self.path(id)?;
         let io_error = |action, source| StoreError::Io {
             action,
             path: path.clone(),

@@ -385,6 +385,17 @@ fn parent_of(path: &Path) -> PathBuf {
 /// not hold thousands of fds), not yet synced.
 fn stage_temp(path: &Path, contents: &[u8], mode: u32) -> Result<tempfile::TempPath, FsError> {
     let folder = create_parent(path)?;
+    Ok(filled_temp(folder, path, contents, mode)?.into_temp_path())
+}
+
+/// A temp file in `folder` (for `path`, named in errors) holding `contents` with `mode`, open and
+/// not yet synced.
+fn filled_temp(
+    folder: &Path,
+    path: &Path,
+    contents: &[u8],
+    mode: u32,
+) -> Result<tempfile::NamedTempFile, FsError> {
     let write_error = |source| FsError::Write {
         path: path.to_path_buf(),
         source,
@@ -394,7 +405,7 @@ fn stage_temp(path: &Path, contents: &[u8], mode: u32) -> Result<tempfile::TempP
     temp.as_file()
         .set_permissions(Permissions::from_mode(mode))
         .map_err(write_error)?;
-    Ok(temp.into_temp_path())
+    Ok(temp)
 }
 
 /// The atomic replace without the folder fsync; returns the folder to fsync.
@@ -409,11 +420,7 @@ fn replace(path: &Path, contents: &[u8]) -> Result<PathBuf, FsError> {
         Ok(metadata) => metadata.permissions().mode(),
         Err(_) => NEW_FILE_MODE,
     };
-    let mut temp = temp_in(folder).map_err(write_error)?;
-    temp.write_all(contents).map_err(write_error)?;
-    temp.as_file()
-        .set_permissions(Permissions::from_mode(mode))
-        .map_err(write_error)?;
+    let temp = filled_temp(folder, &physical, contents, mode)?;
     temp.as_file().sync_all().map_err(write_error)?;
     temp.persist(&physical).map_err(|e| write_error(e.error))?;
     Ok(folder.to_path_buf())
@@ -526,11 +533,7 @@ pub fn write_new(path: &Path, contents: &[u8]) -> Result<(), FsError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut temp = temp_in(folder).map_err(write_error)?;
-    temp.write_all(contents).map_err(write_error)?;
-    temp.as_file()
-        .set_permissions(Permissions::from_mode(NEW_FILE_MODE))
-        .map_err(write_error)?;
+    let temp = filled_temp(folder, path, contents, NEW_FILE_MODE)?;
     temp.as_file().sync_all().map_err(write_error)?;
     temp.persist_noclobber(path)
         .map_err(|e| write_error(e.error))?;

@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, PermissionOption, ReadTextFileRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, SessionId, SessionNotification, SessionUpdate, TextContent, ToolCall,
-    ToolCallId, ToolCallUpdate, ToolCallUpdateFields, WriteTextFileRequest,
+    RequestPermissionRequest, RequestPermissionResponse, SessionId, SessionNotification,
+    SessionUpdate, TextContent, ToolCall, ToolCallId, ToolCallUpdate, ToolCallUpdateFields,
+    WriteTextFileRequest,
 };
 use agent_client_protocol::{Client, Error as AcpError, JsonRpcRequest};
 use tokio_util::sync::CancellationToken;
@@ -250,17 +251,7 @@ impl Turn {
             ToolCallUpdate::new(id.clone(), fields),
             options,
         );
-        Ok(match self.client_request(request).await {
-            None => Answer::TurnCancelled,
-            Some(Ok(response)) => match response.outcome {
-                RequestPermissionOutcome::Selected(selected) => {
-                    Answer::Selected(selected.option_id.0.to_string())
-                }
-                // `Cancelled` and any outcome added by a later protocol revision: not an approval.
-                _ => Answer::Dismissed,
-            },
-            Some(Err(error)) => Answer::ClientError(describe(&error)),
-        })
+        Ok(answer_of(self.client_request(request).await))
     }
 
     /// Asks the client about tool call `id` of another session (a child's, exposed as a session
@@ -280,16 +271,7 @@ impl Turn {
             () = withdraw.cancelled() => None,
             response = self.client_request(request) => response,
         };
-        match response {
-            None => Answer::TurnCancelled,
-            Some(Ok(response)) => match response.outcome {
-                RequestPermissionOutcome::Selected(selected) => {
-                    Answer::Selected(selected.option_id.0.to_string())
-                }
-                _ => Answer::Dismissed,
-            },
-            Some(Err(error)) => Answer::ClientError(describe(&error)),
-        }
+        answer_of(response)
     }
 
     /// Sends an update on `session` (this turn's, or a child session exposed by it).
@@ -335,6 +317,22 @@ impl Turn {
                 session_id: self.active.session_id().to_owned(),
                 source: Box::new(source),
             })
+    }
+}
+
+/// What the client answered a permission request (`None`: the turn was cancelled, or the request
+/// withdrawn, first).
+fn answer_of(response: Option<Result<RequestPermissionResponse, AcpError>>) -> Answer {
+    match response {
+        None => Answer::TurnCancelled,
+        Some(Ok(response)) => match response.outcome {
+            RequestPermissionOutcome::Selected(selected) => {
+                Answer::Selected(selected.option_id.0.to_string())
+            }
+            // `Cancelled` and any outcome added by a later protocol revision: not an approval.
+            _ => Answer::Dismissed,
+        },
+        Some(Err(error)) => Answer::ClientError(describe(&error)),
     }
 }
 

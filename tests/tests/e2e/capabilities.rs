@@ -12,35 +12,13 @@ use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::capabilities::preamble;
 use serde_json::{Value, json};
 
-use super::common::{mock, result_record};
+use super::common::{acp_child_json_run, mock, result_record};
 
 const MODEL: &str = "mock-model";
 
 /// `acp-host run --json` of acp-child on the mock model, offering `other-model` too.
 fn acp_child_run(dir: &Path, llm: &MockLlm) -> Command {
-    let mut cmd = host_run(dir);
-    for name in [
-        "ACP_CHILD_MODEL",
-        "ACP_CHILD_BASE_URL",
-        "ACP_CHILD_API_KEY",
-        "DEEPSEEK_API_KEY",
-        "OPENAI_API_KEY",
-    ] {
-        cmd.env_remove(name);
-    }
-    let agent = shell_words::join([
-        "acp-child",
-        "--model",
-        MODEL,
-        "--models",
-        "other-model",
-        "--base-url",
-        &llm.base_url(),
-        "--state-dir",
-        &dir.join(".state").display().to_string(),
-    ]);
-    cmd.args(["--json", "--agent", &agent]);
-    cmd
+    acp_child_json_run(dir, llm, &["--models", "other-model"])
 }
 
 fn persona_file(dir: &Path, text: &str) -> String {

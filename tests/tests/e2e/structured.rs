@@ -18,7 +18,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use super::common::{mock, result_record};
+use super::common::{acp_child_json_run, mock, result_record};
 
 fn schema_file(dir: &Path, schema: &Value) -> String {
     let path = dir.join("schema.json");
@@ -217,27 +217,7 @@ fn retries_exhausted_is_schema_mismatch_exit_6_with_the_last_violations() {
 
 /// `acp-host run --json` of acp-child on the mock model.
 fn acp_child_run(dir: &Path, llm: &MockLlm) -> Command {
-    let mut cmd = host_run(dir);
-    for name in [
-        "ACP_CHILD_MODEL",
-        "ACP_CHILD_BASE_URL",
-        "ACP_CHILD_API_KEY",
-        "DEEPSEEK_API_KEY",
-        "OPENAI_API_KEY",
-    ] {
-        cmd.env_remove(name);
-    }
-    let agent = shell_words::join([
-        "acp-child",
-        "--model",
-        "mock-model",
-        "--base-url",
-        &llm.base_url(),
-        "--state-dir",
-        &dir.join(".state").display().to_string(),
-    ]);
-    cmd.args(["--json", "--agent", &agent]);
-    cmd
+    acp_child_json_run(dir, llm, &[])
 }
 
 #[test]

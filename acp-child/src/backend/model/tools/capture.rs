@@ -80,15 +80,10 @@ pub(super) fn run(
             failed: true,
         },
     };
-    let status = if result.failed {
-        ToolCallStatus::Failed
-    } else {
-        ToolCallStatus::Completed
-    };
     turn.update_tool_call(
         &id,
         ToolCallUpdateFields::new()
-            .status(status)
+            .status(result.status())
             .content(vec![result.content.clone().into()]),
     )?;
     Ok(result)

@@ -135,6 +135,17 @@ pub(crate) struct ToolResult {
     pub(crate) failed: bool,
 }
 
+impl ToolResult {
+    /// The tool card's final status.
+    pub(crate) fn status(&self) -> ToolCallStatus {
+        if self.failed {
+            ToolCallStatus::Failed
+        } else {
+            ToolCallStatus::Completed
+        }
+    }
+}
+
 /// A call's result for the model, and what the client shows for it.
 pub(crate) struct Outcome {
     result: ToolResult,
@@ -369,14 +380,11 @@ impl Toolbox {
             permission,
         };
         let Outcome { result, shown } = parsed.call.run(&cx).await?;
-        let status = if result.failed {
-            ToolCallStatus::Failed
-        } else {
-            ToolCallStatus::Completed
-        };
         turn.update_tool_call(
             &id,
-            ToolCallUpdateFields::new().status(status).content(shown),
+            ToolCallUpdateFields::new()
+                .status(result.status())
+                .content(shown),
         )?;
         Ok(result)
     }
