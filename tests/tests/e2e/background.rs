@@ -736,3 +736,46 @@ async fn an_idle_child_is_closed_after_the_idle_timeout() {
     );
     assert_none_left(cwd.path());
 }
+
+#[tokio::test]
+async fn past_four_idle_children_the_one_idle_longest_is_closed() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    mock_definition(cwd.path(), "echo", "echo-prompt");
+    let mut replies = Vec::new();
+    for n in 1..=5 {
+        replies.push(call(
+            &format!("call_bg{n}"),
+            "subagent",
+            &json!({"agent": "echo", "prompt": format!("job {n}"), "run_in_background": true}),
+        ));
+        replies.push(call(
+            &format!("call_out{n}"),
+            "task_output",
+            &json!({"task_id": format!("subagent-{n}"), "wait": true}),
+        ));
+    }
+    replies.push(call("call_agents", "list_agents", &json!({})));
+    replies.push(Reply::text(["done"]));
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies(replies)
+        .start();
+    let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
+    assert_eq!(reason, StopReason::EndTurn);
+    let requests = llm.requests();
+    let agents = requests
+        .last()
+        .and_then(|r| r.tool_result("call_agents"))
+        .unwrap();
+    let statuses: Vec<&str> = agents
+        .lines()
+        .filter_map(|line| line.split(", ").nth(1))
+        .collect();
+    assert_eq!(
+        statuses,
+        ["ended", "idle", "idle", "idle", "idle"],
+        "{agents}"
+    );
+    assert_none_left(cwd.path());
+}
