@@ -135,6 +135,13 @@ struct Cli {
         help = "No background subagents: the subagent tool has no run_in_background (refused if a model sends it) and the task tools are not offered"
     )]
     no_background: bool,
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 300,
+        help = "How long a background child that answered stays alive, idle, for send_message (at most 4 per session; the oldest is closed); 0 ends every child with its run"
+    )]
+    child_idle_timeout: u64,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -196,6 +203,7 @@ impl Cli {
                 .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
                 .collect(),
             no_background: self.no_background,
+            child_idle_timeout: std::time::Duration::from_secs(self.child_idle_timeout),
         })
     }
 

@@ -36,6 +36,9 @@
 //!   the agent's captured value, else the value extracted from the turn's text (kept bounded); a
 //!   mismatch gets a follow-up prompt in the same session, at most `retries` times, each raced
 //!   against cancellation like the first prompt;
+//! - a kept session (`DriveConfig::turns`) answers further prompts in the same session after the
+//!   first turn, one turn at a time, each raced against cancellation; waiting for the next prompt
+//!   is raced too; any turn that does not end with a stop reason ends the drive;
 //! - resuming (`DriveConfig::resume`) sends `session/load` instead of `session/new`, only to an
 //!   agent whose `initialize` answer advertises `loadSession`; the history it replays before
 //!   answering is discarded (neither output nor event): the run shows only the new turn;
@@ -120,6 +123,16 @@ pub(crate) struct DriveConfig {
     pub(crate) schema: Option<Arc<OutputSchema>>,
     /// Child sessions to cancel while a prompt runs.
     pub(crate) child_cancels: Arc<SessionCancels>,
+    /// Further prompts after the first turn (a session kept open, `run::run_session`); `None`
+    /// ends the drive with the first turn.
+    pub(crate) turns: Option<Arc<dyn Turns>>,
+}
+
+/// The source of a kept session's further prompts.
+pub(crate) trait Turns: Send + Sync {
+    /// Called with the end of each turn the agent answered while it stays alive: hands that
+    /// turn's result out, then waits for the next prompt; `None` ends the drive.
+    fn next(&self, end: &DriveEnd) -> Pin<Box<dyn Future<Output = Option<String>> + Send + '_>>;
 }
 
 /// Child sessions the caller asked to cancel ([`crate::run::Cancel::cancel_session`]), queued
@@ -372,7 +385,7 @@ impl OutputTail {
     /// through a character drops the rest of that character too, so the text stays valid UTF-8.
     pub(crate) fn take(&mut self) -> (String, Option<u64>) {
         let mut bytes = Vec::from(std::mem::take(&mut self.bytes));
-        let mut dropped = self.dropped;
+        let mut dropped = std::mem::take(&mut self.dropped);
         if dropped > 0 {
             // UTF-8 continuation bytes are 0b10xx_xxxx.
             let partial = bytes.iter().take_while(|&&b| b & 0xC0 == 0x80).count();
@@ -839,10 +852,47 @@ async fn converse(
     if let Some(instruction) = &plan.output_instruction {
         text.push_str(instruction);
     }
+    let mut end = first_turn(cx, config, shared, &session_id, &plan, text, cancel).await;
+    let Some(turns) = &config.turns else {
+        return end;
+    };
+    // A kept session: each further prompt is a plain turn, raced against cancellation like the
+    // first; waiting for it is raced too (a cancel while idle ends the drive at once).
+    loop {
+        if !matches!(end, DriveEnd::Stopped { .. }) {
+            return end;
+        }
+        let next = tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                return DriveEnd::Cancelled { prompt_sent: false, stop_reason: None };
+            }
+            next = turns.next(&end) => next,
+        };
+        let Some(text) = next else {
+            return end;
+        };
+        end = match prompt_turn(cx, config, shared, &session_id, text, cancel).await {
+            Ok(response) => stop_reason_of(&response),
+            Err(end) => end,
+        };
+    }
+}
+
+/// The first prompt, checked against the output schema when one was asked for.
+async fn first_turn(
+    cx: &ConnectionTo<Agent>,
+    config: &DriveConfig,
+    shared: &Shared,
+    session_id: &str,
+    plan: &SessionPlan,
+    mut text: String,
+    cancel: &CancellationToken,
+) -> DriveEnd {
     let (Some(schema), Some(output), Some(expected)) =
         (&config.schema, &config.wants.output, plan.structured_via)
     else {
-        return match prompt_turn(cx, config, shared, &session_id, text, cancel).await {
+        return match prompt_turn(cx, config, shared, session_id, text, cancel).await {
             Ok(response) => stop_reason_of(&response),
             Err(end) => end,
         };
@@ -852,7 +902,7 @@ async fn converse(
     let mut follow_ups = output.retries;
     loop {
         shared.begin_turn_text(protocol::result::DEFAULT_MAX_OUTPUT_BYTES);
-        let response = match prompt_turn(cx, config, shared, &session_id, text, cancel).await {
+        let response = match prompt_turn(cx, config, shared, session_id, text, cancel).await {
             Ok(response) => response,
             Err(end) => return end,
         };

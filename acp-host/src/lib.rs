@@ -16,6 +16,9 @@
 //!   down, returning a `protocol::result::RunResult` (status, output, `error` and `error_kind`) on
 //!   every path; a start past the depth limit is refused with `error_kind` `depth-limit`, nothing
 //!   spawned;
+//! - [`run::run_session`]: the same, but the agent and its session are kept after the first turn
+//!   and answer each [`run::FollowUp`] with that turn's own result, until the caller lets go (or
+//!   an idle timeout, a cancel, a failed turn); then teardown;
 //! - [`sync_exec::prepare`] / [`sync_exec::execute`]: plan and apply a sync of subagent
 //!   definitions.
 //!

@@ -23,6 +23,11 @@
 //!   slows the agent down through a bounded queue ([`OBSERVER_BUDGET_BYTES`]) and never delays
 //!   cancellation, the timeout or teardown; once the run is cancelled, timed out or killed, events
 //!   that do not fit are dropped for observers (the result still has them);
+//! - a kept session ([`run_session`]) keeps the agent and its session after the first turn and
+//!   answers each further prompt with that turn's own result (its output only); the caller's
+//!   dropped sender, its idle timeout, a cancel, the overall timeout of a turn (counted per turn,
+//!   never while idle) or a turn that fails end it, and it ends like any run, with teardown; each
+//!   turn's result records the agent as `alive`, the last one how it ended;
 //! - memory is flat in the length of a run: the output keeps its tail (`max_output_bytes`),
 //!   permission records and tool-call notes are capped with counts of what was dropped.
 
@@ -255,6 +260,160 @@ fn check_cwd(cwd: &Path) -> Result<(), PrepareError> {
 
 /// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.
 pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> RunResult {
+    run_with(prepared, options, cancel, None).await
+}
+
+/// A further prompt for a kept session and where its turn's result goes.
+#[derive(Debug)]
+pub struct FollowUp {
+    pub prompt: String,
+    pub reply: tokio::sync::oneshot::Sender<RunResult>,
+}
+
+/// How the caller talks to a kept session ([`run_session`]).
+#[derive(Debug)]
+pub struct Session {
+    /// Gets the first turn's result (or, when the run ends before it, the final one).
+    pub first: tokio::sync::oneshot::Sender<RunResult>,
+    /// Further prompts, one turn at a time; dropping the sender ends the session.
+    pub follow_ups: tokio::sync::mpsc::Receiver<FollowUp>,
+    /// Ends the session when no prompt came for this long after a turn; `None` waits forever.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Like [`run`], but the agent and its session are kept after the first turn and answer each
+/// [`FollowUp`] with that turn's result, until the caller drops its sender, the idle timeout
+/// passes, the run is cancelled, or a turn ends without a stop reason; then teardown. Returns the
+/// final result (also sent to a turn still waiting for one).
+pub async fn run_session(
+    prepared: Prepared,
+    options: &RunOptions,
+    cancel: &Cancel,
+    session: Session,
+) -> RunResult {
+    let Session {
+        first,
+        follow_ups,
+        idle_timeout,
+    } = session;
+    let waiting = Arc::new(std::sync::Mutex::new(Some(first)));
+    let kept = KeptSession {
+        waiting: Arc::clone(&waiting),
+        follow_ups: tokio::sync::Mutex::new(follow_ups),
+        idle_timeout,
+    };
+    let result = run_with(prepared, options, cancel, Some(kept)).await;
+    if let Some(reply) = waiting.lock().ok().and_then(|mut w| w.take()) {
+        let _ = reply.send(result.clone());
+    }
+    result
+}
+
+/// What [`run_session`] hands to the run.
+struct KeptSession {
+    /// The turn waiting for its result.
+    waiting: Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<RunResult>>>>,
+    follow_ups: tokio::sync::Mutex<tokio::sync::mpsc::Receiver<FollowUp>>,
+    idle_timeout: Option<Duration>,
+}
+
+/// The drive's side of a kept session: settles each answered turn into its own result.
+struct SessionTurns {
+    kept: KeptSession,
+    run_id: String,
+    scrubbed: Vec<String>,
+    request: StartRequest,
+    redactor: Redactor,
+    shared: Arc<Shared>,
+    /// True while a turn runs: the overall timeout counts then only.
+    busy: tokio::sync::watch::Sender<bool>,
+    turn_started: std::sync::Mutex<Instant>,
+}
+
+impl client::Turns for SessionTurns {
+    fn next(
+        &self,
+        end: &DriveEnd,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Option<String>> + Send + '_>> {
+        let mut result = unsettled_result(self.run_id.clone(), self.scrubbed.clone());
+        result.agent_exit.ended_by = "alive".into();
+        settle(
+            &mut result,
+            Some(end.clone()),
+            false,
+            &self.request.timeouts,
+            &self.request,
+        );
+        (result.output, result.output_truncated_bytes) = self.shared.take_output();
+        (result.permissions, result.permissions_dropped) = self.shared.take_permissions();
+        result.session_id = self.shared.session_id();
+        result.children = self.shared.take_children();
+        result.persona_delivery = self.shared.persona_delivery();
+        record_structured(&mut result, self.shared.take_structured());
+        redact_agent_text(&mut result, &self.redactor);
+        result.duration_ms = self
+            .turn_started
+            .lock()
+            .map(|started| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or_default();
+        self.busy.send_replace(false);
+        if let Some(reply) = self.kept.waiting.lock().ok().and_then(|mut w| w.take()) {
+            let _ = reply.send(result);
+        }
+        Box::pin(async move {
+            let mut follow_ups = self.kept.follow_ups.lock().await;
+            let next = match self.kept.idle_timeout {
+                Some(idle) => tokio::time::timeout(idle, follow_ups.recv())
+                    .await
+                    .ok()
+                    .flatten(),
+                None => follow_ups.recv().await,
+            }?;
+            if let Ok(mut waiting) = self.kept.waiting.lock() {
+                *waiting = Some(next.reply);
+            }
+            if let Ok(mut started) = self.turn_started.lock() {
+                *started = Instant::now();
+            }
+            self.busy.send_replace(true);
+            Some(next.prompt)
+        })
+    }
+}
+
+/// The drive's side of a kept session, and whether a turn runs (always, for a plain run).
+fn session_turns(
+    kept: Option<KeptSession>,
+    result: &RunResult,
+    request: &StartRequest,
+    redactor: &Redactor,
+    shared: &Arc<Shared>,
+) -> (
+    Option<Arc<dyn client::Turns>>,
+    tokio::sync::watch::Receiver<bool>,
+) {
+    let (busy, busy_rx) = tokio::sync::watch::channel(true);
+    let turns = kept.map(|kept| {
+        Arc::new(SessionTurns {
+            kept,
+            run_id: result.run_id.clone(),
+            scrubbed: result.scrubbed_env.clone(),
+            request: request.clone(),
+            redactor: redactor.clone(),
+            shared: Arc::clone(shared),
+            busy,
+            turn_started: std::sync::Mutex::new(Instant::now()),
+        }) as Arc<dyn client::Turns>
+    });
+    (turns, busy_rx)
+}
+
+async fn run_with(
+    prepared: Prepared,
+    options: &RunOptions,
+    cancel: &Cancel,
+    kept: Option<KeptSession>,
+) -> RunResult {
     let started = Instant::now();
     let Prepared {
         request,
@@ -318,6 +477,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
     // die of EPIPE), then left.
     let drain_until = CancellationToken::new();
     let _stop_draining = drain_until.clone().drop_guard();
+    let turns = session_turns(kept, &result, &request, &env.redactor, &shared);
     let supervised = supervise(
         &mut process,
         pipes,
@@ -331,6 +491,7 @@ pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> R
         &shared,
         &notifier,
         drain_until,
+        turns,
     )
     .await;
     let Supervised {
@@ -484,6 +645,10 @@ async fn supervise(
     shared: &Arc<Shared>,
     notifier: &Arc<Notifier>,
     drain_until: CancellationToken,
+    (turns, mut busy): (
+        Option<Arc<dyn client::Turns>>,
+        tokio::sync::watch::Receiver<bool>,
+    ),
 ) -> Supervised {
     let timeouts = request.timeouts;
     let config = DriveConfig {
@@ -502,6 +667,7 @@ async fn supervise(
         schema,
         resume: request.resume.clone(),
         child_cancels: Arc::clone(&cancel.sessions),
+        turns,
     };
     // The drive watches its own token: the caller's cancel and our deadline both feed it.
     let drive_cancel = cancel.graceful.child_token();
@@ -514,12 +680,8 @@ async fn supervise(
         drain_until,
     );
     tokio::pin!(drive);
-    let deadline = async {
-        match timeouts.overall {
-            Some(limit) => tokio::time::sleep(limit).await,
-            None => std::future::pending().await,
-        }
-    };
+    // Restarted with each turn of a kept session, and not counted while it is idle.
+    let deadline = tokio::time::sleep(timeouts.overall.unwrap_or(Duration::MAX / 4));
     tokio::pin!(deadline);
 
     let mut timed_out = false;
@@ -534,7 +696,14 @@ async fn supervise(
             // Cancelling must not wait for a slow observer either (the agent's answer to
             // session/cancel has to be read).
             () = drive_cancel.cancelled(), if !notifier.shed.is_cancelled() => notifier.shed.cancel(),
-            () = &mut deadline, if !timed_out => {
+            Ok(()) = busy.changed() => {
+                if *busy.borrow_and_update()
+                    && let Some(limit) = timeouts.overall
+                {
+                    deadline.as_mut().reset(tokio::time::Instant::now() + limit);
+                }
+            }
+            () = &mut deadline, if !timed_out && timeouts.overall.is_some() && *busy.borrow() => {
                 timed_out = true;
                 // The deadline is the caller's: a slow observer must not stretch it.
                 notifier.shed.cancel();

@@ -42,10 +42,12 @@
 //! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
 //!   schema) before anything is registered or spawned; a background child runs detached
 //!   ([`Subagents::run_detached`]: nobody to ask, so `relay` rejects; nothing shown) under a
-//!   [`Cancel`] its owner (the session's `backend::tasks`) holds; a continued child runs like a
-//!   foreground call, as a cold resume (`StartRequest::resume`: `session/load` of its session in a
-//!   fresh process), and one whose agent cannot load sessions is a clear result, not a protocol
-//!   error.
+//!   [`Cancel`] its owner (the session's `backend::tasks`) holds; with `--child-idle-timeout`, a
+//!   background child that answered stays alive as a [`LiveChild`] (a kept session of the run
+//!   library, ended by its idle timeout) and a message goes to its process; otherwise a continued
+//!   child runs like a foreground call, as a cold resume (`StartRequest::resume`: `session/load`
+//!   of its session in a fresh process), and one whose agent cannot load sessions is a clear
+//!   result, not a protocol error.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -143,6 +145,9 @@ pub struct SubagentOptions {
     pub dirs: Vec<PathBuf>,
     /// `--no-background`: no `run_in_background` (left out of the schema, refused if sent).
     pub no_background: bool,
+    /// `--child-idle-timeout`: how long a background child that answered stays alive for a
+    /// `send_message`; zero ends every child with its run.
+    pub child_idle_timeout: Duration,
 }
 
 /// `--subagent-agents` names something that cannot be a subagent.
@@ -203,6 +208,7 @@ pub struct Subagents {
     env: Vec<String>,
     timeout: Option<Duration>,
     background: bool,
+    idle_timeout: Option<Duration>,
 }
 
 /// A child's result, as the model (or the offline reply) gets it.
@@ -283,6 +289,8 @@ impl Subagents {
             env: options.env,
             timeout: options.timeout,
             background: !options.no_background,
+            idle_timeout: (!options.child_idle_timeout.is_zero())
+                .then_some(options.child_idle_timeout),
         })
     }
 
@@ -480,17 +488,23 @@ impl Subagents {
         }
     }
 
-    /// Runs a validated start with nobody to ask (a background task, a message to a child): its
-    /// permission requests are answered by policy (`relay` rejects: the turn that could ask may
-    /// be over), nothing of it is shown; `cancel` stops it.
-    pub(crate) async fn run_detached(&self, start: Start, cancel: Cancel) -> Delegated {
+    /// Runs a validated start with nobody to ask (a background task): its permission requests
+    /// are answered by policy (`relay` rejects: the turn that could ask may be over), nothing of
+    /// it is shown; `cancel` stops it. With an idle timeout, a child that answered its turn stays
+    /// alive for further messages ([`LiveChild`]); otherwise, or when its turn did not complete,
+    /// its process is gone when this returns.
+    pub(crate) async fn run_detached(
+        &self,
+        start: Start,
+        cancel: Cancel,
+    ) -> (Delegated, Option<Arc<LiveChild>>) {
         let slot = tokio::select! {
             biased;
-            () = cancel.cancelled() => return Delegated::failed(CANCELLED),
+            () = cancel.cancelled() => return (Delegated::failed(CANCELLED), None),
             slot = self.slots.acquire() => slot,
         };
         let Ok(_slot) = slot else {
-            return Delegated::failed("subagents are shutting down");
+            return (Delegated::failed("subagents are shutting down"), None);
         };
         let Start {
             name,
@@ -498,8 +512,44 @@ impl Subagents {
             resume,
             ..
         } = start;
-        let result = run::run(prepared, &RunOptions::default(), &cancel).await;
-        outcome(&name, result, resume)
+        let Some(idle_timeout) = self.idle_timeout else {
+            let result = run::run(prepared, &RunOptions::default(), &cancel).await;
+            return (outcome(&name, result, resume), None);
+        };
+        let (first, first_rx) = oneshot::channel();
+        let (follow_ups, follow_ups_rx) = mpsc::channel(1);
+        let session = run::Session {
+            first,
+            follow_ups: follow_ups_rx,
+            idle_timeout: Some(idle_timeout),
+        };
+        let handle = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                run::run_session(prepared, &RunOptions::default(), &cancel, session).await
+            })
+        };
+        let live = Arc::new(LiveChild {
+            name: name.clone(),
+            follow_ups,
+            cancel,
+            handle: std::sync::Mutex::new(Some(handle)),
+        });
+        let Ok(result) = first_rx.await else {
+            live.close().await;
+            return (
+                Delegated::failed(format!("subagent {name} ended abnormally")),
+                None,
+            );
+        };
+        let completed = result.status == Status::Completed;
+        let delegated = outcome(&name, result, resume);
+        if completed && live.is_open() {
+            (delegated, Some(live))
+        } else {
+            live.close().await;
+            (delegated, None)
+        }
     }
 
     /// Runs a validated start (`start`, labelled `description`, on `prompt`) for tool call `call`
@@ -594,6 +644,73 @@ impl Subagents {
             };
         }
         outcome(name, result, resume)
+    }
+}
+
+/// A child whose agent answered its turn and stays alive, idle, for its next message (a kept
+/// session of the run library). It ends on its own after the idle timeout; [`LiveChild::close`]
+/// ends it at once and waits until its process is gone.
+#[derive(Debug)]
+pub(crate) struct LiveChild {
+    name: String,
+    follow_ups: mpsc::Sender<run::FollowUp>,
+    cancel: Cancel,
+    handle: std::sync::Mutex<Option<tokio::task::JoinHandle<RunResult>>>,
+}
+
+impl LiveChild {
+    /// Whether it still takes messages (not ended by its idle timeout, a failure or a close).
+    pub(crate) fn is_open(&self) -> bool {
+        !self.follow_ups.is_closed()
+    }
+
+    /// Delivers `message` as its next turn; `cancel` fired stops that turn (and ends the child).
+    /// `None` when it no longer takes messages (then nothing was sent).
+    pub(crate) async fn send(
+        &self,
+        message: &str,
+        cancel: &CancellationToken,
+    ) -> Option<Delegated> {
+        let (reply, answer) = oneshot::channel();
+        let follow_up = run::FollowUp {
+            prompt: message.to_owned(),
+            reply,
+        };
+        self.follow_ups.send(follow_up).await.ok()?;
+        tokio::pin!(answer);
+        let result = tokio::select! {
+            biased;
+            result = &mut answer => result,
+            () = cancel.cancelled() => {
+                self.cancel.cancel();
+                answer.await
+            }
+        };
+        Some(match result {
+            Ok(result) => outcome(&self.name, result, false),
+            Err(_) => Delegated::failed(format!("subagent {} ended abnormally", self.name)),
+        })
+    }
+
+    /// Ends it (session/cancel while a turn runs, then the teardown ladder) and waits until its
+    /// process is gone.
+    pub(crate) async fn close(&self) {
+        self.cancel.cancel();
+        let handle = self
+            .handle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle
+            && let Err(error) = handle.await
+        {
+            tracing::warn!(%error, "a live child ended abnormally");
+        }
+    }
+
+    /// Ends it without waiting (its run tears its process down on its own).
+    pub(crate) fn cancel(&self) {
+        self.cancel.cancel();
     }
 }
 

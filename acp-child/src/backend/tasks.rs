@@ -18,7 +18,11 @@
 //! - a finished task's completion notice is handed out once ([`Tasks::take_notices`]), unless the
 //!   model already collected the task's result with `task_output` or killed it;
 //! - children are recorded in the session's store ([`ChildRecord`]) when a run of theirs ends, so
-//!   a session loaded later can continue them (by cold resume: no child process outlives its run).
+//!   a session loaded later can continue them (by cold resume);
+//! - a background child that answered may stay alive, idle ([`LiveChild`]): at most
+//!   [`MAX_IDLE_CHILDREN`] per session (the oldest is closed), each ending on its own after the
+//!   idle timeout; cancelling the session cancels them, closing it closes and awaits them, so no
+//!   child process outlives its session.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -30,7 +34,10 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::delegate::Delegated;
+use super::delegate::{Delegated, LiveChild};
+
+/// The most children of one session kept alive while idle.
+pub(crate) const MAX_IDLE_CHILDREN: usize = 4;
 
 /// The most bytes of a finished task's output a completion notice carries.
 const NOTICE_OUTPUT_BYTES: usize = 4 * 1024;
@@ -58,6 +65,8 @@ pub(crate) enum ChildStatus {
     Ended,
     /// Its last run failed.
     Failed,
+    /// Its turn ended and its process stays alive for the next message.
+    Idle,
 }
 
 impl ChildStatus {
@@ -66,6 +75,7 @@ impl ChildStatus {
             ChildStatus::Running => "running",
             ChildStatus::Ended => "ended",
             ChildStatus::Failed => "failed",
+            ChildStatus::Idle => "idle",
         }
     }
 }
@@ -80,6 +90,15 @@ pub(crate) struct ChildEntry {
     pub(crate) last_activity: SystemTime,
     /// Held by the run of this child in flight: one turn at a time.
     pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
+    /// Its process, while it is kept alive between turns.
+    pub(crate) live: Option<Arc<LiveChild>>,
+}
+
+impl ChildEntry {
+    /// Its live process, if it still takes messages.
+    pub(crate) fn live(&self) -> Option<&Arc<LiveChild>> {
+        self.live.as_ref().filter(|live| live.is_open())
+    }
 }
 
 /// How a background task stands.
@@ -113,6 +132,8 @@ struct Inner {
     /// Saved child records that could not be used, one line each.
     unusable: Vec<String>,
     closed: bool,
+    /// Live children closed to make room, until the session closes (it awaits them).
+    evicted: Vec<Arc<LiveChild>>,
 }
 
 /// A session's children and background tasks.
@@ -196,6 +217,7 @@ impl Tasks {
                         },
                         last_activity: SystemTime::now(),
                         gate: Arc::default(),
+                        live: None,
                     },
                 );
             }
@@ -228,6 +250,7 @@ impl Tasks {
                 status: ChildStatus::Running,
                 last_activity: SystemTime::now(),
                 gate,
+                live: None,
             },
         );
         Ok((id, held))
@@ -275,6 +298,39 @@ impl Tasks {
         })
     }
 
+    /// Keeps child `id`'s process alive between turns; past [`MAX_IDLE_CHILDREN`] the child
+    /// idle the longest is closed. Once the session is closed, `live` is closed instead.
+    pub(crate) fn set_live(&self, id: &str, live: Arc<LiveChild>) {
+        let mut inner = lock(&self.inner);
+        let n = number(id, "agent");
+        if inner.closed || n.is_none_or(|n| !inner.children.contains_key(&n)) {
+            live.cancel();
+            inner.evicted.push(live);
+            return;
+        }
+        inner.evicted.retain(|old| old.is_open());
+        if let Some(child) = n.and_then(|n| inner.children.get_mut(&n)) {
+            child.live = Some(live);
+        }
+        loop {
+            let mut idle: Vec<(SystemTime, u64)> = inner
+                .children
+                .iter()
+                .filter(|(_, c)| c.live().is_some() && (c.id == id || c.gate.try_lock().is_ok()))
+                .map(|(n, c)| (c.last_activity, *n))
+                .collect();
+            if idle.len() <= MAX_IDLE_CHILDREN {
+                break;
+            }
+            idle.sort_unstable();
+            let oldest = idle[0].1;
+            if let Some(old) = inner.children.get_mut(&oldest).and_then(|c| c.live.take()) {
+                old.cancel();
+                inner.evicted.push(old);
+            }
+        }
+    }
+
     fn update_child<R>(&self, id: &str, change: impl FnOnce(&mut ChildEntry) -> R) -> Option<R> {
         let mut inner = lock(&self.inner);
         let child = number(id, "agent").and_then(|n| inner.children.get_mut(&n))?;
@@ -286,10 +342,18 @@ impl Tasks {
     /// be used.
     pub(crate) fn children(&self) -> (Vec<ChildEntry>, Vec<String>) {
         let inner = lock(&self.inner);
-        (
-            inner.children.values().cloned().collect(),
-            inner.unusable.clone(),
-        )
+        let children = inner
+            .children
+            .values()
+            .cloned()
+            .map(|mut child| {
+                if child.status == ChildStatus::Ended && child.live().is_some() {
+                    child.status = ChildStatus::Idle;
+                }
+                child
+            })
+            .collect();
+        (children, inner.unusable.clone())
     }
 
     /// Registers a background task for `child` and spawns its run (`run` watches `cancel` and
@@ -421,30 +485,40 @@ impl Tasks {
 
     /// Cancels every running task (the session was cancelled); they end on their own.
     pub(crate) fn cancel_all(&self) {
-        for task in &lock(&self.inner).tasks {
+        let inner = lock(&self.inner);
+        for task in &inner.tasks {
             task.cancel.cancel();
+        }
+        for live in inner.children.values().filter_map(|c| c.live.as_ref()) {
+            live.cancel();
         }
     }
 
     /// Closes the session's table: nothing new starts, every running task is cancelled and
     /// awaited (each run tears its process down before it returns).
     pub(crate) async fn shutdown(&self) {
-        let handles: Vec<JoinHandle<()>> = {
+        let (handles, live): (Vec<JoinHandle<()>>, Vec<Arc<LiveChild>>) = {
             let mut inner = lock(&self.inner);
             inner.closed = true;
-            inner
+            let mut live: Vec<Arc<LiveChild>> = std::mem::take(&mut inner.evicted);
+            live.extend(inner.children.values_mut().filter_map(|c| c.live.take()));
+            let handles = inner
                 .tasks
                 .iter_mut()
                 .filter_map(|task| {
                     task.cancel.cancel();
                     task.handle.take()
                 })
-                .collect()
+                .collect();
+            (handles, live)
         };
         for handle in handles {
             if let Err(error) = handle.await {
                 tracing::warn!(%error, "a background task ended abnormally");
             }
+        }
+        for live in live {
+            live.close().await;
         }
     }
 }

@@ -3,9 +3,11 @@
 //! `task_list` and `task_kill`; a finished task's notice reaches the model's next request once;
 //! `--no-background` refuses a forced background start with nothing spawned; cancelling or
 //! closing the session, or ending the connection, tears its tasks down. Children are continued
-//! with `send_message` (a cold resume: `session/load` of the child's session in a fresh process,
-//! its history intact on the child model's request), queued behind a running turn, and across a
-//! parent resumed with `session/load`; `list_agents` lists them. No process is left behind.
+//! with `send_message`: in its live process while a background child is kept idle (closed by the
+//! idle timeout or with its session), else by cold resume (`session/load` of the child's session
+//! in a fresh process, its history intact on the child model's request), queued behind a running
+//! turn, and across a parent resumed with `session/load`; `list_agents` lists them. No process is
+//! left behind.
 
 use std::path::Path;
 use std::time::Duration;
@@ -181,8 +183,9 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
                 "subagent",
                 &json!({"agent": "echo", "prompt": "work", "run_in_background": true}),
             ),
-            // A message to the busy child waits for its turn; the mock agent cannot load a
-            // session, so it cannot be continued.
+            // A message to the busy child waits for its turn; the child is not kept alive
+            // (`--child-idle-timeout 0`) and the mock agent cannot load a session, so it cannot
+            // be continued.
             call(
                 "call_msg",
                 "send_message",
@@ -192,7 +195,8 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
             Reply::text(["noted"]),
         ])
         .start();
-    let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
+    let launch = parent(&llm, state.path(), None, &["--child-idle-timeout", "0"]);
+    let reason = one_turn(launch, cwd.path(), "go").await;
     assert_eq!(reason, StopReason::EndTurn);
     let requests = llm.requests();
     assert_eq!(requests.len(), 4, "{requests:#?}");
@@ -594,4 +598,184 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
             "{tool} offered at the cap: {offered}"
         );
     }
+}
+
+/// Reads the pid the mock child wrote to `file`, waiting off the runtime for it.
+async fn child_pid(file: std::path::PathBuf) -> u32 {
+    tokio::task::spawn_blocking(move || {
+        assert!(
+            acp_tests::wait_for_file(&file, acp_tests::HANG_GUARD),
+            "the child never started"
+        );
+        acp_tests::read_pid(&file).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn send_message_reaches_an_idle_live_child_and_closing_the_session_ends_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let pid_file = cwd.path().join("echo.pid");
+    // The mock agent cannot load sessions: a cold resume would fail, so an answer to the message
+    // can only come from the live process.
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!("echo-prompt --pid-file {}", pid_file.display()),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first", "run_in_background": true}),
+            ),
+            call(
+                "call_out",
+                "task_output",
+                &json!({"task_id": "subagent-1", "wait": true}),
+            ),
+            call("call_idle", "list_agents", &json!({})),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "second"}),
+            ),
+            call("call_again", "list_agents", &json!({})),
+            Reply::text(["done"]),
+        ])
+        .start();
+    let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let pid = child_pid(pid_file.clone()).await;
+        assert!(acp_tests::process_alive(pid), "the idle child was not kept");
+        cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
+            .block_task()
+            .await?;
+        assert!(
+            !acp_tests::process_alive(pid),
+            "close answered before the idle child was gone"
+        );
+        Ok(())
+    })
+    .await;
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 6, "{requests:#?}");
+    assert!(
+        requests[2]
+            .tool_result("call_out")
+            .unwrap()
+            .starts_with("subagent-1 (completed): "),
+        "{requests:#?}"
+    );
+    for id in ["call_idle", "call_again"] {
+        let agents = requests.iter().find_map(|r| r.tool_result(id)).unwrap();
+        assert!(
+            agents.starts_with("agent-1: subagent echo, idle, last activity "),
+            "{id}: {agents}"
+        );
+    }
+    assert_eq!(requests[4].tool_result("call_msg").unwrap(), "second");
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn an_idle_child_is_closed_after_the_idle_timeout() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let pid_file = cwd.path().join("echo.pid");
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!("echo-prompt --pid-file {}", pid_file.display()),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first", "run_in_background": true}),
+            ),
+            call(
+                "call_out",
+                "task_output",
+                &json!({"task_id": "subagent-1", "wait": true}),
+            ),
+            Reply::text(["started"]),
+            call("call_agents", "list_agents", &json!({})),
+            Reply::text(["done"]),
+        ])
+        .start();
+    let launch = parent(&llm, state.path(), None, &["--child-idle-timeout", "1"]);
+    let ((), _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let pid = child_pid(pid_file.clone()).await;
+        let dead = tokio::task::spawn_blocking(move || {
+            acp_tests::wait_until_dead(pid, acp_tests::HANG_GUARD)
+        })
+        .await
+        .unwrap();
+        assert!(dead, "the idle child outlived its idle timeout");
+        let (_, response) = prompt(&mut session, "list", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(())
+    })
+    .await;
+    let agents = llm.requests()[4].tool_result("call_agents").unwrap();
+    assert!(
+        agents.starts_with("agent-1: subagent echo, ended, last activity "),
+        "{agents}"
+    );
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn past_four_idle_children_the_one_idle_longest_is_closed() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    mock_definition(cwd.path(), "echo", "echo-prompt");
+    let mut replies = Vec::new();
+    for n in 1..=5 {
+        replies.push(call(
+            &format!("call_bg{n}"),
+            "subagent",
+            &json!({"agent": "echo", "prompt": format!("job {n}"), "run_in_background": true}),
+        ));
+        replies.push(call(
+            &format!("call_out{n}"),
+            "task_output",
+            &json!({"task_id": format!("subagent-{n}"), "wait": true}),
+        ));
+    }
+    replies.push(call("call_agents", "list_agents", &json!({})));
+    replies.push(Reply::text(["done"]));
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies(replies)
+        .start();
+    let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
+    assert_eq!(reason, StopReason::EndTurn);
+    let requests = llm.requests();
+    let agents = requests
+        .last()
+        .and_then(|r| r.tool_result("call_agents"))
+        .unwrap();
+    let statuses: Vec<&str> = agents
+        .lines()
+        .filter_map(|line| line.split(", ").nth(1))
+        .collect();
+    assert_eq!(
+        statuses,
+        ["ended", "idle", "idle", "idle", "idle"],
+        "{agents}"
+    );
+    assert_none_left(cwd.path());
 }

@@ -490,3 +490,183 @@ fn dropping_a_process_kills_its_group() {
     });
     assert!(acp_tests::wait_until_dead(pid, Duration::from_secs(10)));
 }
+
+/// The agent's pid, from the start event.
+fn agent_pid(recorder: &Recorder) -> u32 {
+    let events = recorder.events.lock().unwrap();
+    events
+        .iter()
+        .find_map(|event| match event {
+            Event::Start(start) => start.pid,
+            _ => None,
+        })
+        .expect("a start event with the agent's pid")
+}
+
+/// A kept session on the echo mock: the caller's ends of it, and the run itself.
+fn kept_session(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    recorder: &Arc<Recorder>,
+    idle_timeout: Option<Duration>,
+    cancel: &Cancel,
+    overall: Option<Duration>,
+) -> (
+    tokio::sync::oneshot::Receiver<protocol::result::RunResult>,
+    tokio::sync::mpsc::Sender<run::FollowUp>,
+    tokio::task::JoinHandle<protocol::result::RunResult>,
+) {
+    let mut request = request(mock_path(), &["echo-prompt"], dir);
+    request.timeouts.overall = overall;
+    let prepared = run::prepare(request, ambient()).unwrap();
+    let options = RunOptions {
+        observers: vec![recorder.clone()],
+        ..RunOptions::default()
+    };
+    let (first, first_rx) = tokio::sync::oneshot::channel();
+    let (follow_ups, follow_ups_rx) = tokio::sync::mpsc::channel(1);
+    let session = run::Session {
+        first,
+        follow_ups: follow_ups_rx,
+        idle_timeout,
+    };
+    let cancel = cancel.clone();
+    let running =
+        rt.spawn(async move { run::run_session(prepared, &options, &cancel, session).await });
+    (first_rx, follow_ups, running)
+}
+
+async fn follow_up(
+    follow_ups: &tokio::sync::mpsc::Sender<run::FollowUp>,
+    prompt: &str,
+) -> protocol::result::RunResult {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    follow_ups
+        .send(run::FollowUp {
+            prompt: prompt.into(),
+            reply,
+        })
+        .await
+        .expect("the session takes a follow-up");
+    tokio::time::timeout(Duration::from_secs(20), answer)
+        .await
+        .expect("the follow-up is answered in time")
+        .expect("the follow-up gets a result")
+}
+
+#[test]
+fn a_kept_session_answers_each_prompt_in_the_same_process_then_tears_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let recorder = Arc::new(Recorder::default());
+    let (first, follow_ups, running) =
+        kept_session(&rt, dir.path(), &recorder, None, &Cancel::new(), None);
+    rt.block_on(async {
+        let first = first.await.expect("the first turn's result");
+        assert_eq!(first.status, Status::Completed);
+        assert_eq!(first.output, "hi");
+        assert_eq!(first.agent_exit.ended_by, "alive");
+        let pid = agent_pid(&recorder);
+        assert!(
+            acp_tests::process_alive(pid),
+            "the agent stays alive between turns"
+        );
+
+        let second = follow_up(&follow_ups, "second prompt").await;
+        assert_eq!(second.status, Status::Completed);
+        assert_eq!(second.output, "second prompt", "the turn's own output only");
+        assert_eq!(second.session_id, first.session_id);
+        assert_eq!(second.run_id, first.run_id);
+        let third = follow_up(&follow_ups, "third").await;
+        assert_eq!(third.output, "third");
+        assert_eq!(agent_pid(&recorder), pid);
+
+        drop(follow_ups);
+        let last = running.await.unwrap();
+        assert_eq!(last.status, Status::Completed);
+        assert_eq!(last.agent_exit.ended_by, "eof");
+        assert!(!acp_tests::process_alive(pid), "the agent was torn down");
+    });
+    let events = recorder.events.lock().unwrap();
+    let starts = events
+        .iter()
+        .filter(|e| matches!(e, Event::Start(_)))
+        .count();
+    let ends = events.iter().filter(|e| matches!(e, Event::End(_))).count();
+    assert_eq!((starts, ends), (1, 1), "one run: {events:?}");
+}
+
+#[test]
+fn a_kept_session_ends_after_its_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let recorder = Arc::new(Recorder::default());
+    let (first, follow_ups, running) = kept_session(
+        &rt,
+        dir.path(),
+        &recorder,
+        Some(Duration::from_millis(300)),
+        &Cancel::new(),
+        None,
+    );
+    rt.block_on(async {
+        assert_eq!(first.await.unwrap().output, "hi");
+        let pid = agent_pid(&recorder);
+        // The sender is still held: only the idle timeout can end the session.
+        let last = tokio::time::timeout(Duration::from_secs(20), running)
+            .await
+            .expect("the idle session ends")
+            .unwrap();
+        assert_eq!(last.status, Status::Completed);
+        assert_eq!(last.agent_exit.ended_by, "eof");
+        assert!(!acp_tests::process_alive(pid));
+        assert!(follow_ups.is_closed(), "no further prompt is taken");
+    });
+}
+
+#[test]
+fn cancelling_an_idle_kept_session_tears_it_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let recorder = Arc::new(Recorder::default());
+    let cancel = Cancel::new();
+    let (first, _follow_ups, running) =
+        kept_session(&rt, dir.path(), &recorder, None, &cancel, None);
+    rt.block_on(async {
+        assert_eq!(first.await.unwrap().status, Status::Completed);
+        let pid = agent_pid(&recorder);
+        cancel.cancel();
+        let last = tokio::time::timeout(Duration::from_secs(20), running)
+            .await
+            .expect("the cancelled session ends")
+            .unwrap();
+        assert_eq!(last.status, Status::Aborted);
+        assert!(!acp_tests::process_alive(pid));
+    });
+}
+
+#[test]
+fn the_overall_timeout_counts_per_turn_and_not_while_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = runtime();
+    let recorder = Arc::new(Recorder::default());
+    let limit = Duration::from_millis(1500);
+    let (first, follow_ups, running) = kept_session(
+        &rt,
+        dir.path(),
+        &recorder,
+        None,
+        &Cancel::new(),
+        Some(limit),
+    );
+    rt.block_on(async {
+        assert_eq!(first.await.unwrap().status, Status::Completed);
+        // Idle for longer than the limit: a deadline counted over the whole session would end it.
+        tokio::time::sleep(limit * 2).await;
+        let second = follow_up(&follow_ups, "still here").await;
+        assert_eq!(second.status, Status::Completed);
+        assert_eq!(second.output, "still here");
+        drop(follow_ups);
+        assert_eq!(running.await.unwrap().status, Status::Completed);
+    });
+}

@@ -31,7 +31,7 @@ impl Tool for ListAgents {
     }
 
     fn description(&self) -> &'static str {
-        "List the subagent children this session started: child id, subagent, status (running, \
+        "List the subagent children this session started: child id, subagent, status (running, idle, \
          ended, failed) and last activity. send_message continues one."
     }
 

@@ -1,8 +1,10 @@
 //! `send_message`: the next prompt for one of this session's children, in the child's own
 //! session. A child runs one turn at a time: a message to a busy child waits behind its current
-//! turn. No child process outlives its run, so a message always cold-resumes the child: a fresh
-//! process, `initialize`, `session/load` of the child's session, then the message (an agent
-//! without `loadSession` is a clear tool error). Only the session that started a child finds it.
+//! turn. A child kept alive while idle (a background child that answered, within
+//! `--child-idle-timeout`) gets the message in its live process; otherwise the message
+//! cold-resumes the child: a fresh process, `initialize`, `session/load` of the child's session,
+//! then the message (an agent without `loadSession` is a clear tool error). Only the session that
+//! started a child finds it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -96,6 +98,14 @@ impl Call for Args {
                 Ok(child) => child,
                 Err(error) => return Ok(Outcome::failed(error.to_string())),
             };
+            if let Some(live) = child.live() {
+                tasks.child_running(&child.id);
+                if let Some(result) = live.send(&self.message, cx.turn.cancellation()).await {
+                    record(&memory, &child.id, &result);
+                    drop(gate);
+                    return Ok(outcome(result));
+                }
+            }
             let Some(session) = child.session.clone() else {
                 return Ok(Outcome::failed(format!(
                     "child {} cannot be continued: its agent reported no session id",

@@ -190,9 +190,13 @@ impl Call for Args {
                 let subagents = Arc::clone(subagents);
                 let cancel = cancel.clone();
                 let child = child.clone();
+                let tasks = Arc::clone(&tasks);
                 async move {
-                    let result = subagents.run_detached(start, cancel).await;
+                    let (result, live) = subagents.run_detached(start, cancel).await;
                     record(&memory, &child, &result);
+                    if let Some(live) = live {
+                        tasks.set_live(&child, live);
+                    }
                     result
                 }
             };
