@@ -12,11 +12,17 @@
 //! - a child runs one turn at a time: every run of it (its first, a `send_message`) holds its
 //!   [`ChildEntry::gate`], so a message to a busy child waits behind the current turn;
 //! - a task is registered only once its start passed validation, and its run is spawned in the
-//!   same critical section, so a task id always names a run whose result can be collected;
+//!   same critical section, so a task id always names a run whose result can be collected (until
+//!   the result was told and dropped, below);
 //! - once the session is closed ([`Tasks::shutdown`]) nothing new starts, and every running task
 //!   is cancelled (session/cancel, then the teardown ladder) and awaited;
 //! - a finished task's completion notice is handed out once ([`Tasks::take_notices`]), unless the
 //!   model already collected the task's result with `task_output` or killed it;
+//! - the table stays bounded: a finished task is kept until its result was told to the model (a
+//!   notice, `task_output`, `task_kill`), then only the [`KEEP_TOLD`] told last are kept and older
+//!   ones are dropped (a result can be as large as `--max-output`). Nothing records a dropped id:
+//!   task ids are sequential and a task leaves the table only that way, so an id up to the
+//!   session's count that the table lacks names a dropped task ("already delivered");
 //! - children are recorded in the session's store ([`ChildRecord`]) when a run of theirs ends, so
 //!   a session loaded later can continue them (by cold resume);
 //! - a background child that answered may stay alive, idle ([`LiveChild`]): at most
@@ -38,6 +44,11 @@ use super::delegate::{Delegated, LiveChild};
 
 /// The most children of one session kept alive while idle.
 pub(crate) const MAX_IDLE_CHILDREN: usize = 4;
+
+/// The most finished tasks kept once their result was told to the model; older ones are dropped.
+/// Enough for the model to read a recent result again, small enough that a session starting
+/// thousands of tasks keeps only a few results (each up to `--max-output`).
+pub(crate) const KEEP_TOLD: usize = 16;
 
 /// The most bytes of a finished task's output a completion notice carries.
 const NOTICE_OUTPUT_BYTES: usize = 4 * 1024;
@@ -119,13 +130,18 @@ struct Task {
     /// Fired once the task's result is in.
     done: CancellationToken,
     handle: Option<JoinHandle<()>>,
-    /// Its result reached the model (a notice, `task_output`, `task_kill`).
-    told: bool,
+    /// When its result reached the model (a notice, `task_output`, `task_kill`), on the table's
+    /// count of tellings: the order told tasks are dropped in.
+    told: Option<u64>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     tasks_started: u64,
+    /// How many times a task was told to the model (the clock of [`Task::told`]).
+    tellings: u64,
+    /// Finished tasks dropped after they were told.
+    dropped: u64,
     children_started: u64,
     tasks: Vec<Task>,
     children: BTreeMap<u64, ChildEntry>,
@@ -173,6 +189,11 @@ impl TaskView {
 pub(crate) enum TaskError {
     #[error("no such task {0:?}; task_list shows this session's tasks")]
     NoSuchTask(String),
+    #[error(
+        "task {0} finished and its result was already delivered; finished tasks are not kept \
+         once delivered (only the last {KEEP_TOLD} are)"
+    )]
+    Delivered(String),
     #[error("no such child {0:?}; list_agents shows this session's children")]
     NoSuchChild(String),
     #[error("this session is closed; no new subagent starts in it")]
@@ -186,6 +207,49 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The number in an id `<prefix>-<n>`.
 fn number(id: &str, prefix: &str) -> Option<u64> {
     id.strip_prefix(prefix)?.strip_prefix('-')?.parse().ok()
+}
+
+impl Inner {
+    /// Task `id`; one this session started but no longer holds was told and dropped.
+    fn task(&mut self, id: &str) -> Result<&mut Task, TaskError> {
+        if let Some(index) = self.tasks.iter().position(|task| task.id == id) {
+            return Ok(&mut self.tasks[index]);
+        }
+        // Only the canonical spelling of a started id: `subagent-03` was never handed out.
+        let started = number(id, "subagent")
+            .filter(|&n| (1..=self.tasks_started).contains(&n) && format!("subagent-{n}") == id);
+        Err(match started {
+            Some(_) => TaskError::Delivered(id.to_owned()),
+            None => TaskError::NoSuchTask(id.to_owned()),
+        })
+    }
+
+    /// The next mark of a telling: later tellings are kept longer.
+    fn tell(&mut self) -> u64 {
+        self.tellings += 1;
+        self.tellings
+    }
+
+    /// Drops the finished tasks told longest ago, past [`KEEP_TOLD`] told ones.
+    fn prune(&mut self) {
+        let mut told: Vec<u64> = self
+            .tasks
+            .iter()
+            .filter(|task| matches!(task.state, TaskState::Finished(_)))
+            .filter_map(|task| task.told)
+            .collect();
+        if told.len() <= KEEP_TOLD {
+            return;
+        }
+        told.sort_unstable();
+        let newest_dropped = told[told.len() - KEEP_TOLD - 1];
+        let before = self.tasks.len();
+        self.tasks.retain(|task| {
+            !(matches!(task.state, TaskState::Finished(_))
+                && task.told.is_some_and(|mark| mark <= newest_dropped))
+        });
+        self.dropped += (before - self.tasks.len()) as u64;
+    }
 }
 
 impl Tasks {
@@ -398,16 +462,25 @@ impl Tasks {
             cancel,
             done,
             handle: Some(handle),
-            told: false,
+            told: None,
         });
         Ok(id)
     }
 
     fn finish(&self, id: &str, result: Delegated) {
         let mut inner = lock(&self.inner);
-        if let Some(task) = inner.tasks.iter_mut().find(|task| task.id == id) {
-            task.state = TaskState::Finished(result);
-            task.handle = None;
+        let Some(index) = inner.tasks.iter().position(|task| task.id == id) else {
+            return;
+        };
+        // A task killed while it ran was told then; it counts as told now that its result is in,
+        // so the `task_kill` waiting for it still finds it.
+        let told = inner.tasks[index].told.is_some().then(|| inner.tell());
+        let task = &mut inner.tasks[index];
+        task.state = TaskState::Finished(result);
+        task.handle = None;
+        if told.is_some() {
+            task.told = told;
+            inner.prune();
         }
     }
 
@@ -424,51 +497,56 @@ impl Tasks {
         }
     }
 
-    /// The session's tasks, in the order they started.
-    pub(crate) fn list(&self) -> Vec<TaskView> {
-        lock(&self.inner).tasks.iter().map(Self::view).collect()
+    /// The session's tasks still kept, in the order they started, and how many finished ones
+    /// were dropped once told.
+    pub(crate) fn list(&self) -> (Vec<TaskView>, u64) {
+        let inner = lock(&self.inner);
+        (inner.tasks.iter().map(Self::view).collect(), inner.dropped)
     }
 
     /// Task `id` now, and what fires once it is done; a finished task counts as told.
     pub(crate) fn get(&self, id: &str) -> Result<(TaskView, CancellationToken), TaskError> {
         let mut inner = lock(&self.inner);
-        let task = inner
-            .tasks
-            .iter_mut()
-            .find(|task| task.id == id)
-            .ok_or_else(|| TaskError::NoSuchTask(id.to_owned()))?;
-        if matches!(task.state, TaskState::Finished(_)) {
-            task.told = true;
+        let finished = matches!(inner.task(id)?.state, TaskState::Finished(_));
+        let mark = finished.then(|| inner.tell());
+        let task = inner.task(id)?;
+        if mark.is_some() {
+            task.told = mark;
         }
-        Ok((Self::view(task), task.done.clone()))
+        let found = (Self::view(task), task.done.clone());
+        // Told last, this task is kept.
+        inner.prune();
+        Ok(found)
     }
 
     /// Cancels task `id` (session/cancel, then the teardown ladder); returns what fires once its
     /// run is over. Its result is then known to the model: no notice follows.
     pub(crate) fn kill(&self, id: &str) -> Result<CancellationToken, TaskError> {
         let mut inner = lock(&self.inner);
-        let task = inner
-            .tasks
-            .iter_mut()
-            .find(|task| task.id == id)
-            .ok_or_else(|| TaskError::NoSuchTask(id.to_owned()))?;
+        inner.task(id)?;
+        let mark = inner.tell();
+        let task = inner.task(id)?;
         task.cancel.cancel();
-        task.told = true;
-        Ok(task.done.clone())
+        task.told = Some(mark);
+        let done = task.done.clone();
+        inner.prune();
+        Ok(done)
     }
 
     /// The completion notices not handed out yet, as one text for the model; each task's once.
     pub(crate) fn take_notices(&self) -> Option<String> {
-        let mut inner = lock(&self.inner);
+        let mut guard = lock(&self.inner);
+        let inner = &mut *guard;
         let mut text = String::new();
         for task in &mut inner.tasks {
             let TaskState::Finished(result) = &task.state else {
                 continue;
             };
-            if task.told {
+            if task.told.is_some() {
                 continue;
             }
-            task.told = true;
+            inner.tellings += 1;
+            task.told = Some(inner.tellings);
             let status = if result.failed { "failed" } else { "completed" };
             let _ = write!(
                 text,
@@ -480,6 +558,7 @@ impl Tasks {
                 bounded(&result.text),
             );
         }
+        inner.prune();
         (!text.is_empty()).then_some(text)
     }
 
@@ -536,6 +615,26 @@ fn bounded(text: &str) -> String {
         "{}… (cut; task_output returns all of it)",
         text.get(..cut).unwrap_or_default()
     )
+}
+
+/// One line per kept task for `task_list`, then how many finished tasks were `dropped`.
+pub(crate) fn describe_tasks(tasks: &[TaskView], dropped: u64) -> String {
+    let mut lines: Vec<String> = tasks.iter().map(TaskView::line).collect();
+    if dropped > 0 {
+        let (noun, their) = if dropped == 1 {
+            ("task", "its")
+        } else {
+            ("tasks", "their")
+        };
+        lines.push(format!(
+            "{dropped} finished {noun} not listed: {their} result was delivered, and finished \
+             tasks are not kept once delivered (only the last {KEEP_TOLD} are)"
+        ));
+    }
+    if lines.is_empty() {
+        return "no background tasks in this session".to_owned();
+    }
+    lines.join("\n")
 }
 
 /// One line per child for `list_agents`: id, subagent, status, last activity (seconds ago), and
@@ -644,6 +743,143 @@ mod tests {
         assert_eq!(tasks.take_notices(), None);
         tasks.shutdown().await;
         assert_eq!(tasks.new_child("echo").unwrap_err(), TaskError::Closed);
+    }
+
+    /// Starts a background task of a new child that ends with `text` once `release` fires;
+    /// its id and what fires once its result is in (seen before it could finish: not told).
+    fn started(
+        tasks: &Arc<Tasks>,
+        text: &str,
+        release: CancellationToken,
+    ) -> (String, CancellationToken) {
+        let (child, gate) = tasks.new_child("echo").unwrap();
+        let text = text.to_owned();
+        let id = tasks
+            .spawn(&child, "echo", "x", Cancel::new(), gate, async move {
+                release.cancelled().await;
+                done(&text)
+            })
+            .unwrap();
+        let (view, finished) = tasks.get(&id).unwrap();
+        assert!(view.result.is_none());
+        (id, finished)
+    }
+
+    /// Starts `n` tasks that finish at once and waits for them, telling none.
+    async fn finished(tasks: &Arc<Tasks>, n: usize) -> Vec<String> {
+        let mut ids = Vec::new();
+        for i in 0..n {
+            let release = CancellationToken::new();
+            release.cancel();
+            let (id, finished) = started(tasks, &format!("result {i}"), release);
+            finished.cancelled().await;
+            ids.push(id);
+        }
+        ids
+    }
+
+    fn kept(tasks: &Tasks) -> (Vec<String>, u64) {
+        let (views, dropped) = tasks.list();
+        (views.into_iter().map(|view| view.id).collect(), dropped)
+    }
+
+    fn ids(range: std::ops::RangeInclusive<usize>) -> Vec<String> {
+        range.map(|n| format!("subagent-{n}")).collect()
+    }
+
+    #[tokio::test]
+    async fn told_results_past_the_last_sixteen_are_dropped_and_their_ids_say_so() {
+        let tasks = Arc::new(Tasks::default());
+        let total = KEEP_TOLD + 4;
+        finished(&tasks, total).await;
+        // Finished but untold: every result is kept, however many.
+        assert_eq!(kept(&tasks), (ids(1..=total), 0));
+        let notices = tasks.take_notices().unwrap();
+        assert_eq!(notices.matches("Background task ").count(), total);
+        // Told: only the last KEEP_TOLD stay.
+        assert_eq!(kept(&tasks), (ids(5..=total), 4));
+        let delivered = tasks.get("subagent-4").unwrap_err();
+        assert_eq!(
+            delivered.to_string(),
+            "task subagent-4 finished and its result was already delivered; finished tasks are \
+             not kept once delivered (only the last 16 are)"
+        );
+        assert_eq!(
+            tasks.kill("subagent-1").unwrap_err(),
+            TaskError::Delivered("subagent-1".into())
+        );
+        // Never started, or not spelled as an id handed out: unknown, not delivered.
+        for unknown in [
+            "subagent-0",
+            "subagent-21",
+            "subagent-04",
+            "subagent-+4",
+            "agent-4",
+        ] {
+            assert_eq!(
+                tasks.get(unknown).unwrap_err(),
+                TaskError::NoSuchTask(unknown.into()),
+                "{unknown}"
+            );
+        }
+        let (views, dropped) = tasks.list();
+        let listed = describe_tasks(&views, dropped);
+        assert_eq!(
+            listed.lines().next(),
+            Some("subagent-5 (completed): subagent echo as child agent-5: x")
+        );
+        assert_eq!(
+            listed.lines().last(),
+            Some(
+                "4 finished tasks not listed: their result was delivered, and finished tasks are \
+                 not kept once delivered (only the last 16 are)"
+            )
+        );
+        assert_eq!(listed.lines().count(), KEEP_TOLD + 1);
+        assert_eq!(
+            describe_tasks(&[], 1),
+            "1 finished task not listed: its result was delivered, and finished tasks are not \
+             kept once delivered (only the last 16 are)"
+        );
+        assert_eq!(
+            describe_tasks(&[], 0),
+            "no background tasks in this session"
+        );
+        // A kept result can be read again.
+        let (view, _) = tasks.get("subagent-5").unwrap();
+        assert_eq!(view.result.unwrap().text, "result 4");
+    }
+
+    #[tokio::test]
+    async fn the_result_told_longest_ago_goes_first_and_running_or_untold_ones_stay() {
+        let tasks = Arc::new(Tasks::default());
+        let release_running = CancellationToken::new();
+        let (running, running_done) = started(&tasks, "late", release_running.clone());
+        let release_killed = CancellationToken::new();
+        let (killed, killed_done) = started(&tasks, "killed", release_killed.clone());
+        finished(&tasks, KEEP_TOLD + 2).await;
+        // Told newest first: the oldest ids are told last, so they are the ones kept.
+        for n in (3..=KEEP_TOLD + 4).rev() {
+            tasks.get(&format!("subagent-{n}")).unwrap();
+        }
+        assert_eq!(kept(&tasks), (ids(1..=KEEP_TOLD + 2), 2));
+        // A running task is never dropped, told (killed) or not.
+        tasks.kill(&killed).unwrap();
+        assert_eq!(kept(&tasks), (ids(1..=KEEP_TOLD + 2), 2));
+        // Its result in, the killed task counts as told last: the next oldest telling goes.
+        release_killed.cancel();
+        killed_done.cancelled().await;
+        assert_eq!(kept(&tasks), (ids(1..=KEEP_TOLD + 1), 3));
+        // Finished and untold: kept until its notice is handed out.
+        release_running.cancel();
+        running_done.cancelled().await;
+        assert_eq!(kept(&tasks), (ids(1..=KEEP_TOLD + 1), 3));
+        let notice = tasks.take_notices().unwrap();
+        assert!(
+            notice.starts_with(&format!("Background task {running} ")),
+            "{notice}"
+        );
+        assert_eq!(kept(&tasks), (ids(1..=KEEP_TOLD), 4));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `task_list`: the session's background tasks, one line each (id, status, subagent, child id,
-//! label).
+//! label), and how many finished ones were dropped once their result was delivered.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
 use crate::backend::delegate::Subagents;
+use crate::backend::tasks::describe_tasks;
 
 pub(super) struct TaskList {
     pub(super) subagents: Arc<Subagents>,
@@ -54,19 +55,8 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let lines: Vec<String> = cx
-                .turn
-                .memory()
-                .tasks()
-                .list()
-                .iter()
-                .map(crate::backend::tasks::TaskView::line)
-                .collect();
-            Ok(Outcome::ok(if lines.is_empty() {
-                "no background tasks in this session".to_owned()
-            } else {
-                lines.join("\n")
-            }))
+            let (tasks, dropped) = cx.turn.memory().tasks().list();
+            Ok(Outcome::ok(describe_tasks(&tasks, dropped)))
         })
     }
 }
