@@ -837,11 +837,13 @@ fn settle(
                 Some((kind, protocol::report::clause(&message, &hint))),
             )
         }
+        // Loading a saved session is a capability the agent advertises (`loadSession`) or not,
+        // like the start-time ones: a refusal, not a failed handshake.
         Some(DriveEnd::CannotResume) => (
             Status::Error,
             None,
             Some((
-                ErrorKind::Handshake,
+                ErrorKind::Capability,
                 format!(
                     "--resume {}: agent {agent} does not advertise loadSession, so it cannot \
                      continue a saved session; run without --resume to start a new one",

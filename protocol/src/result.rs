@@ -167,8 +167,8 @@ pub enum ErrorKind {
     /// The agent could not be started: not found, not executable, or the spawn failed.
     Spawn,
     /// initialize, session/new or (resuming) session/load failed: no answer within the handshake
-    /// timeout, an error answer (authentication required, an unknown session included), no
-    /// session id, or an agent that cannot load sessions asked to resume one.
+    /// timeout, an error answer (authentication required, an unknown session included), or no
+    /// session id.
     Handshake,
     /// The agent broke the protocol after the handshake: an error or malformed answer to
     /// session/prompt, an unknown stop reason, an oversized frame, a failed connection.
@@ -181,7 +181,8 @@ pub enum ErrorKind {
     /// definition's `maxDepth`, `--max-depth`); nothing was spawned.
     DepthLimit,
     /// The agent cannot honour a start-time capability the run asked for (a persona mode, a
-    /// model, a tool filter); the prompt was not sent.
+    /// model, a tool filter, an explicit depth limit; resuming, loading a saved session from an
+    /// agent that does not advertise `loadSession`); the prompt was not sent.
     Capability,
     /// The answer did not match the output schema after every follow-up; `error` lists the last
     /// violations.

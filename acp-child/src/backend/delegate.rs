@@ -717,18 +717,13 @@ impl LiveChild {
 /// A finished run as the call's result: the answer (the checked JSON with an output schema), or
 /// how it ended.
 fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
+    // A cold resume its agent refused before the prompt (no `loadSession`, or a start-time
+    // capability it cannot honour): the library's message says why and names the agent.
     if resume
-        && result.error_kind == Some(ErrorKind::Handshake)
-        && result.agent_exit.ended_by != "not-spawned"
-        && result
-            .error
-            .as_deref()
-            .is_some_and(|error| error.contains("loadSession"))
+        && result.error_kind == Some(ErrorKind::Capability)
+        && let Some(error) = &result.error
     {
-        return Delegated::failed(format!(
-            "subagent {name} cannot be continued: its agent does not advertise loadSession, so its \
-             session cannot be loaded in a fresh process; start a new child with the subagent tool"
-        ));
+        return Delegated::failed(format!("subagent {name} cannot be continued: {error}"));
     }
     if result.status == Status::Completed {
         return Delegated {

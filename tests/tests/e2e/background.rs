@@ -202,8 +202,9 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
     assert_eq!(requests.len(), 4, "{requests:#?}");
     assert_eq!(
         requests[2].tool_result("call_msg").unwrap(),
-        "subagent echo cannot be continued: its agent does not advertise loadSession, so its \
-         session cannot be loaded in a fresh process; start a new child with the subagent tool"
+        "subagent echo cannot be continued: --resume mock-session-1: agent echo does not \
+         advertise loadSession, so it cannot continue a saved session; run without --resume to \
+         start a new one"
     );
     // By then the task had finished: its notice is a user message of that request, and stays in
     // the conversation once.

@@ -1086,7 +1086,7 @@ fn resume_is_refused_before_any_prompt_when_the_agent_cannot_load_sessions() {
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let result = result_record(&out);
     assert_eq!(result["status"], "error");
-    assert_eq!(result["errorKind"], "handshake");
+    assert_eq!(result["errorKind"], "capability");
     assert_eq!(
         result["error"],
         format!(
