@@ -4,7 +4,7 @@
 //! `--no-background` refuses a forced background start with nothing spawned; cancelling or
 //! closing the session, or ending the connection, tears its tasks down. Children are continued
 //! with `send_message`: in its live process while a background child is kept idle (closed by the
-//! idle timeout or with its session), else by cold resume (`session/load` of the child's session
+//! idle timeout, or when its session is cancelled or closed), else by cold resume (`session/load` of the child's session
 //! in a fresh process, its history intact on the child model's request), queued behind a running
 //! turn, and across a parent resumed with `session/load`; `list_agents` lists them. No process is
 //! left behind.
@@ -776,6 +776,82 @@ async fn past_four_idle_children_the_one_idle_longest_is_closed() {
     assert_eq!(
         statuses,
         ["ended", "idle", "idle", "idle", "idle"],
+        "{agents}"
+    );
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_reach_it() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let pid_file = cwd.path().join("echo.pid");
+    // The mock agent cannot load sessions: after the cancel, only a live process could answer.
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!("echo-prompt --pid-file {}", pid_file.display()),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first", "run_in_background": true}),
+            ),
+            call(
+                "call_out",
+                "task_output",
+                &json!({"task_id": "subagent-1", "wait": true}),
+            ),
+            call("call_idle", "list_agents", &json!({})),
+            Reply::text(["it idles"]),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "second"}),
+            ),
+            call("call_after", "list_agents", &json!({})),
+            Reply::text(["done"]),
+        ])
+        .start();
+    let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let pid = child_pid(pid_file.clone()).await;
+        assert!(acp_tests::process_alive(pid), "the idle child was not kept");
+        // No turn is in flight: the cancel reaches the session's children only.
+        cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
+        let dead = tokio::task::spawn_blocking(move || {
+            acp_tests::wait_until_dead(pid, acp_tests::HANG_GUARD)
+        })
+        .await
+        .unwrap();
+        assert!(dead, "the cancel left the idle child running");
+        let (_, response) = prompt(&mut session, "again", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(())
+    })
+    .await;
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 7, "{requests:#?}");
+    let agents = requests[3].tool_result("call_idle").unwrap();
+    assert!(
+        agents.starts_with("agent-1: subagent echo, idle, last activity "),
+        "{agents}"
+    );
+    // Its process is gone, so the message is a cold resume, which this agent refuses.
+    assert_eq!(
+        requests[5].tool_result("call_msg").unwrap(),
+        "subagent echo cannot be continued: --resume mock-session-1: agent echo does not \
+         advertise loadSession, so it cannot continue a saved session; run without --resume to \
+         start a new one"
+    );
+    let agents = requests[6].tool_result("call_after").unwrap();
+    assert!(
+        agents.starts_with("agent-1: subagent echo, failed, last activity "),
         "{agents}"
     );
     assert_none_left(cwd.path());
