@@ -651,7 +651,7 @@ fn the_overall_timeout_counts_per_turn_and_not_while_idle() {
     let rt = runtime();
     let recorder = Arc::new(Recorder::default());
     let limit = Duration::from_millis(1500);
-    let (first, follow_ups, running) = kept_session(
+    let (first, follow_ups, mut running) = kept_session(
         &rt,
         dir.path(),
         &recorder,
@@ -661,8 +661,13 @@ fn the_overall_timeout_counts_per_turn_and_not_while_idle() {
     );
     rt.block_on(async {
         assert_eq!(first.await.unwrap().status, Status::Completed);
-        // Idle for longer than the limit: a deadline counted over the whole session would end it.
-        tokio::time::sleep(limit * 2).await;
+        // Idle for longer than the limit: a deadline counted over the whole session would end it
+        // now, or time the next turn out at once. The idle time is what this test is about, so
+        // it passes for real, watching the session meanwhile: no event marks "the limit has
+        // passed", and a paused tokio clock would need tokio's `test-util` feature in every
+        // crate of the suites' build (and a current-thread runtime) to save these 3 s.
+        let idle = tokio::time::timeout(limit * 2, &mut running).await;
+        assert!(idle.is_err(), "the idle session ended: {idle:?}");
         let second = follow_up(&follow_ups, "still here").await;
         assert_eq!(second.status, Status::Completed);
         assert_eq!(second.output, "still here");
