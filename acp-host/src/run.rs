@@ -845,8 +845,8 @@ fn settle(
             Some((
                 ErrorKind::Capability,
                 format!(
-                    "--resume {}: agent {agent} does not advertise loadSession, so it cannot \
-                     continue a saved session; run without --resume to start a new one",
+                    "cannot resume session {}: agent {agent} does not advertise loadSession, so \
+                     it cannot continue a saved session; start a new session instead",
                     request.resume.as_deref().unwrap_or_default()
                 ),
             )),

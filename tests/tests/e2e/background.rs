@@ -202,9 +202,9 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
     assert_eq!(requests.len(), 4, "{requests:#?}");
     assert_eq!(
         requests[2].tool_result("call_msg").unwrap(),
-        "subagent echo cannot be continued: --resume mock-session-1: agent echo does not \
-         advertise loadSession, so it cannot continue a saved session; run without --resume to \
-         start a new one"
+        "subagent echo cannot be continued: cannot resume session mock-session-1: agent echo \
+         does not advertise loadSession, so it cannot continue a saved session; start a new \
+         session instead"
     );
     // By then the task had finished: its notice is a user message of that request, and stays in
     // the conversation once.
@@ -845,9 +845,9 @@ async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_re
     // Its process is gone, so the message is a cold resume, which this agent refuses.
     assert_eq!(
         requests[5].tool_result("call_msg").unwrap(),
-        "subagent echo cannot be continued: --resume mock-session-1: agent echo does not \
-         advertise loadSession, so it cannot continue a saved session; run without --resume to \
-         start a new one"
+        "subagent echo cannot be continued: cannot resume session mock-session-1: agent echo \
+         does not advertise loadSession, so it cannot continue a saved session; start a new \
+         session instead"
     );
     let agents = requests[6].tool_result("call_after").unwrap();
     assert!(

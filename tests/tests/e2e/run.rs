@@ -1090,8 +1090,8 @@ fn resume_is_refused_before_any_prompt_when_the_agent_cannot_load_sessions() {
     assert_eq!(
         result["error"],
         format!(
-            "--resume sess-1: agent {agent} does not advertise loadSession, so it cannot continue \
-             a saved session; run without --resume to start a new one"
+            "cannot resume session sess-1: agent {agent} does not advertise loadSession, so it \
+             cannot continue a saved session; start a new session instead"
         )
     );
     // initialize, then nothing but the end of the pipe.
