@@ -100,7 +100,7 @@ impl Call for Args {
             };
             if let Some(live) = child.live() {
                 tasks.child_running(&child.id);
-                if let Some(result) = live.send(&self.message, cx.turn.cancellation()).await {
+                if let Some(result) = subagents.send(cx.turn, cx.id, live, &self.message).await {
                     record(&memory, &child.id, &result);
                     drop(gate);
                     return Ok(outcome(result));
@@ -128,10 +128,13 @@ impl Call for Args {
                 }
             };
             tasks.child_running(&child.id);
-            let result = subagents
-                .run(cx.turn, cx.id, start, &self.message, None)
+            let (result, live) = subagents
+                .run(cx.turn, cx.id, start, &self.message, None, true)
                 .await;
             record(&memory, &child.id, &result);
+            if let Some(live) = live {
+                tasks.set_live(&child.id, live);
+            }
             drop(gate);
             Ok(outcome(result))
         })

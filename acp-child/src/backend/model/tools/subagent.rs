@@ -172,16 +172,20 @@ impl Call for Args {
                 Err(error) => return Ok(Outcome::failed(error.to_string())),
             };
             if !background {
-                let result = subagents
+                let (result, live) = subagents
                     .run(
                         cx.turn,
                         cx.id,
                         start,
                         &self.prompt,
                         self.description.as_deref(),
+                        true,
                     )
                     .await;
                 record(&memory, &child, &result);
+                if let Some(live) = live {
+                    tasks.set_live(&child, live);
+                }
                 drop(gate);
                 return Ok(outcome(result));
             }
