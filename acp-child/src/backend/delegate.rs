@@ -15,39 +15,55 @@
 //!   rule in acp-host (execution face); [`Subagents::offered`] is the prompt face;
 //! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
 //!   definition's `env` forward;
-//! - at most `--max-parallel-subagents` children run at once (a semaphore; waiting for a slot
-//!   observes the turn's cancellation);
+//! - at most `--max-parallel-subagents` turns of children run at once (a semaphore,
+//!   [`Subagents::slot`]: a first turn and a `send_message` turn alike hold a slot while they run,
+//!   an idle child none; waiting for a slot observes the turn's cancellation);
 //! - every failure (unknown name, spawn error, crash, timeout, refusal, cancellation) is a
 //!   [`Delegated`] result with `failed` set, never an error of the parent's turn;
-//! - when the client advertised `subagents`, the child is a session of its own ([`Exposure`]): an id
-//!   minted on this connection (never the child agent's own), announced with a `subagent_update`
-//!   on the turn's session (name, task, `capabilities.cancel`, `running`) before anything else of
-//!   it; then its updates go out under that id, its permission requests are asked on it, and
-//!   exactly one final `subagent_update` (`idle` with the stop reason, `protocol::child_session`)
-//!   follows once its run ended, every update of it was relayed and every request of it was
-//!   resolved (a request still pending is withdrawn first). A child's own children (it announces
-//!   them to us: acp-host's library speaks subagent sessions) are relayed the same way, each under
-//!   an id minted here and announced on its parent's minted id; one the child never ended is
-//!   reported `unknown` (its outcome is lost with the child). `session/cancel` naming the child
-//!   cancels only its run (its own children go with it); a session it announces is offered
-//!   `cancel` when the child offered it, and `session/cancel` naming it is forwarded to the child
-//!   (through the run library's `Cancel::cancel_session`), ending that session only;
+//! - a child is a kept session of the run library ([`LiveChild`]) from its first turn on; its
+//!   observer and permission handler send what its run observes where its [`Route`] points: to
+//!   the turn in flight that shows it, installed by that turn before the turn starts and cleared
+//!   once it answered (the library hands a turn's result over only once its observers saw that
+//!   turn's updates, so each turn is delivered whole); with no turn installed (a background
+//!   child's first turn, a child idle between turns) its updates are dropped and its permission
+//!   requests answered by the policy (`relay` rejects);
+//! - one path ([`LiveChild::drive`]) runs every turn shown somewhere: a foreground first turn
+//!   ([`Subagents::run`]) and a `send_message` turn ([`Subagents::send`]) alike;
+//! - when the client advertised `subagents`, each such turn is a session of its own
+//!   ([`Exposure`]): an id minted on this connection (never the child agent's own; a new one per
+//!   turn, so each announced session gets exactly one final state), announced with a
+//!   `subagent_update` on the turn's session (name, task, `capabilities.cancel`, `running`)
+//!   before anything else of it; then its updates go out under that id, its permission requests
+//!   are asked on it, and exactly one final `subagent_update` (`idle` with the stop reason,
+//!   `protocol::child_session`) follows once the turn answered, every update of it was relayed
+//!   and every request of it was resolved (a request still pending is withdrawn first). A
+//!   child's own children (it announces them to us: acp-host's library speaks subagent sessions)
+//!   are relayed the same way, each under an id minted here and announced on its parent's minted
+//!   id; one the child never ended is reported `unknown` (its outcome is lost with the turn).
+//!   `session/cancel` naming the child's session cancels the child (its own children go with
+//!   it); a session it announces is offered `cancel` when the child offered it, and
+//!   `session/cancel` naming it is forwarded to the child (through the run library's
+//!   `Cancel::cancel_session`), ending that session only;
 //! - otherwise the child's streamed text reaches the parent's client as the tool call's content,
 //!   bounded to the last [`SHOWN_BYTES`], and its own children stay hidden;
 //! - its permission requests are relayed to the parent's client (`relay`, through
 //!   `backend::permission::relay`) or answered by policy (`reject`, `allow`);
-//! - the parent's `session/cancel` cancels every running child (session/cancel, then the teardown
-//!   ladder) and the call then waits for the child's result, so no foreground child outlives the
-//!   turn;
+//! - the parent turn's `session/cancel` cancels the child of every turn it shows (session/cancel,
+//!   then the teardown ladder: a cancelled turn ends its child) and the call then waits for the
+//!   turn's result, so no child of a cancelled turn outlives it;
 //! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
 //!   schema) before anything is registered or spawned; a background child runs detached
-//!   ([`Subagents::run_detached`]: nobody to ask, so `relay` rejects; nothing shown) under a
-//!   [`Cancel`] its owner (the session's `backend::tasks`) holds; with `--child-idle-timeout`, a
-//!   background child that answered stays alive as a [`LiveChild`] (a kept session of the run
-//!   library, ended by its idle timeout) and a message goes to its process; otherwise a continued
-//!   child runs like a foreground call, as a cold resume (`StartRequest::resume`: `session/load`
-//!   of its session in a fresh process), and one whose agent cannot load sessions is a clear
-//!   result, not a protocol error.
+//!   ([`Subagents::run_detached`]) under a [`Cancel`] its owner (the session's `backend::tasks`)
+//!   holds;
+//! - with `--child-idle-timeout`, a child that answered (completed) its first turn stays alive,
+//!   idle, foreground or background alike (the caller keeps it in the session's table), and a
+//!   message goes to its process; it ends on its own after the idle timeout. Otherwise, and for
+//!   the offline `/delegate` (one-shot: no table of children there), its session ends with its
+//!   first turn and its process is gone before the call returns. A message to a child whose
+//!   process is gone is a cold resume (`StartRequest::resume`: `session/load` of its session in
+//!   a fresh process), and one whose agent cannot load sessions is a clear result, not a
+//!   protocol error;
+//! - a message has no output schema: its answer is plain text.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -145,8 +161,8 @@ pub struct SubagentOptions {
     pub dirs: Vec<PathBuf>,
     /// `--no-background`: no `run_in_background` (left out of the schema, refused if sent).
     pub no_background: bool,
-    /// `--child-idle-timeout`: how long a background child that answered stays alive for a
-    /// `send_message`; zero ends every child with its run.
+    /// `--child-idle-timeout`: how long a child that answered (foreground or background) stays
+    /// alive for a `send_message`; zero ends every child with its run.
     pub child_idle_timeout: Duration,
 }
 
@@ -971,8 +987,8 @@ struct Exposure {
     open: Vec<(String, String)>,
     /// Nested sessions the client may cancel (the child offered it), by minted id, while open.
     nested_cancellable: HashMap<String, CancellableChild>,
-    /// The child's run and the token fired when it is over: a nested session's cancel is
-    /// forwarded through the run (`Cancel::cancel_session`) until then.
+    /// The child's run and the token fired when this turn of it is over: a nested session's
+    /// cancel is forwarded through the run (`Cancel::cancel_session`) until then.
     run: Option<(Cancel, CancellationToken)>,
 }
 

@@ -19,7 +19,7 @@
 //!   model already collected the task's result with `task_output` or killed it;
 //! - children are recorded in the session's store ([`ChildRecord`]) when a run of theirs ends, so
 //!   a session loaded later can continue them (by cold resume);
-//! - a background child that answered may stay alive, idle ([`LiveChild`]): at most
+//! - a child that answered (foreground or background) may stay alive, idle ([`LiveChild`]): at most
 //!   [`MAX_IDLE_CHILDREN`] per session (the oldest is closed), each ending on its own after the
 //!   idle timeout; cancelling the session cancels them, closing it closes and awaits them, so no
 //!   child process outlives its session.

@@ -4,14 +4,20 @@
 //! only its live process can answer a `send_message`: the answer comes from the same process and
 //! session (the mock counts its prompts), is shown on the `send_message` tool card, and its
 //! permission request is relayed to the parent's client (acp-host driving the parent), each turn
-//! announced as a subagent session of its own. No process is left behind.
+//! announced as a subagent session of its own; a background child's message turn is relayed too,
+//! and cancelling the parent's turn during a message ends the child before the turn answers. No
+//! process is left behind.
 
 use std::path::Path;
 
-use acp_tests::acp_client::{Launch, Permission, new_session, prompt, stop_reason, with_launch};
+use acp_tests::acp_client::{
+    Launch, Permission, TurnLog, new_session, prompt, read_until, stop_reason, with_launch,
+};
 use acp_tests::mock_llm::{MockLlm, Reply};
 use acp_tests::{code, run_to_end, stderr};
-use agent_client_protocol::v1::schema::{CloseSessionRequest, StopReason, ToolCallContent};
+use agent_client_protocol::v1::schema::{
+    CancelNotification, CloseSessionRequest, SessionUpdate, StopReason, ToolCallContent,
+};
 use serde_json::{Value, json};
 
 use super::common::{mock_path, records};
@@ -233,4 +239,137 @@ fn a_follow_up_turns_permission_request_is_relayed_on_a_newly_announced_session(
     assert_eq!(logged(&log, "initialize"), 1);
     assert_eq!(logged(&log, "session/prompt"), 2);
     assert_none_left(dir.path());
+}
+
+#[test]
+fn a_background_childs_follow_up_is_relayed_where_its_first_turn_was_answered_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    mock_definition(
+        dir.path(),
+        "asker",
+        "permission --options allow_once,reject_once",
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "asker", "prompt": "first", "run_in_background": true}),
+            ),
+            call(
+                "call_out",
+                "task_output",
+                &json!({"task_id": "subagent-1", "wait": true}),
+            ),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "ask again"}),
+            ),
+            Reply::text(["parent done"]),
+        ])
+        .start();
+    let out = run_to_end(model_parent(dir.path(), &llm, false, &[]).args([
+        "--json",
+        "--permission",
+        "allow",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(result["output"], "parent done");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    // Its first turn had nobody to ask: `relay` rejected by policy.
+    assert_eq!(
+        requests[2].tool_result("call_out").unwrap(),
+        "subagent-1 (completed): subagent asker as child agent-1: first\n\nselected reject_once"
+    );
+    // The message's turn belongs to the send_message call: asked of the outer client.
+    assert_eq!(
+        requests[3].tool_result("call_msg").unwrap(),
+        "selected allow_once"
+    );
+    let permissions = result["permissions"].as_array().unwrap();
+    assert_eq!(permissions.len(), 1, "{permissions:?}");
+    assert_eq!(permissions[0]["sessionId"], "sub-1");
+    assert_eq!(permissions[0]["verdict"], "allow");
+    assert_eq!(result["children"][0]["task"], "ask again");
+    assert_eq!(result["children"][0]["state"], "completed");
+    assert_none_left(dir.path());
+}
+
+#[tokio::test]
+async fn cancelling_the_parent_during_a_follow_up_ends_the_child_before_the_turn_answers() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (ready, pid_file) = (
+        files.path().join("echo.ready"),
+        files.path().join("echo.pid"),
+    );
+    // It answers its first prompt, then hangs in the second until cancelled.
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!(
+            "answers --answers-json '[\"one\",\"{{hang}}\"]' --ready {} --pid-file {}",
+            ready.display(),
+            pid_file.display()
+        ),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_fg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first"}),
+            ),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "second"}),
+            ),
+            Reply::text(["never asked"]),
+        ])
+        .start();
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .env("ACP_CHILD_API_KEY", KEY)
+        .env("ACP_HOST_DEPTH", "0")
+        .env("ACP_HOST_MAX_DEPTH", "1");
+    let ((reason, pid), _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        session.send_prompt("go")?;
+        let mut log = TurnLog::default();
+        // Waited off the runtime: the connection must keep running meanwhile.
+        let hanging = tokio::task::spawn_blocking(move || {
+            assert!(
+                acp_tests::wait_for_file(&ready, acp_tests::HANG_GUARD),
+                "the follow-up never reached the child"
+            );
+            acp_tests::read_pid(&pid_file).unwrap()
+        });
+        let seen = read_until(&mut session, &mut log, Permission::NotExpected, |update| {
+            matches!(update, SessionUpdate::ToolCall(call) if call.tool_call_id.to_string() == "call_msg")
+        })
+        .await?;
+        assert!(seen.is_none(), "the turn ended before the message was sent");
+        let pid = hanging.await.unwrap();
+        assert!(acp_tests::process_alive(pid));
+        cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
+        let response = read_until(&mut session, &mut log, Permission::NotExpected, |_| false)
+            .await?
+            .expect("the turn ends");
+        Ok((stop_reason(response), pid))
+    })
+    .await;
+    assert_eq!(reason, StopReason::Cancelled);
+    assert!(
+        !acp_tests::process_alive(pid),
+        "the cancelled turn answered before its child was gone"
+    );
+    assert_eq!(llm.requests().len(), 2);
+    assert_none_left(cwd.path());
 }

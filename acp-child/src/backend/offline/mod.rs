@@ -7,7 +7,9 @@
 //!   through [`super::permission`]) and writes only when allowed;
 //! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`;
 //! - `/delegate NAME PROMPT`: runs subagent NAME in its own process ([`super::delegate`]), as a
-//!   tool call showing its text while it runs, and replies with its result.
+//!   tool call showing its text while it runs, and replies with its result. One-shot: the child
+//!   gets no child id and is never kept alive (the offline backend has no `send_message`), so its
+//!   process is gone when the reply comes.
 //!
 //! Every reply is deterministic, so clients and tests can match it exactly. Refusals and I/O
 //! errors are replies (the turn still ends with `end_turn`), never protocol errors.
