@@ -5,8 +5,8 @@
 //! session (the mock counts its prompts), is shown on the `send_message` tool card, and its
 //! permission request is relayed to the parent's client (acp-host driving the parent), each turn
 //! announced as a subagent session of its own; a background child's message turn is relayed too,
-//! and cancelling the parent's turn during a message ends the child before the turn answers. No
-//! process is left behind.
+//! cancelling the parent's turn during a message ends the child before the turn answers, and a
+//! message waits for a free `--max-parallel-subagents` slot. No process is left behind.
 
 use std::path::Path;
 
@@ -371,5 +371,82 @@ async fn cancelling_the_parent_during_a_follow_up_ends_the_child_before_the_turn
         "the cancelled turn answered before its child was gone"
     );
     assert_eq!(llm.requests().len(), 2);
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn a_message_waits_for_a_free_subagent_slot() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (log, ready) = (
+        files.path().join("echo.log"),
+        files.path().join("busy.ready"),
+    );
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!(
+            "answers --answers-json '[\"one\",\"two\"]' --log {}",
+            log.display()
+        ),
+    );
+    mock_definition(
+        cwd.path(),
+        "busy",
+        &format!("hang --ready {}", ready.display()),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_fg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first"}),
+            ),
+            // The only slot goes to a task that never ends on its own.
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "busy", "prompt": "wait", "run_in_background": true}),
+            ),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "second"}),
+            ),
+            Reply::text(["never asked"]),
+        ])
+        .start();
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .env("ACP_CHILD_API_KEY", KEY)
+        .env("ACP_HOST_DEPTH", "0")
+        .env("ACP_HOST_MAX_DEPTH", "1")
+        .arg("--max-parallel-subagents")
+        .arg("1");
+    let (reason, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        session.send_prompt("go")?;
+        let mut log = TurnLog::default();
+        let seen = read_until(&mut session, &mut log, Permission::NotExpected, |update| {
+            matches!(update, SessionUpdate::ToolCall(call) if call.tool_call_id.to_string() == "call_msg")
+        })
+        .await?;
+        assert!(seen.is_none(), "the turn ended before the message was sent");
+        let busy = tokio::task::spawn_blocking(move || {
+            acp_tests::wait_for_file(&ready, acp_tests::HANG_GUARD)
+        });
+        assert!(busy.await.unwrap(), "the background task never started");
+        cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
+        let response = read_until(&mut session, &mut log, Permission::NotExpected, |_| false)
+            .await?
+            .expect("the turn ends");
+        Ok(stop_reason(response))
+    })
+    .await;
+    assert_eq!(reason, StopReason::Cancelled);
+    // The message never reached the idle child: its turn waited for the slot until cancelled.
+    assert_eq!(logged(&log, "session/prompt"), 1);
+    assert_eq!(llm.requests().len(), 3);
     assert_none_left(cwd.path());
 }
