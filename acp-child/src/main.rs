@@ -139,7 +139,7 @@ struct Cli {
         long,
         value_name = "SECONDS",
         default_value_t = 300,
-        help = "How long a background child that answered stays alive, idle, for send_message (at most 4 per session; the oldest is closed); 0 ends every child with its run"
+        help = "How long a child that answered (foreground or background) stays alive, idle, for send_message (at most 4 per session; the oldest is closed); 0 ends every child with its run"
     )]
     child_idle_timeout: u64,
 }

@@ -37,8 +37,9 @@
 //!   mismatch gets a follow-up prompt in the same session, at most `retries` times, each raced
 //!   against cancellation like the first prompt;
 //! - a kept session (`DriveConfig::turns`) answers further prompts in the same session after the
-//!   first turn, one turn at a time, each raced against cancellation; waiting for the next prompt
-//!   is raced too; any turn that does not end with a stop reason ends the drive;
+//!   first turn, one turn at a time, each raced against cancellation; a turn's result is handed
+//!   over once the observers saw that turn's updates; waiting for the next prompt is raced too;
+//!   any turn that does not end with a stop reason ends the drive;
 //! - resuming (`DriveConfig::resume`) sends `session/load` instead of `session/new`, only to an
 //!   agent whose `initialize` answer advertises `loadSession`; the history it replays before
 //!   answering is discarded (neither output nor event): the run shows only the new turn;
@@ -861,6 +862,13 @@ async fn converse(
     loop {
         if !matches!(end, DriveEnd::Stopped { .. }) {
             return end;
+        }
+        // The turn's result is handed over only once the observers saw its updates, so a caller
+        // routing them per turn gets each turn whole.
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => {}
+            () = events.delivered() => {}
         }
         let next = tokio::select! {
             biased;

@@ -3,8 +3,8 @@
 //! child's outcome and the wire's `state` snapshot of a `subagent_update`.
 //!
 //! The wire carries a current-work snapshot (`running`, `idle` with a stop reason, `requires_action`,
-//! `unknown`), not an outcome. A delegated child here is one-shot (it does one task, then its
-//! process is gone), so its last snapshot is its outcome:
+//! `unknown`), not an outcome. A child session acp-child announces is one turn of a delegated
+//! child (a later turn is announced as a session of its own), so its last snapshot is its outcome:
 //! - `idle` with stop reason `cancelled` is [`ChildState::Cancelled`], with `error`
 //!   [`ChildState::Failed`], with any other reason (or none) [`ChildState::Completed`];
 //! - `unknown` is [`ChildState::Disconnected`]: nobody can tell any more how the child's work ended

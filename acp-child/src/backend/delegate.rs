@@ -15,39 +15,55 @@
 //!   rule in acp-host (execution face); [`Subagents::offered`] is the prompt face;
 //! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
 //!   definition's `env` forward;
-//! - at most `--max-parallel-subagents` children run at once (a semaphore; waiting for a slot
-//!   observes the turn's cancellation);
+//! - at most `--max-parallel-subagents` turns of children run at once (a semaphore,
+//!   [`Subagents::slot`]: a first turn and a `send_message` turn alike hold a slot while they run,
+//!   an idle child none; waiting for a slot observes the turn's cancellation);
 //! - every failure (unknown name, spawn error, crash, timeout, refusal, cancellation) is a
 //!   [`Delegated`] result with `failed` set, never an error of the parent's turn;
-//! - when the client advertised `subagents`, the child is a session of its own ([`Exposure`]): an id
-//!   minted on this connection (never the child agent's own), announced with a `subagent_update`
-//!   on the turn's session (name, task, `capabilities.cancel`, `running`) before anything else of
-//!   it; then its updates go out under that id, its permission requests are asked on it, and
-//!   exactly one final `subagent_update` (`idle` with the stop reason, `protocol::child_session`)
-//!   follows once its run ended, every update of it was relayed and every request of it was
-//!   resolved (a request still pending is withdrawn first). A child's own children (it announces
-//!   them to us: acp-host's library speaks subagent sessions) are relayed the same way, each under
-//!   an id minted here and announced on its parent's minted id; one the child never ended is
-//!   reported `unknown` (its outcome is lost with the child). `session/cancel` naming the child
-//!   cancels only its run (its own children go with it); a session it announces is offered
-//!   `cancel` when the child offered it, and `session/cancel` naming it is forwarded to the child
-//!   (through the run library's `Cancel::cancel_session`), ending that session only;
+//! - a child is a kept session of the run library ([`LiveChild`]) from its first turn on; its
+//!   observer and permission handler send what its run observes where its [`Route`] points: to
+//!   the turn in flight that shows it, installed by that turn before the turn starts and cleared
+//!   once it answered (the library hands a turn's result over only once its observers saw that
+//!   turn's updates, so each turn is delivered whole); with no turn installed (a background
+//!   child's first turn, a child idle between turns) its updates are dropped and its permission
+//!   requests answered by the policy (`relay` rejects);
+//! - one path ([`LiveChild::drive`]) runs every turn shown somewhere: a foreground first turn
+//!   ([`Subagents::run`]) and a `send_message` turn ([`Subagents::send`]) alike;
+//! - when the client advertised `subagents`, each such turn is a session of its own
+//!   ([`Exposure`]): an id minted on this connection (never the child agent's own; a new one per
+//!   turn, so each announced session gets exactly one final state), announced with a
+//!   `subagent_update` on the turn's session (name, task, `capabilities.cancel`, `running`)
+//!   before anything else of it; then its updates go out under that id, its permission requests
+//!   are asked on it, and exactly one final `subagent_update` (`idle` with the stop reason,
+//!   `protocol::child_session`) follows once the turn answered, every update of it was relayed
+//!   and every request of it was resolved (a request still pending is withdrawn first). A
+//!   child's own children (it announces them to us: acp-host's library speaks subagent sessions)
+//!   are relayed the same way, each under an id minted here and announced on its parent's minted
+//!   id; one the child never ended is reported `unknown` (its outcome is lost with the turn).
+//!   `session/cancel` naming the child's session cancels the child (its own children go with
+//!   it); a session it announces is offered `cancel` when the child offered it, and
+//!   `session/cancel` naming it is forwarded to the child (through the run library's
+//!   `Cancel::cancel_session`), ending that session only;
 //! - otherwise the child's streamed text reaches the parent's client as the tool call's content,
 //!   bounded to the last [`SHOWN_BYTES`], and its own children stay hidden;
 //! - its permission requests are relayed to the parent's client (`relay`, through
 //!   `backend::permission::relay`) or answered by policy (`reject`, `allow`);
-//! - the parent's `session/cancel` cancels every running child (session/cancel, then the teardown
-//!   ladder) and the call then waits for the child's result, so no foreground child outlives the
-//!   turn;
+//! - the parent turn's `session/cancel` cancels the child of every turn it shows (session/cancel,
+//!   then the teardown ladder: a cancelled turn ends its child) and the call then waits for the
+//!   turn's result, so no child of a cancelled turn outlives it;
 //! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
 //!   schema) before anything is registered or spawned; a background child runs detached
-//!   ([`Subagents::run_detached`]: nobody to ask, so `relay` rejects; nothing shown) under a
-//!   [`Cancel`] its owner (the session's `backend::tasks`) holds; with `--child-idle-timeout`, a
-//!   background child that answered stays alive as a [`LiveChild`] (a kept session of the run
-//!   library, ended by its idle timeout) and a message goes to its process; otherwise a continued
-//!   child runs like a foreground call, as a cold resume (`StartRequest::resume`: `session/load`
-//!   of its session in a fresh process), and one whose agent cannot load sessions is a clear
-//!   result, not a protocol error.
+//!   ([`Subagents::run_detached`]) under a [`Cancel`] its owner (the session's `backend::tasks`)
+//!   holds;
+//! - with `--child-idle-timeout`, a child that answered (completed) its first turn stays alive,
+//!   idle, foreground or background alike (the caller keeps it in the session's table), and a
+//!   message goes to its process; it ends on its own after the idle timeout. Otherwise, and for
+//!   the offline `/delegate` (one-shot: no table of children there), its session ends with its
+//!   first turn and its process is gone before the call returns. A message to a child whose
+//!   process is gone is a cold resume (`StartRequest::resume`: `session/load` of its session in
+//!   a fresh process), and one whose agent cannot load sessions is a clear result, not a
+//!   protocol error;
+//! - a message has no output schema: its answer is plain text.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -145,8 +161,8 @@ pub struct SubagentOptions {
     pub dirs: Vec<PathBuf>,
     /// `--no-background`: no `run_in_background` (left out of the schema, refused if sent).
     pub no_background: bool,
-    /// `--child-idle-timeout`: how long a background child that answered stays alive for a
-    /// `send_message`; zero ends every child with its run.
+    /// `--child-idle-timeout`: how long a child that answered (foreground or background) stays
+    /// alive for a `send_message`; zero ends every child with its run.
     pub child_idle_timeout: Duration,
 }
 
@@ -488,63 +504,96 @@ impl Subagents {
         }
     }
 
-    /// Runs a validated start with nobody to ask (a background task): its permission requests
-    /// are answered by policy (`relay` rejects: the turn that could ask may be over), nothing of
-    /// it is shown; `cancel` stops it. With an idle timeout, a child that answered its turn stays
-    /// alive for further messages ([`LiveChild`]); otherwise, or when its turn did not complete,
-    /// its process is gone when this returns.
-    pub(crate) async fn run_detached(
+    /// Holds one of the `--max-parallel-subagents` slots, unless `cancelled` completes first:
+    /// every turn of a child (its first, a message) holds one while it runs; an idle child holds
+    /// none. `Err` is the call's result.
+    async fn slot(
         &self,
-        start: Start,
-        cancel: Cancel,
-    ) -> (Delegated, Option<Arc<LiveChild>>) {
-        let slot = tokio::select! {
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, Delegated> {
+        tokio::select! {
             biased;
-            () = cancel.cancelled() => return (Delegated::failed(CANCELLED), None),
-            slot = self.slots.acquire() => slot,
-        };
-        let Ok(_slot) = slot else {
-            return (Delegated::failed("subagents are shutting down"), None);
-        };
-        let Start {
-            name,
-            prepared,
-            resume,
-            ..
-        } = start;
-        let Some(idle_timeout) = self.idle_timeout else {
-            let result = run::run(prepared, &RunOptions::default(), &cancel).await;
-            return (outcome(&name, result, resume), None);
+            () = cancelled => Err(Delegated::failed(CANCELLED)),
+            slot = self.slots.acquire() => {
+                slot.map_err(|_| Delegated::failed("subagents are shutting down"))
+            }
+        }
+    }
+
+    /// A child for a validated start, not spawned yet, and its first turn's result: awaiting
+    /// the future spawns it (so a turn shown somewhere installs its route first). With `keep`
+    /// and an idle timeout its kept session waits for messages after that turn; otherwise it
+    /// ends as soon as its first turn answered.
+    fn spawn(
+        &self,
+        name: &str,
+        prepared: run::Prepared,
+        permission: SubagentPermission,
+        cancel: Cancel,
+        keep: bool,
+    ) -> (
+        Arc<LiveChild>,
+        impl Future<Output = Option<RunResult>> + Send + 'static,
+    ) {
+        let route = Arc::new(Route::default());
+        let options = RunOptions {
+            observers: vec![Arc::new(Forwarded {
+                route: Arc::clone(&route),
+            }) as Arc<dyn Observer>],
+            permissions: (permission == SubagentPermission::Relay).then(|| {
+                Arc::new(Relay {
+                    route: Arc::clone(&route),
+                }) as Arc<dyn PermissionHandler>
+            }),
+            ..RunOptions::default()
         };
         let (first, first_rx) = oneshot::channel();
         let (follow_ups, follow_ups_rx) = mpsc::channel(1);
         let session = run::Session {
             first,
             follow_ups: follow_ups_rx,
-            idle_timeout: Some(idle_timeout),
-        };
-        let handle = {
-            let cancel = cancel.clone();
-            tokio::spawn(async move {
-                run::run_session(prepared, &RunOptions::default(), &cancel, session).await
-            })
+            // Not kept: no message can come in no time, so the session ends with its first turn.
+            idle_timeout: Some(self.idle_timeout.filter(|_| keep).unwrap_or(Duration::ZERO)),
         };
         let live = Arc::new(LiveChild {
-            name: name.clone(),
+            name: name.to_owned(),
             follow_ups,
-            cancel,
-            handle: std::sync::Mutex::new(Some(handle)),
+            cancel: cancel.clone(),
+            route,
+            handle: std::sync::Mutex::new(None),
         });
-        let Ok(result) = first_rx.await else {
+        let first = {
+            let live = Arc::clone(&live);
+            async move {
+                let handle = tokio::spawn(async move {
+                    run::run_session(prepared, &options, &cancel, session).await
+                });
+                *live
+                    .handle
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handle);
+                first_rx.await.ok()
+            }
+        };
+        (live, first)
+    }
+
+    /// What a first turn leaves: its result for the call, and the child when it stays alive
+    /// (`keep`, the turn completed, the session still open); otherwise the child is closed (its
+    /// process gone) before this returns.
+    async fn settle(
+        live: Arc<LiveChild>,
+        result: Option<RunResult>,
+        resume: bool,
+        keep: bool,
+    ) -> (Delegated, Option<Arc<LiveChild>>) {
+        let Some(result) = result else {
             live.close().await;
-            return (
-                Delegated::failed(format!("subagent {name} ended abnormally")),
-                None,
-            );
+            return (live.abnormal(), None);
         };
         let completed = result.status == Status::Completed;
-        let delegated = outcome(&name, result, resume);
-        if completed && live.is_open() {
+        let delegated = outcome(&live.name, result, resume);
+        if keep && completed && live.is_open() {
             (delegated, Some(live))
         } else {
             live.close().await;
@@ -552,24 +601,19 @@ impl Subagents {
         }
     }
 
-    /// Runs a validated start (`start`, labelled `description`, on `prompt`) for tool call `call`
-    /// of `turn`, to its result; with an output schema, the result is the child's checked JSON
-    /// answer.
-    pub(crate) async fn run(
+    /// Runs a validated start with nobody to ask (a background task): no route is installed, so
+    /// its permission requests are answered by policy (`relay` rejects: the turn that could ask
+    /// may be over) and nothing of it is shown; `cancel` stops it. With an idle timeout, a child
+    /// that answered its turn stays alive for further messages ([`LiveChild`]); otherwise, or
+    /// when its turn did not complete, its process is gone when this returns.
+    pub(crate) async fn run_detached(
         &self,
-        turn: &Turn,
-        call: &ToolCallId,
         start: Start,
-        prompt: &str,
-        description: Option<&str>,
-    ) -> Delegated {
-        let slot = tokio::select! {
-            biased;
-            () = turn.cancelled() => return Delegated::failed(CANCELLED),
-            slot = self.slots.acquire() => slot,
-        };
-        let Ok(_slot) = slot else {
-            return Delegated::failed("subagents are shutting down");
+        cancel: Cancel,
+    ) -> (Delegated, Option<Arc<LiveChild>>) {
+        let _slot = match self.slot(cancel.cancelled()).await {
+            Ok(slot) => slot,
+            Err(refused) => return (refused, None),
         };
         let Start {
             name,
@@ -577,84 +621,121 @@ impl Subagents {
             permission,
             resume,
         } = start;
-        let name = name.as_str();
-        let cancel = Cancel::new();
-        // Fired once the run ended: relayed requests still pending are withdrawn.
-        let run_over = CancellationToken::new();
-        let mut exposure = turn.child_sessions().map(|children| {
-            let task = label(description, prompt);
-            let mut exposure = Exposure::announce(turn, children, call, name, &task);
-            exposure.run = Some((cancel.clone(), run_over.clone()));
-            exposure
-        });
-        let (update_tx, mut update_rx) = mpsc::unbounded_channel();
-        let (ask_tx, mut ask_rx) = mpsc::unbounded_channel();
-        let mut shown = String::new();
-        let mut relays = FuturesUnordered::new();
-        let result = {
-            // Dropped with this block once the run ended: the observer's sender goes with it, so
-            // the channel below ends once every event was delivered.
-            let options = RunOptions {
-                observers: vec![Arc::new(Forwarded {
-                    updates: update_tx,
-                    all: exposure.is_some(),
-                }) as Arc<dyn Observer>],
-                permissions: (permission == SubagentPermission::Relay)
-                    .then(|| Arc::new(Relay { asks: ask_tx }) as Arc<dyn PermissionHandler>),
-                ..RunOptions::default()
-            };
-            let child = run::run(prepared, &options, &cancel);
-            tokio::pin!(child);
-            let exposed_cancel = exposure
-                .as_ref()
-                .map_or_else(CancellationToken::new, |e| e.child.cancellation().clone());
-            loop {
-                tokio::select! {
-                    biased;
-                    result = &mut child => break result,
-                    () = turn.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
-                    () = exposed_cancel.cancelled(), if !cancel.is_cancelled() => cancel.cancel(),
-                    Some(()) = relays.next(), if !relays.is_empty() => {}
-                    Some((request, answer)) = ask_rx.recv() => {
-                        // The updates already delivered first (the tool call asked about).
-                        while let Ok((session, update)) = update_rx.try_recv() {
-                            deliver(turn, call, exposure.as_mut(), &mut shown, session.as_ref(), update);
-                        }
-                        let via = match &exposure {
-                            Some(exposure) => exposure.via(&request, &run_over),
-                            None => Some(Via::Parent { subagent: name }),
-                        };
-                        relays.push(relay(turn, via, request, answer));
-                    }
-                    Some((session, update)) = update_rx.recv() => {
-                        deliver(turn, call, exposure.as_mut(), &mut shown, session.as_ref(), update);
-                    }
-                }
-            }
+        let keep = self.idle_timeout.is_some();
+        let (live, first) = self.spawn(&name, prepared, permission, cancel, keep);
+        let result = first.await;
+        Self::settle(live, result, resume, keep).await
+    }
+
+    /// Runs a validated start (`start`, labelled `description`, on `prompt`) for tool call `call`
+    /// of `turn`, to its result ([`LiveChild::drive`] shows it); with an output schema, the
+    /// result is the child's checked JSON answer. With `keep` (and an idle timeout), a child that
+    /// answered stays alive, idle, and is returned; otherwise its process is gone when this
+    /// returns, as it is when the turn was cancelled.
+    pub(crate) async fn run(
+        &self,
+        turn: &Turn,
+        call: &ToolCallId,
+        start: Start,
+        prompt: &str,
+        description: Option<&str>,
+        keep: bool,
+    ) -> (Delegated, Option<Arc<LiveChild>>) {
+        let _slot = match self.slot(turn.cancelled()).await {
+            Ok(slot) => slot,
+            Err(refused) => return (refused, None),
         };
-        run_over.cancel();
-        while relays.next().await.is_some() {}
-        if let Some(exposure) = exposure.take() {
-            exposure.finish(turn, &mut update_rx, &result).await;
-        }
+        let Start {
+            name,
+            prepared,
+            permission,
+            resume,
+        } = start;
+        let keep = keep && self.idle_timeout.is_some();
+        let (live, first) = self.spawn(&name, prepared, permission, Cancel::new(), keep);
+        let shown = Shown {
+            turn,
+            call,
+            task: label(description, prompt),
+        };
+        let result = live.drive(&shown, first).await;
         if turn.is_cancelled() {
-            return Delegated {
-                session: result.session_id,
-                ..Delegated::failed(CANCELLED)
-            };
+            live.close().await;
+            return (cancelled(result.as_ref()), None);
         }
-        outcome(name, result, resume)
+        Self::settle(live, result, resume, keep).await
+    }
+
+    /// Delivers `message` to a child kept alive (`live`) as its next turn, shown on tool call
+    /// `call` of `turn` exactly like a first turn ([`LiveChild::drive`]): its updates shown or
+    /// relayed, its permission requests relayed, a new announced session when the client speaks
+    /// subagent sessions, the turn's cancellation honoured (which ends the child). `None` when it
+    /// no longer takes messages (then nothing was sent). A follow-up has no output schema: its
+    /// answer is plain text.
+    pub(crate) async fn send(
+        &self,
+        turn: &Turn,
+        call: &ToolCallId,
+        live: &LiveChild,
+        message: &str,
+    ) -> Option<Delegated> {
+        let _slot = match self.slot(turn.cancelled()).await {
+            Ok(slot) => slot,
+            Err(refused) => return Some(refused),
+        };
+        let permit = live.follow_ups.reserve().await.ok()?;
+        let (reply, answer) = oneshot::channel();
+        let follow_up = run::FollowUp {
+            prompt: message.to_owned(),
+            reply,
+        };
+        let answer = async move {
+            permit.send(follow_up);
+            answer.await.ok()
+        };
+        let shown = Shown {
+            turn,
+            call,
+            task: label(None, message),
+        };
+        let result = live.drive(&shown, answer).await;
+        if turn.is_cancelled() {
+            return Some(cancelled(result.as_ref()));
+        }
+        Some(match result {
+            Some(result) => outcome(&live.name, result, false),
+            None => live.abnormal(),
+        })
     }
 }
 
-/// A child whose agent answered its turn and stays alive, idle, for its next message (a kept
-/// session of the run library). It ends on its own after the idle timeout; [`LiveChild::close`]
-/// ends it at once and waits until its process is gone.
+/// The result of a call whose turn was cancelled (with the child's session, to continue it).
+fn cancelled(result: Option<&RunResult>) -> Delegated {
+    Delegated {
+        session: result.and_then(|result| result.session_id.clone()),
+        ..Delegated::failed(CANCELLED)
+    }
+}
+
+/// The parent turn a turn of a child is shown on: its tool call, and the task the child's
+/// session is announced with.
+struct Shown<'a> {
+    turn: &'a Turn,
+    call: &'a ToolCallId,
+    task: String,
+}
+
+/// A child's process and its kept session of the run library, from its first turn on. Between
+/// turns it is idle and ends on its own after the idle timeout; [`LiveChild::close`] ends it at
+/// once and waits until its process is gone. What its run observes goes where its [`Route`]
+/// points: to the turn in flight ([`LiveChild::drive`]), or nowhere.
 #[derive(Debug)]
 pub(crate) struct LiveChild {
     name: String,
     follow_ups: mpsc::Sender<run::FollowUp>,
     cancel: Cancel,
+    route: Arc<Route>,
+    /// Set once its run is spawned.
     handle: std::sync::Mutex<Option<tokio::task::JoinHandle<RunResult>>>,
 }
 
@@ -664,32 +745,88 @@ impl LiveChild {
         !self.follow_ups.is_closed()
     }
 
-    /// Delivers `message` as its next turn; `cancel` fired stops that turn (and ends the child).
-    /// `None` when it no longer takes messages (then nothing was sent).
-    pub(crate) async fn send(
+    /// Drives one turn of it (its first, or a message) whose result `answer` brings, shown on
+    /// `shown`: the one path of every turn shown somewhere. The route is installed before
+    /// `answer` is first polled (which starts the turn) and cleared once it answered; meanwhile
+    /// its updates are relayed on its announced session (the client speaks subagent sessions) or
+    /// its text shown on the tool card, its permission requests relayed, and the turn's (or the
+    /// announced session's) cancellation cancels the child. Once it answered, the updates it
+    /// sent before its answer are delivered, pending requests are withdrawn and resolved, then
+    /// the announced session's one final state goes out.
+    async fn drive(
         &self,
-        message: &str,
-        cancel: &CancellationToken,
-    ) -> Option<Delegated> {
-        let (reply, answer) = oneshot::channel();
-        let follow_up = run::FollowUp {
-            prompt: message.to_owned(),
-            reply,
-        };
-        self.follow_ups.send(follow_up).await.ok()?;
+        shown: &Shown<'_>,
+        answer: impl Future<Output = Option<RunResult>>,
+    ) -> Option<RunResult> {
+        let Shown { turn, call, task } = shown;
+        let name = self.name.as_str();
+        // Fired once the turn answered: relayed requests still pending are withdrawn.
+        let turn_over = CancellationToken::new();
+        let mut exposure = turn.child_sessions().map(|children| {
+            let mut exposure = Exposure::announce(turn, children, call, name, task);
+            exposure.run = Some((self.cancel.clone(), turn_over.clone()));
+            exposure
+        });
+        let (updates, mut update_rx) = mpsc::unbounded_channel();
+        let (asks, mut ask_rx) = mpsc::unbounded_channel();
+        self.route.install(Routed {
+            updates,
+            all: exposure.is_some(),
+            asks,
+        });
+        let mut text = String::new();
+        let mut relays = FuturesUnordered::new();
+        let exposed_cancel = exposure
+            .as_ref()
+            .map_or_else(CancellationToken::new, |e| e.child.cancellation().clone());
         tokio::pin!(answer);
-        let result = tokio::select! {
-            biased;
-            result = &mut answer => result,
-            () = cancel.cancelled() => {
-                self.cancel.cancel();
-                answer.await
+        let result = loop {
+            tokio::select! {
+                biased;
+                result = &mut answer => break result,
+                () = turn.cancelled(), if !self.cancel.is_cancelled() => self.cancel.cancel(),
+                () = exposed_cancel.cancelled(), if !self.cancel.is_cancelled() => self.cancel.cancel(),
+                Some(()) = relays.next(), if !relays.is_empty() => {}
+                Some((request, answer)) = ask_rx.recv() => {
+                    // The updates already delivered first (the tool call asked about).
+                    while let Ok((session, update)) = update_rx.try_recv() {
+                        deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
+                    }
+                    let via = match &exposure {
+                        Some(exposure) => exposure.via(&request, &turn_over),
+                        None => Some(Via::Parent { subagent: name }),
+                    };
+                    relays.push(relay(turn, via, request, answer));
+                }
+                Some((session, update)) = update_rx.recv() => {
+                    deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
+                }
             }
         };
-        Some(match result {
-            Ok(result) => outcome(&self.name, result, false),
-            Err(_) => Delegated::failed(format!("subagent {} ended abnormally", self.name)),
-        })
+        // The run library hands a turn's result over only once its observers saw the turn's
+        // updates: what is left of them is in the channel, which ends with the route.
+        self.route.clear();
+        turn_over.cancel();
+        while relays.next().await.is_some() {}
+        while let Some((session, update)) = update_rx.recv().await {
+            deliver(
+                turn,
+                call,
+                exposure.as_mut(),
+                &mut text,
+                session.as_ref(),
+                update,
+            );
+        }
+        if let Some(mut exposure) = exposure.take() {
+            exposure.end(turn, result.as_ref());
+        }
+        result
+    }
+
+    /// The result of a turn whose answer never came (its run ended abnormally).
+    fn abnormal(&self) -> Delegated {
+        Delegated::failed(format!("subagent {} ended abnormally", self.name))
     }
 
     /// Ends it (session/cancel while a turn runs, then the teardown ladder) and waits until its
@@ -711,6 +848,41 @@ impl LiveChild {
     /// Ends it without waiting (its run tears its process down on its own).
     pub(crate) fn cancel(&self) {
         self.cancel.cancel();
+    }
+}
+
+/// Where a child's run sends what it observes: to the turn of it in flight that shows it, once
+/// that turn installed itself, until it clears itself. With nothing installed (a background
+/// child's first turn, a child idle between turns), updates are dropped and permission requests
+/// are answered by the policy (`relay` rejects).
+#[derive(Debug, Default)]
+struct Route {
+    to: std::sync::Mutex<Option<Routed>>,
+}
+
+/// The turn a [`Route`] points to.
+#[derive(Debug)]
+struct Routed {
+    updates: mpsc::UnboundedSender<(Option<String>, serde_json::Value)>,
+    /// Every update (the child is exposed as a session), else only the run's own text.
+    all: bool,
+    asks: mpsc::UnboundedSender<(PermissionRequest, oneshot::Sender<Decision>)>,
+}
+
+impl Route {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Routed>> {
+        self.to
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn install(&self, routed: Routed) {
+        *self.lock() = Some(routed);
+    }
+
+    /// Points nowhere again; the turn's channels end once drained.
+    fn clear(&self) {
+        *self.lock() = None;
     }
 }
 
@@ -810,8 +982,8 @@ struct Exposure {
     open: Vec<(String, String)>,
     /// Nested sessions the client may cancel (the child offered it), by minted id, while open.
     nested_cancellable: HashMap<String, CancellableChild>,
-    /// The child's run and the token fired when it is over: a nested session's cancel is
-    /// forwarded through the run (`Cancel::cancel_session`) until then.
+    /// The child's run and the token fired when this turn of it is over: a nested session's
+    /// cancel is forwarded through the run (`Cancel::cancel_session`) until then.
     run: Option<(Cancel, CancellationToken)>,
 }
 
@@ -973,32 +1145,10 @@ impl Exposure {
         }
     }
 
-    /// Relays the rest of the child's updates, then sends the final snapshots. Bounded: an
-    /// observer thread that does not finish (it always does, once the run's tasks are gone) must
-    /// not hold the turn; what it delivers later is not relayed.
-    async fn finish(
-        mut self,
-        turn: &Turn,
-        updates: &mut mpsc::UnboundedReceiver<(Option<String>, serde_json::Value)>,
-        result: &RunResult,
-    ) {
-        let rest = async {
-            while let Some((session, update)) = updates.recv().await {
-                self.relay(turn, session.as_ref(), update);
-            }
-        };
-        if tokio::time::timeout(Duration::from_secs(2), rest)
-            .await
-            .is_err()
-        {
-            tracing::debug!("stopped relaying a child's late updates");
-        }
-        self.end(turn, result);
-    }
-
     /// The final snapshots: `unknown` for every nested session the child never ended (the
-    /// deepest first), then the child's own outcome on the turn's session.
-    fn end(&mut self, turn: &Turn, result: &RunResult) {
+    /// deepest first), then the outcome of the child's turn on the turn's session (failed when
+    /// its answer never came: `None`).
+    fn end(&mut self, turn: &Turn, result: Option<&RunResult>) {
         for (minted, on) in self.open.drain(..).rev() {
             let update = SubagentUpdate::new(minted).state(StateUpdate::Unknown(
                 agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
@@ -1009,15 +1159,24 @@ impl Exposure {
                 tracing::debug!(error = %crate::describe(&error), "cannot end a nested session");
             }
         }
-        let state = ChildState::of_status(result.status);
+        let state = result.map_or(ChildState::Failed, |result| {
+            ChildState::of_status(result.status)
+        });
         let mut snapshot = serde_json::json!({
             "state": "idle",
-            "stopReason": state.wire_stop_reason(result.stop_reason.as_deref()),
+            "stopReason": state.wire_stop_reason(result.and_then(|r| r.stop_reason.as_deref())),
         });
         if state == ChildState::Failed {
+            let message = match result {
+                Some(result) => result
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| format!("ended {}", result.status)),
+                None => "its run ended abnormally".to_owned(),
+            };
             snapshot["error"] = serde_json::json!({
                 "code": agent_client_protocol::ErrorCode::INTERNAL_ERROR.value(),
-                "message": result.error.clone().unwrap_or_else(|| format!("ended {}", result.status)),
+                "message": message,
             });
         }
         let update = match serde_json::from_value::<StateUpdate>(snapshot) {
@@ -1089,10 +1248,10 @@ fn push_bounded(shown: &mut String, text: &str) {
 }
 
 /// Forwards the child run's updates (with the child session each is of, `None` for the run's
-/// own) to the call's loop: all of them (`all`), or only the run's own text (the tool card).
+/// own) to the turn its [`Route`] points to: all of them, or only the run's own text (the tool
+/// card).
 struct Forwarded {
-    updates: mpsc::UnboundedSender<(Option<String>, serde_json::Value)>,
-    all: bool,
+    route: Arc<Route>,
 }
 
 impl Observer for Forwarded {
@@ -1100,36 +1259,45 @@ impl Observer for Forwarded {
         if let Event::Update {
             session_id, update, ..
         } = event
-            && (self.all
+            && let Some(to) = self.route.lock().as_ref()
+            && (to.all
                 || (session_id.is_none()
                     && update.get("sessionUpdate").and_then(|v| v.as_str())
                         == Some("agent_message_chunk")))
         {
-            // The receiver is gone only once the call has its result.
-            let _ = self.updates.send((session_id.clone(), update.clone()));
+            // The receiver is gone only once the turn has its result.
+            let _ = to.updates.send((session_id.clone(), update.clone()));
         }
         Ok(())
     }
 }
 
-/// Hands the child's permission requests to the call's loop, which asks the parent's client.
+/// Hands the child's permission requests to the turn its [`Route`] points to, which asks the
+/// parent's client; with none, the policy answers (`relay` rejects).
 struct Relay {
-    asks: mpsc::UnboundedSender<(PermissionRequest, oneshot::Sender<Decision>)>,
+    route: Arc<Route>,
 }
 
 impl PermissionHandler for Relay {
     fn decide(&self, request: PermissionRequest) -> DecisionFuture {
         let (tx, rx) = oneshot::channel();
-        let sent = self.asks.send((request, tx)).is_ok();
+        let sent = self
+            .route
+            .lock()
+            .as_ref()
+            .is_some_and(|to| to.asks.send((request, tx)).is_ok());
         Box::pin(async move {
-            match (sent, rx.await) {
-                (true, Ok(decision)) => decision,
-                // Nobody left to ask: not an approval.
-                _ => Decision {
-                    answer: Answer::Cancelled,
-                    decided_by: DecidedBy::Cancel,
-                },
+            if !sent {
+                return Decision {
+                    answer: Answer::Reject,
+                    decided_by: DecidedBy::Policy,
+                };
             }
+            // Nobody left to ask: not an approval.
+            rx.await.unwrap_or(Decision {
+                answer: Answer::Cancelled,
+                decided_by: DecidedBy::Cancel,
+            })
         })
     }
 }

@@ -163,7 +163,7 @@ pub(crate) enum Via<'a> {
     /// On this turn's session, as a tool call titled `subagent: title`.
     Parent { subagent: &'a str },
     /// On the subagent's own session (exposed to the client), about its own tool call; withdrawn
-    /// when `withdraw` fires first (the subagent's run ended).
+    /// when `withdraw` fires first (the subagent's turn answered).
     Session {
         session: SessionId,
         withdraw: &'a CancellationToken,

@@ -25,7 +25,7 @@
 //!   session's count that the table lacks names a dropped task ("already delivered");
 //! - children are recorded in the session's store ([`ChildRecord`]) when a run of theirs ends, so
 //!   a session loaded later can continue them (by cold resume);
-//! - a background child that answered may stay alive, idle ([`LiveChild`]): at most
+//! - a child that answered (foreground or background) may stay alive, idle ([`LiveChild`]): at most
 //!   [`MAX_IDLE_CHILDREN`] per session (the oldest is closed), each ending on its own after the
 //!   idle timeout; cancelling the session cancels them, closing it closes and awaits them, so no
 //!   child process outlives its session.

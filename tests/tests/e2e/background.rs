@@ -423,7 +423,13 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
             Reply::text(["second done"]),
         ])
         .start();
-    let launch = parent(&llm, state.path(), Some(&children), &[]);
+    // Not kept alive: every message is a cold resume.
+    let launch = parent(
+        &llm,
+        state.path(),
+        Some(&children),
+        &["--child-idle-timeout", "0"],
+    );
     let (id, _) = with_launch(launch.clone(), async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;

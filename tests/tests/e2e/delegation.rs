@@ -458,13 +458,18 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
 // acp-child delegating on a model: the `subagent` tool
 // ---------------------------------------------------------------------------------------------
 
-const KEY: &str = "test-key";
+pub(super) const KEY: &str = "test-key";
 const MODEL: &str = "mock-model";
 
 /// `acp-host run` driving acp-child on the mock model, allowed to delegate to acp-child;
 /// the model settings travel in the environment (so a child acp-child inherits them) when
 /// `inherit_model`, else as the parent's own flags (its children then run offline).
-fn model_parent(dir: &Path, llm: &MockLlm, inherit_model: bool, extra: &[&str]) -> Command {
+pub(super) fn model_parent(
+    dir: &Path,
+    llm: &MockLlm,
+    inherit_model: bool,
+    extra: &[&str],
+) -> Command {
     let mut cmd = host_run(dir);
     for name in [
         ACP_HOST_DEPTH,
@@ -622,9 +627,14 @@ fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
                 Reply::text(["all done"]),
             ])
             .start();
-        let extra: Vec<&str> = limit
-            .map(|n| vec!["--max-parallel-subagents", n])
-            .unwrap_or_default();
+        // Children that answered are not kept alive, so every child process counted is running.
+        let mut extra = vec!["--child-idle-timeout", "0"];
+        extra.extend(
+            limit
+                .map(|n| ["--max-parallel-subagents", n])
+                .into_iter()
+                .flatten(),
+        );
         let child = model_parent(dir.path(), &llm, false, &extra)
             .arg("go")
             .stdin(std::process::Stdio::null())

@@ -15,6 +15,7 @@ mod delegation;
 mod hardening;
 mod host_child;
 mod library;
+mod live_children;
 mod mock_agent;
 mod mock_llm;
 mod model;

@@ -7,7 +7,9 @@
 //!   through [`super::permission`]) and writes only when allowed;
 //! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`;
 //! - `/delegate NAME PROMPT`: runs subagent NAME in its own process ([`super::delegate`]), as a
-//!   tool call showing its text while it runs, and replies with its result.
+//!   tool call showing its text while it runs, and replies with its result. One-shot: the child
+//!   gets no child id and is never kept alive (the offline backend has no `send_message`), so its
+//!   process is gone when the reply comes.
 //!
 //! Every reply is deterministic, so clients and tests can match it exactly. Refusals and I/O
 //! errors are replies (the turn still ends with `end_turn`), never protocol errors.
@@ -203,7 +205,8 @@ async fn delegate(
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;
     let result = match subagents.preflight(turn, name, prompt, None, None) {
-        Ok(start) => subagents.run(turn, &id, start, prompt, None).await,
+        // One-shot: no table of children here to keep it in, so its process ends with the call.
+        Ok(start) => subagents.run(turn, &id, start, prompt, None, false).await.0,
         Err(refused) => refused,
     };
     if result.failed {

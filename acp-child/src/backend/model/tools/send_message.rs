@@ -1,10 +1,13 @@
 //! `send_message`: the next prompt for one of this session's children, in the child's own
 //! session. A child runs one turn at a time: a message to a busy child waits behind its current
-//! turn. A child kept alive while idle (a background child that answered, within
+//! turn. A child kept alive while idle (one that answered, foreground or background, within
 //! `--child-idle-timeout`) gets the message in its live process; otherwise the message
 //! cold-resumes the child: a fresh process, `initialize`, `session/load` of the child's session,
-//! then the message (an agent without `loadSession` is a clear tool error). Only the session that
-//! started a child finds it.
+//! then the message (an agent without `loadSession` is a clear tool error), and a resumed child
+//! that answered is kept alive in turn. Either way the turn is this call's, shown like a first
+//! turn (`Subagents::send`, `Subagents::run`): its text on this tool card or its own announced
+//! session, its permission requests relayed, this turn's cancellation honoured. There is no
+//! output schema: the answer is plain text. Only the session that started a child finds it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -40,7 +43,7 @@ impl Tool for SendMessage {
     fn description(&self) -> &'static str {
         "Continue a conversation with a child this session started (list_agents shows them): the \
          child gets the message in its own session, with what it did before, and its answer is \
-         the result. A message to a busy child waits until its current turn ends."
+         the result, as plain text. A message to a busy child waits until its current turn ends."
     }
 
     fn parameters(&self) -> (Value, &'static [&'static str]) {
@@ -100,7 +103,7 @@ impl Call for Args {
             };
             if let Some(live) = child.live() {
                 tasks.child_running(&child.id);
-                if let Some(result) = live.send(&self.message, cx.turn.cancellation()).await {
+                if let Some(result) = subagents.send(cx.turn, cx.id, live, &self.message).await {
                     record(&memory, &child.id, &result);
                     drop(gate);
                     return Ok(outcome(result));
@@ -128,10 +131,13 @@ impl Call for Args {
                 }
             };
             tasks.child_running(&child.id);
-            let result = subagents
-                .run(cx.turn, cx.id, start, &self.message, None)
+            let (result, live) = subagents
+                .run(cx.turn, cx.id, start, &self.message, None, true)
                 .await;
             record(&memory, &child.id, &result);
+            if let Some(live) = live {
+                tasks.set_live(&child.id, live);
+            }
             drop(gate);
             Ok(outcome(result))
         })

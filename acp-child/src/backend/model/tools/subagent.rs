@@ -6,7 +6,8 @@
 //!
 //! Every child gets a child id in the session's table (`backend::tasks`), whether it runs in the
 //! foreground (the call returns its answer) or, with `run_in_background`, as a task the session
-//! owns (the call returns the task id at once). Everything that can fail before a process exists
+//! owns (the call returns the task id at once). Either way a child that answered stays alive,
+//! idle, in that table under `--child-idle-timeout`, for `send_message`. Everything that can fail before a process exists
 //! is checked first ([`Subagents::preflight`]), so a refused start registers nothing. Under
 //! `--no-background` the parameter is not offered, and a call sending it anyway is refused with
 //! nothing started.
@@ -172,16 +173,20 @@ impl Call for Args {
                 Err(error) => return Ok(Outcome::failed(error.to_string())),
             };
             if !background {
-                let result = subagents
+                let (result, live) = subagents
                     .run(
                         cx.turn,
                         cx.id,
                         start,
                         &self.prompt,
                         self.description.as_deref(),
+                        true,
                     )
                     .await;
                 record(&memory, &child, &result);
+                if let Some(live) = live {
+                    tasks.set_live(&child, live);
+                }
                 drop(gate);
                 return Ok(outcome(result));
             }

@@ -1,0 +1,452 @@
+//! End-to-end: every child that answered stays alive, idle, for its next message, the foreground
+//! ones too, and a later turn of a live child is a first-class turn of the call that sent it. A
+//! parent acp-child on the mock model delegates to the mock agent, which cannot load sessions, so
+//! only its live process can answer a `send_message`: the answer comes from the same process and
+//! session (the mock counts its prompts), is shown on the `send_message` tool card, and its
+//! permission request is relayed to the parent's client (acp-host driving the parent), each turn
+//! announced as a subagent session of its own; a background child's message turn is relayed too,
+//! cancelling the parent's turn during a message ends the child before the turn answers, and a
+//! message waits for a free `--max-parallel-subagents` slot. No process is left behind.
+
+use std::path::Path;
+
+use acp_tests::acp_client::{
+    Launch, Permission, TurnLog, new_session, prompt, read_until, stop_reason, with_launch,
+};
+use acp_tests::mock_llm::{MockLlm, Reply};
+use acp_tests::{code, run_to_end, stderr};
+use agent_client_protocol::v1::schema::{
+    CancelNotification, CloseSessionRequest, SessionUpdate, StopReason, ToolCallContent,
+};
+use serde_json::{Value, json};
+
+use super::common::{mock_path, records};
+use super::delegation::{KEY, assert_none_left, model_parent};
+
+/// Writes definition `<cwd>/subagents/<name>.md` running the mock agent with `args`.
+fn mock_definition(cwd: &Path, name: &str, args: &str) {
+    let dir = cwd.join("subagents");
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = format!("{} {args}", mock_path());
+    std::fs::write(
+        dir.join(format!("{name}.md")),
+        format!(
+            "---\ndescription: the mock agent\nrun:\n  agent: {}\n---\nYou are the mock.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    )
+    .unwrap();
+}
+
+/// A reply calling `tool` with `arguments` under id `id`.
+fn call(id: &str, tool: &str, arguments: &Value) -> Reply {
+    Reply::tool_call(id, tool, arguments, 1)
+}
+
+/// How many lines of the mock's `--log` file are `line`.
+fn logged(log: &Path, line: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| *l == line)
+        .count()
+}
+
+#[tokio::test]
+async fn a_foreground_child_stays_alive_and_send_message_reaches_its_process() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (log, record, pid_file) = (
+        files.path().join("echo.log"),
+        files.path().join("echo.record"),
+        files.path().join("echo.pid"),
+    );
+    // The n-th prompt of one process gets the n-th answer: a fresh process would answer `one`.
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!(
+            "answers --answers-json '[\"one\",\"two:{{prompt}}\"]' --log {} --record {} \
+             --pid-file {}",
+            log.display(),
+            record.display(),
+            pid_file.display()
+        ),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_fg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first"}),
+            ),
+            call("call_idle", "list_agents", &json!({})),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "second"}),
+            ),
+            Reply::text(["done"]),
+        ])
+        .start();
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .env("ACP_CHILD_API_KEY", KEY)
+        .env("ACP_HOST_DEPTH", "0")
+        .env("ACP_HOST_MAX_DEPTH", "1");
+    let (turn, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (turn, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let file = pid_file.clone();
+        let pid = tokio::task::spawn_blocking(move || acp_tests::read_pid(&file).unwrap())
+            .await
+            .unwrap();
+        assert!(acp_tests::process_alive(pid), "the idle child was not kept");
+        cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
+            .block_task()
+            .await?;
+        assert!(
+            !acp_tests::process_alive(pid),
+            "close answered before the idle child was gone"
+        );
+        Ok(turn)
+    })
+    .await;
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    assert_eq!(requests[1].tool_result("call_fg").unwrap(), "one");
+    let agents = requests[2].tool_result("call_idle").unwrap();
+    assert!(
+        agents.starts_with("agent-1: subagent echo, idle, last activity "),
+        "{agents}"
+    );
+    assert_eq!(requests[3].tool_result("call_msg").unwrap(), "two:second");
+    // One process, one session, both prompts.
+    let starts = std::fs::read_to_string(&record)
+        .unwrap()
+        .lines()
+        .filter(|line| line.starts_with("start "))
+        .count();
+    assert_eq!(starts, 1);
+    assert_eq!(logged(&log, "session/new"), 1);
+    assert_eq!(logged(&log, "session/prompt"), 2);
+    // The follow-up's text streamed on the send_message card before the call completed.
+    let streamed = turn.tool_call_updates().into_iter().any(|update| {
+        update.tool_call_id.to_string() == "call_msg"
+            && update.fields.status.is_none()
+            && update.fields.content.as_ref().is_some_and(|content| {
+                matches!(content.as_slice(), [ToolCallContent::Content(c)]
+                    if serde_json::to_value(&c.content).unwrap()["text"] == "two:second")
+            })
+    });
+    assert!(streamed, "{:#?}", turn.tool_call_updates());
+    assert_none_left(cwd.path());
+}
+
+#[test]
+fn a_follow_up_turns_permission_request_is_relayed_on_a_newly_announced_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("asker.log");
+    mock_definition(
+        dir.path(),
+        "asker",
+        &format!(
+            "permission --options allow_once,reject_once --log {}",
+            log.display()
+        ),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_fg",
+                "subagent",
+                &json!({"agent": "asker", "prompt": "first", "description": "Ask once"}),
+            ),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "ask again"}),
+            ),
+            Reply::text(["parent done"]),
+        ])
+        .start();
+    let out = run_to_end(model_parent(dir.path(), &llm, false, &[]).args([
+        "--json",
+        "--permission",
+        "allow",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = records(&out);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "parent done");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3, "{requests:#?}");
+    assert_eq!(
+        requests[1].tool_result("call_fg").unwrap(),
+        "selected allow_once"
+    );
+    assert_eq!(
+        requests[2].tool_result("call_msg").unwrap(),
+        "selected allow_once"
+    );
+    // Both turns asked the outer client, each on the session announced for that turn.
+    let asked: Vec<(&Value, &Value, &Value)> = result["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (&p["sessionId"], &p["title"], &p["verdict"]))
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            (&json!("sub-1"), &json!("Write notes.txt"), &json!("allow")),
+            (&json!("sub-2"), &json!("Write notes.txt"), &json!("allow")),
+        ]
+    );
+    let children: Vec<(&Value, &Value, &Value, &Value)> = result["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (&c["sessionId"], &c["name"], &c["task"], &c["state"]))
+        .collect();
+    assert_eq!(
+        children,
+        [
+            (
+                &json!("sub-1"),
+                &json!("asker"),
+                &json!("Ask once"),
+                &json!("completed")
+            ),
+            (
+                &json!("sub-2"),
+                &json!("asker"),
+                &json!("ask again"),
+                &json!("completed")
+            ),
+        ]
+    );
+    // The follow-up's session is referenced from the send_message card.
+    assert!(records.iter().any(|r| {
+        r["update"]["toolCallId"] == "call_msg"
+            && r["update"]["content"] == json!([{"type": "session", "sessionId": "sub-2"}])
+    }));
+    // The same process answered both: one handshake, two prompts.
+    assert_eq!(logged(&log, "initialize"), 1);
+    assert_eq!(logged(&log, "session/prompt"), 2);
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_background_childs_follow_up_is_relayed_where_its_first_turn_was_answered_by_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    mock_definition(
+        dir.path(),
+        "asker",
+        "permission --options allow_once,reject_once",
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "asker", "prompt": "first", "run_in_background": true}),
+            ),
+            call(
+                "call_out",
+                "task_output",
+                &json!({"task_id": "subagent-1", "wait": true}),
+            ),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "ask again"}),
+            ),
+            Reply::text(["parent done"]),
+        ])
+        .start();
+    let out = run_to_end(model_parent(dir.path(), &llm, false, &[]).args([
+        "--json",
+        "--permission",
+        "allow",
+        "go",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = records(&out).pop().unwrap();
+    assert_eq!(result["output"], "parent done");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    // Its first turn had nobody to ask: `relay` rejected by policy.
+    assert_eq!(
+        requests[2].tool_result("call_out").unwrap(),
+        "subagent-1 (completed): subagent asker as child agent-1: first\n\nselected reject_once"
+    );
+    // The message's turn belongs to the send_message call: asked of the outer client.
+    assert_eq!(
+        requests[3].tool_result("call_msg").unwrap(),
+        "selected allow_once"
+    );
+    let permissions = result["permissions"].as_array().unwrap();
+    assert_eq!(permissions.len(), 1, "{permissions:?}");
+    assert_eq!(permissions[0]["sessionId"], "sub-1");
+    assert_eq!(permissions[0]["verdict"], "allow");
+    assert_eq!(result["children"][0]["task"], "ask again");
+    assert_eq!(result["children"][0]["state"], "completed");
+    assert_none_left(dir.path());
+}
+
+#[tokio::test]
+async fn cancelling_the_parent_during_a_follow_up_ends_the_child_before_the_turn_answers() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (ready, pid_file) = (
+        files.path().join("echo.ready"),
+        files.path().join("echo.pid"),
+    );
+    // It answers its first prompt, then hangs in the second until cancelled.
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!(
+            "answers --answers-json '[\"one\",\"{{hang}}\"]' --ready {} --pid-file {}",
+            ready.display(),
+            pid_file.display()
+        ),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_fg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first"}),
+            ),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "second"}),
+            ),
+            Reply::text(["never asked"]),
+        ])
+        .start();
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .env("ACP_CHILD_API_KEY", KEY)
+        .env("ACP_HOST_DEPTH", "0")
+        .env("ACP_HOST_MAX_DEPTH", "1");
+    let ((reason, pid), _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        session.send_prompt("go")?;
+        let mut log = TurnLog::default();
+        // Waited off the runtime: the connection must keep running meanwhile.
+        let hanging = tokio::task::spawn_blocking(move || {
+            assert!(
+                acp_tests::wait_for_file(&ready, acp_tests::HANG_GUARD),
+                "the follow-up never reached the child"
+            );
+            acp_tests::read_pid(&pid_file).unwrap()
+        });
+        let seen = read_until(&mut session, &mut log, Permission::NotExpected, |update| {
+            matches!(update, SessionUpdate::ToolCall(call) if call.tool_call_id.to_string() == "call_msg")
+        })
+        .await?;
+        assert!(seen.is_none(), "the turn ended before the message was sent");
+        let pid = hanging.await.unwrap();
+        assert!(acp_tests::process_alive(pid));
+        cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
+        let response = read_until(&mut session, &mut log, Permission::NotExpected, |_| false)
+            .await?
+            .expect("the turn ends");
+        Ok((stop_reason(response), pid))
+    })
+    .await;
+    assert_eq!(reason, StopReason::Cancelled);
+    assert!(
+        !acp_tests::process_alive(pid),
+        "the cancelled turn answered before its child was gone"
+    );
+    assert_eq!(llm.requests().len(), 2);
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn a_message_waits_for_a_free_subagent_slot() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let (log, ready) = (
+        files.path().join("echo.log"),
+        files.path().join("busy.ready"),
+    );
+    mock_definition(
+        cwd.path(),
+        "echo",
+        &format!(
+            "answers --answers-json '[\"one\",\"two\"]' --log {}",
+            log.display()
+        ),
+    );
+    mock_definition(
+        cwd.path(),
+        "busy",
+        &format!("hang --ready {}", ready.display()),
+    );
+    let llm = MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies([
+            call(
+                "call_fg",
+                "subagent",
+                &json!({"agent": "echo", "prompt": "first"}),
+            ),
+            // The only slot goes to a task that never ends on its own.
+            call(
+                "call_bg",
+                "subagent",
+                &json!({"agent": "busy", "prompt": "wait", "run_in_background": true}),
+            ),
+            call(
+                "call_msg",
+                "send_message",
+                &json!({"child_id": "agent-1", "message": "second"}),
+            ),
+            Reply::text(["never asked"]),
+        ])
+        .start();
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .env("ACP_CHILD_API_KEY", KEY)
+        .env("ACP_HOST_DEPTH", "0")
+        .env("ACP_HOST_MAX_DEPTH", "1")
+        .arg("--max-parallel-subagents")
+        .arg("1");
+    let (reason, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        session.send_prompt("go")?;
+        let mut log = TurnLog::default();
+        let seen = read_until(&mut session, &mut log, Permission::NotExpected, |update| {
+            matches!(update, SessionUpdate::ToolCall(call) if call.tool_call_id.to_string() == "call_msg")
+        })
+        .await?;
+        assert!(seen.is_none(), "the turn ended before the message was sent");
+        let busy = tokio::task::spawn_blocking(move || {
+            acp_tests::wait_for_file(&ready, acp_tests::HANG_GUARD)
+        });
+        assert!(busy.await.unwrap(), "the background task never started");
+        cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
+        let response = read_until(&mut session, &mut log, Permission::NotExpected, |_| false)
+            .await?
+            .expect("the turn ends");
+        Ok(stop_reason(response))
+    })
+    .await;
+    assert_eq!(reason, StopReason::Cancelled);
+    // The message never reached the idle child: its turn waited for the slot until cancelled.
+    assert_eq!(logged(&log, "session/prompt"), 1);
+    assert_eq!(llm.requests().len(), 3);
+    assert_none_left(cwd.path());
+}
