@@ -363,10 +363,16 @@ impl client::Turns for SessionTurns {
         Box::pin(async move {
             let mut follow_ups = self.kept.follow_ups.lock().await;
             let next = match self.kept.idle_timeout {
-                Some(idle) => tokio::time::timeout(idle, follow_ups.recv())
-                    .await
-                    .ok()
-                    .flatten(),
+                Some(idle) => {
+                    if let Ok(next) = tokio::time::timeout(idle, follow_ups.recv()).await {
+                        next
+                    } else {
+                        // Closed first, then drained: a prompt sent as the idle time ran out is
+                        // still answered, and no later one is accepted only to be dropped.
+                        follow_ups.close();
+                        follow_ups.try_recv().ok()
+                    }
+                }
                 None => follow_ups.recv().await,
             }?;
             if let Ok(mut waiting) = self.kept.waiting.lock() {
