@@ -9,70 +9,27 @@
 //! turn, and across a parent resumed with `session/load`; `list_agents` lists them. No process is
 //! left behind.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use acp_tests::acp_client::{Launch, Permission, new_session, prompt, stop_reason, with_launch};
-use acp_tests::mock_llm::{MockLlm, Reply, message_text};
+use acp_tests::mock_llm::{RecordedRequest, Reply, message_text};
 use agent_client_protocol::v1::schema::{CancelNotification, CloseSessionRequest, StopReason};
 use serde_json::{Value, json};
 
-use super::common::mock_path;
-use super::delegation::assert_none_left;
+use super::children::{
+    assert_listed, assert_none_left, await_task, call, child_pid, delegate, delegate_in_background,
+    died, keyed_llm, list_agents, mock_definition, parent, send_message,
+};
 
-const KEY: &str = "sk-mock-background";
-
-/// Writes definition `<cwd>/subagents/<name>.md` running the mock agent with `args`.
-fn mock_definition(cwd: &Path, name: &str, args: &str) {
-    let dir = cwd.join("subagents");
-    std::fs::create_dir_all(&dir).unwrap();
-    let agent = format!("{} {args}", mock_path());
-    std::fs::write(
-        dir.join(format!("{name}.md")),
-        format!(
-            "---\ndescription: the mock agent\nrun:\n  agent: {}\n---\nYou are the mock.\n",
-            serde_json::to_string(&agent).unwrap()
-        ),
-    )
-    .unwrap();
-}
-
-/// A parent acp-child on `llm`, saving sessions in `state`, with `extra` flags; with `children`,
-/// it may delegate to acp-child running on that model server (its own key and state forwarded).
-fn parent(llm: &MockLlm, state: &Path, children: Option<&MockLlm>, extra: &[&str]) -> Launch {
-    let mut launch = Launch::model(&llm.base_url(), state)
-        .env("ACP_CHILD_API_KEY", KEY)
-        .env("ACP_HOST_DEPTH", "0")
-        .env("ACP_HOST_MAX_DEPTH", "1");
-    if let Some(children) = children {
-        launch = launch
-            .arg("--subagent-agents")
-            .arg("acp-child")
-            .env("ACP_CHILD_MODEL", "mock-model")
-            .env("ACP_CHILD_BASE_URL", children.base_url())
-            .env("ACP_CHILD_STATE_DIR", state);
-        for name in [
-            "ACP_CHILD_API_KEY",
-            "ACP_CHILD_MODEL",
-            "ACP_CHILD_BASE_URL",
-            "ACP_CHILD_STATE_DIR",
-        ] {
-            launch = launch.arg("--subagent-env").arg(name);
-        }
-    }
-    for flag in extra {
-        launch = launch.arg(*flag);
-    }
-    launch
-}
-
-/// A reply calling `tool` with `arguments` under id `id`.
-fn call(id: &str, tool: &str, arguments: &Value) -> Reply {
-    Reply::tool_call(id, tool, arguments, 1)
-}
+/// What a message to the mock agent's child says once its process is gone: the mock cannot load
+/// a session, so it cannot be resumed.
+const MOCK_CANNOT_RESUME: &str = "subagent echo cannot be continued: cannot resume session \
+     mock-session-1: agent echo does not advertise loadSession, so it cannot continue a saved \
+     session; start a new session instead";
 
 /// How many messages of a request say `text`.
-fn mentions(request: &acp_tests::mock_llm::RecordedRequest, text: &str) -> usize {
+fn mentions(request: &RecordedRequest, text: &str) -> usize {
     request
         .messages()
         .iter()
@@ -91,6 +48,17 @@ async fn one_turn(launch: Launch, cwd: &Path, text: &str) -> StopReason {
     reason
 }
 
+/// Defines subagent `echo`, the mock echoing each prompt and writing its pid to the file returned.
+fn echo_with_pid(cwd: &Path) -> PathBuf {
+    let pid_file = cwd.join("echo.pid");
+    mock_definition(
+        cwd,
+        "echo",
+        &format!("echo-prompt --pid-file {}", pid_file.display()),
+    );
+    pid_file
+}
+
 fn started(task: &str, agent: &str, child: &str) -> String {
     format!(
         "started background task {task}: subagent {agent} as child {child}. It runs on its own: \
@@ -104,28 +72,17 @@ async fn a_background_task_returns_at_once_and_task_output_waits_for_its_result(
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     mock_definition(cwd.path(), "echo", "text --text child-says-hi");
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "say hi", "run_in_background": true}),
-            ),
-            call(
-                "call_out",
-                "task_output",
-                &json!({"task_id": "subagent-1", "wait": true}),
-            ),
-            call("call_list", "task_list", &json!({})),
-            call(
-                "call_other",
-                "task_output",
-                &json!({"task_id": "subagent-7"}),
-            ),
-            Reply::text(["done"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "say hi"),
+        await_task("call_out", "subagent-1"),
+        call("call_list", "task_list", &json!({})),
+        call(
+            "call_other",
+            "task_output",
+            &json!({"task_id": "subagent-7"}),
+        ),
+        Reply::text(["done"]),
+    ]);
     let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
     assert_eq!(reason, StopReason::EndTurn);
     let requests = llm.requests();
@@ -175,26 +132,15 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     mock_definition(cwd.path(), "echo", "text --text the-answer");
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "work", "run_in_background": true}),
-            ),
-            // A message to the busy child waits for its turn; the child is not kept alive
-            // (`--child-idle-timeout 0`) and the mock agent cannot load a session, so it cannot
-            // be continued.
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "more"}),
-            ),
-            call("call_agents", "list_agents", &json!({})),
-            Reply::text(["noted"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "work"),
+        // A message to the busy child waits for its turn; the child is not kept alive
+        // (`--child-idle-timeout 0`) and the mock agent cannot load a session, so it cannot
+        // be continued.
+        send_message("call_msg", "agent-1", "more"),
+        list_agents("call_agents"),
+        Reply::text(["noted"]),
+    ]);
     let launch = parent(&llm, state.path(), None, &["--child-idle-timeout", "0"]);
     let reason = one_turn(launch, cwd.path(), "go").await;
     assert_eq!(reason, StopReason::EndTurn);
@@ -202,9 +148,7 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
     assert_eq!(requests.len(), 4, "{requests:#?}");
     assert_eq!(
         requests[2].tool_result("call_msg").unwrap(),
-        "subagent echo cannot be continued: cannot resume session mock-session-1: agent echo \
-         does not advertise loadSession, so it cannot continue a saved session; start a new \
-         session instead"
+        MOCK_CANNOT_RESUME
     );
     // By then the task had finished: its notice is a user message of that request, and stays in
     // the conversation once.
@@ -218,10 +162,9 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
         .find(|m| message_text(m) == notice)
         .unwrap();
     assert_eq!(user["role"], "user");
-    let agents = requests[3].tool_result("call_agents").unwrap();
-    assert!(
-        agents.starts_with("agent-1: subagent echo, failed, last activity "),
-        "{agents}"
+    assert_listed(
+        &requests[3].tool_result("call_agents").unwrap(),
+        "agent-1: subagent echo, failed",
     );
     assert_none_left(cwd.path());
 }
@@ -231,19 +174,12 @@ async fn task_kill_stops_a_running_task_and_leaves_no_process() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     mock_definition(cwd.path(), "stuck", "hang");
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "stuck", "prompt": "wait", "run_in_background": true}),
-            ),
-            call("call_kill", "task_kill", &json!({"task_id": "subagent-1"})),
-            call("call_again", "task_kill", &json!({"task_id": "subagent-1"})),
-            Reply::text(["stopped"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "stuck", "wait"),
+        call("call_kill", "task_kill", &json!({"task_id": "subagent-1"})),
+        call("call_again", "task_kill", &json!({"task_id": "subagent-1"})),
+        Reply::text(["stopped"]),
+    ]);
     let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
     assert_eq!(reason, StopReason::EndTurn);
     let requests = llm.requests();
@@ -270,17 +206,10 @@ async fn no_background_removes_the_parameter_and_refuses_a_forced_start_with_not
         "echo",
         &format!("hello --pid-file {}", pid_file.display()),
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "go", "run_in_background": true}),
-            ),
-            Reply::text(["ok"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "go"),
+        Reply::text(["ok"]),
+    ]);
     let launch = parent(&llm, state.path(), None, &["--no-background"]);
     assert_eq!(
         one_turn(launch, cwd.path(), "go").await,
@@ -331,41 +260,20 @@ async fn cancelling_or_closing_the_session_or_ending_the_connection_kills_its_ta
             &format!("hang --pid-file {}", pid(n).display()),
         );
     }
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies(start(1).into_iter().chain(start(2)).chain(start(3)))
-        .start();
-    // Waited off the runtime: the client's connection must keep running meanwhile.
-    let alive = async |n: usize| {
-        let file = pid(n);
-        tokio::task::spawn_blocking(move || {
-            assert!(
-                acp_tests::wait_for_file(&file, acp_tests::HANG_GUARD),
-                "child {n} never started"
-            );
-            acp_tests::read_pid(&file).unwrap()
-        })
-        .await
-        .unwrap()
-    };
-    let dead = async |pid: u32| {
-        tokio::task::spawn_blocking(move || acp_tests::wait_until_dead(pid, acp_tests::HANG_GUARD))
-            .await
-            .unwrap()
-    };
+    let llm = keyed_llm(start(1).into_iter().chain(start(2)).chain(start(3)));
     let (pids, _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         // session/cancel: its tasks are cancelled too.
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, response) = prompt(&mut session, "one", Permission::NotExpected).await?;
         assert_eq!(stop_reason(response), StopReason::EndTurn);
-        let first = alive(1).await;
+        let first = child_pid(pid(1)).await;
         cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
-        assert!(dead(first).await, "cancel left the task's child running");
+        assert!(died(first).await, "cancel left the task's child running");
         // session/close: answered once its tasks are torn down.
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, response) = prompt(&mut session, "two", Permission::NotExpected).await?;
         assert_eq!(stop_reason(response), StopReason::EndTurn);
-        let second = alive(2).await;
+        let second = child_pid(pid(2)).await;
         cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
             .block_task()
             .await?;
@@ -377,11 +285,11 @@ async fn cancelling_or_closing_the_session_or_ending_the_connection_kills_its_ta
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, response) = prompt(&mut session, "three", Permission::NotExpected).await?;
         assert_eq!(stop_reason(response), StopReason::EndTurn);
-        Ok(alive(3).await)
+        Ok(child_pid(pid(3)).await)
     })
     .await;
     assert!(
-        dead(pids).await,
+        died(pids).await,
         "the connection's end left a task's child running"
     );
     assert_none_left(cwd.path());
@@ -391,38 +299,20 @@ async fn cancelling_or_closing_the_session_or_ending_the_connection_kills_its_ta
 async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_parent() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let children = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            Reply::text(["noted"]),
-            Reply::text(["it was 7"]),
-            Reply::text(["still 7"]),
-        ])
-        .start();
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_child",
-                "subagent",
-                &json!({"agent": "acp-child", "prompt": "remember 7"}),
-            ),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "which number?"}),
-            ),
-            call("call_agents", "list_agents", &json!({})),
-            Reply::text(["first done"]),
-            // The parent, loaded in a fresh process, continues the same child.
-            call(
-                "call_again",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "and now?"}),
-            ),
-            Reply::text(["second done"]),
-        ])
-        .start();
+    let children = keyed_llm([
+        Reply::text(["noted"]),
+        Reply::text(["it was 7"]),
+        Reply::text(["still 7"]),
+    ]);
+    let llm = keyed_llm([
+        delegate("call_child", "acp-child", "remember 7"),
+        send_message("call_msg", "agent-1", "which number?"),
+        list_agents("call_agents"),
+        Reply::text(["first done"]),
+        // The parent, loaded in a fresh process, continues the same child.
+        send_message("call_again", "agent-1", "and now?"),
+        Reply::text(["second done"]),
+    ]);
     // Not kept alive: every message is a cold resume.
     let launch = parent(
         &llm,
@@ -441,10 +331,9 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
     assert_eq!(requests.len(), 4, "{requests:#?}");
     assert_eq!(requests[1].tool_result("call_child").unwrap(), "noted");
     assert_eq!(requests[2].tool_result("call_msg").unwrap(), "it was 7");
-    let agents = requests[3].tool_result("call_agents").unwrap();
-    assert!(
-        agents.starts_with("agent-1: subagent acp-child, ended, last activity "),
-        "{agents}"
+    assert_listed(
+        &requests[3].tool_result("call_agents").unwrap(),
+        "agent-1: subagent acp-child, ended",
     );
     // The child's second request carries its first exchange: the session was loaded.
     let child = children.requests();
@@ -490,33 +379,19 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
 async fn a_message_to_a_busy_child_waits_for_its_current_turn() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let children = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            Reply::Slow {
-                chunks: vec!["slow ".into(), "first".into()],
-                interval: Duration::from_millis(300),
-            },
-            Reply::text(["second"]),
-        ])
-        .start();
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "acp-child", "prompt": "start", "run_in_background": true}),
-            ),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "next"}),
-            ),
-            call("call_out", "task_output", &json!({"task_id": "subagent-1"})),
-            Reply::text(["done"]),
-        ])
-        .start();
+    let children = keyed_llm([
+        Reply::Slow {
+            chunks: vec!["slow ".into(), "first".into()],
+            interval: Duration::from_millis(300),
+        },
+        Reply::text(["second"]),
+    ]);
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "acp-child", "start"),
+        send_message("call_msg", "agent-1", "next"),
+        call("call_out", "task_output", &json!({"task_id": "subagent-1"})),
+        Reply::text(["done"]),
+    ]);
     let launch = parent(&llm, state.path(), Some(&children), &[]);
     assert_eq!(
         one_turn(launch, cwd.path(), "go").await,
@@ -541,25 +416,14 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     mock_definition(cwd.path(), "echo", "text --text fenced");
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "hi", "run_in_background": true}),
-            ),
-            Reply::text(["started"]),
-            // Another session of the same connection asks for the first one's task and child.
-            call("call_out", "task_output", &json!({"task_id": "subagent-1"})),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "hi"}),
-            ),
-            Reply::text(["nothing there"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "hi"),
+        Reply::text(["started"]),
+        // Another session of the same connection asks for the first one's task and child.
+        call("call_out", "task_output", &json!({"task_id": "subagent-1"})),
+        send_message("call_msg", "agent-1", "hi"),
+        Reply::text(["nothing there"]),
+    ]);
     let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         for text in ["first", "second"] {
             let mut session = new_session(&cx, cwd.path()).await?;
@@ -582,10 +446,7 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
     assert_none_left(cwd.path());
 
     // At the depth cap none of the delegation tools is offered.
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([Reply::text(["alone"])])
-        .start();
+    let llm = keyed_llm([Reply::text(["alone"])]);
     let launch = parent(&llm, state.path(), None, &[]).env("ACP_HOST_DEPTH", "1");
     assert_eq!(
         one_turn(launch, cwd.path(), "go").await,
@@ -607,54 +468,21 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
     }
 }
 
-/// Reads the pid the mock child wrote to `file`, waiting off the runtime for it.
-async fn child_pid(file: std::path::PathBuf) -> u32 {
-    tokio::task::spawn_blocking(move || {
-        assert!(
-            acp_tests::wait_for_file(&file, acp_tests::HANG_GUARD),
-            "the child never started"
-        );
-        acp_tests::read_pid(&file).unwrap()
-    })
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
 async fn send_message_reaches_an_idle_live_child_and_closing_the_session_ends_it() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let pid_file = cwd.path().join("echo.pid");
     // The mock agent cannot load sessions: a cold resume would fail, so an answer to the message
     // can only come from the live process.
-    mock_definition(
-        cwd.path(),
-        "echo",
-        &format!("echo-prompt --pid-file {}", pid_file.display()),
-    );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "first", "run_in_background": true}),
-            ),
-            call(
-                "call_out",
-                "task_output",
-                &json!({"task_id": "subagent-1", "wait": true}),
-            ),
-            call("call_idle", "list_agents", &json!({})),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "second"}),
-            ),
-            call("call_again", "list_agents", &json!({})),
-            Reply::text(["done"]),
-        ])
-        .start();
+    let pid_file = echo_with_pid(cwd.path());
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "first"),
+        await_task("call_out", "subagent-1"),
+        list_agents("call_idle"),
+        send_message("call_msg", "agent-1", "second"),
+        list_agents("call_again"),
+        Reply::text(["done"]),
+    ]);
     let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
@@ -695,51 +523,29 @@ async fn send_message_reaches_an_idle_live_child_and_closing_the_session_ends_it
 async fn an_idle_child_is_closed_after_the_idle_timeout() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let pid_file = cwd.path().join("echo.pid");
-    mock_definition(
-        cwd.path(),
-        "echo",
-        &format!("echo-prompt --pid-file {}", pid_file.display()),
-    );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "first", "run_in_background": true}),
-            ),
-            call(
-                "call_out",
-                "task_output",
-                &json!({"task_id": "subagent-1", "wait": true}),
-            ),
-            Reply::text(["started"]),
-            call("call_agents", "list_agents", &json!({})),
-            Reply::text(["done"]),
-        ])
-        .start();
+    let pid_file = echo_with_pid(cwd.path());
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "first"),
+        await_task("call_out", "subagent-1"),
+        Reply::text(["started"]),
+        list_agents("call_agents"),
+        Reply::text(["done"]),
+    ]);
     let launch = parent(&llm, state.path(), None, &["--child-idle-timeout", "1"]);
     let ((), _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
         assert_eq!(stop_reason(response), StopReason::EndTurn);
         let pid = child_pid(pid_file.clone()).await;
-        let dead = tokio::task::spawn_blocking(move || {
-            acp_tests::wait_until_dead(pid, acp_tests::HANG_GUARD)
-        })
-        .await
-        .unwrap();
-        assert!(dead, "the idle child outlived its idle timeout");
+        assert!(died(pid).await, "the idle child outlived its idle timeout");
         let (_, response) = prompt(&mut session, "list", Permission::NotExpected).await?;
         assert_eq!(stop_reason(response), StopReason::EndTurn);
         Ok(())
     })
     .await;
-    let agents = llm.requests()[4].tool_result("call_agents").unwrap();
-    assert!(
-        agents.starts_with("agent-1: subagent echo, ended, last activity "),
-        "{agents}"
+    assert_listed(
+        &llm.requests()[4].tool_result("call_agents").unwrap(),
+        "agent-1: subagent echo, ended",
     );
     assert_none_left(cwd.path());
 }
@@ -751,23 +557,19 @@ async fn past_four_idle_children_the_one_idle_longest_is_closed() {
     mock_definition(cwd.path(), "echo", "echo-prompt");
     let mut replies = Vec::new();
     for n in 1..=5 {
-        replies.push(call(
+        replies.push(delegate_in_background(
             &format!("call_bg{n}"),
-            "subagent",
-            &json!({"agent": "echo", "prompt": format!("job {n}"), "run_in_background": true}),
+            "echo",
+            &format!("job {n}"),
         ));
-        replies.push(call(
+        replies.push(await_task(
             &format!("call_out{n}"),
-            "task_output",
-            &json!({"task_id": format!("subagent-{n}"), "wait": true}),
+            &format!("subagent-{n}"),
         ));
     }
-    replies.push(call("call_agents", "list_agents", &json!({})));
+    replies.push(list_agents("call_agents"));
     replies.push(Reply::text(["done"]));
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies(replies)
-        .start();
+    let llm = keyed_llm(replies);
     let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
     assert_eq!(reason, StopReason::EndTurn);
     let requests = llm.requests();
@@ -791,37 +593,17 @@ async fn past_four_idle_children_the_one_idle_longest_is_closed() {
 async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_reach_it() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
-    let pid_file = cwd.path().join("echo.pid");
     // The mock agent cannot load sessions: after the cancel, only a live process could answer.
-    mock_definition(
-        cwd.path(),
-        "echo",
-        &format!("echo-prompt --pid-file {}", pid_file.display()),
-    );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "first", "run_in_background": true}),
-            ),
-            call(
-                "call_out",
-                "task_output",
-                &json!({"task_id": "subagent-1", "wait": true}),
-            ),
-            call("call_idle", "list_agents", &json!({})),
-            Reply::text(["it idles"]),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "second"}),
-            ),
-            call("call_after", "list_agents", &json!({})),
-            Reply::text(["done"]),
-        ])
-        .start();
+    let pid_file = echo_with_pid(cwd.path());
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "first"),
+        await_task("call_out", "subagent-1"),
+        list_agents("call_idle"),
+        Reply::text(["it idles"]),
+        send_message("call_msg", "agent-1", "second"),
+        list_agents("call_after"),
+        Reply::text(["done"]),
+    ]);
     let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
@@ -830,12 +612,7 @@ async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_re
         assert!(acp_tests::process_alive(pid), "the idle child was not kept");
         // No turn is in flight: the cancel reaches the session's children only.
         cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
-        let dead = tokio::task::spawn_blocking(move || {
-            acp_tests::wait_until_dead(pid, acp_tests::HANG_GUARD)
-        })
-        .await
-        .unwrap();
-        assert!(dead, "the cancel left the idle child running");
+        assert!(died(pid).await, "the cancel left the idle child running");
         let (_, response) = prompt(&mut session, "again", Permission::NotExpected).await?;
         assert_eq!(stop_reason(response), StopReason::EndTurn);
         Ok(())
@@ -843,22 +620,18 @@ async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_re
     .await;
     let requests = llm.requests();
     assert_eq!(requests.len(), 7, "{requests:#?}");
-    let agents = requests[3].tool_result("call_idle").unwrap();
-    assert!(
-        agents.starts_with("agent-1: subagent echo, idle, last activity "),
-        "{agents}"
+    assert_listed(
+        &requests[3].tool_result("call_idle").unwrap(),
+        "agent-1: subagent echo, idle",
     );
     // Its process is gone, so the message is a cold resume, which this agent refuses.
     assert_eq!(
         requests[5].tool_result("call_msg").unwrap(),
-        "subagent echo cannot be continued: cannot resume session mock-session-1: agent echo \
-         does not advertise loadSession, so it cannot continue a saved session; start a new \
-         session instead"
+        MOCK_CANNOT_RESUME
     );
-    let agents = requests[6].tool_result("call_after").unwrap();
-    assert!(
-        agents.starts_with("agent-1: subagent echo, failed, last activity "),
-        "{agents}"
+    assert_listed(
+        &requests[6].tool_result("call_after").unwrap(),
+        "agent-1: subagent echo, failed",
     );
     assert_none_left(cwd.path());
 }

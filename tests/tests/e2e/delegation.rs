@@ -12,6 +12,7 @@ use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
+use super::children::{KEY, assert_none_left, keyed_llm};
 use super::common::{mock_path, records};
 
 /// `acp-host run` with the mock echoing the depth variables it was given; it honours the start
@@ -268,17 +269,6 @@ fn delegating(dir: &Path, extra: &[&str]) -> Command {
     cmd
 }
 
-/// Asserts that no process is left running in `dir`.
-pub(super) fn assert_none_left(dir: &Path) {
-    assert!(
-        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::processes_in(dir)
-            .is_empty()),
-        "processes left in {}: {:?}",
-        dir.display(),
-        acp_tests::processes_in(dir)
-    );
-}
-
 #[test]
 fn delegate_runs_a_child_whose_write_is_relayed_to_the_outer_client() {
     let dir = tempfile::tempdir().unwrap();
@@ -458,7 +448,6 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
 // acp-child delegating on a model: the `subagent` tool
 // ---------------------------------------------------------------------------------------------
 
-pub(super) const KEY: &str = "test-key";
 const MODEL: &str = "mock-model";
 
 /// `acp-host run` driving acp-child on the mock model, allowed to delegate to acp-child;
@@ -508,28 +497,25 @@ pub(super) fn model_parent(
 #[test]
 fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_cannot_delegate() {
     let dir = tempfile::tempdir().unwrap();
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            // The parent delegates.
-            Reply::tool_call(
-                "call_parent",
-                "subagent",
-                &json!({"agent": "acp-child", "prompt": "write the notes", "description": "Write notes"}),
-                3,
-            ),
-            // The child writes (asking permission), then answers.
-            Reply::tool_call(
-                "call_child",
-                "write_file",
-                &json!({"path": "notes.txt", "content": "from the child"}),
-                1,
-            ),
-            Reply::text(["child ", "done"]),
-            // The parent reads the child's answer.
-            Reply::text(["parent done"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        // The parent delegates.
+        Reply::tool_call(
+            "call_parent",
+            "subagent",
+            &json!({"agent": "acp-child", "prompt": "write the notes", "description": "Write notes"}),
+            3,
+        ),
+        // The child writes (asking permission), then answers.
+        Reply::tool_call(
+            "call_child",
+            "write_file",
+            &json!({"path": "notes.txt", "content": "from the child"}),
+            1,
+        ),
+        Reply::text(["child ", "done"]),
+        // The parent reads the child's answer.
+        Reply::text(["parent done"]),
+    ]);
     let out = run_to_end(model_parent(dir.path(), &llm, true, &[]).args([
         "--json",
         "--permission",
@@ -620,13 +606,10 @@ pub(super) fn parallel_calls(prompts: &[&str]) -> Reply {
 fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
     for (limit, expected_max) in [(None, 4), (Some("2"), 2)] {
         let dir = tempfile::tempdir().unwrap();
-        let llm = MockLlm::builder()
-            .require_key(Some(KEY))
-            .replies([
-                parallel_calls(&["/sleep 2", "/sleep 2", "/sleep 2", "/sleep 2"]),
-                Reply::text(["all done"]),
-            ])
-            .start();
+        let llm = keyed_llm([
+            parallel_calls(&["/sleep 2", "/sleep 2", "/sleep 2", "/sleep 2"]),
+            Reply::text(["all done"]),
+        ]);
         // Children that answered are not kept alive, so every child process counted is running.
         let mut extra = vec!["--child-idle-timeout", "0"];
         extra.extend(
@@ -672,18 +655,15 @@ fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
 #[test]
 fn a_forced_subagent_call_at_the_cap_is_refused_as_a_tool_result() {
     let dir = tempfile::tempdir().unwrap();
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            Reply::tool_call(
-                "call_forced",
-                "subagent",
-                &json!({"agent": "acp-child", "prompt": "/write notes.txt x"}),
-                1,
-            ),
-            Reply::text(["understood"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        Reply::tool_call(
+            "call_forced",
+            "subagent",
+            &json!({"agent": "acp-child", "prompt": "/write notes.txt x"}),
+            1,
+        ),
+        Reply::text(["understood"]),
+    ]);
     // Started from an agent at depth 0: the parent runs at depth 1, the cap.
     let out = run_to_end(
         model_parent(dir.path(), &llm, false, &[])
@@ -854,19 +834,16 @@ fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_b
         "reviewer.md",
         "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  personaMode: override\n  tools: [read_file, search]\n  denyTools: [search]\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {{cwd}} as {{model}}.\n",
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            Reply::tool_call(
-                "call_review",
-                "subagent",
-                &json!({"agent": "reviewer", "prompt": "review it"}),
-                1,
-            ),
-            Reply::text(["looks good"]),
-            Reply::text(["reviewed"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        Reply::tool_call(
+            "call_review",
+            "subagent",
+            &json!({"agent": "reviewer", "prompt": "review it"}),
+            1,
+        ),
+        Reply::text(["looks good"]),
+        Reply::text(["reviewed"]),
+    ]);
     // The parent's model is its own flag; the base URL travels in the environment.
     let out = run_to_end(
         model_parent(dir.path(), &llm, false, &[])
@@ -983,10 +960,7 @@ fn run_subagent_on_acp_child_applies_model_and_persona() {
         "reviewer.md",
         "---\ndescription: d\nrun: {model: reviewer-model, env: [ACP_CHILD_API_KEY]}\n---\nReview as {{model}}.\n",
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([Reply::text(["fine"])])
-        .start();
+    let llm = keyed_llm([Reply::text(["fine"])]);
     let out = run_to_end(
         person_run(dir.path())
             .env("ACP_CHILD_API_KEY", KEY)
@@ -1118,21 +1092,18 @@ fn a_subagent_call_with_an_output_schema_returns_the_childs_checked_json() {
     let dir = tempfile::tempdir().unwrap();
     let schema =
         json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            Reply::tool_call(
-                "call_parent",
-                "subagent",
-                &json!({"agent": "acp-child", "prompt": "count", "output_schema": schema}),
-                1,
-            ),
-            // The child answers through its capture tool, then ends its turn.
-            Reply::tool_call("call_child", "submit_result", &json!({"n": 4}), 1),
-            Reply::text(["counted"]),
-            Reply::text(["the child counted"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        Reply::tool_call(
+            "call_parent",
+            "subagent",
+            &json!({"agent": "acp-child", "prompt": "count", "output_schema": schema}),
+            1,
+        ),
+        // The child answers through its capture tool, then ends its turn.
+        Reply::tool_call("call_child", "submit_result", &json!({"n": 4}), 1),
+        Reply::text(["counted"]),
+        Reply::text(["the child counted"]),
+    ]);
     let out = run_to_end(model_parent(dir.path(), &llm, true, &[]).arg("go"));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "the child counted");

@@ -10,38 +10,19 @@
 
 use std::path::Path;
 
-use acp_tests::acp_client::{
-    Launch, Permission, TurnLog, new_session, prompt, read_until, stop_reason, with_launch,
-};
-use acp_tests::mock_llm::{MockLlm, Reply};
+use acp_tests::acp_client::{Permission, TurnLog, new_session, prompt, stop_reason, with_launch};
+use acp_tests::mock_llm::Reply;
 use acp_tests::{code, run_to_end, stderr};
-use agent_client_protocol::v1::schema::{
-    CancelNotification, CloseSessionRequest, SessionUpdate, StopReason, ToolCallContent,
-};
+use agent_client_protocol::v1::schema::{CloseSessionRequest, StopReason, ToolCallContent};
 use serde_json::{Value, json};
 
-use super::common::{mock_path, records};
-use super::delegation::{KEY, assert_none_left, model_parent};
-
-/// Writes definition `<cwd>/subagents/<name>.md` running the mock agent with `args`.
-fn mock_definition(cwd: &Path, name: &str, args: &str) {
-    let dir = cwd.join("subagents");
-    std::fs::create_dir_all(&dir).unwrap();
-    let agent = format!("{} {args}", mock_path());
-    std::fs::write(
-        dir.join(format!("{name}.md")),
-        format!(
-            "---\ndescription: the mock agent\nrun:\n  agent: {}\n---\nYou are the mock.\n",
-            serde_json::to_string(&agent).unwrap()
-        ),
-    )
-    .unwrap();
-}
-
-/// A reply calling `tool` with `arguments` under id `id`.
-fn call(id: &str, tool: &str, arguments: &Value) -> Reply {
-    Reply::tool_call(id, tool, arguments, 1)
-}
+use super::children::{
+    assert_listed, assert_none_left, await_task, call, cancel_turn, child_pid, delegate,
+    delegate_in_background, keyed_llm, list_agents, mock_definition, parent, send_message,
+    until_tool_call,
+};
+use super::common::records;
+use super::delegation::model_parent;
 
 /// How many lines of the mock's `--log` file are `line`.
 fn logged(log: &Path, line: &str) -> usize {
@@ -74,35 +55,18 @@ async fn a_foreground_child_stays_alive_and_send_message_reaches_its_process() {
             pid_file.display()
         ),
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_fg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "first"}),
-            ),
-            call("call_idle", "list_agents", &json!({})),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "second"}),
-            ),
-            Reply::text(["done"]),
-        ])
-        .start();
-    let launch = Launch::model(&llm.base_url(), state.path())
-        .env("ACP_CHILD_API_KEY", KEY)
-        .env("ACP_HOST_DEPTH", "0")
-        .env("ACP_HOST_MAX_DEPTH", "1");
+    let llm = keyed_llm([
+        delegate("call_fg", "echo", "first"),
+        list_agents("call_idle"),
+        send_message("call_msg", "agent-1", "second"),
+        Reply::text(["done"]),
+    ]);
+    let launch = parent(&llm, state.path(), None, &[]);
     let (turn, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         let (turn, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
         assert_eq!(stop_reason(response), StopReason::EndTurn);
-        let file = pid_file.clone();
-        let pid = tokio::task::spawn_blocking(move || acp_tests::read_pid(&file).unwrap())
-            .await
-            .unwrap();
+        let pid = child_pid(pid_file.clone()).await;
         assert!(acp_tests::process_alive(pid), "the idle child was not kept");
         cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
             .block_task()
@@ -117,10 +81,9 @@ async fn a_foreground_child_stays_alive_and_send_message_reaches_its_process() {
     let requests = llm.requests();
     assert_eq!(requests.len(), 4, "{requests:#?}");
     assert_eq!(requests[1].tool_result("call_fg").unwrap(), "one");
-    let agents = requests[2].tool_result("call_idle").unwrap();
-    assert!(
-        agents.starts_with("agent-1: subagent echo, idle, last activity "),
-        "{agents}"
+    assert_listed(
+        &requests[2].tool_result("call_idle").unwrap(),
+        "agent-1: subagent echo, idle",
     );
     assert_eq!(requests[3].tool_result("call_msg").unwrap(), "two:second");
     // One process, one session, both prompts.
@@ -157,22 +120,15 @@ fn a_follow_up_turns_permission_request_is_relayed_on_a_newly_announced_session(
             log.display()
         ),
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_fg",
-                "subagent",
-                &json!({"agent": "asker", "prompt": "first", "description": "Ask once"}),
-            ),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "ask again"}),
-            ),
-            Reply::text(["parent done"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        call(
+            "call_fg",
+            "subagent",
+            &json!({"agent": "asker", "prompt": "first", "description": "Ask once"}),
+        ),
+        send_message("call_msg", "agent-1", "ask again"),
+        Reply::text(["parent done"]),
+    ]);
     let out = run_to_end(model_parent(dir.path(), &llm, false, &[]).args([
         "--json",
         "--permission",
@@ -249,27 +205,12 @@ fn a_background_childs_follow_up_is_relayed_where_its_first_turn_was_answered_by
         "asker",
         "permission --options allow_once,reject_once",
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "asker", "prompt": "first", "run_in_background": true}),
-            ),
-            call(
-                "call_out",
-                "task_output",
-                &json!({"task_id": "subagent-1", "wait": true}),
-            ),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "ask again"}),
-            ),
-            Reply::text(["parent done"]),
-        ])
-        .start();
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "asker", "first"),
+        await_task("call_out", "subagent-1"),
+        send_message("call_msg", "agent-1", "ask again"),
+        Reply::text(["parent done"]),
+    ]);
     let out = run_to_end(model_parent(dir.path(), &llm, false, &[]).args([
         "--json",
         "--permission",
@@ -319,26 +260,12 @@ async fn cancelling_the_parent_during_a_follow_up_ends_the_child_before_the_turn
             pid_file.display()
         ),
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_fg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "first"}),
-            ),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "second"}),
-            ),
-            Reply::text(["never asked"]),
-        ])
-        .start();
-    let launch = Launch::model(&llm.base_url(), state.path())
-        .env("ACP_CHILD_API_KEY", KEY)
-        .env("ACP_HOST_DEPTH", "0")
-        .env("ACP_HOST_MAX_DEPTH", "1");
+    let llm = keyed_llm([
+        delegate("call_fg", "echo", "first"),
+        send_message("call_msg", "agent-1", "second"),
+        Reply::text(["never asked"]),
+    ]);
+    let launch = parent(&llm, state.path(), None, &[]);
     let ((reason, pid), _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         session.send_prompt("go")?;
@@ -351,18 +278,10 @@ async fn cancelling_the_parent_during_a_follow_up_ends_the_child_before_the_turn
             );
             acp_tests::read_pid(&pid_file).unwrap()
         });
-        let seen = read_until(&mut session, &mut log, Permission::NotExpected, |update| {
-            matches!(update, SessionUpdate::ToolCall(call) if call.tool_call_id.to_string() == "call_msg")
-        })
-        .await?;
-        assert!(seen.is_none(), "the turn ended before the message was sent");
+        until_tool_call(&mut session, &mut log, "call_msg").await?;
         let pid = hanging.await.unwrap();
         assert!(acp_tests::process_alive(pid));
-        cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
-        let response = read_until(&mut session, &mut log, Permission::NotExpected, |_| false)
-            .await?
-            .expect("the turn ends");
-        Ok((stop_reason(response), pid))
+        Ok((cancel_turn(&cx, &mut session, &mut log).await?, pid))
     })
     .await;
     assert_eq!(reason, StopReason::Cancelled);
@@ -396,52 +315,24 @@ async fn a_message_waits_for_a_free_subagent_slot() {
         "busy",
         &format!("hang --ready {}", ready.display()),
     );
-    let llm = MockLlm::builder()
-        .require_key(Some(KEY))
-        .replies([
-            call(
-                "call_fg",
-                "subagent",
-                &json!({"agent": "echo", "prompt": "first"}),
-            ),
-            // The only slot goes to a task that never ends on its own.
-            call(
-                "call_bg",
-                "subagent",
-                &json!({"agent": "busy", "prompt": "wait", "run_in_background": true}),
-            ),
-            call(
-                "call_msg",
-                "send_message",
-                &json!({"child_id": "agent-1", "message": "second"}),
-            ),
-            Reply::text(["never asked"]),
-        ])
-        .start();
-    let launch = Launch::model(&llm.base_url(), state.path())
-        .env("ACP_CHILD_API_KEY", KEY)
-        .env("ACP_HOST_DEPTH", "0")
-        .env("ACP_HOST_MAX_DEPTH", "1")
-        .arg("--max-parallel-subagents")
-        .arg("1");
+    let llm = keyed_llm([
+        delegate("call_fg", "echo", "first"),
+        // The only slot goes to a task that never ends on its own.
+        delegate_in_background("call_bg", "busy", "wait"),
+        send_message("call_msg", "agent-1", "second"),
+        Reply::text(["never asked"]),
+    ]);
+    let launch = parent(&llm, state.path(), None, &["--max-parallel-subagents", "1"]);
     let (reason, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         session.send_prompt("go")?;
         let mut log = TurnLog::default();
-        let seen = read_until(&mut session, &mut log, Permission::NotExpected, |update| {
-            matches!(update, SessionUpdate::ToolCall(call) if call.tool_call_id.to_string() == "call_msg")
-        })
-        .await?;
-        assert!(seen.is_none(), "the turn ended before the message was sent");
+        until_tool_call(&mut session, &mut log, "call_msg").await?;
         let busy = tokio::task::spawn_blocking(move || {
             acp_tests::wait_for_file(&ready, acp_tests::HANG_GUARD)
         });
         assert!(busy.await.unwrap(), "the background task never started");
-        cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
-        let response = read_until(&mut session, &mut log, Permission::NotExpected, |_| false)
-            .await?
-            .expect("the turn ends");
-        Ok(stop_reason(response))
+        cancel_turn(&cx, &mut session, &mut log).await
     })
     .await;
     assert_eq!(reason, StopReason::Cancelled);

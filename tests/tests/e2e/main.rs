@@ -2,13 +2,15 @@
 //!
 //! Every module drives the real binaries (`acp-host`, `acp-child`, the scripted `mock-agent`)
 //! over real pipes, or the library through its public API, and asserts outcomes: exit codes, exact
-//! output, files on disk, and that no process is left behind. Shared helpers live in `acp_tests`.
+//! output, files on disk, and that no process is left behind. Shared helpers live in `acp_tests`,
+//! `common` (this binary's own environment) and `children` (a parent that delegates).
 
 mod acp_child;
 mod acp_child_model;
 mod background;
 mod batch;
 mod capabilities;
+mod children;
 mod cli_snapshots;
 mod common;
 mod delegation;

@@ -21,8 +21,9 @@ use protocol::child_session::ChildState;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
+use super::children::assert_none_left;
 use super::common::records;
-use super::delegation::{assert_none_left, parallel_calls};
+use super::delegation::parallel_calls;
 
 /// The outcome a `subagent_update` reports, if it carries a final state.
 fn final_state(update: &SubagentUpdate) -> Option<(ChildState, Option<String>)> {

@@ -1,0 +1,185 @@
+//! Helpers shared by the suites in which a parent acp-child on the mock model delegates
+//! (delegation, background tasks, live children, subagent sessions): subagent definitions running
+//! the mock agent, the parent's launch, the scripted tool calls that drive delegation, and waits
+//! on a child's process or on a point of the parent's turn.
+//!
+//! Waits that block run off the runtime (`spawn_blocking`), so the connection keeps running
+//! meanwhile, and each has a deadline ([`acp_tests::HANG_GUARD`]).
+
+use std::path::{Path, PathBuf};
+
+use acp_tests::acp_client::{Launch, Permission, TurnLog, read_until, stop_reason};
+use acp_tests::mock_llm::{MockLlm, Reply};
+use agent_client_protocol::v1::schema::{CancelNotification, SessionUpdate, StopReason};
+use agent_client_protocol::v1::{ActiveSession, ConnectionTo};
+use agent_client_protocol::{Agent, Error as AcpError};
+use serde_json::{Value, json};
+
+use super::common::mock_path;
+
+/// The API key the mock model requires; parents forward it to the children they start.
+pub(super) const KEY: &str = "test-key";
+
+/// The mock model requiring [`KEY`], answering with `replies` in order.
+pub(super) fn keyed_llm(replies: impl IntoIterator<Item = Reply>) -> MockLlm {
+    MockLlm::builder()
+        .require_key(Some(KEY))
+        .replies(replies)
+        .start()
+}
+
+/// Asserts that no process is left running in `dir`.
+pub(super) fn assert_none_left(dir: &Path) {
+    assert!(
+        acp_tests::wait_until(acp_tests::HANG_GUARD, || acp_tests::processes_in(dir)
+            .is_empty()),
+        "processes left in {}: {:?}",
+        dir.display(),
+        acp_tests::processes_in(dir)
+    );
+}
+
+/// Writes definition `<cwd>/subagents/<name>.md` running the mock agent with `args`.
+pub(super) fn mock_definition(cwd: &Path, name: &str, args: &str) {
+    let dir = cwd.join("subagents");
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = format!("{} {args}", mock_path());
+    std::fs::write(
+        dir.join(format!("{name}.md")),
+        format!(
+            "---\ndescription: the mock agent\nrun:\n  agent: {}\n---\nYou are the mock.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    )
+    .unwrap();
+}
+
+/// A parent acp-child on `llm`, started by a person (depth 0 of 1), saving sessions in `state`,
+/// with `extra` flags; with `children`, it may delegate to acp-child running on that model server
+/// (its own key and state forwarded).
+pub(super) fn parent(
+    llm: &MockLlm,
+    state: &Path,
+    children: Option<&MockLlm>,
+    extra: &[&str],
+) -> Launch {
+    let mut launch = Launch::model(&llm.base_url(), state)
+        .env("ACP_CHILD_API_KEY", KEY)
+        .env("ACP_HOST_DEPTH", "0")
+        .env("ACP_HOST_MAX_DEPTH", "1");
+    if let Some(children) = children {
+        launch = launch
+            .arg("--subagent-agents")
+            .arg("acp-child")
+            .env("ACP_CHILD_MODEL", "mock-model")
+            .env("ACP_CHILD_BASE_URL", children.base_url())
+            .env("ACP_CHILD_STATE_DIR", state);
+        for name in [
+            "ACP_CHILD_API_KEY",
+            "ACP_CHILD_MODEL",
+            "ACP_CHILD_BASE_URL",
+            "ACP_CHILD_STATE_DIR",
+        ] {
+            launch = launch.arg("--subagent-env").arg(name);
+        }
+    }
+    for flag in extra {
+        launch = launch.arg(*flag);
+    }
+    launch
+}
+
+/// A reply calling `tool` with `arguments` under id `id`.
+pub(super) fn call(id: &str, tool: &str, arguments: &Value) -> Reply {
+    Reply::tool_call(id, tool, arguments, 1)
+}
+
+/// A reply delegating `prompt` to subagent `agent`, in the foreground.
+pub(super) fn delegate(id: &str, agent: &str, prompt: &str) -> Reply {
+    call(id, "subagent", &json!({"agent": agent, "prompt": prompt}))
+}
+
+/// A reply starting subagent `agent` on `prompt` as a background task.
+pub(super) fn delegate_in_background(id: &str, agent: &str, prompt: &str) -> Reply {
+    call(
+        id,
+        "subagent",
+        &json!({"agent": agent, "prompt": prompt, "run_in_background": true}),
+    )
+}
+
+/// A reply waiting for background task `task` to finish (`task_output` with `wait`).
+pub(super) fn await_task(id: &str, task: &str) -> Reply {
+    call(id, "task_output", &json!({"task_id": task, "wait": true}))
+}
+
+/// A reply sending `message` to child `child`.
+pub(super) fn send_message(id: &str, child: &str, message: &str) -> Reply {
+    call(
+        id,
+        "send_message",
+        &json!({"child_id": child, "message": message}),
+    )
+}
+
+/// A reply listing the session's children.
+pub(super) fn list_agents(id: &str) -> Reply {
+    call(id, "list_agents", &json!({}))
+}
+
+/// Asserts that a `list_agents` result starts with `entry` (`agent-1: subagent echo, idle`),
+/// then the time of its last activity.
+pub(super) fn assert_listed(agents: &str, entry: &str) {
+    assert!(
+        agents.starts_with(&format!("{entry}, last activity ")),
+        "{agents}"
+    );
+}
+
+/// Reads the pid the mock child wrote to `file`, waiting for it.
+pub(super) async fn child_pid(file: PathBuf) -> u32 {
+    tokio::task::spawn_blocking(move || {
+        assert!(
+            acp_tests::wait_for_file(&file, acp_tests::HANG_GUARD),
+            "the child never started"
+        );
+        acp_tests::read_pid(&file).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// Whether process `pid` died within the deadline.
+pub(super) async fn died(pid: u32) -> bool {
+    tokio::task::spawn_blocking(move || acp_tests::wait_until_dead(pid, acp_tests::HANG_GUARD))
+        .await
+        .unwrap()
+}
+
+/// Reads the turn running in `session` until the model's tool call `id` is announced; asserts
+/// the turn did not end first.
+pub(super) async fn until_tool_call(
+    session: &mut ActiveSession<'static, Agent>,
+    log: &mut TurnLog,
+    id: &str,
+) -> Result<(), AcpError> {
+    let seen = read_until(session, log, Permission::NotExpected, |update| {
+        matches!(update, SessionUpdate::ToolCall(call) if call.tool_call_id.to_string() == id)
+    })
+    .await?;
+    assert!(seen.is_none(), "the turn ended before tool call {id}");
+    Ok(())
+}
+
+/// Cancels the turn running in `session` and reads it to its end; its stop reason.
+pub(super) async fn cancel_turn(
+    cx: &ConnectionTo<Agent>,
+    session: &mut ActiveSession<'static, Agent>,
+    log: &mut TurnLog,
+) -> Result<StopReason, AcpError> {
+    cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
+    let response = read_until(session, log, Permission::NotExpected, |_| false)
+        .await?
+        .expect("the turn ends");
+    Ok(stop_reason(response))
+}
