@@ -693,6 +693,25 @@ pub async fn prompt(
     Ok((log, response))
 }
 
+/// Sends `prompt`, reads the whole turn and asserts it ended normally (`end_turn`); its log.
+///
+/// # Errors
+///
+/// When the connection fails.
+///
+/// # Panics
+///
+/// When the prompt is answered with an error or another stop reason; see also [`read_until`].
+pub async fn prompt_ends(
+    session: &mut ActiveSession<'static, Agent>,
+    prompt: &str,
+    answers: impl Into<Answers>,
+) -> Result<TurnLog, AcpError> {
+    let (log, response) = self::prompt(session, prompt, answers).await?;
+    assert_eq!(stop_reason(response), StopReason::EndTurn, "{prompt:?}");
+    Ok(log)
+}
+
 /// Starts a session in `cwd` with `session/new`.
 ///
 /// # Errors

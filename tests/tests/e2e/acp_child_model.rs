@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use acp_tests::acp_client::{
     Answers, Launch, PERMISSION_ERROR, Permission, TIMEOUT, TurnLog, canonical, new_session,
-    prompt, read_until, stop_reason, with_launch,
+    prompt, prompt_ends, read_until, stop_reason, with_launch,
 };
 use acp_tests::mock_llm::{MockLlm, RecordedRequest, Reply, message_text};
 use agent_client_protocol::ErrorCode;
@@ -192,8 +192,7 @@ async fn session_load_in_a_new_process_replays_the_conversation_then_continues_i
     let ((id, first), _) = with_launch(launch.clone(), async |cx, init| {
         assert!(init.agent_capabilities.load_session);
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) = prompt(&mut session, FIRST_PROMPT, Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, FIRST_PROMPT, Permission::NotExpected).await?;
         Ok((session.session_id().clone(), log))
     })
     .await;
@@ -214,8 +213,7 @@ async fn session_load_in_a_new_process_replays_the_conversation_then_continues_i
             .start_session()
             .await?
             .session;
-        let (log, response) = prompt(&mut session, SECOND_PROMPT, Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, SECOND_PROMPT, Permission::NotExpected).await?;
         Ok((init.agent_capabilities.load_session, log))
     })
     .await;
@@ -280,9 +278,7 @@ async fn session_load_replays_a_tool_call_with_its_result() {
     let launch = Launch::model(&llm.base_url(), state.path());
     let (id, _) = with_launch(launch.clone(), async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) =
-            prompt(&mut session, "read my notes", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "read my notes", Permission::NotExpected).await?;
         assert_eq!(log.final_status(), ToolCallStatus::Completed);
         Ok(session.session_id().clone())
     })
@@ -295,8 +291,7 @@ async fn session_load_replays_a_tool_call_with_its_result() {
             .start_session()
             .await?
             .session;
-        let (log, response) = prompt(&mut session, "thanks", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "thanks", Permission::NotExpected).await?;
         Ok(log)
     })
     .await;
@@ -424,8 +419,7 @@ async fn a_client_with_fs_serves_reads_and_edits_from_its_buffers_and_receives_t
         Answers::editor(Permission::Allow).buffer(root.join("notes.txt"), "unsaved buffer text");
     let ((log, session_id), _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) = prompt(&mut session, "use the editor", editor).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "use the editor", editor).await?;
         Ok((log, session.session_id().clone()))
     })
     .await;
@@ -521,9 +515,7 @@ async fn a_client_without_fs_gets_no_fs_requests_and_reads_come_from_disk() {
     // `Permission::NotExpected` without buffers: any fs/* request fails the test.
     let (log, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) =
-            prompt(&mut session, "read from disk", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "read from disk", Permission::NotExpected).await?;
         Ok(log)
     })
     .await;
@@ -558,8 +550,7 @@ async fn interleaved_sessions_keep_their_own_directories_and_conversations() {
         let mut texts = Vec::new();
         for (on_a, text) in [(true, "a1"), (false, "b1"), (true, "a2"), (false, "b2")] {
             let session = if on_a { &mut a } else { &mut b };
-            let (log, response) = prompt(session, text, Permission::NotExpected).await?;
-            assert_eq!(stop_reason(response), StopReason::EndTurn);
+            let log = prompt_ends(session, text, Permission::NotExpected).await?;
             texts.push(log.text);
         }
         Ok(texts)
@@ -632,8 +623,7 @@ async fn a_busy_session_refuses_a_second_prompt_and_cancels_promptly_while_anoth
             let cancelled = (stop_reason(response), log.text);
 
             // The cancelled session takes the next prompt.
-            let (after, response) = prompt(&mut slow, "after", Permission::NotExpected).await?;
-            assert_eq!(stop_reason(response), StopReason::EndTurn);
+            let after = prompt_ends(&mut slow, "after", Permission::NotExpected).await?;
             Ok((
                 busy,
                 other_log.text,
@@ -710,8 +700,7 @@ async fn escape_attempts(client_fs: bool) -> (TurnLog, Vec<RecordedRequest>, tem
     }
     let (log, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, &root).await?;
-        let (log, response) = prompt(&mut session, "escape", answers).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "escape", answers).await?;
         Ok(log)
     })
     .await;
@@ -789,8 +778,7 @@ async fn debug_logs_and_command_output_stay_off_stdout_during_a_tool_turn() {
     let launch = Launch::model(&llm.base_url(), state.path());
     let (log, finished) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) = prompt(&mut session, "run and read", Permission::Allow).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "run and read", Permission::Allow).await?;
         Ok(log)
     })
     .await;
@@ -1000,14 +988,11 @@ async fn allow_always_is_remembered_for_the_session_and_that_tool_kind_only() {
     let (logs, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
         // The first edit is allowed "always"...
-        let (first, response) = prompt(&mut session, "write a", Permission::AllowAlways).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let first = prompt_ends(&mut session, "write a", Permission::AllowAlways).await?;
         // ...so the second edit must not ask at all...
-        let (second, response) = prompt(&mut session, "write b", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let second = prompt_ends(&mut session, "write b", Permission::NotExpected).await?;
         // ...but a command is another kind of tool and still asks.
-        let (third, response) = prompt(&mut session, "run it", Permission::Reject).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let third = prompt_ends(&mut session, "run it", Permission::Reject).await?;
         Ok((first, second, third))
     })
     .await;
@@ -1054,8 +1039,7 @@ async fn the_persona_file_becomes_the_system_prompt_with_model_and_cwd() {
         .arg(persona.as_os_str());
     let (text, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) = prompt(&mut session, "hi", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "hi", Permission::NotExpected).await?;
         Ok(log.text)
     })
     .await;
@@ -1082,9 +1066,7 @@ async fn a_prompt_whose_model_request_failed_is_not_kept_in_the_history() {
         let mut session = new_session(&cx, cwd.path()).await?;
         let (_, failed) = prompt(&mut session, "first prompt", Permission::NotExpected).await?;
         assert!(failed.is_err(), "a 401 fails the prompt: {failed:?}");
-        let (log, response) =
-            prompt(&mut session, "second prompt", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "second prompt", Permission::NotExpected).await?;
         Ok(log.text)
     })
     .await;
@@ -1293,8 +1275,7 @@ async fn tool_call_ids_are_unique_in_a_session_while_the_model_keeps_its_own() {
         let mut session = new_session(&cx, cwd.path()).await?;
         let mut ids = Vec::new();
         for text in ["first", "second"] {
-            let (log, response) = prompt(&mut session, text, Permission::NotExpected).await?;
-            assert_eq!(stop_reason(response), StopReason::EndTurn);
+            let log = prompt_ends(&mut session, text, Permission::NotExpected).await?;
             let announced: Vec<String> = log
                 .tool_calls()
                 .iter()
@@ -1345,8 +1326,7 @@ async fn malformed_tool_calls_are_titled_and_failed() {
     let launch = Launch::model(&llm.base_url(), state.path());
     let (log, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "go", Permission::NotExpected).await?;
         Ok(log)
     })
     .await;
@@ -1422,8 +1402,7 @@ async fn a_retry_after_header_wins_over_the_backoff() {
         .arg("600000");
     let (text, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (log, response) = prompt(&mut session, "hi", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        let log = prompt_ends(&mut session, "hi", Permission::NotExpected).await?;
         Ok(log.text)
     })
     .await;

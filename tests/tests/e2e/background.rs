@@ -12,14 +12,16 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use acp_tests::acp_client::{Launch, Permission, new_session, prompt, stop_reason, with_launch};
+use acp_tests::acp_client::{
+    Launch, Permission, new_session, prompt, prompt_ends, stop_reason, with_launch,
+};
 use acp_tests::mock_llm::{RecordedRequest, Reply, message_text};
 use agent_client_protocol::v1::schema::{CancelNotification, CloseSessionRequest, StopReason};
 use serde_json::{Value, json};
 
 use super::children::{
-    assert_listed, assert_none_left, await_task, call, child_pid, delegate, delegate_in_background,
-    died, keyed_llm, list_agents, mock_definition, parent, send_message,
+    assert_listed, assert_none_left, await_task, call, child_pid, close_ends_idle_child, delegate,
+    delegate_in_background, died, keyed_llm, list_agents, mock_definition, parent, send_message,
 };
 
 /// What a message to the mock agent's child says once its process is gone: the mock cannot load
@@ -264,15 +266,13 @@ async fn cancelling_or_closing_the_session_or_ending_the_connection_kills_its_ta
     let (pids, _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         // session/cancel: its tasks are cancelled too.
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (_, response) = prompt(&mut session, "one", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "one", Permission::NotExpected).await?;
         let first = child_pid(pid(1)).await;
         cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
         assert!(died(first).await, "cancel left the task's child running");
         // session/close: answered once its tasks are torn down.
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (_, response) = prompt(&mut session, "two", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "two", Permission::NotExpected).await?;
         let second = child_pid(pid(2)).await;
         cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
             .block_task()
@@ -283,8 +283,7 @@ async fn cancelling_or_closing_the_session_or_ending_the_connection_kills_its_ta
         );
         // The connection ends with a task running.
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (_, response) = prompt(&mut session, "three", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "three", Permission::NotExpected).await?;
         Ok(child_pid(pid(3)).await)
     })
     .await;
@@ -322,8 +321,7 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
     );
     let (id, _) = with_launch(launch.clone(), async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "go", Permission::NotExpected).await?;
         Ok(session.session_id().clone())
     })
     .await;
@@ -361,8 +359,7 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
             .start_session()
             .await?
             .session;
-        let (_, response) = prompt(&mut session, "again", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "again", Permission::NotExpected).await?;
         Ok(())
     })
     .await;
@@ -427,8 +424,7 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
     let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         for text in ["first", "second"] {
             let mut session = new_session(&cx, cwd.path()).await?;
-            let (_, response) = prompt(&mut session, text, Permission::NotExpected).await?;
-            assert_eq!(stop_reason(response), StopReason::EndTurn);
+            prompt_ends(&mut session, text, Permission::NotExpected).await?;
         }
         Ok(())
     })
@@ -485,17 +481,8 @@ async fn send_message_reaches_an_idle_live_child_and_closing_the_session_ends_it
     ]);
     let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
-        let pid = child_pid(pid_file.clone()).await;
-        assert!(acp_tests::process_alive(pid), "the idle child was not kept");
-        cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
-            .block_task()
-            .await?;
-        assert!(
-            !acp_tests::process_alive(pid),
-            "close answered before the idle child was gone"
-        );
+        prompt_ends(&mut session, "go", Permission::NotExpected).await?;
+        close_ends_idle_child(&cx, &session, pid_file.clone()).await?;
         Ok(())
     })
     .await;
@@ -534,12 +521,10 @@ async fn an_idle_child_is_closed_after_the_idle_timeout() {
     let launch = parent(&llm, state.path(), None, &["--child-idle-timeout", "1"]);
     let ((), _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "go", Permission::NotExpected).await?;
         let pid = child_pid(pid_file.clone()).await;
         assert!(died(pid).await, "the idle child outlived its idle timeout");
-        let (_, response) = prompt(&mut session, "list", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "list", Permission::NotExpected).await?;
         Ok(())
     })
     .await;
@@ -606,15 +591,13 @@ async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_re
     ]);
     let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (_, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "go", Permission::NotExpected).await?;
         let pid = child_pid(pid_file.clone()).await;
         assert!(acp_tests::process_alive(pid), "the idle child was not kept");
         // No turn is in flight: the cancel reaches the session's children only.
         cx.send_notification(CancelNotification::new(session.session_id().clone()))?;
         assert!(died(pid).await, "the cancel left the idle child running");
-        let (_, response) = prompt(&mut session, "again", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        prompt_ends(&mut session, "again", Permission::NotExpected).await?;
         Ok(())
     })
     .await;

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use acp_tests::acp_client::{Launch, Permission, TurnLog, read_until, stop_reason};
 use acp_tests::mock_llm::{MockLlm, Reply};
-use agent_client_protocol::v1::schema::{CancelNotification, SessionUpdate, StopReason};
+use agent_client_protocol::v1::schema::{
+    CancelNotification, CloseSessionRequest, SessionUpdate, StopReason,
+};
 use agent_client_protocol::v1::{ActiveSession, ConnectionTo};
 use agent_client_protocol::{Agent, Error as AcpError};
 use serde_json::{Value, json};
@@ -182,4 +184,23 @@ pub(super) async fn cancel_turn(
         .await?
         .expect("the turn ends");
     Ok(stop_reason(response))
+}
+
+/// Closes `session`, whose child kept idle wrote its pid to `pid_file`: asserts the child was
+/// alive before, and gone once the close is answered.
+pub(super) async fn close_ends_idle_child(
+    cx: &ConnectionTo<Agent>,
+    session: &ActiveSession<'static, Agent>,
+    pid_file: PathBuf,
+) -> Result<(), AcpError> {
+    let pid = child_pid(pid_file).await;
+    assert!(acp_tests::process_alive(pid), "the idle child was not kept");
+    cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
+        .block_task()
+        .await?;
+    assert!(
+        !acp_tests::process_alive(pid),
+        "close answered before the idle child was gone"
+    );
+    Ok(())
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use acp_tests::mock_llm::MockLlm;
-use acp_tests::{host_run, stdout};
+use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::env_vars;
 use serde_json::Value;
 
@@ -33,6 +33,31 @@ pub(crate) fn result_record(output: &Output) -> Value {
     let last = records.last().expect("at least the result record").clone();
     assert_eq!(last["type"], "result", "last record is the result: {last}");
     last
+}
+
+/// Asserts that every record of an `acp-host run --json` output matches its checked-in schema
+/// (no key missing, none undeclared): `run-result` for the result, `run-event` for the others.
+pub(crate) fn assert_run_schemas(records: &[Value]) {
+    for record in records {
+        let schema = if record["type"] == "result" {
+            "run-result.json"
+        } else {
+            "run-event.json"
+        };
+        protocol::schema::check_keys(&protocol::schema::output(schema).unwrap(), record)
+            .unwrap_or_else(|e| panic!("{e}: {record}"));
+    }
+}
+
+/// Runs `cmd`, an `acp-host run --json`, to its end, asserting it exited with `expected` and that
+/// every record matches its schema; its records and its result (the last record).
+pub(crate) fn json_run(cmd: &mut Command, expected: i32) -> (Vec<Value>, Value) {
+    let out = run_to_end(cmd);
+    assert_eq!(code(&out), expected, "{}", stderr(&out));
+    let records = records(&out);
+    assert_run_schemas(&records);
+    let result = result_record(&out);
+    (records, result)
 }
 
 pub(crate) fn temp() -> tempfile::TempDir {

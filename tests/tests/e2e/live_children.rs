@@ -10,18 +10,17 @@
 
 use std::path::Path;
 
-use acp_tests::acp_client::{Permission, TurnLog, new_session, prompt, stop_reason, with_launch};
+use acp_tests::acp_client::{Permission, TurnLog, new_session, prompt_ends, with_launch};
 use acp_tests::mock_llm::Reply;
-use acp_tests::{code, run_to_end, stderr};
-use agent_client_protocol::v1::schema::{CloseSessionRequest, StopReason, ToolCallContent};
+use agent_client_protocol::v1::schema::{StopReason, ToolCallContent};
 use serde_json::{Value, json};
 
 use super::children::{
-    assert_listed, assert_none_left, await_task, call, cancel_turn, child_pid, delegate,
-    delegate_in_background, keyed_llm, list_agents, mock_definition, parent, send_message,
-    until_tool_call,
+    assert_listed, assert_none_left, await_task, call, cancel_turn, close_ends_idle_child,
+    delegate, delegate_in_background, keyed_llm, list_agents, mock_definition, parent,
+    send_message, until_tool_call,
 };
-use super::common::records;
+use super::common::json_run;
 use super::delegation::model_parent;
 
 /// How many lines of the mock's `--log` file are `line`.
@@ -64,17 +63,8 @@ async fn a_foreground_child_stays_alive_and_send_message_reaches_its_process() {
     let launch = parent(&llm, state.path(), None, &[]);
     let (turn, _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd.path()).await?;
-        let (turn, response) = prompt(&mut session, "go", Permission::NotExpected).await?;
-        assert_eq!(stop_reason(response), StopReason::EndTurn);
-        let pid = child_pid(pid_file.clone()).await;
-        assert!(acp_tests::process_alive(pid), "the idle child was not kept");
-        cx.send_request(CloseSessionRequest::new(session.session_id().clone()))
-            .block_task()
-            .await?;
-        assert!(
-            !acp_tests::process_alive(pid),
-            "close answered before the idle child was gone"
-        );
+        let turn = prompt_ends(&mut session, "go", Permission::NotExpected).await?;
+        close_ends_idle_child(&cx, &session, pid_file.clone()).await?;
         Ok(turn)
     })
     .await;
@@ -129,15 +119,10 @@ fn a_follow_up_turns_permission_request_is_relayed_on_a_newly_announced_session(
         send_message("call_msg", "agent-1", "ask again"),
         Reply::text(["parent done"]),
     ]);
-    let out = run_to_end(model_parent(dir.path(), &llm, false, &[]).args([
-        "--json",
-        "--permission",
-        "allow",
-        "go",
-    ]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let records = records(&out);
-    let result = records.last().unwrap();
+    let (records, result) = json_run(
+        model_parent(dir.path(), &llm, false, &[]).args(["--json", "--permission", "allow", "go"]),
+        0,
+    );
     assert_eq!(result["output"], "parent done");
     let requests = llm.requests();
     assert_eq!(requests.len(), 3, "{requests:#?}");
@@ -211,14 +196,10 @@ fn a_background_childs_follow_up_is_relayed_where_its_first_turn_was_answered_by
         send_message("call_msg", "agent-1", "ask again"),
         Reply::text(["parent done"]),
     ]);
-    let out = run_to_end(model_parent(dir.path(), &llm, false, &[]).args([
-        "--json",
-        "--permission",
-        "allow",
-        "go",
-    ]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let result = records(&out).pop().unwrap();
+    let (_, result) = json_run(
+        model_parent(dir.path(), &llm, false, &[]).args(["--json", "--permission", "allow", "go"]),
+        0,
+    );
     assert_eq!(result["output"], "parent done");
     let requests = llm.requests();
     assert_eq!(requests.len(), 4, "{requests:#?}");

@@ -14,10 +14,10 @@ use acp_tests::{
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use protocol::{env_vars, schema};
+use protocol::env_vars;
 use serde_json::Value;
 
-use super::common::{mock, records, result_record, temp};
+use super::common::{assert_run_schemas, mock, records, result_record, temp};
 
 pub(crate) fn host(dir: &Path) -> Command {
     acp_tests::host_run(dir)
@@ -221,13 +221,7 @@ fn json_streams_start_updates_and_a_complete_result() {
     assert!(updates.contains(&"agent_thought_chunk"), "{updates:?}");
     assert!(updates.contains(&"agent_message_chunk"), "{updates:?}");
     let result = result_record(&out);
-    // Every record matches its checked-in schema (no key missing, none undeclared).
-    let (events, last) = records.split_at(records.len() - 1);
-    let event_schema = schema::output("run-event.json").unwrap();
-    for record in events {
-        schema::check_keys(&event_schema, record).unwrap();
-    }
-    schema::check_keys(&schema::output("run-result.json").unwrap(), &last[0]).unwrap();
+    assert_run_schemas(&records);
     assert_eq!(result["output"], "final answer");
     assert_eq!(result["agentExit"]["code"], 0);
     assert_eq!(result["agentExit"]["endedBy"], "eof");
