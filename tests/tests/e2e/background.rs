@@ -12,16 +12,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use acp_tests::acp_client::{
-    Launch, Permission, new_session, prompt, prompt_ends, stop_reason, with_launch,
-};
+use acp_tests::acp_client::{Launch, Permission, new_session, prompt_ends, with_launch};
 use acp_tests::mock_llm::{RecordedRequest, Reply, message_text};
-use agent_client_protocol::v1::schema::{CancelNotification, CloseSessionRequest, StopReason};
+use agent_client_protocol::v1::schema::{CancelNotification, CloseSessionRequest};
 use serde_json::{Value, json};
 
 use super::children::{
     assert_listed, assert_none_left, await_task, call, child_pid, close_ends_idle_child, delegate,
-    delegate_in_background, died, keyed_llm, list_agents, mock_definition, parent, send_message,
+    delegate_in_background, died, keyed_llm, list_agents, mock_definition, model_requests, parent,
+    send_message,
 };
 
 /// What a message to the mock agent's child says once its process is gone: the mock cannot load
@@ -39,15 +38,15 @@ fn mentions(request: &RecordedRequest, text: &str) -> usize {
         .count()
 }
 
-/// Runs one prompt of a fresh session in `cwd` on `launch`; the turn's stop reason.
-async fn one_turn(launch: Launch, cwd: &Path, text: &str) -> StopReason {
-    let (reason, _) = with_launch(launch, async |cx, _| {
+/// Runs one prompt, `go`, of a fresh session in `cwd` on `launch`, asserting the turn ended
+/// normally.
+async fn one_turn(launch: Launch, cwd: &Path) {
+    let ((), _) = with_launch(launch, async |cx, _| {
         let mut session = new_session(&cx, cwd).await?;
-        let (_, response) = prompt(&mut session, text, Permission::NotExpected).await?;
-        Ok(stop_reason(response))
+        prompt_ends(&mut session, "go", Permission::NotExpected).await?;
+        Ok(())
     })
     .await;
-    reason
 }
 
 /// Defines subagent `echo`, the mock echoing each prompt and writing its pid to the file returned.
@@ -85,10 +84,8 @@ async fn a_background_task_returns_at_once_and_task_output_waits_for_its_result(
         ),
         Reply::text(["done"]),
     ]);
-    let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
-    assert_eq!(reason, StopReason::EndTurn);
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 5, "{requests:#?}");
+    one_turn(parent(&llm, state.path(), None, &[]), cwd.path()).await;
+    let requests = model_requests(&llm, 5);
     // The prompt face: the parameter and the task tools are offered.
     let subagent = requests[0]
         .tools()
@@ -144,10 +141,8 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once() {
         Reply::text(["noted"]),
     ]);
     let launch = parent(&llm, state.path(), None, &["--child-idle-timeout", "0"]);
-    let reason = one_turn(launch, cwd.path(), "go").await;
-    assert_eq!(reason, StopReason::EndTurn);
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 4, "{requests:#?}");
+    one_turn(launch, cwd.path()).await;
+    let requests = model_requests(&llm, 4);
     assert_eq!(
         requests[2].tool_result("call_msg").unwrap(),
         MOCK_CANNOT_RESUME
@@ -182,10 +177,8 @@ async fn task_kill_stops_a_running_task_and_leaves_no_process() {
         call("call_again", "task_kill", &json!({"task_id": "subagent-1"})),
         Reply::text(["stopped"]),
     ]);
-    let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
-    assert_eq!(reason, StopReason::EndTurn);
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 4, "{requests:#?}");
+    one_turn(parent(&llm, state.path(), None, &[]), cwd.path()).await;
+    let requests = model_requests(&llm, 4);
     assert_eq!(
         requests[2].tool_result("call_kill").unwrap(),
         "killed subagent-1 (failed): subagent stuck as child agent-1: wait"
@@ -213,10 +206,7 @@ async fn no_background_removes_the_parameter_and_refuses_a_forced_start_with_not
         Reply::text(["ok"]),
     ]);
     let launch = parent(&llm, state.path(), None, &["--no-background"]);
-    assert_eq!(
-        one_turn(launch, cwd.path(), "go").await,
-        StopReason::EndTurn
-    );
+    one_turn(launch, cwd.path()).await;
     let requests = llm.requests();
     let subagent = requests[0]
         .tools()
@@ -325,8 +315,7 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
         Ok(session.session_id().clone())
     })
     .await;
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let requests = model_requests(&llm, 4);
     assert_eq!(requests[1].tool_result("call_child").unwrap(), "noted");
     assert_eq!(requests[2].tool_result("call_msg").unwrap(), "it was 7");
     assert_listed(
@@ -390,12 +379,8 @@ async fn a_message_to_a_busy_child_waits_for_its_current_turn() {
         Reply::text(["done"]),
     ]);
     let launch = parent(&llm, state.path(), Some(&children), &[]);
-    assert_eq!(
-        one_turn(launch, cwd.path(), "go").await,
-        StopReason::EndTurn
-    );
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 4, "{requests:#?}");
+    one_turn(launch, cwd.path()).await;
+    let requests = model_requests(&llm, 4);
     assert_eq!(requests[2].tool_result("call_msg").unwrap(), "second");
     // The message waited: the first turn had completed by then.
     assert_eq!(
@@ -429,8 +414,7 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
         Ok(())
     })
     .await;
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 5, "{requests:#?}");
+    let requests = model_requests(&llm, 5);
     assert_eq!(
         requests[3].tool_result("call_out").unwrap(),
         "no such task \"subagent-1\"; task_list shows this session's tasks"
@@ -444,10 +428,7 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
     // At the depth cap none of the delegation tools is offered.
     let llm = keyed_llm([Reply::text(["alone"])]);
     let launch = parent(&llm, state.path(), None, &[]).env("ACP_HOST_DEPTH", "1");
-    assert_eq!(
-        one_turn(launch, cwd.path(), "go").await,
-        StopReason::EndTurn
-    );
+    one_turn(launch, cwd.path()).await;
     let offered = llm.requests()[0].tool_names().join(",");
     for tool in [
         "subagent",
@@ -486,8 +467,7 @@ async fn send_message_reaches_an_idle_live_child_and_closing_the_session_ends_it
         Ok(())
     })
     .await;
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 6, "{requests:#?}");
+    let requests = model_requests(&llm, 6);
     assert!(
         requests[2]
             .tool_result("call_out")
@@ -555,8 +535,7 @@ async fn past_four_idle_children_the_one_idle_longest_is_closed() {
     replies.push(list_agents("call_agents"));
     replies.push(Reply::text(["done"]));
     let llm = keyed_llm(replies);
-    let reason = one_turn(parent(&llm, state.path(), None, &[]), cwd.path(), "go").await;
-    assert_eq!(reason, StopReason::EndTurn);
+    one_turn(parent(&llm, state.path(), None, &[]), cwd.path()).await;
     let requests = llm.requests();
     let agents = requests
         .last()
@@ -601,8 +580,7 @@ async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_re
         Ok(())
     })
     .await;
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 7, "{requests:#?}");
+    let requests = model_requests(&llm, 7);
     assert_listed(
         &requests[3].tool_result("call_idle").unwrap(),
         "agent-1: subagent echo, idle",

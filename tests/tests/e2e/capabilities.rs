@@ -12,7 +12,7 @@ use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::capabilities::preamble;
 use serde_json::{Value, json};
 
-use super::common::{acp_child_json_run, mock, result_record};
+use super::common::{acp_child_json_run, json_run, mock, result_record};
 
 const MODEL: &str = "mock-model";
 
@@ -39,19 +39,20 @@ fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start(vec![Reply::text(["ok"])]);
     let persona = persona_file(dir.path(), "Review as {{model}} in {{cwd}}.");
-    let out = run_to_end(acp_child_run(dir.path(), &llm).args([
-        "--persona",
-        &persona,
-        "--model",
-        "other-model",
-        "--tools",
-        "read_file,search,run_command",
-        "--deny-tools",
-        "run_command",
-        "go",
-    ]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(
+        acp_child_run(dir.path(), &llm).args([
+            "--persona",
+            &persona,
+            "--model",
+            "other-model",
+            "--tools",
+            "read_file,search,run_command",
+            "--deny-tools",
+            "run_command",
+            "go",
+        ]),
+        0,
+    );
     assert_eq!(result["personaDelivery"], "system-prompt");
     assert_eq!(result["output"], "ok");
     let requests = llm.requests();
@@ -101,9 +102,10 @@ fn an_override_persona_replaces_acp_childs_and_an_empty_allow_list_offers_no_too
 fn what_acp_child_cannot_honour_fails_the_session_before_any_model_request() {
     let dir = tempfile::tempdir().unwrap();
     let llm = MockLlm::start(vec![Reply::text(["never"])]);
-    let out = run_to_end(acp_child_run(dir.path(), &llm).args(["--tools", "read_fil", "go"]));
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(
+        acp_child_run(dir.path(), &llm).args(["--tools", "read_fil", "go"]),
+        1,
+    );
     assert_eq!(result["errorKind"], "handshake");
     let error = result["error"].as_str().unwrap();
     assert!(
@@ -118,9 +120,10 @@ fn what_acp_child_cannot_honour_fails_the_session_before_any_model_request() {
         error.contains("persona template: unknown variable `{{modle}}`"),
         "{error}"
     );
-    let out = run_to_end(acp_child_run(dir.path(), &llm).args(["--model", "gpt-9", "go"]));
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(
+        acp_child_run(dir.path(), &llm).args(["--model", "gpt-9", "go"]),
+        1,
+    );
     assert_eq!(result["errorKind"], "capability");
     assert_eq!(
         result["error"],
@@ -242,9 +245,7 @@ fn a_foreign_agent_selects_an_offered_model_and_refuses_another_naming_the_offer
     );
 
     let (mut cmd, log) = foreign(dir.path(), "");
-    let out = run_to_end(cmd.args(["--model", "mock-huge", "hi"]));
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(cmd.args(["--model", "mock-huge", "hi"]), 1);
     assert_eq!(result["errorKind"], "capability");
     let error = result["error"].as_str().unwrap();
     assert!(
@@ -265,9 +266,7 @@ fn a_persona_is_a_system_prompt_where_advertised_else_a_preamble_unless_strict()
     let persona = persona_file(dir.path(), "Be brief.");
     // Advertised: sent in session/new, the prompt untouched.
     let (mut cmd, _) = foreign(dir.path(), "system-prompt");
-    let out = run_to_end(cmd.args(["--persona", &persona, "hi"]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(cmd.args(["--persona", &persona, "hi"]), 0);
     assert_eq!(result["personaDelivery"], "system-prompt");
     assert_eq!(
         result["output"],
@@ -282,9 +281,7 @@ fn a_persona_is_a_system_prompt_where_advertised_else_a_preamble_unless_strict()
 
     // Not advertised: a delimited preamble of the prompt.
     let (mut cmd, _) = foreign(dir.path(), "");
-    let out = run_to_end(cmd.args(["--persona", &persona, "hi"]));
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(cmd.args(["--persona", &persona, "hi"]), 0);
     assert_eq!(result["personaDelivery"], "preamble");
     assert_eq!(
         result["output"],
@@ -324,9 +321,10 @@ fn a_definition_asks_through_the_same_path_and_flags_win() {
         ),
     )
     .unwrap();
-    let out = run_to_end(host_run(dir.path()).args(["--json", "--subagent", "picky", "hi"]));
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(
+        host_run(dir.path()).args(["--json", "--subagent", "picky", "hi"]),
+        1,
+    );
     assert_eq!(result["errorKind"], "capability");
     assert!(
         result["error"]
@@ -346,14 +344,13 @@ fn a_definition_asks_through_the_same_path_and_flags_win() {
     )
     .unwrap();
     let sized = |extra: &[&str]| {
-        let out = run_to_end(
+        let (_, result) = json_run(
             host_run(dir.path())
                 .args(["--json", "--subagent", "sized"])
                 .args(extra)
                 .arg("hi"),
+            0,
         );
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let result = result_record(&out);
         assert_eq!(result["personaDelivery"], "preamble");
         result["output"].as_str().unwrap().to_owned()
     };

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use acp_tests::acp_client::{Launch, Permission, TurnLog, read_until, stop_reason};
-use acp_tests::mock_llm::{MockLlm, Reply};
+use acp_tests::mock_llm::{MockLlm, RecordedRequest, Reply};
 use agent_client_protocol::v1::schema::{
     CancelNotification, CloseSessionRequest, SessionUpdate, StopReason,
 };
@@ -28,6 +28,13 @@ pub(super) fn keyed_llm(replies: impl IntoIterator<Item = Reply>) -> MockLlm {
         .require_key(Some(KEY))
         .replies(replies)
         .start()
+}
+
+/// The requests `llm` received, asserting there were `count`.
+pub(super) fn model_requests(llm: &MockLlm, count: usize) -> Vec<RecordedRequest> {
+    let requests = llm.requests();
+    assert_eq!(requests.len(), count, "{requests:#?}");
+    requests
 }
 
 /// Asserts that no process is left running in `dir`.

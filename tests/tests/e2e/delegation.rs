@@ -12,7 +12,7 @@ use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
-use super::children::{KEY, assert_none_left, keyed_llm};
+use super::children::{KEY, assert_none_left, keyed_llm, model_requests};
 use super::common::{json_run, mock_path, records};
 
 /// `acp-host run` with the mock echoing the depth variables it was given; it honours the start
@@ -191,8 +191,7 @@ fn acp_child_enforces_the_cap_asked_at_start_even_when_its_environment_allows_mo
     ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "done");
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let requests = model_requests(&llm, 2);
     assert!(!requests[0].tool_names().contains(&"subagent"));
     let refused = requests[1].tool_result("call_forced").unwrap();
     assert!(
@@ -517,8 +516,7 @@ fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_ca
     assert_eq!(permissions[0]["sessionId"], "sub-1");
     assert_eq!(permissions[0]["verdict"], "allow");
 
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let requests = model_requests(&llm, 4);
     // Prompt face: the parent (depth 0) is offered the tool, with the enabled names as an enum;
     // the child (depth 1, the cap) is not.
     assert!(requests[0].tool_names().contains(&"subagent"));

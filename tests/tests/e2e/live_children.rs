@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 
 use super::children::{
     assert_listed, assert_none_left, await_task, call, cancel_turn, close_ends_idle_child,
-    delegate, delegate_in_background, keyed_llm, list_agents, mock_definition, parent,
-    send_message, until_tool_call,
+    delegate, delegate_in_background, keyed_llm, list_agents, mock_definition, model_requests,
+    parent, send_message, until_tool_call,
 };
 use super::common::json_run;
 use super::delegation::model_parent;
@@ -68,8 +68,7 @@ async fn a_foreground_child_stays_alive_and_send_message_reaches_its_process() {
         Ok(turn)
     })
     .await;
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let requests = model_requests(&llm, 4);
     assert_eq!(requests[1].tool_result("call_fg").unwrap(), "one");
     assert_listed(
         &requests[2].tool_result("call_idle").unwrap(),
@@ -124,8 +123,7 @@ fn a_follow_up_turns_permission_request_is_relayed_on_a_newly_announced_session(
         0,
     );
     assert_eq!(result["output"], "parent done");
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 3, "{requests:#?}");
+    let requests = model_requests(&llm, 3);
     assert_eq!(
         requests[1].tool_result("call_fg").unwrap(),
         "selected allow_once"
@@ -201,8 +199,7 @@ fn a_background_childs_follow_up_is_relayed_where_its_first_turn_was_answered_by
         0,
     );
     assert_eq!(result["output"], "parent done");
-    let requests = llm.requests();
-    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let requests = model_requests(&llm, 4);
     // Its first turn had nobody to ask: `relay` rejected by policy.
     assert_eq!(
         requests[2].tool_result("call_out").unwrap(),

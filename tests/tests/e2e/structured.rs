@@ -18,7 +18,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use super::common::{acp_child_json_run, mock, result_record};
+use super::common::{acp_child_json_run, json_run, mock, result_record};
 
 fn schema_file(dir: &Path, schema: &Value) -> String {
     let path = dir.join("schema.json");
@@ -127,16 +127,15 @@ fn a_foreign_agent_answering_in_text_gives_exactly_the_value_on_stdout() {
     assert_eq!(prompts_received(dir.path()), 1);
 
     // The prompt carried the schema and the instruction.
-    let out = run_to_end(
+    let (_, result) = json_run(
         answering(dir.path(), &["{prompt}\n```json\n{\"n\": 1}\n```"]).args([
             "--json",
             "--output-schema",
             &schema,
             "count",
         ]),
+        0,
     );
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let result = result_record(&out);
     assert_eq!(result["structured"], json!({"n": 1}));
     assert_eq!(result["structuredVia"], "text");
     let output = result["output"].as_str().unwrap();
@@ -150,15 +149,14 @@ fn a_foreign_agent_answering_in_text_gives_exactly_the_value_on_stdout() {
 fn an_answer_that_does_not_match_is_followed_up_listing_the_violation_path() {
     let dir = tempfile::tempdir().unwrap();
     let schema = number_schema(dir.path());
-    let out = run_to_end(
+    let (_, result) = json_run(
         answering(
             dir.path(),
             &["{\"n\": \"one\"}", "{prompt}\n```json\n{\"n\": 2}\n```"],
         )
         .args(["--json", "--output-schema", &schema, "count"]),
+        0,
     );
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let result = result_record(&out);
     assert_eq!(result["status"], "completed");
     assert_eq!(result["structured"], json!({"n": 2}));
     assert_eq!(
@@ -180,16 +178,17 @@ fn an_answer_that_does_not_match_is_followed_up_listing_the_violation_path() {
 fn retries_exhausted_is_schema_mismatch_exit_6_with_the_last_violations() {
     let dir = tempfile::tempdir().unwrap();
     let schema = number_schema(dir.path());
-    let out = run_to_end(answering(dir.path(), &["no json here"]).args([
-        "--json",
-        "--output-schema",
-        &schema,
-        "--schema-retries",
-        "1",
-        "count",
-    ]));
-    assert_eq!(code(&out), 6, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(
+        answering(dir.path(), &["no json here"]).args([
+            "--json",
+            "--output-schema",
+            &schema,
+            "--schema-retries",
+            "1",
+            "count",
+        ]),
+        6,
+    );
     assert_eq!(result["status"], "schema-mismatch");
     assert_eq!(result["errorKind"], "schema-mismatch");
     assert_eq!(
@@ -289,16 +288,17 @@ fn acp_child_that_does_not_capture_is_followed_up_and_a_bad_capture_is_refused_i
 fn the_timeout_is_honoured_during_a_follow_up() {
     let dir = tempfile::tempdir().unwrap();
     let schema = number_schema(dir.path());
-    let out = run_to_end(answering(dir.path(), &["not yet", "{hang}"]).args([
-        "--json",
-        "--output-schema",
-        &schema,
-        "--timeout",
-        "1",
-        "count",
-    ]));
-    assert_eq!(code(&out), 124, "{}", stderr(&out));
-    let result = result_record(&out);
+    let (_, result) = json_run(
+        answering(dir.path(), &["not yet", "{hang}"]).args([
+            "--json",
+            "--output-schema",
+            &schema,
+            "--timeout",
+            "1",
+            "count",
+        ]),
+        124,
+    );
     assert_eq!(result["status"], "timeout");
     assert_eq!(result["structured"], Value::Null);
     assert_eq!(
@@ -357,16 +357,15 @@ fn a_foreign_agent_honouring_output_schema_gets_it_at_start_and_its_value_is_che
     let schema_value =
         json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
     let schema = number_schema(dir.path());
-    let out = run_to_end(
+    let (_, result) = json_run(
         answering_with(
             dir.path(),
             &["{\"n\": \"two\"}", "{\"n\": 2}"],
             &["--advertise", "output-schema"],
         )
         .args(["--json", "--output-schema", &schema, "count"]),
+        0,
     );
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let result = result_record(&out);
     assert_eq!(result["structured"], json!({"n": 2}));
     assert_eq!(result["structuredVia"], "capture-tool");
     // The schema went in `session/new`'s `_meta`, not into the prompt.
