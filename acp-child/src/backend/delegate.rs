@@ -520,21 +520,25 @@ impl Subagents {
         }
     }
 
-    /// A child for a validated start, not spawned yet, and its first turn's result: awaiting
-    /// the future spawns it (so a turn shown somewhere installs its route first). With `keep`
-    /// and an idle timeout its kept session waits for messages after that turn; otherwise it
-    /// ends as soon as its first turn answered.
+    /// A child for validated start `start`, not spawned yet, and its first turn's result:
+    /// awaiting the future spawns it (so a turn shown somewhere installs its route first). With
+    /// `keep` and an idle timeout its kept session waits for messages after that turn; otherwise
+    /// it ends as soon as its first turn answered.
     fn spawn(
         &self,
-        name: &str,
-        prepared: run::Prepared,
-        permission: SubagentPermission,
+        start: Start,
         cancel: Cancel,
         keep: bool,
     ) -> (
         Arc<LiveChild>,
         impl Future<Output = Option<RunResult>> + Send + 'static,
     ) {
+        let Start {
+            name,
+            prepared,
+            permission,
+            resume: _,
+        } = start;
         let route = Arc::new(Route::default());
         let options = RunOptions {
             observers: vec![Arc::new(Forwarded {
@@ -556,7 +560,7 @@ impl Subagents {
             idle_timeout: Some(self.idle_timeout.filter(|_| keep).unwrap_or(Duration::ZERO)),
         };
         let live = Arc::new(LiveChild {
-            name: name.to_owned(),
+            name,
             follow_ups,
             cancel: cancel.clone(),
             route,
@@ -615,14 +619,9 @@ impl Subagents {
             Ok(slot) => slot,
             Err(refused) => return (refused, None),
         };
-        let Start {
-            name,
-            prepared,
-            permission,
-            resume,
-        } = start;
+        let resume = start.resume;
         let keep = self.idle_timeout.is_some();
-        let (live, first) = self.spawn(&name, prepared, permission, cancel, keep);
+        let (live, first) = self.spawn(start, cancel, keep);
         let result = first.await;
         Self::settle(live, result, resume, keep).await
     }
@@ -645,14 +644,9 @@ impl Subagents {
             Ok(slot) => slot,
             Err(refused) => return (refused, None),
         };
-        let Start {
-            name,
-            prepared,
-            permission,
-            resume,
-        } = start;
+        let resume = start.resume;
         let keep = keep && self.idle_timeout.is_some();
-        let (live, first) = self.spawn(&name, prepared, permission, Cancel::new(), keep);
+        let (live, first) = self.spawn(start, Cancel::new(), keep);
         let shown = Shown {
             turn,
             call,
