@@ -1,26 +1,33 @@
 //! Helpers shared by the suites in which a parent acp-child on the mock model delegates
 //! (delegation, background tasks, live children, subagent sessions): subagent definitions running
-//! the mock agent, the parent's launch, the scripted tool calls that drive delegation, and waits
-//! on a child's process or on a point of the parent's turn.
+//! the mock agent, the parent's launch (over ACP, or under `acp-host run`, offline or on the mock
+//! model), the scripted tool calls that drive delegation, and waits on a child's process or on a
+//! point of the parent's turn.
 //!
 //! Waits that block run off the runtime (`spawn_blocking`), so the connection keeps running
 //! meanwhile, and each has a deadline ([`acp_tests::HANG_GUARD`]).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use acp_tests::acp_client::{Launch, Permission, TurnLog, read_until, stop_reason};
+use acp_tests::host_run;
 use acp_tests::mock_llm::{MockLlm, RecordedRequest, Reply};
 use agent_client_protocol::v1::schema::{
     CancelNotification, CloseSessionRequest, SessionUpdate, StopReason,
 };
 use agent_client_protocol::v1::{ActiveSession, ConnectionTo};
 use agent_client_protocol::{Agent, Error as AcpError};
+use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
 use super::common::mock_path;
 
 /// The API key the mock model requires; parents forward it to the children they start.
 pub(super) const KEY: &str = "test-key";
+
+/// The model acp-child asks the mock model server for.
+pub(super) const MODEL: &str = "mock-model";
 
 /// The mock model requiring [`KEY`], answering with `replies` in order.
 pub(super) fn keyed_llm(replies: impl IntoIterator<Item = Reply>) -> MockLlm {
@@ -48,19 +55,23 @@ pub(super) fn assert_none_left(dir: &Path) {
     );
 }
 
+/// Writes `text` as definition file `<dir>/<file>`, creating `dir`.
+pub(super) fn write_definition(dir: &Path, file: &str, text: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
 /// Writes definition `<cwd>/subagents/<name>.md` running the mock agent with `args`.
 pub(super) fn mock_definition(cwd: &Path, name: &str, args: &str) {
-    let dir = cwd.join("subagents");
-    std::fs::create_dir_all(&dir).unwrap();
     let agent = format!("{} {args}", mock_path());
-    std::fs::write(
-        dir.join(format!("{name}.md")),
-        format!(
+    write_definition(
+        &cwd.join("subagents"),
+        &format!("{name}.md"),
+        &format!(
             "---\ndescription: the mock agent\nrun:\n  agent: {}\n---\nYou are the mock.\n",
             serde_json::to_string(&agent).unwrap()
         ),
-    )
-    .unwrap();
+    );
 }
 
 /// A parent acp-child on `llm`, started by a person (depth 0 of 1), saving sessions in `state`,
@@ -96,6 +107,82 @@ pub(super) fn parent(
         launch = launch.arg(*flag);
     }
     launch
+}
+
+/// `acp-host run` driving an offline acp-child that may delegate to acp-child, started by a
+/// person (depth 0), with `extra` acp-child flags.
+pub(super) fn offline_parent(dir: &Path, extra: &[&str]) -> Command {
+    let mut cmd = host_run(dir);
+    let mut words = vec!["acp-child", "--subagent-agents", "acp-child"];
+    words.extend_from_slice(extra);
+    cmd.env_remove(ACP_HOST_DEPTH)
+        .env_remove(ACP_HOST_MAX_DEPTH)
+        .env_remove("ACP_CHILD_MODEL")
+        .args(["--agent", &shell_words::join(words)]);
+    cmd
+}
+
+/// `acp-host run` driving acp-child on the mock model, allowed to delegate to acp-child;
+/// the model settings travel in the environment (so a child acp-child inherits them) when
+/// `inherit_model`, else as the parent's own flags (its children then run offline).
+pub(super) fn model_parent(
+    dir: &Path,
+    llm: &MockLlm,
+    inherit_model: bool,
+    extra: &[&str],
+) -> Command {
+    let mut cmd = host_run(dir);
+    for name in [
+        ACP_HOST_DEPTH,
+        ACP_HOST_MAX_DEPTH,
+        "ACP_CHILD_LOG",
+        "ACP_CHILD_MODEL",
+        "ACP_CHILD_BASE_URL",
+        "ACP_CHILD_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "OPENAI_API_KEY",
+    ] {
+        cmd.env_remove(name);
+    }
+    let state = dir.join(".state");
+    cmd.args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+        .args(["--env", &format!("ACP_CHILD_STATE_DIR={}", state.display())]);
+    let mut words = vec![
+        "acp-child".to_owned(),
+        "--subagent-agents".to_owned(),
+        "acp-child".to_owned(),
+        "--subagent-env".to_owned(),
+        "ACP_CHILD_API_KEY".to_owned(),
+    ];
+    if inherit_model {
+        cmd.args(["--env", &format!("ACP_CHILD_MODEL={MODEL}")])
+            .args(["--env", &format!("ACP_CHILD_BASE_URL={}", llm.base_url())]);
+    } else {
+        words.extend(["--model".to_owned(), MODEL.to_owned()]);
+        words.extend(["--base-url".to_owned(), llm.base_url()]);
+    }
+    words.extend(extra.iter().map(|w| (*w).to_owned()));
+    cmd.args(["--agent", &shell_words::join(words)]);
+    cmd
+}
+
+/// One model reply with a `subagent` call per prompt, all in the same response.
+pub(super) fn parallel_calls(prompts: &[&str]) -> Reply {
+    let calls: Vec<Value> = prompts
+        .iter()
+        .enumerate()
+        .map(|(index, prompt)| {
+            json!({"index": index, "id": format!("call_{index}"), "type": "function",
+                "function": {"name": "subagent",
+                    "arguments": json!({"agent": "acp-child", "prompt": prompt}).to_string()}})
+        })
+        .collect();
+    Reply::Events(vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}, "finish_reason": null}]})
+            .to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        "[DONE]".to_owned(),
+    ])
 }
 
 /// A reply calling `tool` with `arguments` under id `id`.

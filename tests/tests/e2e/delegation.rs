@@ -12,7 +12,10 @@ use acp_tests::{code, host_run, run_to_end, stderr, stdout};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
-use super::children::{KEY, assert_none_left, keyed_llm, model_requests};
+use super::children::{
+    KEY, MODEL, assert_none_left, keyed_llm, model_parent, model_requests, offline_parent,
+    parallel_calls, write_definition,
+};
 use super::common::{json_run, mock_path, records};
 
 /// `acp-host run` with the mock echoing the depth variables it was given; it honours the start
@@ -251,24 +254,11 @@ fn a_start_past_the_cap_is_refused_and_nothing_is_spawned() {
 // acp-child delegating, offline: `/delegate NAME PROMPT`
 // ---------------------------------------------------------------------------------------------
 
-/// `acp-host run` driving an offline acp-child that may delegate to acp-child, started by a
-/// person (depth 0), with `extra` acp-child flags.
-fn delegating(dir: &Path, extra: &[&str]) -> Command {
-    let mut cmd = host_run(dir);
-    let mut words = vec!["acp-child", "--subagent-agents", "acp-child"];
-    words.extend_from_slice(extra);
-    cmd.env_remove(ACP_HOST_DEPTH)
-        .env_remove(ACP_HOST_MAX_DEPTH)
-        .env_remove("ACP_CHILD_MODEL")
-        .args(["--agent", &shell_words::join(words)]);
-    cmd
-}
-
 #[test]
 fn delegate_runs_a_child_whose_write_is_relayed_to_the_outer_client() {
     let dir = tempfile::tempdir().unwrap();
     let (records, result) = json_run(
-        delegating(dir.path(), &[]).args([
+        offline_parent(dir.path(), &[]).args([
             "--json",
             "--permission",
             "allow",
@@ -315,7 +305,7 @@ fn delegate_runs_a_child_whose_write_is_relayed_to_the_outer_client() {
 fn a_relayed_rejection_reaches_the_child_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let (_, result) = json_run(
-        delegating(dir.path(), &[]).args(["--json", "/delegate acp-child /write notes.txt x"]),
+        offline_parent(dir.path(), &[]).args(["--json", "/delegate acp-child /write notes.txt x"]),
         0,
     );
     assert_eq!(
@@ -333,7 +323,7 @@ fn a_relayed_rejection_reaches_the_child_and_nothing_is_written() {
 fn subagent_permission_policy_answers_without_asking_the_outer_client() {
     let dir = tempfile::tempdir().unwrap();
     let (_, result) = json_run(
-        delegating(dir.path(), &["--subagent-permission", "allow"])
+        offline_parent(dir.path(), &["--subagent-permission", "allow"])
             .args(["--json", "/delegate acp-child /write notes.txt x"]),
         0,
     );
@@ -350,7 +340,7 @@ fn delegate_at_the_depth_cap_is_refused_and_nothing_is_spawned() {
     let dir = tempfile::tempdir().unwrap();
     // Started from an agent at depth 0, the delegating acp-child runs at depth 1: the cap.
     let out = run_to_end(
-        delegating(dir.path(), &[])
+        offline_parent(dir.path(), &[])
             .env(ACP_HOST_DEPTH, "0")
             .args(["/delegate acp-child /write notes.txt x"]),
     );
@@ -385,7 +375,8 @@ fn delegate_with_nothing_available_says_how_to_enable_subagents() {
 fn a_child_past_its_timeout_is_a_result_and_is_torn_down() {
     let dir = tempfile::tempdir().unwrap();
     let out = run_to_end(
-        delegating(dir.path(), &["--subagent-timeout", "1"]).arg("/delegate acp-child /sleep 60"),
+        offline_parent(dir.path(), &["--subagent-timeout", "1"])
+            .arg("/delegate acp-child /sleep 60"),
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(
@@ -400,7 +391,7 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let dir = tempfile::tempdir().unwrap();
-    let child = delegating(dir.path(), &[])
+    let child = offline_parent(dir.path(), &[])
         .args(["--json", "/delegate acp-child /sleep 60"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
@@ -432,52 +423,6 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
 // ---------------------------------------------------------------------------------------------
 // acp-child delegating on a model: the `subagent` tool
 // ---------------------------------------------------------------------------------------------
-
-const MODEL: &str = "mock-model";
-
-/// `acp-host run` driving acp-child on the mock model, allowed to delegate to acp-child;
-/// the model settings travel in the environment (so a child acp-child inherits them) when
-/// `inherit_model`, else as the parent's own flags (its children then run offline).
-pub(super) fn model_parent(
-    dir: &Path,
-    llm: &MockLlm,
-    inherit_model: bool,
-    extra: &[&str],
-) -> Command {
-    let mut cmd = host_run(dir);
-    for name in [
-        ACP_HOST_DEPTH,
-        ACP_HOST_MAX_DEPTH,
-        "ACP_CHILD_LOG",
-        "ACP_CHILD_MODEL",
-        "ACP_CHILD_BASE_URL",
-        "ACP_CHILD_API_KEY",
-        "DEEPSEEK_API_KEY",
-        "OPENAI_API_KEY",
-    ] {
-        cmd.env_remove(name);
-    }
-    let state = dir.join(".state");
-    cmd.args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
-        .args(["--env", &format!("ACP_CHILD_STATE_DIR={}", state.display())]);
-    let mut words = vec![
-        "acp-child".to_owned(),
-        "--subagent-agents".to_owned(),
-        "acp-child".to_owned(),
-        "--subagent-env".to_owned(),
-        "ACP_CHILD_API_KEY".to_owned(),
-    ];
-    if inherit_model {
-        cmd.args(["--env", &format!("ACP_CHILD_MODEL={MODEL}")])
-            .args(["--env", &format!("ACP_CHILD_BASE_URL={}", llm.base_url())]);
-    } else {
-        words.extend(["--model".to_owned(), MODEL.to_owned()]);
-        words.extend(["--base-url".to_owned(), llm.base_url()]);
-    }
-    words.extend(extra.iter().map(|w| (*w).to_owned()));
-    cmd.args(["--agent", &shell_words::join(words)]);
-    cmd
-}
 
 #[test]
 fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_cannot_delegate() {
@@ -560,25 +505,6 @@ fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_ca
     assert_eq!(child_text, "child done");
     assert_eq!(result["children"][0]["task"], "Write notes");
     assert_none_left(dir.path());
-}
-
-/// One model reply with a `subagent` call per prompt, all in the same response.
-pub(super) fn parallel_calls(prompts: &[&str]) -> Reply {
-    let calls: Vec<Value> = prompts
-        .iter()
-        .enumerate()
-        .map(|(index, prompt)| {
-            json!({"index": index, "id": format!("call_{index}"), "type": "function",
-                "function": {"name": "subagent",
-                    "arguments": json!({"agent": "acp-child", "prompt": prompt}).to_string()}})
-        })
-        .collect();
-    Reply::Events(vec![
-        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}, "finish_reason": null}]})
-            .to_string(),
-        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
-        "[DONE]".to_owned(),
-    ])
 }
 
 #[test]
@@ -668,7 +594,7 @@ fn a_forced_subagent_call_at_the_cap_is_refused_as_a_tool_result() {
 #[test]
 fn a_child_that_cannot_start_is_a_result_naming_how_to_install_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = delegating(dir.path(), &[]);
+    let mut cmd = offline_parent(dir.path(), &[]);
     // The enabled agent is one whose program is not installed.
     cmd.args([
         "--agent",
@@ -725,11 +651,6 @@ async fn a_command_the_agent_runs_inherits_its_standing_so_acp_host_inside_it_go
 // ---------------------------------------------------------------------------------------------
 // Subagent definitions with a `run:` table
 // ---------------------------------------------------------------------------------------------
-
-fn write_definition(dir: &Path, file: &str, text: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join(file), text).unwrap();
-}
 
 #[test]
 fn a_definition_runs_a_foreign_agent_with_its_persona_before_the_task() {
@@ -1038,7 +959,7 @@ fn when_the_delegating_agent_dies_its_child_dies_too() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let dir = tempfile::tempdir().unwrap();
-    let host = delegating(dir.path(), &[])
+    let host = offline_parent(dir.path(), &[])
         .arg("/delegate acp-child /sleep 60")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

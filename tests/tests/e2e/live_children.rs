@@ -17,11 +17,10 @@ use serde_json::{Value, json};
 
 use super::children::{
     assert_listed, assert_none_left, await_task, call, cancel_turn, close_ends_idle_child,
-    delegate, delegate_in_background, keyed_llm, list_agents, mock_definition, model_requests,
-    parent, send_message, until_tool_call,
+    delegate, delegate_in_background, keyed_llm, list_agents, mock_definition, model_parent,
+    model_requests, parent, send_message, until_tool_call,
 };
 use super::common::json_run;
-use super::delegation::model_parent;
 
 /// How many lines of the mock's `--log` file are `line`.
 fn logged(log: &Path, line: &str) -> usize {

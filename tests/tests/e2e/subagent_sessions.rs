@@ -6,14 +6,13 @@
 //! own session (through acp-host's library, `Cancel::cancel_session`) ends the grandchild only; a
 //! client without the capability gets the tool-card fallback. No process is left behind.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use acp_tests::acp_client::{
     Launch, Permission, TurnLog, new_session, prompt, read_until, stop_reason, with_launch,
 };
 use acp_tests::mock_llm::MockLlm;
-use acp_tests::{code, host_run, run_to_end, stderr};
+use acp_tests::{code, run_to_end, stderr};
 use agent_client_protocol::v1::schema::{
     CancelNotification, SessionUpdate, StateUpdate, StopReason, SubagentUpdate, ToolCallContent,
 };
@@ -21,9 +20,8 @@ use protocol::child_session::ChildState;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
-use super::children::assert_none_left;
+use super::children::{assert_none_left, offline_parent, parallel_calls, write_definition};
 use super::common::json_run;
-use super::delegation::parallel_calls;
 
 /// The outcome a `subagent_update` reports, if it carries a final state.
 fn final_state(update: &SubagentUpdate) -> Option<(ChildState, Option<String>)> {
@@ -299,11 +297,6 @@ async fn cancelling_one_childs_session_leaves_its_sibling_and_the_parent_running
 /// A `subagent_update` seen: where in the log, on which session, about which child, its final state.
 type Seen = (usize, String, String, Option<(ChildState, Option<String>)>);
 
-fn write_definition(dir: &Path, file: &str, text: &str) {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join(file), text).unwrap();
-}
-
 #[tokio::test]
 async fn a_grandchild_is_announced_on_its_parents_session_under_a_minted_id() {
     let cwd = tempfile::tempdir().unwrap();
@@ -392,21 +385,11 @@ async fn a_grandchild_is_announced_on_its_parents_session_under_a_minted_id() {
     assert_none_left(cwd.path());
 }
 
-/// `acp-host run` driving an offline acp-child that may delegate to acp-child.
-fn host_delegating(dir: &Path) -> std::process::Command {
-    let mut cmd = host_run(dir);
-    cmd.env_remove(ACP_HOST_DEPTH)
-        .env_remove(ACP_HOST_MAX_DEPTH)
-        .env_remove("ACP_CHILD_MODEL")
-        .args(["--agent", "acp-child --subagent-agents acp-child"]);
-    cmd
-}
-
 #[test]
 fn acp_host_json_carries_the_child_session_and_the_result_lists_the_children() {
     let dir = tempfile::tempdir().unwrap();
     let (records, result) = json_run(
-        host_delegating(dir.path()).args([
+        offline_parent(dir.path(), &[]).args([
             "--json",
             "--permission",
             "allow",
@@ -454,7 +437,7 @@ fn acp_host_json_carries_the_child_session_and_the_result_lists_the_children() {
 #[test]
 fn acp_host_verbose_shows_child_activity_prefixed_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run_to_end(host_delegating(dir.path()).args([
+    let out = run_to_end(offline_parent(dir.path(), &[]).args([
         "--verbose",
         "--permission",
         "allow",
