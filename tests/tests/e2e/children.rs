@@ -1,5 +1,5 @@
-//! Helpers shared by the suites in which a parent acp-child on the mock model delegates
-//! (delegation, background tasks, live children, subagent sessions): subagent definitions running
+//! Helpers shared by the suites in which a parent acp-child delegates (delegation, background
+//! tasks, live children, subagent sessions): the mock model's key, subagent definitions running
 //! the mock agent, the parent's launch (over ACP, or under `acp-host run`, offline or on the mock
 //! model), the scripted tool calls that drive delegation, and waits on a child's process or on a
 //! point of the parent's turn.
@@ -21,7 +21,7 @@ use agent_client_protocol::{Agent, Error as AcpError};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
-use super::common::mock_path;
+use super::common::{MODEL_ENV, mock_path};
 
 /// The API key the mock model requires; parents forward it to the children they start.
 pub(super) const KEY: &str = "test-key";
@@ -132,16 +132,10 @@ pub(super) fn model_parent(
     extra: &[&str],
 ) -> Command {
     let mut cmd = host_run(dir);
-    for name in [
-        ACP_HOST_DEPTH,
-        ACP_HOST_MAX_DEPTH,
-        "ACP_CHILD_LOG",
-        "ACP_CHILD_MODEL",
-        "ACP_CHILD_BASE_URL",
-        "ACP_CHILD_API_KEY",
-        "DEEPSEEK_API_KEY",
-        "OPENAI_API_KEY",
-    ] {
+    for name in [ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH, "ACP_CHILD_LOG"]
+        .iter()
+        .chain(MODEL_ENV)
+    {
         cmd.env_remove(name);
     }
     let state = dir.join(".state");
