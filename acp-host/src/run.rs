@@ -468,6 +468,8 @@ async fn run_with(
         }
     };
     notifier.pid.store(process.pid(), Ordering::Relaxed);
+    // The observers' thread starts now, while the agent starts up.
+    notifier.queue();
 
     let shared = Arc::new(Shared::new(
         options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
@@ -958,8 +960,12 @@ struct Notifier {
     cwd: String,
     scrubbed: Vec<String>,
     pid: std::sync::atomic::AtomicU32,
-    /// `None` when there are no observers.
-    queue: Option<std::sync::mpsc::Sender<Delivery>>,
+    /// Handed to the observers' thread when it starts.
+    observers: std::sync::Mutex<Vec<Arc<dyn Observer>>>,
+    /// Started on first use, which for a run is right after the agent's spawn: the thread's
+    /// creation then overlaps the agent's own start-up instead of delaying the spawn. `None`
+    /// when there are no observers.
+    queue: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Delivery>>>,
     budget: Arc<Semaphore>,
     /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
     pending: std::sync::Mutex<Vec<Delivery>>,
@@ -977,10 +983,31 @@ impl Notifier {
         cwd: String,
         scrubbed: Vec<String>,
     ) -> Self {
-        let queue = (!observers.is_empty())
-            .then(|| {
+        Notifier {
+            run_id,
+            agent,
+            cwd,
+            scrubbed,
+            pid: std::sync::atomic::AtomicU32::new(0),
+            observers: std::sync::Mutex::new(observers),
+            queue: std::sync::OnceLock::new(),
+            budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
+            pending: std::sync::Mutex::default(),
+            shed: CancellationToken::new(),
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The observers' queue, their thread started on first use (`None` without observers).
+    fn queue(&self) -> Option<&std::sync::mpsc::Sender<Delivery>> {
+        self.queue
+            .get_or_init(|| {
+                let observers = std::mem::take(&mut *self.observers.lock().ok()?);
+                if observers.is_empty() {
+                    return None;
+                }
                 let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
-                let run_id = run_id.clone();
+                let run_id = self.run_id.clone();
                 std::thread::Builder::new()
                     .name("acp-host-observers".into())
                     .spawn(move || {
@@ -997,19 +1024,7 @@ impl Notifier {
                     .ok()
                     .map(|_| tx)
             })
-            .flatten();
-        Notifier {
-            run_id,
-            agent,
-            cwd,
-            scrubbed,
-            pid: std::sync::atomic::AtomicU32::new(0),
-            queue,
-            budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
-            pending: std::sync::Mutex::default(),
-            shed: CancellationToken::new(),
-            dropped: std::sync::atomic::AtomicU64::new(0),
-        }
+            .as_ref()
     }
 
     fn weight(size: usize) -> u32 {
@@ -1018,7 +1033,7 @@ impl Notifier {
 
     /// Sends the batch of updates held so far.
     fn send_pending(&self) {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return;
         };
         let batch = self
@@ -1034,7 +1049,7 @@ impl Notifier {
     /// Queues `event`, waiting while the queue is full (unless shedding, then it is dropped). With
     /// `batch`, the event waits for [`DriveEvents::flush`] (or a full batch).
     async fn deliver(&self, event: Event, size: usize, batch: bool) {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return;
         };
         let weight = Self::weight(size);
@@ -1067,7 +1082,7 @@ impl Notifier {
     /// Queues `event` without waiting, for events bounded in number (start, end, held updates).
     fn deliver_now(&self, event: Event) {
         self.send_pending();
-        if let Some(queue) = &self.queue {
+        if let Some(queue) = self.queue() {
             let _ = queue.send(Delivery::Event(event, None));
         }
     }
@@ -1075,7 +1090,7 @@ impl Notifier {
     /// Queues `event` if it fits now; otherwise it is dropped (and counted). For callers that
     /// cannot wait (the stderr reader's callback).
     fn try_deliver(&self, event: Event, size: usize) {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return;
         };
         match Arc::clone(&self.budget).try_acquire_many_owned(Self::weight(size)) {
@@ -1092,7 +1107,7 @@ impl Notifier {
     /// after a cancel or a timeout.
     async fn caught_up(&self, cancel: &Cancel) {
         self.send_pending();
-        if let Some(queue) = &self.queue {
+        if let Some(queue) = self.queue() {
             let (done, flushed) = tokio::sync::oneshot::channel();
             if queue.send(Delivery::Flush(done)).is_ok() {
                 let flushed = async {
@@ -1187,7 +1202,7 @@ impl DriveEvents for Notifier {
 
     fn delivered(&self) -> client::Queued<'_> {
         self.send_pending();
-        let flushed = self.queue.as_ref().and_then(|queue| {
+        let flushed = self.queue().and_then(|queue| {
             let (done, flushed) = tokio::sync::oneshot::channel();
             queue.send(Delivery::Flush(done)).is_ok().then_some(flushed)
         });
