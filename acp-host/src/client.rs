@@ -1196,8 +1196,11 @@ fn update_value(mut update: SessionUpdate) -> Option<serde_json::Value> {
     let mut value = serde_json::to_value(&update)
         .inspect_err(|err| tracing::debug!(%err, "could not serialize a session update"))
         .ok()?;
+    // Walked by hand: `pointer_mut` allocates per token, and this runs for every chunk.
     if let Some(text) = text
-        && let Some(slot) = value.pointer_mut("/content/text")
+        && let Some(slot) = value
+            .get_mut("content")
+            .and_then(|content| content.get_mut("text"))
     {
         *slot = serde_json::Value::String(text);
     }
@@ -1423,8 +1426,28 @@ impl Reader {
     }
 }
 
+/// The first `\n` in `bytes`. Every byte of the agent's output passes here: it tests 32 bytes at a
+/// time (a fixed-width test the compiler turns into vector compares) and looks for the exact
+/// position only in the block that has one.
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
+    const BLOCK: usize = 32;
+    let (blocks, rest) = bytes.as_chunks::<BLOCK>();
+    for (i, block) in blocks.iter().enumerate() {
+        #[expect(
+            clippy::needless_bitwise_bool,
+            reason = "no early exit inside a block: that is what lets it become vector compares"
+        )]
+        let has_newline = block.iter().fold(false, |seen, &b| seen | (b == b'\n'));
+        if has_newline {
+            return block
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|at| i * BLOCK + at);
+        }
+    }
+    rest.iter()
+        .position(|&b| b == b'\n')
+        .map(|at| blocks.len() * BLOCK + at)
 }
 
 /// Reads the agent's stdout for the whole life of the process: `session/update` notifications are
@@ -1652,6 +1675,24 @@ mod tests {
             );
         }
         assert_eq!(children.take().len(), MAX_CHILDREN);
+    }
+
+    #[test]
+    fn the_newline_search_finds_the_first_newline_anywhere() {
+        for len in [0, 1, 31, 32, 33, 64, 100] {
+            let mut bytes = vec![b'x'; len];
+            assert_eq!(memchr_newline(&bytes), None, "len {len}");
+            for at in 0..len {
+                bytes[at] = b'\n';
+                assert_eq!(memchr_newline(&bytes), Some(at), "len {len} at {at}");
+                if at + 1 < len {
+                    bytes[at + 1] = b'\n';
+                    assert_eq!(memchr_newline(&bytes), Some(at), "two, len {len} at {at}");
+                    bytes[at + 1] = b'x';
+                }
+                bytes[at] = b'x';
+            }
+        }
     }
 
     #[test]
