@@ -177,6 +177,8 @@ pub struct AgentProcess {
     tracked: BTreeSet<i32>,
     /// Cancelling it makes the stdin writer drop the pipe: the agent sees EOF.
     close_stdin: CancellationToken,
+    /// Fired once the first line reached the agent's stdin, or at teardown.
+    first_write: CancellationToken,
     writer: Option<JoinHandle<()>>,
     stderr: Arc<Mutex<StderrTail>>,
     stderr_task: Option<JoinHandle<()>>,
@@ -342,8 +344,14 @@ impl AgentProcess {
         };
 
         let close_stdin = CancellationToken::new();
+        let first_write = CancellationToken::new();
         let (tx, rx) = mpsc::unbounded_channel::<String>();
-        let writer = tokio::spawn(write_lines(stdin, rx, close_stdin.clone()));
+        let writer = tokio::spawn(write_lines(
+            stdin,
+            rx,
+            close_stdin.clone(),
+            first_write.clone(),
+        ));
         let sink = futures::sink::unfold(tx, |tx, line: String| async move {
             tx.send(line)
                 .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "agent stdin is closed"))?;
@@ -366,6 +374,7 @@ impl AgentProcess {
                 watch,
                 tracked: BTreeSet::new(),
                 close_stdin,
+                first_write,
                 writer: Some(writer),
                 stderr: tail,
                 stderr_task: Some(stderr_task),
@@ -382,6 +391,12 @@ impl AgentProcess {
     #[must_use]
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Fires once the first line was written to the agent's stdin (or teardown began): from then
+    /// on the agent has what it needs to answer, and the host's own set-up can run beside it.
+    pub(crate) fn first_write(&self) -> CancellationToken {
+        self.first_write.clone()
     }
 
     /// The last bytes of the agent's stderr, lossily decoded.
@@ -403,6 +418,7 @@ impl AgentProcess {
         if let Some(outcome) = &self.outcome {
             return outcome.clone();
         }
+        self.first_write.cancel();
         let (status, rung) = self.stop_leader(graces).await;
         let (leftovers, survivors) = self.sweep(graces.term).await;
         // The stderr pipe closes when the last writer in the tree exits; wait (bounded) so the
@@ -593,6 +609,7 @@ impl Watch {
 
 impl Drop for AgentProcess {
     fn drop(&mut self) {
+        self.first_write.cancel();
         if self.outcome.is_none() {
             // An abandoned run (panic, dropped future): no graces, but never a leak.
             self.track();
@@ -740,6 +757,7 @@ async fn write_lines(
     mut stdin: tokio::process::ChildStdin,
     mut rx: mpsc::UnboundedReceiver<String>,
     close: CancellationToken,
+    first_write: CancellationToken,
 ) {
     loop {
         let line = tokio::select! {
@@ -763,6 +781,9 @@ async fn write_lines(
         if let Err(err) = written.await {
             tracing::debug!(%err, "agent stdin write failed");
             break;
+        }
+        if !first_write.is_cancelled() {
+            first_write.cancel();
         }
     }
 }

@@ -468,8 +468,14 @@ async fn run_with(
         }
     };
     notifier.pid.store(process.pid(), Ordering::Relaxed);
-    // The observers' thread starts now, while the agent starts up.
-    notifier.queue();
+    // The observers' thread starts once the first request is on its way to the agent: its
+    // creation then overlaps the agent's start-up instead of delaying the request.
+    let first_write = process.first_write();
+    let observers = Arc::clone(&notifier);
+    tokio::spawn(async move {
+        first_write.cancelled().await;
+        observers.queue();
+    });
 
     let shared = Arc::new(Shared::new(
         options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
@@ -962,9 +968,9 @@ struct Notifier {
     pid: std::sync::atomic::AtomicU32,
     /// Handed to the observers' thread when it starts.
     observers: std::sync::Mutex<Vec<Arc<dyn Observer>>>,
-    /// Started on first use, which for a run is right after the agent's spawn: the thread's
-    /// creation then overlaps the agent's own start-up instead of delaying the spawn. `None`
-    /// when there are no observers.
+    /// Started on first use, which for a run is once its first request was written to the
+    /// agent: the thread's creation then overlaps the agent's own start-up instead of delaying
+    /// the spawn or that request. `None` when there are no observers.
     queue: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Delivery>>>,
     budget: Arc<Semaphore>,
     /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
