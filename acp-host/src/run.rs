@@ -459,7 +459,7 @@ async fn run_with(
             Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink
         }),
     };
-    let (mut process, pipes) = match AgentProcess::spawn(&spec) {
+    let (mut process, pipes) = match AgentProcess::spawn_unconfirmed(&spec) {
         Ok(spawned) => spawned,
         Err(err) => {
             result.error = Some(spawn_failure_message(&err, &request));
@@ -467,15 +467,8 @@ async fn run_with(
             return finish(result, started, &notifier, false, cancel).await;
         }
     };
-    notifier.pid.store(process.pid(), Ordering::Relaxed);
-    // The observers' thread starts once the first request is on its way to the agent: its
-    // creation then overlaps the agent's start-up instead of delaying the request.
-    let first_write = process.first_write();
-    let observers = Arc::clone(&notifier);
-    tokio::spawn(async move {
-        first_write.cancelled().await;
-        observers.queue();
-    });
+    // The pid is stored once the agent's start is confirmed (`supervise`).
+    notifier.start_after(process.first_write());
 
     let shared = Arc::new(Shared::new(
         options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
@@ -506,7 +499,16 @@ async fn run_with(
         end,
         killed,
         timed_out,
+        not_started,
     } = supervised;
+    // The agent never ran (its exec failed under the watchdog): the run is a spawn failure, as
+    // if the spawn itself had failed.
+    if let Some(err) = not_started.or_else(|| process.confirm().err()) {
+        process.shutdown(Graces::NONE).await;
+        result.error = Some(spawn_failure_message(&err, &request));
+        result.error_kind = Some(ErrorKind::Spawn);
+        return finish(result, started, &notifier, false, cancel).await;
+    }
 
     let teardown = tear_down(&mut process, killed, &timeouts, cancel, &notifier).await;
     record_teardown(&mut result, &teardown, &process, &shared);
@@ -634,6 +636,8 @@ struct Supervised {
     end: Option<DriveEnd>,
     killed: bool,
     timed_out: bool,
+    /// The watchdog reported that the agent could not start.
+    not_started: Option<SpawnError>,
 }
 
 /// Drives the protocol while watching the caller's cancel, the overall deadline and the agent's
@@ -693,14 +697,27 @@ async fn supervise(
     tokio::pin!(deadline);
 
     let mut timed_out = false;
+    // The agent's start is confirmed once the first request is written (it waits in the pipe
+    // meanwhile), before the drive can announce the session with the agent's pid.
+    let first_write = process.first_write();
+    let mut unconfirmed = true;
     loop {
         tokio::select! {
             biased;
             () = cancel.immediate.cancelled() => {
                 notifier.shed.cancel();
-                return Supervised { end: None, killed: true, timed_out };
+                return Supervised { end: None, killed: true, timed_out, not_started: None };
             }
-            end = &mut drive => return Supervised { end: Some(end), killed: false, timed_out },
+            () = first_write.cancelled(), if unconfirmed => {
+                unconfirmed = false;
+                match process.confirm() {
+                    Ok(pid) => notifier.pid.store(pid, Ordering::Relaxed),
+                    Err(err) => {
+                        return Supervised { end: None, killed: false, timed_out, not_started: Some(err) };
+                    }
+                }
+            }
+            end = &mut drive => return Supervised { end: Some(end), killed: false, timed_out, not_started: None },
             // Cancelling must not wait for a slow observer either (the agent's answer to
             // session/cancel has to be read).
             () = drive_cancel.cancelled(), if !notifier.shed.is_cancelled() => notifier.shed.cancel(),
@@ -727,7 +744,7 @@ async fn supervise(
                         closed: true,
                         message: "agent exited before answering".into(),
                     });
-                return Supervised { end: Some(end), killed: false, timed_out };
+                return Supervised { end: Some(end), killed: false, timed_out, not_started: None };
             }
         }
     }
@@ -1002,6 +1019,16 @@ impl Notifier {
             shed: CancellationToken::new(),
             dropped: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// Starts the observers' thread once `token` fires (the first request is on its way to the
+    /// agent): its creation then overlaps the agent's start-up instead of delaying the request.
+    fn start_after(self: &Arc<Self>, token: CancellationToken) {
+        let notifier = Arc::clone(self);
+        tokio::spawn(async move {
+            token.cancelled().await;
+            notifier.queue();
+        });
     }
 
     /// The observers' queue, their thread started on first use (`None` without observers).
