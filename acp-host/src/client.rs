@@ -75,7 +75,7 @@ use protocol::permission::{
 pub(crate) use protocol::result::MAX_PERMISSION_RECORDS;
 use protocol::structured::{self, OutputSchema, StructuredVia, Violation};
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::AsyncReadExt;
 use tokio::process::ChildStdout;
 use tokio_util::sync::CancellationToken;
 
@@ -1204,8 +1204,11 @@ fn update_value(mut update: SessionUpdate) -> Option<serde_json::Value> {
     let mut value = serde_json::to_value(&update)
         .inspect_err(|err| tracing::debug!(%err, "could not serialize a session update"))
         .ok()?;
+    // Walked by hand: `pointer_mut` allocates per token, and this runs for every chunk.
     if let Some(text) = text
-        && let Some(slot) = value.pointer_mut("/content/text")
+        && let Some(slot) = value
+            .get_mut("content")
+            .and_then(|content| content.get_mut("text"))
     {
         *slot = serde_json::Value::String(text);
     }
@@ -1380,59 +1383,120 @@ fn batch_error() -> String {
     .to_string()
 }
 
-/// The agent's stdout, split into lines.
+/// The agent's stdout, split into lines. A line that lies whole in one read is handed out where
+/// it lies, not copied; a line spread over reads is put together in `joined`.
 struct Reader {
-    stdout: BufReader<ChildStdout>,
-    buf: Vec<u8>,
+    stdout: ChildStdout,
+    data: Box<[u8]>,
+    /// The unread part of `data` is `start..end`.
+    start: usize,
+    end: usize,
+    joined: Vec<u8>,
+    /// Where the current line is: `data[range]`, or `joined` when `None`.
+    current: Option<std::ops::Range<usize>>,
     max: usize,
 }
 
 impl Reader {
     fn new(stdout: ChildStdout, max: usize) -> Self {
         Reader {
-            stdout: BufReader::with_capacity(READ_BUFFER_BYTES, stdout),
-            buf: Vec::new(),
+            stdout,
+            data: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            joined: Vec::new(),
+            current: None,
             max,
         }
     }
 
-    /// Reads one `\n`-terminated line into `buf` (without the newline); `false` at EOF.
-    /// `before_read` runs whenever the pipe itself is about to be read (which may wait).
+    /// Finds the next `\n`-terminated line ([`Reader::line`], without the newline); `false` at
+    /// EOF. `before_read` runs whenever the pipe itself is about to be read (which may wait).
     async fn next_line(&mut self, before_read: impl Fn()) -> std::io::Result<bool> {
-        if self.buf.capacity() > KEEP_BUFFER_BYTES {
-            self.buf = Vec::new();
-        }
-        self.buf.clear();
+        self.release();
+        self.joined.clear();
+        self.current = None;
         loop {
-            if self.stdout.buffer().is_empty() {
+            if self.start == self.end {
                 before_read();
+                (self.start, self.end) = (0, 0);
+                let n = self.stdout.read(&mut self.data).await?;
+                if n == 0 {
+                    return Ok(!self.joined.is_empty());
+                }
+                self.end = n;
             }
-            let available = self.stdout.fill_buf().await?;
-            if available.is_empty() {
-                return Ok(!self.buf.is_empty());
-            }
+            let available = &self.data[self.start..self.end];
             let (chunk, found) = match memchr_newline(available) {
-                Some(i) => (&available[..i], Some(i + 1)),
-                None => (available, None),
+                Some(i) => (&available[..i], true),
+                None => (available, false),
             };
-            if self.buf.len() + chunk.len() > self.max {
+            if self.joined.len() + chunk.len() > self.max {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!("agent sent a frame larger than {} bytes", self.max),
                 ));
             }
-            self.buf.extend_from_slice(chunk);
-            let consumed = found.unwrap_or(chunk.len());
-            self.stdout.consume(consumed);
-            if found.is_some() {
+            let from = self.start;
+            self.start += chunk.len() + usize::from(found);
+            if found && self.joined.is_empty() {
+                self.current = Some(from..from + chunk.len());
+                return Ok(true);
+            }
+            self.joined.extend_from_slice(chunk);
+            if found {
                 return Ok(true);
             }
         }
     }
+
+    /// The current line (valid until the next [`Reader::next_line`]).
+    fn line(&self) -> &[u8] {
+        match &self.current {
+            Some(range) => &self.data[range.clone()],
+            None => &self.joined,
+        }
+    }
+
+    /// The current line, owned.
+    fn take_line(&mut self) -> Vec<u8> {
+        match self.current.take() {
+            Some(range) => self.data[range].to_vec(),
+            None => std::mem::take(&mut self.joined),
+        }
+    }
+
+    /// Lets go of a buffer a large frame grew, so one 8 MiB frame does not keep 8 MiB for the
+    /// rest of the run.
+    fn release(&mut self) {
+        if self.joined.capacity() > KEEP_BUFFER_BYTES {
+            self.joined = Vec::new();
+        }
+    }
 }
 
+/// The first `\n` in `bytes`. Every byte of the agent's output passes here: it tests 32 bytes at a
+/// time (a fixed-width test the compiler turns into vector compares) and looks for the exact
+/// position only in the block that has one.
 fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    bytes.iter().position(|&b| b == b'\n')
+    const BLOCK: usize = 32;
+    let (blocks, rest) = bytes.as_chunks::<BLOCK>();
+    for (i, block) in blocks.iter().enumerate() {
+        #[expect(
+            clippy::needless_bitwise_bool,
+            reason = "no early exit inside a block: that is what lets it become vector compares"
+        )]
+        let has_newline = block.iter().fold(false, |seen, &b| seen | (b == b'\n'));
+        if has_newline {
+            return block
+                .iter()
+                .position(|&b| b == b'\n')
+                .map(|at| i * BLOCK + at);
+        }
+    }
+    rest.iter()
+        .position(|&b| b == b'\n')
+        .map(|at| blocks.len() * BLOCK + at)
 }
 
 /// Reads the agent's stdout for the whole life of the process: `session/update` notifications are
@@ -1463,25 +1527,22 @@ async fn pump(
         if frames.is_closed() {
             continue;
         }
-        // The hot path decodes from the read buffer itself: no copy of the line, and the buffer is
-        // reused for the next one.
-        let update = std::str::from_utf8(reader.buf.trim_ascii())
+        // The hot path decodes from the read buffer itself: no copy of the line.
+        let update = std::str::from_utf8(reader.line().trim_ascii())
             .ok()
             .and_then(fast::session_notification);
         if let Some(update) = update {
-            let size = reader.buf.len();
-            if reader.buf.capacity() > KEEP_BUFFER_BYTES {
-                // Released before the update is handled: a large frame is not held twice.
-                reader.buf = Vec::new();
-            }
+            let size = reader.line().len();
+            // Released before the update is handled: a large frame is not held twice.
+            reader.release();
             handle_update(&shared, events.as_ref(), update, size).await;
             continue;
         }
-        match classify(&mut reader.buf) {
+        let mut buf = reader.take_line();
+        match classify(&mut buf) {
             Line::Blank => {}
             Line::Garbage => {
                 shared.garbage_lines.fetch_add(1, Ordering::Relaxed);
-                let buf = &reader.buf;
                 tracing::debug!(
                     line = %String::from_utf8_lossy(&buf[..buf.len().min(200)]),
                     "skipped a non-JSON line on the agent's stdout"
@@ -1660,6 +1721,24 @@ mod tests {
             );
         }
         assert_eq!(children.take().len(), MAX_CHILDREN);
+    }
+
+    #[test]
+    fn the_newline_search_finds_the_first_newline_anywhere() {
+        for len in [0, 1, 31, 32, 33, 64, 100] {
+            let mut bytes = vec![b'x'; len];
+            assert_eq!(memchr_newline(&bytes), None, "len {len}");
+            for at in 0..len {
+                bytes[at] = b'\n';
+                assert_eq!(memchr_newline(&bytes), Some(at), "len {len} at {at}");
+                if at + 1 < len {
+                    bytes[at + 1] = b'\n';
+                    assert_eq!(memchr_newline(&bytes), Some(at), "two, len {len} at {at}");
+                    bytes[at + 1] = b'x';
+                }
+                bytes[at] = b'x';
+            }
+        }
     }
 
     #[test]

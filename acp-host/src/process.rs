@@ -95,6 +95,14 @@ pub struct Graces {
     pub term: Duration,
 }
 
+impl Graces {
+    /// No grace at all: straight to SIGKILL when anything is still running.
+    pub(crate) const NONE: Graces = Graces {
+        eof: Duration::ZERO,
+        term: Duration::ZERO,
+    };
+}
+
 /// The spawn failed; nothing is running.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
@@ -177,6 +185,8 @@ pub struct AgentProcess {
     tracked: BTreeSet<i32>,
     /// Cancelling it makes the stdin writer drop the pipe: the agent sees EOF.
     close_stdin: CancellationToken,
+    /// Fired once the first line reached the agent's stdin, or at teardown.
+    first_write: CancellationToken,
     writer: Option<JoinHandle<()>>,
     stderr: Arc<Mutex<StderrTail>>,
     stderr_task: Option<JoinHandle<()>>,
@@ -187,10 +197,24 @@ pub struct AgentProcess {
 struct Watch {
     /// Only we hold the write end: closing it (or dying) tells the watchdog to kill the tree.
     _life: OwnedFd,
-    /// `ok <pid>` / `err <errno>`, then `left <pid>...` when the agent exits. Non-blocking.
+    /// `ok <pid>` / `err <errno>`, then `left <pid>...` when the agent exits. Non-blocking once
+    /// the first line was read.
     report: File,
     /// Bytes read from `report` not yet consumed as a line.
     pending: Vec<u8>,
+    /// The first line's verdict, once read: the agent's pid, or why it did not start.
+    started: Option<Result<u32, StartFailed>>,
+    /// The agent's program, for a spawn error.
+    program: PathBuf,
+}
+
+/// Why the watchdog's first report says the agent is not running.
+#[derive(Debug, Clone)]
+enum StartFailed {
+    /// `err <errno>`: the agent's exec failed.
+    Errno(i32),
+    /// No usable first line: the watchdog itself failed.
+    Unavailable(String),
 }
 
 impl std::fmt::Debug for AgentProcess {
@@ -248,7 +272,20 @@ impl AgentProcess {
     pub fn spawn(spec: &SpawnSpec) -> Result<(AgentProcess, AgentPipes), SpawnError> {
         if crate::watchdog::AVAILABLE {
             match Self::spawn_watched(spec) {
-                Ok(spawned) => return Ok(spawned),
+                Ok((mut process, pipes)) => match process.confirm_watched() {
+                    Ok(_) => return Ok((process, pipes)),
+                    Err(StartFailed::Errno(code)) => {
+                        let _ = process.child.start_kill();
+                        return Err(spawn_error(
+                            &spec.program,
+                            io::Error::from_raw_os_error(code),
+                        ));
+                    }
+                    Err(StartFailed::Unavailable(reason)) => {
+                        let _ = process.child.start_kill();
+                        tracing::warn!(reason, "watchdog unavailable; spawning the agent directly");
+                    }
+                },
                 Err(Watched::Agent(err)) => return Err(err),
                 // Not working: the tree no longer dies with the host; say so.
                 Err(Watched::Unavailable(reason)) => {
@@ -256,6 +293,30 @@ impl AgentProcess {
                 }
             }
         }
+        Self::spawn_direct(spec)
+    }
+
+    /// [`AgentProcess::spawn`] without waiting for the watchdog's word that the agent started:
+    /// the caller writes to the agent meanwhile (the pipe holds it), then calls
+    /// [`AgentProcess::confirm`] before it relies on the pid or reports the run. On a busy
+    /// machine the watchdog's wake-up after the agent's exec can wait behind the agent's own
+    /// start-up; not waiting for it keeps the first request off that path.
+    pub(crate) fn spawn_unconfirmed(
+        spec: &SpawnSpec,
+    ) -> Result<(AgentProcess, AgentPipes), SpawnError> {
+        if crate::watchdog::AVAILABLE {
+            match Self::spawn_watched(spec) {
+                Ok(spawned) => return Ok(spawned),
+                Err(Watched::Agent(err)) => return Err(err),
+                Err(Watched::Unavailable(reason)) => {
+                    tracing::warn!(reason, "watchdog unavailable; spawning the agent directly");
+                }
+            }
+        }
+        Self::spawn_direct(spec)
+    }
+
+    fn spawn_direct(spec: &SpawnSpec) -> Result<(AgentProcess, AgentPipes), SpawnError> {
         let command = command(
             spec,
             spec.program.as_os_str(),
@@ -264,6 +325,48 @@ impl AgentProcess {
         let child = spawn_command(command, &spec.program)?;
         let pid = child.id().unwrap_or_default();
         Ok(Self::start(child, pid, None, spec))
+    }
+
+    /// Whether the agent started (waiting, at most [`WATCHDOG_HANDSHAKE`], for the watchdog's
+    /// first report if it has not been read yet): its pid, or the spawn error. Idempotent.
+    pub(crate) fn confirm(&mut self) -> Result<u32, SpawnError> {
+        let program = match &self.watch {
+            Some(watch) => watch.program.clone(),
+            None => return Ok(self.pid),
+        };
+        self.confirm_watched().map_err(|failed| match failed {
+            StartFailed::Errno(code) => spawn_error(&program, io::Error::from_raw_os_error(code)),
+            StartFailed::Unavailable(reason) => SpawnError::Io {
+                program: program.display().to_string(),
+                source: io::Error::other(format!("the watchdog failed to start: {reason}")),
+            },
+        })
+    }
+
+    fn confirm_watched(&mut self) -> Result<u32, StartFailed> {
+        let Some(watch) = &mut self.watch else {
+            return Ok(self.pid);
+        };
+        if let Some(started) = &watch.started {
+            return started.clone();
+        }
+        let first = watch.handshake();
+        let started = match first.as_deref().and_then(|l| l.split_once(' ')) {
+            Some(("ok", pid)) => pid
+                .trim()
+                .parse::<u32>()
+                .map_err(|_| StartFailed::Unavailable(format!("bad handshake {first:?}"))),
+            Some(("err", code)) => Err(StartFailed::Errno(code.trim().parse().unwrap_or(0))),
+            _ => Err(StartFailed::Unavailable(format!(
+                "no handshake (got {first:?})"
+            ))),
+        };
+        set_nonblocking(&watch.report);
+        watch.started = Some(started.clone());
+        if let Ok(pid) = started {
+            self.pid = pid;
+        }
+        started
     }
 
     fn spawn_watched(spec: &SpawnSpec) -> Result<(AgentProcess, AgentPipes), Watched> {
@@ -295,37 +398,14 @@ impl AgentProcess {
         let child = command.spawn().map_err(|e| unavailable("spawn", &e))?;
         // Our copies of the watchdog's ends must go, or EOF could never be seen on either side.
         drop((life_read, report_write));
-        let mut watch = Watch {
+        let watch = Watch {
             _life: life,
             report: File::from(report_read),
             pending: Vec::new(),
+            started: None,
+            program: spec.program.clone(),
         };
-        let first = watch.handshake();
-        let agent = match first.as_deref().and_then(|l| l.split_once(' ')) {
-            Some(("ok", pid)) => pid
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| Watched::Unavailable(format!("bad handshake {first:?}"))),
-            Some(("err", code)) => {
-                let source = io::Error::from_raw_os_error(code.trim().parse().unwrap_or(0));
-                Err(Watched::Agent(spawn_error(&spec.program, source)))
-            }
-            _ => Err(Watched::Unavailable(format!(
-                "no handshake (got {first:?})"
-            ))),
-        };
-        match agent {
-            Ok(pid) => {
-                set_nonblocking(&watch.report);
-                Ok(Self::start(child, pid, Some(watch), spec))
-            }
-            Err(reason) => {
-                // Nothing of the agent runs; the watchdog (if still there) goes, tokio reaps it.
-                let mut child = child;
-                let _ = child.start_kill();
-                Err(reason)
-            }
-        }
+        Ok(Self::start(child, 0, Some(watch), spec))
     }
 
     fn start(
@@ -342,8 +422,14 @@ impl AgentProcess {
         };
 
         let close_stdin = CancellationToken::new();
+        let first_write = CancellationToken::new();
         let (tx, rx) = mpsc::unbounded_channel::<String>();
-        let writer = tokio::spawn(write_lines(stdin, rx, close_stdin.clone()));
+        let writer = tokio::spawn(write_lines(
+            stdin,
+            rx,
+            close_stdin.clone(),
+            first_write.clone(),
+        ));
         let sink = futures::sink::unfold(tx, |tx, line: String| async move {
             tx.send(line)
                 .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "agent stdin is closed"))?;
@@ -366,6 +452,7 @@ impl AgentProcess {
                 watch,
                 tracked: BTreeSet::new(),
                 close_stdin,
+                first_write,
                 writer: Some(writer),
                 stderr: tail,
                 stderr_task: Some(stderr_task),
@@ -382,6 +469,12 @@ impl AgentProcess {
     #[must_use]
     pub fn pid(&self) -> u32 {
         self.pid
+    }
+
+    /// Fires once the first line was written to the agent's stdin (or teardown began): from then
+    /// on the agent has what it needs to answer, and the host's own set-up can run beside it.
+    pub(crate) fn first_write(&self) -> CancellationToken {
+        self.first_write.clone()
     }
 
     /// The last bytes of the agent's stderr, lossily decoded.
@@ -403,6 +496,7 @@ impl AgentProcess {
         if let Some(outcome) = &self.outcome {
             return outcome.clone();
         }
+        self.first_write.cancel();
         let (status, rung) = self.stop_leader(graces).await;
         let (leftovers, survivors) = self.sweep(graces.term).await;
         // The stderr pipe closes when the last writer in the tree exits; wait (bounded) so the
@@ -593,6 +687,7 @@ impl Watch {
 
 impl Drop for AgentProcess {
     fn drop(&mut self) {
+        self.first_write.cancel();
         if self.outcome.is_none() {
             // An abandoned run (panic, dropped future): no graces, but never a leak.
             self.track();
@@ -740,6 +835,7 @@ async fn write_lines(
     mut stdin: tokio::process::ChildStdin,
     mut rx: mpsc::UnboundedReceiver<String>,
     close: CancellationToken,
+    first_write: CancellationToken,
 ) {
     loop {
         let line = tokio::select! {
@@ -763,6 +859,9 @@ async fn write_lines(
         if let Err(err) = written.await {
             tracing::debug!(%err, "agent stdin write failed");
             break;
+        }
+        if !first_write.is_cancelled() {
+            first_write.cancel();
         }
     }
 }

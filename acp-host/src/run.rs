@@ -465,7 +465,7 @@ async fn run_with(
             Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink
         }),
     };
-    let (mut process, pipes) = match AgentProcess::spawn(&spec) {
+    let (mut process, pipes) = match AgentProcess::spawn_unconfirmed(&spec) {
         Ok(spawned) => spawned,
         Err(err) => {
             result.error = Some(spawn_failure_message(&err, &request));
@@ -473,7 +473,8 @@ async fn run_with(
             return finish(result, started, &notifier, false, cancel).await;
         }
     };
-    notifier.pid.store(process.pid(), Ordering::Relaxed);
+    // The pid is stored once the agent's start is confirmed (`supervise`).
+    notifier.start_after(process.first_write());
 
     let shared = Arc::new(Shared::new(
         options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
@@ -504,7 +505,16 @@ async fn run_with(
         end,
         killed,
         timed_out,
+        not_started,
     } = supervised;
+    // The agent never ran (its exec failed under the watchdog): the run is a spawn failure, as
+    // if the spawn itself had failed.
+    if let Some(err) = not_started.or_else(|| process.confirm().err()) {
+        process.shutdown(Graces::NONE).await;
+        result.error = Some(spawn_failure_message(&err, &request));
+        result.error_kind = Some(ErrorKind::Spawn);
+        return finish(result, started, &notifier, false, cancel).await;
+    }
 
     let teardown = tear_down(&mut process, killed, &timeouts, cancel, &notifier).await;
     record_teardown(&mut result, &teardown, &process, &shared);
@@ -632,6 +642,8 @@ struct Supervised {
     end: Option<DriveEnd>,
     killed: bool,
     timed_out: bool,
+    /// The watchdog reported that the agent could not start.
+    not_started: Option<SpawnError>,
 }
 
 /// Drives the protocol while watching the caller's cancel, the overall deadline and the agent's
@@ -691,14 +703,27 @@ async fn supervise(
     tokio::pin!(deadline);
 
     let mut timed_out = false;
+    // The agent's start is confirmed once the first request is written (it waits in the pipe
+    // meanwhile), before the drive can announce the session with the agent's pid.
+    let first_write = process.first_write();
+    let mut unconfirmed = true;
     loop {
         tokio::select! {
             biased;
             () = cancel.immediate.cancelled() => {
                 notifier.shed.cancel();
-                return Supervised { end: None, killed: true, timed_out };
+                return Supervised { end: None, killed: true, timed_out, not_started: None };
             }
-            end = &mut drive => return Supervised { end: Some(end), killed: false, timed_out },
+            () = first_write.cancelled(), if unconfirmed => {
+                unconfirmed = false;
+                match process.confirm() {
+                    Ok(pid) => notifier.pid.store(pid, Ordering::Relaxed),
+                    Err(err) => {
+                        return Supervised { end: None, killed: false, timed_out, not_started: Some(err) };
+                    }
+                }
+            }
+            end = &mut drive => return Supervised { end: Some(end), killed: false, timed_out, not_started: None },
             // Cancelling must not wait for a slow observer either (the agent's answer to
             // session/cancel has to be read).
             () = drive_cancel.cancelled(), if !notifier.shed.is_cancelled() => notifier.shed.cancel(),
@@ -725,7 +750,7 @@ async fn supervise(
                         closed: true,
                         message: "agent exited before answering".into(),
                     });
-                return Supervised { end: Some(end), killed: false, timed_out };
+                return Supervised { end: Some(end), killed: false, timed_out, not_started: None };
             }
         }
     }
@@ -966,8 +991,12 @@ struct Notifier {
     cwd: String,
     scrubbed: Vec<String>,
     pid: std::sync::atomic::AtomicU32,
-    /// `None` when there are no observers.
-    queue: Option<std::sync::mpsc::Sender<Delivery>>,
+    /// Handed to the observers' thread when it starts.
+    observers: std::sync::Mutex<Vec<Arc<dyn Observer>>>,
+    /// Started on first use, which for a run is once its first request was written to the
+    /// agent: the thread's creation then overlaps the agent's own start-up instead of delaying
+    /// the spawn or that request. `None` when there are no observers.
+    queue: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Delivery>>>,
     budget: Arc<Semaphore>,
     /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
     pending: std::sync::Mutex<Vec<Delivery>>,
@@ -985,10 +1014,41 @@ impl Notifier {
         cwd: String,
         scrubbed: Vec<String>,
     ) -> Self {
-        let queue = (!observers.is_empty())
-            .then(|| {
+        Notifier {
+            run_id,
+            agent,
+            cwd,
+            scrubbed,
+            pid: std::sync::atomic::AtomicU32::new(0),
+            observers: std::sync::Mutex::new(observers),
+            queue: std::sync::OnceLock::new(),
+            budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
+            pending: std::sync::Mutex::default(),
+            shed: CancellationToken::new(),
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Starts the observers' thread once `token` fires (the first request is on its way to the
+    /// agent): its creation then overlaps the agent's start-up instead of delaying the request.
+    fn start_after(self: &Arc<Self>, token: CancellationToken) {
+        let notifier = Arc::clone(self);
+        tokio::spawn(async move {
+            token.cancelled().await;
+            notifier.queue();
+        });
+    }
+
+    /// The observers' queue, their thread started on first use (`None` without observers).
+    fn queue(&self) -> Option<&std::sync::mpsc::Sender<Delivery>> {
+        self.queue
+            .get_or_init(|| {
+                let observers = std::mem::take(&mut *self.observers.lock().ok()?);
+                if observers.is_empty() {
+                    return None;
+                }
                 let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
-                let run_id = run_id.clone();
+                let run_id = self.run_id.clone();
                 std::thread::Builder::new()
                     .name("acp-host-observers".into())
                     .spawn(move || {
@@ -1005,19 +1065,7 @@ impl Notifier {
                     .ok()
                     .map(|_| tx)
             })
-            .flatten();
-        Notifier {
-            run_id,
-            agent,
-            cwd,
-            scrubbed,
-            pid: std::sync::atomic::AtomicU32::new(0),
-            queue,
-            budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
-            pending: std::sync::Mutex::default(),
-            shed: CancellationToken::new(),
-            dropped: std::sync::atomic::AtomicU64::new(0),
-        }
+            .as_ref()
     }
 
     fn weight(size: usize) -> u32 {
@@ -1026,7 +1074,7 @@ impl Notifier {
 
     /// Sends the batch of updates held so far.
     fn send_pending(&self) {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return;
         };
         let batch = self
@@ -1042,7 +1090,7 @@ impl Notifier {
     /// Queues `event`, waiting while the queue is full (unless shedding, then it is dropped). With
     /// `batch`, the event waits for [`DriveEvents::flush`] (or a full batch).
     async fn deliver(&self, event: Event, size: usize, batch: bool) {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return;
         };
         let weight = Self::weight(size);
@@ -1075,7 +1123,7 @@ impl Notifier {
     /// Queues `event` without waiting, for events bounded in number (start, end, held updates).
     fn deliver_now(&self, event: Event) {
         self.send_pending();
-        if let Some(queue) = &self.queue {
+        if let Some(queue) = self.queue() {
             let _ = queue.send(Delivery::Event(event, None));
         }
     }
@@ -1083,7 +1131,7 @@ impl Notifier {
     /// Queues `event` if it fits now; otherwise it is dropped (and counted). For callers that
     /// cannot wait (the stderr reader's callback).
     fn try_deliver(&self, event: Event, size: usize) {
-        let Some(queue) = &self.queue else {
+        let Some(queue) = self.queue() else {
             return;
         };
         match Arc::clone(&self.budget).try_acquire_many_owned(Self::weight(size)) {
@@ -1100,7 +1148,7 @@ impl Notifier {
     /// after a cancel or a timeout.
     async fn caught_up(&self, cancel: &Cancel) {
         self.send_pending();
-        if let Some(queue) = &self.queue {
+        if let Some(queue) = self.queue() {
             let (done, flushed) = tokio::sync::oneshot::channel();
             if queue.send(Delivery::Flush(done)).is_ok() {
                 let flushed = async {
@@ -1195,7 +1243,7 @@ impl DriveEvents for Notifier {
 
     fn delivered(&self) -> client::Queued<'_> {
         self.send_pending();
-        let flushed = self.queue.as_ref().and_then(|queue| {
+        let flushed = self.queue().and_then(|queue| {
             let (done, flushed) = tokio::sync::oneshot::channel();
             queue.send(Delivery::Flush(done)).is_ok().then_some(flushed)
         });
