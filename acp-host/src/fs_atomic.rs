@@ -16,7 +16,8 @@
 //!   rename points at durable contents; until the folder's fsync the rename may be lost, which
 //!   leaves the old file. Nothing relies on the journal, on the order in which the kernel
 //!   writes things back, or on `syncfs`, which flushes every dirty page of the whole filesystem
-//!   (another program's too: with a busy disk that cost a sync seconds). Starting writeback
+//!   (another program's too: on a disk shared with builds, 0.45 to 0.9 s of a 1,000-definition
+//!   sync, where fsyncing its own 4,000 files takes 0.04 to 0.09 s). Starting writeback
 //!   early (`posix_fadvise(DONTNEED)` on Linux, which writes dirty pages back and drops only
 //!   clean ones) lets the data go to disk while later files are still being written, and lets a
 //!   journalling filesystem commit many files' allocations at once, so the parallel fsyncs
@@ -248,7 +249,8 @@ pub struct Batch {
 
 /// A thread that starts the writeback of each temp file handed to it and then closes it, so the
 /// thread staging files does not wait on the block layer file by file (each start is a block
-/// allocation and an I/O submission: 25 to 90 µs per small file on this project's test VM).
+/// allocation and an I/O submission: 25 to 90 µs per small file where docs/benchmarks.md was
+/// measured).
 /// The queue is bounded: a batch of thousands never holds more than a few hundred fds.
 #[derive(Debug)]
 struct Writeback {
@@ -369,9 +371,9 @@ impl Batch {
         StagedId(self.staged.len() - 1)
     }
 
-    /// Makes every staged temp file durable: each one fsynced, on up to [`FLUSH_THREADS`]
-    /// threads at once. Required before the first [`Batch::apply`]; when any fsync fails, the
-    /// error names that file's target and no operation can be applied.
+    /// Makes every staged temp file durable: each one fsynced, on up to 64 threads at once.
+    /// Required before the first [`Batch::apply`]; when any fsync fails, the error names that
+    /// file's target and no operation can be applied.
     pub fn sync_data(&mut self) -> Result<(), FsError> {
         if let Some(writeback) = self.writeback.take() {
             writeback.drain();
@@ -446,7 +448,7 @@ impl Batch {
 
 /// How many threads [`fsync_all`] uses at most, the calling thread included. An fsync mostly
 /// waits for the disk, and fsyncs in flight at the same time share the device's cache flushes
-/// (and a journal's commits): with 4,000 files, 16 threads took two to five times as long as 64.
+/// (and a journal's commits): with 4,000 files, 16 threads took three to ten times as long as 64.
 const FLUSH_THREADS: usize = 64;
 
 /// Fsyncs every file or folder `(path, named)`, up to [`FLUSH_THREADS`] at a time; an error
