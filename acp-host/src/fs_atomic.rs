@@ -16,12 +16,12 @@
 //!   rename points at durable contents; until the folder's fsync the rename may be lost, which
 //!   leaves the old file. Nothing relies on the journal, on the order in which the kernel
 //!   writes things back, or on `syncfs`, which flushes every dirty page of the whole filesystem
-//!   (another program's too: on a disk shared with builds, 0.45 to 0.9 s of a 1,000-definition
-//!   sync, where fsyncing its own 4,000 files takes 0.04 to 0.09 s). Starting writeback
-//!   early (`posix_fadvise(DONTNEED)` on Linux, which writes dirty pages back and drops only
-//!   clean ones) lets the data go to disk while later files are still being written, and lets a
-//!   journalling filesystem commit many files' allocations at once, so the parallel fsyncs
-//!   mostly wait for I/O already under way and share the device flushes.
+//!   (another program's too: with other programs writing to the disk, 0.45 to 0.9 s of a
+//!   1,000-definition sync, where fsyncing its own 4,000 files takes 0.04 to 0.09 s). Starting
+//!   writeback early (`posix_fadvise(DONTNEED)` on Linux, which writes dirty pages back and
+//!   drops only clean ones) lets the data go to disk while later files are still being written,
+//!   and lets a journalling filesystem commit many files' allocations at once, so the parallel
+//!   fsyncs mostly wait for I/O already under way and share the device flushes.
 //! - A target that is a symlink is written through only when the file it resolves to lies inside
 //!   the link's own folder ([`resolve`]); otherwise the write is refused. The same rule decides
 //!   what the planner sees ([`crate::sync_exec::read_facts`]) and what gets written.
