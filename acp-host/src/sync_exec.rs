@@ -13,10 +13,11 @@
 //! - Temp files that a killed sync left (in the folders of the plan's files, and in the backups)
 //!   are removed at the start of the next sync that can apply.
 //! - Writes go through [`crate::fs_atomic`]'s batch: every new file's contents are written beside
-//!   its target and made durable with one flush before the first rename; then the renames and
-//!   removals run in sorted path order, and every touched folder is fsynced once. The first
-//!   failure stops the run and the result says which file failed and whether files were already
-//!   written (a file that cannot be written stops the run before any target is replaced).
+//!   its target and made durable (every temp file fsynced, many at once) before the first
+//!   rename; then the renames and removals run in sorted path order, and every touched folder is
+//!   fsynced once. The first failure stops the run and the result says which file failed and
+//!   whether files were already written (a file that cannot be written stops the run before any
+//!   target is replaced).
 
 use std::ffi::OsString;
 use std::fs;
@@ -641,8 +642,8 @@ fn back_up(
             }
         }
     }
-    // The backups are durable before the first target is touched: their contents with one
-    // flush, then each one's rename (never over an existing file), then their folder.
+    // The backups are durable before the first target is touched: their contents (every temp
+    // file fsynced), then each one's rename (never over an existing file), then their folder.
     let installed = batch.sync_data().and_then(|()| {
         staged
             .iter()
@@ -662,8 +663,8 @@ fn back_up(
 }
 
 /// Writes in path order; the first failure stops the run. Every new file's contents are
-/// written and made durable first (one flush for all), then the renames and removals run in
-/// path order, each after its own last pre-image check.
+/// written and made durable first (all fsynced before the first rename), then the renames and
+/// removals run in path order, each after its own last pre-image check.
 fn write_all(
     plan: &Plan,
     pending: &[usize],
