@@ -32,7 +32,7 @@
 
 use std::fs::{self, File, OpenOptions, Permissions};
 use std::io::{self, Write as _};
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -133,12 +133,68 @@ pub enum FsError {
 }
 
 /// Where a write to a path lands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Resolved {
     /// The file that is read and written (canonical folder, symlink inside its folder followed).
     pub physical: PathBuf,
     /// The symlink target as read, when the path is a symlink.
     pub link: Option<PathBuf>,
+    /// What is at the path when it exists and is not a symlink (so it describes `physical`
+    /// too): the one `lstat` a reader or writer needs.
+    pub(crate) metadata: Option<fs::Metadata>,
+}
+
+/// A folder's identity (device, inode): the same folder whatever path leads to it.
+type FolderId = (u64, u64);
+
+fn folder_id(metadata: &fs::Metadata) -> FolderId {
+    use std::os::unix::fs::MetadataExt as _;
+    (metadata.dev(), metadata.ino())
+}
+
+/// A target folder as one run saw it: its canonical path and, when it existed, its identity.
+#[derive(Debug, Clone)]
+struct Folder {
+    canonical: PathBuf,
+    id: Option<FolderId>,
+}
+
+/// The canonical folders of one run's targets, each computed once (a `realpath`, one
+/// `readlink` per path component, per folder instead of per file: a sync writes thousands of
+/// files into a handful of folders). A cached path is only as current as the moment it was
+/// computed, so a [`Batch`] does not trust it to rename: it holds each folder open, checks at
+/// staging that the folder it opened is the one seen here, and right before each rename that
+/// the target's path still leads to that folder (see [`Batch::apply`]).
+#[derive(Debug, Default)]
+pub struct Folders {
+    known: std::cell::RefCell<std::collections::HashMap<PathBuf, Folder>>,
+}
+
+impl Folders {
+    fn folder(&self, parent: &Path) -> Folder {
+        if let Some(folder) = self.known.borrow().get(parent) {
+            return folder.clone();
+        }
+        let canonical = canonical_lenient(parent);
+        let id = fs::metadata(&canonical)
+            .ok()
+            .filter(fs::Metadata::is_dir)
+            .map(|m| folder_id(&m));
+        let folder = Folder { canonical, id };
+        self.known
+            .borrow_mut()
+            .insert(parent.to_path_buf(), folder.clone());
+        folder
+    }
+
+    /// [`resolve`], with the folder's canonical path computed once per run.
+    pub fn resolve(&self, path: &Path) -> Result<Resolved, FsError> {
+        resolve_in(path, &self.folder(parent_of_ref(path)).canonical)
+    }
+}
+
+fn parent_of_ref(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("/"))
 }
 
 /// The canonical form of a path whose tail may not exist yet: the nearest existing ancestor is
@@ -162,8 +218,12 @@ fn canonical_lenient(path: &Path) -> PathBuf {
 
 /// Resolves `path` for reading and writing, refusing a symlink that leaves its folder.
 pub fn resolve(path: &Path) -> Result<Resolved, FsError> {
-    let parent = path.parent().unwrap_or(Path::new("/"));
-    let folder = canonical_lenient(parent);
+    Folders::default().resolve(path)
+}
+
+/// [`resolve`] with `folder`, the canonical path of `path`'s folder, already known.
+fn resolve_in(path: &Path, folder: &Path) -> Result<Resolved, FsError> {
+    let parent = parent_of_ref(path);
     let file_name = path.file_name().map(PathBuf::from).unwrap_or_default();
     let metadata = match fs::symlink_metadata(path) {
         Ok(metadata) => metadata,
@@ -171,6 +231,7 @@ pub fn resolve(path: &Path) -> Result<Resolved, FsError> {
             return Ok(Resolved {
                 physical: folder.join(file_name),
                 link: None,
+                metadata: None,
             });
         }
         Err(source) => {
@@ -184,6 +245,7 @@ pub fn resolve(path: &Path) -> Result<Resolved, FsError> {
         return Ok(Resolved {
             physical: folder.join(file_name),
             link: None,
+            metadata: Some(metadata),
         });
     }
     let target = fs::read_link(path).map_err(|source| FsError::Inspect {
@@ -192,10 +254,11 @@ pub fn resolve(path: &Path) -> Result<Resolved, FsError> {
     })?;
     let joined = parent.join(&target);
     let resolved = fs::canonicalize(&joined).unwrap_or_else(|_| canonical_lenient(&joined));
-    if resolved.starts_with(&folder) && resolved != folder {
+    if resolved.starts_with(folder) && resolved != folder {
         Ok(Resolved {
             physical: resolved,
             link: Some(target),
+            metadata: None,
         })
     } else {
         Err(FsError::SymlinkEscapes {
@@ -245,6 +308,12 @@ pub struct Batch {
     folders: std::collections::BTreeSet<PathBuf>,
     synced: bool,
     writeback: Option<Writeback>,
+    /// Folders already created (or found) this batch: `create_dir_all` stats its path each time.
+    created: std::collections::HashSet<PathBuf>,
+    /// Folders held open, by the path they were opened at, with their identity: renames go
+    /// through these descriptors (`renameat`), so they land in the folder that was checked.
+    held: Vec<(File, FolderId)>,
+    held_at: std::collections::HashMap<PathBuf, usize>,
 }
 
 /// A thread that starts the writeback of each temp file handed to it and then closes it, so the
@@ -287,11 +356,15 @@ impl Writeback {
 /// One staged operation.
 #[derive(Debug)]
 enum Staged {
-    /// Rename `temp` over `physical` (the file `target` resolves to).
+    /// Rename `temp` over `physical` (the file `target` resolves to), both inside held folder
+    /// `dir`, once the path `target`'s folder leads to is still held folder `folder` (the same
+    /// one unless `target` is a symlink into a subfolder).
     Replace {
         target: PathBuf,
         physical: PathBuf,
         temp: tempfile::TempPath,
+        folder: usize,
+        dir: usize,
     },
     /// Rename `temp` to `path`, never replacing an existing file.
     New {
@@ -311,17 +384,97 @@ impl Batch {
     /// missing parent folders are created, an existing file's mode is kept. Nothing is visible
     /// at `path` until [`Batch::apply`].
     pub fn stage_write(&mut self, path: &Path, contents: &[u8]) -> Result<StagedId, FsError> {
-        let Resolved { physical, .. } = resolve(path)?;
-        let mode = match fs::metadata(&physical) {
-            Ok(metadata) => metadata.permissions().mode(),
-            Err(_) => NEW_FILE_MODE,
+        self.stage_write_in(path, contents, &Folders::default())
+    }
+
+    /// [`Batch::stage_write`] with the run's `folders`; [`FsError::Changed`] when the folder
+    /// opened now is not the one `folders` saw (swapped since it was checked), before anything
+    /// is written into it.
+    pub fn stage_write_in(
+        &mut self,
+        path: &Path,
+        contents: &[u8],
+        folders: &Folders,
+    ) -> Result<StagedId, FsError> {
+        let folder = folders.folder(parent_of_ref(path));
+        let Resolved {
+            physical,
+            link,
+            metadata,
+        } = resolve_in(path, &folder.canonical)?;
+        let mode = match (metadata, link) {
+            (Some(metadata), _) => metadata.permissions().mode(),
+            (None, Some(_)) => {
+                fs::metadata(&physical).map_or(NEW_FILE_MODE, |m| m.permissions().mode())
+            }
+            (None, None) => NEW_FILE_MODE,
+        };
+        let dir_path = parent_of(&physical);
+        self.create_once(&dir_path)?;
+        let changed = || FsError::Changed {
+            path: path.to_path_buf(),
+        };
+        let folder_at = self
+            .hold(&folder.canonical, folder.id)?
+            .ok_or_else(changed)?;
+        let dir = if dir_path == folder.canonical {
+            folder_at
+        } else {
+            self.hold(&dir_path, None)?.ok_or_else(changed)?
         };
         let temp = self.stage_temp(&physical, contents, mode)?;
         Ok(self.push(Staged::Replace {
             target: path.to_path_buf(),
             physical,
             temp,
+            folder: folder_at,
+            dir,
         }))
+    }
+
+    fn create_once(&mut self, folder: &Path) -> Result<(), FsError> {
+        if !self.created.contains(folder) {
+            fs::create_dir_all(folder).map_err(|source| FsError::CreateDir {
+                path: folder.to_path_buf(),
+                source,
+            })?;
+            self.created.insert(folder.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// Opens `folder` (once per batch) and returns its place among the held folders; `None` when
+    /// it is not the folder expected: another identity than `expected`, or, when it did not
+    /// exist when checked (so has no identity yet), a path that now leads through a symlink.
+    fn hold(
+        &mut self,
+        folder: &Path,
+        expected: Option<FolderId>,
+    ) -> Result<Option<usize>, FsError> {
+        let at = if let Some(&at) = self.held_at.get(folder) {
+            at
+        } else {
+            let inspect = |source| FsError::Inspect {
+                path: folder.to_path_buf(),
+                source,
+            };
+            let file = OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_DIRECTORY.bits())
+                .open(folder)
+                .map_err(inspect)?;
+            let id = folder_id(&file.metadata().map_err(inspect)?);
+            if expected.is_none() && fs::canonicalize(folder).map_err(inspect)? != folder {
+                return Ok(None);
+            }
+            self.held.push((file, id));
+            self.held_at
+                .insert(folder.to_path_buf(), self.held.len() - 1);
+            self.held.len() - 1
+        };
+        Ok(expected
+            .is_none_or(|id| id == self.held[at].1)
+            .then_some(at))
     }
 
     /// Stages writing a new file at `path` (a backup): [`Batch::apply`] fails rather than
@@ -350,7 +503,8 @@ impl Batch {
         contents: &[u8],
         mode: u32,
     ) -> Result<tempfile::TempPath, FsError> {
-        let folder = create_parent(path)?;
+        let folder = parent_of_ref(path);
+        self.create_once(folder)?;
         let (file, temp) = filled_temp(folder, path, contents, mode)?.into_parts();
         if self.writeback.is_none() {
             self.writeback = Writeback::spawn();
@@ -411,7 +565,27 @@ impl Batch {
             Staged::Replace { target, .. } | Staged::Remove { target } => target.clone(),
             Staged::New { path, .. } => path.clone(),
         };
-        if !unchanged() {
+        // The one check per file that the folder was not swapped since it was checked: the path
+        // to the target's folder still leads to the folder held open (one `stat`, where
+        // recomputing the canonical path costs a `readlink` per component).
+        let moved = match &staged {
+            Staged::Replace { folder, .. } => fs::metadata(parent_of_ref(&target))
+                .map_or(true, |m| folder_id(&m) != self.held[*folder].1),
+            _ => false,
+        };
+        if moved || !unchanged() {
+            // Its temp file is removed from the held folder, wherever the path leads now.
+            if let Staged::Replace { temp, dir, .. } = staged
+                && let Some(name) = temp.file_name()
+                && nix::unistd::unlinkat(
+                    &self.held[dir].0,
+                    name,
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                )
+                .is_ok()
+            {
+                let _ = temp.keep();
+            }
             return Err(FsError::Changed { path: target });
         }
         let write_error = |path: &Path, source| FsError::Write {
@@ -419,9 +593,20 @@ impl Batch {
             source,
         };
         match staged {
-            Staged::Replace { physical, temp, .. } => {
-                temp.persist(&physical)
-                    .map_err(|e| write_error(&physical, e.error))?;
+            Staged::Replace {
+                physical,
+                temp,
+                dir,
+                ..
+            } => {
+                let dir_file = &self.held[dir].0;
+                let (Some(from), Some(to)) = (temp.file_name(), physical.file_name()) else {
+                    return Err(write_error(&physical, io::Error::other("no file name")));
+                };
+                nix::fcntl::renameat(dir_file, from, dir_file, to)
+                    .map_err(|errno| write_error(&physical, io::Error::from(errno)))?;
+                // Renamed: nothing is left at the temp path to remove.
+                let _ = temp.keep();
                 self.folders.insert(parent_of(&physical));
             }
             Staged::New { path, temp } => {
@@ -615,7 +800,7 @@ pub fn remove(path: &Path) -> Result<(), FsError> {
 
 /// The removal without the folder fsync; returns the folders to fsync.
 fn unlink(path: &Path) -> Result<Vec<PathBuf>, FsError> {
-    let Resolved { physical, link } = resolve(path)?;
+    let Resolved { physical, link, .. } = resolve(path)?;
     let remove = |p: &Path| match fs::remove_file(p) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(FsError::Remove {
             path: p.to_path_buf(),
@@ -941,6 +1126,51 @@ mod tests {
         let names = names_in(&kept);
         assert_eq!(names.len(), 20, "no temp file left: {names:?}");
         assert_eq!(fs::read_to_string(kept.join("0.md")).unwrap(), "old");
+    }
+
+    #[test]
+    fn a_folder_swapped_after_its_check_is_refused_at_staging_and_before_the_rename() {
+        let dir = tempfile::tempdir().unwrap();
+        let (agents, moved, outside) = (
+            dir.path().join("agents"),
+            dir.path().join("moved"),
+            dir.path().join("outside"),
+        );
+        fs::create_dir(&agents).unwrap();
+        fs::create_dir(&outside).unwrap();
+        let swap = || {
+            fs::rename(&agents, &moved).unwrap();
+            symlink(&outside, &agents).unwrap();
+        };
+        let unswap = || {
+            fs::remove_file(&agents).unwrap();
+            fs::rename(&moved, &agents).unwrap();
+        };
+        // Swapped between the check (`folders`) and staging.
+        let folders = Folders::default();
+        folders.resolve(&agents.join("x.md")).unwrap();
+        swap();
+        let mut batch = Batch::default();
+        assert!(matches!(
+            batch.stage_write_in(&agents.join("x.md"), b"x", &folders),
+            Err(FsError::Changed { .. })
+        ));
+        unswap();
+        // Swapped between staging and the rename.
+        let folders = Folders::default();
+        let mut batch = Batch::default();
+        let id = batch
+            .stage_write_in(&agents.join("x.md"), b"x", &folders)
+            .unwrap();
+        batch.sync_data().unwrap();
+        swap();
+        assert!(matches!(
+            batch.apply(id, &|| true),
+            Err(FsError::Changed { .. })
+        ));
+        drop(batch);
+        assert!(names_in(&outside).is_empty());
+        assert!(names_in(&moved).is_empty(), "the temp file is gone too");
     }
 
     #[test]

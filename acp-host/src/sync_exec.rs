@@ -31,7 +31,7 @@ use protocol::sync::{
     RegistryView, Snapshot,
 };
 
-use crate::fs_atomic::{self, FsError};
+use crate::fs_atomic::{self, Folders, FsError};
 use crate::installed;
 
 /// What a sync run works on (built by the CLI from its flags, or by a library caller).
@@ -238,7 +238,12 @@ pub fn registry_view(config: &SyncConfig) -> RegistryView {
 /// pre-image re-check alike.
 #[must_use]
 pub fn read_facts(path: &Path) -> FileFacts {
-    let resolved = match fs_atomic::resolve(path) {
+    read_facts_in(path, &Folders::default())
+}
+
+/// [`read_facts`] with the run's canonical folders (computed once per folder, not per file).
+fn read_facts_in(path: &Path, folders: &Folders) -> FileFacts {
+    let resolved = match folders.resolve(path) {
         Ok(resolved) => resolved,
         Err(e) => {
             let link = match &e {
@@ -252,10 +257,17 @@ pub fn read_facts(path: &Path) -> FileFacts {
             };
         }
     };
-    let state = match fs::symlink_metadata(&resolved.physical) {
+    // Not a symlink: resolving already looked at the file (or found none); a symlink's target is
+    // looked at here.
+    let metadata = match (&resolved.metadata, &resolved.link) {
+        (Some(metadata), _) => Ok(metadata.clone()),
+        (None, None) => Err(io::Error::from(io::ErrorKind::NotFound)),
+        (None, Some(_)) => fs::symlink_metadata(&resolved.physical),
+    };
+    let state = match metadata {
         Err(e) if e.kind() == io::ErrorKind::NotFound => FileState::Missing,
         Err(e) => FileState::Unwritable(format!("cannot inspect {}: {e}", path.display())),
-        Ok(m) if m.is_file() => match fs::read(&resolved.physical) {
+        Ok(m) if m.is_file() => match read_sized(&resolved.physical, m.len()) {
             Ok(bytes) => FileState::File(bytes),
             Err(e) => FileState::Unwritable(format!("cannot read {}: {e}", path.display())),
         },
@@ -268,9 +280,19 @@ pub fn read_facts(path: &Path) -> FileFacts {
     }
 }
 
+/// A file's bytes, its size already known (`fs::read` would `fstat` it again).
+fn read_sized(path: &Path, len: u64) -> io::Result<Vec<u8>> {
+    use io::Read as _;
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
+    fs::File::open(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Reads what a scan request asks for. A folder that cannot be listed lists nothing.
 #[must_use]
 pub fn read_snapshot(request: &sync::ScanRequest) -> Snapshot {
+    let folders = Folders::default();
+    let read_facts = |path: &Path| read_facts_in(path, &folders);
     let mut snapshot = Snapshot::default();
     for path in &request.files {
         snapshot.files.insert(path.clone(), read_facts(path));
@@ -432,7 +454,10 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
     let pending: Vec<usize> = (0..plan.files.len())
         .filter(|&i| plan.files[i].change != Change::Keep)
         .collect();
-    let files = match check_pre_images(plan, &pending, files) {
+    // Canonical folders recomputed now (one per folder): a folder swapped since planning shows
+    // as a changed pre-image. Staging and the last check before each rename share them.
+    let folders = Folders::default();
+    let files = match check_pre_images(plan, &pending, files, &folders) {
         Ok(files) => files,
         Err(result) => return result,
     };
@@ -441,7 +466,7 @@ pub fn execute(plan: &Plan, config: &ExecConfig) -> ExecutionResult {
         Err(result) => return result,
     };
     PausePoint::reached(config.pause.as_ref(), "writing");
-    let result = write_all(plan, &pending, files, backup_dir);
+    let result = write_all(plan, &pending, files, backup_dir, &folders);
     if result.success && result.backup_dir.is_some() {
         prune_backups(&config.backup_root, config.keep_backups);
     }
@@ -566,11 +591,15 @@ fn check_pre_images(
     plan: &Plan,
     pending: &[usize],
     mut files: Vec<FileResult>,
+    folders: &Folders,
 ) -> Result<Vec<FileResult>, ExecutionResult> {
     let stale: Vec<usize> = pending
         .iter()
         .copied()
-        .filter(|&i| plan.files[i].pre_image.as_ref() != Some(&read_facts(&plan.files[i].target)))
+        .filter(|&i| {
+            let file = &plan.files[i];
+            file.pre_image.as_ref() != Some(&read_facts_in(&file.target, folders))
+        })
         .collect();
     if stale.is_empty() {
         return Ok(files);
@@ -670,18 +699,27 @@ fn write_all(
     pending: &[usize],
     mut files: Vec<FileResult>,
     backup_dir: Option<PathBuf>,
+    folders: &Folders,
 ) -> ExecutionResult {
     let mut batch = fs_atomic::Batch::default();
     let mut staged = Vec::with_capacity(pending.len());
+    let mut stale = Vec::new();
+    let changed_during = "changed during the sync; not written (your edit is kept)";
     for &i in pending {
         let file = &plan.files[i];
         let id = match &file.change {
-            Change::Write(bytes) => batch.stage_write(&file.target, bytes),
+            Change::Write(bytes) => batch.stage_write_in(&file.target, bytes, folders),
             Change::Remove => Ok(batch.stage_remove(&file.target)),
             Change::Keep => continue,
         };
         match id {
             Ok(id) => staged.push((i, id)),
+            // Its folder was swapped since the check: refused like an edit, nothing written there.
+            Err(FsError::Changed { .. }) => {
+                files[i].outcome = Outcome::Failed;
+                files[i].detail = Some(changed_during.to_owned());
+                stale.push(file.path.clone());
+            }
             Err(e) => return write_failed(files, i, &plan.files[i].path, &e, backup_dir),
         }
     }
@@ -697,17 +735,15 @@ fn write_all(
             ..result
         };
     }
-    let mut stale = Vec::new();
     for (i, id) in staged {
         let file = &plan.files[i];
         // Asked again right before this file's own rename: an edit made while the sync ran is
-        // never overwritten.
-        let unchanged = || file.pre_image.as_ref() == Some(&read_facts(&file.target));
+        // never overwritten (and the batch checks that its folder is still the one checked).
+        let unchanged = || file.pre_image.as_ref() == Some(&read_facts_in(&file.target, folders));
         let written = batch.apply(id, &unchanged);
         if let Err(FsError::Changed { .. }) = written {
             files[i].outcome = Outcome::Failed;
-            files[i].detail =
-                Some("changed during the sync; not written (your edit is kept)".to_owned());
+            files[i].detail = Some(changed_during.to_owned());
             stale.push(file.path.clone());
             continue;
         }

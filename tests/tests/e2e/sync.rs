@@ -1634,6 +1634,40 @@ fn a_file_edited_during_the_sync_is_not_overwritten() {
 }
 
 #[test]
+fn a_folder_swapped_for_a_symlink_during_the_sync_is_not_written_through() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    env.simple("x", "\"claude-code\"");
+    env.sync_ok(&[]);
+    env.define(
+        "x",
+        "---\ndescription: d\nagents: [\"claude-code\"]\n---\nNew x.\n",
+    );
+    let elsewhere = env.home.parent().unwrap().join("elsewhere");
+    fs::create_dir_all(&elsewhere).unwrap();
+    let sync = env.paused_sync("writing", &[]);
+    // After the plan was checked, the folder is moved away and a symlink out of home takes its
+    // place.
+    let agents = env.home.join(".claude/agents");
+    fs::rename(&agents, env.home.join(".claude/agents.moved")).unwrap();
+    symlink(&elsewhere, &agents).unwrap();
+    env.release("writing");
+    let output = wait_output(sync);
+    let stderr = acp_tests::stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("failed: ~/.claude/agents/x.md: changed during the sync; not written"),
+        "{stderr}"
+    );
+    let written: Vec<_> = fs::read_dir(&elsewhere).unwrap().collect();
+    assert!(written.is_empty(), "nothing lands outside: {written:?}");
+    assert!(
+        !env.read(".claude/agents.moved/x.md").contains("New x."),
+        "the moved folder keeps the old file"
+    );
+}
+
+#[test]
 fn a_name_too_long_for_one_agent_writes_nothing() {
     let env = Env::new();
     env.install(&["claude-code", "github-copilot"]);
