@@ -280,11 +280,26 @@ fn read_facts_in(path: &Path, folders: &Folders) -> FileFacts {
     }
 }
 
-/// A file's bytes, its size already known (`fs::read` would `fstat` it again).
+/// A file's bytes, its size already known (`fs::read` and `File::read_to_end` would `fstat` it
+/// again, the latter `lseek` too). A file grown since reads on to its end all the same.
 fn read_sized(path: &Path, len: u64) -> io::Result<Vec<u8>> {
     use io::Read as _;
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
-    fs::File::open(path)?.read_to_end(&mut bytes)?;
+    let mut file = fs::File::open(path)?;
+    let mut bytes = vec![0; usize::try_from(len).unwrap_or(0).saturating_add(1)];
+    let mut filled = 0;
+    loop {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+        if filled == bytes.len() {
+            file.read_to_end(&mut bytes)?;
+            return Ok(bytes);
+        }
+    }
+    bytes.truncate(filled);
     Ok(bytes)
 }
 
