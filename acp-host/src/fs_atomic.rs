@@ -25,6 +25,19 @@
 //! - A target that is a symlink is written through only when the file it resolves to lies inside
 //!   the link's own folder ([`resolve`]); otherwise the write is refused. The same rule decides
 //!   what the planner sees ([`crate::sync_exec::read_facts`]) and what gets written.
+//! - A run computes each target folder's canonical path once ([`Folders`]; a `realpath` costs a
+//!   `readlink` per path component, and thousands of files share a handful of folders), so a
+//!   folder swapped for a symlink later would not show in that cached path. A [`Batch`] closes
+//!   that gap with checks per folder and one `stat` per file instead of a `realpath` per file:
+//!   it opens each folder once when staging and refuses ([`FsError::Changed`], before any temp
+//!   file goes there) a folder whose device and inode are not those the run saw when it
+//!   checked the pre-images (a folder that did not exist then must have a canonical path free of
+//!   symlinks once created); right before each rename it refuses the file when the path of the
+//!   target's folder no longer leads to the folder held (a `stat`, following symlinks as a
+//!   write would); and it renames through the held descriptor (`renameat`), so the rename lands
+//!   in the folder that was checked even if a path changed after the check: the check and the
+//!   rename cannot disagree about which folder they mean, where a per-file `realpath` followed
+//!   by a rename by path could. A refused file's temp file is removed from the held folder.
 //! - Backups go through the same temp file + fsync + rename path, renamed without replacing: an
 //!   existing file is never overwritten, and a crash leaves no torn backup (only a temp file).
 //! - Temp files are named `.acp-host-XXXXXX.tmp` (six random alphanumerics); [`clean_debris`]
