@@ -306,8 +306,8 @@ fn read_sized(path: &Path, len: u64) -> io::Result<Vec<u8>> {
 /// Reads what a scan request asks for. A folder that cannot be listed lists nothing.
 #[must_use]
 pub fn read_snapshot(request: &sync::ScanRequest) -> Snapshot {
-    let folders = Folders::default();
-    let read_facts = |path: &Path| read_facts_in(path, &folders);
+    let canonical = Folders::default();
+    let read_facts = |path: &Path| read_facts_in(path, &canonical);
     let mut snapshot = Snapshot::default();
     for path in &request.files {
         snapshot.files.insert(path.clone(), read_facts(path));
