@@ -9,8 +9,7 @@ use std::process::{Command, Stdio};
 use acp_tests::{
     HANG_GUARD, bin, code, processes_in, run_to_end, stderr, stdout, wait_output, wait_until,
 };
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use protocol::{env_vars, schema};
 use serde_json::Value;
 
@@ -293,11 +292,7 @@ fn ctrl_c_cancels_the_running_agents_and_reports_the_rest_not_started() {
         wait_until(HANG_GUARD, || started() == 2),
         "two agents start"
     );
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGINT,
-    )
-    .unwrap();
+    crate::run::signal(&child, Signal::SIGINT);
     let out = wait_output(child);
     assert_eq!(code(&out), 130, "{}", stderr(&out));
     let records = records(&out);
@@ -431,11 +426,7 @@ fn ctrl_c_ends_the_batch_even_when_nobody_reads_its_stdout() {
         "runs ended: {}",
         ended()
     );
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGINT,
-    )
-    .unwrap();
+    crate::run::signal(&child, Signal::SIGINT);
     let mut status = None;
     assert!(
         wait_until(HANG_GUARD, || {

@@ -388,8 +388,7 @@ fn a_child_past_its_timeout_is_a_result_and_is_torn_down() {
 
 #[test]
 fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
-    use nix::sys::signal::{Signal, kill};
-    use nix::unistd::Pid;
+    use nix::sys::signal::Signal;
     let dir = tempfile::tempdir().unwrap();
     let child = offline_parent(dir.path(), &[])
         .args(["--json", "/delegate acp-child /sleep 60"])
@@ -405,11 +404,7 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
             >= 3),
         "the child never started"
     );
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGINT,
-    )
-    .unwrap();
+    crate::run::signal(&child, Signal::SIGINT);
     let out = acp_tests::wait_output(child);
     assert_eq!(code(&out), 130, "{}", stderr(&out));
     let result = records(&out).pop().unwrap();

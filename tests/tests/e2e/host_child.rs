@@ -6,8 +6,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use acp_tests::{bin, wait_until};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use protocol::env_vars;
 
 fn host(dir: &Path) -> Command {
@@ -112,11 +111,7 @@ fn ctrl_c_during_sleep_aborts_and_leaves_no_process() {
     let (lines, seen) = reader.join().unwrap();
     let start: serde_json::Value = serde_json::from_str(&seen[0]).unwrap();
     let agent_pid = u32::try_from(start["pid"].as_u64().unwrap()).unwrap();
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGINT,
-    )
-    .unwrap();
+    crate::run::signal(&child, Signal::SIGINT);
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(130));

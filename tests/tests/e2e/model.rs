@@ -20,8 +20,7 @@ use acp_tests::mock_llm::{Finish, MockLlm, RecordedRequest, Reply};
 use acp_tests::{
     HANG_GUARD, code, line_channel, run_to_end, stderr, stdout, wait_output, wait_until_dead,
 };
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use super::common::temp;
@@ -171,11 +170,7 @@ impl Watched {
     }
 
     fn interrupt(&self) {
-        kill(
-            Pid::from_raw(i32::try_from(self.child.id()).unwrap()),
-            Signal::SIGINT,
-        )
-        .expect("signal acp-host");
+        crate::run::signal(&self.child, Signal::SIGINT);
     }
 
     /// Waits for the exit; returns it with every stdout record (seen earlier or not).

@@ -14,8 +14,7 @@ use acp_tests::{
     HANG_GUARD, code, host_run, processes_in, run_to_end, stderr, stdout, wait_for_file,
     wait_output, wait_until,
 };
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
 use super::common::{acp_child_json_run, json_run, mock, result_record};
@@ -326,11 +325,7 @@ fn ctrl_c_during_a_follow_up_ends_the_run_aborted_and_leaves_no_process() {
         wait_for_file(&ready, HANG_GUARD),
         "the follow-up never started"
     );
-    kill(
-        Pid::from_raw(i32::try_from(child.id()).unwrap()),
-        Signal::SIGINT,
-    )
-    .unwrap();
+    crate::run::signal(&child, Signal::SIGINT);
     let out = wait_output(child);
     assert_eq!(code(&out), 130, "{}", stderr(&out));
     let result = result_record(&out);
