@@ -1427,7 +1427,7 @@ impl Reader {
                 self.end = n;
             }
             let available = &self.data[self.start..self.end];
-            let (chunk, found) = match memchr_newline(available) {
+            let (chunk, found) = match memchr::memchr(b'\n', available) {
                 Some(i) => (&available[..i], true),
                 None => (available, false),
             };
@@ -1473,30 +1473,6 @@ impl Reader {
             self.joined = Vec::new();
         }
     }
-}
-
-/// The first `\n` in `bytes`. Every byte of the agent's output passes here: it tests 32 bytes at a
-/// time (a fixed-width test the compiler turns into vector compares) and looks for the exact
-/// position only in the block that has one.
-fn memchr_newline(bytes: &[u8]) -> Option<usize> {
-    const BLOCK: usize = 32;
-    let (blocks, rest) = bytes.as_chunks::<BLOCK>();
-    for (i, block) in blocks.iter().enumerate() {
-        #[expect(
-            clippy::needless_bitwise_bool,
-            reason = "no early exit inside a block: that is what lets it become vector compares"
-        )]
-        let has_newline = block.iter().fold(false, |seen, &b| seen | (b == b'\n'));
-        if has_newline {
-            return block
-                .iter()
-                .position(|&b| b == b'\n')
-                .map(|at| i * BLOCK + at);
-        }
-    }
-    rest.iter()
-        .position(|&b| b == b'\n')
-        .map(|at| blocks.len() * BLOCK + at)
 }
 
 /// Reads the agent's stdout for the whole life of the process: `session/update` notifications are
@@ -1721,24 +1697,6 @@ mod tests {
             );
         }
         assert_eq!(children.take().len(), MAX_CHILDREN);
-    }
-
-    #[test]
-    fn the_newline_search_finds_the_first_newline_anywhere() {
-        for len in [0, 1, 31, 32, 33, 64, 100] {
-            let mut bytes = vec![b'x'; len];
-            assert_eq!(memchr_newline(&bytes), None, "len {len}");
-            for at in 0..len {
-                bytes[at] = b'\n';
-                assert_eq!(memchr_newline(&bytes), Some(at), "len {len} at {at}");
-                if at + 1 < len {
-                    bytes[at + 1] = b'\n';
-                    assert_eq!(memchr_newline(&bytes), Some(at), "two, len {len} at {at}");
-                    bytes[at + 1] = b'x';
-                }
-                bytes[at] = b'x';
-            }
-        }
     }
 
     #[test]
