@@ -851,9 +851,11 @@ async fn write_lines(
                 line
             }
         };
+        // One write per line: the newline written apart woke the agent a second time.
+        let mut line = line;
+        line.push('\n');
         let written = async {
             stdin.write_all(line.as_bytes()).await?;
-            stdin.write_all(b"\n").await?;
             stdin.flush().await
         };
         if let Err(err) = written.await {
