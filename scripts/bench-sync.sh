@@ -19,7 +19,9 @@
 # The reference (Aikito) takes about 13 s per sync at 1,000 definitions x 5 agents.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p acp-host
+# The release build of the whole workspace: the acp-host that ships, laid out by
+# acp-host/startup-order.txt (whose names depend on which packages a build selects).
+cargo build --release -q --workspace
 bins=("$PWD/target/release/acp-host")
 [[ -n ${ACP_HOST_BASE:-} ]] && bins+=("$ACP_HOST_BASE")
 agents='claude-code, codex, opencode, github-copilot, agy, grok, pi, dsh'
