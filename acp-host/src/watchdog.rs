@@ -27,13 +27,14 @@
 //!
 //! Invariants: the forked child runs only async-signal-safe system calls on data prepared before
 //! the fork (it allocates nothing, takes no lock, and has one thread; it starts the agent with
-//! `posix_spawn`, which shares its memory until the agent's exec); it first closes every fd
-//! the host had besides stdio and its two pipes (another run's pipes must not be held open by
-//! it), which is also how the host's spawn learns it is running; it is not dumpable, like the
-//! host it copies; it blocks every signal (SIGCHLD arrives through a signalfd), so the group TERM
-//! ends the agent and not it, and the agent starts with an empty mask; it reaps only its own
-//! children; nothing here sends a signal while the host lives except to mirror the agent's death
-//! on itself.
+//! `posix_spawn`, which shares its memory until the agent's exec); every fd the host had besides
+//! stdio is close-on-exec before the agent starts and closed right after (another run's pipes
+//! must not be held open by it), and that close is how the host's spawn learns it is running, so
+//! the host sleeps through the agent's start instead of competing with it; it is not dumpable,
+//! like the host it copies; it blocks every signal (SIGCHLD arrives through a signalfd), so the
+//! group TERM ends the agent and not it, and the agent starts with an empty mask; it reaps only
+//! its own children; nothing here sends a signal while the host lives except to mirror the
+//! agent's death on itself.
 
 use std::ffi::{CString, OsStr, OsString, c_char, c_int, c_short};
 use std::io;
