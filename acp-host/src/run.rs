@@ -956,16 +956,27 @@ enum Delivery {
 /// The most updates held back for one batch.
 const BATCH_MAX: usize = 64;
 
-/// Delivers on the observers' thread.
-fn deliver_on_thread(observers: &[Arc<dyn Observer>], delivery: Delivery, run_id: &str) {
+/// Delivers on the observers' thread. Delivered updates go to `spent`, to be freed by the thread
+/// that made them (see [`Notifier::queue`]); their share of the budget is released at once. Other
+/// events are few and are dropped here: the end event shares the run's output, which the run
+/// takes back as soon as the observers are done with it.
+fn deliver_on_thread(
+    observers: &[Arc<dyn Observer>],
+    delivery: Delivery,
+    run_id: &str,
+    spent: &mut Vec<Event>,
+) {
     match delivery {
         Delivery::Event(event, permit) => {
             notify(observers, &event, run_id);
             drop(permit);
+            if matches!(event, Event::Update { .. }) {
+                spent.push(event);
+            }
         }
         Delivery::Batch(all) => {
             for delivery in all {
-                deliver_on_thread(observers, delivery, run_id);
+                deliver_on_thread(observers, delivery, run_id, spent);
             }
         }
         Delivery::Flush(done) => {
@@ -997,6 +1008,8 @@ struct Notifier {
     /// agent: the thread's creation then overlaps the agent's own start-up instead of delaying
     /// the spawn or that request. `None` when there are no observers.
     queue: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Delivery>>>,
+    /// Events the observers are done with, sent back to be freed here ([`Notifier::queue`]).
+    spent: std::sync::Mutex<Option<std::sync::mpsc::Receiver<Vec<Event>>>>,
     budget: Arc<Semaphore>,
     /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
     pending: std::sync::Mutex<Vec<Delivery>>,
@@ -1022,6 +1035,7 @@ impl Notifier {
             pid: std::sync::atomic::AtomicU32::new(0),
             observers: std::sync::Mutex::new(observers),
             queue: std::sync::OnceLock::new(),
+            spent: std::sync::Mutex::default(),
             budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
             pending: std::sync::Mutex::default(),
             shed: CancellationToken::new(),
@@ -1040,6 +1054,13 @@ impl Notifier {
     }
 
     /// The observers' queue, their thread started on first use (`None` without observers).
+    ///
+    /// The events that thread delivered come back (one vector per wake-up) and are freed where
+    /// they were made, in [`Notifier::send_pending`]: freed on the observers' thread, each of a
+    /// streamed update's allocations went back to the allocator arena the producing thread was
+    /// allocating from, and glibc's lock on that arena was half of a streaming run's futex calls
+    /// (docs/benchmarks.md). What waits here is bounded like the queue: the producer frees it
+    /// before it sends the next batch.
     fn queue(&self) -> Option<&std::sync::mpsc::Sender<Delivery>> {
         self.queue
             .get_or_init(|| {
@@ -1048,22 +1069,32 @@ impl Notifier {
                     return None;
                 }
                 let (tx, rx) = std::sync::mpsc::channel::<Delivery>();
+                let (spent_tx, spent_rx) = std::sync::mpsc::channel::<Vec<Event>>();
                 let run_id = self.run_id.clone();
                 std::thread::Builder::new()
                     .name("acp-host-observers".into())
                     .spawn(move || {
+                        let mut spent = Vec::new();
                         while let Ok(delivery) = rx.recv() {
-                            deliver_on_thread(&observers, delivery, &run_id);
+                            deliver_on_thread(&observers, delivery, &run_id, &mut spent);
                             // Everything already queued first; flush before waiting for more.
                             while let Ok(delivery) = rx.try_recv() {
-                                deliver_on_thread(&observers, delivery, &run_id);
+                                deliver_on_thread(&observers, delivery, &run_id, &mut spent);
                             }
                             flush_all(&observers, &run_id);
+                            if !spent.is_empty() {
+                                let _ = spent_tx.send(std::mem::take(&mut spent));
+                            }
                         }
                     })
                     .inspect_err(|err| tracing::warn!(%err, "cannot start the observers' thread"))
                     .ok()
-                    .map(|_| tx)
+                    .map(|_| {
+                        if let Ok(mut slot) = self.spent.lock() {
+                            *slot = Some(spent_rx);
+                        }
+                        tx
+                    })
             })
             .as_ref()
     }
@@ -1072,11 +1103,18 @@ impl Notifier {
         u32::try_from(size.clamp(EVENT_MIN_BYTES, OBSERVER_BUDGET_BYTES)).unwrap_or(u32::MAX)
     }
 
-    /// Sends the batch of updates held so far.
+    /// Sends the batch of updates held so far (and frees the events the observers are done with).
     fn send_pending(&self) {
         let Some(queue) = self.queue() else {
             return;
         };
+        if let Ok(spent) = self.spent.lock()
+            && let Some(spent) = spent.as_ref()
+        {
+            while let Ok(events) = spent.try_recv() {
+                drop(events);
+            }
+        }
         let batch = self
             .pending
             .lock()
