@@ -994,6 +994,34 @@ fn flush_all(observers: &[Arc<dyn Observer>], run_id: &str) {
     }
 }
 
+/// The observers' thread's queue, and the way back for what it delivered.
+///
+/// The updates that thread delivered come back (one vector per wake-up) and are freed where they
+/// were made, in [`Notifier::send_pending`]: freed on the observers' thread, each of a streamed
+/// update's allocations went back to the allocator arena the producing thread was allocating
+/// from, and glibc's lock on that arena was half of a streaming run's futex calls
+/// (docs/benchmarks.md). What waits on the way back is bounded like the queue: the producer frees
+/// it before it sends each batch.
+struct Queue {
+    tx: std::sync::mpsc::Sender<Delivery>,
+    /// In a mutex only to be shared: the producer is the one reader.
+    spent: std::sync::Mutex<std::sync::mpsc::Receiver<Vec<Event>>>,
+}
+
+impl Queue {
+    /// Whether the observers' thread is still there to take it.
+    fn send(&self, delivery: Delivery) -> bool {
+        self.tx.send(delivery).is_ok()
+    }
+
+    /// Frees the updates the observers are done with, on the calling (producing) thread.
+    fn free_spent(&self) {
+        if let Ok(spent) = self.spent.lock() {
+            spent.try_iter().for_each(drop);
+        }
+    }
+}
+
 /// Fans events out to observers, each in isolation, on a thread of their own behind a queue of
 /// at most [`OBSERVER_BUDGET_BYTES`].
 struct Notifier {
@@ -1007,9 +1035,7 @@ struct Notifier {
     /// Started on first use, which for a run is once its first request was written to the
     /// agent: the thread's creation then overlaps the agent's own start-up instead of delaying
     /// the spawn or that request. `None` when there are no observers.
-    queue: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Delivery>>>,
-    /// Events the observers are done with, sent back to be freed here ([`Notifier::queue`]).
-    spent: std::sync::Mutex<Option<std::sync::mpsc::Receiver<Vec<Event>>>>,
+    queue: std::sync::OnceLock<Option<Queue>>,
     budget: Arc<Semaphore>,
     /// Updates waiting for the end of the current read of the agent's stdout ([`Notifier::flush`]).
     pending: std::sync::Mutex<Vec<Delivery>>,
@@ -1035,7 +1061,6 @@ impl Notifier {
             pid: std::sync::atomic::AtomicU32::new(0),
             observers: std::sync::Mutex::new(observers),
             queue: std::sync::OnceLock::new(),
-            spent: std::sync::Mutex::default(),
             budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
             pending: std::sync::Mutex::default(),
             shed: CancellationToken::new(),
@@ -1054,14 +1079,7 @@ impl Notifier {
     }
 
     /// The observers' queue, their thread started on first use (`None` without observers).
-    ///
-    /// The events that thread delivered come back (one vector per wake-up) and are freed where
-    /// they were made, in [`Notifier::send_pending`]: freed on the observers' thread, each of a
-    /// streamed update's allocations went back to the allocator arena the producing thread was
-    /// allocating from, and glibc's lock on that arena was half of a streaming run's futex calls
-    /// (docs/benchmarks.md). What waits here is bounded like the queue: the producer frees it
-    /// before it sends the next batch.
-    fn queue(&self) -> Option<&std::sync::mpsc::Sender<Delivery>> {
+    fn queue(&self) -> Option<&Queue> {
         self.queue
             .get_or_init(|| {
                 let observers = std::mem::take(&mut *self.observers.lock().ok()?);
@@ -1089,11 +1107,9 @@ impl Notifier {
                     })
                     .inspect_err(|err| tracing::warn!(%err, "cannot start the observers' thread"))
                     .ok()
-                    .map(|_| {
-                        if let Ok(mut slot) = self.spent.lock() {
-                            *slot = Some(spent_rx);
-                        }
-                        tx
+                    .map(|_| Queue {
+                        tx,
+                        spent: std::sync::Mutex::new(spent_rx),
                     })
             })
             .as_ref()
@@ -1108,13 +1124,7 @@ impl Notifier {
         let Some(queue) = self.queue() else {
             return;
         };
-        if let Ok(spent) = self.spent.lock()
-            && let Some(spent) = spent.as_ref()
-        {
-            while let Ok(events) = spent.try_recv() {
-                drop(events);
-            }
-        }
+        queue.free_spent();
         let batch = self
             .pending
             .lock()
@@ -1188,7 +1198,7 @@ impl Notifier {
         self.send_pending();
         if let Some(queue) = self.queue() {
             let (done, flushed) = tokio::sync::oneshot::channel();
-            if queue.send(Delivery::Flush(done)).is_ok() {
+            if queue.send(Delivery::Flush(done)) {
                 let flushed = async {
                     let _ = flushed.await;
                 };
@@ -1283,7 +1293,7 @@ impl DriveEvents for Notifier {
         self.send_pending();
         let flushed = self.queue().and_then(|queue| {
             let (done, flushed) = tokio::sync::oneshot::channel();
-            queue.send(Delivery::Flush(done)).is_ok().then_some(flushed)
+            queue.send(Delivery::Flush(done)).then_some(flushed)
         });
         Box::pin(async move {
             if let Some(flushed) = flushed {
