@@ -417,6 +417,33 @@ fn each_agent_has_its_own_watchdog_holding_no_other_agents_pipes() {
 }
 
 #[test]
+fn an_fd_opened_without_close_on_exec_does_not_reach_the_agent() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let marker = std::fs::File::open(mock_path()).unwrap();
+    // As a C library in the embedding program might leave it: the watchdog starts the agent
+    // before it closes what it inherited, so it must make such an fd close-on-exec first.
+    let fd = marker.as_raw_fd();
+    nix::fcntl::fcntl(
+        &marker,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let verdict = dir.path().join("verdict");
+    let script = format!(
+        "if [ -e /proc/self/fd/{fd} ]; then echo leaked; else echo clean; fi > '{}'; exit 0",
+        verdict.display()
+    );
+    runtime().block_on(async {
+        let (mut process, _pipes) = spawn(&["sh", "-c", &script]);
+        let outcome = process.shutdown(SHORT).await;
+        assert_eq!(outcome.code, Some(0), "{outcome:?}");
+    });
+    drop(marker);
+    assert_eq!(std::fs::read_to_string(&verdict).unwrap(), "clean\n");
+}
+
+#[test]
 fn ladder_term_rung_for_sleep() {
     runtime().block_on(async {
         let (mut process, _pipes) = spawn(&["sleep", "60"]);
