@@ -86,6 +86,7 @@
 
 pub mod agents;
 pub(crate) mod client;
+pub mod definitions;
 pub mod fs_atomic;
 pub mod installed;
 pub mod permission;
@@ -93,4 +94,5 @@ pub mod process;
 mod reaper;
 pub mod run;
 pub mod sync_exec;
+pub mod trust;
 pub mod watchdog;

@@ -187,6 +187,13 @@ impl Prepared {
         &self.env.scrubbed
     }
 
+    /// What replaces this run's credential values (withheld, and forwarded credential-shaped
+    /// ones) in text: for a caller that relays the agent's words further (a delegating agent).
+    #[must_use]
+    pub fn redactor(&self) -> &Redactor {
+        &self.env.redactor
+    }
+
     /// The agent's delegation depth and cap, or why it may not start.
     pub fn budget(&self) -> Result<Budget, &DepthError> {
         self.budget.as_ref().copied()

@@ -20,6 +20,9 @@ use serde_json::Value;
 use crate::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
 use crate::registry::{self, AgentSpec, OptionKind, SyncTarget};
 
+/// The folder of a project (or any directory) that holds its definitions: `<dir>/subagents/`.
+pub const DEFINITION_DIR: &str = "subagents";
+
 /// OS junk files that may sit in any folder; ignored rather than reported.
 pub const IGNORED_ENTRIES: &[&str] = &[".DS_Store", "Thumbs.db", "desktop.ini"];
 
@@ -108,13 +111,24 @@ pub struct RunSpec {
 }
 
 /// `run.permission`: how the child's permission requests are answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunPermission {
     /// Asked of the parent's own client.
     Relay,
     Reject,
     Allow,
+}
+
+impl RunPermission {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Relay => "relay",
+            Self::Reject => "reject",
+            Self::Allow => "allow",
+        }
+    }
 }
 
 impl RunSpec {

@@ -20,3 +20,4 @@ pub mod result;
 pub mod schema;
 pub mod structured;
 pub mod sync;
+pub mod trust;

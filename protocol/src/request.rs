@@ -23,6 +23,18 @@ pub struct AgentCommand {
     pub install_hint: Option<String>,
 }
 
+impl AgentCommand {
+    /// The whole command line that runs, quoted as a shell would read it back: what a person
+    /// approving it is shown.
+    #[must_use]
+    pub fn command_line(&self) -> String {
+        shell_words::join(
+            std::iter::once(self.program.to_string_lossy().into_owned())
+                .chain(self.args.iter().cloned()),
+        )
+    }
+}
+
 /// Deadlines and graces of one run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {

@@ -14,6 +14,7 @@ use crate::batch::BatchRecord;
 use crate::events::{Event, ResultRecord};
 use crate::registry::AgentListing;
 use crate::sync::report::SyncOutput;
+use crate::trust::TrustListing;
 
 /// Generates one schema.
 pub type SchemaFn = fn() -> Schema;
@@ -30,6 +31,8 @@ pub const OUTPUTS: &[(&str, SchemaFn)] = &[
     ("agents.json", || schema_for!(AgentListing)),
     // `acp-host sync --json`: the report, or why the sync could not be planned.
     ("sync.json", || schema_for!(SyncOutput)),
+    // `acp-host trust --json`: a folder's definitions and their trust state.
+    ("trust.json", || schema_for!(TrustListing)),
 ];
 
 /// The schema of output `file` (one of [`OUTPUTS`]).

@@ -167,6 +167,7 @@ pub fn spawn_agent_with(
     for name in AMBIENT {
         command.env_remove(name);
     }
+    command.env(protocol::env_vars::XDG_STATE_HOME, crate::suite_state());
     command.envs(env.iter().cloned());
     let mut child = command
         .args(args)

@@ -51,6 +51,7 @@ pub const HANG_GUARD: Duration = Duration::from_secs(30);
 pub fn host_run(dir: &Path) -> std::process::Command {
     let mut cmd = std::process::Command::new(bin("acp-host"));
     cmd.current_dir(dir)
+        .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
         .env_remove("ACP_HOST_LOG")
         // The suite may itself run inside a delegated agent: its agents start at depth 0.
         .env_remove(protocol::env_vars::ACP_HOST_DEPTH)
@@ -65,6 +66,48 @@ pub fn host_run(dir: &Path) -> std::process::Command {
             "2",
         ]);
     cmd
+}
+
+/// The state directory (`XDG_STATE_HOME`) of the processes the suites start: approvals of
+/// subagent definitions (`acp-host trust`) land here, beside the binaries, never in the user's
+/// own state. Approvals name a definition's path, so tests in their own temp folders never see
+/// each other's; a test about what is remembered uses a folder of its own instead.
+#[must_use]
+pub fn suite_state() -> PathBuf {
+    bin("acp-host")
+        .parent()
+        .expect("binaries live in a folder")
+        .join("e2e-state")
+}
+
+/// Approves definition `file` as its person would from a shell (`acp-host trust --approve
+/// FILE`, in [`suite_state`]), so a repository definition starts without asking.
+///
+/// # Panics
+///
+/// When the command fails.
+pub fn approve_definition(file: &Path) {
+    approve_definition_in(file, &suite_state());
+}
+
+/// [`approve_definition`] with approvals kept in state directory `state`.
+///
+/// # Panics
+///
+/// When the command fails.
+pub fn approve_definition_in(file: &Path, state: &Path) {
+    let out = run_to_end(
+        std::process::Command::new(bin("acp-host"))
+            .env(protocol::env_vars::XDG_STATE_HOME, state)
+            .args(["trust", "--approve"])
+            .arg(file),
+    );
+    assert!(
+        out.status.success(),
+        "acp-host trust --approve {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs `cmd` (stdin closed, stdout and stderr captured) to its end, under [`HANG_GUARD`].

@@ -76,18 +76,20 @@ use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use std::collections::HashMap;
 
+use acp_host::definitions;
+use acp_host::trust::TrustStore;
 use agent_client_protocol::v1::schema::{
-    RunningStateUpdate, SessionCancelCapabilities, SessionId, SessionReference, SessionUpdate,
-    StateUpdate, SubagentSessionCapabilities, SubagentUpdate, ToolCallContent, ToolCallId,
-    ToolCallUpdateFields, ToolKind,
+    PermissionOption, PermissionOptionKind, RunningStateUpdate, SessionCancelCapabilities,
+    SessionId, SessionReference, SessionUpdate, StateUpdate, SubagentSessionCapabilities,
+    SubagentUpdate, ToolCallContent, ToolCallId, ToolCallUpdateFields, ToolKind,
 };
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use protocol::capabilities::Wants;
 use protocol::child_session::ChildState;
-use protocol::definition::{self, Definition, Problem, RunPermission, RunSpec, SourceEntry};
+use protocol::definition::{Definition, RunPermission, RunSpec};
 use protocol::depth::Budget;
-use protocol::env_scrub::EnvForward;
+use protocol::env_scrub::{EnvForward, Redactor};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use protocol::events::Event;
 use protocol::permission::{Answer, DecidedBy, PermissionPolicy, PermissionRequest};
@@ -95,6 +97,7 @@ use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::result::{ErrorKind, RunResult, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
+use protocol::trust::{self, Digest, Source, TrustState};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -140,6 +143,32 @@ pub enum SubagentPermission {
     Relay,
     Reject,
     Allow,
+}
+
+impl SubagentPermission {
+    fn as_str(self) -> &'static str {
+        RunPermission::from(self).as_str()
+    }
+}
+
+impl From<RunPermission> for SubagentPermission {
+    fn from(permission: RunPermission) -> Self {
+        match permission {
+            RunPermission::Relay => Self::Relay,
+            RunPermission::Reject => Self::Reject,
+            RunPermission::Allow => Self::Allow,
+        }
+    }
+}
+
+impl From<SubagentPermission> for RunPermission {
+    fn from(permission: SubagentPermission) -> Self {
+        match permission {
+            SubagentPermission::Relay => Self::Relay,
+            SubagentPermission::Reject => Self::Reject,
+            SubagentPermission::Allow => Self::Allow,
+        }
+    }
 }
 
 /// What the user enabled, from the command line.
@@ -190,6 +219,31 @@ pub(crate) struct Target {
     pub(crate) description: String,
     command: AgentCommand,
     launch: Launch,
+    /// Where it was found, which decides whether it starts unasked (`protocol::trust`).
+    pub(crate) source: Source,
+    /// Its definition file and content (none for a registry agent).
+    origin: Option<Origin>,
+}
+
+/// A definition's file and the digest of the content it was parsed from.
+#[derive(Debug, Clone)]
+struct Origin {
+    file: PathBuf,
+    digest: Digest,
+}
+
+impl Target {
+    /// Whether it starts without asking the person: from a source they named, or a repository
+    /// definition whose exact content they approved always.
+    pub(crate) fn trust(&self, store: Option<&TrustStore>) -> TrustState {
+        match (&self.origin, self.source) {
+            (_, source) if source.trusted() => TrustState::Trusted,
+            (Some(origin), _) => store.map_or(TrustState::NotApproved, |store| {
+                store.state(&origin.file, &origin.digest)
+            }),
+            (None, _) => TrustState::NotApproved,
+        }
+    }
 }
 
 /// What a definition adds to a run (nothing, for a registry agent).
@@ -221,6 +275,9 @@ pub struct Subagents {
     budget: Option<Budget>,
     slots: Semaphore,
     permission: SubagentPermission,
+    /// Where "allow always" approvals of repository definitions are kept; `None` when this user
+    /// has no state directory (then an approval holds for one start).
+    trust: Option<TrustStore>,
     env: Vec<String>,
     timeout: Option<Duration>,
     background: bool,
@@ -246,7 +303,8 @@ impl Delegated {
     }
 }
 
-/// A start that passed validation: ready to run, nothing spawned yet.
+/// A start that passed validation (and, for a repository definition, the person's approval):
+/// ready to run, nothing spawned yet.
 pub(crate) struct Start {
     pub(crate) name: String,
     prepared: run::Prepared,
@@ -287,6 +345,8 @@ impl Subagents {
                 description: spec.summary.to_owned(),
                 command: resolved.command,
                 launch: Launch::default(),
+                source: Source::Registry,
+                origin: None,
             });
         }
         let parallel = options
@@ -302,12 +362,26 @@ impl Subagents {
             budget: options.budget,
             slots: Semaphore::new(parallel),
             permission: options.permission,
+            trust: TrustStore::from_env()
+                .inspect_err(|error| {
+                    tracing::warn!(
+                        error = %crate::describe(error),
+                        "approvals of subagent definitions hold for one start only"
+                    );
+                })
+                .ok(),
             env: options.env,
             timeout: options.timeout,
             background: !options.no_background,
             idle_timeout: (!options.child_idle_timeout.is_zero())
                 .then_some(options.child_idle_timeout),
         })
+    }
+
+    /// Whether starting `target` asks the person first (a repository definition not approved
+    /// for its content).
+    pub(crate) fn needs_approval(&self, target: &Target) -> bool {
+        !target.trust(self.trust.as_ref()).may_start()
     }
 
     /// Whether children may run in the background (`run_in_background`).
@@ -322,60 +396,44 @@ impl Subagents {
     }
 
     /// The enabled registry agents, then the definitions with a `run:` table found in
-    /// `<cwd>/subagents/` and the `--subagents` folders (the first of a name wins). A file that
-    /// cannot be used is a problem in the catalog (and a log line), never hides the others.
+    /// `<cwd>/subagents/` (repository content) and the `--subagents` folders (named by the
+    /// person), the first of a name winning. A file that cannot be used is a problem in the
+    /// catalog (and a log line), never hides the others.
     pub(crate) fn catalog(&self, cwd: &Path) -> Catalog {
         let mut catalog = Catalog {
             targets: self.targets.clone(),
             problems: Vec::new(),
         };
-        let local = cwd.join(definition_dir());
-        let dirs =
-            std::iter::once((local, false)).chain(self.dirs.iter().map(|d| (d.clone(), true)));
-        for (dir, explicit) in dirs {
-            if !explicit && !dir.is_dir() {
-                continue;
-            }
-            let entries = match acp_host::sync_exec::read_source(&dir) {
-                Ok(entries) => entries,
-                Err(error) => {
-                    catalog.problems.push(crate::describe(&error));
-                    continue;
-                }
-            };
-            for entry in entries {
-                let file = entry.name().to_owned();
-                if definition::IGNORED_ENTRIES.contains(&file.as_str()) {
-                    continue;
-                }
-                let located = |message: String| format!("{}: {message}", dir.join(&file).display());
-                let definition = match entry {
-                    SourceEntry::File { name, contents } => definition::parse(&name, &contents),
-                    SourceEntry::Symlink { .. } => Err(Problem::Symlink),
-                    SourceEntry::Folder { .. } => Err(Problem::Folder),
-                    SourceEntry::Other { .. } => Err(Problem::NotAFile),
-                };
-                let definition = match definition {
-                    Ok(definition) => definition,
-                    Err(problem) => {
-                        catalog.problems.push(located(problem.to_string()));
-                        continue;
-                    }
-                };
+        let folders = std::iter::once((definitions::repository_folder(cwd), Source::Repository))
+            .chain(self.dirs.iter().map(|dir| (dir.clone(), Source::Folder)));
+        for (dir, source) in folders {
+            let folder = definitions::read_folder(&dir, source, source == Source::Folder);
+            catalog.problems.extend(folder.problems);
+            for located in folder.definitions {
+                let shown = dir.join(located.file.file_name().unwrap_or_default());
+                let located_problem = |message: String| format!("{}: {message}", shown.display());
                 // A sync-only definition says nothing about running it out of process.
-                let Some(run) = definition.run.clone() else {
+                let Some(run) = located.definition.run.clone() else {
                     continue;
                 };
-                if catalog.targets.iter().any(|t| t.name == definition.name) {
-                    catalog.problems.push(located(format!(
+                if catalog
+                    .targets
+                    .iter()
+                    .any(|t| t.name == located.definition.name)
+                {
+                    catalog.problems.push(located_problem(format!(
                         "subagent `{}` is already defined earlier (registry agents, then <cwd>/subagents, then --subagents in order); rename one",
-                        definition.name
+                        located.definition.name
                     )));
                     continue;
                 }
-                match self.definition_target(definition, &run) {
+                let origin = Origin {
+                    file: located.file,
+                    digest: located.digest,
+                };
+                match self.definition_target(located.definition, &run, source, origin) {
                     Ok(target) => catalog.targets.push(target),
-                    Err(message) => catalog.problems.push(located(message)),
+                    Err(message) => catalog.problems.push(located_problem(message)),
                 }
             }
         }
@@ -386,7 +444,13 @@ impl Subagents {
     }
 
     /// How a definition runs, or why it cannot be honoured by this session.
-    fn definition_target(&self, definition: Definition, run: &RunSpec) -> Result<Target, String> {
+    fn definition_target(
+        &self,
+        definition: Definition,
+        run: &RunSpec,
+        source: Source,
+        origin: Origin,
+    ) -> Result<Target, String> {
         let agent = run.agent.as_deref().unwrap_or(registry::ACP_CHILD);
         let resolved = agents::resolve(agent, &self.facts)
             .map_err(|error| format!("field `run.agent`: {}", crate::describe(&error)))?;
@@ -402,15 +466,13 @@ impl Subagents {
             command,
             launch: Launch {
                 wants,
-                permission: run.permission.map(|p| match p {
-                    RunPermission::Relay => SubagentPermission::Relay,
-                    RunPermission::Reject => SubagentPermission::Reject,
-                    RunPermission::Allow => SubagentPermission::Allow,
-                }),
+                permission: run.permission.map(SubagentPermission::from),
                 env: run.env.clone(),
                 timeout: run.timeout.map(Duration::from_secs),
                 max_depth: run.max_depth,
             },
+            source,
+            origin: Some(origin),
         })
     }
 
@@ -441,7 +503,13 @@ impl Subagents {
         resume: Option<String>,
     ) -> (StartRequest, SubagentPermission) {
         let launch = &target.launch;
-        let permission = launch.permission.unwrap_or(self.permission);
+        let permission = match (launch.permission, target.source) {
+            // A repository definition only lowers what its child may do, never raises it.
+            (Some(asked), Source::Repository) => {
+                SubagentPermission::from(trust::cap(asked.into(), self.permission.into()))
+            }
+            (asked, _) => asked.unwrap_or(self.permission),
+        };
         let mut env = self.env.clone();
         env.extend(launch.env.iter().filter(|n| !self.env.contains(n)).cloned());
         let request = StartRequest {
@@ -470,13 +538,15 @@ impl Subagents {
         (request, permission)
     }
 
-    /// Validates a start of subagent `name` on `prompt` for `turn`'s session (in its directory,
-    /// under its depth cap; with `output_schema`, the answer must match it; with `resume`, the
-    /// child's saved session is continued): everything that can fail before a process exists.
+    /// Validates a start of subagent `name` on `prompt` for tool call `call` of `turn`'s session
+    /// (in its directory, under its depth cap; with `output_schema`, the answer must match it;
+    /// with `resume`, the child's saved session is continued): everything that can fail before a
+    /// process exists, the person's approval of a repository definition last ([`approve`]).
     /// `Err` is the call's result.
-    pub(crate) fn preflight(
+    pub(crate) async fn preflight(
         &self,
         turn: &Turn,
+        call: &ToolCallId,
         name: &str,
         prompt: &str,
         output_schema: Option<&serde_json::Value>,
@@ -489,19 +559,23 @@ impl Subagents {
         };
         let resuming = resume.is_some();
         let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
+        let asking = Asking::of(target, &request, permission);
         let cap = turn.memory().settings().max_depth;
-        match run::prepare(request, self.ambient(cap)) {
-            Ok(prepared) => Ok(Start {
-                name: name.to_owned(),
-                prepared,
-                permission,
-                resume: resuming,
-            }),
-            Err(error) => Err(Delegated::failed(format!(
+        let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {
+            Delegated::failed(format!(
                 "subagent {name} was not started: {}",
                 crate::describe(&error)
-            ))),
+            ))
+        })?;
+        if !target.trust(self.trust.as_ref()).may_start() {
+            approve(turn, call, name, &asking, self.trust.as_ref()).await?;
         }
+        Ok(Start {
+            name: name.to_owned(),
+            prepared,
+            permission,
+            resume: resuming,
+        })
     }
 
     /// Holds one of the `--max-parallel-subagents` slots, unless `cancelled` completes first:
@@ -540,13 +614,16 @@ impl Subagents {
             resume: _,
         } = start;
         let route = Arc::new(Route::default());
+        let redactor = Arc::new(prepared.redactor().clone());
         let options = RunOptions {
             observers: vec![Arc::new(Forwarded {
                 route: Arc::clone(&route),
+                redactor: Arc::clone(&redactor),
             }) as Arc<dyn Observer>],
             permissions: (permission == SubagentPermission::Relay).then(|| {
                 Arc::new(Relay {
                     route: Arc::clone(&route),
+                    redactor: Arc::clone(&redactor),
                 }) as Arc<dyn PermissionHandler>
             }),
             ..RunOptions::default()
@@ -564,6 +641,7 @@ impl Subagents {
             follow_ups,
             cancel: cancel.clone(),
             route,
+            redactor,
             handle: std::sync::Mutex::new(None),
         });
         let first = {
@@ -596,7 +674,7 @@ impl Subagents {
             return (live.abnormal(), None);
         };
         let completed = result.status == Status::Completed;
-        let delegated = outcome(&live.name, result, resume);
+        let delegated = live.redacted(outcome(&live.name, result, resume));
         if keep && completed && live.is_open() {
             (delegated, Some(live))
         } else {
@@ -697,9 +775,139 @@ impl Subagents {
             return Some(cancelled(result.as_ref()));
         }
         Some(match result {
-            Some(result) => outcome(&live.name, result, false),
+            Some(result) => live.redacted(outcome(&live.name, result, false)),
             None => live.abnormal(),
         })
+    }
+}
+
+/// What the person is shown before a repository definition's child starts: everything the start
+/// would hand the definition.
+struct Asking {
+    file: PathBuf,
+    digest: Option<Digest>,
+    /// The whole command line, quoted as a shell would read it.
+    command: String,
+    /// Every variable forwarded (names; `--subagent-env`'s and the definition's).
+    env: Vec<String>,
+    permission: SubagentPermission,
+}
+
+impl Asking {
+    fn of(target: &Target, request: &StartRequest, permission: SubagentPermission) -> Self {
+        Self {
+            file: target
+                .origin
+                .as_ref()
+                .map(|origin| origin.file.clone())
+                .unwrap_or_default(),
+            digest: target.origin.as_ref().map(|origin| origin.digest.clone()),
+            command: target.command.command_line(),
+            env: request
+                .env
+                .iter()
+                .map(|forward| forward.name().to_owned())
+                .collect(),
+            permission,
+        }
+    }
+
+    /// The refusal when the person did not approve.
+    fn refused(&self, name: &str, why: &str) -> Delegated {
+        Delegated::failed(format!(
+            "subagent {name} needs your approval to run {}{why}; nothing was started. Approve it \
+             when asked, or from a shell: acp-host trust --approve {}",
+            self.command,
+            self.file.display()
+        ))
+    }
+}
+
+/// Asks the person (this agent's client, `session/request_permission` of kind `execute` on tool
+/// call `call`) whether repository definition `name` may start, showing its file, command line,
+/// forwarded variables and permission policy. "Allow always" is remembered in `store` for this
+/// exact content. `Err` is the call's result: rejected, dismissed, unanswerable or cancelled.
+async fn approve(
+    turn: &Turn,
+    call: &ToolCallId,
+    name: &str,
+    asking: &Asking,
+    store: Option<&TrustStore>,
+) -> Result<(), Delegated> {
+    let env = if asking.env.is_empty() {
+        "no variables".to_owned()
+    } else {
+        asking.env.join(", ")
+    };
+    let permission = SubagentPermission::as_str(asking.permission);
+    let text = format!(
+        "Subagent {name} is defined in {file}, a file of this folder (not one you named). \
+         Starting it runs:\n\n    {command}\n\nforwarding {env}; its own permission requests: \
+         {permission}.",
+        file = asking.file.display(),
+        command = asking.command,
+    );
+    let fields = ToolCallUpdateFields::new()
+        .title(format!("Start subagent {name}: {}", asking.command))
+        .kind(ToolKind::Execute)
+        .content(vec![ToolCallContent::from(text)])
+        .raw_input(serde_json::json!({
+            "definition": asking.file,
+            "command": asking.command,
+            "env": asking.env,
+            "permission": permission,
+        }));
+    let options = vec![
+        PermissionOption::new(
+            permission::ALLOW_ONCE,
+            "Allow once",
+            PermissionOptionKind::AllowOnce,
+        ),
+        PermissionOption::new(
+            permission::ALLOW_ALWAYS,
+            "Allow always (until the file changes)",
+            PermissionOptionKind::AllowAlways,
+        ),
+        PermissionOption::new(
+            permission::REJECT_ONCE,
+            "Reject",
+            PermissionOptionKind::RejectOnce,
+        ),
+    ];
+    let answer = match turn.request_permission(call, fields, options).await {
+        Ok(answer) => answer,
+        Err(error) => {
+            return Err(
+                asking.refused(name, &format!(" (cannot ask: {})", crate::describe(&error)))
+            );
+        }
+    };
+    if turn.is_cancelled() {
+        return Err(Delegated::failed(CANCELLED));
+    }
+    match answer {
+        permission::Answer::Selected(option) if option == permission::ALLOW_ONCE => Ok(()),
+        permission::Answer::Selected(option) if option == permission::ALLOW_ALWAYS => {
+            if let (Some(store), Some(digest)) = (store, &asking.digest) {
+                if let Err(error) = store.approve(&asking.file, digest) {
+                    tracing::warn!(
+                        error = %crate::describe(&error),
+                        "the approval holds for this start only"
+                    );
+                }
+            } else {
+                tracing::warn!("no state directory: the approval holds for this start only");
+            }
+            Ok(())
+        }
+        permission::Answer::TurnCancelled => Err(Delegated::failed(CANCELLED)),
+        permission::Answer::ClientError(error) => Err(asking.refused(
+            name,
+            &format!(" (the client answered the request with an error: {error})"),
+        )),
+        permission::Answer::Selected(_) | permission::Answer::Dismissed => {
+            Err(asking.refused(name, ""))
+        }
     }
 }
 
@@ -729,6 +937,10 @@ pub(crate) struct LiveChild {
     follow_ups: mpsc::Sender<run::FollowUp>,
     cancel: Cancel,
     route: Arc<Route>,
+    /// The credential values this agent handed the child (and those withheld from it): a child
+    /// that echoes one never gets it past this agent ([`LiveChild::redacted`], [`Forwarded`],
+    /// [`Relay`]).
+    redactor: Arc<Redactor>,
     /// Set once its run is spawned.
     handle: std::sync::Mutex<Option<tokio::task::JoinHandle<RunResult>>>,
 }
@@ -815,6 +1027,12 @@ impl LiveChild {
         if let Some(mut exposure) = exposure.take() {
             exposure.end(turn, result.as_ref());
         }
+        result
+    }
+
+    /// `result` with the credential values this agent handed the child redacted.
+    fn redacted(&self, mut result: Delegated) -> Delegated {
+        result.text = self.redactor.redact(&result.text);
         result
     }
 
@@ -1205,11 +1423,6 @@ fn ended(name: &str, result: &RunResult) -> Delegated {
     Delegated::failed(text)
 }
 
-/// Where definitions live inside a session directory.
-fn definition_dir() -> &'static str {
-    "subagents"
-}
-
 /// Relays one child permission request to this agent's client (`via` where it is asked; `None`
 /// for a session the child never announced: rejected) and sends the decision back.
 async fn relay(
@@ -1246,6 +1459,7 @@ fn push_bounded(shown: &mut String, text: &str) {
 /// card).
 struct Forwarded {
     route: Arc<Route>,
+    redactor: Arc<Redactor>,
 }
 
 impl Observer for Forwarded {
@@ -1259,10 +1473,33 @@ impl Observer for Forwarded {
                     && update.get("sessionUpdate").and_then(|v| v.as_str())
                         == Some("agent_message_chunk")))
         {
+            let mut update = update.clone();
+            redact_strings(&self.redactor, &mut update);
             // The receiver is gone only once the turn has its result.
-            let _ = to.updates.send((session_id.clone(), update.clone()));
+            let _ = to.updates.send((session_id.clone(), update));
         }
         Ok(())
+    }
+}
+
+/// Redacts `redactor`'s values in every string of `value` (an update relayed as JSON).
+fn redact_strings(redactor: &Redactor, value: &mut serde_json::Value) {
+    if redactor.is_empty() {
+        return;
+    }
+    match value {
+        serde_json::Value::String(text) => *text = redactor.redact(text),
+        serde_json::Value::Array(items) => {
+            for item in items {
+                redact_strings(redactor, item);
+            }
+        }
+        serde_json::Value::Object(fields) => {
+            for field in fields.values_mut() {
+                redact_strings(redactor, field);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -1270,10 +1507,12 @@ impl Observer for Forwarded {
 /// parent's client; with none, the policy answers (`relay` rejects).
 struct Relay {
     route: Arc<Route>,
+    redactor: Arc<Redactor>,
 }
 
 impl PermissionHandler for Relay {
-    fn decide(&self, request: PermissionRequest) -> DecisionFuture {
+    fn decide(&self, mut request: PermissionRequest) -> DecisionFuture {
+        request.title = request.title.map(|title| self.redactor.redact(&title));
         let (tx, rx) = oneshot::channel();
         let sent = self
             .route

@@ -57,7 +57,9 @@ pub struct BatchArgs {
     agent: Option<String>,
 
     /// How to answer the agents' permission requests (nobody is asked during a batch)
-    /// [default: reject, or the line's subagent definition's; relay rejects].
+    /// [default: reject, or the line's --subagents folder definition's; relay rejects]. A
+    /// <cwd>/subagents/ definition only lowers it, and runs only once approved (`acp-host trust`)
+    /// or under `allow`.
     #[arg(long, value_enum)]
     permission: Option<BatchPolicy>,
 

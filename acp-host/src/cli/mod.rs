@@ -12,6 +12,7 @@ mod batch;
 mod run;
 mod subagent;
 mod sync;
+mod trust;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -36,6 +37,7 @@ enum Command {
     Batch(batch::BatchArgs),
     Sync(sync::SyncArgs),
     Agents(agents::AgentsArgs),
+    Trust(trust::TrustArgs),
 }
 
 impl Command {
@@ -43,7 +45,7 @@ impl Command {
     fn verbose(&self) -> bool {
         match self {
             Command::Run(args) => args.verbose(),
-            Command::Batch(_) | Command::Sync(_) | Command::Agents(_) => false,
+            Command::Batch(_) | Command::Sync(_) | Command::Agents(_) | Command::Trust(_) => false,
         }
     }
 }
@@ -87,6 +89,7 @@ pub fn main() -> ExitCode {
         Command::Batch(args) => batch::execute(&args),
         Command::Sync(args) => sync::execute(args),
         Command::Agents(args) => agents::execute(&args),
+        Command::Trust(args) => trust::execute(&args),
     };
     outcome.unwrap_or_else(|err| {
         eprintln!("acp-host: error: {err}");

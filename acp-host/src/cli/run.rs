@@ -30,6 +30,7 @@ use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
+use protocol::trust::Source;
 
 use super::{CliError, Written, subagent};
 
@@ -52,7 +53,8 @@ pub struct RunArgs {
 
     /// Run as subagent NAME: its definition (`NAME.md` in ./subagents/ or a --subagents folder,
     /// with a `run:` table) gives the agent, persona, model, permission, env, timeout and depth
-    /// limit; flags given here win.
+    /// limit; flags given here win. One in ./subagents/ is repository content: it runs only once
+    /// approved (`acp-host trust --approve`), and its permission only ever lowers --permission.
     #[arg(long, value_name = "NAME")]
     subagent: Option<String>,
 
@@ -113,7 +115,8 @@ pub struct RunArgs {
     env: Vec<String>,
 
     /// How to answer the agent's permission requests. `ask` prompts on the terminal and rejects
-    /// when there is none [default: reject, or the --subagent definition's (relay: ask)].
+    /// when there is none [default: reject, or a --subagents folder's definition's (relay:
+    /// ask)]. `allow` also approves a ./subagents/ definition.
     #[arg(long, value_enum)]
     permission: Option<PolicyArg>,
 
@@ -439,20 +442,40 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
             }
         }
     }
-    let permission = args.permission.map(PermissionPolicy::from).or_else(|| {
-        run_spec.and_then(|run| run.permission).map(|p| match p {
-            // Relayed to the person running acp-host: asked on the terminal.
-            RunPermission::Relay => PermissionPolicy::Ask,
-            RunPermission::Reject => PermissionPolicy::Reject,
-            RunPermission::Allow => PermissionPolicy::Allow,
-        })
-    });
+    let flag = args.permission.map(PermissionPolicy::from);
+    // Relayed to the person running acp-host: asked on the terminal.
+    let as_policy = |permission| match permission {
+        RunPermission::Relay => PermissionPolicy::Ask,
+        RunPermission::Reject => PermissionPolicy::Reject,
+        RunPermission::Allow => PermissionPolicy::Allow,
+    };
+    let asked = run_spec.and_then(|run| run.permission);
+    let permission = match (found.as_ref().map(|found| found.source), asked) {
+        // A repository definition only makes the run stricter than the command line's policy
+        // (or its default), never more permissive.
+        (Some(Source::Repository), Some(asked)) => {
+            let ceiling = match flag.unwrap_or_default() {
+                PermissionPolicy::Ask => RunPermission::Relay,
+                PermissionPolicy::Reject => RunPermission::Reject,
+                PermissionPolicy::Allow => RunPermission::Allow,
+            };
+            as_policy(protocol::trust::cap(asked, ceiling))
+        }
+        _ => flag.or(asked.map(as_policy)).unwrap_or_default(),
+    };
+    if let Some(found) = &found {
+        let names: Vec<String> = env
+            .iter()
+            .map(|forward| forward.name().to_owned())
+            .collect();
+        found.check_trust(flag, &agent.command_line(), &names)?;
+    }
     let request = StartRequest {
         agent,
         prompt,
         cwd,
         env,
-        permission: permission.unwrap_or_default(),
+        permission,
         timeouts: Timeouts {
             overall: args.timeout.map(|s| s.0).or_else(|| {
                 run_spec

@@ -321,6 +321,7 @@ fn a_definition_asks_through_the_same_path_and_flags_win() {
         ),
     )
     .unwrap();
+    acp_tests::approve_definition(&subagents.join("picky.md"));
     let (_, result) = json_run(
         host_run(dir.path()).args(["--json", "--subagent", "picky", "hi"]),
         1,
@@ -343,6 +344,7 @@ fn a_definition_asks_through_the_same_path_and_flags_win() {
         ),
     )
     .unwrap();
+    acp_tests::approve_definition(&subagents.join("sized.md"));
     let sized = |extra: &[&str]| {
         let (_, result) = json_run(
             host_run(dir.path())

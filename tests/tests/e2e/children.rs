@@ -61,10 +61,11 @@ pub(super) fn write_definition(dir: &Path, file: &str, text: &str) {
     std::fs::write(dir.join(file), text).unwrap();
 }
 
-/// Writes definition `<cwd>/subagents/<name>.md` running the mock agent with `args`.
+/// Writes definition `<cwd>/subagents/<name>.md` running the mock agent with `args`, approved
+/// as the person would (the trust suite covers definitions that are not).
 pub(super) fn mock_definition(cwd: &Path, name: &str, args: &str) {
     let agent = format!("{} {args}", mock_path());
-    write_definition(
+    write_approved(
         &cwd.join("subagents"),
         &format!("{name}.md"),
         &format!(
@@ -72,6 +73,13 @@ pub(super) fn mock_definition(cwd: &Path, name: &str, args: &str) {
             serde_json::to_string(&agent).unwrap()
         ),
     );
+}
+
+/// [`write_definition`], then approves the file (`acp-host trust --approve`), as a person who
+/// read it would before a repository definition may start.
+pub(super) fn write_approved(dir: &Path, file: &str, text: &str) {
+    write_definition(dir, file, text);
+    acp_tests::approve_definition(&dir.join(file));
 }
 
 /// A parent acp-child on `llm`, started by a person (depth 0 of 1), saving sessions in `state`,

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::children::{
     KEY, MODEL, assert_none_left, keyed_llm, model_parent, model_requests, offline_parent,
-    parallel_calls, write_definition,
+    parallel_calls, write_approved, write_definition,
 };
 use super::common::{json_run, mock_path, records};
 
@@ -651,7 +651,7 @@ async fn a_command_the_agent_runs_inherits_its_standing_so_acp_host_inside_it_go
 fn a_definition_runs_a_foreign_agent_with_its_persona_before_the_task() {
     let dir = tempfile::tempdir().unwrap();
     let agent = format!("{} echo-prompt", mock_path());
-    write_definition(
+    write_approved(
         &dir.path().join("subagents"),
         "echo.md",
         &format!(
@@ -724,7 +724,7 @@ fn one_bad_definition_is_reported_and_does_not_hide_the_good_ones() {
 #[test]
 fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_by_name() {
     let dir = tempfile::tempdir().unwrap();
-    write_definition(
+    write_approved(
         &dir.path().join("subagents"),
         "reviewer.md",
         "---\ndescription: reviews code\nrun:\n  model: reviewer-model\n  personaMode: override\n  tools: [read_file, search]\n  denyTools: [search]\n  env: [ACP_CHILD_API_KEY]\n---\nYou review {{cwd}} as {{model}}.\n",
@@ -796,12 +796,19 @@ fn person_run(dir: &Path) -> Command {
 #[test]
 fn run_subagent_applies_the_definition_and_flags_win() {
     let dir = tempfile::tempdir().unwrap();
+    let mine = tempfile::tempdir().unwrap();
+    // A folder the person names is theirs: its `permission: allow` applies as written.
     write_definition(
-        &dir.path().join("subagents"),
+        mine.path(),
         "writer.md",
         "---\ndescription: writes\nrun: {permission: allow}\n---\nYou write.\n",
     );
-    let out = run_to_end(person_run(dir.path()).args(["--subagent", "writer", "/write a.txt hi"]));
+    let named = ["--subagents", &mine.path().display().to_string()];
+    let out = run_to_end(person_run(dir.path()).args(named).args([
+        "--subagent",
+        "writer",
+        "/write a.txt hi",
+    ]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "wrote 2 bytes to a.txt");
     assert_eq!(
@@ -809,7 +816,7 @@ fn run_subagent_applies_the_definition_and_flags_win() {
         "hi"
     );
     // --permission on the command line wins over the definition's.
-    let out = run_to_end(person_run(dir.path()).args([
+    let out = run_to_end(person_run(dir.path()).args(named).args([
         "--subagent",
         "writer",
         "--permission",
@@ -850,7 +857,7 @@ fn run_subagent_of_a_foreign_agent_sends_the_persona_before_the_task() {
 #[test]
 fn run_subagent_on_acp_child_applies_model_and_persona() {
     let dir = tempfile::tempdir().unwrap();
-    write_definition(
+    write_approved(
         &dir.path().join("subagents"),
         "reviewer.md",
         "---\ndescription: d\nrun: {model: reviewer-model, env: [ACP_CHILD_API_KEY]}\n---\nReview as {{model}}.\n",
@@ -929,7 +936,7 @@ fn run_subagent_refuses_bad_or_missing_definitions_before_spawning() {
 fn a_child_that_crashes_is_a_result_with_its_partial_output() {
     let dir = tempfile::tempdir().unwrap();
     let agent = format!("{} crash-on-prompt", mock_path());
-    write_definition(
+    write_approved(
         &dir.path().join("subagents"),
         "crasher.md",
         &format!(

@@ -28,3 +28,4 @@ mod scrub;
 mod structured;
 mod subagent_sessions;
 mod sync;
+mod trust;

@@ -20,7 +20,7 @@ use protocol::child_session::ChildState;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
-use super::children::{assert_none_left, offline_parent, parallel_calls, write_definition};
+use super::children::{assert_none_left, offline_parent, parallel_calls, write_approved};
 use super::common::json_run;
 
 /// The outcome a `subagent_update` reports, if it carries a final state.
@@ -301,7 +301,7 @@ type Seen = (usize, String, String, Option<(ChildState, Option<String>)>);
 async fn a_grandchild_is_announced_on_its_parents_session_under_a_minted_id() {
     let cwd = tempfile::tempdir().unwrap();
     // In the session's folder, so the child finds it too; the cap allows depth 2.
-    write_definition(
+    write_approved(
         &cwd.path().join("subagents"),
         "leaf.md",
         "---\ndescription: an acp-child\nrun: {}\n---\nDo as told.\n",
@@ -486,7 +486,7 @@ fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
     use protocol::result::Status;
 
     let cwd = tempfile::tempdir().unwrap();
-    write_definition(
+    write_approved(
         &cwd.path().join("subagents"),
         "leaf.md",
         "---\ndescription: an acp-child\nrun: {}\n---\nDo as told.\n",
@@ -508,9 +508,15 @@ fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
         wants: protocol::capabilities::Wants::default(),
         resume: None,
     };
-    let ambient = std::env::vars_os().filter(|(name, _)| {
-        name != ACP_HOST_DEPTH && name != ACP_HOST_MAX_DEPTH && name != "ACP_CHILD_MODEL"
-    });
+    // The approval above is kept in the suite's state directory.
+    let ambient = std::env::vars_os()
+        .filter(|(name, _)| {
+            name != ACP_HOST_DEPTH && name != ACP_HOST_MAX_DEPTH && name != "ACP_CHILD_MODEL"
+        })
+        .chain([(
+            protocol::env_vars::XDG_STATE_HOME.into(),
+            acp_tests::suite_state().into(),
+        )]);
     let prepared = acp_host::run::prepare(request, ambient).unwrap();
     let cancel = acp_host::run::Cancel::new();
     // The parent mints `sub-1` for its child and `sub-2` for the grandchild the child announces.

@@ -204,7 +204,10 @@ async fn delegate(
         .status(ToolCallStatus::InProgress)
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;
-    let result = match subagents.preflight(turn, name, prompt, None, None) {
+    let result = match subagents
+        .preflight(turn, &id, name, prompt, None, None)
+        .await
+    {
         // One-shot: no table of children here to keep it in, so its process ends with the call.
         Ok(start) => subagents.run(turn, &id, start, prompt, None, false).await.0,
         Err(refused) => refused,

@@ -115,13 +115,17 @@ impl Call for Args {
                     child.id
                 )));
             };
-            let start = match subagents.preflight(
-                cx.turn,
-                &child.agent,
-                &self.message,
-                None,
-                Some(session),
-            ) {
+            let start = match subagents
+                .preflight(
+                    cx.turn,
+                    cx.id,
+                    &child.agent,
+                    &self.message,
+                    None,
+                    Some(session),
+                )
+                .await
+            {
                 Ok(start) => start,
                 Err(refused) => {
                     return Ok(Outcome::failed(format!(

@@ -94,7 +94,16 @@ impl Tool for Subagent {
         let described: Vec<String> = catalog
             .targets
             .iter()
-            .map(|t| format!("{}: {}", t.name, t.description))
+            .map(|t| {
+                if self.subagents.needs_approval(t) {
+                    format!(
+                        "{}: {} (defined in this folder: the user is asked before it starts)",
+                        t.name, t.description
+                    )
+                } else {
+                    format!("{}: {}", t.name, t.description)
+                }
+            })
             .collect();
         properties["agent"] = json!({
             "type": "string",
@@ -156,13 +165,17 @@ impl Call for Args {
             if background && !subagents.background() {
                 return Ok(Outcome::failed(BACKGROUND_DISABLED));
             }
-            let start = match subagents.preflight(
-                cx.turn,
-                &self.agent,
-                &self.prompt,
-                self.output_schema.as_ref(),
-                None,
-            ) {
+            let start = match subagents
+                .preflight(
+                    cx.turn,
+                    cx.id,
+                    &self.agent,
+                    &self.prompt,
+                    self.output_schema.as_ref(),
+                    None,
+                )
+                .await
+            {
                 Ok(start) => start,
                 Err(refused) => return Ok(outcome(refused)),
             };
