@@ -5,7 +5,7 @@
 //!
 //! Invariants: a lookup reads one file (an approval is found by name, never by scanning), except
 //! to tell "changed since approved" from "never approved"; only regular files of at most
-//! [`MAX_APPROVAL_BYTES`] that parse as an approval of exactly that path and content count;
+//! `MAX_APPROVAL_BYTES` that parse as an approval of exactly that path and content count;
 //! writes go through `fs_atomic` (a crash leaves an approval whole or absent). The store is the
 //! user's own: nothing a repository contains can write to it.
 
