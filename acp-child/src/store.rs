@@ -2,7 +2,8 @@
 //!
 //! File `<dir>/<session-id>.jsonl`: the first line is a [`Record::Session`] header (the session's
 //! directory), then one [`Record`] per conversation step, appended as the turn goes (a user prompt,
-//! an assistant message with its tool calls, a tool result). Loading reads them back in order.
+//! an assistant message with its tool calls, a tool result, a background task's completion notice).
+//! Loading reads them back in order.
 //! Between them, a `{"type": "settings", ...}` line ([`SavedSettings`]) is appended whenever the
 //! session's settings change (at `session/new`, on `session/set_config_option`); the last one is
 //! the session's settings when it is loaded. It is not part of the conversation.
@@ -40,9 +41,16 @@ pub(crate) enum Record {
         #[serde(default)]
         failed: bool,
     },
-    /// What the agent told the model between turns (a background task's completion notice); sent
-    /// as a user message, never replayed.
-    Notice { text: String },
+    /// What the agent told the model between requests: a background task's completion notice.
+    /// Sent as the result of a `task_output` call of `task` that the agent makes up (never as a
+    /// user message: it quotes a child's output), never replayed to the client. A notice without
+    /// `task` was saved before notices were tool results; its `text` (the child's output
+    /// unquoted) is quoted when sent (`tasks::saved_notice`).
+    Notice {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        task: Option<String>,
+    },
     /// A delegated child of this session (kept out of the conversation when loaded).
     Child(crate::backend::tasks::ChildRecord),
 }
@@ -340,6 +348,36 @@ mod tests {
         let saved = store.load("s").unwrap();
         assert_eq!(saved.settings, Some(second));
         assert_eq!(saved.history, vec![Record::User { text: "a".into() }]);
+    }
+
+    #[test]
+    fn a_notice_saved_before_notices_named_their_task_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        store.create("s", Path::new("/p")).unwrap();
+        let notice = Record::Notice {
+            text: "quoted".into(),
+            task: Some("subagent-1".into()),
+        };
+        store.append("s", std::slice::from_ref(&notice)).unwrap();
+        let path = dir.path().join("s.jsonl");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.ends_with("{\"type\":\"notice\",\"text\":\"quoted\",\"task\":\"subagent-1\"}\n"),
+            "{text}"
+        );
+        text.push_str("{\"type\":\"notice\",\"text\":\"Background task subagent-1 ...\"}\n");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            store.load("s").unwrap().history,
+            vec![
+                notice,
+                Record::Notice {
+                    text: "Background task subagent-1 ...".into(),
+                    task: None
+                }
+            ]
+        );
     }
 
     #[test]

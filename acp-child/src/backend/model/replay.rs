@@ -2,7 +2,8 @@
 //!
 //! Records in, updates out. User prompts become `user_message_chunk`, the model's text
 //! `agent_message_chunk`, and each tool call one `tool_call` carrying its final status and result
-//! (reasoning is not saved, so it is not replayed). The replay shows what the live turns showed:
+//! (reasoning is not saved, so it is not replayed; nor are background tasks' completion notices,
+//! which a live turn does not show either). The replay shows what the live turns showed:
 //! text resuming after a tool call gets the same separator, and tool call ids are claimed in the
 //! session's memory as a live turn claims them (a reused id is shown under a fresh one).
 
@@ -112,6 +113,11 @@ mod tests {
                 call_id: "call_1".into(),
                 content: "A".into(),
                 failed: false,
+            },
+            // A completion notice is told the model (as a made-up tool exchange), not shown.
+            Record::Notice {
+                text: "Background task subagent-1 ...".into(),
+                task: Some("subagent-1".into()),
             },
             Record::Assistant {
                 text: "It says A.".into(),

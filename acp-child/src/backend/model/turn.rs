@@ -11,8 +11,11 @@
 //!   calls a cancelled turn did not run are recorded as cancelled, so the next request is valid;
 //! - the calls of one reply run in order, except that consecutive `subagent` calls run together
 //!   (bounded by the subagents' own limit); their results are recorded in call order;
-//! - a background task's completion notice goes into the next request as a user message, once
-//!   (`backend::tasks`), and stays in the conversation;
+//! - a background task's completion notice goes into the next request once (`backend::tasks`),
+//!   one [`Record::Notice`] per task, and stays in the conversation. It is sent as a made-up
+//!   `task_output` exchange (`wire::messages`), never as a user message: it quotes a child's
+//!   output. The client is not shown it, live or replayed: it is no call the model made, and the
+//!   client saw (or chose not to see) the child's own activity;
 //! - cancellation is raced at every wait (request, stream, permission, command) and the turn then
 //!   returns `cancelled`; model failures become [`TurnError::Model`] (a JSON-RPC error).
 
@@ -58,8 +61,12 @@ pub(super) async fn run(
         tracing::debug!(request_number, "model request");
         // Background tasks that finished since the last request: told once, between requests
         // (never between a reply's tool calls and their results).
-        if let Some(notice) = memory.tasks().take_notices() {
-            memory.extend([Record::Notice { text: notice }]);
+        let notices = memory.tasks().take_notices();
+        if !notices.is_empty() {
+            memory.extend(notices.into_iter().map(|notice| Record::Notice {
+                text: notice.text,
+                task: Some(notice.task),
+            }));
         }
         let mut history = memory.history();
         history.extend(prompt.clone());

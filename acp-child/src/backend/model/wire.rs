@@ -4,7 +4,11 @@
 //! - [`messages`] assembles the request's messages from the system prompt and the session's
 //!   [`Record`]s. It guarantees the shape OpenAI-compatible servers insist on: every assistant
 //!   tool call is followed by a tool message answering it (a turn that was interrupted between the
-//!   two gets a placeholder result).
+//!   two gets a placeholder result). A background task's completion notice is sent as a tool
+//!   exchange the agent makes up: an assistant message calling `task_output` for the task, under
+//!   a call id of its own ([`NOTICE_CALL_PREFIX`] and the notice's number in the conversation, so
+//!   the same history always gives the same ids), then the tool message answering it with the
+//!   notice. A child's output thus reaches the model as tool output, never as the user's words.
 //! - [`Accumulator`] folds streamed chunks into one [`Reply`]: text, reasoning (DeepSeek's
 //!   `reasoning_content`; `reasoning` on vLLM and Ollama) and tool calls, which arrive in pieces
 //!   keyed by `index`.
@@ -17,10 +21,16 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::tools;
 use crate::store::{Record, RecordedCall};
 
 /// The tool result recorded for a call whose turn ended before it ran.
 pub(crate) const INTERRUPTED_RESULT: &str = "not run: the turn ended before this tool call ran";
+
+/// How the call ids of made-up notice exchanges start; then the notice's number (1, 2, ...).
+/// Models' own ids look otherwise (`call_...`, `toolu_...`, short random ids), and each made-up
+/// call is answered in the very next message, so the two never pair up wrongly.
+pub(crate) const NOTICE_CALL_PREFIX: &str = "acp_child_notice_";
 
 /// A `POST /chat/completions` body.
 #[derive(Debug, Serialize)]
@@ -82,13 +92,46 @@ pub(crate) fn messages(system: String, history: &[Record]) -> Vec<Message> {
             });
         }
     };
+    let mut notices = 0;
     for record in history {
         match record {
             Record::Session { .. } | Record::Child(_) => {}
-            Record::User { text } | Record::Notice { text } => {
+            Record::User { text } => {
                 close(&mut pending, &mut out);
                 out.push(Message::User {
                     content: text.clone(),
+                });
+            }
+            Record::Notice { text, task } => {
+                close(&mut pending, &mut out);
+                notices += 1;
+                let id = format!("{NOTICE_CALL_PREFIX}{notices}");
+                let (task, content) = match task {
+                    Some(task) => (Some(task.as_str()), text.clone()),
+                    None => crate::backend::tasks::saved_notice(text),
+                };
+                // A saved notice naming no task (hand-edited) is the answer of a task listing.
+                let (name, arguments) = match task {
+                    Some(task) => (
+                        tools::TASK_OUTPUT,
+                        serde_json::json!({ "task_id": task }).to_string(),
+                    ),
+                    None => (tools::TASK_LIST, "{}".to_owned()),
+                };
+                out.push(Message::Assistant {
+                    content: None,
+                    tool_calls: vec![WireToolCall {
+                        id: id.clone(),
+                        kind: "function",
+                        function: WireFunction {
+                            name: name.to_owned(),
+                            arguments,
+                        },
+                    }],
+                });
+                out.push(Message::Tool {
+                    tool_call_id: id,
+                    content,
                 });
             }
             Record::Assistant { text, tool_calls } => {
@@ -423,6 +466,69 @@ mod tests {
             Finish::ToolCalls
         );
         assert_eq!(Finish::from_reason(Some("tool_calls"), false), Finish::Stop);
+    }
+
+    #[test]
+    fn notices_are_made_up_tool_exchanges_never_user_messages() {
+        let saved = "Background task subagent-1 (subagent echo, child agent-1) completed. Its \
+                     result:\nhi";
+        let history = vec![
+            Record::User { text: "q".into() },
+            Record::Assistant {
+                text: String::new(),
+                tool_calls: vec![RecordedCall {
+                    id: "a".into(),
+                    name: "list_dir".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            // Told between a reply's calls and their results (never done): the calls are closed.
+            Record::Notice {
+                text: "quoted 2".into(),
+                task: Some("subagent-2".into()),
+            },
+            Record::Tool {
+                call_id: "a".into(),
+                content: "late".into(),
+                failed: false,
+            },
+            Record::Notice {
+                text: saved.into(),
+                task: None,
+            },
+            Record::Notice {
+                text: "hand-edited".into(),
+                task: None,
+            },
+        ];
+        let json = serde_json::to_value(messages("sys".into(), &history)).unwrap();
+        let call = |n: u32, name: &str, arguments: &str| {
+            serde_json::json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": format!("acp_child_notice_{n}"), "type": "function",
+                 "function": {"name": name, "arguments": arguments}}
+            ]})
+        };
+        let result = |n: u32, content: String| {
+            serde_json::json!({"role": "tool", "tool_call_id": format!("acp_child_notice_{n}"),
+                               "content": content})
+        };
+        assert_eq!(
+            json,
+            serde_json::json!([
+                {"role": "system", "content": "sys"},
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "list_dir", "arguments": "{}"}}
+                ]},
+                {"role": "tool", "tool_call_id": "a", "content": INTERRUPTED_RESULT},
+                call(1, "task_output", r#"{"task_id":"subagent-2"}"#),
+                result(1, "quoted 2".into()),
+                call(2, "task_output", r#"{"task_id":"subagent-1"}"#),
+                result(2, crate::backend::tasks::saved_notice(saved).1),
+                call(3, "task_list", "{}"),
+                result(3, crate::backend::tasks::saved_notice("hand-edited").1),
+            ])
+        );
     }
 
     #[test]

@@ -49,6 +49,8 @@ use crate::store::RecordedCall;
 use crate::workspace::Workspace;
 
 pub(crate) use self::capture::INSTRUCTION as CAPTURE_INSTRUCTION;
+pub(crate) use self::task_list::NAME as TASK_LIST;
+pub(crate) use self::task_output::NAME as TASK_OUTPUT;
 
 /// The tool result when the user refuses a call.
 pub(crate) const PERMISSION_DENIED: &str = "permission denied by the user";

@@ -14,6 +14,9 @@ use crate::backend::TurnError;
 use crate::backend::delegate::Subagents;
 use crate::backend::tasks::describe_tasks;
 
+/// The tool's name.
+pub(crate) const NAME: &str = "task_list";
+
 pub(super) struct TaskList {
     pub(super) subagents: Arc<Subagents>,
 }
@@ -24,7 +27,7 @@ struct Args {}
 
 impl Tool for TaskList {
     fn name(&self) -> &'static str {
-        "task_list"
+        NAME
     }
 
     fn description(&self) -> &'static str {
