@@ -21,7 +21,7 @@ mod workspace;
 use std::time::Duration;
 
 pub use backend::CommandHelp;
-pub use backend::delegate::{
+pub use backend::children::{
     DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, SubagentPermission, Subagents,
 };
 pub use backend::model::config::{

@@ -12,7 +12,7 @@
 //! are exposed as sessions of their own (`backend::delegate`), and `session/cancel` naming one
 //! cancels that child only.
 //!
-//! A session owns its background subagent tasks (`backend::tasks`): `session/cancel` cancels them
+//! A session owns its background subagent tasks (`backend::children::table`): `session/cancel` cancels them
 //! with the turn, `session/close` cancels and awaits them before answering, and so does the end of
 //! the connection before `serve` returns, so no child process outlives its session.
 //!
@@ -52,12 +52,12 @@ use serde_json::{Value, json};
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
-use crate::backend::delegate::Subagents;
+use crate::backend::children::{ChildSessions, Subagents};
 use crate::backend::model::persona::{Persona, SessionPersona};
 use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
 use crate::backend::{Backend, ClientFs, Offers, Turn};
-use crate::session::{ChildSessions, Memory, SessionError, Sessions, Settings};
+use crate::session::{Memory, SessionError, Sessions, Settings};
 use crate::store::StoreError;
 use crate::workspace::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION, describe};

@@ -30,12 +30,12 @@ use protocol::structured::OutputSchema;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::children::table::Tasks;
 use crate::backend::model::persona::SessionPersona;
 use crate::backend::model::tools::subagent::NAME as SUBAGENT_TOOL;
-use crate::backend::tasks::{ChildRecord, Tasks};
 
 use crate::backend::model::persona::Persona;
-use crate::store::{Record, SavedSettings, Store};
+use crate::store::{ChildRecord, Record, SavedSettings, Store};
 use crate::workspace::Workspace;
 
 /// Why a prompt cannot start.
@@ -288,78 +288,6 @@ impl ToolCallIds {
 /// left nothing half-done: keep serving.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// The child sessions exposed on this connection: minted ids, and the cancellation of those the
-/// client may cancel (a running delegated child).
-#[derive(Debug, Default)]
-pub(crate) struct ChildSessions {
-    inner: Mutex<ChildInner>,
-}
-
-#[derive(Debug, Default)]
-struct ChildInner {
-    minted: u64,
-    cancellable: HashMap<String, CancellationToken>,
-}
-
-/// A child session the client may cancel while this lives.
-#[derive(Debug)]
-pub(crate) struct CancellableChild {
-    children: Arc<ChildSessions>,
-    id: String,
-    cancel: CancellationToken,
-}
-
-impl ChildSessions {
-    /// A fresh child session id, unique on this connection.
-    pub(crate) fn mint(&self) -> String {
-        let mut inner = lock(&self.inner);
-        inner.minted += 1;
-        format!("sub-{}", inner.minted)
-    }
-
-    /// A fresh child session that `session/cancel` can cancel until the guard is dropped.
-    pub(crate) fn cancellable(self: &Arc<Self>) -> CancellableChild {
-        let id = self.mint();
-        let cancel = CancellationToken::new();
-        lock(&self.inner)
-            .cancellable
-            .insert(id.clone(), cancel.clone());
-        CancellableChild {
-            children: Arc::clone(self),
-            id,
-            cancel,
-        }
-    }
-
-    /// Cancels the child session `id`; returns whether it is one that can be cancelled now.
-    pub(crate) fn cancel(&self, id: &str) -> bool {
-        match lock(&self.inner).cancellable.get(id) {
-            Some(cancel) => {
-                cancel.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-}
-
-impl CancellableChild {
-    pub(crate) fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Cancelled when the client sends `session/cancel` for this child.
-    pub(crate) fn cancellation(&self) -> &CancellationToken {
-        &self.cancel
-    }
-}
-
-impl Drop for CancellableChild {
-    fn drop(&mut self) {
-        lock(&self.children.inner).cancellable.remove(&self.id);
-    }
 }
 
 #[derive(Debug, Default)]

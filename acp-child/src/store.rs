@@ -20,6 +20,20 @@ use protocol::capabilities::ToolFilter;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+/// A child as saved in its parent's session file (the last record of an id wins).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChildRecord {
+    pub(crate) id: String,
+    /// The subagent's name (a registry agent or a definition).
+    pub(crate) agent: String,
+    /// The ACP session id its agent reported, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) session: Option<String>,
+    /// Whether its last run failed.
+    #[serde(default)]
+    pub(crate) failed: bool,
+}
+
 /// One line of a session file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -52,7 +66,7 @@ pub(crate) enum Record {
         task: Option<String>,
     },
     /// A delegated child of this session (kept out of the conversation when loaded).
-    Child(crate::backend::tasks::ChildRecord),
+    Child(ChildRecord),
 }
 
 /// What a session was set up with, as saved: the `session/new` choices (system prompt, tool

@@ -12,11 +12,10 @@
 //! cancellation, and only then; everything it sent before returning reaches the client before the
 //! `session/prompt` response (both go through the same ordered outgoing queue).
 
-pub(crate) mod delegate;
+pub(crate) mod children;
 pub(crate) mod model;
 pub(crate) mod offline;
 pub(crate) mod permission;
-pub(crate) mod tasks;
 mod turn;
 
 use std::sync::Arc;

@@ -25,9 +25,10 @@ use agent_client_protocol::{Client, Error as AcpError, JsonRpcRequest};
 use tokio_util::sync::CancellationToken;
 
 use super::TurnError;
+use super::children::ChildSessions;
 use super::permission::Answer;
 use crate::describe;
-use crate::session::{ActiveTurn, ChildSessions, Memory};
+use crate::session::{ActiveTurn, Memory};
 use crate::workspace::Workspace;
 
 /// The title of a tool call that would otherwise have none.

@@ -23,7 +23,7 @@ pub use self::client::ClientBuildError;
 use self::client::ModelClient;
 pub use self::config::{ConfigError, ModelConfig, ModelOptions};
 use self::tools::Toolbox;
-use super::delegate::Subagents;
+use super::children::Subagents;
 use super::{Backend, Offers, Turn, TurnError};
 use crate::session::Memory;
 use crate::store::Store;

@@ -11,7 +11,7 @@
 //!   calls a cancelled turn did not run are recorded as cancelled, so the next request is valid;
 //! - the calls of one reply run in order, except that consecutive `subagent` calls run together
 //!   (bounded by the subagents' own limit); their results are recorded in call order;
-//! - a background task's completion notice goes into the next request once (`backend::tasks`),
+//! - a background task's completion notice goes into the next request once (`backend::children::table`),
 //!   one [`Record::Notice`] per task, and stays in the conversation. It is sent as a made-up
 //!   `task_output` exchange (`wire::messages`), never as a user message: it quotes a child's
 //!   output. The client is not shown it, live or replayed: it is no call the model made, and the

@@ -108,7 +108,7 @@ pub(crate) fn messages(system: String, history: &[Record]) -> Vec<Message> {
                 let id = format!("{NOTICE_CALL_PREFIX}{notices}");
                 let (task, content) = match task {
                     Some(task) => (Some(task.as_str()), text.clone()),
-                    None => crate::backend::tasks::saved_notice(text),
+                    None => crate::backend::children::table::saved_notice(text),
                 };
                 // A saved notice naming no task (hand-edited) is the answer of a task listing.
                 let (name, arguments) = match task {
@@ -524,9 +524,9 @@ mod tests {
                 call(1, "task_output", r#"{"task_id":"subagent-2"}"#),
                 result(1, "quoted 2".into()),
                 call(2, "task_output", r#"{"task_id":"subagent-1"}"#),
-                result(2, crate::backend::tasks::saved_notice(saved).1),
+                result(2, crate::backend::children::table::saved_notice(saved).1),
                 call(3, "task_list", "{}"),
-                result(3, crate::backend::tasks::saved_notice("hand-edited").1),
+                result(3, crate::backend::children::table::saved_notice("hand-edited").1),
             ])
         );
     }

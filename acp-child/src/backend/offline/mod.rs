@@ -26,7 +26,7 @@ use agent_client_protocol::v1::schema::{
 use futures::future::BoxFuture;
 
 use self::commands::{COMMANDS_HELP, Command, Parsed};
-use super::delegate::{self, Subagents};
+use super::children::{self, Subagents};
 use super::permission::{self, Offer, PermissionKind, Verdict};
 use super::{Backend, CommandHelp, Offers, Turn, TurnError, locations};
 use crate::describe;
@@ -199,8 +199,8 @@ async fn delegate(
         ))?;
         return Ok(StopReason::EndTurn);
     };
-    let call = ToolCall::new("", delegate::title(name, None, prompt))
-        .kind(delegate::KIND)
+    let call = ToolCall::new("", children::title(name, None, prompt))
+        .kind(children::KIND)
         .status(ToolCallStatus::InProgress)
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;

@@ -42,7 +42,7 @@ use protocol::structured::{CAPTURE_TOOL, OutputSchema};
 use serde_json::{Value, json};
 
 use self::files::Files;
-use crate::backend::delegate::Subagents;
+use crate::backend::children::Subagents;
 use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
 use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use super::subagent::{outcome, record};
 use super::{CANCELLED, Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::delegate::{self, Subagents};
+use crate::backend::children::{self, Subagents};
 
 pub(super) struct SendMessage {
     pub(super) subagents: Arc<Subagents>,
@@ -58,7 +58,7 @@ impl Tool for SendMessage {
     }
 
     fn kind(&self) -> ToolKind {
-        delegate::KIND
+        children::KIND
     }
 
     fn definition(&self, cwd: &Path) -> Option<Value> {
@@ -77,7 +77,7 @@ impl Call for Args {
         format!(
             "Message {}: {}",
             self.child_id,
-            delegate::label(None, &self.message)
+            children::label(None, &self.message)
         )
     }
 

@@ -4,7 +4,7 @@
 //! the depth cap; a call the model makes anyway at the cap is refused by the run library's depth
 //! rule, as a tool result. The `agent` parameter is an enum of the enabled names, each described.
 //!
-//! Every child gets a child id in the session's table (`backend::tasks`), whether it runs in the
+//! Every child gets a child id in the session's table (`backend::children::table`), whether it runs in the
 //! foreground (the call returns its answer) or, with `run_in_background`, as a task the session
 //! owns (the call returns the task id at once). Either way a child that answered stays alive,
 //! idle, in that table under `--child-idle-timeout`, for `send_message`. Everything that can fail before a process exists
@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::delegate::{self, Delegated, Subagents};
+use crate::backend::children::{self, Delegated, Subagents};
 use crate::session::Memory;
 
 /// The tool's name, which the model turn also uses to run consecutive calls together.
@@ -80,7 +80,7 @@ impl Tool for Subagent {
     }
 
     fn kind(&self) -> ToolKind {
-        delegate::KIND
+        children::KIND
     }
 
     /// The subagents available in `cwd` as an enum, each described; problems with definition
@@ -154,7 +154,7 @@ pub(super) fn outcome(result: Delegated) -> Outcome {
 
 impl Call for Args {
     fn title(&self) -> String {
-        delegate::title(&self.agent, self.description.as_deref(), &self.prompt)
+        children::title(&self.agent, self.description.as_deref(), &self.prompt)
     }
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
@@ -219,7 +219,7 @@ impl Call for Args {
                     result
                 }
             };
-            let label = delegate::label(self.description.as_deref(), &self.prompt);
+            let label = children::label(self.description.as_deref(), &self.prompt);
             match tasks.spawn(&child, &self.agent, &label, cancel, gate, run) {
                 Ok(task) => Ok(Outcome::ok(format!(
                     "started background task {task}: subagent {} as child {child}. It runs on its \

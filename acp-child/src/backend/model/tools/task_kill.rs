@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::{CANCELLED, Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::delegate::Subagents;
+use crate::backend::children::Subagents;
 
 pub(super) struct TaskKill {
     pub(super) subagents: Arc<Subagents>,

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 
 use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::delegate::Subagents;
-use crate::backend::tasks::describe_tasks;
+use crate::backend::children::Subagents;
+use crate::backend::children::table::describe_tasks;
 
 /// The tool's name.
 pub(crate) const NAME: &str = "task_list";

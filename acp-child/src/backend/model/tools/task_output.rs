@@ -12,8 +12,8 @@ use serde_json::{Value, json};
 
 use super::{CANCELLED, Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::delegate::Subagents;
-use crate::backend::tasks::TaskView;
+use crate::backend::children::Subagents;
+use crate::backend::children::table::TaskView;
 
 /// The tool's name.
 pub(crate) const NAME: &str = "task_output";

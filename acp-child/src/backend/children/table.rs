@@ -38,11 +38,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use acp_host::run::Cancel;
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::delegate::{Delegated, LiveChild};
+use super::{Delegated, LiveChild};
+use crate::store::ChildRecord;
 
 /// The most children of one session kept alive while idle.
 pub(crate) const MAX_IDLE_CHILDREN: usize = 4;
@@ -54,20 +54,6 @@ pub(crate) const KEEP_TOLD: usize = 16;
 
 /// The most bytes of a finished task's output a completion notice carries.
 const NOTICE_OUTPUT_BYTES: usize = 4 * 1024;
-
-/// A child as saved in its parent's session file (the last record of an id wins).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ChildRecord {
-    pub(crate) id: String,
-    /// The subagent's name (a registry agent or a definition).
-    pub(crate) agent: String,
-    /// The ACP session id its agent reported, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) session: Option<String>,
-    /// Whether its last run failed.
-    #[serde(default)]
-    pub(crate) failed: bool,
-}
 
 /// What a child is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

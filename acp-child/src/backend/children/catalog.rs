@@ -1,0 +1,527 @@
+//! What may be started, and a start validated whole before anything exists.
+//!
+//! Invariants:
+//! - the subagents are the registry agents the person enabled (`--subagent-agents`), then the
+//!   definitions with a `run:` table in `<session cwd>/subagents/` (repository content) and the
+//!   `--subagents` folders (the person's), the first of a name winning; a bad file is a noted
+//!   problem, never fatal, and never hides the others;
+//! - a definition asks its agent for a persona, model and tool filter
+//!   (`protocol::definition::RunSpec::wants`, as `acp-host run --subagent` does); the run library
+//!   honours them or refuses the run before the prompt, never ignores them;
+//! - a child runs at this agent's depth + 1 (`protocol::depth`): the ambient environment handed to
+//!   the library carries this agent's own standing, so a child past the cap is refused by the one
+//!   rule in acp-host (execution face); [`Subagents::offered`] is the prompt face;
+//! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
+//!   definition's `env` forward; a repository definition's permission is capped at the parent's
+//!   (`protocol::trust::cap`);
+//! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
+//!   schema, then the person's approval of a repository definition) before anything is
+//!   registered or spawned.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use acp_host::agents::{self, HostFacts};
+use acp_host::definitions;
+use acp_host::run;
+use acp_host::trust::TrustStore;
+use agent_client_protocol::v1::schema::ToolCallId;
+use protocol::capabilities::Wants;
+use protocol::definition::{Definition, RunPermission, RunSpec};
+use protocol::depth::Budget;
+use protocol::env_scrub::EnvForward;
+use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
+use protocol::permission::PermissionPolicy;
+use protocol::registry;
+use protocol::request::{AgentCommand, StartRequest, Timeouts};
+use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
+use protocol::trust::{self, Digest, Source, TrustState};
+use tokio::sync::Semaphore;
+
+use super::Delegated;
+use super::approval::{Asking, approve};
+use crate::backend::Turn;
+
+/// The default of `--max-parallel-subagents`.
+pub const DEFAULT_MAX_PARALLEL_SUBAGENTS: usize = 4;
+
+/// How a child's permission requests are answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SubagentPermission {
+    /// Asked of this agent's own client (the person in the editor), title prefixed by the
+    /// subagent's name, with the child's options; the answer goes back by kind.
+    #[default]
+    Relay,
+    Reject,
+    Allow,
+}
+
+impl SubagentPermission {
+    pub(super) fn as_str(self) -> &'static str {
+        RunPermission::from(self).as_str()
+    }
+}
+
+impl From<RunPermission> for SubagentPermission {
+    fn from(permission: RunPermission) -> Self {
+        match permission {
+            RunPermission::Relay => Self::Relay,
+            RunPermission::Reject => Self::Reject,
+            RunPermission::Allow => Self::Allow,
+        }
+    }
+}
+
+impl From<SubagentPermission> for RunPermission {
+    fn from(permission: SubagentPermission) -> Self {
+        match permission {
+            SubagentPermission::Relay => Self::Relay,
+            SubagentPermission::Reject => Self::Reject,
+            SubagentPermission::Allow => Self::Allow,
+        }
+    }
+}
+
+/// What the user enabled, from the command line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubagentOptions {
+    /// Registry names (`acp-child`, `codex`, ...).
+    pub agents: Vec<String>,
+    /// `None`: [`DEFAULT_MAX_PARALLEL_SUBAGENTS`].
+    pub max_parallel: Option<usize>,
+    pub permission: SubagentPermission,
+    /// Names of variables forwarded to every child (never values).
+    pub env: Vec<String>,
+    /// A child running longer is cancelled and torn down.
+    pub timeout: Option<Duration>,
+    /// This agent's own standing; `None` when its inherited values are malformed (then it may
+    /// not delegate: the library refuses every start the same way).
+    pub budget: Option<Budget>,
+    /// Folders of definitions (`--subagents`), looked at after `<session cwd>/subagents/`.
+    pub dirs: Vec<PathBuf>,
+    /// `--no-background`: no `run_in_background` (left out of the schema, refused if sent).
+    pub no_background: bool,
+    /// `--child-idle-timeout`: how long a child that answered (foreground or background) stays
+    /// alive for a `send_message`; zero ends every child with its run.
+    pub child_idle_timeout: Duration,
+}
+
+/// `--subagent-agents` names something that cannot be a subagent.
+#[derive(Debug, thiserror::Error)]
+pub enum SubagentError {
+    #[error(
+        "--subagent-agents: {name:?} is not a registry agent that speaks ACP (choose from: {known})"
+    )]
+    Unknown { name: String, known: String },
+    #[error("--subagent-agents: cannot resolve {name}")]
+    Resolve {
+        name: String,
+        #[source]
+        source: agents::ResolveError,
+    },
+    #[error("--max-parallel-subagents must be at least 1")]
+    NoParallelism,
+}
+
+/// One agent a subagent call may name: an enabled registry agent, or a definition's `run:`.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(super) command: AgentCommand,
+    launch: Launch,
+    /// Where it was found, which decides whether it starts unasked (`protocol::trust`).
+    pub(crate) source: Source,
+    /// Its definition file and content (none for a registry agent).
+    pub(super) origin: Option<Origin>,
+}
+
+/// A definition's file and the digest of the content it was parsed from.
+#[derive(Debug, Clone)]
+pub(super) struct Origin {
+    pub(super) file: PathBuf,
+    pub(super) digest: Digest,
+}
+
+impl Target {
+    /// Whether it starts without asking the person: from a source they named, or a repository
+    /// definition whose exact content they approved always.
+    pub(crate) fn trust(&self, store: Option<&TrustStore>) -> TrustState {
+        match (&self.origin, self.source) {
+            (_, source) if source.trusted() => TrustState::Trusted,
+            (Some(origin), _) => store.map_or(TrustState::NotApproved, |store| {
+                store.state(&origin.file, &origin.digest)
+            }),
+            (None, _) => TrustState::NotApproved,
+        }
+    }
+}
+
+/// What a definition adds to a run (nothing, for a registry agent).
+#[derive(Debug, Clone, Default)]
+struct Launch {
+    /// Its persona (the body), model and tool filter.
+    wants: Wants,
+    permission: Option<SubagentPermission>,
+    env: Vec<String>,
+    timeout: Option<Duration>,
+    max_depth: Option<u32>,
+}
+
+/// The subagents available to a session, and the definition files that could not be used.
+#[derive(Debug, Default)]
+pub(crate) struct Catalog {
+    pub(crate) targets: Vec<Target>,
+    /// One line per problem, naming the file (and field).
+    pub(crate) problems: Vec<String>,
+}
+
+/// The enabled subagents and how they run; shared by every session of the connection.
+#[derive(Debug)]
+pub struct Subagents {
+    /// The enabled registry agents.
+    targets: Vec<Target>,
+    dirs: Vec<PathBuf>,
+    facts: HostFacts,
+    budget: Option<Budget>,
+    pub(super) slots: Semaphore,
+    permission: SubagentPermission,
+    /// Where "allow always" approvals of repository definitions are kept; `None` when this user
+    /// has no state directory (then an approval holds for one start).
+    trust: Option<TrustStore>,
+    env: Vec<String>,
+    timeout: Option<Duration>,
+    background: bool,
+    pub(super) idle_timeout: Option<Duration>,
+}
+
+/// A start that passed validation (and, for a repository definition, the person's approval):
+/// ready to run, nothing spawned yet.
+pub(crate) struct Start {
+    pub(crate) name: String,
+    pub(super) prepared: run::Prepared,
+    pub(super) permission: SubagentPermission,
+    /// It continues a child's saved session.
+    pub(super) resume: bool,
+}
+
+impl Subagents {
+    /// Resolves the enabled registry agents to their commands (found where `acp-host run` would
+    /// find them).
+    pub fn resolve(options: SubagentOptions) -> Result<Self, SubagentError> {
+        let facts = HostFacts::from_env();
+        let mut targets = Vec::new();
+        for name in &options.agents {
+            let spec = registry::find(name)
+                .filter(|spec| spec.acp_command.is_some())
+                .ok_or_else(|| SubagentError::Unknown {
+                    name: name.clone(),
+                    known: registry::names()
+                        .into_iter()
+                        .filter(|known| {
+                            registry::find(known).is_some_and(|spec| spec.acp_command.is_some())
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                })?;
+            if targets.iter().any(|t: &Target| t.name == spec.name) {
+                continue;
+            }
+            let resolved =
+                agents::resolve(spec.name, &facts).map_err(|source| SubagentError::Resolve {
+                    name: name.clone(),
+                    source,
+                })?;
+            targets.push(Target {
+                name: spec.name.to_owned(),
+                description: spec.summary.to_owned(),
+                command: resolved.command,
+                launch: Launch::default(),
+                source: Source::Registry,
+                origin: None,
+            });
+        }
+        let parallel = options
+            .max_parallel
+            .unwrap_or(DEFAULT_MAX_PARALLEL_SUBAGENTS);
+        if parallel == 0 {
+            return Err(SubagentError::NoParallelism);
+        }
+        Ok(Self {
+            targets,
+            dirs: options.dirs,
+            facts,
+            budget: options.budget,
+            slots: Semaphore::new(parallel),
+            permission: options.permission,
+            trust: TrustStore::from_env()
+                .inspect_err(|error| {
+                    tracing::warn!(
+                        error = %crate::describe(error),
+                        "approvals of subagent definitions hold for one start only"
+                    );
+                })
+                .ok(),
+            env: options.env,
+            timeout: options.timeout,
+            background: !options.no_background,
+            idle_timeout: (!options.child_idle_timeout.is_zero())
+                .then_some(options.child_idle_timeout),
+        })
+    }
+
+    /// Whether starting `target` asks the person first (a repository definition not approved
+    /// for its content).
+    pub(crate) fn needs_approval(&self, target: &Target) -> bool {
+        !target.trust(self.trust.as_ref()).may_start()
+    }
+
+    /// Whether children may run in the background (`run_in_background`).
+    pub(crate) fn background(&self) -> bool {
+        self.background
+    }
+
+    /// Whether delegation is offered (the prompt face): some subagent is available and this
+    /// agent is below the depth cap.
+    pub(crate) fn offered(&self, catalog: &Catalog) -> bool {
+        !catalog.targets.is_empty() && self.budget.is_some_and(Budget::may_delegate)
+    }
+
+    /// The enabled registry agents, then the definitions with a `run:` table found in
+    /// `<cwd>/subagents/` (repository content) and the `--subagents` folders (named by the
+    /// person), the first of a name winning. A file that cannot be used is a problem in the
+    /// catalog (and a log line), never hides the others.
+    pub(crate) fn catalog(&self, cwd: &Path) -> Catalog {
+        let mut catalog = Catalog {
+            targets: self.targets.clone(),
+            problems: Vec::new(),
+        };
+        let folders = std::iter::once((definitions::repository_folder(cwd), Source::Repository))
+            .chain(self.dirs.iter().map(|dir| (dir.clone(), Source::Folder)));
+        for (dir, source) in folders {
+            let folder = definitions::read_folder(&dir, source, source == Source::Folder);
+            catalog.problems.extend(folder.problems);
+            for located in folder.definitions {
+                let shown = dir.join(located.file.file_name().unwrap_or_default());
+                let located_problem = |message: String| format!("{}: {message}", shown.display());
+                // A sync-only definition says nothing about running it out of process.
+                let Some(run) = located.definition.run.clone() else {
+                    continue;
+                };
+                if catalog
+                    .targets
+                    .iter()
+                    .any(|t| t.name == located.definition.name)
+                {
+                    catalog.problems.push(located_problem(format!(
+                        "subagent `{}` is already defined earlier (registry agents, then <cwd>/subagents, then --subagents in order); rename one",
+                        located.definition.name
+                    )));
+                    continue;
+                }
+                let origin = Origin {
+                    file: located.file,
+                    digest: located.digest,
+                };
+                match self.definition_target(located.definition, &run, source, origin) {
+                    Ok(target) => catalog.targets.push(target),
+                    Err(message) => catalog.problems.push(located_problem(message)),
+                }
+            }
+        }
+        for problem in &catalog.problems {
+            tracing::warn!(%problem, "subagent definition not available");
+        }
+        catalog
+    }
+
+    /// How a definition runs, or why it cannot be honoured by this session.
+    fn definition_target(
+        &self,
+        definition: Definition,
+        run: &RunSpec,
+        source: Source,
+        origin: Origin,
+    ) -> Result<Target, String> {
+        let agent = run.agent.as_deref().unwrap_or(registry::ACP_CHILD);
+        let resolved = agents::resolve(agent, &self.facts)
+            .map_err(|error| format!("field `run.agent`: {}", crate::describe(&error)))?;
+        let mut command = resolved.command;
+        command.display.clone_from(&definition.name);
+        let wants = run.wants(&definition.body);
+        command
+            .args
+            .extend(protocol::capabilities::launch_args(&wants, resolved.spec));
+        Ok(Target {
+            name: definition.name,
+            description: definition.description,
+            command,
+            launch: Launch {
+                wants,
+                permission: run.permission.map(SubagentPermission::from),
+                env: run.env.clone(),
+                timeout: run.timeout.map(Duration::from_secs),
+                max_depth: run.max_depth,
+            },
+            source,
+            origin: Some(origin),
+        })
+    }
+
+    /// The environment the library reads this agent's standing from: its own, even when it was
+    /// started by a person (no `ACP_HOST_DEPTH`), so its children run one deeper; the cap lowered
+    /// to the session's own (`cap`, the start extension's `maxDepth`).
+    fn ambient(&self, cap: Option<u32>) -> Vec<(OsString, OsString)> {
+        let mut ambient: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+        if let Some(budget) = self.budget.map(|budget| budget.lowered(cap)) {
+            ambient.retain(|(name, _)| name != ACP_HOST_DEPTH && name != ACP_HOST_MAX_DEPTH);
+            ambient.extend(
+                budget
+                    .env()
+                    .into_iter()
+                    .map(|(name, value)| (name.into(), value.into())),
+            );
+        }
+        ambient
+    }
+
+    /// The start request for `target` and the permission policy of its run.
+    fn request(
+        &self,
+        target: &Target,
+        prompt: &str,
+        cwd: &Path,
+        output_schema: Option<&serde_json::Value>,
+        resume: Option<String>,
+    ) -> (StartRequest, SubagentPermission) {
+        let launch = &target.launch;
+        let permission = match (launch.permission, target.source) {
+            // A repository definition only lowers what its child may do, never raises it.
+            (Some(asked), Source::Repository) => {
+                SubagentPermission::from(trust::cap(asked.into(), self.permission.into()))
+            }
+            (asked, _) => asked.unwrap_or(self.permission),
+        };
+        let mut env = self.env.clone();
+        env.extend(launch.env.iter().filter(|n| !self.env.contains(n)).cloned());
+        let request = StartRequest {
+            agent: target.command.clone(),
+            prompt: prompt.to_owned(),
+            cwd: cwd.to_path_buf(),
+            env: env.into_iter().map(EnvForward::Inherit).collect(),
+            permission: match permission {
+                SubagentPermission::Allow => PermissionPolicy::Allow,
+                SubagentPermission::Reject | SubagentPermission::Relay => PermissionPolicy::Reject,
+            },
+            timeouts: Timeouts {
+                overall: launch.timeout.or(self.timeout),
+                ..Timeouts::default()
+            },
+            max_depth: launch.max_depth,
+            wants: Wants {
+                output: output_schema.map(|schema| OutputSpec {
+                    schema: schema.clone(),
+                    retries: DEFAULT_SCHEMA_RETRIES,
+                }),
+                ..launch.wants.clone()
+            },
+            resume,
+        };
+        (request, permission)
+    }
+
+    /// Validates a start of subagent `name` on `prompt` for tool call `call` of `turn`'s session
+    /// (in its directory, under its depth cap; with `output_schema`, the answer must match it;
+    /// with `resume`, the child's saved session is continued): everything that can fail before a
+    /// process exists, the person's approval of a repository definition last ([`approve`]).
+    /// `Err` is the call's result.
+    pub(crate) async fn preflight(
+        &self,
+        turn: &Turn,
+        call: &ToolCallId,
+        name: &str,
+        prompt: &str,
+        output_schema: Option<&serde_json::Value>,
+        resume: Option<String>,
+    ) -> Result<Start, Delegated> {
+        let cwd = turn.workspace().root();
+        let catalog = self.catalog(cwd);
+        let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
+            return Err(unknown(name, &catalog));
+        };
+        let resuming = resume.is_some();
+        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
+        let asking = Asking::of(target, &request, permission);
+        let cap = turn.memory().settings().max_depth;
+        let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {
+            Delegated::failed(format!(
+                "subagent {name} was not started: {}",
+                crate::describe(&error)
+            ))
+        })?;
+        if !target.trust(self.trust.as_ref()).may_start() {
+            approve(turn, call, name, &asking, self.trust.as_ref()).await?;
+        }
+        Ok(Start {
+            name: name.to_owned(),
+            prepared,
+            permission,
+            resume: resuming,
+        })
+    }
+}
+
+/// The result of a call naming no available subagent: what is available, and why some are not.
+fn unknown(name: &str, catalog: &Catalog) -> Delegated {
+    let names: Vec<&str> = catalog.targets.iter().map(|t| t.name.as_str()).collect();
+    let mut text = if names.is_empty() {
+        format!(
+            "unknown subagent {name:?}: none are available (enable registry agents with --subagent-agents, or add definitions with a `run:` table under subagents/)"
+        )
+    } else {
+        format!(
+            "unknown subagent {name:?}; the subagents are: {}",
+            names.join(", ")
+        )
+    };
+    for problem in &catalog.problems {
+        let _ = write!(text, "\n{problem}");
+    }
+    Delegated::failed(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_registry_acp_agents_can_be_enabled() {
+        let error = Subagents::resolve(SubagentOptions {
+            agents: vec!["rm -rf /".into()],
+            ..SubagentOptions::default()
+        })
+        .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .starts_with("--subagent-agents: \"rm -rf /\" is not a registry agent")
+        );
+        let subagents = Subagents::resolve(SubagentOptions {
+            agents: vec!["acp-child".into(), "acp-child".into()],
+            budget: Some(Budget {
+                depth: 1,
+                max_depth: 1,
+            }),
+            ..SubagentOptions::default()
+        })
+        .unwrap();
+        let catalog = subagents.catalog(Path::new("/nonexistent"));
+        assert_eq!(catalog.targets.len(), 1);
+        assert!(
+            !subagents.offered(&catalog),
+            "at the cap, delegation is not offered"
+        );
+    }
+}

@@ -1,0 +1,405 @@
+//! How a turn of a child is shown to this agent's client: a subagent session of its own when
+//! the client advertised ACP's subagent sessions, else the child's text on the tool card.
+//!
+//! Invariants:
+//! - a child's session id is minted on this connection ([`ChildSessions`]: `sub-1`, `sub-2`, ...),
+//!   never a child agent's own, a new one per turn, so each announced session gets exactly one
+//!   final state;
+//! - it is announced with a `subagent_update` on the turn's session (name, task,
+//!   `capabilities.cancel`, `running`) before anything else of it; then its updates go out under
+//!   that id, its permission requests are asked on it, and exactly one final `subagent_update`
+//!   (`protocol::child_session`) follows once the turn answered, every update of it was relayed
+//!   and every request of it resolved;
+//! - the sessions a child announces in turn are relayed the same way, under ids minted here and
+//!   announced on their parent's minted id ([`map_ids`], pure); one the child never ended is
+//!   reported `unknown`; `session/cancel` naming one is forwarded to the child
+//!   (`Cancel::cancel_session`) when the child offered cancel;
+//! - without subagent sessions, the child's streamed text is the tool call's content, bounded to
+//!   the last [`SHOWN_BYTES`], and its own children stay hidden.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use acp_host::run::Cancel;
+use agent_client_protocol::v1::schema::{
+    RunningStateUpdate, SessionCancelCapabilities, SessionId, SessionReference, SessionUpdate,
+    StateUpdate, SubagentSessionCapabilities, SubagentUpdate, ToolCallContent, ToolCallId,
+    ToolCallUpdateFields,
+};
+use protocol::child_session::ChildState;
+use protocol::permission::PermissionRequest;
+use protocol::result::RunResult;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Turn;
+use crate::backend::permission::Via;
+
+/// How much of a running child's text its tool card shows (the tail): the whole text travels
+/// once more as the result.
+pub(crate) const SHOWN_BYTES: usize = 8 * 1024;
+/// One update of the child's run: relayed on its session when exposed, else shown on the card.
+pub(super) fn deliver(
+    turn: &Turn,
+    call: &ToolCallId,
+    exposure: Option<&mut Exposure>,
+    shown: &mut String,
+    session: Option<&String>,
+    update: serde_json::Value,
+) {
+    match exposure {
+        Some(exposure) => exposure.relay(turn, session, update),
+        None => show(turn, call, shown, session, &update),
+    }
+}
+
+/// Without subagent sessions: the child's own text, shown (its tail) as the tool call's content.
+fn show(
+    turn: &Turn,
+    call: &ToolCallId,
+    shown: &mut String,
+    session: Option<&String>,
+    update: &serde_json::Value,
+) {
+    if session.is_some()
+        || update.get("sessionUpdate").and_then(|v| v.as_str()) != Some("agent_message_chunk")
+    {
+        return;
+    }
+    let Some(text) = update.pointer("/content/text").and_then(|v| v.as_str()) else {
+        return;
+    };
+    push_bounded(shown, text);
+    let content = vec![ToolCallContent::from(shown.clone())];
+    if let Err(error) = turn.update_tool_call(call, ToolCallUpdateFields::new().content(content)) {
+        tracing::debug!(error = %crate::describe(&error), "cannot show a subagent's text");
+    }
+}
+
+/// A child exposed as a session of its own, with the sessions it announced in turn.
+pub(super) struct Exposure {
+    children: Arc<ChildSessions>,
+    /// The child's session, cancellable by the client while this lives.
+    pub(super) child: CancellableChild,
+    /// The child agent's ids of the sessions it announced -> the ids minted for them here.
+    nested: HashMap<String, String>,
+    /// Minted ids of nested sessions not ended yet, in announcement order, with the minted id of
+    /// the session each was announced on.
+    open: Vec<(String, String)>,
+    /// Nested sessions the client may cancel (the child offered it), by minted id, while open.
+    nested_cancellable: HashMap<String, CancellableChild>,
+    /// The child's run and the token fired when this turn of it is over: a nested session's
+    /// cancel is forwarded through the run (`Cancel::cancel_session`) until then.
+    pub(super) run: Option<(Cancel, CancellationToken)>,
+}
+
+impl Exposure {
+    /// Mints the child's session and announces it on the turn's session; the tool call then
+    /// references it.
+    pub(super) fn announce(
+        turn: &Turn,
+        children: &Arc<ChildSessions>,
+        call: &ToolCallId,
+        name: &str,
+        task: &str,
+    ) -> Self {
+        let child = children.cancellable();
+        let announce = SubagentUpdate::new(child.id().to_owned())
+            .title(name.to_owned())
+            .description(task.to_owned())
+            .capabilities(
+                SubagentSessionCapabilities::new().cancel(SessionCancelCapabilities::new()),
+            )
+            .state(StateUpdate::Running(RunningStateUpdate::new()));
+        let announced = turn
+            .notify_on(turn.session(), SessionUpdate::SubagentUpdate(announce))
+            .and_then(|()| {
+                turn.update_tool_call(
+                    call,
+                    ToolCallUpdateFields::new().content(vec![ToolCallContent::from(
+                        SessionReference::new(child.id().to_owned()),
+                    )]),
+                )
+            });
+        if let Err(error) = announced {
+            tracing::debug!(error = %crate::describe(&error), "cannot announce a child session");
+        }
+        Self {
+            children: Arc::clone(children),
+            child,
+            nested: HashMap::new(),
+            open: Vec::new(),
+            nested_cancellable: HashMap::new(),
+            run: None,
+        }
+    }
+
+    /// Mints the id of a nested session the child announced (`theirs`); cancellable by the
+    /// client when the child offers it (`offers_cancel`): a `session/cancel` naming the minted id
+    /// is forwarded to the child as one naming `theirs`, and cancels that session only.
+    fn mint_nested(&mut self, theirs: &str, offers_cancel: bool) -> String {
+        let Some((cancel, over)) = self.run.clone().filter(|_| offers_cancel) else {
+            return self.children.mint();
+        };
+        let nested = self.children.cancellable();
+        let minted = nested.id().to_owned();
+        let cancelled = nested.cancellation().clone();
+        let theirs = theirs.to_owned();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = cancelled.cancelled() => cancel.cancel_session(&theirs),
+                () = over.cancelled() => {}
+            }
+        });
+        self.nested_cancellable.insert(minted.clone(), nested);
+        minted
+    }
+
+    /// The minted id of the session an update of the child's run is of: the child's own
+    /// (`None`), or one it announced.
+    fn minted(&self, session: Option<&String>) -> Option<String> {
+        match session {
+            None => Some(self.child.id().to_owned()),
+            Some(theirs) => self.nested.get(theirs).cloned(),
+        }
+    }
+
+    /// Where a relayed permission request is asked: on the session it was made on.
+    pub(super) fn via<'a>(
+        &self,
+        request: &PermissionRequest,
+        withdraw: &'a CancellationToken,
+    ) -> Option<Via<'a>> {
+        let session = self.minted(request.session_id.as_ref())?;
+        Some(Via::Session {
+            session: SessionId::new(session),
+            withdraw,
+        })
+    }
+
+    /// Sends one update of the child's run on its minted session, ids mapped.
+    fn relay(&mut self, turn: &Turn, session: Option<&String>, mut update: serde_json::Value) {
+        let Some(on) = self.minted(session) else {
+            tracing::debug!(
+                ?session,
+                "dropped an update of a session the child never announced"
+            );
+            return;
+        };
+        match update.get("sessionUpdate").and_then(|v| v.as_str()) {
+            // A child session takes no prompt from the client: its commands would mislead.
+            Some("available_commands_update") => return,
+            Some("subagent_update") => {
+                let Some(theirs) = update.get("sessionId").and_then(|v| v.as_str()) else {
+                    return;
+                };
+                let offers_cancel = update.pointer("/capabilities/cancel").is_some();
+                let minted = if let Some(minted) = self.nested.get(theirs) {
+                    minted.clone()
+                } else {
+                    let minted = self.mint_nested(theirs, offers_cancel);
+                    self.nested.insert(theirs.to_owned(), minted.clone());
+                    self.open.push((minted.clone(), on.clone()));
+                    minted
+                };
+                update["sessionId"] = minted.clone().into();
+                if let Some(fields) = update.as_object_mut() {
+                    // Offered only what is honoured here: cancel, through the child's run.
+                    if self.nested_cancellable.contains_key(&minted) && offers_cancel {
+                        fields.insert("capabilities".into(), serde_json::json!({"cancel": {}}));
+                    } else {
+                        fields.remove("capabilities");
+                    }
+                }
+                if update
+                    .get("state")
+                    .and_then(ChildState::from_wire)
+                    .is_some_and(|(state, _)| state.is_final())
+                {
+                    self.open.retain(|(open, _)| *open != minted);
+                    self.nested_cancellable.remove(&minted);
+                }
+            }
+            Some("tool_call" | "tool_call_update") => {
+                // A reference to a session must name one the client knows: mapped, or dropped.
+                if let Some(content) = update.get_mut("content").and_then(|c| c.as_array_mut()) {
+                    content.retain_mut(|item| {
+                        if item.get("type").and_then(|t| t.as_str()) != Some("session") {
+                            return true;
+                        }
+                        let mapped = item
+                            .get("sessionId")
+                            .and_then(|id| id.as_str())
+                            .and_then(|id| self.nested.get(id))
+                            .cloned();
+                        mapped.is_some_and(|id| {
+                            item["sessionId"] = id.into();
+                            true
+                        })
+                    });
+                }
+            }
+            _ => {}
+        }
+        match serde_json::from_value::<SessionUpdate>(update) {
+            Ok(update) => {
+                if let Err(error) = turn.notify_on(SessionId::new(on), update) {
+                    tracing::debug!(error = %crate::describe(&error), "cannot relay a child's update");
+                }
+            }
+            Err(error) => tracing::debug!(%error, "dropped a child's update that does not decode"),
+        }
+    }
+
+    /// The final snapshots: `unknown` for every nested session the child never ended (the
+    /// deepest first), then the outcome of the child's turn on the turn's session (failed when
+    /// its answer never came: `None`).
+    pub(super) fn end(&mut self, turn: &Turn, result: Option<&RunResult>) {
+        for (minted, on) in self.open.drain(..).rev() {
+            let update = SubagentUpdate::new(minted).state(StateUpdate::Unknown(
+                agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
+            ));
+            if let Err(error) =
+                turn.notify_on(SessionId::new(on), SessionUpdate::SubagentUpdate(update))
+            {
+                tracing::debug!(error = %crate::describe(&error), "cannot end a nested session");
+            }
+        }
+        let state = result.map_or(ChildState::Failed, |result| {
+            ChildState::of_status(result.status)
+        });
+        let mut snapshot = serde_json::json!({
+            "state": "idle",
+            "stopReason": state.wire_stop_reason(result.and_then(|r| r.stop_reason.as_deref())),
+        });
+        if state == ChildState::Failed {
+            let message = match result {
+                Some(result) => result
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| format!("ended {}", result.status)),
+                None => "its run ended abnormally".to_owned(),
+            };
+            snapshot["error"] = serde_json::json!({
+                "code": agent_client_protocol::ErrorCode::INTERNAL_ERROR.value(),
+                "message": message,
+            });
+        }
+        let update = match serde_json::from_value::<StateUpdate>(snapshot) {
+            Ok(state) => SubagentUpdate::new(self.child.id().to_owned()).state(state),
+            Err(error) => {
+                tracing::warn!(%error, "cannot build a child's final state");
+                SubagentUpdate::new(self.child.id().to_owned()).state(StateUpdate::Unknown(
+                    agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
+                ))
+            }
+        };
+        if let Err(error) = turn.notify_on(turn.session(), SessionUpdate::SubagentUpdate(update)) {
+            tracing::debug!(error = %crate::describe(&error), "cannot end a child session");
+        }
+    }
+}
+
+/// Appends `text`, keeping at most [`SHOWN_BYTES`] (the tail, cut at a character boundary).
+fn push_bounded(shown: &mut String, text: &str) {
+    shown.push_str(text);
+    if shown.len() > SHOWN_BYTES {
+        let mut cut = shown.len() - SHOWN_BYTES;
+        while !shown.is_char_boundary(cut) {
+            cut += 1;
+        }
+        shown.replace_range(..cut, "");
+    }
+}
+
+/// The child sessions exposed on this connection: minted ids, and the cancellation of those the
+/// client may cancel (a running delegated child).
+#[derive(Debug, Default)]
+pub(crate) struct ChildSessions {
+    inner: Mutex<ChildInner>,
+}
+
+#[derive(Debug, Default)]
+struct ChildInner {
+    minted: u64,
+    cancellable: HashMap<String, CancellationToken>,
+}
+
+/// A child session the client may cancel while this lives.
+#[derive(Debug)]
+pub(crate) struct CancellableChild {
+    children: Arc<ChildSessions>,
+    id: String,
+    cancel: CancellationToken,
+}
+
+impl ChildSessions {
+    /// A fresh child session id, unique on this connection.
+    pub(crate) fn mint(&self) -> String {
+        let mut inner = lock(&self.inner);
+        inner.minted += 1;
+        format!("sub-{}", inner.minted)
+    }
+
+    /// A fresh child session that `session/cancel` can cancel until the guard is dropped.
+    pub(crate) fn cancellable(self: &Arc<Self>) -> CancellableChild {
+        let id = self.mint();
+        let cancel = CancellationToken::new();
+        lock(&self.inner)
+            .cancellable
+            .insert(id.clone(), cancel.clone());
+        CancellableChild {
+            children: Arc::clone(self),
+            id,
+            cancel,
+        }
+    }
+
+    /// Cancels the child session `id`; returns whether it is one that can be cancelled now.
+    pub(crate) fn cancel(&self, id: &str) -> bool {
+        match lock(&self.inner).cancellable.get(id) {
+            Some(cancel) => {
+                cancel.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl CancellableChild {
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Cancelled when the client sends `session/cancel` for this child.
+    pub(crate) fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+}
+
+impl Drop for CancellableChild {
+    fn drop(&mut self) {
+        lock(&self.children.inner).cancellable.remove(&self.id);
+    }
+}
+
+/// Every critical section leaves its data consistent, so a panic elsewhere that poisoned a lock
+/// left nothing half-done: keep serving.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shown_text_keeps_the_tail_at_a_char_boundary() {
+        let mut shown = String::new();
+        push_bounded(&mut shown, "héllo ");
+        assert_eq!(shown, "héllo ");
+        push_bounded(&mut shown, &"é".repeat(SHOWN_BYTES));
+        assert!(shown.len() <= SHOWN_BYTES);
+        assert!(shown.chars().all(|c| c == 'é'));
+    }
+}

@@ -1,0 +1,581 @@
+//! A child's process and its kept session of the run library, and the one path that drives
+//! every turn of it shown somewhere.
+//!
+//! Invariants:
+//! - at most `--max-parallel-subagents` turns of children run at once ([`Subagents::slot`]: a
+//!   first turn and a `send_message` turn alike hold a slot while they run, an idle child none;
+//!   waiting for a slot observes the turn's cancellation);
+//! - a child is a kept session of the run library ([`LiveChild`]) from its first turn on; its
+//!   observer and permission handler send what its run observes where its [`Route`] points: to
+//!   the turn in flight that shows it, installed by that turn before the turn starts and cleared
+//!   once it answered (the library hands a turn's result over only once its observers saw that
+//!   turn's updates, so each turn is delivered whole); with no turn installed (a background
+//!   child's first turn, a child idle between turns) its updates are dropped and its permission
+//!   requests answered by the policy (`relay` rejects);
+//! - one path ([`LiveChild::drive`]) runs every turn shown somewhere: a foreground first turn
+//!   ([`Subagents::run`]) and a `send_message` turn ([`Subagents::send`]) alike; the parent turn's
+//!   `session/cancel` cancels the child of every turn it shows and the call then waits for the
+//!   turn's result, so no child of a cancelled turn outlives it;
+//! - with `--child-idle-timeout`, a child that completed its first turn stays alive, idle; a
+//!   message to a child whose process is gone is a cold resume (`session/load` in a fresh
+//!   process); a message has no output schema: its answer is plain text;
+//! - the credential values this agent handed a child never get past it: what it relays of the
+//!   child is redacted ([`LiveChild::redacted`], [`Forwarded`], [`Relay`]).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
+use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use agent_client_protocol::v1::schema::ToolCallId;
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
+use protocol::env_scrub::Redactor;
+use protocol::events::Event;
+use protocol::permission::{Answer, DecidedBy, PermissionRequest};
+use protocol::result::{ErrorKind, RunResult, Status};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::catalog::{Start, SubagentPermission, Subagents};
+use super::exposure::{Exposure, deliver};
+use super::{Delegated, label};
+use crate::backend::Turn;
+use crate::backend::model::tools::CANCELLED;
+use crate::backend::permission::{self, Via};
+
+impl Subagents {
+    /// Holds one of the `--max-parallel-subagents` slots, unless `cancelled` completes first:
+    /// every turn of a child (its first, a message) holds one while it runs; an idle child holds
+    /// none. `Err` is the call's result.
+    async fn slot(
+        &self,
+        cancelled: impl Future<Output = ()>,
+    ) -> Result<tokio::sync::SemaphorePermit<'_>, Delegated> {
+        tokio::select! {
+            biased;
+            () = cancelled => Err(Delegated::failed(CANCELLED)),
+            slot = self.slots.acquire() => {
+                slot.map_err(|_| Delegated::failed("subagents are shutting down"))
+            }
+        }
+    }
+
+    /// A child for validated start `start`, not spawned yet, and its first turn's result:
+    /// awaiting the future spawns it (so a turn shown somewhere installs its route first). With
+    /// `keep` and an idle timeout its kept session waits for messages after that turn; otherwise
+    /// it ends as soon as its first turn answered.
+    fn spawn(
+        &self,
+        start: Start,
+        cancel: Cancel,
+        keep: bool,
+    ) -> (
+        Arc<LiveChild>,
+        impl Future<Output = Option<RunResult>> + Send + 'static,
+    ) {
+        let Start {
+            name,
+            prepared,
+            permission,
+            resume: _,
+        } = start;
+        let route = Arc::new(Route::default());
+        let redactor = Arc::new(prepared.redactor().clone());
+        let options = RunOptions {
+            observers: vec![Arc::new(Forwarded {
+                route: Arc::clone(&route),
+                redactor: Arc::clone(&redactor),
+            }) as Arc<dyn Observer>],
+            permissions: (permission == SubagentPermission::Relay).then(|| {
+                Arc::new(Relay {
+                    route: Arc::clone(&route),
+                    redactor: Arc::clone(&redactor),
+                }) as Arc<dyn PermissionHandler>
+            }),
+            ..RunOptions::default()
+        };
+        let (first, first_rx) = oneshot::channel();
+        let (follow_ups, follow_ups_rx) = mpsc::channel(1);
+        let session = run::Session {
+            first,
+            follow_ups: follow_ups_rx,
+            // Not kept: no message can come in no time, so the session ends with its first turn.
+            idle_timeout: Some(self.idle_timeout.filter(|_| keep).unwrap_or(Duration::ZERO)),
+        };
+        let live = Arc::new(LiveChild {
+            name,
+            follow_ups,
+            cancel: cancel.clone(),
+            route,
+            redactor,
+            handle: std::sync::Mutex::new(None),
+        });
+        let first = {
+            let live = Arc::clone(&live);
+            async move {
+                let handle = tokio::spawn(async move {
+                    run::run_session(prepared, &options, &cancel, session).await
+                });
+                *live
+                    .handle
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(handle);
+                first_rx.await.ok()
+            }
+        };
+        (live, first)
+    }
+
+    /// What a first turn leaves: its result for the call, and the child when it stays alive
+    /// (`keep`, the turn completed, the session still open); otherwise the child is closed (its
+    /// process gone) before this returns.
+    async fn settle(
+        live: Arc<LiveChild>,
+        result: Option<RunResult>,
+        resume: bool,
+        keep: bool,
+    ) -> (Delegated, Option<Arc<LiveChild>>) {
+        let Some(result) = result else {
+            live.close().await;
+            return (live.abnormal(), None);
+        };
+        let completed = result.status == Status::Completed;
+        let delegated = live.redacted(outcome(&live.name, result, resume));
+        if keep && completed && live.is_open() {
+            (delegated, Some(live))
+        } else {
+            live.close().await;
+            (delegated, None)
+        }
+    }
+
+    /// Runs a validated start with nobody to ask (a background task): no route is installed, so
+    /// its permission requests are answered by policy (`relay` rejects: the turn that could ask
+    /// may be over) and nothing of it is shown; `cancel` stops it. With an idle timeout, a child
+    /// that answered its turn stays alive for further messages ([`LiveChild`]); otherwise, or
+    /// when its turn did not complete, its process is gone when this returns.
+    pub(crate) async fn run_detached(
+        &self,
+        start: Start,
+        cancel: Cancel,
+    ) -> (Delegated, Option<Arc<LiveChild>>) {
+        let _slot = match self.slot(cancel.cancelled()).await {
+            Ok(slot) => slot,
+            Err(refused) => return (refused, None),
+        };
+        let resume = start.resume;
+        let keep = self.idle_timeout.is_some();
+        let (live, first) = self.spawn(start, cancel, keep);
+        let result = first.await;
+        Self::settle(live, result, resume, keep).await
+    }
+
+    /// Runs a validated start (`start`, labelled `description`, on `prompt`) for tool call `call`
+    /// of `turn`, to its result ([`LiveChild::drive`] shows it); with an output schema, the
+    /// result is the child's checked JSON answer. With `keep` (and an idle timeout), a child that
+    /// answered stays alive, idle, and is returned; otherwise its process is gone when this
+    /// returns, as it is when the turn was cancelled.
+    pub(crate) async fn run(
+        &self,
+        turn: &Turn,
+        call: &ToolCallId,
+        start: Start,
+        prompt: &str,
+        description: Option<&str>,
+        keep: bool,
+    ) -> (Delegated, Option<Arc<LiveChild>>) {
+        let _slot = match self.slot(turn.cancelled()).await {
+            Ok(slot) => slot,
+            Err(refused) => return (refused, None),
+        };
+        let resume = start.resume;
+        let keep = keep && self.idle_timeout.is_some();
+        let (live, first) = self.spawn(start, Cancel::new(), keep);
+        let shown = Shown {
+            turn,
+            call,
+            task: label(description, prompt),
+        };
+        let result = live.drive(&shown, first).await;
+        if turn.is_cancelled() {
+            live.close().await;
+            return (cancelled(result.as_ref()), None);
+        }
+        Self::settle(live, result, resume, keep).await
+    }
+
+    /// Delivers `message` to a child kept alive (`live`) as its next turn, shown on tool call
+    /// `call` of `turn` exactly like a first turn ([`LiveChild::drive`]): its updates shown or
+    /// relayed, its permission requests relayed, a new announced session when the client speaks
+    /// subagent sessions, the turn's cancellation honoured (which ends the child). `None` when it
+    /// no longer takes messages (then nothing was sent). A follow-up has no output schema: its
+    /// answer is plain text.
+    pub(crate) async fn send(
+        &self,
+        turn: &Turn,
+        call: &ToolCallId,
+        live: &LiveChild,
+        message: &str,
+    ) -> Option<Delegated> {
+        let _slot = match self.slot(turn.cancelled()).await {
+            Ok(slot) => slot,
+            Err(refused) => return Some(refused),
+        };
+        let permit = live.follow_ups.reserve().await.ok()?;
+        let (reply, answer) = oneshot::channel();
+        let follow_up = run::FollowUp {
+            prompt: message.to_owned(),
+            reply,
+        };
+        let answer = async move {
+            permit.send(follow_up);
+            answer.await.ok()
+        };
+        let shown = Shown {
+            turn,
+            call,
+            task: label(None, message),
+        };
+        let result = live.drive(&shown, answer).await;
+        if turn.is_cancelled() {
+            return Some(cancelled(result.as_ref()));
+        }
+        Some(match result {
+            Some(result) => live.redacted(outcome(&live.name, result, false)),
+            None => live.abnormal(),
+        })
+    }
+}
+
+/// The result of a call whose turn was cancelled (with the child's session, to continue it).
+fn cancelled(result: Option<&RunResult>) -> Delegated {
+    Delegated {
+        session: result.and_then(|result| result.session_id.clone()),
+        ..Delegated::failed(CANCELLED)
+    }
+}
+
+/// The parent turn a turn of a child is shown on: its tool call, and the task the child's
+/// session is announced with.
+struct Shown<'a> {
+    turn: &'a Turn,
+    call: &'a ToolCallId,
+    task: String,
+}
+
+/// A child's process and its kept session of the run library, from its first turn on. Between
+/// turns it is idle and ends on its own after the idle timeout; [`LiveChild::close`] ends it at
+/// once and waits until its process is gone. What its run observes goes where its [`Route`]
+/// points: to the turn in flight ([`LiveChild::drive`]), or nowhere.
+#[derive(Debug)]
+pub(crate) struct LiveChild {
+    name: String,
+    follow_ups: mpsc::Sender<run::FollowUp>,
+    cancel: Cancel,
+    route: Arc<Route>,
+    /// The credential values this agent handed the child (and those withheld from it): a child
+    /// that echoes one never gets it past this agent ([`LiveChild::redacted`], [`Forwarded`],
+    /// [`Relay`]).
+    redactor: Arc<Redactor>,
+    /// Set once its run is spawned.
+    handle: std::sync::Mutex<Option<tokio::task::JoinHandle<RunResult>>>,
+}
+
+impl LiveChild {
+    /// Whether it still takes messages (not ended by its idle timeout, a failure or a close).
+    pub(crate) fn is_open(&self) -> bool {
+        !self.follow_ups.is_closed()
+    }
+
+    /// Drives one turn of it (its first, or a message) whose result `answer` brings, shown on
+    /// `shown`: the one path of every turn shown somewhere. The route is installed before
+    /// `answer` is first polled (which starts the turn) and cleared once it answered; meanwhile
+    /// its updates are relayed on its announced session (the client speaks subagent sessions) or
+    /// its text shown on the tool card, its permission requests relayed, and the turn's (or the
+    /// announced session's) cancellation cancels the child. Once it answered, the updates it
+    /// sent before its answer are delivered, pending requests are withdrawn and resolved, then
+    /// the announced session's one final state goes out.
+    async fn drive(
+        &self,
+        shown: &Shown<'_>,
+        answer: impl Future<Output = Option<RunResult>>,
+    ) -> Option<RunResult> {
+        let Shown { turn, call, task } = shown;
+        let name = self.name.as_str();
+        // Fired once the turn answered: relayed requests still pending are withdrawn.
+        let turn_over = CancellationToken::new();
+        let mut exposure = turn.child_sessions().map(|children| {
+            let mut exposure = Exposure::announce(turn, children, call, name, task);
+            exposure.run = Some((self.cancel.clone(), turn_over.clone()));
+            exposure
+        });
+        let (updates, mut update_rx) = mpsc::unbounded_channel();
+        let (asks, mut ask_rx) = mpsc::unbounded_channel();
+        self.route.install(Routed {
+            updates,
+            all: exposure.is_some(),
+            asks,
+        });
+        let mut text = String::new();
+        let mut relays = FuturesUnordered::new();
+        let exposed_cancel = exposure
+            .as_ref()
+            .map_or_else(CancellationToken::new, |e| e.child.cancellation().clone());
+        tokio::pin!(answer);
+        let result = loop {
+            tokio::select! {
+                biased;
+                result = &mut answer => break result,
+                () = turn.cancelled(), if !self.cancel.is_cancelled() => self.cancel.cancel(),
+                () = exposed_cancel.cancelled(), if !self.cancel.is_cancelled() => self.cancel.cancel(),
+                Some(()) = relays.next(), if !relays.is_empty() => {}
+                Some((request, answer)) = ask_rx.recv() => {
+                    // The updates already delivered first (the tool call asked about).
+                    while let Ok((session, update)) = update_rx.try_recv() {
+                        deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
+                    }
+                    let via = match &exposure {
+                        Some(exposure) => exposure.via(&request, &turn_over),
+                        None => Some(Via::Parent { subagent: name }),
+                    };
+                    relays.push(relay(turn, via, request, answer));
+                }
+                Some((session, update)) = update_rx.recv() => {
+                    deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
+                }
+            }
+        };
+        // The run library hands a turn's result over only once its observers saw the turn's
+        // updates: what is left of them is in the channel, which ends with the route.
+        self.route.clear();
+        turn_over.cancel();
+        while relays.next().await.is_some() {}
+        while let Some((session, update)) = update_rx.recv().await {
+            deliver(
+                turn,
+                call,
+                exposure.as_mut(),
+                &mut text,
+                session.as_ref(),
+                update,
+            );
+        }
+        if let Some(mut exposure) = exposure.take() {
+            exposure.end(turn, result.as_ref());
+        }
+        result
+    }
+
+    /// `result` with the credential values this agent handed the child redacted.
+    fn redacted(&self, mut result: Delegated) -> Delegated {
+        result.text = self.redactor.redact(&result.text);
+        result
+    }
+
+    /// The result of a turn whose answer never came (its run ended abnormally).
+    fn abnormal(&self) -> Delegated {
+        Delegated::failed(format!("subagent {} ended abnormally", self.name))
+    }
+
+    /// Ends it (session/cancel while a turn runs, then the teardown ladder) and waits until its
+    /// process is gone.
+    pub(crate) async fn close(&self) {
+        self.cancel.cancel();
+        let handle = self
+            .handle
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle
+            && let Err(error) = handle.await
+        {
+            tracing::warn!(%error, "a live child ended abnormally");
+        }
+    }
+
+    /// Ends it without waiting (its run tears its process down on its own).
+    pub(crate) fn cancel(&self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Where a child's run sends what it observes: to the turn of it in flight that shows it, once
+/// that turn installed itself, until it clears itself. With nothing installed (a background
+/// child's first turn, a child idle between turns), updates are dropped and permission requests
+/// are answered by the policy (`relay` rejects).
+#[derive(Debug, Default)]
+struct Route {
+    to: std::sync::Mutex<Option<Routed>>,
+}
+
+/// The turn a [`Route`] points to.
+#[derive(Debug)]
+struct Routed {
+    updates: mpsc::UnboundedSender<(Option<String>, serde_json::Value)>,
+    /// Every update (the child is exposed as a session), else only the run's own text.
+    all: bool,
+    asks: mpsc::UnboundedSender<(PermissionRequest, oneshot::Sender<Decision>)>,
+}
+
+impl Route {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Routed>> {
+        self.to
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn install(&self, routed: Routed) {
+        *self.lock() = Some(routed);
+    }
+
+    /// Points nowhere again; the turn's channels end once drained.
+    fn clear(&self) {
+        *self.lock() = None;
+    }
+}
+
+/// A finished run as the call's result: the answer (the checked JSON with an output schema), or
+/// how it ended.
+fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
+    // A cold resume its agent refused before the prompt (no `loadSession`, or a start-time
+    // capability it cannot honour): the library's message says why and names the agent.
+    if resume
+        && result.error_kind == Some(ErrorKind::Capability)
+        && let Some(error) = &result.error
+    {
+        return Delegated::failed(format!("subagent {name} cannot be continued: {error}"));
+    }
+    if result.status == Status::Completed {
+        return Delegated {
+            text: result
+                .structured
+                .as_ref()
+                .map_or(result.output, ToString::to_string),
+            failed: false,
+            session: result.session_id,
+        };
+    }
+    Delegated {
+        session: result.session_id.clone(),
+        ..ended(name, &result)
+    }
+}
+
+/// A child's result when it did not complete: its status, stop reason and error, then its
+/// output so far.
+fn ended(name: &str, result: &RunResult) -> Delegated {
+    let mut text = format!("subagent {name} ended {}", result.status);
+    if let Some(reason) = &result.stop_reason {
+        let _ = write!(text, " (stop reason {reason})");
+    }
+    if let Some(error) = &result.error {
+        let _ = write!(text, ": {error}");
+    }
+    if !result.output.is_empty() {
+        text.push_str("\n\nIts output so far:\n");
+        text.push_str(&result.output);
+    }
+    Delegated::failed(text)
+}
+
+/// Relays one child permission request to this agent's client (`via` where it is asked; `None`
+/// for a session the child never announced: rejected) and sends the decision back.
+async fn relay(
+    turn: &Turn,
+    via: Option<Via<'_>>,
+    request: PermissionRequest,
+    answer: oneshot::Sender<Decision>,
+) {
+    let decision = match via {
+        Some(via) => permission::relay(turn, via, &request).await,
+        None => Decision {
+            answer: Answer::Reject,
+            decided_by: DecidedBy::Policy,
+        },
+    };
+    // The child's run may have ended meanwhile; nobody waits for the answer then.
+    let _ = answer.send(decision);
+}
+
+/// Forwards the child run's updates (with the child session each is of, `None` for the run's
+/// own) to the turn its [`Route`] points to: all of them, or only the run's own text (the tool
+/// card).
+struct Forwarded {
+    route: Arc<Route>,
+    redactor: Arc<Redactor>,
+}
+
+impl Observer for Forwarded {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
+        if let Event::Update {
+            session_id, update, ..
+        } = event
+            && let Some(to) = self.route.lock().as_ref()
+            && (to.all
+                || (session_id.is_none()
+                    && update.get("sessionUpdate").and_then(|v| v.as_str())
+                        == Some("agent_message_chunk")))
+        {
+            let mut update = update.clone();
+            redact_strings(&self.redactor, &mut update);
+            // The receiver is gone only once the turn has its result.
+            let _ = to.updates.send((session_id.clone(), update));
+        }
+        Ok(())
+    }
+}
+
+/// Redacts `redactor`'s values in every string of `value` (an update relayed as JSON).
+fn redact_strings(redactor: &Redactor, value: &mut serde_json::Value) {
+    if redactor.is_empty() {
+        return;
+    }
+    match value {
+        serde_json::Value::String(text) => *text = redactor.redact(text),
+        serde_json::Value::Array(items) => {
+            for item in items {
+                redact_strings(redactor, item);
+            }
+        }
+        serde_json::Value::Object(fields) => {
+            for field in fields.values_mut() {
+                redact_strings(redactor, field);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Hands the child's permission requests to the turn its [`Route`] points to, which asks the
+/// parent's client; with none, the policy answers (`relay` rejects).
+struct Relay {
+    route: Arc<Route>,
+    redactor: Arc<Redactor>,
+}
+
+impl PermissionHandler for Relay {
+    fn decide(&self, mut request: PermissionRequest) -> DecisionFuture {
+        request.title = request.title.map(|title| self.redactor.redact(&title));
+        let (tx, rx) = oneshot::channel();
+        let sent = self
+            .route
+            .lock()
+            .as_ref()
+            .is_some_and(|to| to.asks.send((request, tx)).is_ok());
+        Box::pin(async move {
+            if !sent {
+                return Decision {
+                    answer: Answer::Reject,
+                    decided_by: DecidedBy::Policy,
+                };
+            }
+            // Nobody left to ask: not an approval.
+            rx.await.unwrap_or(Decision {
+                answer: Answer::Cancelled,
+                decided_by: DecidedBy::Cancel,
+            })
+        })
+    }
+}
