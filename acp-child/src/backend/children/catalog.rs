@@ -40,8 +40,8 @@ use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 use protocol::trust::{self, Digest, Source, TrustState};
 use tokio::sync::Semaphore;
 
-use super::Delegated;
 use super::approval::{Asking, approve};
+use super::{Delegated, Task};
 use crate::backend::Turn;
 
 /// The default of `--max-parallel-subagents`.
@@ -148,7 +148,7 @@ pub(super) struct Origin {
 impl Target {
     /// Whether it starts without asking the person: from a source they named, or a repository
     /// definition whose exact content they approved always.
-    pub(crate) fn trust(&self, store: Option<&TrustStore>) -> TrustState {
+    pub(super) fn trust(&self, store: Option<&TrustStore>) -> TrustState {
         match (&self.origin, self.source) {
             (_, source) if source.trusted() => TrustState::Trusted,
             (Some(origin), _) => store.map_or(TrustState::NotApproved, |store| {
@@ -199,8 +199,8 @@ pub struct Subagents {
 
 /// A start that passed validation (and, for a repository definition, the person's approval):
 /// ready to run, nothing spawned yet.
-pub(crate) struct Start {
-    pub(crate) name: String,
+pub(super) struct Start {
+    pub(super) name: String,
     pub(super) prepared: run::Prepared,
     pub(super) permission: SubagentPermission,
     /// It continues a child's saved session.
@@ -274,18 +274,18 @@ impl Subagents {
 
     /// Whether starting `target` asks the person first (a repository definition not approved
     /// for its content).
-    pub(crate) fn needs_approval(&self, target: &Target) -> bool {
+    pub(super) fn needs_approval(&self, target: &Target) -> bool {
         !target.trust(self.trust.as_ref()).may_start()
     }
 
     /// Whether children may run in the background (`run_in_background`).
-    pub(crate) fn background(&self) -> bool {
+    pub(super) fn background(&self) -> bool {
         self.background
     }
 
     /// Whether delegation is offered (the prompt face): some subagent is available and this
     /// agent is below the depth cap.
-    pub(crate) fn offered(&self, catalog: &Catalog) -> bool {
+    pub(super) fn offered(&self, catalog: &Catalog) -> bool {
         !catalog.targets.is_empty() && self.budget.is_some_and(Budget::may_delegate)
     }
 
@@ -293,7 +293,7 @@ impl Subagents {
     /// `<cwd>/subagents/` (repository content) and the `--subagents` folders (named by the
     /// person), the first of a name winning. A file that cannot be used is a problem in the
     /// catalog (and a log line), never hides the others.
-    pub(crate) fn catalog(&self, cwd: &Path) -> Catalog {
+    pub(super) fn catalog(&self, cwd: &Path) -> Catalog {
         let mut catalog = Catalog {
             targets: self.targets.clone(),
             problems: Vec::new(),
@@ -437,19 +437,23 @@ impl Subagents {
     /// with `resume`, the child's saved session is continued): everything that can fail before a
     /// process exists, the person's approval of a repository definition last ([`approve`]).
     /// `Err` is the call's result.
-    pub(crate) async fn preflight(
+    pub(super) async fn preflight(
         &self,
         turn: &Turn,
         call: &ToolCallId,
-        name: &str,
-        prompt: &str,
-        output_schema: Option<&serde_json::Value>,
+        catalog: &Catalog,
+        task: Task<'_>,
         resume: Option<String>,
     ) -> Result<Start, Delegated> {
+        let Task {
+            name,
+            prompt,
+            output_schema,
+            ..
+        } = task;
         let cwd = turn.workspace().root();
-        let catalog = self.catalog(cwd);
         let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
-            return Err(unknown(name, &catalog));
+            return Err(unknown(name, catalog));
         };
         let resuming = resume.is_some();
         let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);

@@ -36,7 +36,7 @@ use crate::backend::permission::Via;
 
 /// How much of a running child's text its tool card shows (the tail): the whole text travels
 /// once more as the result.
-pub(crate) const SHOWN_BYTES: usize = 8 * 1024;
+pub(super) const SHOWN_BYTES: usize = 8 * 1024;
 /// One update of the child's run: relayed on its session when exposed, else shown on the card.
 pub(super) fn deliver(
     turn: &Turn,
@@ -326,7 +326,7 @@ struct ChildInner {
 
 /// A child session the client may cancel while this lives.
 #[derive(Debug)]
-pub(crate) struct CancellableChild {
+pub(super) struct CancellableChild {
     children: Arc<ChildSessions>,
     id: String,
     cancel: CancellationToken,
@@ -341,7 +341,7 @@ impl ChildSessions {
     }
 
     /// A fresh child session that `session/cancel` can cancel until the guard is dropped.
-    pub(crate) fn cancellable(self: &Arc<Self>) -> CancellableChild {
+    pub(super) fn cancellable(self: &Arc<Self>) -> CancellableChild {
         let id = self.mint();
         let cancel = CancellationToken::new();
         lock(&self.inner)
@@ -367,12 +367,12 @@ impl ChildSessions {
 }
 
 impl CancellableChild {
-    pub(crate) fn id(&self) -> &str {
+    pub(super) fn id(&self) -> &str {
         &self.id
     }
 
     /// Cancelled when the client sends `session/cancel` for this child.
-    pub(crate) fn cancellation(&self) -> &CancellationToken {
+    pub(super) fn cancellation(&self) -> &CancellationToken {
         &self.cancel
     }
 }

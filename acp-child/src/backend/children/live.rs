@@ -156,7 +156,7 @@ impl Subagents {
     /// may be over) and nothing of it is shown; `cancel` stops it. With an idle timeout, a child
     /// that answered its turn stays alive for further messages ([`LiveChild`]); otherwise, or
     /// when its turn did not complete, its process is gone when this returns.
-    pub(crate) async fn run_detached(
+    pub(super) async fn run_detached(
         &self,
         start: Start,
         cancel: Cancel,
@@ -177,7 +177,7 @@ impl Subagents {
     /// result is the child's checked JSON answer. With `keep` (and an idle timeout), a child that
     /// answered stays alive, idle, and is returned; otherwise its process is gone when this
     /// returns, as it is when the turn was cancelled.
-    pub(crate) async fn run(
+    pub(super) async fn run(
         &self,
         turn: &Turn,
         call: &ToolCallId,
@@ -212,7 +212,7 @@ impl Subagents {
     /// subagent sessions, the turn's cancellation honoured (which ends the child). `None` when it
     /// no longer takes messages (then nothing was sent). A follow-up has no output schema: its
     /// answer is plain text.
-    pub(crate) async fn send(
+    pub(super) async fn send(
         &self,
         turn: &Turn,
         call: &ToolCallId,

@@ -23,8 +23,16 @@ mod exposure;
 mod live;
 pub(crate) mod table;
 
-use agent_client_protocol::v1::schema::ToolKind;
+use std::sync::Arc;
 
+use acp_host::run::Cancel;
+use agent_client_protocol::v1::schema::{ToolCallId, ToolKind};
+
+use crate::backend::Turn;
+use crate::backend::model::tools::CANCELLED;
+use crate::session::Memory;
+
+pub(crate) use self::catalog::Catalog;
 pub use self::catalog::{
     DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, SubagentPermission, Subagents,
 };
@@ -69,5 +77,331 @@ impl Delegated {
             failed: true,
             session: None,
         }
+    }
+}
+
+/// What a call asks a child to do.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Task<'s> {
+    /// The subagent (an enabled registry agent or a definition).
+    pub(crate) name: &'s str,
+    pub(crate) prompt: &'s str,
+    /// A short label for the person (else the prompt's first line).
+    pub(crate) description: Option<&'s str>,
+    /// With it, the child's answer must match this JSON Schema (the result is the value).
+    pub(crate) output_schema: Option<&'s serde_json::Value>,
+}
+
+/// How a started child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The call waits for its answer; it stays alive, idle, for `send_message` afterwards.
+    Foreground,
+    /// The call returns a task id at once; the session owns the run.
+    Background,
+    /// The call waits for its answer and its process ends with it (the offline `/delegate`:
+    /// no table of children to keep it in).
+    OneShot,
+}
+
+/// Which of the children's tools a turn offers (the prompt face of the depth rule): one rule for
+/// all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Offered {
+    /// `subagent`, `send_message`, `list_agents`: some subagent is available and this agent is
+    /// below its depth cap.
+    pub(crate) delegation: bool,
+    /// `run_in_background` and the task tools: delegation is, and `--no-background` is off.
+    pub(crate) background: bool,
+}
+
+/// The result of a forced `run_in_background` under `--no-background`.
+pub(crate) const BACKGROUND_DISABLED: &str = "background subagents are disabled in this agent \
+     (--no-background); call subagent without run_in_background";
+
+/// The children wing as one turn sees it: the connection's [`Subagents`], the catalog of what
+/// may be started in the turn's session directory (read once per turn), and through the turn
+/// the session's table of children. Every operation on a child goes through here, with the
+/// child's life (register, preflight, run, record, keep alive, release) written once.
+pub(crate) struct Children<'a> {
+    subagents: &'a Arc<Subagents>,
+    catalog: Catalog,
+}
+
+impl<'a> Children<'a> {
+    /// The wing for a turn in session directory `cwd`: reads the definitions once.
+    pub(crate) fn new(subagents: &'a Arc<Subagents>, cwd: &std::path::Path) -> Self {
+        Self {
+            subagents,
+            catalog: subagents.catalog(cwd),
+        }
+    }
+
+    /// Which children's tools are offered.
+    pub(crate) fn offered(&self) -> Offered {
+        let delegation = self.subagents.offered(&self.catalog);
+        Offered {
+            delegation,
+            background: delegation && self.subagents.background(),
+        }
+    }
+
+    /// What may be started, and the definition files that could not be used.
+    pub(crate) fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Whether starting `target` asks the person first.
+    pub(crate) fn needs_approval(&self, target: &catalog::Target) -> bool {
+        self.subagents.needs_approval(target)
+    }
+
+    /// Whether `run_in_background` may be used at all (`--no-background` is off).
+    pub(crate) fn background_enabled(&self) -> bool {
+        self.subagents.background()
+    }
+
+    /// Starts `task` for tool call `call` of `turn`. Everything that can fail before a process
+    /// exists is checked first, so a refused start registers nothing. The result is the child's
+    /// answer ([`Mode::Foreground`], [`Mode::OneShot`]) or, at once, the task id that collects it
+    /// ([`Mode::Background`]).
+    pub(crate) async fn start(
+        &self,
+        turn: &Turn,
+        call: &ToolCallId,
+        task: Task<'_>,
+        mode: Mode,
+    ) -> Delegated {
+        if mode == Mode::Background && !self.subagents.background() {
+            return Delegated::failed(BACKGROUND_DISABLED);
+        }
+        let start = match self
+            .subagents
+            .preflight(turn, call, &self.catalog, task, None)
+            .await
+        {
+            Ok(start) => start,
+            Err(refused) => return refused,
+        };
+        if mode == Mode::OneShot {
+            return self
+                .subagents
+                .run(turn, call, start, task.prompt, task.description, false)
+                .await
+                .0;
+        }
+        let memory = Arc::clone(turn.memory());
+        let table = Arc::clone(memory.tasks());
+        let (child, gate) = match table.new_child(task.name) {
+            Ok(child) => child,
+            Err(error) => return Delegated::failed(error.to_string()),
+        };
+        if mode == Mode::Foreground {
+            let (result, live) = self
+                .subagents
+                .run(turn, call, start, task.prompt, task.description, true)
+                .await;
+            record(&memory, &child, &result, live);
+            drop(gate);
+            return result;
+        }
+        let cancel = Cancel::new();
+        let run = {
+            let subagents = Arc::clone(self.subagents);
+            let cancel = cancel.clone();
+            let child = child.clone();
+            async move {
+                let (result, live) = subagents.run_detached(start, cancel).await;
+                record(&memory, &child, &result, live);
+                result
+            }
+        };
+        let label = label(task.description, task.prompt);
+        match table.spawn(&child, task.name, &label, cancel, gate, run) {
+            Ok(id) => Delegated {
+                text: format!(
+                    "started background task {id}: subagent {} as child {child}. It runs on its \
+                     own: task_output {id} returns its result (wait: true blocks until it is \
+                     done), task_kill stops it, and you are told when it finishes.",
+                    task.name
+                ),
+                failed: false,
+                session: None,
+            },
+            Err(error) => {
+                table.child_ended(&child, None, true);
+                Delegated::failed(error.to_string())
+            }
+        }
+    }
+
+    /// Sends `message` to child `child_id` of `turn`'s session as its next turn, shown on tool
+    /// call `call`: after its running turn if any, in its live process when it is idle, else by
+    /// a cold resume of its saved session in a fresh process.
+    pub(crate) async fn message(
+        &self,
+        turn: &Turn,
+        call: &ToolCallId,
+        child_id: &str,
+        message: &str,
+    ) -> Delegated {
+        let memory = Arc::clone(turn.memory());
+        let table = memory.tasks();
+        let child = match table.child(child_id) {
+            Ok(child) => child,
+            Err(error) => return Delegated::failed(error.to_string()),
+        };
+        // One turn at a time: wait for the child's current run, if any.
+        let gate = tokio::select! {
+            biased;
+            () = turn.cancelled() => return Delegated::failed(CANCELLED),
+            gate = Arc::clone(&child.gate).lock_owned() => gate,
+        };
+        let child = match table.child(child_id) {
+            Ok(child) => child,
+            Err(error) => return Delegated::failed(error.to_string()),
+        };
+        if let Some(live) = child.live() {
+            table.child_running(&child.id);
+            if let Some(result) = self.subagents.send(turn, call, live, message).await {
+                record(&memory, &child.id, &result, None);
+                drop(gate);
+                return result;
+            }
+        }
+        let Some(session) = child.session.clone() else {
+            return Delegated::failed(format!(
+                "child {} cannot be continued: its agent reported no session id",
+                child.id
+            ));
+        };
+        let start = match self
+            .subagents
+            .preflight(
+                turn,
+                call,
+                &self.catalog,
+                Task {
+                    name: &child.agent,
+                    prompt: message,
+                    description: None,
+                    output_schema: None,
+                },
+                Some(session),
+            )
+            .await
+        {
+            Ok(start) => start,
+            Err(refused) => {
+                return Delegated::failed(format!(
+                    "child {} cannot be continued: {}",
+                    child.id, refused.text
+                ));
+            }
+        };
+        table.child_running(&child.id);
+        let (result, live) = self
+            .subagents
+            .run(turn, call, start, message, None, true)
+            .await;
+        record(&memory, &child.id, &result, live);
+        drop(gate);
+        result
+    }
+
+    /// Background task `task_id`'s status line, then its result once there is one; with `wait`,
+    /// first waits (at most that long) until it is done.
+    pub(crate) async fn output(
+        &self,
+        turn: &Turn,
+        task_id: &str,
+        wait: Option<std::time::Duration>,
+    ) -> Delegated {
+        let table = Arc::clone(turn.memory().tasks());
+        let (view, done) = match table.get(task_id) {
+            Ok(found) => found,
+            Err(error) => return Delegated::failed(error.to_string()),
+        };
+        let Some(wait) = wait.filter(|_| view.result.is_none()) else {
+            return ok(table::report(&view));
+        };
+        tokio::select! {
+            biased;
+            () = turn.cancelled() => return Delegated::failed(CANCELLED),
+            () = done.cancelled() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+        match table.get(task_id) {
+            Ok((view, _)) => ok(table::report(&view)),
+            Err(error) => Delegated::failed(error.to_string()),
+        }
+    }
+
+    /// Stops background task `task_id` (session/cancel, then the teardown ladder) and waits, at
+    /// most `timeout`, until its child is torn down.
+    pub(crate) async fn kill(
+        &self,
+        turn: &Turn,
+        task_id: &str,
+        timeout: std::time::Duration,
+    ) -> Delegated {
+        let table = Arc::clone(turn.memory().tasks());
+        let (before, _) = match table.get(task_id) {
+            Ok(found) => found,
+            Err(error) => return Delegated::failed(error.to_string()),
+        };
+        if before.result.is_some() {
+            return ok(format!("{task_id} had already finished: {}", before.line()));
+        }
+        let done = match table.kill(task_id) {
+            Ok(done) => done,
+            Err(error) => return Delegated::failed(error.to_string()),
+        };
+        tokio::select! {
+            biased;
+            () = turn.cancelled() => return Delegated::failed(CANCELLED),
+            () = done.cancelled() => {}
+            () = tokio::time::sleep(timeout) => {
+                return Delegated::failed(format!("{task_id} is still stopping"));
+            }
+        }
+        match table.get(task_id) {
+            Ok((view, _)) => ok(format!("killed {}", view.line())),
+            Err(error) => Delegated::failed(error.to_string()),
+        }
+    }
+
+    /// One status line per background task the session keeps, then how many were dropped.
+    pub(crate) fn list_tasks(turn: &Turn) -> String {
+        let (tasks, dropped) = turn.memory().tasks().list();
+        table::describe_tasks(&tasks, dropped)
+    }
+
+    /// One line per child of the session, and why one cannot be continued.
+    pub(crate) fn list_children(&self, turn: &Turn) -> String {
+        let (children, unusable) = turn.memory().tasks().children();
+        let available = |name: &str| self.catalog.targets.iter().any(|t| t.name == name);
+        table::describe_children(&children, &unusable, available)
+    }
+}
+
+/// A successful result.
+fn ok(text: String) -> Delegated {
+    Delegated {
+        text,
+        failed: false,
+        session: None,
+    }
+}
+
+/// Records how a run of `child` ended, in the session's table and its store, and keeps its
+/// process alive (`live`) when it stays for more messages.
+fn record(memory: &Memory, child: &str, result: &Delegated, live: Option<Arc<LiveChild>>) {
+    let table = memory.tasks();
+    if let Some(record) = table.child_ended(child, result.session.as_deref(), result.failed) {
+        memory.record_child(record);
+    }
+    if let Some(live) = live {
+        table.set_live(child, live);
     }
 }

@@ -725,6 +725,14 @@ pub(crate) fn describe_children(
     text
 }
 
+/// A task's line, then its result once there is one.
+pub(crate) fn report(view: &TaskView) -> String {
+    match &view.result {
+        Some(result) => format!("{}\n\n{}", view.line(), result.text),
+        None => format!("{}\n\nstill running", view.line()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,8 @@ use crate::workspace::Workspace;
 pub(crate) struct Model {
     client: ModelClient,
     tools: Toolbox,
+    /// What its turns may delegate to; `None`: subagents are not enabled.
+    subagents: Option<Arc<Subagents>>,
     store: Arc<Store>,
 }
 
@@ -42,11 +44,12 @@ impl Model {
         config: ModelConfig,
         subagents: Option<Arc<Subagents>>,
     ) -> Result<Self, ClientBuildError> {
-        let tools = Toolbox::standard(config.command_timeout, subagents);
+        let tools = Toolbox::standard(config.command_timeout, subagents.is_some());
         let store = Arc::new(Store::new(config.state_dir.clone()));
         Ok(Self {
             client: ModelClient::new(Arc::new(config))?,
             tools,
+            subagents,
             store,
         })
     }
@@ -54,7 +57,12 @@ impl Model {
 
 impl Backend for Model {
     fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>> {
-        Box::pin(turn::run(&self.client, &self.tools, turn))
+        Box::pin(turn::run(
+            &self.client,
+            &self.tools,
+            self.subagents.as_ref(),
+            turn,
+        ))
     }
 
     fn title(&self) -> String {

@@ -215,7 +215,8 @@ mod tests {
         let text = Persona::default().render("m", Path::new("/w"));
         assert!(text.contains("model m") && text.contains("directory /w"));
         assert!(!text.contains("{{"));
-        let tools = super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1), None);
+        let tools =
+            super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1), false);
         for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }

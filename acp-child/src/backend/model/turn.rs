@@ -19,25 +19,29 @@
 //! - cancellation is raced at every wait (request, stream, permission, command) and the turn then
 //!   returns `cancelled`; model failures become [`TurnError::Model`] (a JSON-RPC error).
 
+use std::sync::Arc;
+
 use agent_client_protocol::v1::schema::StopReason;
 use futures::StreamExt as _;
 
 use super::client::{ModelClient, ModelError};
 use super::tools::{CANCELLED, ToolResult, Toolbox, subagent};
 use super::wire::{self, Accumulator, ChatRequest, Chunk, Finish, Reply};
+use crate::backend::children::{Children, Subagents};
 use crate::backend::{Turn, TurnError};
 use crate::store::Record;
 
 pub(super) async fn run(
     client: &ModelClient,
     tools: &Toolbox,
+    subagents: Option<&Arc<Subagents>>,
     turn: &mut Turn,
 ) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
         return Ok(StopReason::Cancelled);
     }
     let config = client.config();
-    let memory = std::sync::Arc::clone(turn.memory());
+    let memory = Arc::clone(turn.memory());
     // Recorded with the first reply (see the module invariants).
     let mut prompt = Some(Record::User {
         text: turn.prompt_text(),
@@ -52,8 +56,10 @@ pub(super) async fn run(
         system.push_str("\n\n");
         system.push_str(super::tools::CAPTURE_INSTRUCTION);
     }
+    // What may be delegated to is read once per turn.
+    let children = subagents.map(|subagents| Children::new(subagents, turn.workspace().root()));
     let offered = tools.definitions(
-        turn.workspace().root(),
+        children.as_ref(),
         settings.tool_filter().as_ref(),
         settings.output.as_deref(),
     );
@@ -109,30 +115,7 @@ pub(super) async fn run(
             Finish::ContentFilter => return Ok(StopReason::Refusal),
             Finish::ToolCalls => {}
         }
-        // Consecutive `subagent` calls run together (each waits for a free slot); every other
-        // call runs alone, in order. Results are recorded in the order the model made the calls.
-        let mut rest = calls.as_slice();
-        while let Some(first) = rest.first() {
-            let together = if first.name == subagent::NAME {
-                rest.iter().take_while(|c| c.name == subagent::NAME).count()
-            } else {
-                1
-            };
-            let (batch, after) = rest.split_at(together);
-            rest = after;
-            let shared: &Turn = turn;
-            let results =
-                futures::future::join_all(batch.iter().map(|call| run_call(tools, shared, call)))
-                    .await;
-            for (call, result) in batch.iter().zip(results) {
-                let result = result?;
-                memory.extend([Record::Tool {
-                    call_id: call.id.clone(),
-                    content: result.content,
-                    failed: result.failed,
-                }]);
-            }
-        }
+        run_calls(tools, turn, children.as_ref(), &calls).await?;
         if turn.is_cancelled() {
             return Ok(StopReason::Cancelled);
         }
@@ -140,10 +123,48 @@ pub(super) async fn run(
     Ok(StopReason::MaxTurnRequests)
 }
 
+/// Runs one reply's tool calls and records their results, in the order the model made them.
+/// Consecutive `subagent` calls run together (each waits for a free slot); every other call runs
+/// alone, in order.
+async fn run_calls(
+    tools: &Toolbox,
+    turn: &Turn,
+    children: Option<&Children<'_>>,
+    calls: &[crate::store::RecordedCall],
+) -> Result<(), TurnError> {
+    let memory = turn.memory();
+    let mut rest = calls;
+    while let Some(first) = rest.first() {
+        let together = if first.name == subagent::NAME {
+            rest.iter().take_while(|c| c.name == subagent::NAME).count()
+        } else {
+            1
+        };
+        let (batch, after) = rest.split_at(together);
+        rest = after;
+        let results = futures::future::join_all(
+            batch
+                .iter()
+                .map(|call| run_call(tools, turn, children, call)),
+        )
+        .await;
+        for (call, result) in batch.iter().zip(results) {
+            let result = result?;
+            memory.extend([Record::Tool {
+                call_id: call.id.clone(),
+                content: result.content,
+                failed: result.failed,
+            }]);
+        }
+    }
+    Ok(())
+}
+
 /// Runs one call, unless the turn was cancelled first.
 async fn run_call(
     tools: &Toolbox,
     turn: &Turn,
+    children: Option<&Children<'_>>,
     call: &crate::store::RecordedCall,
 ) -> Result<ToolResult, TurnError> {
     if turn.is_cancelled() {
@@ -152,7 +173,7 @@ async fn run_call(
             failed: true,
         });
     }
-    tools.run(turn, call).await
+    tools.run(turn, children, call).await
 }
 
 /// How streaming one reply ended, when it did not fail.

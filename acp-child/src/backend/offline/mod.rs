@@ -26,7 +26,7 @@ use agent_client_protocol::v1::schema::{
 use futures::future::BoxFuture;
 
 use self::commands::{COMMANDS_HELP, Command, Parsed};
-use super::children::{self, Subagents};
+use super::children::{self, Children, Mode, Subagents, Task};
 use super::permission::{self, Offer, PermissionKind, Verdict};
 use super::{Backend, CommandHelp, Offers, Turn, TurnError, locations};
 use crate::describe;
@@ -48,7 +48,7 @@ pub(crate) struct Offline {
 
 impl Backend for Offline {
     fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>> {
-        Box::pin(run(turn, self.subagents.as_deref()))
+        Box::pin(run(turn, self.subagents.as_ref()))
     }
 
     fn title(&self) -> String {
@@ -69,7 +69,7 @@ impl Backend for Offline {
     }
 }
 
-async fn run(turn: &mut Turn, subagents: Option<&Subagents>) -> Result<StopReason, TurnError> {
+async fn run(turn: &mut Turn, subagents: Option<&Arc<Subagents>>) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
         return Ok(StopReason::Cancelled);
     }
@@ -189,7 +189,7 @@ async fn sleep(turn: &mut Turn, secs: u64) -> Result<StopReason, TurnError> {
 
 async fn delegate(
     turn: &mut Turn,
-    subagents: Option<&Subagents>,
+    subagents: Option<&Arc<Subagents>>,
     name: &str,
     prompt: &str,
 ) -> Result<StopReason, TurnError> {
@@ -204,14 +204,16 @@ async fn delegate(
         .status(ToolCallStatus::InProgress)
         .raw_input(serde_json::json!({"agent": name, "prompt": prompt}));
     let id = turn.announce_tool_call(call, "")?;
-    let result = match subagents
-        .preflight(turn, &id, name, prompt, None, None)
-        .await
-    {
-        // One-shot: no table of children here to keep it in, so its process ends with the call.
-        Ok(start) => subagents.run(turn, &id, start, prompt, None, false).await.0,
-        Err(refused) => refused,
+    let task = Task {
+        name,
+        prompt,
+        description: None,
+        output_schema: None,
     };
+    // One-shot: no table of children here to keep it in, so its process ends with the call.
+    let result = Children::new(subagents, turn.workspace().root())
+        .start(turn, &id, task, Mode::OneShot)
+        .await;
     if result.failed {
         fail(turn, &id, &result.text)?;
     } else {

@@ -1,9 +1,6 @@
 //! `list_agents`: this session's children (direct only: a child's own children are its
 //! business), with id, subagent, status, last activity and why one cannot be continued.
 
-use std::path::Path;
-use std::sync::Arc;
-
 use agent_client_protocol::v1::schema::ToolKind;
 use futures::future::BoxFuture;
 use serde::Deserialize;
@@ -11,19 +8,13 @@ use serde_json::{Value, json};
 
 use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::Subagents;
-use crate::backend::children::table as tasks;
+use crate::backend::children::Children;
 
-pub(super) struct ListAgents {
-    pub(super) subagents: Arc<Subagents>,
-}
+pub(super) struct ListAgents;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Args {
-    #[serde(skip)]
-    subagents: Option<Arc<Subagents>>,
-}
+struct Args {}
 
 impl Tool for ListAgents {
     fn name(&self) -> &'static str {
@@ -43,14 +34,12 @@ impl Tool for ListAgents {
         ToolKind::Think
     }
 
-    fn definition(&self, cwd: &Path) -> Option<Value> {
-        super::delegation_offered(&self.subagents, cwd).then(|| self.offer())
+    fn definition(&self, children: Option<&Children>) -> Option<Value> {
+        super::offered(children, |offered| offered.delegation).then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
-        let mut args: Args = serde_json::from_value(arguments)?;
-        args.subagents = Some(Arc::clone(&self.subagents));
-        Ok(Box::new(args))
+        super::parse_into::<Args>(arguments)
     }
 }
 
@@ -61,19 +50,11 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let (children, unusable) = cx.turn.memory().tasks().children();
-            let catalog = self
-                .subagents
-                .as_ref()
-                .map(|subagents| subagents.catalog(cx.turn.workspace().root()));
-            let available = |name: &str| {
-                catalog
-                    .as_ref()
-                    .is_some_and(|catalog| catalog.targets.iter().any(|t| t.name == name))
+            let children = match cx.children() {
+                Ok(children) => children,
+                Err(refused) => return Ok(refused),
             };
-            Ok(Outcome::ok(tasks::describe_children(
-                &children, &unusable, available,
-            )))
+            Ok(Outcome::ok(children.list_children(cx.turn)))
         })
     }
 }

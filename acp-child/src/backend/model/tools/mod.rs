@@ -29,8 +29,6 @@ mod task_list;
 mod task_output;
 mod write_file;
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::{
@@ -42,7 +40,7 @@ use protocol::structured::{CAPTURE_TOOL, OutputSchema};
 use serde_json::{Value, json};
 
 use self::files::Files;
-use crate::backend::children::Subagents;
+use crate::backend::children::{Children, Offered};
 use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
 use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;
@@ -70,10 +68,10 @@ pub(crate) trait Tool: Send + Sync {
     fn permission(&self) -> Option<PermissionKind> {
         None
     }
-    /// The tool as an `OpenAI` function definition for a request in session directory `cwd`;
-    /// `None`: not offered there (a call the model makes anyway is still answered: refused with
-    /// an explanation).
-    fn definition(&self, _cwd: &Path) -> Option<Value> {
+    /// The tool as an `OpenAI` function definition for a request of a turn whose children
+    /// wing is `children` (`None`: subagents are not enabled); `None`: not offered (a call the
+    /// model makes anyway is still answered: refused with an explanation).
+    fn definition(&self, _children: Option<&Children>) -> Option<Value> {
         Some(self.offer())
     }
     /// The tool as an `OpenAI` function definition, from its name, description and parameters.
@@ -102,9 +100,17 @@ pub(crate) struct Context<'a> {
     /// The id the call was announced under.
     pub(crate) id: &'a ToolCallId,
     permission: Option<PermissionKind>,
+    /// The turn's children wing; `None` when subagents are not enabled.
+    children: Option<&'a Children<'a>>,
 }
 
 impl Context<'_> {
+    /// The turn's children wing, or the call's result when subagents are not enabled.
+    pub(crate) fn children(&self) -> Result<&Children<'_>, Outcome> {
+        self.children
+            .ok_or_else(|| Outcome::failed("subagents are not enabled"))
+    }
+
     pub(crate) fn files(&self) -> Files<'_> {
         Files { turn: self.turn }
     }
@@ -200,11 +206,10 @@ struct Parsed<'a> {
 }
 
 impl Toolbox {
-    /// Every built-in tool; `run_command` kills a command after `command_timeout`; `subagent`
-    /// and the tools reaching its children (`task_output`, `task_list`, `task_kill`,
-    /// `send_message`, `list_agents`; waits bounded by `command_timeout`) when subagents are
-    /// enabled.
-    pub(crate) fn standard(command_timeout: Duration, subagents: Option<Arc<Subagents>>) -> Self {
+    /// Every built-in tool; `run_command` kills a command after `command_timeout`; with
+    /// `delegation`, `subagent` and the tools reaching its children (`task_output`, `task_list`,
+    /// `task_kill`, `send_message`, `list_agents`; waits bounded by `command_timeout`).
+    pub(crate) fn standard(command_timeout: Duration, delegation: bool) -> Self {
         let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(read_file::ReadFile),
             Box::new(list_dir::ListDir),
@@ -215,25 +220,17 @@ impl Toolbox {
                 timeout: command_timeout,
             }),
         ];
-        if let Some(subagents) = subagents {
-            tools.push(Box::new(subagent::Subagent {
-                subagents: Arc::clone(&subagents),
-            }));
+        if delegation {
+            tools.push(Box::new(subagent::Subagent));
             tools.push(Box::new(task_output::TaskOutput {
-                subagents: Arc::clone(&subagents),
                 timeout: command_timeout,
             }));
-            tools.push(Box::new(task_list::TaskList {
-                subagents: Arc::clone(&subagents),
-            }));
+            tools.push(Box::new(task_list::TaskList));
             tools.push(Box::new(task_kill::TaskKill {
-                subagents: Arc::clone(&subagents),
                 timeout: command_timeout,
             }));
-            tools.push(Box::new(send_message::SendMessage {
-                subagents: Arc::clone(&subagents),
-            }));
-            tools.push(Box::new(list_agents::ListAgents { subagents }));
+            tools.push(Box::new(send_message::SendMessage));
+            tools.push(Box::new(list_agents::ListAgents));
         }
         Self::new(tools)
     }
@@ -256,35 +253,35 @@ impl Toolbox {
             .filter(move |tool| filter.is_none_or(|filter| filter.allows(tool.name())))
     }
 
-    /// The tools offered in session directory `cwd` through the session's `filter`, and the
-    /// capture tool when the session asks for a structured answer (`output`), as the `tools` field
-    /// of a request.
+    /// The tools offered in a turn whose children wing is `children` through the session's
+    /// `filter`, and the capture tool when the session asks for a structured answer (`output`),
+    /// as the `tools` field of a request.
     pub(crate) fn definitions(
         &self,
-        cwd: &Path,
+        children: Option<&Children>,
         filter: Option<&ToolFilter>,
         output: Option<&OutputSchema>,
     ) -> Value {
         self.allowed(filter)
-            .filter_map(|tool| tool.definition(cwd))
+            .filter_map(|tool| tool.definition(children))
             .chain(output.map(capture::definition))
             .collect()
     }
 
     /// Parses a call from its name and JSON arguments; the error is the tool result explaining it
-    /// (naming the tools offered in session directory `cwd`). A tool the session's `filter` leaves
-    /// out is unknown.
+    /// (naming the tools offered with `children`). A tool the session's `filter` leaves out is
+    /// unknown.
     fn parse(
         &self,
         name: &str,
         arguments: &str,
-        cwd: &Path,
+        children: Option<&Children>,
         filter: Option<&ToolFilter>,
     ) -> Result<Parsed<'_>, String> {
         let Some(tool) = self.allowed(filter).find(|tool| tool.name() == name) else {
             let offered: Vec<&str> = self
                 .allowed(filter)
-                .filter(|tool| tool.definition(cwd).is_some())
+                .filter(|tool| tool.definition(children).is_some())
                 .map(|tool| tool.name())
                 .collect();
             if offered.is_empty() {
@@ -317,7 +314,7 @@ impl Toolbox {
     /// recorded one; the announcing [`Turn`] may replace it.
     pub(crate) fn announcement(&self, recorded: &RecordedCall, workspace: &Workspace) -> ToolCall {
         let raw_input = serde_json::from_str::<Value>(&recorded.arguments).ok();
-        match self.parse(&recorded.name, &recorded.arguments, workspace.root(), None) {
+        match self.parse(&recorded.name, &recorded.arguments, None, None) {
             Ok(parsed) => ToolCall::new(recorded.id.clone(), parsed.call.title())
                 .raw_input(raw_input)
                 .kind(parsed.tool.kind())
@@ -334,11 +331,12 @@ impl Toolbox {
         }
     }
 
-    /// Runs one tool call to its end, reporting it to the client. Cancellation is observed: the
-    /// result is then [`CANCELLED`].
+    /// Runs one tool call of a turn whose children wing is `children` to its end, reporting it
+    /// to the client. Cancellation is observed: the result is then [`CANCELLED`].
     pub(crate) async fn run(
         &self,
         turn: &Turn,
+        children: Option<&Children<'_>>,
         recorded: &RecordedCall,
     ) -> Result<ToolResult, TurnError> {
         let settings = turn.memory().settings();
@@ -352,7 +350,7 @@ impl Toolbox {
         let parsed = match self.parse(
             &recorded.name,
             &recorded.arguments,
-            turn.workspace().root(),
+            children,
             filter.as_ref(),
         ) {
             Ok(parsed) => parsed,
@@ -380,6 +378,7 @@ impl Toolbox {
             turn,
             id: &id,
             permission,
+            children,
         };
         let Outcome { result, shown } = parsed.call.run(&cx).await?;
         turn.update_tool_call(
@@ -392,15 +391,10 @@ impl Toolbox {
     }
 }
 
-/// Whether the delegation tools are offered in session directory `cwd` (the prompt face of the
-/// depth rule: not at the cap, not with nothing available).
-fn delegation_offered(subagents: &Subagents, cwd: &Path) -> bool {
-    subagents.offered(&subagents.catalog(cwd))
-}
-
-/// Whether the background task tools are offered: delegation is, and `--no-background` is off.
-fn background_offered(subagents: &Subagents, cwd: &Path) -> bool {
-    subagents.background() && delegation_offered(subagents, cwd)
+/// Whether a children's tool is offered in a turn whose wing is `children`, by `which` of the
+/// one rule ([`Children::offered`]).
+fn offered(children: Option<&Children>, which: impl FnOnce(Offered) -> bool) -> bool {
+    children.is_some_and(|children| which(children.offered()))
 }
 
 /// The title of a call that could not be parsed: the tool's name, if it has one.
@@ -446,15 +440,13 @@ mod tests {
     use super::*;
 
     fn toolbox() -> Toolbox {
-        Toolbox::standard(Duration::from_secs(1), None)
+        Toolbox::standard(Duration::from_secs(1), false)
     }
 
     /// `(kind, title, permission)` of a call.
     fn shown(name: &str, arguments: &str) -> (ToolKind, String, Option<PermissionKind>) {
         let toolbox = toolbox();
-        let parsed = toolbox
-            .parse(name, arguments, Path::new("."), None)
-            .unwrap();
+        let parsed = toolbox.parse(name, arguments, None, None).unwrap();
         (
             parsed.tool.kind(),
             parsed.call.title(),
@@ -465,7 +457,7 @@ mod tests {
     #[test]
     fn definitions_name_exactly_the_tools() {
         let toolbox = toolbox();
-        let definitions = toolbox.definitions(Path::new("."), None, None);
+        let definitions = toolbox.definitions(None, None, None);
         let names: Vec<&str> = definitions
             .as_array()
             .unwrap()
@@ -489,20 +481,11 @@ mod tests {
     #[test]
     fn calls_parse_with_clear_errors() {
         let toolbox = toolbox();
-        let error = |name: &str, arguments: &str| {
-            toolbox
-                .parse(name, arguments, Path::new("."), None)
-                .err()
-                .unwrap()
-        };
+        let error =
+            |name: &str, arguments: &str| toolbox.parse(name, arguments, None, None).err().unwrap();
         assert_eq!(
             toolbox
-                .parse(
-                    "read_file",
-                    r#"{"path":"a.txt","extra":1}"#,
-                    Path::new("."),
-                    None
-                )
+                .parse("read_file", r#"{"path":"a.txt","extra":1}"#, None, None)
                 .unwrap()
                 .call
                 .path(),
@@ -533,17 +516,12 @@ mod tests {
             allow: Some(vec!["read_file".into(), "run_command".into()]),
             deny: vec!["run_command".into()],
         };
-        let offered = toolbox.definitions(Path::new("."), Some(&filter), None);
+        let offered = toolbox.definitions(None, Some(&filter), None);
         assert_eq!(offered.as_array().map(Vec::len), Some(1));
         assert_eq!(offered[0]["function"]["name"], "read_file");
         assert_eq!(
             toolbox
-                .parse(
-                    "run_command",
-                    r#"{"command":"ls"}"#,
-                    Path::new("."),
-                    Some(&filter)
-                )
+                .parse("run_command", r#"{"command":"ls"}"#, None, Some(&filter))
                 .err()
                 .unwrap(),
             "unknown tool \"run_command\"; the tools are read_file"

@@ -5,34 +5,27 @@
 //! cold-resumes the child: a fresh process, `initialize`, `session/load` of the child's session,
 //! then the message (an agent without `loadSession` is a clear tool error), and a resumed child
 //! that answered is kept alive in turn. Either way the turn is this call's, shown like a first
-//! turn (`Subagents::send`, `Subagents::run`): its text on this tool card or its own announced
+//! turn (`Children::message`): its text on this tool card or its own announced
 //! session, its permission requests relayed, this turn's cancellation honoured. There is no
 //! output schema: the answer is plain text. Only the session that started a child finds it.
-
-use std::path::Path;
-use std::sync::Arc;
 
 use agent_client_protocol::v1::schema::ToolKind;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::subagent::{outcome, record};
-use super::{CANCELLED, Call, Context, Outcome, Tool};
+use super::subagent::outcome;
+use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::{self, Subagents};
+use crate::backend::children::{self, Children};
 
-pub(super) struct SendMessage {
-    pub(super) subagents: Arc<Subagents>,
-}
+pub(super) struct SendMessage;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Args {
     child_id: String,
     message: String,
-    #[serde(skip)]
-    subagents: Option<Arc<Subagents>>,
 }
 
 impl Tool for SendMessage {
@@ -61,14 +54,12 @@ impl Tool for SendMessage {
         children::KIND
     }
 
-    fn definition(&self, cwd: &Path) -> Option<Value> {
-        super::delegation_offered(&self.subagents, cwd).then(|| self.offer())
+    fn definition(&self, children: Option<&Children>) -> Option<Value> {
+        super::offered(children, |offered| offered.delegation).then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
-        let mut args: Args = serde_json::from_value(arguments)?;
-        args.subagents = Some(Arc::clone(&self.subagents));
-        Ok(Box::new(args))
+        super::parse_into::<Args>(arguments)
     }
 }
 
@@ -83,68 +74,15 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let Some(subagents) = &self.subagents else {
-                return Ok(Outcome::failed("subagents are not enabled"));
+            let children = match cx.children() {
+                Ok(children) => children,
+                Err(refused) => return Ok(refused),
             };
-            let memory = Arc::clone(cx.turn.memory());
-            let tasks = memory.tasks();
-            let child = match tasks.child(&self.child_id) {
-                Ok(child) => child,
-                Err(error) => return Ok(Outcome::failed(error.to_string())),
-            };
-            // One turn at a time: wait for the child's current run, if any.
-            let gate = tokio::select! {
-                biased;
-                () = cx.turn.cancelled() => return Ok(Outcome::failed(CANCELLED)),
-                gate = Arc::clone(&child.gate).lock_owned() => gate,
-            };
-            let child = match tasks.child(&self.child_id) {
-                Ok(child) => child,
-                Err(error) => return Ok(Outcome::failed(error.to_string())),
-            };
-            if let Some(live) = child.live() {
-                tasks.child_running(&child.id);
-                if let Some(result) = subagents.send(cx.turn, cx.id, live, &self.message).await {
-                    record(&memory, &child.id, &result);
-                    drop(gate);
-                    return Ok(outcome(result));
-                }
-            }
-            let Some(session) = child.session.clone() else {
-                return Ok(Outcome::failed(format!(
-                    "child {} cannot be continued: its agent reported no session id",
-                    child.id
-                )));
-            };
-            let start = match subagents
-                .preflight(
-                    cx.turn,
-                    cx.id,
-                    &child.agent,
-                    &self.message,
-                    None,
-                    Some(session),
-                )
-                .await
-            {
-                Ok(start) => start,
-                Err(refused) => {
-                    return Ok(Outcome::failed(format!(
-                        "child {} cannot be continued: {}",
-                        child.id, refused.text
-                    )));
-                }
-            };
-            tasks.child_running(&child.id);
-            let (result, live) = subagents
-                .run(cx.turn, cx.id, start, &self.message, None, true)
-                .await;
-            record(&memory, &child.id, &result);
-            if let Some(live) = live {
-                tasks.set_live(&child.id, live);
-            }
-            drop(gate);
-            Ok(outcome(result))
+            Ok(outcome(
+                children
+                    .message(cx.turn, cx.id, &self.child_id, &self.message)
+                    .await,
+            ))
         })
     }
 }

@@ -1,21 +1,13 @@
-//! `subagent`: hands a task to another agent running as its own process ([`Subagents`]).
+//! `subagent`: hands a task to another agent running as its own process
+//! (`backend::children`).
 //!
 //! Present only when subagents are enabled. Offered to the model (listed in its tools) only below
 //! the depth cap; a call the model makes anyway at the cap is refused by the run library's depth
 //! rule, as a tool result. The `agent` parameter is an enum of the enabled names, each described.
-//!
-//! Every child gets a child id in the session's table (`backend::children::table`), whether it runs in the
-//! foreground (the call returns its answer) or, with `run_in_background`, as a task the session
-//! owns (the call returns the task id at once). Either way a child that answered stays alive,
-//! idle, in that table under `--child-idle-timeout`, for `send_message`. Everything that can fail before a process exists
-//! is checked first ([`Subagents::preflight`]), so a refused start registers nothing. Under
-//! `--no-background` the parameter is not offered, and a call sending it anyway is refused with
-//! nothing started.
+//! With `run_in_background` the child runs as a task the session owns (the call returns the task
+//! id at once); under `--no-background` the parameter is not offered, and a call sending it
+//! anyway is refused with nothing started.
 
-use std::path::Path;
-use std::sync::Arc;
-
-use acp_host::run::Cancel;
 use agent_client_protocol::v1::schema::ToolKind;
 use futures::future::BoxFuture;
 use serde::Deserialize;
@@ -23,19 +15,12 @@ use serde_json::{Value, json};
 
 use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::{self, Delegated, Subagents};
-use crate::session::Memory;
+use crate::backend::children::{self, Children, Delegated, Mode, Task};
 
 /// The tool's name, which the model turn also uses to run consecutive calls together.
 pub(crate) const NAME: &str = "subagent";
 
-/// The result of a forced `run_in_background` under `--no-background`.
-pub(crate) const BACKGROUND_DISABLED: &str = "background subagents are disabled in this agent \
-     (--no-background); call subagent without run_in_background";
-
-pub(super) struct Subagent {
-    pub(super) subagents: Arc<Subagents>,
-}
+pub(super) struct Subagent;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,8 +33,6 @@ struct Args {
     output_schema: Option<Value>,
     #[serde(default)]
     run_in_background: Option<bool>,
-    #[serde(skip)]
-    subagents: Option<Arc<Subagents>>,
 }
 
 impl Tool for Subagent {
@@ -83,20 +66,18 @@ impl Tool for Subagent {
         children::KIND
     }
 
-    /// The subagents available in `cwd` as an enum, each described; problems with definition
-    /// files are noted, so the model can tell the user. Not offered at the depth limit or when
-    /// nothing is available.
-    fn definition(&self, cwd: &Path) -> Option<Value> {
-        let catalog = self.subagents.catalog(cwd);
-        if !self.subagents.offered(&catalog) {
-            return None;
-        }
+    /// The subagents available as an enum, each described; problems with definition files are
+    /// noted, so the model can tell the user. Not offered at the depth limit or when nothing is
+    /// available.
+    fn definition(&self, children: Option<&Children>) -> Option<Value> {
+        let children = children.filter(|children| children.offered().delegation)?;
+        let catalog = children.catalog();
         let (mut properties, required) = self.parameters();
         let described: Vec<String> = catalog
             .targets
             .iter()
             .map(|t| {
-                if self.subagents.needs_approval(t) {
+                if children.needs_approval(t) {
                     format!(
                         "{}: {} (defined in this folder: the user is asked before it starts)",
                         t.name, t.description
@@ -111,7 +92,7 @@ impl Tool for Subagent {
             "enum": catalog.targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
             "description": format!("which subagent runs the task. {}", described.join("; ")),
         });
-        if !self.subagents.background()
+        if !children.background_enabled()
             && let Some(properties) = properties.as_object_mut()
         {
             properties.remove("run_in_background");
@@ -126,20 +107,7 @@ impl Tool for Subagent {
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
-        let mut args: Args = serde_json::from_value(arguments)?;
-        args.subagents = Some(Arc::clone(&self.subagents));
-        Ok(Box::new(args))
-    }
-}
-
-/// Records how a run of `child` ended, in the table and the session's store.
-pub(super) fn record(memory: &Memory, child: &str, result: &Delegated) {
-    if let Some(record) =
-        memory
-            .tasks()
-            .child_ended(child, result.session.as_deref(), result.failed)
-    {
-        memory.record_child(record);
+        super::parse_into::<Args>(arguments)
     }
 }
 
@@ -159,79 +127,22 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let Some(subagents) = &self.subagents else {
-                return Ok(Outcome::failed("subagents are not enabled"));
+            let children = match cx.children() {
+                Ok(children) => children,
+                Err(refused) => return Ok(refused),
             };
-            let background = self.run_in_background.unwrap_or(false);
-            if background && !subagents.background() {
-                return Ok(Outcome::failed(BACKGROUND_DISABLED));
-            }
-            let start = match subagents
-                .preflight(
-                    cx.turn,
-                    cx.id,
-                    &self.agent,
-                    &self.prompt,
-                    self.output_schema.as_ref(),
-                    None,
-                )
-                .await
-            {
-                Ok(start) => start,
-                Err(refused) => return Ok(outcome(refused)),
+            let mode = if self.run_in_background.unwrap_or(false) {
+                Mode::Background
+            } else {
+                Mode::Foreground
             };
-            let memory = Arc::clone(cx.turn.memory());
-            let tasks = Arc::clone(memory.tasks());
-            let (child, gate) = match tasks.new_child(&self.agent) {
-                Ok(child) => child,
-                Err(error) => return Ok(Outcome::failed(error.to_string())),
+            let task = Task {
+                name: &self.agent,
+                prompt: &self.prompt,
+                description: self.description.as_deref(),
+                output_schema: self.output_schema.as_ref(),
             };
-            if !background {
-                let (result, live) = subagents
-                    .run(
-                        cx.turn,
-                        cx.id,
-                        start,
-                        &self.prompt,
-                        self.description.as_deref(),
-                        true,
-                    )
-                    .await;
-                record(&memory, &child, &result);
-                if let Some(live) = live {
-                    tasks.set_live(&child, live);
-                }
-                drop(gate);
-                return Ok(outcome(result));
-            }
-            let cancel = Cancel::new();
-            let run = {
-                let subagents = Arc::clone(subagents);
-                let cancel = cancel.clone();
-                let child = child.clone();
-                let tasks = Arc::clone(&tasks);
-                async move {
-                    let (result, live) = subagents.run_detached(start, cancel).await;
-                    record(&memory, &child, &result);
-                    if let Some(live) = live {
-                        tasks.set_live(&child, live);
-                    }
-                    result
-                }
-            };
-            let label = children::label(self.description.as_deref(), &self.prompt);
-            match tasks.spawn(&child, &self.agent, &label, cancel, gate, run) {
-                Ok(task) => Ok(Outcome::ok(format!(
-                    "started background task {task}: subagent {} as child {child}. It runs on its \
-                     own: task_output {task} returns its result (wait: true blocks until it is \
-                     done), task_kill stops it, and you are told when it finishes.",
-                    self.agent
-                ))),
-                Err(error) => {
-                    tasks.child_ended(&child, None, true);
-                    Ok(Outcome::failed(error.to_string()))
-                }
-            }
+            Ok(outcome(children.start(cx.turn, cx.id, task, mode).await))
         })
     }
 }

@@ -1,8 +1,6 @@
 //! `task_kill`: stops a background task of this session (session/cancel to its child, then the
 //! teardown ladder) and reports how it ended.
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::ToolKind;
@@ -10,12 +8,12 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{CANCELLED, Call, Context, Outcome, Tool};
+use super::subagent::outcome;
+use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::Subagents;
+use crate::backend::children::Children;
 
 pub(super) struct TaskKill {
-    pub(super) subagents: Arc<Subagents>,
     /// The longest a call waits for the task to end.
     pub(super) timeout: Duration,
 }
@@ -48,8 +46,8 @@ impl Tool for TaskKill {
         ToolKind::Think
     }
 
-    fn definition(&self, cwd: &Path) -> Option<Value> {
-        super::background_offered(&self.subagents, cwd).then(|| self.offer())
+    fn definition(&self, children: Option<&Children>) -> Option<Value> {
+        super::offered(children, |offered| offered.background).then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
@@ -66,34 +64,13 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let tasks = Arc::clone(cx.turn.memory().tasks());
-            let (before, _) = match tasks.get(&self.task_id) {
-                Ok(found) => found,
-                Err(error) => return Ok(Outcome::failed(error.to_string())),
+            let children = match cx.children() {
+                Ok(children) => children,
+                Err(refused) => return Ok(refused),
             };
-            if before.result.is_some() {
-                return Ok(Outcome::ok(format!(
-                    "{} had already finished: {}",
-                    self.task_id,
-                    before.line()
-                )));
-            }
-            let done = match tasks.kill(&self.task_id) {
-                Ok(done) => done,
-                Err(error) => return Ok(Outcome::failed(error.to_string())),
-            };
-            tokio::select! {
-                biased;
-                () = cx.turn.cancelled() => return Ok(Outcome::failed(CANCELLED)),
-                () = done.cancelled() => {}
-                () = tokio::time::sleep(self.timeout) => {
-                    return Ok(Outcome::failed(format!("{} is still stopping", self.task_id)));
-                }
-            }
-            Ok(match tasks.get(&self.task_id) {
-                Ok((view, _)) => Outcome::ok(format!("killed {}", view.line())),
-                Err(error) => Outcome::failed(error.to_string()),
-            })
+            Ok(outcome(
+                children.kill(cx.turn, &self.task_id, self.timeout).await,
+            ))
         })
     }
 }

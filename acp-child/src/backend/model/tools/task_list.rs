@@ -1,9 +1,6 @@
 //! `task_list`: the session's background tasks, one line each (id, status, subagent, child id,
 //! label), and how many finished ones were dropped once their result was delivered.
 
-use std::path::Path;
-use std::sync::Arc;
-
 use agent_client_protocol::v1::schema::ToolKind;
 use futures::future::BoxFuture;
 use serde::Deserialize;
@@ -11,15 +8,12 @@ use serde_json::{Value, json};
 
 use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::Subagents;
-use crate::backend::children::table::describe_tasks;
+use crate::backend::children::Children;
 
 /// The tool's name.
 pub(crate) const NAME: &str = "task_list";
 
-pub(super) struct TaskList {
-    pub(super) subagents: Arc<Subagents>,
-}
+pub(super) struct TaskList;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -42,8 +36,8 @@ impl Tool for TaskList {
         ToolKind::Think
     }
 
-    fn definition(&self, cwd: &Path) -> Option<Value> {
-        super::background_offered(&self.subagents, cwd).then(|| self.offer())
+    fn definition(&self, children: Option<&Children>) -> Option<Value> {
+        super::offered(children, |offered| offered.background).then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
@@ -57,9 +51,6 @@ impl Call for Args {
     }
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
-        Box::pin(async move {
-            let (tasks, dropped) = cx.turn.memory().tasks().list();
-            Ok(Outcome::ok(describe_tasks(&tasks, dropped)))
-        })
+        Box::pin(async move { Ok(Outcome::ok(Children::list_tasks(cx.turn))) })
     }
 }

@@ -1,8 +1,6 @@
 //! `task_output`: a background task's result, optionally waiting for it (bounded by the tool's
 //! timeout and the turn's cancellation). Only the session's own tasks are found.
 
-use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent_client_protocol::v1::schema::ToolKind;
@@ -10,16 +8,15 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{CANCELLED, Call, Context, Outcome, Tool};
+use super::subagent::outcome;
+use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::Subagents;
-use crate::backend::children::table::TaskView;
+use crate::backend::children::Children;
 
 /// The tool's name.
 pub(crate) const NAME: &str = "task_output";
 
 pub(super) struct TaskOutput {
-    pub(super) subagents: Arc<Subagents>,
     /// The longest a call waits.
     pub(super) timeout: Duration,
 }
@@ -58,22 +55,14 @@ impl Tool for TaskOutput {
         ToolKind::Think
     }
 
-    fn definition(&self, cwd: &Path) -> Option<Value> {
-        super::background_offered(&self.subagents, cwd).then(|| self.offer())
+    fn definition(&self, children: Option<&Children>) -> Option<Value> {
+        super::offered(children, |offered| offered.background).then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
         let mut args: Args = serde_json::from_value(arguments)?;
         args.timeout = self.timeout;
         Ok(Box::new(args))
-    }
-}
-
-/// A task's line, then its result once there is one.
-fn report(view: &TaskView) -> String {
-    match &view.result {
-        Some(result) => format!("{}\n\n{}", view.line(), result.text),
-        None => format!("{}\n\nstill running", view.line()),
     }
 }
 
@@ -84,24 +73,12 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let tasks = Arc::clone(cx.turn.memory().tasks());
-            let (view, done) = match tasks.get(&self.task_id) {
-                Ok(found) => found,
-                Err(error) => return Ok(Outcome::failed(error.to_string())),
+            let children = match cx.children() {
+                Ok(children) => children,
+                Err(refused) => return Ok(refused),
             };
-            if view.result.is_some() || !self.wait {
-                return Ok(Outcome::ok(report(&view)));
-            }
-            tokio::select! {
-                biased;
-                () = cx.turn.cancelled() => return Ok(Outcome::failed(CANCELLED)),
-                () = done.cancelled() => {}
-                () = tokio::time::sleep(self.timeout) => {}
-            }
-            Ok(match tasks.get(&self.task_id) {
-                Ok((view, _)) => Outcome::ok(report(&view)),
-                Err(error) => Outcome::failed(error.to_string()),
-            })
+            let wait = self.wait.then_some(self.timeout);
+            Ok(outcome(children.output(cx.turn, &self.task_id, wait).await))
         })
     }
 }
