@@ -13,6 +13,7 @@
 //! input from a client becomes a JSON-RPC error or an explanatory reply, never a panic.
 
 mod backend;
+mod persona;
 mod server;
 mod session;
 mod store;
@@ -28,10 +29,10 @@ pub use backend::model::config::{
     ApiKey, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS, DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, OPENAI_BASE_URL, STATE_SUBDIR,
 };
-pub use backend::model::persona::PersonaError;
 pub use backend::model::{ClientBuildError, ConfigError, ModelConfig, ModelOptions};
 pub use backend::offline::NO_MODEL_REPLY;
 pub use backend::offline::commands::COMMANDS_HELP;
+pub use persona::PersonaError;
 /// An error and its chain of causes on one line, as shown in replies and JSON-RPC errors.
 pub use protocol::report::describe;
 pub use server::{AgentConfig, ServeError, serve_stdio};

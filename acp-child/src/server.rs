@@ -53,14 +53,15 @@ use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
 use crate::backend::children::{ChildSessions, Subagents};
-use crate::backend::model::persona::{Persona, SessionPersona};
 use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
 use crate::backend::{Backend, ClientFs, Offers, Turn};
+use crate::persona::{Persona, SessionPersona};
 use crate::session::{Memory, SessionError, Sessions, Settings};
 use crate::store::StoreError;
 use crate::workspace::Workspace;
-use crate::{AGENT_NAME, AGENT_VERSION, describe};
+use crate::{AGENT_NAME, AGENT_VERSION};
+use protocol::report::describe;
 
 /// What the server runs with: the backend answering prompt turns.
 #[derive(Clone)]

@@ -31,10 +31,9 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::children::table::Tasks;
-use crate::backend::model::persona::SessionPersona;
 use crate::backend::model::tools::subagent::NAME as SUBAGENT_TOOL;
 
-use crate::backend::model::persona::Persona;
+use crate::persona::{Persona, SessionPersona};
 use crate::store::{ChildRecord, Record, SavedSettings, Store};
 use crate::workspace::Workspace;
 
@@ -96,7 +95,7 @@ impl Settings {
                     template,
                 })
                 .inspect_err(|error| {
-                    tracing::warn!(error = %crate::describe(error), "dropping the saved system prompt");
+                    tracing::warn!(error = %protocol::report::describe(error), "dropping the saved system prompt");
                 })
                 .ok()
         });
@@ -192,7 +191,7 @@ impl Memory {
         if let Some((store, id)) = &self.saved_to
             && let Err(error) = store.append(id, &[Record::Child(child)])
         {
-            tracing::warn!(session = %id, error = %crate::describe(&error), "cannot save a child");
+            tracing::warn!(session = %id, error = %protocol::report::describe(&error), "cannot save a child");
         }
     }
 
@@ -208,7 +207,7 @@ impl Memory {
         if let Some((store, id)) = &self.saved_to
             && let Err(error) = store.append(id, &records)
         {
-            tracing::warn!(session = %id, error = %crate::describe(&error), "cannot save the session");
+            tracing::warn!(session = %id, error = %protocol::report::describe(&error), "cannot save the session");
         }
         lock(&self.history).extend(records);
     }
@@ -241,7 +240,7 @@ impl Memory {
             && after != before
             && let Err(error) = store.save_settings(id, &after)
         {
-            tracing::warn!(session = %id, error = %crate::describe(&error), "cannot save the session's settings");
+            tracing::warn!(session = %id, error = %protocol::report::describe(&error), "cannot save the session's settings");
         }
     }
 

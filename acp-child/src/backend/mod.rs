@@ -30,6 +30,11 @@ use crate::session::Memory;
 use crate::store::Store;
 use crate::workspace::Workspace;
 
+/// The tool result (and offline reply) when the user refuses a call.
+pub(crate) const PERMISSION_DENIED: &str = "permission denied by the user";
+/// The result when the turn is cancelled before or while a call (or a child) runs.
+pub(crate) const CANCELLED: &str = "cancelled by the user";
+
 /// Answers prompt turns.
 pub(crate) trait Backend: Send + Sync + 'static {
     fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>>;

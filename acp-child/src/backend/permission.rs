@@ -211,7 +211,7 @@ pub(crate) async fn relay(turn: &Turn, via: Via<'_>, request: &PermissionRequest
                 .await
             {
                 Ok(answer) => answer,
-                Err(error) => Answer::ClientError(crate::describe(&error)),
+                Err(error) => Answer::ClientError(protocol::report::describe(&error)),
             };
             (answer, Some(id))
         }

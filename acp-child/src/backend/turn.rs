@@ -27,9 +27,9 @@ use tokio_util::sync::CancellationToken;
 use super::TurnError;
 use super::children::ChildSessions;
 use super::permission::Answer;
-use crate::describe;
 use crate::session::{ActiveTurn, Memory};
 use crate::workspace::Workspace;
+use protocol::report::describe;
 
 /// The title of a tool call that would otherwise have none.
 const UNTITLED: &str = "Tool call";

@@ -18,7 +18,7 @@ use protocol::trust::Digest;
 
 use super::Delegated;
 use super::catalog::{SubagentPermission, Target};
-use crate::backend::model::tools::CANCELLED;
+use crate::backend::CANCELLED;
 use crate::backend::{Turn, permission};
 
 /// What the person is shown before a repository definition's child starts: everything the start
@@ -121,9 +121,10 @@ pub(super) async fn approve(
     let answer = match turn.request_permission(call, fields, options).await {
         Ok(answer) => answer,
         Err(error) => {
-            return Err(
-                asking.refused(name, &format!(" (cannot ask: {})", crate::describe(&error)))
-            );
+            return Err(asking.refused(
+                name,
+                &format!(" (cannot ask: {})", protocol::report::describe(&error)),
+            ));
         }
     };
     if turn.is_cancelled() {
@@ -135,7 +136,7 @@ pub(super) async fn approve(
             if let (Some(store), Some(digest)) = (store, &asking.digest) {
                 if let Err(error) = store.approve(&asking.file, digest) {
                     tracing::warn!(
-                        error = %crate::describe(&error),
+                        error = %protocol::report::describe(&error),
                         "the approval holds for this start only"
                     );
                 }

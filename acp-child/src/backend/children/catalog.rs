@@ -259,7 +259,7 @@ impl Subagents {
             trust: TrustStore::from_env()
                 .inspect_err(|error| {
                     tracing::warn!(
-                        error = %crate::describe(error),
+                        error = %protocol::report::describe(error),
                         "approvals of subagent definitions hold for one start only"
                     );
                 })
@@ -346,8 +346,9 @@ impl Subagents {
         origin: Origin,
     ) -> Result<Target, String> {
         let agent = run.agent.as_deref().unwrap_or(registry::ACP_CHILD);
-        let resolved = agents::resolve(agent, &self.facts)
-            .map_err(|error| format!("field `run.agent`: {}", crate::describe(&error)))?;
+        let resolved = agents::resolve(agent, &self.facts).map_err(|error| {
+            format!("field `run.agent`: {}", protocol::report::describe(&error))
+        })?;
         let mut command = resolved.command;
         command.display.clone_from(&definition.name);
         let wants = run.wants(&definition.body);
@@ -462,7 +463,7 @@ impl Subagents {
         let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {
             Delegated::failed(format!(
                 "subagent {name} was not started: {}",
-                crate::describe(&error)
+                protocol::report::describe(&error)
             ))
         })?;
         if !target.trust(self.trust.as_ref()).may_start() {

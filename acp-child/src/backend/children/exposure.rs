@@ -71,7 +71,7 @@ fn show(
     push_bounded(shown, text);
     let content = vec![ToolCallContent::from(shown.clone())];
     if let Err(error) = turn.update_tool_call(call, ToolCallUpdateFields::new().content(content)) {
-        tracing::debug!(error = %crate::describe(&error), "cannot show a subagent's text");
+        tracing::debug!(error = %protocol::report::describe(&error), "cannot show a subagent's text");
     }
 }
 
@@ -121,7 +121,7 @@ impl Exposure {
                 )
             });
         if let Err(error) = announced {
-            tracing::debug!(error = %crate::describe(&error), "cannot announce a child session");
+            tracing::debug!(error = %protocol::report::describe(&error), "cannot announce a child session");
         }
         Self {
             children: Arc::clone(children),
@@ -243,7 +243,7 @@ impl Exposure {
         match serde_json::from_value::<SessionUpdate>(update) {
             Ok(update) => {
                 if let Err(error) = turn.notify_on(SessionId::new(on), update) {
-                    tracing::debug!(error = %crate::describe(&error), "cannot relay a child's update");
+                    tracing::debug!(error = %protocol::report::describe(&error), "cannot relay a child's update");
                 }
             }
             Err(error) => tracing::debug!(%error, "dropped a child's update that does not decode"),
@@ -261,7 +261,7 @@ impl Exposure {
             if let Err(error) =
                 turn.notify_on(SessionId::new(on), SessionUpdate::SubagentUpdate(update))
             {
-                tracing::debug!(error = %crate::describe(&error), "cannot end a nested session");
+                tracing::debug!(error = %protocol::report::describe(&error), "cannot end a nested session");
             }
         }
         let state = result.map_or(ChildState::Failed, |result| {
@@ -294,7 +294,7 @@ impl Exposure {
             }
         };
         if let Err(error) = turn.notify_on(turn.session(), SessionUpdate::SubagentUpdate(update)) {
-            tracing::debug!(error = %crate::describe(&error), "cannot end a child session");
+            tracing::debug!(error = %protocol::report::describe(&error), "cannot end a child session");
         }
     }
 }

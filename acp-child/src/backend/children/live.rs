@@ -41,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 use super::catalog::{Start, SubagentPermission, Subagents};
 use super::exposure::{Exposure, deliver};
 use super::{Delegated, label};
+use crate::backend::CANCELLED;
 use crate::backend::Turn;
-use crate::backend::model::tools::CANCELLED;
 use crate::backend::permission::{self, Via};
 
 impl Subagents {

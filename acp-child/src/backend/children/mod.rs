@@ -28,8 +28,8 @@ use std::sync::Arc;
 use acp_host::run::Cancel;
 use agent_client_protocol::v1::schema::{ToolCallId, ToolKind};
 
+use crate::backend::CANCELLED;
 use crate::backend::Turn;
-use crate::backend::model::tools::CANCELLED;
 use crate::session::Memory;
 
 pub(crate) use self::catalog::Catalog;

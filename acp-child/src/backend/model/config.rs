@@ -18,7 +18,7 @@ use std::time::Duration;
 use protocol::env_vars;
 use thiserror::Error;
 
-use super::persona::{Persona, PersonaError};
+use crate::persona::{Persona, PersonaError};
 
 pub(crate) const MODEL_VAR: &str = env_vars::ACP_CHILD_MODEL;
 pub(crate) const BASE_URL_VAR: &str = env_vars::ACP_CHILD_BASE_URL;

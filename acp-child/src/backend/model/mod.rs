@@ -1,14 +1,12 @@
 //! The model backend: an OpenAI-compatible Chat Completions API with streaming and tool calling.
 //!
-//! Layout: [`config`] (flags and environment -> [`ModelConfig`]), [`persona`] (the system
-//! prompt), [`client`] (HTTP, retries, errors), [`wire`] (request and chunk types, delta
+//! Layout: [`config`] (flags and environment -> [`ModelConfig`]), [`client`] (HTTP, retries, errors), [`wire`] (request and chunk types, delta
 //! accumulation, finish reasons), [`tools`] (the tools, one module each, and their list),
 //! [`turn`] (the loop: request -> stream -> tool calls -> results -> next request), [`replay`]
 //! (history -> session updates for `session/load`). Its sessions are saved ([`Store`]).
 
 pub(crate) mod client;
 pub(crate) mod config;
-pub(crate) mod persona;
 pub(crate) mod replay;
 pub(crate) mod tools;
 mod turn;

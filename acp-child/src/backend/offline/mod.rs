@@ -29,8 +29,8 @@ use self::commands::{COMMANDS_HELP, Command, Parsed};
 use super::children::{self, Children, Mode, Subagents, Task};
 use super::permission::{self, Offer, PermissionKind, Verdict};
 use super::{Backend, CommandHelp, Offers, Turn, TurnError, locations};
-use crate::describe;
 use crate::workspace::Workspace;
+use protocol::report::describe;
 
 /// The reply to a plain-text prompt, streamed one line per chunk.
 pub const NO_MODEL_REPLY: [&str; 3] = [

@@ -10,8 +10,8 @@ use super::files::write_with_permission;
 use super::{CANCELLED, Call, Context, Outcome, Tool, parse_into, path_parameter};
 use crate::backend::TurnError;
 use crate::backend::permission::PermissionKind;
-use crate::describe;
 use crate::workspace::edit;
+use protocol::report::describe;
 
 pub(super) struct EditFile;
 

@@ -7,8 +7,8 @@ use agent_client_protocol::v1::schema::{Diff, ToolCallContent, ToolCallUpdateFie
 
 use super::{CANCELLED, Context, Outcome};
 use crate::backend::{Turn, TurnError};
-use crate::describe;
 use crate::workspace::{MAX_READ_BYTES, ToolError, Workspace};
+use protocol::report::describe;
 
 pub(crate) struct Files<'a> {
     pub(super) turn: &'a Turn,

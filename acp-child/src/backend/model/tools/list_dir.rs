@@ -7,8 +7,8 @@ use serde_json::{Value, json};
 
 use super::{Call, Context, Outcome, Tool, parse_into, path_parameter};
 use crate::backend::TurnError;
-use crate::describe;
 use crate::workspace::listing;
+use protocol::report::describe;
 
 pub(super) struct ListDir;
 

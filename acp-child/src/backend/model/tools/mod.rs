@@ -50,10 +50,7 @@ pub(crate) use self::capture::INSTRUCTION as CAPTURE_INSTRUCTION;
 pub(crate) use self::task_list::NAME as TASK_LIST;
 pub(crate) use self::task_output::NAME as TASK_OUTPUT;
 
-/// The tool result when the user refuses a call.
-pub(crate) const PERMISSION_DENIED: &str = "permission denied by the user";
-/// The tool result when the turn is cancelled before or while a call runs.
-pub(crate) const CANCELLED: &str = "cancelled by the user";
+pub(crate) use crate::backend::{CANCELLED, PERMISSION_DENIED};
 
 /// A tool the model can call.
 pub(crate) trait Tool: Send + Sync {

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use super::{Call, Context, Outcome, Tool};
 use crate::backend::TurnError;
 use crate::backend::permission::PermissionKind;
-use crate::describe;
 use crate::workspace::shell;
+use protocol::report::describe;
 
 /// The longest part of a command line shown in a title.
 const TITLE_CHARS: usize = 80;

@@ -9,7 +9,7 @@ use super::files::write_with_permission;
 use super::{Call, Context, Outcome, Tool, parse_into, path_parameter};
 use crate::backend::TurnError;
 use crate::backend::permission::PermissionKind;
-use crate::describe;
+use protocol::report::describe;
 
 pub(super) struct WriteFile;
 

@@ -215,8 +215,10 @@ mod tests {
         let text = Persona::default().render("m", Path::new("/w"));
         assert!(text.contains("model m") && text.contains("directory /w"));
         assert!(!text.contains("{{"));
-        let tools =
-            super::super::tools::Toolbox::standard(std::time::Duration::from_secs(1), false);
+        let tools = crate::backend::model::tools::Toolbox::standard(
+            std::time::Duration::from_secs(1),
+            false,
+        );
         for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }
@@ -229,7 +231,7 @@ mod tests {
         std::fs::write(&path, "hi {{x}}").unwrap();
         let error = Persona::load(&path).unwrap_err();
         assert_eq!(
-            crate::describe(&error),
+            protocol::report::describe(&error),
             format!(
                 "persona file {}: persona template: unknown variable `{{{{x}}}}` (the variables \
                  are {{{{model}}}}, {{{{cwd}}}})",
