@@ -11,10 +11,10 @@ use acp_child::{
     AGENT_NAME, AgentConfig, COMMANDS_HELP, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS,
     DEFAULT_MAX_PARALLEL_SUBAGENTS, DEFAULT_MAX_RETRIES, DEFAULT_MAX_TURN_REQUESTS,
     DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, ModelConfig, ModelOptions, OPENAI_BASE_URL, STATE_SUBDIR,
-    SubagentError, SubagentOptions, SubagentPermission, Subagents, describe, serve_stdio,
-    tool_names,
+    SubagentError, SubagentOptions, Subagents, describe, serve_stdio, tool_names,
 };
 use clap::Parser;
+use protocol::definition::RunPermission;
 use protocol::env_vars::{
     ACP_CHILD_BASE_URL as BASE_URL_VAR, ACP_CHILD_LOG as LOG_ENV, ACP_CHILD_MODEL as MODEL_VAR,
     ACP_CHILD_STATE_DIR as STATE_DIR_VAR, ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH,
@@ -190,9 +190,9 @@ impl Cli {
             agents: self.subagent_agents.clone(),
             max_parallel: self.max_parallel_subagents,
             permission: match self.subagent_permission {
-                PermissionArg::Relay => SubagentPermission::Relay,
-                PermissionArg::Reject => SubagentPermission::Reject,
-                PermissionArg::Allow => SubagentPermission::Allow,
+                PermissionArg::Relay => RunPermission::Relay,
+                PermissionArg::Reject => RunPermission::Reject,
+                PermissionArg::Allow => RunPermission::Allow,
             },
             env: self.subagent_env.clone(),
             timeout: self.subagent_timeout.map(std::time::Duration::from_secs),

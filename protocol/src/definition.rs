@@ -110,11 +110,13 @@ pub struct RunSpec {
     pub max_depth: Option<u32>,
 }
 
-/// `run.permission`: how the child's permission requests are answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+/// `run.permission`: how the child's permission requests are answered. The default, `relay`,
+/// leaves them to the person (acp-child's `--subagent-permission` default).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum RunPermission {
     /// Asked of the parent's own client.
+    #[default]
     Relay,
     Reject,
     Allow,
@@ -151,6 +153,66 @@ impl RunSpec {
             output: None,
         }
     }
+
+    /// The one rule for what a definition's permission, timeout, depth limit and variables
+    /// become when it starts (`acp-host run --subagent`, batch lines and acp-child's children
+    /// alike): the starter's `explicit` settings (the person's flags for this run) win over the
+    /// definition's, which win over the starter's `defaults` (acp-child's `--subagent-*`, or
+    /// acp-host's default `reject`). A repository definition's (`source`, `crate::trust`)
+    /// permission only ever lowers the explicit-or-default one. Variables: the definition's names
+    /// the starter does not forward already. What `relay` means is the starter's: asked on
+    /// acp-host's terminal, relayed to acp-child's client.
+    #[must_use]
+    pub fn settle(
+        &self,
+        source: crate::trust::Source,
+        explicit: &RunSettings,
+        defaults: &RunSettings,
+    ) -> Settled {
+        let ceiling = explicit
+            .permission
+            .or(defaults.permission)
+            .unwrap_or(RunPermission::Reject);
+        let permission = match (self.permission, source) {
+            (Some(asked), crate::trust::Source::Repository) => crate::trust::cap(asked, ceiling),
+            (asked, _) => explicit.permission.or(asked).unwrap_or(ceiling),
+        };
+        let forwarded = |name: &String| explicit.env.contains(name) || defaults.env.contains(name);
+        Settled {
+            permission,
+            timeout: explicit
+                .timeout
+                .or(self.timeout.map(std::time::Duration::from_secs))
+                .or(defaults.timeout),
+            max_depth: explicit.max_depth.or(self.max_depth).or(defaults.max_depth),
+            env: self
+                .env
+                .iter()
+                .filter(|name| !forwarded(name))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// A starter's own settings for a definition's run ([`RunSpec::settle`]); `None`: not given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSettings {
+    pub permission: Option<RunPermission>,
+    pub timeout: Option<std::time::Duration>,
+    pub max_depth: Option<u32>,
+    /// Names the starter forwards already.
+    pub env: Vec<String>,
+}
+
+/// What a definition's run settles to ([`RunSpec::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settled {
+    pub permission: RunPermission,
+    pub timeout: Option<std::time::Duration>,
+    pub max_depth: Option<u32>,
+    /// The definition's variable names to forward as well (never values).
+    pub env: Vec<String>,
 }
 
 /// The fields a `run` table may hold.
@@ -774,6 +836,68 @@ mod tests {
         assert_eq!(
             err("---\ndescription: d\nrun: {personaMode: loud}\n---\nB\n"),
             "subagents/review.md: field `run.personaMode`: must be one of append, strict, override, got the string \"loud\""
+        );
+    }
+
+    #[test]
+    fn a_run_settles_explicit_over_definition_over_defaults_and_a_repository_only_lowers() {
+        use crate::trust::Source::{Folder, Repository};
+        use std::time::Duration;
+        let run = |text: &str| ok(text).run.unwrap();
+        let spec = run(
+            "---\ndescription: d\nrun: {permission: allow, timeout: 5, maxDepth: 2, env: [A, B]}\n---\nB\n",
+        );
+        let none = RunSettings::default();
+        let defaults = RunSettings {
+            permission: Some(RunPermission::Relay),
+            timeout: Some(Duration::from_mins(1)),
+            max_depth: None,
+            env: vec!["A".into()],
+        };
+        let explicit = RunSettings {
+            permission: Some(RunPermission::Reject),
+            timeout: Some(Duration::from_secs(1)),
+            max_depth: Some(1),
+            env: Vec::new(),
+        };
+        // A folder the person named: the definition over the defaults, the flags over both.
+        let settled = spec.settle(Folder, &none, &defaults);
+        assert_eq!(settled.permission, RunPermission::Allow);
+        assert_eq!(settled.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(settled.max_depth, Some(2));
+        assert_eq!(settled.env, ["B"]);
+        let settled = spec.settle(Folder, &explicit, &defaults);
+        assert_eq!(settled.permission, RunPermission::Reject);
+        assert_eq!(settled.timeout, Some(Duration::from_secs(1)));
+        assert_eq!(settled.max_depth, Some(1));
+        // A repository's `allow` is capped: at the defaults, at the flags, at reject with neither.
+        assert_eq!(
+            spec.settle(Repository, &none, &defaults).permission,
+            RunPermission::Relay
+        );
+        assert_eq!(
+            spec.settle(Repository, &none, &none).permission,
+            RunPermission::Reject
+        );
+        let lower = run("---\ndescription: d\nrun: {permission: reject}\n---\nB\n");
+        let allow = RunSettings {
+            permission: Some(RunPermission::Allow),
+            ..RunSettings::default()
+        };
+        assert_eq!(
+            lower.settle(Repository, &allow, &none).permission,
+            RunPermission::Reject,
+            "a repository definition may lower"
+        );
+        // Without a permission of its own, the flags, else the defaults, else reject.
+        let plain = run("---\ndescription: d\nrun: {}\n---\nB\n");
+        assert_eq!(
+            plain.settle(Repository, &none, &defaults).permission,
+            RunPermission::Relay
+        );
+        assert_eq!(
+            plain.settle(Folder, &none, &none).permission,
+            RunPermission::Reject
         );
     }
 

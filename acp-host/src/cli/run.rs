@@ -22,7 +22,7 @@ use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use protocol::batch::BatchLine;
 use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
-use protocol::definition::RunPermission;
+use protocol::definition::{RunPermission, RunSettings};
 use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
@@ -30,7 +30,6 @@ use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
-use protocol::trust::Source;
 
 use super::{CliError, Written, subagent};
 
@@ -434,34 +433,43 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
     agent
         .args
         .extend(protocol::capabilities::launch_args(&wants, resolved.spec));
-    if let Some(found) = &found {
-        // The definition's names, unless a flag forwards the same one.
-        for name in &found.run.env {
-            if !env.iter().any(|forward| forward.name() == name) {
-                env.push(EnvForward::Inherit(name.clone()));
-            }
-        }
-    }
     let flag = args.permission.map(PermissionPolicy::from);
-    // Relayed to the person running acp-host: asked on the terminal.
-    let as_policy = |permission| match permission {
-        RunPermission::Relay => PermissionPolicy::Ask,
-        RunPermission::Reject => PermissionPolicy::Reject,
-        RunPermission::Allow => PermissionPolicy::Allow,
+    let explicit = RunSettings {
+        permission: flag.map(|policy| match policy {
+            PermissionPolicy::Ask => RunPermission::Relay,
+            PermissionPolicy::Reject => RunPermission::Reject,
+            PermissionPolicy::Allow => RunPermission::Allow,
+        }),
+        timeout: args.timeout.map(|s| s.0),
+        max_depth: args.max_depth,
+        env: env
+            .iter()
+            .map(|forward| forward.name().to_owned())
+            .collect(),
     };
-    let asked = run_spec.and_then(|run| run.permission);
-    let permission = match (found.as_ref().map(|found| found.source), asked) {
-        // A repository definition only makes the run stricter than the command line's policy
-        // (or its default), never more permissive.
-        (Some(Source::Repository), Some(asked)) => {
-            let ceiling = match flag.unwrap_or_default() {
-                PermissionPolicy::Ask => RunPermission::Relay,
-                PermissionPolicy::Reject => RunPermission::Reject,
-                PermissionPolicy::Allow => RunPermission::Allow,
+    // acp-host's default is `reject`; a definition's `relay` is asked on the terminal.
+    let defaults = RunSettings {
+        permission: Some(RunPermission::Reject),
+        ..RunSettings::default()
+    };
+    let settled = found
+        .as_ref()
+        .map(|found| found.run.settle(found.source, &explicit, &defaults));
+    let (permission, overall, max_depth) = match &settled {
+        Some(settled) => {
+            env.extend(settled.env.iter().cloned().map(EnvForward::Inherit));
+            let permission = match settled.permission {
+                RunPermission::Relay => PermissionPolicy::Ask,
+                RunPermission::Reject => PermissionPolicy::Reject,
+                RunPermission::Allow => PermissionPolicy::Allow,
             };
-            as_policy(protocol::trust::cap(asked, ceiling))
+            (permission, settled.timeout, settled.max_depth)
         }
-        _ => flag.or(asked.map(as_policy)).unwrap_or_default(),
+        None => (
+            flag.unwrap_or_default(),
+            explicit.timeout,
+            explicit.max_depth,
+        ),
     };
     if let Some(found) = &found {
         let names: Vec<String> = env
@@ -477,19 +485,13 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         env,
         permission,
         timeouts: Timeouts {
-            overall: args.timeout.map(|s| s.0).or_else(|| {
-                run_spec
-                    .and_then(|run| run.timeout)
-                    .map(Duration::from_secs)
-            }),
+            overall,
             handshake: args.handshake_timeout.0,
             cancel_grace: args.cancel_grace.0,
             eof_grace: args.eof_grace.0,
             term_grace: args.term_grace.0,
         },
-        max_depth: args
-            .max_depth
-            .or_else(|| run_spec.and_then(|run| run.max_depth)),
+        max_depth,
         wants,
         resume: args.resume.clone(),
     };

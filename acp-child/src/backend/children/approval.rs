@@ -17,7 +17,9 @@ use protocol::request::StartRequest;
 use protocol::trust::Digest;
 
 use super::Delegated;
-use super::catalog::{SubagentPermission, Target};
+use protocol::definition::RunPermission;
+
+use super::catalog::Target;
 use crate::backend::CANCELLED;
 use crate::backend::{Turn, permission};
 
@@ -30,15 +32,11 @@ pub(super) struct Asking {
     command: String,
     /// Every variable forwarded (names; `--subagent-env`'s and the definition's).
     env: Vec<String>,
-    permission: SubagentPermission,
+    permission: RunPermission,
 }
 
 impl Asking {
-    pub(super) fn of(
-        target: &Target,
-        request: &StartRequest,
-        permission: SubagentPermission,
-    ) -> Self {
+    pub(super) fn of(target: &Target, request: &StartRequest, permission: RunPermission) -> Self {
         Self {
             file: target
                 .origin
@@ -83,7 +81,7 @@ pub(super) async fn approve(
     } else {
         asking.env.join(", ")
     };
-    let permission = SubagentPermission::as_str(asking.permission);
+    let permission = asking.permission.as_str();
     let text = format!(
         "Subagent {name} is defined in {file}, a file of this folder (not one you named). \
          Starting it runs:\n\n    {command}\n\nforwarding {env}; its own permission requests: \

@@ -29,7 +29,7 @@ use acp_host::run;
 use acp_host::trust::TrustStore;
 use agent_client_protocol::v1::schema::ToolCallId;
 use protocol::capabilities::Wants;
-use protocol::definition::{Definition, RunPermission, RunSpec};
+use protocol::definition::{Definition, RunPermission, RunSettings, RunSpec};
 use protocol::depth::Budget;
 use protocol::env_scrub::EnvForward;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
@@ -37,7 +37,7 @@ use protocol::permission::PermissionPolicy;
 use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
-use protocol::trust::{self, Digest, Source, TrustState};
+use protocol::trust::{Digest, Source, TrustState};
 use tokio::sync::Semaphore;
 
 use super::approval::{Asking, approve};
@@ -47,43 +47,6 @@ use crate::backend::Turn;
 /// The default of `--max-parallel-subagents`.
 pub const DEFAULT_MAX_PARALLEL_SUBAGENTS: usize = 4;
 
-/// How a child's permission requests are answered.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SubagentPermission {
-    /// Asked of this agent's own client (the person in the editor), title prefixed by the
-    /// subagent's name, with the child's options; the answer goes back by kind.
-    #[default]
-    Relay,
-    Reject,
-    Allow,
-}
-
-impl SubagentPermission {
-    pub(super) fn as_str(self) -> &'static str {
-        RunPermission::from(self).as_str()
-    }
-}
-
-impl From<RunPermission> for SubagentPermission {
-    fn from(permission: RunPermission) -> Self {
-        match permission {
-            RunPermission::Relay => Self::Relay,
-            RunPermission::Reject => Self::Reject,
-            RunPermission::Allow => Self::Allow,
-        }
-    }
-}
-
-impl From<SubagentPermission> for RunPermission {
-    fn from(permission: SubagentPermission) -> Self {
-        match permission {
-            SubagentPermission::Relay => Self::Relay,
-            SubagentPermission::Reject => Self::Reject,
-            SubagentPermission::Allow => Self::Allow,
-        }
-    }
-}
-
 /// What the user enabled, from the command line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SubagentOptions {
@@ -91,7 +54,10 @@ pub struct SubagentOptions {
     pub agents: Vec<String>,
     /// `None`: [`DEFAULT_MAX_PARALLEL_SUBAGENTS`].
     pub max_parallel: Option<usize>,
-    pub permission: SubagentPermission,
+    /// How a child's permission requests are answered: `relay` asks this agent's own client
+    /// (the person in the editor), title prefixed by the subagent's name, with the child's
+    /// options, the answer going back by kind; `reject` / `allow` answer by policy.
+    pub permission: RunPermission,
     /// Names of variables forwarded to every child (never values).
     pub env: Vec<String>,
     /// A child running longer is cancelled and torn down.
@@ -164,10 +130,9 @@ impl Target {
 struct Launch {
     /// Its persona (the body), model and tool filter.
     wants: Wants,
-    permission: Option<SubagentPermission>,
-    env: Vec<String>,
-    timeout: Option<Duration>,
-    max_depth: Option<u32>,
+    /// Its permission, variables, timeout and depth limit, settled at each start
+    /// (`RunSpec::settle`).
+    run: RunSpec,
 }
 
 /// The subagents available to a session, and the definition files that could not be used.
@@ -187,7 +152,7 @@ pub struct Subagents {
     facts: HostFacts,
     budget: Option<Budget>,
     pub(super) slots: Semaphore,
-    permission: SubagentPermission,
+    permission: RunPermission,
     /// Where "allow always" approvals of repository definitions are kept; `None` when this user
     /// has no state directory (then an approval holds for one start).
     trust: Option<TrustStore>,
@@ -202,7 +167,7 @@ pub struct Subagents {
 pub(super) struct Start {
     pub(super) name: String,
     pub(super) prepared: run::Prepared,
-    pub(super) permission: SubagentPermission,
+    pub(super) permission: RunPermission,
     /// It continues a child's saved session.
     pub(super) resume: bool,
 }
@@ -361,10 +326,7 @@ impl Subagents {
             command,
             launch: Launch {
                 wants,
-                permission: run.permission.map(SubagentPermission::from),
-                env: run.env.clone(),
-                timeout: run.timeout.map(Duration::from_secs),
-                max_depth: run.max_depth,
+                run: run.clone(),
             },
             source,
             origin: Some(origin),
@@ -396,31 +358,34 @@ impl Subagents {
         cwd: &Path,
         output_schema: Option<&serde_json::Value>,
         resume: Option<String>,
-    ) -> (StartRequest, SubagentPermission) {
+    ) -> (StartRequest, RunPermission) {
         let launch = &target.launch;
-        let permission = match (launch.permission, target.source) {
-            // A repository definition only lowers what its child may do, never raises it.
-            (Some(asked), Source::Repository) => {
-                SubagentPermission::from(trust::cap(asked.into(), self.permission.into()))
-            }
-            (asked, _) => asked.unwrap_or(self.permission),
+        let defaults = RunSettings {
+            permission: Some(self.permission),
+            timeout: self.timeout,
+            max_depth: None,
+            env: self.env.clone(),
         };
-        let mut env = self.env.clone();
-        env.extend(launch.env.iter().filter(|n| !self.env.contains(n)).cloned());
+        let settled = launch
+            .run
+            .settle(target.source, &RunSettings::default(), &defaults);
+        let permission = settled.permission;
+        let env = self.env.iter().chain(&settled.env).cloned();
         let request = StartRequest {
             agent: target.command.clone(),
             prompt: prompt.to_owned(),
             cwd: cwd.to_path_buf(),
-            env: env.into_iter().map(EnvForward::Inherit).collect(),
+            env: env.map(EnvForward::Inherit).collect(),
+            // `relay`: the library rejects what the relay handler does not answer.
             permission: match permission {
-                SubagentPermission::Allow => PermissionPolicy::Allow,
-                SubagentPermission::Reject | SubagentPermission::Relay => PermissionPolicy::Reject,
+                RunPermission::Allow => PermissionPolicy::Allow,
+                RunPermission::Reject | RunPermission::Relay => PermissionPolicy::Reject,
             },
             timeouts: Timeouts {
-                overall: launch.timeout.or(self.timeout),
+                overall: settled.timeout,
                 ..Timeouts::default()
             },
-            max_depth: launch.max_depth,
+            max_depth: settled.max_depth,
             wants: Wants {
                 output: output_schema.map(|schema| OutputSpec {
                     schema: schema.clone(),

@@ -38,7 +38,9 @@ use protocol::result::{ErrorKind, RunResult, Status};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{Start, SubagentPermission, Subagents};
+use protocol::definition::RunPermission;
+
+use super::catalog::{Start, Subagents};
 use super::exposure::{Exposure, deliver};
 use super::{Delegated, label};
 use crate::backend::CANCELLED;
@@ -88,7 +90,7 @@ impl Subagents {
                 route: Arc::clone(&route),
                 redactor: Arc::clone(&redactor),
             }) as Arc<dyn Observer>],
-            permissions: (permission == SubagentPermission::Relay).then(|| {
+            permissions: (permission == RunPermission::Relay).then(|| {
                 Arc::new(Relay {
                     route: Arc::clone(&route),
                     redactor: Arc::clone(&redactor),

@@ -34,7 +34,7 @@ use crate::session::Memory;
 
 pub(crate) use self::catalog::Catalog;
 pub use self::catalog::{
-    DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, SubagentPermission, Subagents,
+    DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, Subagents,
 };
 pub(crate) use self::exposure::ChildSessions;
 pub(crate) use self::live::LiveChild;
