@@ -1,7 +1,8 @@
-//! Subagent definitions on disk, for the runs that start them (acp-child's delegation,
-//! `acp-host trust`): a folder's definitions, each with where it came from
-//! (`protocol::trust::Source`), its file and its content's digest, so trust is decided on the
-//! very bytes that were parsed.
+//! Subagent definitions on disk, for the runs that start them (`acp-host run --subagent`,
+//! batch lines, acp-child's delegation, `acp-host trust`): a folder's definitions ([`read_folder`])
+//! or one found by name ([`find`]), each with where it came from (`protocol::trust::Source`), its
+//! file and its content's digest, so trust is decided on the very bytes that were parsed. What a
+//! found definition's `run:` table becomes is `protocol::definition::RunSpec::settle`.
 //!
 //! Invariants: symlinks inside a folder are never followed (a problem, like any unusable file);
 //! a file's identity is its folder's canonical path joined with its name, so the same file named
@@ -9,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use protocol::definition::{self, Definition, Problem, SourceEntry};
+use protocol::definition::{self, Definition, Problem, RunSpec, SourceEntry};
 use protocol::report::describe;
 use protocol::trust::{Digest, Source};
 
@@ -80,4 +81,86 @@ pub fn read_folder(dir: &Path, source: Source, required: bool) -> Folder {
         }
     }
     folder
+}
+
+/// `find` found no usable definition.
+#[derive(Debug, thiserror::Error)]
+pub enum FindError {
+    #[error("--subagent {name:?}: a subagent name matches ^[a-z][a-z0-9-]*$")]
+    BadName { name: String },
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {problem}", path.display())]
+    Invalid {
+        path: PathBuf,
+        problem: Box<Problem>,
+    },
+    #[error(
+        "{}: has no `run:` table; add `run: {{}}` to run it with the defaults (acp-child)",
+        path.display()
+    )]
+    NoRun { path: PathBuf },
+    #[error(
+        "--subagent {name}: no {name}.md in {} (add the definition, or pass --subagents DIR)",
+        searched.iter().map(|dir| dir.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    Missing {
+        name: String,
+        searched: Vec<PathBuf>,
+    },
+}
+
+/// A definition found by name, with its `run:` table.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub located: Located,
+    pub run: RunSpec,
+}
+
+/// Finds definition `name` with a `run:` table: `NAME.md` in `<cwd>/subagents/` (repository
+/// content), then in each of `dirs` (folders the person named), the first found. A bad file is an
+/// error naming it and its field, never skipped for a later one.
+pub fn find(name: &str, cwd: &Path, dirs: &[PathBuf]) -> Result<Found, FindError> {
+    if !definition::is_valid_name(name) {
+        return Err(FindError::BadName {
+            name: name.to_owned(),
+        });
+    }
+    let file = format!("{name}.md");
+    let searched: Vec<(PathBuf, Source)> =
+        std::iter::once((repository_folder(cwd), Source::Repository))
+            .chain(dirs.iter().map(|dir| (dir.clone(), Source::Folder)))
+            .collect();
+    for (dir, source) in &searched {
+        let path = dir.join(&file);
+        let contents = match std::fs::read(&path) {
+            Ok(contents) => contents,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(FindError::Read { path, source }),
+        };
+        let definition =
+            definition::parse(&file, &contents).map_err(|problem| FindError::Invalid {
+                path: path.clone(),
+                problem: Box::new(problem),
+            })?;
+        let Some(run) = definition.run.clone() else {
+            return Err(FindError::NoRun { path });
+        };
+        return Ok(Found {
+            located: Located {
+                definition,
+                file: std::fs::canonicalize(&path).unwrap_or(path),
+                source: *source,
+                digest: Digest::of(&contents),
+            },
+            run,
+        });
+    }
+    Err(FindError::Missing {
+        name: name.to_owned(),
+        searched: searched.into_iter().map(|(dir, _)| dir).collect(),
+    })
 }

@@ -454,7 +454,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
     };
     let settled = found
         .as_ref()
-        .map(|found| found.run.settle(found.source, &explicit, &defaults));
+        .map(|found| found.run.settle(found.located.source, &explicit, &defaults));
     let (permission, overall, max_depth) = match &settled {
         Some(settled) => {
             env.extend(settled.env.iter().cloned().map(EnvForward::Inherit));
@@ -476,7 +476,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
             .iter()
             .map(|forward| forward.name().to_owned())
             .collect();
-        found.check_trust(flag, &agent.command_line(), &names)?;
+        subagent::check_trust(found, flag, &agent.command_line(), &names)?;
     }
     let request = StartRequest {
         agent,
@@ -501,7 +501,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
 /// The persona, model and tool filter: the flags, over the --subagent definition's.
 fn wants(args: &RunArgs, found: Option<&subagent::Found>) -> Result<Wants, String> {
     let mut wants = found.map_or_else(Wants::default, |found| {
-        found.run.wants(&found.definition.body)
+        found.run.wants(&found.located.definition.body)
     });
     if let Some(path) = &args.persona {
         let text = std::fs::read_to_string(path)
