@@ -180,7 +180,12 @@ impl Cli {
             depth: depth.as_deref(),
             max_depth: max_depth.as_deref(),
         }) {
-            Ok(budget) => Some(budget),
+            Ok(standing) => {
+                if let Some(past_bound) = standing.past_bound {
+                    tracing::warn!(%past_bound, "subagents are not offered");
+                }
+                Some(standing.budget)
+            }
             Err(error) => {
                 tracing::warn!(%error, "subagents are not offered");
                 None

@@ -101,7 +101,9 @@ impl CommandOutput {
 }
 
 /// This agent's own standing; `None` when its inherited values are malformed (they are then
-/// passed on as they are, and acp-host refuses to start an agent from them).
+/// passed on as they are, and acp-host refuses to start an agent from them). A value past
+/// `protocol::depth::MAX_CHAIN_DEPTH` stands at the cap, and commands are given that standing, so
+/// an `acp-host run` in them is refused; the binary warns about it once, at start-up.
 pub(crate) fn own_budget() -> Option<protocol::depth::Budget> {
     use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
     let (depth, max_depth) = (
@@ -113,6 +115,7 @@ pub(crate) fn own_budget() -> Option<protocol::depth::Budget> {
         max_depth: max_depth.as_deref(),
     })
     .ok()
+    .map(|standing| standing.budget)
 }
 
 /// Runs `command` with `sh -c` in `cwd`, standing at `budget` (the session's: this agent's own,
