@@ -1,6 +1,17 @@
 //! The `acp-child` binary: parses the command line, sends logs to stderr, and serves ACP on
 //! stdio until stdin closes (exit code 0) or the connection fails (exit code 1). A bad model
 //! configuration (base URL, persona file, state directory) is reported before serving (exit 2).
+//!
+//! Start-up hardening comes first, as in acp-host, before any thread or process exists
+//! (`acp_host::process::harden_host`): the process becomes non-dumpable (its environment, with
+//! the API key it holds, is unreadable through `/proc` to the commands and subagents it starts)
+//! and a child subreaper (what a command leaves behind, `setsid()` escapees included, re-parents
+//! here: [`orphans`] reaps it as it exits and kills it when serving ends). A failure is a
+//! warning; acp-child then runs unhardened. The runtime runs on a thread of its own, never on
+//! the main thread, which is what lets [`orphans`] tell an adopted orphan from a child tokio
+//! waits for.
+
+mod orphans;
 
 use std::fmt::Write as _;
 use std::io::IsTerminal as _;
@@ -180,7 +191,12 @@ impl Cli {
             depth: depth.as_deref(),
             max_depth: max_depth.as_deref(),
         }) {
-            Ok(budget) => Some(budget),
+            Ok(standing) => {
+                if let Some(past_bound) = standing.past_bound {
+                    tracing::warn!(%past_bound, "subagents are not offered");
+                }
+                Some(standing.budget)
+            }
             Err(error) => {
                 tracing::warn!(%error, "subagents are not offered");
                 None
@@ -250,8 +266,12 @@ fn after_help() -> String {
 }
 
 fn main() -> ExitCode {
+    let hardened = acp_host::process::harden_host();
     let cli = Cli::parse();
     init_logging();
+    if let Err(error) = hardened {
+        tracing::warn!("{}", describe(&error));
+    }
     let subagents = match cli.subagents() {
         Ok(subagents) => Some(subagents),
         Err(error) => {
@@ -282,26 +302,52 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("{AGENT_NAME}: error: cannot start the async runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(serve_stdio(config));
-    // tokio reads stdin on a blocking thread that cannot be interrupted; if the connection ended
-    // while stdin is still open, a plain drop would wait for one more line. Don't wait.
-    runtime.shutdown_background();
-    match result {
+    match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("{AGENT_NAME}: error: {}", describe(&error));
+            eprintln!("{AGENT_NAME}: error: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Serves ACP on stdio on a thread of its own, never on the main thread (see [`orphans`]), then
+/// ends what is left below this process; the error is the text to print.
+fn serve(config: AgentConfig) -> Result<(), String> {
+    let server = std::thread::Builder::new()
+        .name("serve".to_owned())
+        // The main thread's usual stack: the runtime and the connection's futures ran there.
+        .stack_size(8 * 1024 * 1024)
+        .spawn(move || {
+            // Declared first, so dropped last: after the runtime, on every way out of here.
+            let _end = EndAll;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|error| format!("cannot start the async runtime: {error}"))?;
+            let result = runtime.block_on(async {
+                tokio::spawn(orphans::reap_while_serving());
+                serve_stdio(config).await
+            });
+            // tokio reads stdin on a blocking thread that cannot be interrupted; if the
+            // connection ended while stdin is still open, a plain drop would wait for one more
+            // line. Don't wait.
+            runtime.shutdown_background();
+            result.map_err(|error| describe(&error))
+        })
+        .map_err(|error| format!("cannot start the thread that serves: {error}"))?;
+    server
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Once dropped (the runtime gone, nothing waiting for any child), kills and reaps every
+/// process still below acp-child: [`orphans::end_all`].
+struct EndAll;
+
+impl Drop for EndAll {
+    fn drop(&mut self) {
+        orphans::end_all();
     }
 }
 

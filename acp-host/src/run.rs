@@ -15,7 +15,8 @@
 //! - the agent's `ACP_HOST_DEPTH` / `ACP_HOST_MAX_DEPTH` are set here from the caller's own
 //!   (`protocol::depth`), overriding any forwarded value; a start past the cap is refused with
 //!   `depth-limit` before anything is spawned (a budget against runaway recursion, not a security
-//!   boundary);
+//!   boundary); a depth or cap past `protocol::depth::MAX_CHAIN_DEPTH` counts as at the cap, and
+//!   a cap that reaches the agent that way is logged as a warning;
 //! - where the result repeats the agent's words (stderr tail, error, stop reason), credential values
 //!   are redacted (`protocol::env_scrub::Redactor`);
 //! - observers are called in isolation, on a thread of their own, in order: one that fails or
@@ -230,7 +231,13 @@ pub fn prepare(
             max_depth: own_max.as_deref(),
         },
         &[request.max_depth],
-    );
+    )
+    .map(|standing| {
+        if let Some(past_bound) = standing.past_bound {
+            tracing::warn!("{past_bound}: the agent may not delegate");
+        }
+        standing.budget
+    });
     let mut env = env_scrub::scrub(ambient, &request.env)?;
     for name in [env_vars::ACP_HOST_DEPTH, env_vars::ACP_HOST_MAX_DEPTH] {
         env.env.remove(std::ffi::OsStr::new(name));

@@ -6,12 +6,16 @@
 //! the shell exits first, anything it left in the background is killed too once its output pipes
 //! have had [`DRAIN_GRACE`] to close: a tool call never hangs on a background process holding a
 //! pipe open. The group is also killed when the call is abandoned (its future dropped, as when the
-//! connection closes mid-turn and the turn's task goes with it). Each stream keeps its first
-//! [`MAX_STREAM_BYTES`] bytes (the rest is counted and discarded, never blocking the child on a
-//! full pipe). The command inherits this agent's delegation standing (`ACP_HOST_DEPTH` and
-//! `ACP_HOST_MAX_DEPTH`, `protocol::depth`; the cap lowered by the session's own `maxDepth`), so
-//! an `acp-host run` inside it starts its agent one level deeper, even when this agent was started
-//! by an editor without them.
+//! connection closes mid-turn and the turn's task goes with it). A process that leaves the group
+//! (`setsid`) is beyond the group kill; the acp-child binary, a child subreaper, adopts it once
+//! its parent is gone, reaps it, and kills it when it stops serving (the binary's `orphans`).
+//! [`run`] spawns on the thread that polls it, the runtime's, as every spawn of acp-child does:
+//! a shell started from the main thread would look adopted there and could be reaped behind
+//! tokio's back. Each stream keeps its first [`MAX_STREAM_BYTES`] bytes (the rest is counted and
+//! discarded, never blocking the child on a full pipe). The command inherits this agent's
+//! delegation standing (`ACP_HOST_DEPTH` and `ACP_HOST_MAX_DEPTH`, `protocol::depth`; the cap
+//! lowered by the session's own `maxDepth`), so an `acp-host run` inside it starts its agent one
+//! level deeper, even when this agent was started by an editor without them.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -101,7 +105,9 @@ impl CommandOutput {
 }
 
 /// This agent's own standing; `None` when its inherited values are malformed (they are then
-/// passed on as they are, and acp-host refuses to start an agent from them).
+/// passed on as they are, and acp-host refuses to start an agent from them). A value past
+/// `protocol::depth::MAX_CHAIN_DEPTH` stands at the cap, and commands are given that standing, so
+/// an `acp-host run` in them is refused; the binary warns about it once, at start-up.
 pub(crate) fn own_budget() -> Option<protocol::depth::Budget> {
     use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
     let (depth, max_depth) = (
@@ -113,6 +119,7 @@ pub(crate) fn own_budget() -> Option<protocol::depth::Budget> {
         max_depth: max_depth.as_deref(),
     })
     .ok()
+    .map(|standing| standing.budget)
 }
 
 /// Runs `command` with `sh -c` in `cwd`, standing at `budget` (the session's: this agent's own,

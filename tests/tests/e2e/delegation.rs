@@ -250,6 +250,69 @@ fn a_start_past_the_cap_is_refused_and_nothing_is_spawned() {
     );
 }
 
+#[test]
+fn a_depth_near_u32_max_stands_at_the_cap_instead_of_overflowing_past_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("mock.pid");
+    let (depth, max_depth) = ("4294967294", "4294967295");
+    let past = "ACP_HOST_DEPTH=4294967294 is past 64, the deepest a chain of agents may go, so it \
+                reads as at the cap";
+    // Held by acp-host run: refused before anything is spawned. (Counting up with saturation, the
+    // agent ran at depth u32::MAX "within" a cap of u32::MAX, and so did every agent below it.)
+    let mut cmd = host_run(dir.path());
+    cmd.env(ACP_HOST_DEPTH, depth)
+        .env(ACP_HOST_MAX_DEPTH, max_depth)
+        .args(["--json", "--agent"])
+        .arg(format!(
+            "{} hello --pid-file {}",
+            mock_path(),
+            pid_file.display()
+        ))
+        .arg("hi");
+    let (records, result) = json_run(&mut cmd, 1);
+    assert_eq!(records.len(), 2, "no start: {records:?}");
+    assert_eq!(result["status"], "error");
+    assert_eq!(result["errorKind"], "depth-limit");
+    assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
+    assert_eq!(
+        result["error"],
+        format!("depth limit: {past}; refusing to start an agent")
+    );
+    assert!(!pid_file.exists(), "the mock was spawned");
+
+    // Held by acp-child (set by a wrapper): it runs, warns, is not offered delegation, and a
+    // `/delegate` is refused by the depth rule with nothing spawned.
+    let agent = format!(
+        "env {ACP_HOST_DEPTH}={depth} {ACP_HOST_MAX_DEPTH}={max_depth} {} --subagent-agents \
+         acp-child",
+        acp_tests::bin("acp-child").display()
+    );
+    let mut cmd = host_run(dir.path());
+    cmd.env_remove("ACP_CHILD_MODEL").args([
+        "--json",
+        "--permission",
+        "allow",
+        "--agent",
+        &agent,
+        "/delegate acp-child /write notes.txt x",
+    ]);
+    let (_, result) = json_run(&mut cmd, 0);
+    assert_eq!(
+        result["output"],
+        "subagent acp-child ended error: depth limit: the agent would run at depth 65, deeper \
+         than the limit of 64 (raise it with --max-depth or the definition's maxDepth where the \
+         limit allows; ACP_HOST_MAX_DEPTH set by a parent can only shrink)"
+    );
+    assert_eq!(result["children"][0]["state"], "failed", "{result}");
+    let stderr_tail = result["stderrTail"].as_str().unwrap();
+    assert!(
+        stderr_tail.contains("WARN") && stderr_tail.contains(past),
+        "{stderr_tail}"
+    );
+    assert!(!dir.path().join("notes.txt").exists());
+    assert_none_left(dir.path());
+}
+
 // ---------------------------------------------------------------------------------------------
 // acp-child delegating, offline: `/delegate NAME PROMPT`
 // ---------------------------------------------------------------------------------------------
@@ -635,7 +698,8 @@ async fn a_command_the_agent_runs_inherits_its_standing_so_acp_host_inside_it_go
         depth: std::env::var(ACP_HOST_DEPTH).ok().as_deref(),
         max_depth: std::env::var(ACP_HOST_MAX_DEPTH).ok().as_deref(),
     })
-    .unwrap();
+    .unwrap()
+    .budget;
     let result = llm.requests()[1].tool_result("call_env").unwrap();
     assert!(
         result.contains(&format!("{}/{}", own.depth, own.max_depth)),

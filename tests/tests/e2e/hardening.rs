@@ -1,7 +1,10 @@
 //! End-to-end: what an agent must not get from the host, and that no process of the agent's
 //! tree outlives the host: inherited file descriptors, the host's own environment through
 //! `/proc`, grandchildren that leave the process group with `setsid()`, and the host itself
-//! being killed with SIGKILL with a wrapper launcher in between.
+//! being killed with SIGKILL with a wrapper launcher in between. acp-child hardens itself the
+//! same way: its environment (with the API key) is out of reach of the subagents and commands it
+//! starts, and what a command detaches is adopted, reaped, and ended with acp-child, even when an
+//! editor (no acp-host, no watchdog) started it.
 //!
 //! "Gone" means every descendant the test saw (walking `/proc`) or the mock reported, not only
 //! the agent's process group. Waits poll with deadlines; nothing sleeps a fixed time.
@@ -10,12 +13,18 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use acp_tests::acp_client::{Launch, Permission, new_session, prompt_ends, with_launch};
+use acp_tests::mock_llm::{MockLlm, Reply};
 use acp_tests::{
-    HANG_GUARD, bin, code, run_to_end, stderr, stdout, wait_for_file, wait_output, wait_until_dead,
+    HANG_GUARD, bin, code, process_alive, read_pid, run_to_end, stderr, stdout, wait_for_file,
+    wait_output, wait_until, wait_until_dead,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
+use serde_json::json;
 
+use super::children::mock_definition;
 use super::common::{mock, mock_path, temp};
 
 fn path_str(path: &Path) -> &str {
@@ -96,20 +105,15 @@ fn a_file_descriptor_the_host_inherited_does_not_reach_the_agent() {
     );
 }
 
-#[test]
-fn an_agent_cannot_read_the_hosts_environment_through_proc() {
-    let dir = temp();
-    let secret = "hunter2-do-not-leak-4f1c9";
-    // Root reads any process's /proc entries whatever its dumpable flag; the guarantee is about
-    // an agent running as the same unprivileged user, so as root run host and agent as nobody.
+/// `acp-host` in `dir`, as an unprivileged user. Root reads any process's /proc entries whatever
+/// its dumpable flag; the guarantee is about an agent running as the same unprivileged user, so
+/// as root the host (and so everything it starts) runs as nobody, and `dir` is opened to it.
+/// `setpriv` execs acp-host in place: the child's pid is the host's.
+fn unprivileged_host(dir: &Path) -> Command {
     let as_root = std::fs::metadata("/proc/self")
         .is_ok_and(|meta| std::os::unix::fs::MetadataExt::uid(&meta) == 0);
     let mut host = if as_root {
-        std::fs::set_permissions(
-            dir.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o777),
-        )
-        .unwrap();
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
         let mut cmd = Command::new("setpriv");
         cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
             .arg(bin("acp-host"));
@@ -117,15 +121,23 @@ fn an_agent_cannot_read_the_hosts_environment_through_proc() {
     } else {
         Command::new(bin("acp-host"))
     };
-    host.current_dir(dir.path())
+    host.current_dir(dir)
         .env_remove("ACP_HOST_LOG")
-        .env("ACP_TEST_HARDENING_TOKEN", secret)
-        .args(["run", "--agent", &mock(&["ancestor-environ"]), "x"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let child = host.spawn().expect("acp-host starts");
-    // setpriv execs acp-host in place: same pid.
+    host
+}
+
+#[test]
+fn an_agent_cannot_read_the_hosts_environment_through_proc() {
+    let dir = temp();
+    let secret = "hunter2-do-not-leak-4f1c9";
+    let child = unprivileged_host(dir.path())
+        .env("ACP_TEST_HARDENING_TOKEN", secret)
+        .args(["run", "--agent", &mock(&["ancestor-environ"]), "x"])
+        .spawn()
+        .expect("acp-host starts");
     let host_pid = child.id();
     let out = wait_output(child);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -139,6 +151,175 @@ fn an_agent_cannot_read_the_hosts_environment_through_proc() {
         .find(|line| line.starts_with(&format!("{host_pid}: ")))
         .unwrap_or_else(|| panic!("the agent saw no ancestor {host_pid}: {text}"));
     assert!(host_line.contains("unreadable"), "{host_line}");
+}
+
+#[test]
+fn a_subagent_cannot_read_acp_childs_environment_through_proc() {
+    let dir = temp();
+    let secret = "hunter2-do-not-leak-acp-child-7d2e";
+    // acp-child holds the secret (forwarded, as an API key is); the mock it delegates to gets the
+    // scrubbed environment and reads every ancestor's: acp-child's watchdog (a copy of its
+    // memory), acp-child, acp-host's watchdog, acp-host.
+    mock_definition(dir.path(), "probe", "ancestor-environ");
+    let child = unprivileged_host(dir.path())
+        .env_remove(ACP_HOST_DEPTH)
+        .env_remove(ACP_HOST_MAX_DEPTH)
+        .env_remove("ACP_CHILD_MODEL")
+        .env("ACP_TEST_HARDENING_TOKEN", secret)
+        .args([
+            "run",
+            "--env",
+            "ACP_TEST_HARDENING_TOKEN",
+            "--agent",
+            "acp-child",
+        ])
+        .arg("/delegate probe x")
+        .spawn()
+        .expect("acp-host starts");
+    let host_pid = child.id();
+    let out = wait_output(child);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        !text.contains(secret) && !stderr(&out).contains(secret),
+        "the secret reached the subagent: {text}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let host_at = lines
+        .iter()
+        .position(|line| line.starts_with(&format!("{host_pid}: ")))
+        .unwrap_or_else(|| panic!("the subagent saw no ancestor {host_pid}: {text}"));
+    assert!(host_at >= 3, "the ancestors below acp-host: {text}");
+    for line in &lines[..=host_at] {
+        assert!(line.contains("unreadable"), "{line}\nin: {text}");
+    }
+}
+
+/// The parent of `pid` (the ppid field of `/proc/<pid>/stat`).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Kills `pid` if it is still alive after a failed wait, so a failing test leaves nothing.
+fn kill_if_alive(pid: u32) {
+    if process_alive(pid) {
+        let _ = kill(Pid::from_raw(pid.cast_signed()), Signal::SIGKILL);
+    }
+}
+
+/// Shell text starting `sleep 600` in a session of its own (`setsid`), its pid in `pid_file`
+/// once it has left the command's process group: the command goes on only then, so the group
+/// kill at the command's end cannot catch it before it is detached.
+fn detach_sleep(pid_file: &str) -> String {
+    format!(
+        "setsid sh -c 'echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file} && exec sleep 600' \
+         </dev/null >/dev/null 2>&1 & until [ -e {pid_file} ]; do sleep 0.01; done"
+    )
+}
+
+/// How long a wait inside a client session may take: well within the session's own deadline
+/// (`acp_client::TIMEOUT`), so a failure names what did not happen.
+const IN_SESSION: std::time::Duration = std::time::Duration::from_secs(10);
+
+#[tokio::test]
+async fn a_setsid_grandchild_of_a_command_does_not_outlive_acp_child() {
+    let cwd = temp();
+    let state = temp();
+    // The escapee leaves the command's process group and session, so the group kill at the
+    // command's end misses it; it re-parents to acp-child, which ends it when its client (here:
+    // this test, as an editor: no acp-host, no watchdog) closes the connection.
+    let llm = MockLlm::start(vec![
+        Reply::tool_call(
+            "call_run_1",
+            "run_command",
+            &json!({"command": detach_sleep("escapee.pid")}),
+            1,
+        ),
+        Reply::text(["ran"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (pid, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        prompt_ends(&mut session, "run it", Permission::Allow).await?;
+        let pid = read_pid(cwd.path().join("escapee.pid")).expect("the command wrote its pid");
+        assert!(
+            process_alive(pid),
+            "the escapee {pid} died with its command"
+        );
+        // Returning closes acp-child's stdin; `with_launch` sees it exit with code 0.
+        Ok(pid)
+    })
+    .await;
+    assert_eq!(
+        llm.requests()[1].tool_result("call_run_1").as_deref(),
+        Some("exit code: 0")
+    );
+    let gone = tokio::task::spawn_blocking(move || wait_until_dead(pid, HANG_GUARD))
+        .await
+        .unwrap();
+    kill_if_alive(pid);
+    assert!(gone, "the setsid grandchild {pid} outlived acp-child");
+}
+
+#[tokio::test]
+async fn an_orphan_a_command_left_is_adopted_by_acp_child_and_reaped_when_it_exits() {
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(vec![
+        Reply::tool_call(
+            "call_run_1",
+            "run_command",
+            // `$PPID` is acp-child; the escapee outlives its shell, which exits with 7.
+            &json!({"command": format!(
+                "{}; echo $PPID > agent.pid; exit 7",
+                detach_sleep("orphan.pid")
+            )}),
+            1,
+        ),
+        Reply::text(["ran"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (orphan, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        prompt_ends(&mut session, "run it", Permission::Allow).await?;
+        let (agent, orphan) = (
+            read_pid(cwd.path().join("agent.pid")).expect("the command wrote acp-child's pid"),
+            read_pid(cwd.path().join("orphan.pid")).expect("the command wrote its escapee's pid"),
+        );
+        let adopted = tokio::task::spawn_blocking(move || {
+            wait_until(IN_SESSION, || parent_of(orphan) == Some(agent))
+        })
+        .await
+        .unwrap();
+        if !adopted {
+            kill_if_alive(orphan);
+        }
+        assert!(
+            adopted,
+            "the orphan {orphan} re-parented to {:?}, not to acp-child {agent}",
+            parent_of(orphan)
+        );
+        // Once it exits, acp-child reaps it (no zombie is left), while serving on.
+        kill(Pid::from_raw(orphan.cast_signed()), Signal::SIGKILL).unwrap();
+        let reaped = tokio::task::spawn_blocking(move || {
+            wait_until(IN_SESSION, || {
+                !Path::new(&format!("/proc/{orphan}")).exists()
+            })
+        })
+        .await
+        .unwrap();
+        assert!(reaped, "the orphan {orphan} was left a zombie of acp-child");
+        Ok(orphan)
+    })
+    .await;
+    // Reaping orphans never took the exit status tokio waits for: the shell's own.
+    assert_eq!(
+        llm.requests()[1].tool_result("call_run_1").as_deref(),
+        Some("exit code: 7"),
+        "orphan {orphan}"
+    );
 }
 
 /// `escapee --then <then> --stdout <stdout>` run to its end; both grandchildren must be gone.
