@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::json;
 
-use super::children::mock_definition;
+use super::children::write_definition;
 use super::common::{mock, mock_path, temp};
 
 fn path_str(path: &Path) -> &str {
@@ -160,7 +160,17 @@ fn a_subagent_cannot_read_acp_childs_environment_through_proc() {
     // acp-child holds the secret (forwarded, as an API key is); the mock it delegates to gets the
     // scrubbed environment and reads every ancestor's: acp-child's watchdog (a copy of its
     // memory), acp-child, acp-host's watchdog, acp-host.
-    mock_definition(dir.path(), "probe", "ancestor-environ");
+    // In a folder the person names (its own, so no approval is asked: the host runs as nobody).
+    let defs = dir.path().join("defs");
+    write_definition(
+        &defs,
+        "probe.md",
+        &format!(
+            "---\ndescription: the mock\nrun:\n  agent: {}\n---\nProbe.\n",
+            serde_json::to_string(&mock(&["ancestor-environ"])).unwrap()
+        ),
+    );
+    let agent = shell_words::join(["acp-child", "--subagents", &defs.display().to_string()]);
     let child = unprivileged_host(dir.path())
         .env_remove(ACP_HOST_DEPTH)
         .env_remove(ACP_HOST_MAX_DEPTH)
@@ -171,7 +181,7 @@ fn a_subagent_cannot_read_acp_childs_environment_through_proc() {
             "--env",
             "ACP_TEST_HARDENING_TOKEN",
             "--agent",
-            "acp-child",
+            &agent,
         ])
         .arg("/delegate probe x")
         .spawn()
