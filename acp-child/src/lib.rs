@@ -23,7 +23,7 @@ use std::time::Duration;
 
 pub use backend::CommandHelp;
 pub use backend::children::{
-    DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, Subagents,
+    DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, Subagents, inherited_standing,
 };
 pub use backend::model::config::{
     ApiKey, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS, DEFAULT_MAX_RETRIES,

@@ -22,13 +22,14 @@ use acp_child::{
     AGENT_NAME, AgentConfig, COMMANDS_HELP, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS,
     DEFAULT_MAX_PARALLEL_SUBAGENTS, DEFAULT_MAX_RETRIES, DEFAULT_MAX_TURN_REQUESTS,
     DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, ModelConfig, ModelOptions, OPENAI_BASE_URL, STATE_SUBDIR,
-    SubagentError, SubagentOptions, Subagents, describe, serve_stdio, tool_names,
+    SubagentError, SubagentOptions, Subagents, describe, inherited_standing, serve_stdio,
+    tool_names,
 };
 use clap::Parser;
 use protocol::definition::RunPermission;
 use protocol::env_vars::{
     ACP_CHILD_BASE_URL as BASE_URL_VAR, ACP_CHILD_LOG as LOG_ENV, ACP_CHILD_MODEL as MODEL_VAR,
-    ACP_CHILD_STATE_DIR as STATE_DIR_VAR, ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH,
+    ACP_CHILD_STATE_DIR as STATE_DIR_VAR,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -183,14 +184,7 @@ impl Cli {
     /// The subagents enabled (registry agents, definition folders), standing at the depth this
     /// process inherited. Definitions in a session's `subagents/` folder are always looked at.
     fn subagents(&self) -> Result<Subagents, SubagentError> {
-        let (depth, max_depth) = (
-            std::env::var(ACP_HOST_DEPTH).ok(),
-            std::env::var(ACP_HOST_MAX_DEPTH).ok(),
-        );
-        let budget = match protocol::depth::own(protocol::depth::Inherited {
-            depth: depth.as_deref(),
-            max_depth: max_depth.as_deref(),
-        }) {
+        let budget = match inherited_standing() {
             Ok(standing) => {
                 if let Some(past_bound) = standing.past_bound {
                     tracing::warn!(%past_bound, "subagents are not offered");

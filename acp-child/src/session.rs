@@ -68,7 +68,7 @@ impl Settings {
     /// Where this session stands for delegation: this agent's own standing (inherited), the cap
     /// lowered by the session's; `None` when the inherited values are malformed.
     pub(crate) fn budget(&self) -> Option<Budget> {
-        crate::workspace::shell::own_budget().map(|budget| budget.lowered(self.max_depth))
+        crate::backend::children::inherited_budget().map(|budget| budget.lowered(self.max_depth))
     }
 
     /// What is saved of these settings with a persistent session.

@@ -104,24 +104,6 @@ impl CommandOutput {
     }
 }
 
-/// This agent's own standing; `None` when its inherited values are malformed (they are then
-/// passed on as they are, and acp-host refuses to start an agent from them). A value past
-/// `protocol::depth::MAX_CHAIN_DEPTH` stands at the cap, and commands are given that standing, so
-/// an `acp-host run` in them is refused; the binary warns about it once, at start-up.
-pub(crate) fn own_budget() -> Option<protocol::depth::Budget> {
-    use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
-    let (depth, max_depth) = (
-        std::env::var(ACP_HOST_DEPTH).ok(),
-        std::env::var(ACP_HOST_MAX_DEPTH).ok(),
-    );
-    protocol::depth::own(protocol::depth::Inherited {
-        depth: depth.as_deref(),
-        max_depth: max_depth.as_deref(),
-    })
-    .ok()
-    .map(|standing| standing.budget)
-}
-
 /// Runs `command` with `sh -c` in `cwd`, standing at `budget` (the session's: this agent's own,
 /// its cap lowered by the session's `maxDepth`; `None` passes the inherited values on as they
 /// are).

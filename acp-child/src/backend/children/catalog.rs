@@ -30,7 +30,7 @@ use acp_host::trust::TrustStore;
 use agent_client_protocol::v1::schema::ToolCallId;
 use protocol::capabilities::Wants;
 use protocol::definition::{Definition, RunPermission, RunSettings, RunSpec};
-use protocol::depth::Budget;
+use protocol::depth::{Budget, DepthError, Inherited, Standing};
 use protocol::env_scrub::EnvForward;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use protocol::permission::PermissionPolicy;
@@ -46,6 +46,28 @@ use crate::backend::Turn;
 
 /// The default of `--max-parallel-subagents`.
 pub const DEFAULT_MAX_PARALLEL_SUBAGENTS: usize = 4;
+
+/// This agent's own delegation standing, from what acp-host set in its environment (unset: a
+/// person started it, depth 0 of the default limit): the one reading of it, for its children and
+/// for the commands it runs. A value past `protocol::depth::MAX_CHAIN_DEPTH` stands at the cap
+/// (`past_bound` says which, for the binary to warn once); a malformed one is an error, and then
+/// this agent may not delegate.
+pub fn inherited_standing() -> Result<Standing, DepthError> {
+    let (depth, max_depth) = (
+        std::env::var(ACP_HOST_DEPTH).ok(),
+        std::env::var(ACP_HOST_MAX_DEPTH).ok(),
+    );
+    protocol::depth::own(Inherited {
+        depth: depth.as_deref(),
+        max_depth: max_depth.as_deref(),
+    })
+}
+
+/// [`inherited_standing`]'s budget; `None` when the inherited values are malformed (they are
+/// then passed on as they are, and acp-host refuses to start an agent from them).
+pub(crate) fn inherited_budget() -> Option<Budget> {
+    inherited_standing().ok().map(|standing| standing.budget)
+}
 
 /// What the user enabled, from the command line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -249,9 +271,13 @@ impl Subagents {
     }
 
     /// Whether delegation is offered (the prompt face): some subagent is available and this
-    /// agent is below the depth cap.
-    pub(super) fn offered(&self, catalog: &Catalog) -> bool {
-        !catalog.targets.is_empty() && self.budget.is_some_and(Budget::may_delegate)
+    /// agent is below the depth cap, its own lowered by the session's (`session_cap`, the start
+    /// extension's `maxDepth`).
+    pub(super) fn offered(&self, catalog: &Catalog, session_cap: Option<u32>) -> bool {
+        !catalog.targets.is_empty()
+            && self
+                .budget
+                .is_some_and(|budget| budget.lowered(session_cap).may_delegate())
     }
 
     /// The enabled registry agents, then the definitions with a `run:` table found in
@@ -490,7 +516,7 @@ mod tests {
         let catalog = subagents.catalog(Path::new("/nonexistent"));
         assert_eq!(catalog.targets.len(), 1);
         assert!(
-            !subagents.offered(&catalog),
+            !subagents.offered(&catalog, None),
             "at the cap, delegation is not offered"
         );
     }

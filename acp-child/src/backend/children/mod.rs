@@ -33,8 +33,9 @@ use crate::backend::Turn;
 use crate::session::Memory;
 
 pub(crate) use self::catalog::Catalog;
+pub(crate) use self::catalog::inherited_budget;
 pub use self::catalog::{
-    DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, Subagents,
+    DEFAULT_MAX_PARALLEL_SUBAGENTS, SubagentError, SubagentOptions, Subagents, inherited_standing,
 };
 pub(crate) use self::exposure::ChildSessions;
 pub(crate) use self::live::LiveChild;
@@ -126,20 +127,23 @@ pub(crate) const BACKGROUND_DISABLED: &str = "background subagents are disabled 
 pub(crate) struct Children<'a> {
     subagents: &'a Arc<Subagents>,
     catalog: Catalog,
+    /// The session's own depth cap, which lowers this agent's.
+    session_cap: Option<u32>,
 }
 
 impl<'a> Children<'a> {
-    /// The wing for a turn in session directory `cwd`: reads the definitions once.
-    pub(crate) fn new(subagents: &'a Arc<Subagents>, cwd: &std::path::Path) -> Self {
+    /// The wing for a turn of `turn`'s session: reads the definitions in its directory once.
+    pub(crate) fn new(subagents: &'a Arc<Subagents>, turn: &Turn) -> Self {
         Self {
             subagents,
-            catalog: subagents.catalog(cwd),
+            catalog: subagents.catalog(turn.workspace().root()),
+            session_cap: turn.memory().settings().max_depth,
         }
     }
 
     /// Which children's tools are offered.
     pub(crate) fn offered(&self) -> Offered {
-        let delegation = self.subagents.offered(&self.catalog);
+        let delegation = self.subagents.offered(&self.catalog, self.session_cap);
         Offered {
             delegation,
             background: delegation && self.subagents.background(),

@@ -57,7 +57,7 @@ pub(super) async fn run(
         system.push_str(super::tools::CAPTURE_INSTRUCTION);
     }
     // What may be delegated to is read once per turn.
-    let children = subagents.map(|subagents| Children::new(subagents, turn.workspace().root()));
+    let children = subagents.map(|subagents| Children::new(subagents, turn));
     let offered = tools.definitions(
         children.as_ref(),
         settings.tool_filter().as_ref(),

@@ -211,7 +211,7 @@ async fn delegate(
         output_schema: None,
     };
     // One-shot: no table of children here to keep it in, so its process ends with the call.
-    let result = Children::new(subagents, turn.workspace().root())
+    let result = Children::new(subagents, turn)
         .start(turn, &id, task, Mode::OneShot)
         .await;
     if result.failed {
