@@ -80,11 +80,8 @@ pub(super) struct Exposure {
     children: Arc<ChildSessions>,
     /// The child's session, cancellable by the client while this lives.
     pub(super) child: CancellableChild,
-    /// The child agent's ids of the sessions it announced -> the ids minted for them here.
-    nested: HashMap<String, String>,
-    /// Minted ids of nested sessions not ended yet, in announcement order, with the minted id of
-    /// the session each was announced on.
-    open: Vec<(String, String)>,
+    /// The ids of the child's session and of those it announced.
+    ids: Ids,
     /// Nested sessions the client may cancel (the child offered it), by minted id, while open.
     nested_cancellable: HashMap<String, CancellableChild>,
     /// The child's run and the token fired when this turn of it is over: a nested session's
@@ -125,41 +122,10 @@ impl Exposure {
         }
         Self {
             children: Arc::clone(children),
+            ids: Ids::new(child.id()),
             child,
-            nested: HashMap::new(),
-            open: Vec::new(),
             nested_cancellable: HashMap::new(),
             run: None,
-        }
-    }
-
-    /// Mints the id of a nested session the child announced (`theirs`); cancellable by the
-    /// client when the child offers it (`offers_cancel`): a `session/cancel` naming the minted id
-    /// is forwarded to the child as one naming `theirs`, and cancels that session only.
-    fn mint_nested(&mut self, theirs: &str, offers_cancel: bool) -> String {
-        let Some((cancel, over)) = self.run.clone().filter(|_| offers_cancel) else {
-            return self.children.mint();
-        };
-        let nested = self.children.cancellable();
-        let minted = nested.id().to_owned();
-        let cancelled = nested.cancellation().clone();
-        let theirs = theirs.to_owned();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = cancelled.cancelled() => cancel.cancel_session(&theirs),
-                () = over.cancelled() => {}
-            }
-        });
-        self.nested_cancellable.insert(minted.clone(), nested);
-        minted
-    }
-
-    /// The minted id of the session an update of the child's run is of: the child's own
-    /// (`None`), or one it announced.
-    fn minted(&self, session: Option<&String>) -> Option<String> {
-        match session {
-            None => Some(self.child.id().to_owned()),
-            Some(theirs) => self.nested.get(theirs).cloned(),
         }
     }
 
@@ -169,76 +135,33 @@ impl Exposure {
         request: &PermissionRequest,
         withdraw: &'a CancellationToken,
     ) -> Option<Via<'a>> {
-        let session = self.minted(request.session_id.as_ref())?;
+        let session = self.ids.minted(request.session_id.as_deref())?;
         Some(Via::Session {
             session: SessionId::new(session),
             withdraw,
         })
     }
 
-    /// Sends one update of the child's run on its minted session, ids mapped.
+    /// Sends one update of the child's run on its minted session, ids mapped ([`map_ids`]).
     fn relay(&mut self, turn: &Turn, session: Option<&String>, mut update: serde_json::Value) {
-        let Some(on) = self.minted(session) else {
-            tracing::debug!(
-                ?session,
-                "dropped an update of a session the child never announced"
-            );
+        let mapped = {
+            let (children, run) = (&self.children, self.run.clone());
+            let cancellable = &mut self.nested_cancellable;
+            map_ids(
+                &mut self.ids,
+                session.map(String::as_str),
+                &mut update,
+                &mut |theirs, offers_cancel| {
+                    mint_nested(children, run.as_ref(), cancellable, theirs, offers_cancel)
+                },
+            )
+        };
+        let Mapped::Send { on, ended } = mapped else {
+            tracing::debug!(?session, "dropped an update the client must not see");
             return;
         };
-        match update.get("sessionUpdate").and_then(|v| v.as_str()) {
-            // A child session takes no prompt from the client: its commands would mislead.
-            Some("available_commands_update") => return,
-            Some("subagent_update") => {
-                let Some(theirs) = update.get("sessionId").and_then(|v| v.as_str()) else {
-                    return;
-                };
-                let offers_cancel = update.pointer("/capabilities/cancel").is_some();
-                let minted = if let Some(minted) = self.nested.get(theirs) {
-                    minted.clone()
-                } else {
-                    let minted = self.mint_nested(theirs, offers_cancel);
-                    self.nested.insert(theirs.to_owned(), minted.clone());
-                    self.open.push((minted.clone(), on.clone()));
-                    minted
-                };
-                update["sessionId"] = minted.clone().into();
-                if let Some(fields) = update.as_object_mut() {
-                    // Offered only what is honoured here: cancel, through the child's run.
-                    if self.nested_cancellable.contains_key(&minted) && offers_cancel {
-                        fields.insert("capabilities".into(), serde_json::json!({"cancel": {}}));
-                    } else {
-                        fields.remove("capabilities");
-                    }
-                }
-                if update
-                    .get("state")
-                    .and_then(ChildState::from_wire)
-                    .is_some_and(|(state, _)| state.is_final())
-                {
-                    self.open.retain(|(open, _)| *open != minted);
-                    self.nested_cancellable.remove(&minted);
-                }
-            }
-            Some("tool_call" | "tool_call_update") => {
-                // A reference to a session must name one the client knows: mapped, or dropped.
-                if let Some(content) = update.get_mut("content").and_then(|c| c.as_array_mut()) {
-                    content.retain_mut(|item| {
-                        if item.get("type").and_then(|t| t.as_str()) != Some("session") {
-                            return true;
-                        }
-                        let mapped = item
-                            .get("sessionId")
-                            .and_then(|id| id.as_str())
-                            .and_then(|id| self.nested.get(id))
-                            .cloned();
-                        mapped.is_some_and(|id| {
-                            item["sessionId"] = id.into();
-                            true
-                        })
-                    });
-                }
-            }
-            _ => {}
+        if let Some(ended) = ended {
+            self.nested_cancellable.remove(&ended);
         }
         match serde_json::from_value::<SessionUpdate>(update) {
             Ok(update) => {
@@ -254,7 +177,7 @@ impl Exposure {
     /// deepest first), then the outcome of the child's turn on the turn's session (failed when
     /// its answer never came: `None`).
     pub(super) fn end(&mut self, turn: &Turn, result: Option<&RunResult>) {
-        for (minted, on) in self.open.drain(..).rev() {
+        for (minted, on) in self.ids.open.drain(..).rev() {
             let update = SubagentUpdate::new(minted).state(StateUpdate::Unknown(
                 agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
             ));
@@ -309,6 +232,159 @@ fn push_bounded(shown: &mut String, text: &str) {
         }
         shown.replace_range(..cut, "");
     }
+}
+
+/// Mints the id of a nested session the child announced (`theirs`); cancellable by the client
+/// when the child offers it (`offers_cancel`) and its run is known: a `session/cancel` naming the
+/// minted id is forwarded to the child as one naming `theirs`, and cancels that session only.
+/// Returns the minted id and whether it is cancellable.
+fn mint_nested(
+    children: &Arc<ChildSessions>,
+    run: Option<&(Cancel, CancellationToken)>,
+    cancellable: &mut HashMap<String, CancellableChild>,
+    theirs: &str,
+    offers_cancel: bool,
+) -> (String, bool) {
+    let Some((cancel, over)) = run.filter(|_| offers_cancel).cloned() else {
+        return (children.mint(), false);
+    };
+    let nested = children.cancellable();
+    let minted = nested.id().to_owned();
+    let cancelled = nested.cancellation().clone();
+    let theirs = theirs.to_owned();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = cancelled.cancelled() => cancel.cancel_session(&theirs),
+            () = over.cancelled() => {}
+        }
+    });
+    cancellable.insert(minted.clone(), nested);
+    (minted, true)
+}
+
+/// The session ids of one exposed turn of a child: its own minted id, and the ids minted here for
+/// the sessions it announced in turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ids {
+    /// The child's own session, as the client knows it.
+    child: String,
+    /// The child agent's ids of the sessions it announced -> the ids minted for them here.
+    nested: HashMap<String, String>,
+    /// Minted ids of nested sessions not ended yet, in announcement order, with the minted id of
+    /// the session each was announced on.
+    open: Vec<(String, String)>,
+    /// Minted ids the client may cancel (their child offered it), while open.
+    cancellable: std::collections::HashSet<String>,
+}
+
+impl Ids {
+    fn new(child: &str) -> Self {
+        Self {
+            child: child.to_owned(),
+            nested: HashMap::new(),
+            open: Vec::new(),
+            cancellable: std::collections::HashSet::new(),
+        }
+    }
+
+    /// The minted id of the session an update of the child's run is of: the child's own
+    /// (`None`), or one it announced; `None` for one it never announced.
+    fn minted(&self, session: Option<&str>) -> Option<String> {
+        match session {
+            None => Some(self.child.clone()),
+            Some(theirs) => self.nested.get(theirs).cloned(),
+        }
+    }
+}
+
+/// What [`map_ids`] made of one update.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mapped {
+    /// Send it on this minted session; `ended`: the nested session whose final state it carries.
+    Send { on: String, ended: Option<String> },
+    /// The client must not see it: of a session the child never announced, or a command list (a
+    /// child session takes no prompt from the client).
+    Drop,
+}
+
+/// Maps the session ids in one update of the child's run (on `session`, its own when `None`) to
+/// the ids the client knows, minting one (`mint(theirs, offers_cancel) -> (minted, cancellable)`)
+/// for each session the child announces: a pure rewrite of the update, apart from `mint`.
+/// A nested session is offered `cancel` only when it is cancellable here; a reference to a session
+/// the client does not know is dropped from a tool call's content.
+fn map_ids(
+    ids: &mut Ids,
+    session: Option<&str>,
+    update: &mut serde_json::Value,
+    mint: &mut dyn FnMut(&str, bool) -> (String, bool),
+) -> Mapped {
+    let Some(on) = ids.minted(session) else {
+        return Mapped::Drop;
+    };
+    let mut ended = None;
+    match update.get("sessionUpdate").and_then(|v| v.as_str()) {
+        Some("available_commands_update") => return Mapped::Drop,
+        Some("subagent_update") => {
+            let Some(theirs) = update
+                .get("sessionId")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+            else {
+                return Mapped::Drop;
+            };
+            let offers_cancel = update.pointer("/capabilities/cancel").is_some();
+            let minted = if let Some(minted) = ids.nested.get(&theirs) {
+                minted.clone()
+            } else {
+                let (minted, cancellable) = mint(&theirs, offers_cancel);
+                if cancellable {
+                    ids.cancellable.insert(minted.clone());
+                }
+                ids.nested.insert(theirs, minted.clone());
+                ids.open.push((minted.clone(), on.clone()));
+                minted
+            };
+            update["sessionId"] = minted.clone().into();
+            if let Some(fields) = update.as_object_mut() {
+                // Offered only what is honoured here: cancel, through the child's run.
+                if ids.cancellable.contains(&minted) && offers_cancel {
+                    fields.insert("capabilities".into(), serde_json::json!({"cancel": {}}));
+                } else {
+                    fields.remove("capabilities");
+                }
+            }
+            if update
+                .get("state")
+                .and_then(ChildState::from_wire)
+                .is_some_and(|(state, _)| state.is_final())
+            {
+                ids.open.retain(|(open, _)| *open != minted);
+                ids.cancellable.remove(&minted);
+                ended = Some(minted);
+            }
+        }
+        Some("tool_call" | "tool_call_update") => {
+            // A reference to a session must name one the client knows: mapped, or dropped.
+            if let Some(content) = update.get_mut("content").and_then(|c| c.as_array_mut()) {
+                content.retain_mut(|item| {
+                    if item.get("type").and_then(|t| t.as_str()) != Some("session") {
+                        return true;
+                    }
+                    let mapped = item
+                        .get("sessionId")
+                        .and_then(|id| id.as_str())
+                        .and_then(|id| ids.nested.get(id))
+                        .cloned();
+                    mapped.is_some_and(|id| {
+                        item["sessionId"] = id.into();
+                        true
+                    })
+                });
+            }
+        }
+        _ => {}
+    }
+    Mapped::Send { on, ended }
 }
 
 /// The child sessions exposed on this connection: minted ids, and the cancellation of those the
@@ -391,7 +467,122 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    /// Mints `sub-N` counting from 2 (`sub-1` is the child), cancellable when offered.
+    fn minter() -> impl FnMut(&str, bool) -> (String, bool) {
+        let mut minted = 1;
+        move |_, offers_cancel| {
+            minted += 1;
+            (format!("sub-{minted}"), offers_cancel)
+        }
+    }
+
+    #[test]
+    fn the_childs_own_updates_go_out_on_its_minted_session_unchanged() {
+        let mut ids = Ids::new("sub-1");
+        let mut update = json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}});
+        let before = update.clone();
+        let mapped = map_ids(&mut ids, None, &mut update, &mut minter());
+        assert_eq!(
+            mapped,
+            Mapped::Send {
+                on: "sub-1".into(),
+                ended: None
+            }
+        );
+        assert_eq!(update, before);
+    }
+
+    #[test]
+    fn a_session_the_child_never_announced_and_command_lists_are_dropped() {
+        let mut ids = Ids::new("sub-1");
+        let mut update = json!({"sessionUpdate": "agent_message_chunk"});
+        assert_eq!(
+            map_ids(&mut ids, Some("theirs"), &mut update, &mut minter()),
+            Mapped::Drop
+        );
+        let mut commands =
+            json!({"sessionUpdate": "available_commands_update", "availableCommands": []});
+        assert_eq!(
+            map_ids(&mut ids, None, &mut commands, &mut minter()),
+            Mapped::Drop
+        );
+    }
+
+    #[test]
+    fn an_announced_session_gets_a_minted_id_and_only_the_cancel_honoured_here() {
+        let mut ids = Ids::new("sub-1");
+        let mut mint = minter();
+        let mut announce = json!({
+            "sessionUpdate": "subagent_update", "sessionId": "child-own-7",
+            "capabilities": {"cancel": {}, "other": {}}, "state": {"state": "running"},
+        });
+        let mapped = map_ids(&mut ids, None, &mut announce, &mut mint);
+        assert_eq!(
+            mapped,
+            Mapped::Send {
+                on: "sub-1".into(),
+                ended: None
+            }
+        );
+        assert_eq!(announce["sessionId"], "sub-2");
+        assert_eq!(announce["capabilities"], json!({"cancel": {}}));
+        assert_eq!(ids.open, [("sub-2".to_owned(), "sub-1".to_owned())]);
+        // Its own updates now go out on the minted id.
+        let mut chunk = json!({"sessionUpdate": "agent_message_chunk"});
+        assert_eq!(
+            map_ids(&mut ids, Some("child-own-7"), &mut chunk, &mut mint),
+            Mapped::Send {
+                on: "sub-2".into(),
+                ended: None
+            }
+        );
+        // One announced without cancel is offered none.
+        let mut plain = json!({"sessionUpdate": "subagent_update", "sessionId": "child-own-8", "capabilities": {"cancel": {}}});
+        let mut no_cancel = |_: &str, _: bool| ("sub-3".to_owned(), false);
+        map_ids(&mut ids, None, &mut plain, &mut no_cancel);
+        assert_eq!(plain["sessionId"], "sub-3");
+        assert!(plain.get("capabilities").is_none(), "{plain}");
+        // Its final state ends it.
+        let mut done = json!({"sessionUpdate": "subagent_update", "sessionId": "child-own-7", "state": {"state": "idle", "stopReason": "end_turn"}});
+        assert_eq!(
+            map_ids(&mut ids, None, &mut done, &mut mint),
+            Mapped::Send {
+                on: "sub-1".into(),
+                ended: Some("sub-2".into())
+            }
+        );
+        assert_eq!(done["sessionId"], "sub-2");
+        assert_eq!(ids.open, [("sub-3".to_owned(), "sub-1".to_owned())]);
+        assert!(!ids.cancellable.contains("sub-2"));
+    }
+
+    #[test]
+    fn a_tool_calls_session_references_are_mapped_or_dropped() {
+        let mut ids = Ids::new("sub-1");
+        let mut mint = minter();
+        let mut announce = json!({"sessionUpdate": "subagent_update", "sessionId": "theirs"});
+        map_ids(&mut ids, None, &mut announce, &mut mint);
+        let mut call = json!({
+            "sessionUpdate": "tool_call_update", "toolCallId": "c",
+            "content": [
+                {"type": "session", "sessionId": "theirs"},
+                {"type": "session", "sessionId": "unknown"},
+                {"type": "content", "content": {"type": "text", "text": "t"}},
+            ],
+        });
+        map_ids(&mut ids, None, &mut call, &mut mint);
+        assert_eq!(
+            call["content"],
+            json!([
+                {"type": "session", "sessionId": "sub-2"},
+                {"type": "content", "content": {"type": "text", "text": "t"}},
+            ])
+        );
+    }
 
     #[test]
     fn the_shown_text_keeps_the_tail_at_a_char_boundary() {
