@@ -39,7 +39,7 @@ use self::settle::{
     record_structured, record_teardown, redact_agent_text, settle, spawn_failure_message,
     unsettled_result,
 };
-use self::supervise::{Supervised, supervise, tear_down};
+use self::supervise::{Drive, Supervised, drive_config, supervise, tear_down};
 use crate::client::{self, Shared};
 use crate::permission::PermissionHandler;
 use crate::process::{AgentProcess, Graces, SpawnSpec, StderrSink};
@@ -249,29 +249,23 @@ async fn run_with(
     // die of EPIPE), then left.
     let drain_until = CancellationToken::new();
     let _stop_draining = drain_until.clone().drop_guard();
-    let turns = session_turns(kept, &result, &request, &env.redactor, &shared);
-    let supervised = supervise(
-        &mut process,
+    let (turns, busy) = session_turns(kept, &result, &request, &env.redactor, &shared);
+    let drive = Drive {
+        config: drive_config(&request, options, budget, schema, cancel, turns),
         pipes,
-        &request,
-        // An explicit cap is asked of the agent too, as the cap it stands under (the smallest of
-        // the inherited one and the request's): the environment alone could be ignored.
-        request.max_depth.map(|_| budget.max_depth),
-        schema,
-        options,
+        shared: &shared,
+        notifier: &notifier,
         cancel,
-        &shared,
-        &notifier,
+        overall: timeouts.overall,
         drain_until,
-        turns,
-    )
-    .await;
+        busy,
+    };
     let Supervised {
         end,
         killed,
         timed_out,
         not_started,
-    } = supervised;
+    } = supervise(&mut process, drive).await;
     // The agent never ran (its exec failed under the watchdog): the run is a spawn failure, as
     // if the spawn itself had failed.
     if let Some(err) = not_started.or_else(|| process.confirm().err()) {

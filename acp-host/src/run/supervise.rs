@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use protocol::depth::Budget;
 use protocol::request::StartRequest;
 use protocol::structured::OutputSchema;
 use tokio_util::sync::CancellationToken;
@@ -21,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::observers::Notifier;
 use super::{Cancel, DEFAULT_MAX_FRAME_BYTES, RunOptions};
 use crate::client::{self, DriveConfig, DriveEnd, DriveEvents, Shared, Stage};
-use crate::process::{AgentProcess, Graces, SpawnError, Teardown};
+use crate::process::{AgentPipes, AgentProcess, Graces, SpawnError, Teardown};
 
 /// After the agent exits, how long the drive may still read what it wrote before exiting.
 const EXIT_DRAIN: Duration = Duration::from_millis(500);
@@ -36,30 +37,33 @@ pub(super) struct Supervised {
     pub(super) not_started: Option<SpawnError>,
 }
 
-/// Drives the protocol while watching the caller's cancel, the overall deadline and the agent's
-/// exit, whichever comes first.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the run's parts, passed once from `run`"
-)]
-pub(super) async fn supervise(
-    process: &mut AgentProcess,
-    pipes: crate::process::AgentPipes,
+/// What supervision needs of the run: the drive to start, and what it watches besides.
+pub(super) struct Drive<'a> {
+    pub(super) config: DriveConfig,
+    pub(super) pipes: AgentPipes,
+    pub(super) shared: &'a Arc<Shared>,
+    pub(super) notifier: &'a Arc<Notifier>,
+    pub(super) cancel: &'a Cancel,
+    /// The overall deadline of a turn (the request's), if any.
+    pub(super) overall: Option<Duration>,
+    /// Fires once teardown is over: the agent's stdout is drained until then.
+    pub(super) drain_until: CancellationToken,
+    /// True while a turn runs (always, for a plain run): the deadline counts then only.
+    pub(super) busy: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The drive's settings: the request's, the host's options, and what the run decided (the
+/// agent's standing, the compiled schema, a kept session's further turns).
+pub(super) fn drive_config(
     request: &StartRequest,
-    max_depth: Option<u32>,
-    schema: Option<Arc<OutputSchema>>,
     options: &RunOptions,
+    budget: Budget,
+    schema: Option<Arc<OutputSchema>>,
     cancel: &Cancel,
-    shared: &Arc<Shared>,
-    notifier: &Arc<Notifier>,
-    drain_until: CancellationToken,
-    (turns, mut busy): (
-        Option<Arc<dyn client::Turns>>,
-        tokio::sync::watch::Receiver<bool>,
-    ),
-) -> Supervised {
+    turns: Option<Arc<dyn client::Turns>>,
+) -> DriveConfig {
     let timeouts = request.timeouts;
-    let config = DriveConfig {
+    DriveConfig {
         cwd: request.cwd.clone(),
         prompt: request.prompt.clone(),
         permissions: options
@@ -70,13 +74,30 @@ pub(super) async fn supervise(
         cancel_grace: timeouts.cancel_grace,
         max_frame_bytes: options.max_frame_bytes.unwrap_or(DEFAULT_MAX_FRAME_BYTES),
         wants: request.wants.clone(),
-        max_depth,
+        // An explicit cap is asked of the agent too, as the cap it stands under (the smallest of
+        // the inherited one and the request's): the environment alone could be ignored.
+        max_depth: request.max_depth.map(|_| budget.max_depth),
         agent: request.agent.display.clone(),
         schema,
         resume: request.resume.clone(),
         child_cancels: Arc::clone(&cancel.sessions),
         turns,
-    };
+    }
+}
+
+/// Drives the protocol while watching the caller's cancel, the overall deadline and the agent's
+/// exit, whichever comes first.
+pub(super) async fn supervise(process: &mut AgentProcess, drive: Drive<'_>) -> Supervised {
+    let Drive {
+        config,
+        pipes,
+        shared,
+        notifier,
+        cancel,
+        overall,
+        drain_until,
+        mut busy,
+    } = drive;
     // The drive watches its own token: the caller's cancel and our deadline both feed it.
     let drive_cancel = cancel.graceful.child_token();
     let drive = client::drive(
@@ -89,7 +110,7 @@ pub(super) async fn supervise(
     );
     tokio::pin!(drive);
     // Restarted with each turn of a kept session, and not counted while it is idle.
-    let deadline = tokio::time::sleep(timeouts.overall.unwrap_or(Duration::MAX / 4));
+    let deadline = tokio::time::sleep(overall.unwrap_or(Duration::MAX / 4));
     tokio::pin!(deadline);
 
     let mut timed_out = false;
@@ -119,12 +140,12 @@ pub(super) async fn supervise(
             () = drive_cancel.cancelled(), if !notifier.is_shedding() => notifier.shed(),
             Ok(()) = busy.changed() => {
                 if *busy.borrow_and_update()
-                    && let Some(limit) = timeouts.overall
+                    && let Some(limit) = overall
                 {
                     deadline.as_mut().reset(tokio::time::Instant::now() + limit);
                 }
             }
-            () = &mut deadline, if !timed_out && timeouts.overall.is_some() && *busy.borrow() => {
+            () = &mut deadline, if !timed_out && overall.is_some() && *busy.borrow() => {
                 timed_out = true;
                 // The deadline is the caller's: a slow observer must not stretch it.
                 notifier.shed();
