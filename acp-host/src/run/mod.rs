@@ -35,10 +35,7 @@ use tokio_util::sync::CancellationToken;
 use self::observers::Notifier;
 pub use self::prepare::{PrepareError, Prepared, prepare, resolve_cwd};
 use self::session::{KeptSession, session_turns};
-use self::settle::{
-    record_structured, record_teardown, redact_agent_text, settle, spawn_failure_message,
-    unsettled_result,
-};
+use self::settle::{record_teardown, settle_turn, spawn_failure_message, unsettled_result};
 use self::supervise::{Drive, Supervised, drive_config, supervise, tear_down};
 use crate::client::{self, Shared};
 use crate::permission::PermissionHandler;
@@ -276,11 +273,15 @@ async fn run_with(
     }
 
     let teardown = tear_down(&mut process, killed, &timeouts, cancel, &notifier).await;
-    record_teardown(&mut result, &teardown, &process, &shared);
-
-    settle(&mut result, end, timed_out, &timeouts, &request);
-    record_structured(&mut result, shared.take_structured());
-    redact_agent_text(&mut result, &env.redactor);
+    record_teardown(&mut result, &teardown, &process);
+    settle_turn(
+        &mut result,
+        end,
+        timed_out,
+        &request,
+        &shared,
+        &env.redactor,
+    );
     if shared.garbage_lines() > 0 {
         tracing::info!(
             lines = shared.garbage_lines(),

@@ -18,7 +18,7 @@ use protocol::request::StartRequest;
 use protocol::result::RunResult;
 
 use super::FollowUp;
-use super::settle::{record_structured, redact_agent_text, settle, unsettled_result};
+use super::settle::{settle_turn, unsettled_result};
 use crate::client::{self, DriveEnd, Shared};
 
 /// What [`run_session`](super::run_session) hands to the run.
@@ -49,20 +49,14 @@ impl client::Turns for SessionTurns {
     ) -> std::pin::Pin<Box<dyn Future<Output = Option<String>> + Send + '_>> {
         let mut result = unsettled_result(self.run_id.clone(), self.scrubbed.clone());
         result.agent_exit.ended_by = "alive".into();
-        settle(
+        settle_turn(
             &mut result,
             Some(end.clone()),
             false,
-            &self.request.timeouts,
             &self.request,
+            &self.shared,
+            &self.redactor,
         );
-        (result.output, result.output_truncated_bytes) = self.shared.take_output();
-        (result.permissions, result.permissions_dropped) = self.shared.take_permissions();
-        result.session_id = self.shared.session_id();
-        result.children = self.shared.take_children();
-        result.persona_delivery = self.shared.persona_delivery();
-        record_structured(&mut result, self.shared.take_structured());
-        redact_agent_text(&mut result, &self.redactor);
         result.duration_ms = self
             .turn_started
             .lock()

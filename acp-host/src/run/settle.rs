@@ -51,13 +51,8 @@ pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> Run
 }
 
 /// Maps how the drive ended onto status, stop reason, error message and error kind.
-pub(super) fn settle(
-    result: &mut RunResult,
-    end: Option<DriveEnd>,
-    timed_out: bool,
-    timeouts: &protocol::request::Timeouts,
-    request: &StartRequest,
-) {
+fn settle(result: &mut RunResult, end: Option<DriveEnd>, timed_out: bool, request: &StartRequest) {
+    let timeouts = &request.timeouts;
     let agent = request.agent.display.as_str();
     let exit = describe_exit(&result.agent_exit);
     let (status, stop_reason, error) = match end {
@@ -201,13 +196,8 @@ pub(super) fn spawn_failure_message(err: &SpawnError, request: &StartRequest) ->
     )
 }
 
-/// Copies what teardown observed and what the drive collected into the result.
-pub(super) fn record_teardown(
-    result: &mut RunResult,
-    teardown: &Teardown,
-    process: &AgentProcess,
-    shared: &Shared,
-) {
+/// Copies what teardown observed into the result.
+pub(super) fn record_teardown(result: &mut RunResult, teardown: &Teardown, process: &AgentProcess) {
     result.agent_exit = AgentExit {
         code: teardown.code,
         signal: teardown.signal,
@@ -217,16 +207,32 @@ pub(super) fn record_teardown(
         tracing::warn!(survivors = ?teardown.survivors, "processes of the agent survived SIGKILL");
     }
     result.stderr_tail = process.stderr_tail();
+}
+
+/// Settles one turn's result (a kept session's, or the run's last): how the drive ended, what the
+/// drive collected for the turn (taken from `shared`), and credential values redacted. Both kinds
+/// of turn go through here, so a new field the drive collects is taken in one place.
+pub(super) fn settle_turn(
+    result: &mut RunResult,
+    end: Option<DriveEnd>,
+    timed_out: bool,
+    request: &StartRequest,
+    shared: &Shared,
+    redactor: &Redactor,
+) {
+    settle(result, end, timed_out, request);
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
     result.children = shared.take_children();
     result.persona_delivery = shared.persona_delivery();
+    record_structured(result, shared.take_structured());
+    redact_agent_text(result, redactor);
 }
 
 /// The checked structured answer: its value, or (on a run that otherwise completed) status
 /// `schema-mismatch` with the last violations.
-pub(super) fn record_structured(result: &mut RunResult, structured: Option<Structured>) {
+fn record_structured(result: &mut RunResult, structured: Option<Structured>) {
     match structured {
         Some(Structured::Matched { value, via }) => {
             result.structured = Some(value);
@@ -250,7 +256,7 @@ pub(super) fn record_structured(result: &mut RunResult, structured: Option<Struc
 /// The agent may print a credential it was given or found: where the result repeats the agent's
 /// words (stderr tail, error, an unknown stop reason), credential values are redacted. The output
 /// is the answer itself and is left alone.
-pub(super) fn redact_agent_text(result: &mut RunResult, redactor: &Redactor) {
+fn redact_agent_text(result: &mut RunResult, redactor: &Redactor) {
     result.stderr_tail = redactor.redact(&result.stderr_tail);
     result.error = result.error.as_deref().map(|error| redactor.redact(error));
     result.stop_reason = result.stop_reason.as_deref().map(|r| redactor.redact(r));
