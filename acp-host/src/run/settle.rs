@@ -261,3 +261,386 @@ fn redact_agent_text(result: &mut RunResult, redactor: &Redactor) {
     result.error = result.error.as_deref().map(|error| redactor.redact(error));
     result.stop_reason = result.stop_reason.as_deref().map(|r| redactor.redact(r));
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use protocol::capabilities::{Refusal, Wants};
+    use protocol::permission::PermissionPolicy;
+    use protocol::request::{AgentCommand, Timeouts};
+    use protocol::structured::{StructuredVia, Violation};
+
+    use super::*;
+
+    /// What settling one way of ending must give: status, stop reason, and the error (kind and
+    /// message), given the agent's exit and the names acp-host withheld.
+    struct Case {
+        name: &'static str,
+        end: Option<DriveEnd>,
+        timed_out: bool,
+        exit: (Option<i32>, Option<i32>),
+        withheld: &'static [&'static str],
+        status: Status,
+        stop_reason: Option<&'static str>,
+        error: Option<(ErrorKind, &'static str)>,
+    }
+
+    fn request() -> StartRequest {
+        StartRequest {
+            agent: AgentCommand {
+                program: PathBuf::from("mock-agent"),
+                args: Vec::new(),
+                display: "mock".into(),
+                install_hint: None,
+            },
+            prompt: "hi".into(),
+            cwd: PathBuf::new(),
+            env: Vec::new(),
+            permission: PermissionPolicy::Reject,
+            timeouts: Timeouts {
+                overall: Some(Duration::from_millis(1500)),
+                handshake: Duration::from_secs(2),
+                ..Timeouts::default()
+            },
+            max_depth: None,
+            wants: Wants::default(),
+            resume: Some("s-1".into()),
+        }
+    }
+
+    fn stopped(reason: &str) -> DriveEnd {
+        DriveEnd::Stopped {
+            stop_reason: reason.into(),
+        }
+    }
+
+    fn failed(stage: Stage, closed: bool) -> DriveEnd {
+        DriveEnd::Failed {
+            stage,
+            closed,
+            message: "it broke".into(),
+        }
+    }
+
+    fn auth(stage: Stage) -> DriveEnd {
+        DriveEnd::AuthRequired {
+            stage,
+            message: "agent answered initialize with error -32000: auth".into(),
+        }
+    }
+
+    /// The auth-required message of [`auth`], with how to get past it, then `$rest`.
+    macro_rules! login {
+        ($rest:literal) => {
+            concat!(
+                "agent answered initialize with error -32000: auth; the agent needs \
+                 authentication: log in with the agent itself once, or forward its API key with \
+                 --env",
+                $rest
+            )
+        };
+    }
+
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one table: a row per way the drive ends"
+    )]
+    fn cases() -> Vec<Case> {
+        let case = |name, end, status, stop_reason, error| Case {
+            name,
+            end,
+            timed_out: false,
+            exit: (None, None),
+            withheld: &[],
+            status,
+            stop_reason,
+            error,
+        };
+        vec![
+            case("killed", None, Status::Aborted, None, None),
+            Case {
+                timed_out: true,
+                ..case(
+                    "timed out, whatever the drive said",
+                    Some(stopped("end_turn")),
+                    Status::Timeout,
+                    None,
+                    Some((ErrorKind::Timeout, "timed out after 1500 ms")),
+                )
+            },
+            Case {
+                timed_out: true,
+                ..case(
+                    "killed after the deadline",
+                    None,
+                    Status::Aborted,
+                    None,
+                    None,
+                )
+            },
+            case(
+                "end_turn",
+                Some(stopped("end_turn")),
+                Status::Completed,
+                Some("end_turn"),
+                None,
+            ),
+            case(
+                "max_tokens",
+                Some(stopped("max_tokens")),
+                Status::MaxTokens,
+                Some("max_tokens"),
+                None,
+            ),
+            case(
+                "max_turn_requests",
+                Some(stopped("max_turn_requests")),
+                Status::MaxTurnRequests,
+                Some("max_turn_requests"),
+                None,
+            ),
+            case(
+                "refusal",
+                Some(stopped("refusal")),
+                Status::Refusal,
+                Some("refusal"),
+                None,
+            ),
+            case(
+                "the agent's own cancelled",
+                Some(stopped("cancelled")),
+                Status::Aborted,
+                Some("cancelled"),
+                None,
+            ),
+            case(
+                "an unknown stop reason",
+                Some(stopped("done!")),
+                Status::Error,
+                Some("done!"),
+                Some((
+                    ErrorKind::Protocol,
+                    "agent returned an unknown stop reason: \"done!\"",
+                )),
+            ),
+            case(
+                "cancelled, answered within the grace",
+                Some(DriveEnd::Cancelled {
+                    prompt_sent: true,
+                    stop_reason: Some("cancelled".into()),
+                }),
+                Status::Aborted,
+                Some("cancelled"),
+                None,
+            ),
+            case(
+                "cancelled before the prompt",
+                Some(DriveEnd::Cancelled {
+                    prompt_sent: false,
+                    stop_reason: None,
+                }),
+                Status::Aborted,
+                None,
+                None,
+            ),
+            case(
+                "a silent handshake",
+                Some(DriveEnd::HandshakeTimeout {
+                    stage: Stage::NewSession,
+                }),
+                Status::Error,
+                None,
+                Some((
+                    ErrorKind::Handshake,
+                    "agent did not answer session/new within 2 s (is it an ACP agent? try \
+                     --verbose)",
+                )),
+            ),
+            Case {
+                exit: (Some(3), None),
+                ..case(
+                    "stdout closed: it exited",
+                    Some(failed(Stage::Prompt, true)),
+                    Status::Error,
+                    None,
+                    Some((ErrorKind::Crash, "it broke; it exited with code 3")),
+                )
+            },
+            Case {
+                exit: (None, Some(9)),
+                ..case(
+                    "stdout closed: it was killed",
+                    Some(failed(Stage::Initialize, true)),
+                    Status::Error,
+                    None,
+                    Some((ErrorKind::Crash, "it broke; it was killed by signal 9")),
+                )
+            },
+            case(
+                "stdout closed, nothing known of its exit",
+                Some(failed(Stage::Prompt, true)),
+                Status::Error,
+                None,
+                Some((ErrorKind::Crash, "it broke; it ended")),
+            ),
+            case(
+                "a failed prompt",
+                Some(failed(Stage::Prompt, false)),
+                Status::Error,
+                None,
+                Some((ErrorKind::Protocol, "it broke")),
+            ),
+            case(
+                "a failed handshake",
+                Some(failed(Stage::SetConfigOption, false)),
+                Status::Error,
+                None,
+                Some((ErrorKind::Handshake, "it broke")),
+            ),
+            case(
+                "a refused capability",
+                Some(DriveEnd::Refused(Refusal {
+                    capability: "model",
+                    agent: "mock".into(),
+                    reason: "offers no model choice".into(),
+                })),
+                Status::Error,
+                None,
+                Some((
+                    ErrorKind::Capability,
+                    "capability model: agent mock offers no model choice",
+                )),
+            ),
+            case(
+                "a broken transport",
+                Some(DriveEnd::ConnectionFailed {
+                    message: "agent sent a frame larger than 8 bytes".into(),
+                }),
+                Status::Error,
+                None,
+                Some((
+                    ErrorKind::Protocol,
+                    "agent sent a frame larger than 8 bytes",
+                )),
+            ),
+            case(
+                "auth required, nothing withheld",
+                Some(auth(Stage::Initialize)),
+                Status::Error,
+                None,
+                Some((ErrorKind::Handshake, login!(" NAME"))),
+            ),
+            Case {
+                withheld: &["HOME_TOKEN_PATH", "OPENAI_API_KEY"],
+                ..case(
+                    "auth required, one key withheld",
+                    Some(auth(Stage::NewSession)),
+                    Status::Error,
+                    None,
+                    Some((
+                        ErrorKind::Handshake,
+                        login!(" OPENAI_API_KEY (acp-host withheld it)"),
+                    )),
+                )
+            },
+            Case {
+                withheld: &["A_API_KEY", "B_TOKEN"],
+                ..case(
+                    "auth required at the prompt, two keys withheld",
+                    Some(auth(Stage::Prompt)),
+                    Status::Error,
+                    None,
+                    Some((
+                        ErrorKind::Protocol,
+                        login!(" NAME (acp-host withheld A_API_KEY, B_TOKEN)"),
+                    )),
+                )
+            },
+            case(
+                "cannot resume",
+                Some(DriveEnd::CannotResume),
+                Status::Error,
+                None,
+                Some((
+                    ErrorKind::Capability,
+                    "cannot resume session s-1: agent mock does not advertise loadSession, so it \
+                     cannot continue a saved session; start a new session instead",
+                )),
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_way_the_drive_ends_settles_into_one_status_and_error() {
+        for case in cases() {
+            let mut result = unsettled_result(
+                "run".into(),
+                case.withheld.iter().map(ToString::to_string).collect(),
+            );
+            (result.agent_exit.code, result.agent_exit.signal) = case.exit;
+            settle(&mut result, case.end, case.timed_out, &request());
+            assert_eq!(result.status, case.status, "{}", case.name);
+            assert_eq!(
+                result.stop_reason.as_deref(),
+                case.stop_reason,
+                "{}",
+                case.name
+            );
+            assert_eq!(
+                result.error_kind.zip(result.error.as_deref()),
+                case.error,
+                "{}",
+                case.name
+            );
+            assert_eq!(
+                result.error_kind.is_some(),
+                result.error.is_some(),
+                "{}",
+                case.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_mismatched_answer_turns_only_a_completed_run_into_a_schema_mismatch() {
+        let mismatched = || {
+            Some(Structured::Mismatched {
+                via: StructuredVia::Text,
+                violations: vec![Violation {
+                    path: "/n".into(),
+                    message: "is not a number".into(),
+                }],
+            })
+        };
+        let mut completed = unsettled_result("run".into(), Vec::new());
+        settle(&mut completed, Some(stopped("end_turn")), false, &request());
+        record_structured(&mut completed, mismatched());
+        assert_eq!(completed.status, Status::SchemaMismatch);
+        assert_eq!(completed.error_kind, Some(ErrorKind::SchemaMismatch));
+        assert_eq!(
+            completed.error.as_deref(),
+            Some("the answer does not match the output schema: /n: is not a number")
+        );
+        assert_eq!(completed.structured_via, Some(StructuredVia::Text));
+
+        let mut refused = unsettled_result("run".into(), Vec::new());
+        settle(&mut refused, Some(stopped("refusal")), false, &request());
+        record_structured(&mut refused, mismatched());
+        assert_eq!(refused.status, Status::Refusal);
+        assert_eq!(refused.error, None);
+        assert_eq!(refused.structured_via, Some(StructuredVia::Text));
+
+        let mut matched = unsettled_result("run".into(), Vec::new());
+        settle(&mut matched, Some(stopped("end_turn")), false, &request());
+        record_structured(
+            &mut matched,
+            Some(Structured::Matched {
+                value: serde_json::json!({"n": 1}),
+                via: StructuredVia::CaptureTool,
+            }),
+        );
+        assert_eq!(matched.status, Status::Completed);
+        assert_eq!(matched.structured, Some(serde_json::json!({"n": 1})));
+    }
+}
