@@ -34,6 +34,7 @@ use std::time::Duration;
 use futures::Sink;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+use protocol::result::EndedBy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdout};
 use tokio::sync::mpsc;
@@ -148,6 +149,18 @@ impl Rung {
             Rung::Eof => "eof",
             Rung::Term => "term",
             Rung::Kill => "kill",
+        }
+    }
+}
+
+/// The result records the rung that ended the agent (`agentExit.endedBy`).
+impl From<Rung> for EndedBy {
+    fn from(rung: Rung) -> Self {
+        match rung {
+            Rung::Exited => EndedBy::Exited,
+            Rung::Eof => EndedBy::Eof,
+            Rung::Term => EndedBy::Term,
+            Rung::Kill => EndedBy::Kill,
         }
     }
 }

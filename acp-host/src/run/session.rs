@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use protocol::env_scrub::Redactor;
 use protocol::request::StartRequest;
-use protocol::result::RunResult;
+use protocol::result::{EndedBy, RunResult};
 
 use super::FollowUp;
 use super::settle::{settle_turn, unsettled_result};
@@ -48,7 +48,7 @@ impl client::Turns for SessionTurns {
         end: &DriveEnd,
     ) -> std::pin::Pin<Box<dyn Future<Output = Option<String>> + Send + '_>> {
         let mut result = unsettled_result(self.run_id.clone(), self.scrubbed.clone());
-        result.agent_exit.ended_by = "alive".into();
+        result.agent_exit.ended_by = EndedBy::Alive;
         settle_turn(
             &mut result,
             Some(end.clone()),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use protocol::env_scrub::Redactor;
 use protocol::request::StartRequest;
-use protocol::result::{AgentExit, ErrorKind, RunResult, Status};
+use protocol::result::{AgentExit, EndedBy, ErrorKind, RunResult, Status};
 use protocol::structured;
 
 use crate::client::{DriveEnd, Shared, Stage, Structured};
@@ -35,7 +35,7 @@ pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> Run
         error_kind: None,
         scrubbed_env,
         agent_exit: AgentExit {
-            ended_by: "not-spawned".into(),
+            ended_by: EndedBy::NotSpawned,
             ..AgentExit::default()
         },
         stderr_tail: String::new(),
@@ -201,7 +201,7 @@ pub(super) fn record_teardown(result: &mut RunResult, teardown: &Teardown, proce
     result.agent_exit = AgentExit {
         code: teardown.code,
         signal: teardown.signal,
-        ended_by: teardown.rung.as_str().to_owned(),
+        ended_by: teardown.rung.into(),
     };
     if !teardown.survivors.is_empty() {
         tracing::warn!(survivors = ?teardown.survivors, "processes of the agent survived SIGKILL");
