@@ -41,6 +41,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::lock;
+
 /// How long the watchdog may take to start the agent and say so.
 const WATCHDOG_HANDSHAKE: Duration = Duration::from_secs(10);
 
@@ -493,10 +495,7 @@ impl AgentProcess {
     /// The last bytes of the agent's stderr, lossily decoded.
     #[must_use]
     pub fn stderr_tail(&self) -> String {
-        self.stderr
-            .lock()
-            .map(|tail| tail.to_string_lossy())
-            .unwrap_or_default()
+        lock(&self.stderr).to_string_lossy()
     }
 
     /// Resolves when the leader has exited (without reaping the rest of the tree).
@@ -892,9 +891,7 @@ async fn drain_stderr(
         match stderr.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if let Ok(mut tail) = tail.lock() {
-                    tail.push(&buf[..n]);
-                }
+                lock(&tail).push(&buf[..n]);
                 if let Some(sink) = &sink {
                     lines.push(&buf[..n], |line| sink(line));
                 }

@@ -38,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::shared::Shared;
 use super::{DriveConfig, DriveEnd, DriveEvents, Stage, Structured};
+use crate::lock;
 
 pub(super) async fn converse(
     cx: &ConnectionTo<Agent>,
@@ -223,9 +224,7 @@ async fn handshake(
     // Which handshake step a timeout interrupted, for the message.
     let stage = Mutex::new(Stage::Initialize);
     let at = |next: Stage| {
-        if let Ok(mut stage) = stage.lock() {
-            *stage = next;
-        }
+        *lock(&stage) = next;
     };
     let steps = async {
         let initialized = cx
@@ -304,7 +303,7 @@ async fn handshake(
         biased;
         () = cancel.cancelled() => Err(DriveEnd::Cancelled { prompt_sent: false, stop_reason: None }),
         answer = tokio::time::timeout(config.handshake_timeout, steps) => answer.unwrap_or_else(|_| {
-            let stage = stage.lock().map_or(Stage::Initialize, |stage| *stage);
+            let stage = *lock(&stage);
             Err(DriveEnd::HandshakeTimeout { stage })
         }),
     }

@@ -42,6 +42,7 @@ use self::framing::{Reader, pump};
 use self::permission::{RawPermissionRequest, answer_permission, permission_request};
 pub(crate) use self::shared::Shared;
 use self::shared::handle_update;
+use crate::lock;
 use crate::permission::PermissionHandler;
 use crate::process::AgentPipes;
 
@@ -95,17 +96,12 @@ pub(crate) struct SessionCancels {
 
 impl SessionCancels {
     pub(crate) fn push(&self, session_id: &str) {
-        if let Ok(mut queue) = self.queue.lock() {
-            queue.push(session_id.to_owned());
-        }
+        lock(&self.queue).push(session_id.to_owned());
         self.notify.notify_one();
     }
 
     fn take(&self) -> Vec<String> {
-        self.queue
-            .lock()
-            .map(|mut queue| std::mem::take(&mut *queue))
-            .unwrap_or_default()
+        std::mem::take(&mut *lock(&self.queue))
     }
 }
 

@@ -29,6 +29,7 @@ use protocol::result::MAX_PERMISSION_RECORDS;
 use super::children::Children;
 use super::fast::update_value;
 use super::{ChildRef, DriveEvents, Structured};
+use crate::lock;
 
 /// The most tool calls whose title and kind are remembered (for permission requests that name
 /// only the id); later ones are not remembered.
@@ -185,56 +186,46 @@ impl<T> Capped<T> {
 impl Shared {
     /// The output (taken: called once, when the run settles) and how many bytes were dropped.
     pub(crate) fn take_output(&self) -> (String, Option<u64>) {
-        self.output.lock().map(|mut o| o.take()).unwrap_or_default()
+        lock(&self.output).take()
     }
 
     /// The recorded decisions (taken) and how many more were not recorded.
     pub(crate) fn take_permissions(&self) -> (Vec<PermissionDecision>, Option<u64>) {
-        self.permissions
-            .lock()
-            .map(|mut p| {
-                let dropped = p.dropped;
-                (
-                    std::mem::take(&mut p.items),
-                    (dropped > 0).then_some(dropped),
-                )
-            })
-            .unwrap_or_default()
+        let mut permissions = lock(&self.permissions);
+        let dropped = permissions.dropped;
+        (
+            std::mem::take(&mut permissions.items),
+            (dropped > 0).then_some(dropped),
+        )
     }
 
     pub(crate) fn session_id(&self) -> Option<String> {
-        self.session_id.lock().ok().and_then(|s| s.clone())
+        lock(&self.session_id).clone()
     }
 
     /// The child sessions announced (taken: called once, when the run settles).
     pub(crate) fn take_children(&self) -> Vec<ChildSession> {
-        self.children
-            .lock()
-            .map(|mut children| children.take())
-            .unwrap_or_default()
+        lock(&self.children).take()
     }
 
     pub(crate) fn take_structured(&self) -> Option<Structured> {
-        self.structured.lock().ok().and_then(|mut s| s.take())
+        lock(&self.structured).take()
     }
 
     /// Starts collecting a new turn's text (for a run asking a structured answer).
     pub(super) fn begin_turn_text(&self, cap: usize) {
-        if let Ok(mut text) = self.turn_text.lock() {
-            *text = Some(OutputTail::new(cap));
-        }
+        *lock(&self.turn_text) = Some(OutputTail::new(cap));
     }
 
     pub(super) fn take_turn_text(&self) -> String {
-        self.turn_text
-            .lock()
-            .ok()
-            .and_then(|mut text| text.as_mut().map(|t| t.take().0))
+        lock(&self.turn_text)
+            .as_mut()
+            .map(|text| text.take().0)
             .unwrap_or_default()
     }
 
     pub(crate) fn persona_delivery(&self) -> Option<PersonaDelivery> {
-        self.persona_delivery.lock().ok().and_then(|d| *d)
+        *lock(&self.persona_delivery)
     }
 
     pub(crate) fn garbage_lines(&self) -> u64 {
@@ -248,27 +239,19 @@ impl Shared {
 
     /// Resuming: what arrives before the session is announced is the replayed history, dropped.
     pub(super) fn discard_until_open(&self) {
-        if let Ok(mut gate) = self.start_gate.lock() {
-            gate.discard = true;
-        }
+        lock(&self.start_gate).discard = true;
     }
 
     pub(super) fn set_session_id(&self, session_id: &str) {
-        if let Ok(mut slot) = self.session_id.lock() {
-            *slot = Some(session_id.to_owned());
-        }
+        *lock(&self.session_id) = Some(session_id.to_owned());
     }
 
     pub(super) fn set_persona_delivery(&self, delivery: Option<PersonaDelivery>) {
-        if let Ok(mut slot) = self.persona_delivery.lock() {
-            *slot = delivery;
-        }
+        *lock(&self.persona_delivery) = delivery;
     }
 
     pub(super) fn set_structured(&self, outcome: Structured) {
-        if let Ok(mut slot) = self.structured.lock() {
-            *slot = Some(outcome);
-        }
+        *lock(&self.structured) = Some(outcome);
     }
 
     /// Called before session/cancel is sent: from then on permissions are answered `cancelled`.
@@ -282,19 +265,16 @@ impl Shared {
 
     /// What updates said about a tool call of `session` (nothing, when none named it).
     pub(super) fn tool_call(&self, session: &str, tool_call_id: &str) -> ToolCallInfo {
-        self.tool_calls
-            .lock()
-            .ok()
-            .and_then(|calls| calls.get(&tool_call_key(session, tool_call_id)).cloned())
+        lock(&self.tool_calls)
+            .get(&tool_call_key(session, tool_call_id))
+            .cloned()
             .unwrap_or_default()
     }
 
     /// Announces the session, then releases the updates that raced ahead of it, in order (those
     /// of another session are dropped).
     pub(super) fn open_start_gate(&self, session_id: &str, events: &dyn DriveEvents) {
-        let Ok(mut gate) = self.start_gate.lock() else {
-            return;
-        };
+        let mut gate = lock(&self.start_gate);
         events.ready(session_id);
         for (notification, _) in gate.held.drain(..) {
             let scope = self.scope(&notification);
@@ -315,9 +295,7 @@ impl Shared {
         notification: SessionNotification,
         size: usize,
     ) -> Option<(SessionNotification, Scope)> {
-        let Ok(mut gate) = self.start_gate.lock() else {
-            return None;
-        };
+        let mut gate = lock(&self.start_gate);
         if !gate.open {
             if gate.discard {
                 return None;
@@ -341,11 +319,7 @@ impl Shared {
         let theirs: &str = &notification.session_id.0;
         // Compared under the lock: this runs for every update, and a clone of our id would cost
         // an allocation each time.
-        if self
-            .session_id
-            .lock()
-            .is_ok_and(|ours| ours.as_deref() == Some(theirs))
-        {
+        if lock(&self.session_id).as_deref() == Some(theirs) {
             return Scope::Ours;
         }
         if let Some(child) = self.child(theirs) {
@@ -361,8 +335,7 @@ impl Shared {
 
     /// The announced child with this session id.
     pub(super) fn child(&self, session_id: &str) -> Option<ChildRef> {
-        let children = self.children.lock().ok()?;
-        children.get(session_id).map(|child| ChildRef {
+        lock(&self.children).get(session_id).map(|child| ChildRef {
             session_id: child.session_id.clone(),
             name: child.name.clone(),
         })
@@ -385,12 +358,8 @@ impl Shared {
         match &update {
             SessionUpdate::AgentMessageChunk(chunk) if child.is_none() => {
                 if let ContentBlock::Text(text) = &chunk.content {
-                    if let Ok(mut output) = self.output.lock() {
-                        output.push(&text.text);
-                    }
-                    if let Ok(mut turn) = self.turn_text.lock()
-                        && let Some(turn) = turn.as_mut()
-                    {
+                    lock(&self.output).push(&text.text);
+                    if let Some(turn) = lock(&self.turn_text).as_mut() {
                         turn.push(&text.text);
                     }
                 }
@@ -410,8 +379,8 @@ impl Shared {
                 call.fields.kind.and_then(kind_name),
             ),
             SessionUpdate::SubagentUpdate(announced) => {
-                if let (Some(ours), Ok(mut children)) = (self.session_id(), self.children.lock()) {
-                    children.apply(&session.0, &ours, announced);
+                if let Some(ours) = self.session_id() {
+                    lock(&self.children).apply(&session.0, &ours, announced);
                 }
             }
             _ => {}
@@ -421,9 +390,7 @@ impl Shared {
 
     pub(super) async fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
         events.permission(&decision).await;
-        if let Ok(mut all) = self.permissions.lock() {
-            all.push(decision);
-        }
+        lock(&self.permissions).push(decision);
     }
 }
 
@@ -449,14 +416,13 @@ fn tool_call_key(session: &str, tool_call_id: &str) -> String {
 }
 
 fn remember_tool_call(shared: &Shared, id: String, title: Option<String>, kind: Option<String>) {
-    if let Ok(mut calls) = shared.tool_calls.lock() {
-        if calls.len() >= MAX_TOOL_CALLS && !calls.contains_key(&id) {
-            return;
-        }
-        let entry = calls.entry(id).or_default();
-        entry.title = title.or(entry.title.take());
-        entry.kind = kind.or(entry.kind.take());
+    let mut calls = lock(&shared.tool_calls);
+    if calls.len() >= MAX_TOOL_CALLS && !calls.contains_key(&id) {
+        return;
     }
+    let entry = calls.entry(id).or_default();
+    entry.title = title.or(entry.title.take());
+    entry.kind = kind.or(entry.kind.take());
 }
 
 /// The wire name of a tool kind (`edit`, `execute`, ...).

@@ -38,6 +38,7 @@ use self::session::{KeptSession, session_turns};
 use self::settle::{record_teardown, settle_turn, spawn_failure_message, unsettled_result};
 use self::supervise::{Drive, Supervised, drive_config, supervise, tear_down};
 use crate::client::{self, Shared};
+use crate::lock;
 use crate::permission::PermissionHandler;
 use crate::process::{AgentProcess, Graces, SpawnSpec, StderrSink};
 
@@ -170,7 +171,8 @@ pub async fn run_session(
         idle_timeout,
     };
     let result = run_with(prepared, options, cancel, Some(kept)).await;
-    if let Some(reply) = waiting.lock().ok().and_then(|mut w| w.take()) {
+    let reply = lock(&waiting).take();
+    if let Some(reply) = reply {
         let _ = reply.send(result.clone());
     }
     result

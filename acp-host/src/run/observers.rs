@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Cancel, OBSERVER_BUDGET_BYTES, Observer};
 use crate::client::{self, DriveEvents};
+use crate::lock;
 
 /// The least an event weighs against [`OBSERVER_BUDGET_BYTES`] (its fixed overhead).
 const EVENT_MIN_BYTES: usize = 256;
@@ -105,9 +106,7 @@ impl Queue {
 
     /// Frees the updates the observers are done with, on the calling (producing) thread.
     fn free_spent(&self) {
-        if let Ok(spent) = self.spent.lock() {
-            spent.try_iter().for_each(drop);
-        }
+        lock(&self.spent).try_iter().for_each(drop);
     }
 }
 
@@ -171,7 +170,7 @@ impl Notifier {
     fn queue(&self) -> Option<&Queue> {
         self.queue
             .get_or_init(|| {
-                let observers = std::mem::take(&mut *self.observers.lock().ok()?);
+                let observers = std::mem::take(&mut *lock(&self.observers));
                 if observers.is_empty() {
                     return None;
                 }
@@ -214,11 +213,7 @@ impl Notifier {
             return;
         };
         queue.free_spent();
-        let batch = self
-            .pending
-            .lock()
-            .map(|mut pending| std::mem::take(&mut *pending))
-            .unwrap_or_default();
+        let batch = std::mem::take(&mut *lock(&self.pending));
         if !batch.is_empty() {
             let _ = queue.send(Delivery::Batch(batch));
         }
@@ -244,10 +239,11 @@ impl Notifier {
             }
         };
         if batch {
-            let full = self.pending.lock().is_ok_and(|mut pending| {
+            let full = {
+                let mut pending = lock(&self.pending);
                 pending.push(Delivery::Event(event, permit));
                 pending.len() >= BATCH_MAX
-            });
+            };
             if full {
                 self.send_pending();
             }

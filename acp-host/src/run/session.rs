@@ -20,6 +20,7 @@ use protocol::result::{EndedBy, RunResult};
 use super::FollowUp;
 use super::settle::{settle_turn, unsettled_result};
 use crate::client::{self, DriveEnd, Shared};
+use crate::lock;
 
 /// What [`run_session`](super::run_session) hands to the run.
 pub(super) struct KeptSession {
@@ -57,13 +58,11 @@ impl client::Turns for SessionTurns {
             &self.shared,
             &self.redactor,
         );
-        result.duration_ms = self
-            .turn_started
-            .lock()
-            .map(|started| u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or_default();
+        let started = *lock(&self.turn_started);
+        result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         self.busy.send_replace(false);
-        if let Some(reply) = self.kept.waiting.lock().ok().and_then(|mut w| w.take()) {
+        let reply = lock(&self.kept.waiting).take();
+        if let Some(reply) = reply {
             let _ = reply.send(result);
         }
         Box::pin(async move {
@@ -81,12 +80,8 @@ impl client::Turns for SessionTurns {
                 }
                 None => follow_ups.recv().await,
             }?;
-            if let Ok(mut waiting) = self.kept.waiting.lock() {
-                *waiting = Some(next.reply);
-            }
-            if let Ok(mut started) = self.turn_started.lock() {
-                *started = Instant::now();
-            }
+            *lock(&self.kept.waiting) = Some(next.reply);
+            *lock(&self.turn_started) = Instant::now();
             self.busy.send_replace(true);
             Some(next.prompt)
         })
