@@ -7,8 +7,8 @@
 //! - a child is never re-parented, and one that reached a final state stays there;
 //! - at most [`MAX_CHILDREN`] are tracked: later announcements are ignored (and their sessions
 //!   are foreign);
-//! - the list is taken once, when the run (or a kept session's turn) settles: a child still
-//!   running then is `disconnected`.
+//! - the list is taken when a result is settled (the run's, or each kept-session turn's): a child
+//!   still running then is `disconnected`.
 
 use std::collections::HashMap;
 

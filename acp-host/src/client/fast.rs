@@ -17,7 +17,7 @@
 //!   that is not a string, a `_meta` that is not an object, a duplicate key, non-text content);
 //! - only notifications: a frame with an `id` (a request) is declined;
 //! - what observers get is the update as serde serializes it, in the same key order, whichever
-//!   decoder and encoder built it (the property test holds all three paths equal).
+//!   decoder and encoder built it (a property test holds them equal to the SDK's).
 
 use std::borrow::Cow;
 

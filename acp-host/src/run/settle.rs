@@ -3,10 +3,10 @@
 //! what the drive collected.
 //!
 //! Invariants:
-//! - every way the drive ends has exactly one status, and an error kind exactly when there is an
-//!   error message;
-//! - a message names the agent and says how to get past it (an install hint, a login, the keys
-//!   acp-host withheld, `--verbose`);
+//! - every way the drive ends (or none, after a kill) maps onto one status, with an error kind
+//!   exactly when there is an error message;
+//! - where acp-host knows how to get past a failure, the message says so (an install hint, a
+//!   login or the keys it withheld, `--verbose`);
 //! - where the result repeats the agent's words (stderr tail, error, stop reason), credential
 //!   values are redacted (`protocol::env_scrub::Redactor`); the output is the answer itself and is
 //!   left alone;

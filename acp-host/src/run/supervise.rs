@@ -4,8 +4,9 @@
 //! Invariants:
 //! - a kill (`Cancel::kill`, a second Ctrl-C) ends supervision at once and skips the graces; one
 //!   during the graces cuts them short;
-//! - the deadline is the caller's: in a kept session it counts per turn, never while idle, and a
-//!   slow observer never stretches it (nor a cancel: observers are shed from then on);
+//! - the deadline is the caller's: in a kept session it counts per turn, never while idle; from a
+//!   cancel, the deadline or a kill on, observers are shed (what does not fit is dropped), so a
+//!   slow observer delays none of them;
 //! - the agent's start is confirmed once its first request is written, before the drive can
 //!   announce the session with its pid; a start the watchdog reports failed is a spawn failure;
 //! - after the agent exited, the drive gets [`EXIT_DRAIN`] to read what it wrote (a grandchild
