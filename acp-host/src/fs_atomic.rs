@@ -664,9 +664,7 @@ fn fsync_all(paths: &[(&Path, &Path)]) -> Result<(), FsError> {
             };
             if let Err(source) = File::open(path).and_then(|f| f.sync_all()) {
                 next.store(paths.len(), Ordering::Relaxed);
-                let mut failed = failed
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut failed = crate::lock(&failed);
                 if failed.as_ref().is_none_or(|(first, _)| i < *first) {
                     *failed = Some((
                         i,

@@ -96,3 +96,13 @@ pub mod run;
 pub mod sync_exec;
 pub mod trust;
 pub mod watchdog;
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Locks `mutex`, recovering it when a panic elsewhere poisoned it: the crate's one lock-poison
+/// policy. Every critical section here leaves its data whole (a push, a take, a swap), so a
+/// poisoned lock holds nothing half-done, while skipping the work would lose data silently (a
+/// kept turn's reply, a permission record, output).
+pub(crate) fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}

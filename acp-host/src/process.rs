@@ -34,11 +34,14 @@ use std::time::Duration;
 use futures::Sink;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+use protocol::result::EndedBy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use crate::lock;
 
 /// How long the watchdog may take to start the agent and say so.
 const WATCHDOG_HANDSHAKE: Duration = Duration::from_secs(10);
@@ -148,6 +151,18 @@ impl Rung {
             Rung::Eof => "eof",
             Rung::Term => "term",
             Rung::Kill => "kill",
+        }
+    }
+}
+
+/// The result records the rung that ended the agent (`agentExit.endedBy`).
+impl From<Rung> for EndedBy {
+    fn from(rung: Rung) -> Self {
+        match rung {
+            Rung::Exited => EndedBy::Exited,
+            Rung::Eof => EndedBy::Eof,
+            Rung::Term => EndedBy::Term,
+            Rung::Kill => EndedBy::Kill,
         }
     }
 }
@@ -480,10 +495,7 @@ impl AgentProcess {
     /// The last bytes of the agent's stderr, lossily decoded.
     #[must_use]
     pub fn stderr_tail(&self) -> String {
-        self.stderr
-            .lock()
-            .map(|tail| tail.to_string_lossy())
-            .unwrap_or_default()
+        lock(&self.stderr).to_string_lossy()
     }
 
     /// Resolves when the leader has exited (without reaping the rest of the tree).
@@ -879,9 +891,7 @@ async fn drain_stderr(
         match stderr.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
-                if let Ok(mut tail) = tail.lock() {
-                    tail.push(&buf[..n]);
-                }
+                lock(&tail).push(&buf[..n]);
                 if let Some(sink) = &sink {
                     lines.push(&buf[..n], |line| sink(line));
                 }

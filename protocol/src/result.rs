@@ -232,8 +232,59 @@ pub struct AgentExit {
     pub code: Option<i32>,
     /// Signal number, when a signal ended it.
     pub signal: Option<i32>,
-    /// The teardown rung that ended it: `exited`, `eof`, `term`, `kill`, or `not-spawned`.
-    pub ended_by: String,
+    /// What ended it (the teardown rung), that nothing was spawned, or, for a kept session's
+    /// turn, that it is still running.
+    pub ended_by: EndedBy,
+}
+
+/// What ended the agent process (a result's `agentExit.endedBy`). Serialized in kebab-case
+/// (`not-spawned`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum EndedBy {
+    /// It had already exited when teardown began.
+    Exited,
+    /// It exited after its stdin was closed.
+    Eof,
+    /// SIGTERM to its process group ended it.
+    Term,
+    /// SIGKILL was needed.
+    Kill,
+    /// Nothing was spawned: the run was refused or cancelled first, or the spawn failed.
+    #[default]
+    NotSpawned,
+    /// A kept session's turn: the agent is still running, and answers the next prompt.
+    Alive,
+}
+
+impl EndedBy {
+    /// The kebab-case name, as serialized.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndedBy::Exited => "exited",
+            EndedBy::Eof => "eof",
+            EndedBy::Term => "term",
+            EndedBy::Kill => "kill",
+            EndedBy::NotSpawned => "not-spawned",
+            EndedBy::Alive => "alive",
+        }
+    }
+}
+
+impl std::fmt::Display for EndedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with the serialized name, as a reader of the JSON would.
+impl PartialEq<&str> for EndedBy {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
 }
 
 /// The result of one run. Serialized as the last NDJSON record (`"type":"result"`) under `--json`.
@@ -330,6 +381,23 @@ mod tests {
                 serde_json::to_value(kind).unwrap(),
                 serde_json::Value::String(kind.as_str().to_owned())
             );
+        }
+    }
+
+    #[test]
+    fn ended_by_serializes_to_the_names_results_have_always_had() {
+        for (ended_by, name) in [
+            (EndedBy::Exited, "exited"),
+            (EndedBy::Eof, "eof"),
+            (EndedBy::Term, "term"),
+            (EndedBy::Kill, "kill"),
+            (EndedBy::NotSpawned, "not-spawned"),
+            (EndedBy::Alive, "alive"),
+        ] {
+            let wire = serde_json::Value::String(name.to_owned());
+            assert_eq!(serde_json::to_value(ended_by).unwrap(), wire);
+            assert_eq!(serde_json::from_value::<EndedBy>(wire).unwrap(), ended_by);
+            assert_eq!(ended_by.as_str(), name);
         }
     }
 

@@ -1,0 +1,320 @@
+//! One run: validate -> spawn -> drive -> settle -> teardown, returning a [`RunResult`] on every
+//! path after validation.
+//!
+//! Where it lives: this module holds the public API and the sequence of one run (`run_with`);
+//! `prepare` validates a request before anything is spawned, `session` keeps an agent and its
+//! session between turns, `supervise` watches the drive (cancel, deadline, the agent's exit) and
+//! tears down, `settle` maps how the drive ended onto the result, `observers` delivers events.
+//!
+//! Invariants:
+//! - after validation nothing panics or hangs: spawn, transport and protocol failures become
+//!   status `error` with a message; the handshake has a deadline; cancellation (the injected
+//!   [`Cancel`]) settles without the agent's cooperation within the cancel grace;
+//! - teardown runs on every path once a process exists, and the result records how it ended;
+//! - the run id is minted here, never taken from the agent;
+//! - what the request asks of the agent at start (persona, model, tool filter, an explicit depth
+//!   cap) is honoured or the run ends `error` with kind `capability` before the prompt is sent
+//!   (`protocol::capabilities`);
+//! - memory is flat in the length of a run: the output keeps its tail (`max_output_bytes`),
+//!   permission records and tool-call notes are capped with counts of what was dropped, and
+//!   observers are fed through a bounded queue ([`OBSERVER_BUDGET_BYTES`]).
+
+mod observers;
+mod prepare;
+mod session;
+mod settle;
+mod supervise;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use protocol::events::{EndEvent, Event};
+use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, ErrorKind, RunResult, Status};
+use tokio_util::sync::CancellationToken;
+
+use self::observers::Notifier;
+pub use self::prepare::{PrepareError, Prepared, prepare, resolve_cwd};
+use self::session::{KeptSession, session_turns};
+use self::settle::{record_teardown, settle_turn, spawn_failure_message, unsettled_result};
+use self::supervise::{Drive, Supervised, drive_config, supervise, tear_down};
+use crate::client::{self, Shared};
+use crate::lock;
+use crate::permission::PermissionHandler;
+use crate::process::{AgentProcess, Graces, SpawnSpec, StderrSink};
+
+/// Default limit of one frame on the agent's stdout.
+pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
+/// Default size of the stderr tail kept for the result.
+pub const DEFAULT_STDERR_TAIL_BYTES: usize = 16 * 1024;
+/// Bytes of events queued for observers at most; past it the drive waits for them, which stops
+/// the reading of the agent's stdout: backpressure instead of buffering.
+pub const OBSERVER_BUDGET_BYTES: usize = 1024 * 1024;
+
+/// Error returned by an observer; logged, never propagated.
+pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Sees every event of a run (lifecycle `subagent/start` / `subagent/end`, updates, permission
+/// decisions, the agent's stderr lines). Observe-only; called from the run's tasks, so it should
+/// return quickly.
+pub trait Observer: Send + Sync {
+    fn on_event(&self, event: &Event) -> Result<(), ObserverError>;
+
+    /// Called after a burst of events, before the observer's thread waits for more: an observer
+    /// that buffers its output writes it now.
+    fn flush(&self) {}
+}
+
+/// Cancellation of a run, injected by the caller (Ctrl-C handler, a parent agent, a test).
+///
+/// `cancel` is graceful: session/cancel, then a bounded wait, then the teardown ladder. `kill`
+/// skips the graces (a second Ctrl-C). `cancel_session` cancels one child session the agent
+/// exposed, and the run goes on.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel {
+    graceful: CancellationToken,
+    immediate: CancellationToken,
+    sessions: Arc<client::SessionCancels>,
+}
+
+impl Cancel {
+    #[must_use]
+    pub fn new() -> Self {
+        Cancel::default()
+    }
+
+    pub fn cancel(&self) {
+        self.graceful.cancel();
+    }
+
+    pub fn kill(&self) {
+        self.graceful.cancel();
+        self.immediate.cancel();
+    }
+
+    /// Cancels one child session the agent announced in this run (ACP subagent sessions, as
+    /// observers see them in `Event::Update`'s `session_id`): `session/cancel` naming it is sent to the
+    /// agent while the prompt runs, and the run itself goes on. An id the agent did not announce
+    /// is ignored.
+    pub fn cancel_session(&self, session_id: &str) {
+        self.sessions.push(session_id);
+    }
+
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.graceful.is_cancelled()
+    }
+
+    /// Resolves once the run is cancelled (gracefully or killed).
+    pub async fn cancelled(&self) {
+        self.graceful.cancelled().await;
+    }
+}
+
+/// Host-side settings that are not part of the start request.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    pub observers: Vec<Arc<dyn Observer>>,
+    /// Decides the agent's permission requests; `None` applies the request's policy (where `ask`,
+    /// with nobody to ask, rejects).
+    pub permissions: Option<Arc<dyn PermissionHandler>>,
+    /// `None` uses [`DEFAULT_MAX_FRAME_BYTES`].
+    pub max_frame_bytes: Option<usize>,
+    /// `None` uses [`DEFAULT_STDERR_TAIL_BYTES`].
+    pub stderr_tail_bytes: Option<usize>,
+    /// The most bytes of output the result keeps (the tail); `None` uses
+    /// [`DEFAULT_MAX_OUTPUT_BYTES`].
+    pub max_output_bytes: Option<usize>,
+}
+
+/// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.
+pub async fn run(prepared: Prepared, options: &RunOptions, cancel: &Cancel) -> RunResult {
+    run_with(prepared, options, cancel, None).await
+}
+
+/// A further prompt for a kept session and where its turn's result goes.
+#[derive(Debug)]
+pub struct FollowUp {
+    pub prompt: String,
+    pub reply: tokio::sync::oneshot::Sender<RunResult>,
+}
+
+/// How the caller talks to a kept session ([`run_session`]).
+#[derive(Debug)]
+pub struct Session {
+    /// Gets the first turn's result (or, when the run ends before it, the final one).
+    pub first: tokio::sync::oneshot::Sender<RunResult>,
+    /// Further prompts, one turn at a time; dropping the sender ends the session.
+    pub follow_ups: tokio::sync::mpsc::Receiver<FollowUp>,
+    /// Ends the session when no prompt came for this long after a turn; `None` waits forever.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Like [`run`], but the agent and its session are kept after the first turn and answer each
+/// [`FollowUp`] with that turn's result, until the caller drops its sender, the idle timeout
+/// passes, the run is cancelled, or a turn ends without a stop reason; then teardown. Returns the
+/// final result (also sent to a turn still waiting for one).
+pub async fn run_session(
+    prepared: Prepared,
+    options: &RunOptions,
+    cancel: &Cancel,
+    session: Session,
+) -> RunResult {
+    let Session {
+        first,
+        follow_ups,
+        idle_timeout,
+    } = session;
+    let waiting = Arc::new(std::sync::Mutex::new(Some(first)));
+    let kept = KeptSession {
+        waiting: Arc::clone(&waiting),
+        follow_ups: tokio::sync::Mutex::new(follow_ups),
+        idle_timeout,
+    };
+    let result = run_with(prepared, options, cancel, Some(kept)).await;
+    let reply = lock(&waiting).take();
+    if let Some(reply) = reply {
+        let _ = reply.send(result.clone());
+    }
+    result
+}
+
+async fn run_with(
+    prepared: Prepared,
+    options: &RunOptions,
+    cancel: &Cancel,
+    kept: Option<KeptSession>,
+) -> RunResult {
+    let started = Instant::now();
+    let Prepared {
+        request,
+        env,
+        budget,
+        schema,
+    } = prepared;
+    let run_id = uuid::Uuid::new_v4().to_string();
+    let notifier = Arc::new(Notifier::new(
+        run_id.clone(),
+        options.observers.clone(),
+        request.agent.display.clone(),
+        request.cwd.display().to_string(),
+        env.scrubbed.clone(),
+    ));
+    let mut result = unsettled_result(run_id, env.scrubbed.clone());
+
+    let budget = match budget {
+        Ok(budget) => budget,
+        Err(refused) => {
+            result.error = Some(refused.to_string());
+            result.error_kind = Some(ErrorKind::DepthLimit);
+            return finish(result, started, &notifier, false, cancel).await;
+        }
+    };
+    if cancel.is_cancelled() {
+        result.status = Status::Aborted;
+        return finish(result, started, &notifier, false, cancel).await;
+    }
+
+    let spec = SpawnSpec {
+        program: request.agent.program.clone(),
+        args: request.agent.args.clone(),
+        cwd: request.cwd.clone(),
+        env: env.env,
+        stderr_tail_bytes: options
+            .stderr_tail_bytes
+            .unwrap_or(DEFAULT_STDERR_TAIL_BYTES),
+        // Observers see each line with credential values redacted, like the result's tail.
+        stderr_lines: (!options.observers.is_empty()).then(|| {
+            let notifier = Arc::clone(&notifier);
+            let redactor = env.redactor.clone();
+            Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink
+        }),
+    };
+    let (mut process, pipes) = match AgentProcess::spawn_unconfirmed(&spec) {
+        Ok(spawned) => spawned,
+        Err(err) => {
+            result.error = Some(spawn_failure_message(&err, &request));
+            result.error_kind = Some(ErrorKind::Spawn);
+            return finish(result, started, &notifier, false, cancel).await;
+        }
+    };
+    // The pid is stored once the agent's start is confirmed (`supervise`).
+    notifier.start_after(process.first_write());
+
+    let shared = Arc::new(Shared::new(
+        options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+    ));
+    let timeouts = request.timeouts;
+    // The agent's stdout is drained until teardown is over (an agent flushing on EOF must not
+    // die of EPIPE), then left.
+    let drain_until = CancellationToken::new();
+    let _stop_draining = drain_until.clone().drop_guard();
+    let (turns, busy) = session_turns(kept, &result, &request, &env.redactor, &shared);
+    let drive = Drive {
+        config: drive_config(&request, options, budget, schema, cancel, turns),
+        pipes,
+        shared: &shared,
+        notifier: &notifier,
+        cancel,
+        overall: timeouts.overall,
+        drain_until,
+        busy,
+    };
+    let Supervised {
+        end,
+        killed,
+        timed_out,
+        not_started,
+    } = supervise(&mut process, drive).await;
+    // The agent never ran (its exec failed under the watchdog): the run is a spawn failure, as
+    // if the spawn itself had failed.
+    if let Some(err) = not_started.or_else(|| process.confirm().err()) {
+        process.shutdown(Graces::NONE).await;
+        result.error = Some(spawn_failure_message(&err, &request));
+        result.error_kind = Some(ErrorKind::Spawn);
+        return finish(result, started, &notifier, false, cancel).await;
+    }
+
+    let teardown = tear_down(&mut process, killed, &timeouts, cancel, &notifier).await;
+    record_teardown(&mut result, &teardown, &process);
+    settle_turn(
+        &mut result,
+        end,
+        timed_out,
+        &request,
+        &shared,
+        &env.redactor,
+    );
+    if shared.garbage_lines() > 0 {
+        tracing::info!(
+            lines = shared.garbage_lines(),
+            "skipped non-JSON lines on the agent's stdout"
+        );
+    }
+    finish(result, started, &notifier, true, cancel).await
+}
+
+/// Delivers the end event (with the output as its last message when `with_output`) and waits
+/// for the observers. The output is shared with the event, not copied, and taken back once the
+/// observers are done with it (copied only if one still holds it).
+async fn finish(
+    mut result: RunResult,
+    started: Instant,
+    notifier: &Notifier,
+    with_output: bool,
+    cancel: &Cancel,
+) -> RunResult {
+    result.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let output = with_output.then(|| Arc::new(std::mem::take(&mut result.output)));
+    notifier.deliver_now(Event::End(EndEvent {
+        run_id: result.run_id.clone(),
+        provider: notifier.agent().to_owned(),
+        status: result.status,
+        stop_reason: result.stop_reason.clone(),
+        last_assistant_message: output.clone(),
+    }));
+    notifier.caught_up(cancel).await;
+    if let Some(output) = output {
+        result.output = Arc::try_unwrap(output).unwrap_or_else(|shared| (*shared).clone());
+    }
+    result
+}
