@@ -11,6 +11,11 @@
 //! the main thread, which is what lets [`orphans`] tell an adopted orphan from a child tokio
 //! waits for.
 
+#![expect(
+    clippy::print_stderr,
+    reason = "the binary reports what stops it before logging exists"
+)]
+
 mod orphans;
 
 use std::fmt::Write as _;

@@ -26,7 +26,7 @@ PATH) or its marker folder exists under $HOME.
 /// List the agents the registry knows, whether each is installed, and where sync writes for it.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
-pub struct AgentsArgs {
+pub(super) struct AgentsArgs {
     /// Print JSON instead of lines.
     #[arg(long)]
     json: bool,

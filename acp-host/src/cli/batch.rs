@@ -42,7 +42,7 @@ use super::{CliError, Written, subagent};
 /// for lines that never started (Ctrl-C).
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = after_help())]
-pub struct BatchArgs {
+pub(super) struct BatchArgs {
     /// The NDJSON file, or `-` for stdin.
     #[arg(value_name = "FILE | -", default_value = "-")]
     input: String,

@@ -23,7 +23,7 @@ use protocol::result::{EXIT_USAGE, Status};
 /// Run ACP agents as out-of-process subagents, and keep subagent definitions in sync.
 #[derive(Debug, Parser)]
 #[command(name = "acp-host", version, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
 }
@@ -70,7 +70,7 @@ impl CliError {
     }
 }
 
-pub fn main() -> ExitCode {
+pub(crate) fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {

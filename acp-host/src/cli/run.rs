@@ -40,7 +40,7 @@ use super::{CliError, Written, subagent};
 /// SIGKILL of its whole group) before acp-host exits.
 #[derive(Debug, clap::Args)]
 #[command(after_long_help = after_help())]
-pub struct RunArgs {
+pub(super) struct RunArgs {
     /// The prompt, or `-` to read it from stdin.
     #[arg(value_name = "PROMPT | -")]
     prompt: String,

@@ -57,7 +57,7 @@ errors, stale plan or failed writes (also with --dry-run), another sync running 
 /// Plans everything first and writes nothing unless the whole plan can apply; writes are atomic.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
-pub struct SyncArgs {
+pub(super) struct SyncArgs {
     /// The canonical folder: one <name>.md per subagent.
     #[arg(long, value_name = "DIR", default_value = "subagents")]
     source: PathBuf,

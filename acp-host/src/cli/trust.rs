@@ -34,7 +34,7 @@ Approvals live in $XDG_STATE_HOME/acp-host/trust (default ~/.local/state/acp-hos
 /// List a folder's subagent definitions and whether each may start; approve or revoke them.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
-pub struct TrustArgs {
+pub(super) struct TrustArgs {
     /// A folder (its subagents/ is listed) or one definition file [default: the current
     /// directory].
     #[arg(value_name = "PATH")]

@@ -15,7 +15,7 @@
 //! (`AccountKey=` in a connection string, `_authToken=` in npmrc text, `?api_key=` in a URL).
 
 /// Whole segments that mark a credential.
-pub const SECRET_SEGMENTS: &[&str] = &[
+pub(super) const SECRET_SEGMENTS: &[&str] = &[
     "KEY",
     "KEYS",
     "APIKEY",
@@ -44,7 +44,7 @@ pub const SECRET_SEGMENTS: &[&str] = &[
 
 /// Endings of compound segments that mark a credential (`GITHUBTOKEN`, `MYSQLPASS`, `DBPWD`).
 /// `TOKENS` is absent on purpose: `MAX_TOKENS` and `TOKENS_PER_MINUTE` are model limits.
-pub const SECRET_SUFFIXES: &[&str] = &[
+pub(super) const SECRET_SUFFIXES: &[&str] = &[
     "TOKEN",
     "SECRET",
     "PASSWORD",
@@ -65,14 +65,14 @@ pub const SECRET_SUFFIXES: &[&str] = &[
 ];
 
 /// Segments that end with a secret suffix but are ordinary words or program paths.
-pub const HARMLESS_SEGMENTS: &[&str] = &[
+pub(super) const HARMLESS_SEGMENTS: &[&str] = &[
     "BYPASS", "COMPASS", "SURPASS",
     "ASKPASS", // GIT_ASKPASS, SSH_ASKPASS, SUDO_ASKPASS: the path of a prompt program
     "OLDPWD",  // the shell's previous directory
 ];
 
 /// Whole names (or, ending in `*`, name prefixes) that contain a secret segment but hold none.
-pub const HARMLESS_NAMES: &[&str] = &[
+pub(super) const HARMLESS_NAMES: &[&str] = &[
     "PWD",              // the shell's current directory
     "PASSWORD_STORE_*", // settings of `pass` (directories, key ids, clipboard time)
 ];

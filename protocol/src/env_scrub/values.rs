@@ -26,7 +26,7 @@ use super::names::has_secret_segment;
 
 /// The alphabet of a token body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alphabet {
+pub(super) enum Alphabet {
     /// `A-Z a-z 0-9`.
     Base62,
     /// Base62 plus `_`.
@@ -56,7 +56,7 @@ impl Alphabet {
 
 /// A token format: prefix, then a body of `min..=max` characters of `alphabet`.
 #[derive(Debug, Clone, Copy)]
-pub struct TokenShape {
+pub(super) struct TokenShape {
     pub prefix: &'static str,
     pub alphabet: Alphabet,
     pub min: usize,
@@ -77,7 +77,7 @@ const LONG: usize = 1024;
 
 /// Known token formats. `sk-`, shared by several model vendors, additionally needs a run of 16
 /// letters and digits, which a branch or a slug never has.
-pub const TOKEN_SHAPES: &[TokenShape] = &[
+pub(super) const TOKEN_SHAPES: &[TokenShape] = &[
     shape("sk-", Alphabet::Base64Url, 20, LONG), // OpenAI, Anthropic, DeepSeek, OpenRouter
     shape("ghp_", Alphabet::Base62, 36, 251),    // GitHub personal access token
     shape("gho_", Alphabet::Base62, 36, 251),    // GitHub OAuth token
@@ -162,7 +162,7 @@ pub fn value_is_credential(value: &str) -> bool {
 
 /// The known format of `word`, if it is a token.
 #[must_use]
-pub fn token_shape(word: &str) -> Option<&'static TokenShape> {
+pub(super) fn token_shape(word: &str) -> Option<&'static TokenShape> {
     TOKEN_SHAPES.iter().find(|shape| {
         word.strip_prefix(shape.prefix)
             .is_some_and(|body| body_fits(shape, body))

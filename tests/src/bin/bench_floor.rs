@@ -3,6 +3,11 @@
 //! agent writes (counting them and their bytes, parsing nothing), and when the prompt is answered
 //! closes stdin and reaps the agent. No ACP client can do less and still be one.
 
+#![expect(
+    clippy::print_stderr,
+    reason = "a benchmark tool reporting its own failures"
+)]
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, ExitCode, Stdio};
 

@@ -1,6 +1,11 @@
 //! `mock-agent <scenario> [flags]`: the scripted ACP agent the end-to-end suites launch as a
 //! subprocess. Usage errors exit 64; see `acp_tests::mock::cli` for scenarios and flags.
 
+#![expect(
+    clippy::print_stderr,
+    reason = "the mock agent reports its usage errors"
+)]
+
 use acp_tests::mock::{self, SETUP_FAILURE_EXIT, cli};
 
 fn main() {

@@ -52,7 +52,7 @@ impl EofPolicy {
 }
 
 /// The running mock.
-pub struct Agent {
+pub(super) struct Agent {
     pub(super) scenario: Scenario,
     pub(super) common: Common,
     pub(super) log: Log,

@@ -12,18 +12,18 @@ use std::path::{Path, PathBuf};
 /// The `--log` trail: one line per event, appended with a single `write` and no buffering, so
 /// a line is on disk before the mock does anything else.
 #[derive(Debug, Clone, Default)]
-pub struct Log {
+pub(super) struct Log {
     path: Option<PathBuf>,
 }
 
 impl Log {
     #[must_use]
-    pub fn new(path: Option<PathBuf>) -> Self {
+    pub(super) fn new(path: Option<PathBuf>) -> Self {
         Self { path }
     }
 
     /// Appends `line` (a newline is added).
-    pub fn line(&self, line: &str) {
+    pub(super) fn line(&self, line: &str) {
         let Some(path) = &self.path else { return };
         let appended = OpenOptions::new()
             .create(true)
@@ -37,7 +37,7 @@ impl Log {
 }
 
 /// Appends `<event> <pid> <ns>` to the `--record` file (see `Common::record`).
-pub fn record(path: Option<&Path>, event: &str) {
+pub(super) fn record(path: Option<&Path>, event: &str) {
     let Some(path) = path else { return };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -46,14 +46,14 @@ pub fn record(path: Option<&Path>, event: &str) {
 }
 
 /// Creates `path` if it does not exist (content untouched if it does).
-pub fn touch(path: &Path) {
+pub(super) fn touch(path: &Path) {
     if let Err(error) = OpenOptions::new().create(true).append(true).open(path) {
         eprintln!("mock: cannot touch {}: {error}", path.display());
     }
 }
 
 /// Writes `contents` to `path` via a sibling temporary file and a rename.
-pub fn write_atomically(path: &Path, contents: &str) {
+pub(super) fn write_atomically(path: &Path, contents: &str) {
     let mut temporary = path.as_os_str().to_owned();
     temporary.push(format!(".tmp.{}", std::process::id()));
     let temporary = PathBuf::from(temporary);

@@ -13,7 +13,7 @@ use super::files::Log;
 use super::wire::Inbound;
 
 /// Messages from the client, plus those a waiting script step set aside for the main loop.
-pub struct Inbox {
+pub(super) struct Inbox {
     fresh: mpsc::UnboundedReceiver<Inbound>,
     deferred: VecDeque<Inbound>,
 }
@@ -21,7 +21,7 @@ pub struct Inbox {
 impl Inbox {
     /// Starts the reader task; must be called inside the tokio runtime.
     #[must_use]
-    pub fn spawn(log: Log) -> Self {
+    pub(super) fn spawn(log: Log) -> Self {
         let (sender, fresh) = mpsc::unbounded_channel();
         tokio::spawn(read_stdin(log, sender));
         Self {
@@ -32,7 +32,7 @@ impl Inbox {
 
     /// The next deferred message, else the next fresh one; `None` once stdin is at EOF and
     /// everything has been handed out.
-    pub async fn next(&mut self) -> Option<Inbound> {
+    pub(super) async fn next(&mut self) -> Option<Inbound> {
         match self.deferred.pop_front() {
             Some(message) => Some(message),
             None => self.fresh.recv().await,
@@ -41,12 +41,12 @@ impl Inbox {
 
     /// The next message from stdin, ignoring deferred ones. Cancel-safe, so a script can race
     /// it against a timer.
-    pub async fn next_fresh(&mut self) -> Option<Inbound> {
+    pub(super) async fn next_fresh(&mut self) -> Option<Inbound> {
         self.fresh.recv().await
     }
 
     /// Sets `message` aside for the main loop.
-    pub fn defer(&mut self, message: Inbound) {
+    pub(super) fn defer(&mut self, message: Inbound) {
         self.deferred.push_back(message);
     }
 }

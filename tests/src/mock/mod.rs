@@ -6,6 +6,11 @@
 //! `inbox` reads stdin and keeps the `--log` trail; `files` writes the files tests watch;
 //! `signals` traps SIGTERM; `agent` runs the main loop; `script` plays each prompt turn.
 
+#![expect(
+    clippy::print_stderr,
+    reason = "the mock agent's stderr is part of its scripted behaviour"
+)]
+
 mod agent;
 pub mod cli;
 mod files;

@@ -10,7 +10,7 @@ use super::files;
 
 /// What SIGTERM does when trapped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TermAction {
+pub(super) enum TermAction {
     /// Nothing: only SIGKILL ends the process.
     Ignore,
     /// Create the marker file and exit 0 (proves the SIGTERM rung of a teardown fired).
@@ -19,7 +19,7 @@ pub enum TermAction {
 
 /// Registers the listener now (before any frame is sent, so a test that saw output can rely on
 /// the trap) and handles signals on a background task. Must run inside the tokio runtime.
-pub fn trap_term(action: TermAction) -> std::io::Result<()> {
+pub(super) fn trap_term(action: TermAction) -> std::io::Result<()> {
     let mut terms = signal(SignalKind::terminate())?;
     tokio::spawn(async move {
         while terms.recv().await.is_some() {

@@ -112,7 +112,7 @@ impl Reply {
 
 /// What identifies one completion in its chunks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Completion {
+pub(super) struct Completion {
     /// The chunks' `id` (`chatcmpl-mock-<n>`).
     pub id: String,
     /// The request's `model`, echoed as real servers do.
@@ -125,7 +125,7 @@ pub struct Completion {
 /// `None` for the replies that are not a stream ([`Reply::Status`],
 /// [`Reply::StatusRetryAfter`], [`Reply::Hang`]).
 #[must_use]
-pub fn stream(reply: &Reply, completion: &Completion) -> Option<Vec<(Duration, String)>> {
+pub(super) fn stream(reply: &Reply, completion: &Completion) -> Option<Vec<(Duration, String)>> {
     let immediate = |payloads: Vec<String>| payloads.into_iter().map(|p| (Duration::ZERO, p));
     let frames = match reply {
         Reply::Status { .. } | Reply::StatusRetryAfter { .. } | Reply::Hang => return None,
@@ -238,7 +238,7 @@ pub fn split(text: &str, parts: usize) -> Vec<String> {
 /// An OpenAI-style error body: `{"error": {"message", "type", "code"}}`, the type following
 /// the status as `OpenAI` does.
 #[must_use]
-pub fn error_body(status: u16, message: &str) -> Value {
+pub(super) fn error_body(status: u16, message: &str) -> Value {
     let (kind, code) = match status {
         401 => ("invalid_request_error", Value::from("invalid_api_key")),
         429 => ("rate_limit_error", Value::from("rate_limit_exceeded")),

@@ -1778,6 +1778,10 @@ fn assert_backups_whole(env: &Env, old_or_new: &dyn Fn(&Path, &[u8]) -> bool) {
 }
 
 #[test]
+#[expect(
+    clippy::print_stderr,
+    reason = "the round count, for a person reading a failed run"
+)]
 fn syncs_killed_at_random_points_leave_every_file_old_or_new() {
     const SEED: u64 = 0x005E_ED0F_C4A5;
     const DEFINITIONS: usize = 30;
