@@ -31,7 +31,6 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::children::table::Tasks;
-use crate::backend::model::tools::subagent::NAME as SUBAGENT_TOOL;
 
 use crate::persona::{Persona, SessionPersona};
 use crate::store::{ChildRecord, Record, SavedSettings, Store};
@@ -124,7 +123,7 @@ impl Settings {
             return self.tools.clone();
         }
         let mut filter = self.tools.clone().unwrap_or_default();
-        filter.deny.push(SUBAGENT_TOOL.to_owned());
+        filter.deny.push(crate::backend::children::TOOL.to_owned());
         Some(filter)
     }
 }

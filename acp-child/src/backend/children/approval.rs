@@ -13,47 +13,27 @@ use agent_client_protocol::v1::schema::{
     PermissionOption, PermissionOptionKind, ToolCallContent, ToolCallId, ToolCallUpdateFields,
     ToolKind,
 };
-use protocol::request::StartRequest;
 use protocol::trust::Digest;
 
 use super::Delegated;
 use protocol::definition::RunPermission;
 
-use super::catalog::Target;
 use crate::backend::CANCELLED;
 use crate::backend::{Turn, permission};
 
 /// What the person is shown before a repository definition's child starts: everything the start
 /// would hand the definition.
 pub(super) struct Asking {
-    file: PathBuf,
-    digest: Option<Digest>,
+    pub(super) file: PathBuf,
+    pub(super) digest: Option<Digest>,
     /// The whole command line, quoted as a shell would read it.
-    command: String,
+    pub(super) command: String,
     /// Every variable forwarded (names; `--subagent-env`'s and the definition's).
-    env: Vec<String>,
-    permission: RunPermission,
+    pub(super) env: Vec<String>,
+    pub(super) permission: RunPermission,
 }
 
 impl Asking {
-    pub(super) fn of(target: &Target, request: &StartRequest, permission: RunPermission) -> Self {
-        Self {
-            file: target
-                .origin
-                .as_ref()
-                .map(|origin| origin.file.clone())
-                .unwrap_or_default(),
-            digest: target.origin.as_ref().map(|origin| origin.digest.clone()),
-            command: target.command.command_line(),
-            env: request
-                .env
-                .iter()
-                .map(|forward| forward.name().to_owned())
-                .collect(),
-            permission,
-        }
-    }
-
     /// The refusal when the person did not approve.
     fn refused(&self, name: &str, why: &str) -> Delegated {
         Delegated::failed(format!(

@@ -449,7 +449,21 @@ impl Subagents {
         };
         let resuming = resume.is_some();
         let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
-        let asking = Asking::of(target, &request, permission);
+        let asking = Asking {
+            file: target
+                .origin
+                .as_ref()
+                .map(|origin| origin.file.clone())
+                .unwrap_or_default(),
+            digest: target.origin.as_ref().map(|origin| origin.digest.clone()),
+            command: target.command.command_line(),
+            env: request
+                .env
+                .iter()
+                .map(|forward| forward.name().to_owned())
+                .collect(),
+            permission,
+        };
         let cap = turn.memory().settings().max_depth;
         let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {
             Delegated::failed(format!(

@@ -40,6 +40,10 @@ pub use self::catalog::{
 pub(crate) use self::exposure::ChildSessions;
 pub(crate) use self::live::LiveChild;
 
+/// The name of the model's delegation tool (`backend::model::tools::subagent`), which a
+/// session's depth cap filters out.
+pub(crate) const TOOL: &str = "subagent";
+
 /// How a subagent's tool call is shown: the kind ACP agents give delegated work.
 pub(crate) const KIND: ToolKind = ToolKind::Think;
 
