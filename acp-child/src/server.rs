@@ -48,7 +48,7 @@ use agent_client_protocol::{
 };
 use protocol::capabilities::{self, ToolFilter};
 use protocol::structured::OutputSchema;
-use serde_json::{Value, json};
+use serde_json::Value;
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
@@ -343,12 +343,7 @@ fn initialize(
     if !offers.tools.is_empty() {
         fields.extend([capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA]);
     }
-    let mut meta = serde_json::Map::new();
-    meta.insert(
-        capabilities::EXTENSION.to_owned(),
-        json!({"version": capabilities::EXTENSION_VERSION, "fields": fields}),
-    );
-    capabilities = capabilities.meta(meta);
+    capabilities = capabilities.meta(capabilities::Advertised::new(fields).to_meta());
     // Only v1 is spoken; answering with it lets a newer client downgrade or disconnect.
     InitializeResponse::new(ProtocolVersion::V1)
         .agent_capabilities(capabilities)
@@ -441,48 +436,24 @@ struct Extension {
 /// compiles, a depth cap that is a whole number.
 fn start_extension(extension: &Value, offers: &Offers) -> Result<Extension, String> {
     let key = capabilities::EXTENSION;
-    let Some(fields) = extension.as_object() else {
-        return Err(format!("_meta.{key}: must be an object"));
+    // Every backend honours a depth cap; the tool filter and the output schema need tools.
+    let start = capabilities::SessionStart::read(extension, |field| {
+        field == capabilities::FIELD_MAX_DEPTH || !offers.tools.is_empty()
+    })?;
+    let mut taken = Extension {
+        max_depth: start.max_depth,
+        ..Extension::default()
     };
-    if fields.get("version").and_then(Value::as_u64) != Some(capabilities::EXTENSION_VERSION) {
-        return Err(format!(
-            "_meta.{key}: version must be {}",
-            capabilities::EXTENSION_VERSION
-        ));
+    if let Some(schema) = start.output_schema {
+        let schema = OutputSchema::compile(schema)
+            .map_err(|error| format!("_meta.{key}.outputSchema: {error}"))?;
+        taken.output = Some(Arc::new(schema));
     }
-    let mut taken = Extension::default();
-    for (name, value) in fields {
-        match name.as_str() {
-            "version" => {}
-            capabilities::FIELD_TOOLS if !offers.tools.is_empty() => {
-                let filter: ToolFilter = serde_json::from_value(value.clone())
-                    .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
-                filter
-                    .check(&offers.tools)
-                    .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
-                taken.tools = Some(filter);
-            }
-            capabilities::FIELD_OUTPUT_SCHEMA if !offers.tools.is_empty() => {
-                let schema = OutputSchema::compile(value.clone())
-                    .map_err(|error| format!("_meta.{key}.outputSchema: {error}"))?;
-                taken.output = Some(Arc::new(schema));
-            }
-            capabilities::FIELD_MAX_DEPTH => {
-                let cap = value
-                    .as_u64()
-                    .and_then(|cap| u32::try_from(cap).ok())
-                    .ok_or_else(|| {
-                        format!("_meta.{key}.maxDepth: must be a whole number, not {value}")
-                    })?;
-                taken.max_depth = Some(cap);
-            }
-            other => {
-                return Err(format!(
-                    "_meta.{key}: field {other} is not honoured by this agent (see its initialize \
-                     answer)"
-                ));
-            }
-        }
+    if let Some(filter) = start.tools {
+        filter
+            .check(&offers.tools)
+            .map_err(|error| format!("_meta.{key}.tools: {error}"))?;
+        taken.tools = Some(filter);
     }
     Ok(taken)
 }
@@ -720,13 +691,8 @@ fn prompt(
         let sent = match result {
             Ok(stop_reason) => {
                 let mut response = PromptResponse::new(stop_reason);
-                if let Some(value) = captured {
-                    let mut meta = serde_json::Map::new();
-                    meta.insert(
-                        capabilities::EXTENSION.to_owned(),
-                        json!({"structured": value}),
-                    );
-                    response = response.meta(meta);
+                if let Some(structured) = captured {
+                    response = response.meta(capabilities::Answer { structured }.to_meta());
                 }
                 responder.respond(response)
             }

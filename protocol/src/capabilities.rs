@@ -19,9 +19,13 @@
 //!   explicitly: the default budget (in the environment of every agent) is never a refusal.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::structured::{self, OutputSpec, StructuredVia};
+
+mod extension;
+
+pub use self::extension::{Advertised, Answer, SessionStart};
 
 /// The `_meta` key of the extension, in `agentCapabilities._meta` and on `session/new`.
 pub const EXTENSION: &str = "acp-host/start";
@@ -146,27 +150,12 @@ impl Offers {
         let system_prompt = capabilities
             .pointer("/sessionCapabilities/systemPrompt")
             .filter(|v| v.is_object());
-        let extension = capabilities
-            .get("_meta")
-            .and_then(|meta| meta.get(EXTENSION))
-            .filter(|ext| ext.get("version").and_then(Value::as_u64) == Some(EXTENSION_VERSION));
         Offers {
             system_prompt: system_prompt.is_some(),
             system_prompt_override: system_prompt
                 .and_then(|sp| sp.pointer("/mode/override"))
                 .is_some_and(Value::is_object),
-            extension_fields: extension.map(|ext| {
-                ext.get("fields")
-                    .and_then(Value::as_array)
-                    .map(|fields| {
-                        fields
-                            .iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            }),
+            extension_fields: Advertised::read(capabilities),
         }
     }
 
@@ -272,7 +261,7 @@ pub fn plan_session(
             }
         }
     }
-    let mut fields = Map::new();
+    let mut start = SessionStart::default();
     if let Some(tools) = &wants.tools {
         if !offers.honours(FIELD_TOOLS) {
             return Err(refuse(
@@ -284,7 +273,7 @@ pub fn plan_session(
                 ),
             ));
         }
-        fields.insert(FIELD_TOOLS.into(), json!(tools));
+        start.tools = Some(tools.clone());
     }
     if let Some(max_depth) = max_depth {
         if !offers.honours(FIELD_MAX_DEPTH) {
@@ -298,22 +287,19 @@ pub fn plan_session(
                 ),
             ));
         }
-        fields.insert(FIELD_MAX_DEPTH.into(), json!(max_depth));
+        start.max_depth = Some(max_depth);
     }
     if let Some(output) = &wants.output {
         if offers.honours(FIELD_OUTPUT_SCHEMA) {
-            fields.insert(FIELD_OUTPUT_SCHEMA.into(), output.schema.clone());
+            start.output_schema = Some(output.schema.clone());
             plan.structured_via = Some(StructuredVia::CaptureTool);
         } else {
             plan.output_instruction = Some(structured::instruction(&output.schema));
             plan.structured_via = Some(StructuredVia::Text);
         }
     }
-    if !fields.is_empty() {
-        fields.insert("version".into(), json!(EXTENSION_VERSION));
-        let mut meta = Map::new();
-        meta.insert(EXTENSION.into(), Value::Object(fields));
-        plan.meta = Some(meta);
+    if !start.is_empty() {
+        plan.meta = Some(start.to_meta());
     }
     Ok(plan)
 }
@@ -412,6 +398,7 @@ pub fn preamble(persona: &str, task: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn persona(mode: PersonaMode) -> Wants {
         Wants {

@@ -125,11 +125,7 @@ async fn first_turn(
         if !matches!(&end, DriveEnd::Stopped { stop_reason } if stop_reason == "end_turn") {
             return end;
         }
-        let captured = response
-            .get("_meta")
-            .and_then(|meta| meta.get(capabilities::EXTENSION))
-            .and_then(|extension| extension.get("structured"))
-            .cloned();
+        let captured = capabilities::Answer::read(&response);
         // Without a capture, the answer's text is the candidate (an agent may answer in text
         // even when it has a capture tool).
         let turn_text = shared.take_turn_text();
