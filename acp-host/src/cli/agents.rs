@@ -12,7 +12,7 @@ use acp_host::installed;
 use protocol::env_vars;
 use protocol::registry::{AGENTS, AgentAvailability, AgentListing, AgentRow, SyncTarget};
 
-use super::{CliError, write_stdout};
+use super::{CliError, write_listing};
 
 const AFTER_HELP: &str = "\
 Examples:
@@ -64,16 +64,7 @@ pub(super) fn execute(args: &AgentsArgs) -> Result<ExitCode, CliError> {
         .unwrap_or_default();
     let path_var = std::env::var_os(env_vars::PATH);
     let listing = listing(&home, &HostFacts::new(path_var.as_deref()));
-    let text = if args.json {
-        let mut json = serde_json::to_string_pretty(&listing)
-            .map_err(|err| CliError::Failed(format!("cannot serialize the listing: {err}")))?;
-        json.push('\n');
-        json
-    } else {
-        table(&listing)
-    };
-    write_stdout(text.as_bytes())?;
-    Ok(ExitCode::SUCCESS)
+    write_listing(args.json, &listing, || table(&listing))
 }
 
 /// Every registry agent as this host sees it.

@@ -108,6 +108,24 @@ fn init_logging(verbose: bool) {
         .try_init();
 }
 
+/// Writes a listing to stdout: pretty JSON with `--json` (`json`), else its `human` text.
+pub(crate) fn write_listing(
+    json: bool,
+    listing: &impl serde::Serialize,
+    human: impl FnOnce() -> String,
+) -> Result<ExitCode, CliError> {
+    let text = if json {
+        let mut json = serde_json::to_string_pretty(listing)
+            .map_err(|err| CliError::Failed(format!("cannot serialize the listing: {err}")))?;
+        json.push('\n');
+        json
+    } else {
+        human()
+    };
+    write_stdout(text.as_bytes())?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// How a write to stdout went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Written {

@@ -14,7 +14,7 @@ use acp_host::trust::TrustStore;
 use protocol::registry;
 use protocol::trust::{Source, TrustAction, TrustEntry, TrustListing};
 
-use super::{CliError, write_stdout};
+use super::{CliError, write_listing};
 
 const AFTER_HELP: &str = "\
 Definitions found in a session's own folder (<cwd>/subagents/) are repository content: acp-child
@@ -102,16 +102,7 @@ pub(super) fn execute(args: &TrustArgs) -> Result<ExitCode, CliError> {
                 .unwrap_or_default()
         )));
     }
-    let text = if args.json {
-        let mut json = serde_json::to_string_pretty(&listing)
-            .map_err(|err| CliError::Failed(format!("cannot serialize the listing: {err}")))?;
-        json.push('\n');
-        json
-    } else {
-        human(&listing)
-    };
-    write_stdout(text.as_bytes())?;
-    Ok(ExitCode::SUCCESS)
+    write_listing(args.json, &listing, || human(&listing))
 }
 
 /// The folder to read and, for a file, its name.
