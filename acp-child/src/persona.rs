@@ -5,21 +5,34 @@
 //! an error when the template is read (a `--persona` file at start-up, a session's system prompt
 //! at `session/new`), never at rendering; substituted values are never scanned again, and single
 //! braces are plain text (a persona may contain code). Without `--persona FILE` the built-in
-//! [`DEFAULT_PERSONA`] is used. A session's system prompt is added to it (`append`) or replaces it
+//! persona is used; it names only the tools the session's filter lets through. A session's system prompt is added to it (`append`) or replaces it
 //! (`override`): [`Persona::with_session`].
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use protocol::capabilities::ToolFilter;
 use thiserror::Error;
 
-pub(crate) const DEFAULT_PERSONA: &str = "\
+/// The built-in persona's opening; the tools it names follow ([`tools_sentence`]), then
+/// [`DEFAULT_TAIL`].
+const DEFAULT_HEAD: &str = "\
 You are acp-child, a careful coding agent running as the model {{model}}, working in the directory {{cwd}}.
-You help the user with software tasks in that directory, using the tools you are given:
-read_file, list_dir and search to look around; write_file and edit_file to change files; run_command \
-to run shell commands (builds, tests, git). Paths are relative to {{cwd}}; you cannot reach outside it.
-Read a file before editing it; edit_file replaces one exact, unique piece of text. The user approves \
-each write and command; if a tool result says \"permission denied by the user\", do not retry it, \
-explain what you wanted to do instead. Be concise: say what you did and what you found.";
+You help the user with software tasks in that directory";
+
+/// The built-in persona's close, after the tools.
+const DEFAULT_TAIL: &str = " The user approves each write and command; if a tool result says \
+\"permission denied by the user\", do not retry it, explain what you wanted to do instead. Be concise: say what you did and what you found.";
+
+/// The file tools the built-in persona names, in groups, each with what it is for.
+const TOOL_GROUPS: [(&[&str], &str); 3] = [
+    (&["read_file", "list_dir", "search"], "to look around"),
+    (&["write_file", "edit_file"], "to change files"),
+    (
+        &["run_command"],
+        "to run shell commands (builds, tests, git)",
+    ),
+];
 
 /// The variables a persona may use.
 const VARIABLES: &str = "{{model}}, {{cwd}}";
@@ -49,6 +62,9 @@ enum Piece {
     Text(String),
     Model,
     Cwd,
+    /// The built-in persona's sentence naming the tools a session's filter lets through (no
+    /// template can write it).
+    Tools,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,11 +73,53 @@ pub(crate) struct Persona {
 }
 
 impl Default for Persona {
+    /// The built-in persona: it names only the tools a session's filter lets through.
     fn default() -> Self {
-        Self::new(DEFAULT_PERSONA).unwrap_or_else(|_| Self {
-            pieces: vec![Piece::Text(DEFAULT_PERSONA.to_owned())],
-        })
+        let mut pieces = Self::new(DEFAULT_HEAD).map_or_else(
+            |_| vec![Piece::Text(DEFAULT_HEAD.to_owned())],
+            |head| head.pieces,
+        );
+        pieces.push(Piece::Tools);
+        pieces.push(Piece::Text(DEFAULT_TAIL.to_owned()));
+        Self { pieces }
     }
+}
+
+/// The built-in persona's sentence naming the tools `allows` lets through, and how to use
+/// `edit_file` when it is one of them; without any, the sentence just ends.
+fn tools_sentence(allows: &dyn Fn(&str) -> bool, cwd: &str) -> String {
+    let clauses: Vec<String> = TOOL_GROUPS
+        .iter()
+        .filter_map(|(tools, purpose)| {
+            let tools: Vec<&str> = tools.iter().copied().filter(|tool| allows(tool)).collect();
+            let named = match tools.as_slice() {
+                [] => return None,
+                [one] => (*one).to_owned(),
+                [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+            };
+            Some(format!("{named} {purpose}"))
+        })
+        .collect();
+    if clauses.is_empty() {
+        return ".".to_owned();
+    }
+    let mut sentence = format!(", using the tools you are given:\n{}.", clauses.join("; "));
+    let _ = write!(
+        sentence,
+        " Paths are relative to {cwd}; you cannot reach outside it."
+    );
+    if allows("edit_file") {
+        let read_first = if allows("read_file") {
+            "Read a file before editing it; "
+        } else {
+            ""
+        };
+        let _ = write!(
+            sentence,
+            "\n{read_first}edit_file replaces one exact, unique piece of text."
+        );
+    }
+    sentence
 }
 
 impl Persona {
@@ -123,18 +181,22 @@ impl Persona {
         }
     }
 
-    /// The system prompt for `model` working in `cwd`.
+    /// The system prompt for `model` working in `cwd`, naming only the tools `tools` lets
+    /// through (all without a filter).
     #[must_use]
-    pub(crate) fn render(&self, model: &str, cwd: &Path) -> String {
+    pub(crate) fn render(&self, model: &str, cwd: &Path, tools: Option<&ToolFilter>) -> String {
         let cwd = cwd.display().to_string();
-        self.pieces
-            .iter()
-            .map(|piece| match piece {
-                Piece::Text(text) => text.as_str(),
-                Piece::Model => model,
-                Piece::Cwd => &cwd,
-            })
-            .collect()
+        let allows = |name: &str| tools.is_none_or(|filter| filter.allows(name));
+        let mut text = String::new();
+        for piece in &self.pieces {
+            match piece {
+                Piece::Text(piece) => text.push_str(piece),
+                Piece::Model => text.push_str(model),
+                Piece::Cwd => text.push_str(&cwd),
+                Piece::Tools => text.push_str(&tools_sentence(&allows, &cwd)),
+            }
+        }
+        text
     }
 }
 
@@ -159,7 +221,7 @@ mod tests {
     fn render(template: &str) -> String {
         Persona::new(template)
             .unwrap()
-            .render("deepseek-chat", Path::new("/p"))
+            .render("deepseek-chat", Path::new("/p"), None)
     }
 
     #[test]
@@ -172,7 +234,7 @@ mod tests {
         assert_eq!(
             Persona::new("in {{cwd}}")
                 .unwrap()
-                .render("m", Path::new("/{{model}}")),
+                .render("m", Path::new("/{{model}}"), None),
             "in /{{model}}"
         );
     }
@@ -199,12 +261,12 @@ mod tests {
         };
         assert_eq!(
             base.with_session(Some(&session(false)))
-                .render("m", Path::new("/w")),
+                .render("m", Path::new("/w"), None),
             "base m\n\nextra in /w"
         );
         assert_eq!(
             base.with_session(Some(&session(true)))
-                .render("m", Path::new("/w")),
+                .render("m", Path::new("/w"), None),
             "extra in /w"
         );
         assert_eq!(base.with_session(None), base);
@@ -212,7 +274,7 @@ mod tests {
 
     #[test]
     fn the_default_names_model_cwd_and_tools() {
-        let text = Persona::default().render("m", Path::new("/w"));
+        let text = Persona::default().render("m", Path::new("/w"), None);
         assert!(text.contains("model m") && text.contains("directory /w"));
         assert!(!text.contains("{{"));
         let tools = crate::backend::model::tools::Toolbox::standard(
@@ -222,6 +284,57 @@ mod tests {
         for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");
         }
+    }
+
+    #[test]
+    fn the_default_unfiltered_is_the_whole_text() {
+        let template = "\
+You are acp-child, a careful coding agent running as the model {{model}}, working in the directory {{cwd}}.
+You help the user with software tasks in that directory, using the tools you are given:
+read_file, list_dir and search to look around; write_file and edit_file to change files; run_command \
+to run shell commands (builds, tests, git). Paths are relative to {{cwd}}; you cannot reach outside it.
+Read a file before editing it; edit_file replaces one exact, unique piece of text. The user approves \
+each write and command; if a tool result says \"permission denied by the user\", do not retry it, \
+explain what you wanted to do instead. Be concise: say what you did and what you found.";
+        assert_eq!(
+            Persona::default().render("m", Path::new("/w"), None),
+            Persona::new(template)
+                .unwrap()
+                .render("m", Path::new("/w"), None)
+        );
+    }
+
+    #[test]
+    fn the_default_names_only_the_tools_the_filter_lets_through() {
+        let filter = ToolFilter {
+            allow: None,
+            deny: vec![
+                "write_file".into(),
+                "edit_file".into(),
+                "run_command".into(),
+            ],
+        };
+        let text = Persona::default().render("m", Path::new("/w"), Some(&filter));
+        assert!(
+            text.contains(
+                "in that directory, using the tools you are given:\nread_file, list_dir and \
+                 search to look around. Paths are relative to /w; you cannot reach outside it. \
+                 The user approves"
+            ),
+            "{text}"
+        );
+        for denied in &filter.deny {
+            assert!(!text.contains(denied.as_str()), "{denied}: {text}");
+        }
+        let none = ToolFilter {
+            allow: Some(Vec::new()),
+            deny: Vec::new(),
+        };
+        let text = Persona::default().render("m", Path::new("/w"), Some(&none));
+        assert!(
+            text.contains("software tasks in that directory. The user approves"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -156,6 +156,9 @@ impl ClientOffers {
     }
 }
 
+/// How long `initialize` waits at most for the backend's warm-up (the models the server lists).
+const WARM_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Serves ACP over any transport until the client closes it.
 #[expect(
     clippy::too_many_lines,
@@ -171,6 +174,8 @@ pub(crate) async fn serve(
     let client = Arc::new(Mutex::new(ClientOffers::default()));
     let children = Arc::new(ChildSessions::default());
     let title = backend.title();
+    // Learnt once at start (the models the server lists), off the connection's path.
+    drop(tokio::spawn(backend.warm_up()));
     let result = Agent
         .v1()
         .name(AGENT_NAME)
@@ -178,12 +183,16 @@ pub(crate) async fn serve(
             {
                 let client = Arc::clone(&client);
                 let persistent = backend.store().is_some();
-                let offers = backend.offers();
+                let backend = Arc::clone(&backend);
                 async move |request: InitializeRequest,
                             responder: Responder<InitializeResponse>,
                             _cx: ConnectionTo<Client>| {
                     *client.lock().unwrap_or_else(PoisonError::into_inner) =
                         ClientOffers::of(&request);
+                    // What the sessions are offered may depend on it; a slow server is not
+                    // waited for long (its models are offered once they are listed).
+                    let _ = tokio::time::timeout(WARM_UP_WAIT, backend.warm_up()).await;
+                    let offers = backend.offers();
                     responder.respond(initialize(&request, &title, persistent, &offers))
                 }
             },
@@ -216,11 +225,11 @@ pub(crate) async fn serve(
         .on_receive_request(
             {
                 let sessions = Arc::clone(&sessions);
-                let offers = backend.offers();
+                let backend = Arc::clone(&backend);
                 async move |request: SetSessionConfigOptionRequest,
                             responder: Responder<SetSessionConfigOptionResponse>,
                             _cx: ConnectionTo<Client>| {
-                    match set_config_option(&sessions, &offers, &request) {
+                    match set_config_option(&sessions, &backend.offers(), &request) {
                         Ok(options) => {
                             responder.respond(SetSessionConfigOptionResponse::new(options))
                         }

@@ -8,6 +8,11 @@
 //! or extra request fails the test loudly instead of hanging it. With a required key, a request
 //! whose `Authorization` is not `Bearer <key>` gets 401 and consumes nothing.
 //!
+//! `GET /v1/models` lists the builder's [`MockLlmBuilder::models`] (none by default) as
+//! `{"data": [{"id": ...}]}`, or fails with 500 ([`MockLlmBuilder::models_fail`]); it consumes
+//! nothing and is counted apart ([`MockLlm::model_listings`]), not among [`MockLlm::requests`],
+//! since an agent lists models on its own at start.
+//!
 //! Streams are SSE framed exactly as OpenAI-compatible servers frame them
 //! (`data: <chunk>\n\n` ... `data: [DONE]\n\n`, no comments, no keep-alives). When a client
 //! leaves mid-stream, the connection drops the stream at its next write, so the mock stops
@@ -39,6 +44,9 @@ use script::Completion;
 /// The only path that consumes the script.
 pub const CHAT_PATH: &str = "/v1/chat/completions";
 
+/// Where the models are listed (`GET`).
+pub const MODELS_PATH: &str = "/v1/models";
+
 /// Bodies larger than this are refused (413): a runaway client must not exhaust memory.
 const BODY_LIMIT: usize = 16 * 1024 * 1024;
 
@@ -61,6 +69,8 @@ pub enum MockLlmError {
 pub struct MockLlmBuilder {
     script: Vec<Reply>,
     required_key: Option<String>,
+    models: Vec<String>,
+    models_fail: bool,
 }
 
 impl MockLlmBuilder {
@@ -86,6 +96,20 @@ impl MockLlmBuilder {
         self
     }
 
+    /// The models `GET /v1/models` lists, in order.
+    #[must_use]
+    pub fn models<S: Into<String>>(mut self, models: impl IntoIterator<Item = S>) -> Self {
+        self.models = models.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// `GET /v1/models` answers 500, as a server that cannot list its models.
+    #[must_use]
+    pub fn models_fail(mut self) -> Self {
+        self.models_fail = true;
+        self
+    }
+
     /// Binds and starts serving.
     pub fn try_start(self) -> Result<MockLlm, MockLlmError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -104,6 +128,7 @@ impl MockLlmBuilder {
         };
         let shared = Arc::new(Shared {
             required_key: self.required_key,
+            models: (!self.models_fail).then_some(self.models),
             state: Mutex::new(Log {
                 script: self.script.into(),
                 ..Log::default()
@@ -179,6 +204,12 @@ impl MockLlm {
         self.shared.log().stream_ends.clone()
     }
 
+    /// How many times `GET /v1/models` was asked.
+    #[must_use]
+    pub fn model_listings(&self) -> usize {
+        self.shared.log().listings
+    }
+
     /// Script replies not consumed yet.
     #[must_use]
     pub fn remaining(&self) -> usize {
@@ -215,6 +246,8 @@ impl Drop for MockLlm {
 #[derive(Debug)]
 struct Shared {
     required_key: Option<String>,
+    /// What `GET /v1/models` lists; `None`: it fails.
+    models: Option<Vec<String>>,
     state: Mutex<Log>,
 }
 
@@ -225,9 +258,40 @@ struct Log {
     completions: usize,
     requests: Vec<RecordedRequest>,
     stream_ends: Vec<StreamEnd>,
+    /// `GET /v1/models` requests, not recorded among `requests`.
+    listings: usize,
 }
 
 impl Shared {
+    /// Answers `GET /v1/models`: the configured list, 401 without the required key, or 500.
+    fn list_models(&self, request: &RecordedRequest) -> Response {
+        self.log().listings += 1;
+        let authorized = self
+            .required_key
+            .as_deref()
+            .is_none_or(|key| request.authorization() == Some(format!("Bearer {key}").as_str()));
+        if !authorized {
+            return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided.");
+        }
+        let Some(models) = &self.models else {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "mock llm: listing models fails (models_fail)",
+            );
+        };
+        let data: Vec<Value> = models
+            .iter()
+            .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "mock"}))
+            .collect();
+        let body = serde_json::json!({"object": "list", "data": data}).to_string();
+        (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            Body::from(body),
+        )
+            .into_response()
+    }
+
     /// The log, even if a panicking test thread poisoned the lock: records stay readable.
     fn log(&self) -> MutexGuard<'_, Log> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -324,6 +388,9 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         raw_body,
     };
+    if parts.method == Method::GET && parts.uri.path() == MODELS_PATH {
+        return shared.list_models(&recorded);
+    }
     let is_chat = parts.method == Method::POST && parts.uri.path() == CHAT_PATH;
     let (index, reply, completion) = match shared.admit(recorded, is_chat) {
         Ok(admitted) => admitted,

@@ -59,6 +59,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// What the backend learns once per process when serving starts (the model server's list of
+    /// models); the server runs it at start, and `initialize` waits for it a short while at
+    /// most. Awaiting it again is cheap. Nothing by default.
+    fn warm_up(&self) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
+
     /// What a session of this backend can be given at start (advertised at `initialize` and in
     /// `session/new`'s answer); nothing by default.
     fn offers(&self) -> Offers {

@@ -12,8 +12,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use acp_tests::acp_client::{
-    PERMISSION_ERROR, Permission, TIMEOUT, TurnLog, canonical, new_session, prompt, read_until,
-    spawn_agent, stop_reason, with_agent,
+    Answers, Launch, PERMISSION_ERROR, Permission, TIMEOUT, TurnLog, canonical, new_session,
+    prompt, prompt_ends, read_until, spawn_agent, stop_reason, with_agent, with_launch,
 };
 use acp_tests::bin;
 use agent_client_protocol::ErrorCode;
@@ -561,4 +561,50 @@ fn version_and_help_describe_the_agent() {
     ] {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
+}
+
+#[tokio::test]
+async fn read_and_write_go_through_a_client_that_offers_fs() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "on-disk text").unwrap();
+    let root = canonical(dir.path());
+    let editor =
+        Answers::editor(Permission::Allow).buffer(root.join("notes.txt"), "unsaved buffer");
+    let launch = Launch::offline().client_fs(true, true);
+    let ((read, write), _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, dir.path()).await?;
+        let read = prompt_ends(&mut session, "/read notes.txt", editor.clone()).await?;
+        let write = prompt_ends(&mut session, "/write notes.txt edited", editor).await?;
+        Ok((read, write))
+    })
+    .await;
+    // The reply is the editor's buffer, not the disk.
+    assert_eq!(read.text, "unsaved buffer");
+    let reads: Vec<_> = read.reads.iter().map(|r| r.path.clone()).collect();
+    assert_eq!(reads, [root.join("notes.txt")]);
+    // The write is shown against the buffer and sent to the client; the disk is untouched.
+    assert_eq!(write.text, "wrote 6 bytes to notes.txt");
+    let writes: Vec<_> = write
+        .writes
+        .iter()
+        .map(|w| (w.path.clone(), w.content.clone()))
+        .collect();
+    assert_eq!(writes, [(root.join("notes.txt"), "edited".to_owned())]);
+    let [asked] = write.permission_requests.as_slice() else {
+        panic!("{:?}", write.permission_requests);
+    };
+    let content = asked
+        .tool_call
+        .fields
+        .content
+        .as_deref()
+        .unwrap_or_default();
+    let [ToolCallContent::Diff(diff)] = content else {
+        panic!("expected one diff, got {content:?}");
+    };
+    assert_eq!(diff.old_text.as_deref(), Some("unsaved buffer"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "on-disk text"
+    );
 }

@@ -67,6 +67,14 @@ fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
         ),
         "append keeps acp-child's own persona first: {system}"
     );
+    // The built-in persona names only the tools the session is given.
+    for filtered in ["write_file", "edit_file", "run_command", "list_dir"] {
+        assert!(!system.contains(filtered), "{filtered}: {system}");
+    }
+    assert!(
+        system.contains("using the tools you are given:\nread_file and search to look around."),
+        "{system}"
+    );
     assert!(
         system.ends_with(&format!(
             "\n\nReview as other-model in {}.",
@@ -421,4 +429,31 @@ fn a_resumed_acp_child_session_keeps_its_model_persona_and_tool_filter() {
         );
     }
     assert_eq!(requests[1].last_user_text().as_deref(), Some("two"));
+}
+
+#[test]
+fn the_models_the_server_lists_are_offered_and_a_failed_listing_is_no_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::builder()
+        .models(["listed-model", "mock-model"])
+        .reply(Reply::text(["ok"]))
+        .start();
+    let (_, result) = json_run(
+        acp_child_json_run(dir.path(), &llm, &[]).args(["--model", "listed-model", "go"]),
+        0,
+    );
+    assert_eq!(result["output"], "ok");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].body["model"], "listed-model");
+    assert_eq!(llm.model_listings(), 1, "listed once per process");
+
+    let failing = MockLlm::builder()
+        .models_fail()
+        .reply(Reply::text(["still ok"]))
+        .start();
+    let (_, result) = json_run(acp_child_json_run(dir.path(), &failing, &[]).arg("go"), 0);
+    assert_eq!(result["output"], "still ok");
+    assert_eq!(failing.requests()[0].body["model"], "mock-model");
+    assert_eq!(failing.model_listings(), 1);
 }

@@ -1086,3 +1086,81 @@ fn a_subagent_call_with_an_output_schema_returns_the_childs_checked_json() {
     );
     assert_none_left(dir.path());
 }
+
+#[test]
+fn an_unset_forwarded_variable_is_named_with_the_acp_child_flag_that_forwards_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_to_end(
+        offline_parent(dir.path(), &["--subagent-env", "ACP_TEST_NEVER_SET"])
+            .env_remove("ACP_TEST_NEVER_SET")
+            .args(["/delegate acp-child hi"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "subagent acp-child was not started: ACP_TEST_NEVER_SET is forwarded by --subagent-env \
+         ACP_TEST_NEVER_SET, but it is not set in acp-child's environment (set it where acp-child \
+         is started, or stop forwarding it)"
+    );
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn subagent_env_takes_names_only_and_is_checked_at_start() {
+    for (arg, message) in [
+        (
+            "IS_SANDBOX=1",
+            "acp-child: error: --subagent-env \"IS_SANDBOX\": takes a variable NAME only, never \
+             NAME=VALUE (acp-child forwards its own value of NAME: set it in acp-child's \
+             environment)\n",
+        ),
+        (
+            "=1",
+            "acp-child: error: --subagent-env \"\": not a variable name (a non-empty NAME with no \
+             `=` or NUL byte)\n",
+        ),
+    ] {
+        let out = run_to_end(
+            Command::new(acp_tests::bin("acp-child"))
+                .args(["--subagent-env", arg])
+                .stdin(std::process::Stdio::null()),
+        );
+        assert_eq!(code(&out), 2, "{arg}");
+        assert_eq!(stderr(&out), message, "{arg}");
+        assert_eq!(stdout(&out), "", "{arg}");
+    }
+}
+
+#[test]
+fn a_registry_alias_is_enabled_under_the_name_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = offline_parent(dir.path(), &[]);
+    // `claude` is claude-code's alias; its program is not installed here.
+    cmd.args([
+        "--agent",
+        "acp-child --subagent-agents claude",
+        "/delegate claude review",
+    ])
+    .env("PATH", "/nonexistent");
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("subagent claude ended error: ")
+            && text.contains("npm install -g @zed-industries/claude-code-acp"),
+        "{text}"
+    );
+    assert_none_left(dir.path());
+    // Two names of one agent are refused at start, naming both and the canonical one.
+    let out = run_to_end(
+        Command::new(acp_tests::bin("acp-child"))
+            .args(["--subagent-agents", "claude,claude-code"])
+            .stdin(std::process::Stdio::null()),
+    );
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        "acp-child: error: --subagent-agents: claude and claude-code are the same agent \
+         (claude-code); name it once\n"
+    );
+}

@@ -318,3 +318,64 @@ async fn a_message_waits_for_a_free_subagent_slot() {
     assert_eq!(llm.requests().len(), 3);
     assert_none_left(cwd.path());
 }
+
+#[test]
+fn with_the_task_and_message_tools_filtered_out_nothing_promises_them_and_no_child_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let pid_file = files.path().join("echo.pid");
+    mock_definition(
+        dir.path(),
+        "echo",
+        &format!(
+            "answers --answers-json '[\"one\"]' --pid-file {}",
+            pid_file.display()
+        ),
+    );
+    // Once the subagent call answered, is its process still there?
+    let probe = format!(
+        "if kill -0 $(cat {}) 2>/dev/null; then echo kept; else echo ended; fi",
+        pid_file.display()
+    );
+    let llm = keyed_llm([
+        delegate("call_fg", "echo", "first"),
+        call("call_probe", "run_command", &json!({"command": probe})),
+        Reply::text(["done"]),
+    ]);
+    json_run(
+        model_parent(dir.path(), &llm, false, &[]).args([
+            "--json",
+            "--permission",
+            "allow",
+            "--deny-tools",
+            "task_output,send_message",
+            "go",
+        ]),
+        0,
+    );
+    let requests = model_requests(&llm, 3);
+    let names = requests[0].tool_names();
+    for filtered in ["task_output", "task_kill", "task_list", "send_message"] {
+        assert!(!names.contains(&filtered), "{filtered}: {names:?}");
+    }
+    let subagent = requests[0]
+        .tools()
+        .iter()
+        .find(|tool| tool["function"]["name"] == "subagent")
+        .expect("subagent is offered");
+    let function = &subagent["function"];
+    assert_eq!(
+        function["parameters"]["properties"].get("run_in_background"),
+        None,
+        "{function}"
+    );
+    let description = function["description"].as_str().unwrap();
+    assert!(!description.contains("send_message"), "{description}");
+    assert_eq!(requests[1].tool_result("call_fg").unwrap(), "one");
+    let probed = requests[2].tool_result("call_probe").unwrap();
+    assert!(
+        probed.contains("ended") && !probed.contains("kept\n"),
+        "{probed}"
+    );
+    assert_none_left(dir.path());
+}

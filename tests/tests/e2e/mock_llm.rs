@@ -335,6 +335,26 @@ fn a_request_beyond_the_script_gets_500_mock_script_exhausted() {
 }
 
 #[test]
+fn models_are_listed_as_configured_or_fail_and_are_counted_apart() {
+    let llm = MockLlm::builder().models(["m1", "m2"]).start();
+    let response = request(llm.addr(), "GET", "/v1/models", &[], "");
+    assert_eq!(response.status, 200);
+    let ids: Vec<Value> = response.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|model| model["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!("m1"), json!("m2")]);
+    assert_eq!(llm.model_listings(), 1);
+    assert!(llm.requests().is_empty(), "listings are not chat requests");
+    let failing = MockLlm::builder().models_fail().start();
+    let response = request(failing.addr(), "GET", "/v1/models", &[], "");
+    assert_eq!(response.status, 500);
+    assert_eq!(failing.model_listings(), 1);
+}
+
+#[test]
 fn other_paths_and_bad_bodies_are_refused_and_recorded() {
     let llm = MockLlm::start(vec![Reply::text(["kept"])]);
     let response = request(llm.addr(), "POST", "/chat/completions", &[], "{}");
@@ -343,7 +363,7 @@ fn other_paths_and_bad_bodies_are_refused_and_recorded() {
         response.json()["error"]["message"],
         "mock llm serves only POST /v1/chat/completions, not POST /chat/completions"
     );
-    let response = request(llm.addr(), "GET", "/v1/models", &[], "");
+    let response = request(llm.addr(), "GET", "/v1/chat/completions", &[], "");
     assert_eq!(response.status, 404);
     let response = request(llm.addr(), "POST", "/v1/chat/completions", &[], "{not json");
     assert_eq!(response.status, 400);
@@ -355,7 +375,7 @@ fn other_paths_and_bad_bodies_are_refused_and_recorded() {
             .collect::<Vec<_>>(),
         [
             "POST /chat/completions",
-            "GET /v1/models",
+            "GET /v1/chat/completions",
             "POST /v1/chat/completions"
         ]
     );

@@ -1,7 +1,9 @@
 //! What may be started, and a start validated whole before anything exists.
 //!
 //! Invariants:
-//! - the subagents are the registry agents the person enabled (`--subagent-agents`), then the
+//! - the subagents are the registry agents the person enabled (`--subagent-agents`, each under
+//!   the name given, an alias such as `claude` included; two names of one agent are refused at
+//!   start), then the
 //!   definitions with a `run:` table in `<session cwd>/subagents/` (repository content) and the
 //!   `--subagents` folders (the person's), the first of a name winning; a bad file is a noted
 //!   problem, never fatal, and never hides the others;
@@ -31,7 +33,7 @@ use agent_client_protocol::v1::schema::ToolCallId;
 use protocol::capabilities::Wants;
 use protocol::definition::{Definition, RunPermission, RunSettings, RunSpec};
 use protocol::depth::{Budget, DepthError, Inherited, Standing};
-use protocol::env_scrub::EnvForward;
+use protocol::env_scrub::{EnvForward, EnvForwardError};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use protocol::permission::PermissionPolicy;
 use protocol::registry;
@@ -109,8 +111,24 @@ pub enum SubagentError {
         #[source]
         source: agents::ResolveError,
     },
+    #[error(
+        "--subagent-agents: {given} and {other} are the same agent ({canonical}); name it once"
+    )]
+    SameAgent {
+        given: String,
+        other: String,
+        canonical: String,
+    },
     #[error("--max-parallel-subagents must be at least 1")]
     NoParallelism,
+    #[error(
+        "--subagent-env {name:?}: takes a variable NAME only, never NAME=VALUE (acp-child forwards its own value of NAME: set it in acp-child's environment)"
+    )]
+    EnvValue { name: String },
+    #[error(
+        "--subagent-env {name:?}: not a variable name (a non-empty NAME with no `=` or NUL byte)"
+    )]
+    EnvName { name: String },
 }
 
 /// One agent a subagent call may name: an enabled registry agent, or a definition's `run:`.
@@ -200,6 +218,9 @@ impl Subagents {
     pub fn resolve(options: SubagentOptions) -> Result<Self, SubagentError> {
         let facts = HostFacts::from_env();
         let mut targets = Vec::new();
+        // Each enabled agent under the name the person gave (an alias included), with the
+        // registry's canonical name, to tell two names of one agent apart from a repeat.
+        let mut canonical: Vec<&'static str> = Vec::new();
         for name in &options.agents {
             let spec = registry::find(name)
                 .filter(|spec| spec.acp_command.is_some())
@@ -213,22 +234,42 @@ impl Subagents {
                         .collect::<Vec<_>>()
                         .join(", "),
                 })?;
-            if targets.iter().any(|t: &Target| t.name == spec.name) {
-                continue;
+            if let Some(index) = canonical.iter().position(|known| *known == spec.name) {
+                let other: &Target = &targets[index];
+                if other.name == *name {
+                    continue;
+                }
+                return Err(SubagentError::SameAgent {
+                    given: other.name.clone(),
+                    other: name.clone(),
+                    canonical: spec.name.to_owned(),
+                });
             }
             let resolved =
-                agents::resolve(spec.name, &facts).map_err(|source| SubagentError::Resolve {
+                agents::resolve(name, &facts).map_err(|source| SubagentError::Resolve {
                     name: name.clone(),
                     source,
                 })?;
+            canonical.push(spec.name);
             targets.push(Target {
-                name: spec.name.to_owned(),
+                name: name.clone(),
                 description: spec.summary.to_owned(),
                 command: resolved.command,
                 launch: Launch::default(),
                 source: Source::Registry,
                 origin: None,
             });
+        }
+        for name in &options.env {
+            match EnvForward::parse(name) {
+                Ok(EnvForward::Inherit(_)) => {}
+                Ok(EnvForward::Set(name, _)) => return Err(SubagentError::EnvValue { name }),
+                Err(_) => {
+                    return Err(SubagentError::EnvName {
+                        name: name.split('=').next().unwrap_or_default().to_owned(),
+                    });
+                }
+            }
         }
         let parallel = options
             .max_parallel
@@ -466,10 +507,13 @@ impl Subagents {
         };
         let cap = turn.memory().settings().max_depth;
         let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {
-            Delegated::failed(format!(
-                "subagent {name} was not started: {}",
-                protocol::report::describe(&error)
-            ))
+            let why = match &error {
+                run::PrepareError::Env(EnvForwardError::NotSet(variable)) => {
+                    self.not_set(target, variable)
+                }
+                _ => protocol::report::describe(&error),
+            };
+            Delegated::failed(format!("subagent {name} was not started: {why}"))
         })?;
         if !target.trust(self.trust.as_ref()).may_start() {
             approve(turn, call, name, &asking, self.trust.as_ref()).await?;
@@ -480,6 +524,24 @@ impl Subagents {
             permission,
             resume: resuming,
         })
+    }
+}
+
+impl Subagents {
+    /// Why a start failed on `variable`, forwarded but unset, in this agent's terms: what
+    /// forwards it (`--subagent-env`, else the definition's `run.env`) and what to change.
+    fn not_set(&self, target: &Target, variable: &str) -> String {
+        let by = if self.env.iter().any(|name| name == variable) {
+            format!("--subagent-env {variable}")
+        } else {
+            match &target.origin {
+                Some(origin) => format!("`run.env` of {}", origin.file.display()),
+                None => "its definition's `run.env`".to_owned(),
+            }
+        };
+        format!(
+            "{variable} is forwarded by {by}, but it is not set in acp-child's environment (set it where acp-child is started, or stop forwarding it)"
+        )
     }
 }
 

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use acp_host::run::Cancel;
 use agent_client_protocol::v1::schema::{ToolCallId, ToolKind};
+use protocol::capabilities::ToolFilter;
 
 use crate::backend::CANCELLED;
 use crate::backend::Turn;
@@ -116,9 +117,27 @@ pub(crate) struct Offered {
     /// `subagent`, `send_message`, `list_agents`: some subagent is available and this agent is
     /// below its depth cap.
     pub(crate) delegation: bool,
-    /// `run_in_background` and the task tools: delegation is, and `--no-background` is off.
+    /// `run_in_background` and the task tools: delegation is, `--no-background` is off, and the
+    /// session's tool filter lets [`BACKGROUND_TOOLS`] through (a task nothing could collect or
+    /// stop is not offered).
     pub(crate) background: bool,
+    /// Continuing a child (a child kept idle after its answer, the promise in `subagent`'s
+    /// description): delegation is, and the session's tool filter lets [`MESSAGING_TOOLS`]
+    /// through; otherwise nothing could message a child, so none is kept.
+    pub(crate) messaging: bool,
 }
+
+/// The tools that collect and stop a background task; `run_in_background` needs both.
+pub(crate) const BACKGROUND_TOOLS: [&str; 2] = ["task_output", "task_kill"];
+
+/// The tools that find and continue a child; keeping a child idle needs both.
+pub(crate) const MESSAGING_TOOLS: [&str; 2] = ["send_message", "list_agents"];
+
+/// The result of a forced `run_in_background` when the session's tool filter leaves out the
+/// task tools.
+pub(crate) const BACKGROUND_FILTERED: &str = "background subagents are not available in this \
+     session (its tool filter leaves out task_output or task_kill); call subagent without \
+     run_in_background";
 
 /// The result of a forced `run_in_background` under `--no-background`.
 pub(crate) const BACKGROUND_DISABLED: &str = "background subagents are disabled in this agent \
@@ -133,6 +152,8 @@ pub(crate) struct Children<'a> {
     catalog: Catalog,
     /// The session's own depth cap, which lowers this agent's.
     session_cap: Option<u32>,
+    /// The session's tool filter, which decides what of the children's tools is offered.
+    filter: Option<ToolFilter>,
 }
 
 impl<'a> Children<'a> {
@@ -142,15 +163,22 @@ impl<'a> Children<'a> {
             subagents,
             catalog: subagents.catalog(turn.workspace().root()),
             session_cap: turn.memory().settings().max_depth,
+            filter: turn.memory().settings().tool_filter(),
         }
     }
 
     /// Which children's tools are offered.
     pub(crate) fn offered(&self) -> Offered {
         let delegation = self.subagents.offered(&self.catalog, self.session_cap);
+        let allows = |names: &[&str]| {
+            self.filter
+                .as_ref()
+                .is_none_or(|filter| names.iter().all(|name| filter.allows(name)))
+        };
         Offered {
             delegation,
-            background: delegation && self.subagents.background(),
+            background: delegation && self.subagents.background() && allows(&BACKGROUND_TOOLS),
+            messaging: delegation && allows(&MESSAGING_TOOLS),
         }
     }
 
@@ -162,11 +190,6 @@ impl<'a> Children<'a> {
     /// Whether starting `target` asks the person first.
     pub(crate) fn needs_approval(&self, target: &catalog::Target) -> bool {
         self.subagents.needs_approval(target)
-    }
-
-    /// Whether `run_in_background` may be used at all (`--no-background` is off).
-    pub(crate) fn background_enabled(&self) -> bool {
-        self.subagents.background()
     }
 
     /// Starts `task` for tool call `call` of `turn`. Everything that can fail before a process
@@ -183,6 +206,11 @@ impl<'a> Children<'a> {
         if mode == Mode::Background && !self.subagents.background() {
             return Delegated::failed(BACKGROUND_DISABLED);
         }
+        if mode == Mode::Background && !self.offered().background {
+            return Delegated::failed(BACKGROUND_FILTERED);
+        }
+        // A child answered stays alive, idle, only when something could message it.
+        let keep = self.offered().messaging;
         let start = match self
             .subagents
             .preflight(turn, call, &self.catalog, task, None)
@@ -207,7 +235,7 @@ impl<'a> Children<'a> {
         if mode == Mode::Foreground {
             let (result, live) = self
                 .subagents
-                .run(turn, call, start, task.prompt, task.description, true)
+                .run(turn, call, start, task.prompt, task.description, keep)
                 .await;
             record(&memory, &child, &result, live);
             drop(gate);
@@ -219,7 +247,10 @@ impl<'a> Children<'a> {
             let cancel = cancel.clone();
             let child = child.clone();
             async move {
-                let (result, live) = subagents.run_detached(start, cancel).await;
+                let (result, mut live) = subagents.run_detached(start, cancel).await;
+                if !keep && let Some(idle) = live.take() {
+                    idle.close().await;
+                }
                 record(&memory, &child, &result, live);
                 result
             }

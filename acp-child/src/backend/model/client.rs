@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use eventsource_stream::{Event, EventStreamError, Eventsource as _};
 use futures::Stream;
+use protocol::report::describe;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
 use thiserror::Error;
@@ -92,6 +93,12 @@ pub(crate) enum ModelError {
 /// A response being streamed: its server-sent events.
 pub(crate) type Events =
     Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
+
+/// The most models taken from the server's list (`list_models`).
+pub(crate) const MAX_LISTED_MODELS: usize = 100;
+
+/// How long listing the server's models may take in all.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sends Chat Completions requests for one model configuration.
 #[derive(Debug, Clone)]
@@ -175,6 +182,52 @@ impl ModelClient {
                 Outcome::Fail => return Err(self.failure(status, retries, message)),
             }
         }
+    }
+
+    /// The models the server lists (`GET /v1/models`, `{"data": [{"id": ...}]}`), at most
+    /// [`MAX_LISTED_MODELS`], in its order; `Err` says why not, for a debug log (a server that
+    /// lists nothing is not an error of this agent).
+    pub(crate) async fn list_models(&self) -> Result<Vec<String>, String> {
+        #[derive(serde::Deserialize)]
+        struct Listing {
+            data: Vec<Listed>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Listed {
+            id: String,
+        }
+        let url = self.config.models_endpoint();
+        let mut headers = self.headers();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        headers.remove(CONTENT_TYPE);
+        let response = self
+            .http
+            .get(&url)
+            .headers(headers)
+            .timeout(LIST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|error| format!("GET {url}: {}", describe(&error)))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("GET {url}: HTTP {}", status.as_u16()));
+        }
+        let body = response
+            .bytes()
+            .await
+            .map_err(|error| format!("GET {url}: {}", describe(&error)))?;
+        let listing: Listing = serde_json::from_slice(&body)
+            .map_err(|error| format!("GET {url}: not a model list ({error})"))?;
+        let mut models: Vec<String> = Vec::new();
+        for id in listing.data.into_iter().map(|listed| listed.id) {
+            if models.len() == MAX_LISTED_MODELS {
+                break;
+            }
+            if !id.trim().is_empty() && !models.contains(&id) {
+                models.push(id);
+            }
+        }
+        Ok(models)
     }
 
     fn headers(&self) -> HeaderMap {

@@ -193,6 +193,11 @@ impl ModelConfig {
     pub(crate) fn endpoint(&self) -> String {
         format!("{}/chat/completions", self.base_url)
     }
+
+    /// Where the server lists its models (`GET`).
+    pub(crate) fn models_endpoint(&self) -> String {
+        format!("{}/models", self.base_url)
+    }
 }
 
 fn check_base_url(url: &str) -> Result<String, ConfigError> {

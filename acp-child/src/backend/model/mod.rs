@@ -4,6 +4,10 @@
 //! accumulation, finish reasons), [`tools`] (the tools, one module each, and their list),
 //! [`turn`] (the loop: request -> stream -> tool calls -> results -> next request), [`replay`]
 //! (history -> session updates for `session/load`). Its sessions are saved ([`Store`]).
+//!
+//! The models a session may select are `--model`, `--models`, then those the server lists
+//! (`GET /v1/models`, at most `client::MAX_LISTED_MODELS`), fetched once per process at start
+//! ([`Backend::warm_up`]); a server that cannot list them is logged at debug, never an error.
 
 pub(crate) mod client;
 pub(crate) mod config;
@@ -12,10 +16,11 @@ pub(crate) mod tools;
 mod turn;
 pub(crate) mod wire;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use agent_client_protocol::v1::schema::{SessionUpdate, StopReason};
-use futures::future::BoxFuture;
+use futures::FutureExt as _;
+use futures::future::{BoxFuture, Shared};
 
 pub use self::client::ClientBuildError;
 use self::client::ModelClient;
@@ -28,13 +33,28 @@ use crate::store::Store;
 use crate::workspace::Workspace;
 
 /// The backend used when a model is configured.
-#[derive(Debug)]
 pub(crate) struct Model {
     client: ModelClient,
     tools: Toolbox,
     /// What its turns may delegate to; `None`: subagents are not enabled.
     subagents: Option<Arc<Subagents>>,
     store: Arc<Store>,
+    /// The models the server lists, once fetched (empty when it lists none or failed).
+    listed: Arc<OnceLock<Vec<String>>>,
+    /// Fetches them, once per process however often it is awaited ([`Backend::warm_up`]).
+    listing: Shared<BoxFuture<'static, ()>>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("client", &self.client)
+            .field("tools", &self.tools)
+            .field("subagents", &self.subagents)
+            .field("store", &self.store)
+            .field("listed", &self.listed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Model {
@@ -44,11 +64,29 @@ impl Model {
     ) -> Result<Self, ClientBuildError> {
         let tools = Toolbox::standard(config.command_timeout, subagents.is_some());
         let store = Arc::new(Store::new(config.state_dir.clone()));
+        let client = ModelClient::new(Arc::new(config))?;
+        let listed = Arc::new(OnceLock::new());
+        let listing = {
+            let client = client.clone();
+            let listed = Arc::clone(&listed);
+            async move {
+                let models = client.list_models().await.unwrap_or_else(|error| {
+                    tracing::debug!(%error, "the model server lists no models");
+                    Vec::new()
+                });
+                tracing::debug!(count = models.len(), "models listed by the server");
+                let _ = listed.set(models);
+            }
+            .boxed()
+            .shared()
+        };
         Ok(Self {
-            client: ModelClient::new(Arc::new(config))?,
+            client,
             tools,
             subagents,
             store,
+            listed,
+            listing,
         })
     }
 }
@@ -75,10 +113,15 @@ impl Backend for Model {
         replay::updates(&self.tools, &memory.history(), workspace, memory)
     }
 
+    fn warm_up(&self) -> BoxFuture<'static, ()> {
+        self.listing.clone().boxed()
+    }
+
     fn offers(&self) -> Offers {
         let config = self.client.config();
         let mut models = vec![config.model.clone()];
-        for model in &config.models {
+        let listed = self.listed.get().into_iter().flatten();
+        for model in config.models.iter().chain(listed) {
             if !models.contains(model) {
                 models.push(model.clone());
             }

@@ -51,7 +51,11 @@ pub(super) async fn run(
     let mut system = config
         .persona
         .with_session(settings.persona.as_ref())
-        .render(model, turn.workspace().root());
+        .render(
+            model,
+            turn.workspace().root(),
+            settings.tool_filter().as_ref(),
+        );
     if settings.output.is_some() {
         system.push_str("\n\n");
         system.push_str(super::tools::CAPTURE_INSTRUCTION);

@@ -5,6 +5,9 @@
 //! - `/read PATH`: a `read` tool call, then the file's text as the reply;
 //! - `/write PATH TEXT`: an `edit` tool call that asks permission (allow once or reject once,
 //!   through [`super::permission`]) and writes only when allowed;
+//! - both go through the client's `fs/read_text_file` / `fs/write_text_file` when it offers them
+//!   (an editor's unsaved buffers), else the disk, as the model's tools do (`Files`), confined
+//!   to the session directory either way;
 //! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`;
 //! - `/delegate NAME PROMPT`: runs subagent NAME in its own process ([`super::delegate`]), as a
 //!   tool call showing its text while it runs, and replies with its result. One-shot: the child
@@ -27,9 +30,9 @@ use futures::future::BoxFuture;
 
 use self::commands::{COMMANDS_HELP, Command, Parsed};
 use super::children::{self, Children, Mode, Subagents, Task};
+use super::model::tools::files::Files;
 use super::permission::{self, Offer, PermissionKind, Verdict};
 use super::{Backend, CommandHelp, Offers, Turn, TurnError, locations};
-use crate::workspace::Workspace;
 use protocol::report::describe;
 
 /// The reply to a plain-text prompt, streamed one line per chunk.
@@ -80,7 +83,7 @@ async fn run(turn: &mut Turn, subagents: Option<&Arc<Subagents>>) -> Result<Stop
             }
             Ok(StopReason::EndTurn)
         }
-        Ok(Parsed::Command(Command::Read { path })) => read(turn, &path),
+        Ok(Parsed::Command(Command::Read { path })) => read(turn, &path).await,
         Ok(Parsed::Command(Command::Write { path, text })) => write(turn, &path, &text).await,
         Ok(Parsed::Command(Command::Sleep { secs })) => sleep(turn, secs).await,
         Ok(Parsed::Command(Command::Delegate { name, prompt })) => {
@@ -93,14 +96,14 @@ async fn run(turn: &mut Turn, subagents: Option<&Arc<Subagents>>) -> Result<Stop
     }
 }
 
-fn read(turn: &mut Turn, path: &str) -> Result<StopReason, TurnError> {
+async fn read(turn: &mut Turn, path: &str) -> Result<StopReason, TurnError> {
     let call = ToolCall::new("", format!("Read {path}"))
         .kind(ToolKind::Read)
         .status(ToolCallStatus::InProgress)
         .locations(locations(turn.workspace(), path));
     let id = turn.announce_tool_call(call, "")?;
-    match turn.workspace().read_text(path) {
-        Ok(text) => {
+    match Files::new(turn).read(path).await {
+        Ok(Some(text)) => {
             turn.update_tool_call(
                 &id,
                 ToolCallUpdateFields::new()
@@ -109,7 +112,14 @@ fn read(turn: &mut Turn, path: &str) -> Result<StopReason, TurnError> {
             )?;
             turn.say(text)?;
         }
-        Err(error) => fail_with(turn, &id, &error)?,
+        Ok(None) => {
+            fail(turn, &id, "cancelled: did not read")?;
+            return Ok(StopReason::Cancelled);
+        }
+        Err(reason) => {
+            fail(turn, &id, &reason)?;
+            turn.say(reason)?;
+        }
     }
     Ok(StopReason::EndTurn)
 }
@@ -128,25 +138,34 @@ async fn write(turn: &mut Turn, path: &str, text: &str) -> Result<StopReason, Tu
             return Ok(StopReason::EndTurn);
         }
     };
-    let preview = Diff::new(&target, text).old_text(Workspace::existing_text(&target));
+    // The text the write replaces: the editor's buffer when the client serves reads.
+    let old_text = Files::new(turn).old_text(&target).await;
+    let preview = Diff::new(&target, text).old_text(old_text.clone());
     let preview = ToolCallUpdateFields::new().content(vec![ToolCallContent::from(preview)]);
     let verdict = permission::ask(turn, &id, PermissionKind::Edit, Offer::Once, preview).await?;
     match verdict {
         Verdict::Allowed => {
-            // `write_text` resolves the path again: the file system may have changed while the
+            // The write resolves the path again: the file system may have changed while the
             // user was deciding.
-            match turn.workspace().write_text(path, text) {
-                Ok(written) => {
-                    let diff = Diff::new(written.path, text).old_text(written.old_text);
+            match Files::new(turn).write(path, text).await {
+                Ok(Some(written)) => {
+                    let diff = Diff::new(written, text).old_text(old_text);
                     turn.update_tool_call(
                         &id,
                         ToolCallUpdateFields::new()
                             .status(ToolCallStatus::Completed)
                             .content(vec![ToolCallContent::from(diff)]),
                     )?;
-                    turn.say(format!("wrote {} bytes to {path}", written.bytes))?;
+                    turn.say(format!("wrote {} bytes to {path}", text.len()))?;
                 }
-                Err(error) => fail_with(turn, &id, &error)?,
+                Ok(None) => {
+                    fail(turn, &id, "cancelled: did not write")?;
+                    return Ok(StopReason::Cancelled);
+                }
+                Err(reason) => {
+                    fail(turn, &id, &reason)?;
+                    turn.say(reason)?;
+                }
             }
         }
         Verdict::Rejected => {

@@ -14,6 +14,13 @@ pub(crate) struct Files<'a> {
     pub(super) turn: &'a Turn,
 }
 
+impl<'a> Files<'a> {
+    /// The files of `turn`'s session (also the offline `/read` and `/write`).
+    pub(crate) fn new(turn: &'a Turn) -> Self {
+        Self { turn }
+    }
+}
+
 impl Files<'_> {
     /// Reads a file inside the workspace. `Ok(None)`: the turn was cancelled.
     pub(crate) async fn read(&self, requested: &str) -> Result<Option<String>, String> {
@@ -53,7 +60,11 @@ impl Files<'_> {
     }
 
     /// Writes a file inside the workspace. `Ok(None)`: the turn was cancelled.
-    async fn write(&self, requested: &str, content: &str) -> Result<Option<PathBuf>, String> {
+    pub(crate) async fn write(
+        &self,
+        requested: &str,
+        content: &str,
+    ) -> Result<Option<PathBuf>, String> {
         let workspace = self.turn.workspace();
         if !self.turn.client_fs().write {
             return workspace

@@ -16,7 +16,7 @@
 
 mod capture;
 mod edit_file;
-mod files;
+pub(crate) mod files;
 mod list_agents;
 mod list_dir;
 mod read_file;

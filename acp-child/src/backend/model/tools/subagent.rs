@@ -5,8 +5,9 @@
 //! the depth cap; a call the model makes anyway at the cap is refused by the run library's depth
 //! rule, as a tool result. The `agent` parameter is an enum of the enabled names, each described.
 //! With `run_in_background` the child runs as a task the session owns (the call returns the task
-//! id at once); under `--no-background` the parameter is not offered, and a call sending it
-//! anyway is refused with nothing started.
+//! id at once); under `--no-background`, or when the session's tool filter leaves out the task
+//! tools, the parameter is not offered, and a call sending it anyway is refused with nothing
+//! started. The description promises continuation (`send_message`) only when it is offered.
 
 use agent_client_protocol::v1::schema::ToolKind;
 use futures::future::BoxFuture;
@@ -21,6 +22,10 @@ use crate::backend::children::{self, Children, Delegated, Mode, Task};
 pub(crate) const NAME: &str = children::TOOL;
 
 pub(super) struct Subagent;
+
+/// The sentence of the description promising continuation, left out unless `send_message` and
+/// `list_agents` are offered too.
+const CONTINUATION: &str = " Each child gets a child id (list_agents) that send_message continues.";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -92,12 +97,16 @@ impl Tool for Subagent {
             "enum": catalog.targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
             "description": format!("which subagent runs the task. {}", described.join("; ")),
         });
-        if !children.background_enabled()
+        let offered = children.offered();
+        if !offered.background
             && let Some(properties) = properties.as_object_mut()
         {
             properties.remove("run_in_background");
         }
         let mut description = self.description().to_owned();
+        if !offered.messaging {
+            description = description.replace(CONTINUATION, "");
+        }
         if !catalog.problems.is_empty() {
             description
                 .push_str(" Some subagent definitions could not be loaded (tell the user): ");
