@@ -170,16 +170,20 @@ impl<'a> Children<'a> {
     /// Which children's tools are offered.
     pub(crate) fn offered(&self) -> Offered {
         let delegation = self.subagents.offered(&self.catalog, self.session_cap);
-        let allows = |names: &[&str]| {
-            self.filter
-                .as_ref()
-                .is_none_or(|filter| names.iter().all(|name| filter.allows(name)))
-        };
         Offered {
             delegation,
-            background: delegation && self.subagents.background() && allows(&BACKGROUND_TOOLS),
-            messaging: delegation && allows(&MESSAGING_TOOLS),
+            background: delegation
+                && self.subagents.background()
+                && self.filter_allows(&BACKGROUND_TOOLS),
+            messaging: delegation && self.filter_allows(&MESSAGING_TOOLS),
         }
+    }
+
+    /// Whether the session's tool filter lets every one of `names` through.
+    fn filter_allows(&self, names: &[&str]) -> bool {
+        self.filter
+            .as_ref()
+            .is_none_or(|filter| names.iter().all(|name| filter.allows(name)))
     }
 
     /// What may be started, and the definition files that could not be used.
@@ -206,7 +210,8 @@ impl<'a> Children<'a> {
         if mode == Mode::Background && !self.subagents.background() {
             return Delegated::failed(BACKGROUND_DISABLED);
         }
-        if mode == Mode::Background && !self.offered().background {
+        // Only the filter's own refusal here: a start past the depth cap is refused as such.
+        if mode == Mode::Background && !self.filter_allows(&BACKGROUND_TOOLS) {
             return Delegated::failed(BACKGROUND_FILTERED);
         }
         // A child answered stays alive, idle, only when something could message it.
