@@ -14,11 +14,16 @@
 //!   returned without its final snapshot.
 //!
 //! Invariant: acp-child reports a child's end with [`ChildState::of_status`] and
-//! [`ChildState::wire_stop_reason`]; acp-host reads snapshots back with [`ChildState::from_wire`].
-//! Both directions are these functions, so they cannot drift apart.
+//! [`ChildState::idle_stop_reason`]; acp-host reads snapshots back with
+//! [`ChildState::from_update`]. Both directions are these functions, on the schema's typed
+//! snapshot ([`StateUpdate`]), so they cannot drift apart.
 
+use std::collections::BTreeMap;
+
+use agent_client_protocol_schema::v1::{
+    ErrorStopReason, IdleStopReason, OtherStopReason, StateUpdate,
+};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::result::Status;
 
@@ -48,38 +53,39 @@ impl ChildState {
         }
     }
 
-    /// The `stopReason` of the `idle` snapshot that reports this state: the child's own stop
-    /// reason when it completed (`end_turn`, `max_tokens`, ...), else `cancelled` or `error`.
-    /// `None` for the states that are not reported as `idle`.
+    /// The stop reason of the `idle` snapshot that reports this state: the child's own stop
+    /// reason when it completed (`end_turn`, `max_tokens`, ...), else `cancelled` or `error`
+    /// (without its details: the caller adds the failure). `None` for the states that are not
+    /// reported as `idle`.
     #[must_use]
-    pub fn wire_stop_reason(self, child_stop_reason: Option<&str>) -> Option<String> {
+    pub fn idle_stop_reason(self, child_stop_reason: Option<&str>) -> Option<IdleStopReason> {
         match self {
-            ChildState::Completed => Some(child_stop_reason.unwrap_or("end_turn").to_owned()),
-            ChildState::Cancelled => Some("cancelled".to_owned()),
-            ChildState::Failed => Some("error".to_owned()),
+            ChildState::Completed => Some(stop_reason_of(child_stop_reason.unwrap_or("end_turn"))),
+            ChildState::Cancelled => Some(IdleStopReason::Cancelled),
+            ChildState::Failed => Some(IdleStopReason::Error(ErrorStopReason::new())),
             ChildState::Running | ChildState::Disconnected => None,
         }
     }
 
     /// What a `state` snapshot of a `subagent_update` says, with its stop reason; `None` when it
-    /// says nothing this host knows (`null`, a future state): the state is then unchanged.
+    /// says nothing this host knows (a custom or future state): the state is then unchanged.
     #[must_use]
-    pub fn from_wire(state: &Value) -> Option<(ChildState, Option<String>)> {
-        let stop_reason = state
-            .get("stopReason")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let child = match state.get("state").and_then(Value::as_str)? {
-            "running" | "requires_action" => ChildState::Running,
-            "unknown" => ChildState::Disconnected,
-            "idle" => match stop_reason.as_deref() {
-                Some("cancelled") => ChildState::Cancelled,
-                Some("error") => ChildState::Failed,
-                _ => ChildState::Completed,
-            },
-            _ => return None,
-        };
-        Some((child, stop_reason))
+    pub fn from_update(state: &StateUpdate) -> Option<(ChildState, Option<String>)> {
+        match state {
+            StateUpdate::Running(_) | StateUpdate::RequiresAction(_) => {
+                Some((ChildState::Running, None))
+            }
+            StateUpdate::Unknown(_) => Some((ChildState::Disconnected, None)),
+            StateUpdate::Idle(idle) => {
+                let child = match &idle.stop_reason {
+                    Some(IdleStopReason::Cancelled) => ChildState::Cancelled,
+                    Some(IdleStopReason::Error(_)) => ChildState::Failed,
+                    _ => ChildState::Completed,
+                };
+                Some((child, idle.stop_reason.as_ref().map(stop_reason_name)))
+            }
+            _ => None,
+        }
     }
 
     /// Whether no further snapshot is expected.
@@ -106,6 +112,38 @@ impl std::fmt::Display for ChildState {
     }
 }
 
+/// A stop reason from its wire name: a known one as its variant, any other kept as is (what serde
+/// makes of the same `stopReason`).
+fn stop_reason_of(name: &str) -> IdleStopReason {
+    match name {
+        "end_turn" => IdleStopReason::EndTurn,
+        "max_tokens" => IdleStopReason::MaxTokens,
+        "max_turn_requests" => IdleStopReason::MaxTurnRequests,
+        "refusal" => IdleStopReason::Refusal,
+        "cancelled" => IdleStopReason::Cancelled,
+        "error" => IdleStopReason::Error(ErrorStopReason::new()),
+        other => IdleStopReason::Other(OtherStopReason::new(other, BTreeMap::new())),
+    }
+}
+
+/// The wire name of a stop reason (`end_turn`, `error`, a custom one as sent).
+fn stop_reason_name(reason: &IdleStopReason) -> String {
+    match reason {
+        IdleStopReason::EndTurn => "end_turn".to_owned(),
+        IdleStopReason::MaxTokens => "max_tokens".to_owned(),
+        IdleStopReason::MaxTurnRequests => "max_turn_requests".to_owned(),
+        IdleStopReason::Refusal => "refusal".to_owned(),
+        IdleStopReason::Cancelled => "cancelled".to_owned(),
+        IdleStopReason::Error(_) => "error".to_owned(),
+        IdleStopReason::Other(other) => other.stop_reason.clone(),
+        // A variant of a later schema: the name is its serialized tag.
+        future => serde_json::to_value(future)
+            .ok()
+            .and_then(|value| Some(value.get("stopReason")?.as_str()?.to_owned()))
+            .unwrap_or_default(),
+    }
+}
+
 /// One child session the agent announced during a run, as the result lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -125,26 +163,33 @@ pub struct ChildSession {
 
 #[cfg(test)]
 mod tests {
+    use agent_client_protocol_schema::v1::{
+        IdleStateUpdate, RequiresActionStateUpdate, RunningStateUpdate, UnknownStateUpdate,
+    };
     use serde_json::json;
 
     use super::*;
 
+    fn idle(reason: Option<IdleStopReason>) -> StateUpdate {
+        StateUpdate::Idle(IdleStateUpdate::new().stop_reason(reason))
+    }
+
     #[test]
-    fn every_status_round_trips_through_the_wire_snapshot() {
+    fn every_status_round_trips_through_the_snapshot() {
         for status in Status::ALL {
             let state = ChildState::of_status(status);
-            let reason = state.wire_stop_reason(status.stop_reason());
-            let wire = json!({"state": "idle", "stopReason": reason});
+            let reason = state.idle_stop_reason(status.stop_reason());
+            let name = reason.as_ref().map(stop_reason_name);
             assert_eq!(
-                ChildState::from_wire(&wire),
-                Some((state, reason)),
+                ChildState::from_update(&idle(reason)),
+                Some((state, name)),
                 "{status}"
             );
             assert!(state.is_final());
         }
         assert_eq!(
-            ChildState::of_status(Status::MaxTokens).wire_stop_reason(Some("max_tokens")),
-            Some("max_tokens".into())
+            ChildState::of_status(Status::MaxTokens).idle_stop_reason(Some("max_tokens")),
+            Some(IdleStopReason::MaxTokens)
         );
         assert_eq!(ChildState::of_status(Status::Timeout), ChildState::Failed);
         assert_eq!(
@@ -154,21 +199,42 @@ mod tests {
     }
 
     #[test]
+    fn stop_reasons_are_what_serde_makes_of_their_names() {
+        for name in [
+            "end_turn",
+            "max_tokens",
+            "max_turn_requests",
+            "refusal",
+            "cancelled",
+            "error",
+            "_custom",
+        ] {
+            let wire: StateUpdate =
+                serde_json::from_value(json!({"state": "idle", "stopReason": name})).unwrap();
+            assert_eq!(wire, idle(Some(stop_reason_of(name))), "{name}");
+            assert_eq!(stop_reason_name(&stop_reason_of(name)), name);
+        }
+    }
+
+    #[test]
     fn snapshots_that_are_not_outcomes() {
-        let read = |value: Value| ChildState::from_wire(&value).map(|(state, _)| state);
-        assert_eq!(read(json!({"state": "running"})), Some(ChildState::Running));
+        let read = |state: StateUpdate| ChildState::from_update(&state).map(|(state, _)| state);
         assert_eq!(
-            read(json!({"state": "requires_action"})),
+            read(StateUpdate::Running(RunningStateUpdate::new())),
             Some(ChildState::Running)
         );
         assert_eq!(
-            read(json!({"state": "unknown"})),
+            read(StateUpdate::RequiresAction(RequiresActionStateUpdate::new())),
+            Some(ChildState::Running)
+        );
+        assert_eq!(
+            read(StateUpdate::Unknown(UnknownStateUpdate::new())),
             Some(ChildState::Disconnected)
         );
-        assert_eq!(read(json!({"state": "idle"})), Some(ChildState::Completed));
-        assert_eq!(read(json!({"state": "_custom"})), None);
-        assert_eq!(read(Value::Null), None);
+        assert_eq!(read(idle(None)), Some(ChildState::Completed));
+        let custom: StateUpdate = serde_json::from_value(json!({"state": "_custom"})).unwrap();
+        assert_eq!(read(custom), None);
         assert!(!ChildState::Running.is_final());
-        assert_eq!(ChildState::Disconnected.wire_stop_reason(None), None);
+        assert_eq!(ChildState::Disconnected.idle_stop_reason(None), None);
     }
 }

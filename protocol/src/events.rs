@@ -2,10 +2,13 @@
 //!
 //! Invariants: `start` and `end` of one run carry the same host-minted run id; `end` always carries the
 //! status and, when a result was produced, the final output (`lastAssistantMessage`). Every record
-//! serializes with a `type` field so consumers can dispatch on one key.
+//! serializes with a `type` field so consumers can dispatch on one key. An update is the schema's
+//! typed `SessionUpdate` (the type the SDK re-exports as `agent_client_protocol::v1::schema`), never
+//! JSON: it becomes JSON only where `--json` writes it.
 
 use std::sync::Arc;
 
+use agent_client_protocol_schema::v1::SessionUpdate;
 use serde::{Deserialize, Serialize};
 
 use crate::permission::PermissionDecision;
@@ -47,10 +50,16 @@ pub struct EndEvent {
 /// `Start` is the ACP subagent lifecycle's `subagent/start`, `End` its `subagent/end`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "updates are nearly every event of a run: boxing one would cost each an allocation \
+              to save memory on the few others"
+)]
 pub enum Event {
     /// The child is ready (session/new answered).
     Start(StartEvent),
-    /// One `session/update` from the agent, as sent (the `update` object of the notification).
+    /// One `session/update` from the agent, as decoded (the `update` object of the notification;
+    /// serialized, the same object).
     Update {
         #[serde(rename = "runId")]
         run_id: String,
@@ -61,7 +70,7 @@ pub enum Event {
         /// That child's name (the title it was announced with), when it has one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         subagent: Option<String>,
-        update: serde_json::Value,
+        update: SessionUpdate,
     },
     /// One answered permission request.
     Permission {

@@ -20,6 +20,9 @@ use std::time::Duration;
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use agent_client_protocol::v1::schema::{
+    ContentBlock, ContentChunk, SessionUpdate, SubagentUpdate, ToolCallStatus,
+};
 use protocol::batch::BatchLine;
 use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
 use protocol::definition::{RunPermission, RunSettings};
@@ -776,15 +779,18 @@ impl Renderer {
 
     /// One update in human mode: our session's text on stdout; under `--verbose`, the rest on
     /// stderr, a child's activity prefixed with its name (`child`).
-    fn human_update(&self, update: &serde_json::Value, child: Option<&str>) {
-        let kind = text_at(update, "/sessionUpdate").unwrap_or("");
-        let text = text_at(update, "/content/text");
+    fn human_update(&self, update: &SessionUpdate, child: Option<&str>) {
+        let (kind, text) = kind_and_text(update);
         if !self.verbose && child.is_some() {
             return;
         }
         let prefix = child.map_or_else(String::new, |name| format!("[{name}] "));
         match (kind, text) {
-            ("subagent_update", _) => self.subagent_line(update, &prefix),
+            ("subagent_update", _) => {
+                if let SessionUpdate::SubagentUpdate(announced) = update {
+                    self.subagent_line(announced, &prefix);
+                }
+            }
             ("agent_message_chunk" | "agent_thought_chunk", Some(text))
                 if child.is_some() && !text.trim().is_empty() =>
             {
@@ -806,17 +812,32 @@ impl Renderer {
             }
             _ if !self.verbose => {}
             ("agent_thought_chunk", Some(text)) => eprint!("{text}"),
-            ("tool_call" | "tool_call_update", _) => eprintln!(
-                "acp-host: {prefix}[{kind}] {} {}",
-                text_at(update, "/title").unwrap_or(""),
-                text_at(update, "/status").unwrap_or("")
-            ),
-            ("plan", _) => eprintln!(
-                "acp-host: {prefix}[plan] {}",
-                update
-                    .get("entries")
-                    .map_or_else(String::new, ToString::to_string)
-            ),
+            ("tool_call" | "tool_call_update", _) => {
+                let (title, status) = match update {
+                    // A pending status is the default, not sent: shown as none.
+                    SessionUpdate::ToolCall(call) => (
+                        Some(call.title.as_str()),
+                        Some(call.status).filter(|s| *s != ToolCallStatus::Pending),
+                    ),
+                    SessionUpdate::ToolCallUpdate(call) => {
+                        (call.fields.title.as_deref(), call.fields.status)
+                    }
+                    _ => (None, None),
+                };
+                eprintln!(
+                    "acp-host: {prefix}[{kind}] {} {}",
+                    title.unwrap_or(""),
+                    status.map_or_else(String::new, status_name)
+                );
+            }
+            ("plan", _) => {
+                if let SessionUpdate::Plan(plan) = update {
+                    eprintln!(
+                        "acp-host: {prefix}[plan] {}",
+                        serde_json::to_string(&plan.entries).unwrap_or_default()
+                    );
+                }
+            }
             _ => {}
         }
     }
@@ -834,16 +855,14 @@ impl Renderer {
 
     /// `--verbose`: a child announced (`[subagent] NAME started: TASK`) or ended
     /// (`[subagent] NAME completed (end_turn)`), on the session it was announced on (`prefix`).
-    fn subagent_line(&self, update: &serde_json::Value, prefix: &str) {
-        let Some(id) = text_at(update, "/sessionId") else {
-            return;
-        };
+    fn subagent_line(&self, update: &SubagentUpdate, prefix: &str) {
+        let id: &str = &update.session_id.0;
         let name = {
             let Ok(mut names) = self.child_names.lock() else {
                 return;
             };
-            if let Some(title) = text_at(update, "/title") {
-                names.insert(id.to_owned(), title.to_owned());
+            if let Some(title) = update.title.value() {
+                names.insert(id.to_owned(), title.clone());
             }
             names.get(id).cloned().unwrap_or_else(|| id.to_owned())
         };
@@ -851,15 +870,18 @@ impl Renderer {
             return;
         }
         let state = update
-            .get("state")
-            .and_then(protocol::child_session::ChildState::from_wire);
+            .state
+            .value()
+            .and_then(protocol::child_session::ChildState::from_update);
         match state {
             Some((state, stop_reason)) if state.is_final() => {
                 let reason = stop_reason.map_or_else(String::new, |r| format!(" ({r})"));
                 eprintln!("acp-host: {prefix}[subagent] {name} {state}{reason}");
             }
             _ => {
-                let task = text_at(update, "/description")
+                let task = update
+                    .description
+                    .value()
                     .map_or_else(String::new, |task| format!(": {task}"));
                 eprintln!("acp-host: {prefix}[subagent] {name} started{task}");
             }
@@ -927,14 +949,42 @@ impl Observer for Renderer {
     }
 }
 
-/// The string at a JSON pointer of a session update, if there is one.
-fn text_at<'a>(value: &'a serde_json::Value, pointer: &str) -> Option<&'a str> {
-    // Walked by hand: `Value::pointer` allocates per token, and this runs for every chunk.
-    pointer
-        .split('/')
-        .skip(1)
-        .try_fold(value, |value, key| value.get(key))
-        .and_then(serde_json::Value::as_str)
+/// An update's `sessionUpdate` tag, for the kinds shown (empty for the others), and the text of a
+/// chunk carrying text.
+fn kind_and_text(update: &SessionUpdate) -> (&'static str, Option<&str>) {
+    match update {
+        SessionUpdate::AgentMessageChunk(chunk) => ("agent_message_chunk", chunk_text(chunk)),
+        SessionUpdate::AgentThoughtChunk(chunk) => ("agent_thought_chunk", chunk_text(chunk)),
+        SessionUpdate::UserMessageChunk(chunk) => ("user_message_chunk", chunk_text(chunk)),
+        SessionUpdate::ToolCall(_) => ("tool_call", None),
+        SessionUpdate::ToolCallUpdate(_) => ("tool_call_update", None),
+        SessionUpdate::Plan(_) => ("plan", None),
+        SessionUpdate::SubagentUpdate(_) => ("subagent_update", None),
+        _ => ("", None),
+    }
+}
+
+/// The text of a chunk carrying text.
+fn chunk_text(chunk: &ContentChunk) -> Option<&str> {
+    match &chunk.content {
+        ContentBlock::Text(text) => Some(text.text.as_str()),
+        _ => None,
+    }
+}
+
+/// A tool call status's wire name (`in_progress`, ...).
+fn status_name(status: ToolCallStatus) -> String {
+    match status {
+        ToolCallStatus::Pending => "pending".to_owned(),
+        ToolCallStatus::InProgress => "in_progress".to_owned(),
+        ToolCallStatus::Completed => "completed".to_owned(),
+        ToolCallStatus::Failed => "failed".to_owned(),
+        // A status of a later schema: its serialized name.
+        future => serde_json::to_value(future)
+            .ok()
+            .and_then(|value| value.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+    }
 }
 
 fn last_lines(text: &str, n: usize) -> impl Iterator<Item = &str> {

@@ -71,8 +71,7 @@ impl Children {
         }
         if let Some(state) = update.state.value()
             && !child.state.is_final()
-            && let Ok(wire) = serde_json::to_value(state)
-            && let Some((state, stop_reason)) = ChildState::from_wire(&wire)
+            && let Some((state, stop_reason)) = ChildState::from_update(state)
         {
             child.state = state;
             child.stop_reason = stop_reason;

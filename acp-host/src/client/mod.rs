@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::ConnectionTo;
-use agent_client_protocol::v1::schema::SessionNotification;
+use agent_client_protocol::v1::schema::{SessionNotification, SessionUpdate};
 use agent_client_protocol::{Agent, Client, Lines};
 use futures::{SinkExt, StreamExt};
 use protocol::capabilities::{Refusal, Wants};
@@ -126,16 +126,15 @@ pub(crate) type Queued<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 pub(crate) trait DriveEvents: Send + Sync {
     /// session/new answered: the agent is ready. Never waits.
     fn ready(&self, session_id: &str);
-    /// One `session/update` (the `update` object as sent), `size` bytes on the wire, of our
+    /// One `session/update` (the typed `update` of the notification), `size` bytes on the wire, of our
     /// session (`child` `None`) or of a child session. Waits while the observers are behind: this
     /// is the backpressure that slows the agent down. The update may be held back for a batch
     /// until [`DriveEvents::flush`].
-    fn update(&self, update: serde_json::Value, size: usize, child: Option<ChildRef>)
-    -> Queued<'_>;
+    fn update(&self, update: SessionUpdate, size: usize, child: Option<ChildRef>) -> Queued<'_>;
     /// Sends the updates held back so far: called whenever the reader is about to wait.
     fn flush(&self);
     /// Like [`DriveEvents::update`], but never waits (for the few updates held before ready).
-    fn update_now(&self, update: serde_json::Value, child: Option<ChildRef>);
+    fn update_now(&self, update: SessionUpdate, child: Option<ChildRef>);
     /// One permission request was answered. Waits like [`DriveEvents::update`].
     fn permission(&self, decision: &PermissionDecision) -> Queued<'_>;
     /// Waits until the observers have seen every event handed over so far (held updates

@@ -27,7 +27,6 @@ use protocol::permission::PermissionDecision;
 use protocol::result::MAX_PERMISSION_RECORDS;
 
 use super::children::Children;
-use super::fast::update_value;
 use super::{ChildRef, DriveEvents, Structured};
 use crate::lock;
 
@@ -278,10 +277,10 @@ impl Shared {
         events.ready(session_id);
         for (notification, _) in gate.held.drain(..) {
             let scope = self.scope(&notification);
-            if let Some((value, child)) =
+            if let Some((update, child)) =
                 self.take_in(&notification.session_id, notification.update, scope)
             {
-                events.update_now(value, child);
+                events.update_now(update, child);
             }
         }
         gate.held_bytes = 0;
@@ -342,14 +341,14 @@ impl Shared {
     }
 
     /// What an update of our session or of a child's does before observers see it: output text
-    /// (ours only), tool-call notes, child announcements; then the value observers get, with the
+    /// (ours only), tool-call notes, child announcements; then the update observers get, with the
     /// child it belongs to. `None` for a foreign session.
     fn take_in(
         &self,
         session: &agent_client_protocol::v1::schema::SessionId,
         update: SessionUpdate,
         scope: Scope,
-    ) -> Option<(serde_json::Value, Option<ChildRef>)> {
+    ) -> Option<(SessionUpdate, Option<ChildRef>)> {
         let child = match scope {
             Scope::Ours => None,
             Scope::Child(child) => Some(child),
@@ -385,7 +384,7 @@ impl Shared {
             }
             _ => {}
         }
-        update_value(update).map(|value| (value, child))
+        Some((update, child))
     }
 
     pub(super) async fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
@@ -403,10 +402,10 @@ pub(super) async fn handle_update(
     size: usize,
 ) {
     if let Some((notification, scope)) = shared.admit(notification, size)
-        && let Some((value, child)) =
+        && let Some((update, child)) =
             shared.take_in(&notification.session_id, notification.update, scope)
     {
-        events.update(value, size, child).await;
+        events.update(update, size, child).await;
     }
 }
 

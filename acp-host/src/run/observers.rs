@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use agent_client_protocol::v1::schema::SessionUpdate;
 use protocol::events::{Event, StartEvent};
 use protocol::permission::PermissionDecision;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -34,6 +35,10 @@ const EVENT_MIN_BYTES: usize = 256;
 const LATE_FLUSH: Duration = Duration::from_millis(100);
 
 /// One event on its way to the observers' thread, holding its share of the budget.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "an event is nearly every delivery: boxing it would cost each update an allocation"
+)]
 enum Delivery {
     Event(Event, Option<OwnedSemaphorePermit>),
     /// Updates decoded from one read of the agent's stdout, sent together: one wake-up of the
@@ -366,7 +371,7 @@ impl DriveEvents for Notifier {
 
     fn update(
         &self,
-        update: serde_json::Value,
+        update: SessionUpdate,
         size: usize,
         child: Option<client::ChildRef>,
     ) -> client::Queued<'_> {
@@ -384,7 +389,7 @@ impl DriveEvents for Notifier {
         self.send_pending();
     }
 
-    fn update_now(&self, update: serde_json::Value, child: Option<client::ChildRef>) {
+    fn update_now(&self, update: SessionUpdate, child: Option<client::ChildRef>) {
         let (session_id, subagent) = child.map(|c| (c.session_id, c.name)).unzip();
         self.deliver_now(Event::Update {
             run_id: self.run_id.clone(),

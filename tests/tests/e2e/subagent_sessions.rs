@@ -26,8 +26,7 @@ use super::common::json_run;
 /// The outcome a `subagent_update` reports, if it carries a final state.
 fn final_state(update: &SubagentUpdate) -> Option<(ChildState, Option<String>)> {
     let state = update.state.value()?;
-    let wire = serde_json::to_value(state).unwrap();
-    ChildState::from_wire(&wire).filter(|(state, _)| state.is_final())
+    ChildState::from_update(state).filter(|(state, _)| state.is_final())
 }
 
 /// The `subagent_update`s among `updates`, with the session each was sent on.

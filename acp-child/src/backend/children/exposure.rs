@@ -21,10 +21,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use acp_host::run::Cancel;
+use agent_client_protocol::schema::MaybeUndefined;
 use agent_client_protocol::v1::schema::{
-    RunningStateUpdate, SessionCancelCapabilities, SessionId, SessionReference, SessionUpdate,
-    StateUpdate, SubagentSessionCapabilities, SubagentUpdate, ToolCallContent, ToolCallId,
-    ToolCallUpdateFields,
+    ContentBlock, IdleStateUpdate, IdleStopReason, RunningStateUpdate, SessionCancelCapabilities,
+    SessionId, SessionReference, SessionUpdate, StateUpdate, SubagentSessionCapabilities,
+    SubagentUpdate, ToolCallContent, ToolCallId, ToolCallUpdateFields, UnknownStateUpdate,
 };
 use protocol::child_session::ChildState;
 use protocol::permission::PermissionRequest;
@@ -44,7 +45,7 @@ pub(super) fn deliver(
     exposure: Option<&mut Exposure>,
     shown: &mut String,
     session: Option<&String>,
-    update: serde_json::Value,
+    update: SessionUpdate,
 ) {
     match exposure {
         Some(exposure) => exposure.relay(turn, session, update),
@@ -58,17 +59,18 @@ fn show(
     call: &ToolCallId,
     shown: &mut String,
     session: Option<&String>,
-    update: &serde_json::Value,
+    update: &SessionUpdate,
 ) {
-    if session.is_some()
-        || update.get("sessionUpdate").and_then(|v| v.as_str()) != Some("agent_message_chunk")
-    {
+    if session.is_some() {
         return;
     }
-    let Some(text) = update.pointer("/content/text").and_then(|v| v.as_str()) else {
+    let SessionUpdate::AgentMessageChunk(chunk) = update else {
         return;
     };
-    push_bounded(shown, text);
+    let ContentBlock::Text(text) = &chunk.content else {
+        return;
+    };
+    push_bounded(shown, &text.text);
     let content = vec![ToolCallContent::from(shown.clone())];
     if let Err(error) = turn.update_tool_call(call, ToolCallUpdateFields::new().content(content)) {
         tracing::debug!(error = %protocol::report::describe(&error), "cannot show a subagent's text");
@@ -143,7 +145,7 @@ impl Exposure {
     }
 
     /// Sends one update of the child's run on its minted session, ids mapped ([`map_ids`]).
-    fn relay(&mut self, turn: &Turn, session: Option<&String>, mut update: serde_json::Value) {
+    fn relay(&mut self, turn: &Turn, session: Option<&String>, mut update: SessionUpdate) {
         let mapped = {
             let (children, run) = (&self.children, self.run.clone());
             let cancellable = &mut self.nested_cancellable;
@@ -163,13 +165,8 @@ impl Exposure {
         if let Some(ended) = ended {
             self.nested_cancellable.remove(&ended);
         }
-        match serde_json::from_value::<SessionUpdate>(update) {
-            Ok(update) => {
-                if let Err(error) = turn.notify_on(SessionId::new(on), update) {
-                    tracing::debug!(error = %protocol::report::describe(&error), "cannot relay a child's update");
-                }
-            }
-            Err(error) => tracing::debug!(%error, "dropped a child's update that does not decode"),
+        if let Err(error) = turn.notify_on(SessionId::new(on), update) {
+            tracing::debug!(error = %protocol::report::describe(&error), "cannot relay a child's update");
         }
     }
 
@@ -178,9 +175,8 @@ impl Exposure {
     /// its answer never came: `None`).
     pub(super) fn end(&mut self, turn: &Turn, result: Option<&RunResult>) {
         for (minted, on) in self.ids.open.drain(..).rev() {
-            let update = SubagentUpdate::new(minted).state(StateUpdate::Unknown(
-                agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
-            ));
+            let update =
+                SubagentUpdate::new(minted).state(StateUpdate::Unknown(UnknownStateUpdate::new()));
             if let Err(error) =
                 turn.notify_on(SessionId::new(on), SessionUpdate::SubagentUpdate(update))
             {
@@ -190,11 +186,8 @@ impl Exposure {
         let state = result.map_or(ChildState::Failed, |result| {
             ChildState::of_status(result.status)
         });
-        let mut snapshot = serde_json::json!({
-            "state": "idle",
-            "stopReason": state.wire_stop_reason(result.and_then(|r| r.stop_reason.as_deref())),
-        });
-        if state == ChildState::Failed {
+        let mut stop_reason = state.idle_stop_reason(result.and_then(|r| r.stop_reason.as_deref()));
+        if let Some(IdleStopReason::Error(failure)) = &mut stop_reason {
             let message = match result {
                 Some(result) => result
                     .error
@@ -202,20 +195,14 @@ impl Exposure {
                     .unwrap_or_else(|| format!("ended {}", result.status)),
                 None => "its run ended abnormally".to_owned(),
             };
-            snapshot["error"] = serde_json::json!({
-                "code": agent_client_protocol::ErrorCode::INTERNAL_ERROR.value(),
-                "message": message,
-            });
+            failure.error = Some(Box::new(agent_client_protocol::v1::schema::Error::new(
+                agent_client_protocol::ErrorCode::INTERNAL_ERROR.value(),
+                message,
+            )));
         }
-        let update = match serde_json::from_value::<StateUpdate>(snapshot) {
-            Ok(state) => SubagentUpdate::new(self.child.id().to_owned()).state(state),
-            Err(error) => {
-                tracing::warn!(%error, "cannot build a child's final state");
-                SubagentUpdate::new(self.child.id().to_owned()).state(StateUpdate::Unknown(
-                    agent_client_protocol::v1::schema::UnknownStateUpdate::new(),
-                ))
-            }
-        };
+        let update = SubagentUpdate::new(self.child.id().to_owned()).state(StateUpdate::Idle(
+            IdleStateUpdate::new().stop_reason(stop_reason),
+        ));
         if let Err(error) = turn.notify_on(turn.session(), SessionUpdate::SubagentUpdate(update)) {
             tracing::debug!(error = %protocol::report::describe(&error), "cannot end a child session");
         }
@@ -315,24 +302,21 @@ enum Mapped {
 fn map_ids(
     ids: &mut Ids,
     session: Option<&str>,
-    update: &mut serde_json::Value,
+    update: &mut SessionUpdate,
     mint: &mut dyn FnMut(&str, bool) -> (String, bool),
 ) -> Mapped {
     let Some(on) = ids.minted(session) else {
         return Mapped::Drop;
     };
     let mut ended = None;
-    match update.get("sessionUpdate").and_then(|v| v.as_str()) {
-        Some("available_commands_update") => return Mapped::Drop,
-        Some("subagent_update") => {
-            let Some(theirs) = update
-                .get("sessionId")
-                .and_then(|v| v.as_str())
-                .map(str::to_owned)
-            else {
-                return Mapped::Drop;
-            };
-            let offers_cancel = update.pointer("/capabilities/cancel").is_some();
+    match update {
+        SessionUpdate::AvailableCommandsUpdate(_) => return Mapped::Drop,
+        SessionUpdate::SubagentUpdate(announced) => {
+            let theirs = announced.session_id.0.to_string();
+            let offers_cancel = announced
+                .capabilities
+                .value()
+                .is_some_and(|offered| offered.cancel.is_some());
             let minted = if let Some(minted) = ids.nested.get(&theirs) {
                 minted.clone()
             } else {
@@ -344,18 +328,19 @@ fn map_ids(
                 ids.open.push((minted.clone(), on.clone()));
                 minted
             };
-            update["sessionId"] = minted.clone().into();
-            if let Some(fields) = update.as_object_mut() {
-                // Offered only what is honoured here: cancel, through the child's run.
-                if ids.cancellable.contains(&minted) && offers_cancel {
-                    fields.insert("capabilities".into(), serde_json::json!({"cancel": {}}));
-                } else {
-                    fields.remove("capabilities");
-                }
-            }
-            if update
-                .get("state")
-                .and_then(ChildState::from_wire)
+            announced.session_id = SessionId::new(minted.clone());
+            // Offered only what is honoured here: cancel, through the child's run.
+            announced.capabilities = if ids.cancellable.contains(&minted) && offers_cancel {
+                MaybeUndefined::Value(
+                    SubagentSessionCapabilities::new().cancel(SessionCancelCapabilities::new()),
+                )
+            } else {
+                MaybeUndefined::Undefined
+            };
+            if announced
+                .state
+                .value()
+                .and_then(ChildState::from_update)
                 .is_some_and(|(state, _)| state.is_final())
             {
                 ids.open.retain(|(open, _)| *open != minted);
@@ -363,28 +348,33 @@ fn map_ids(
                 ended = Some(minted);
             }
         }
-        Some("tool_call" | "tool_call_update") => {
-            // A reference to a session must name one the client knows: mapped, or dropped.
-            if let Some(content) = update.get_mut("content").and_then(|c| c.as_array_mut()) {
-                content.retain_mut(|item| {
-                    if item.get("type").and_then(|t| t.as_str()) != Some("session") {
-                        return true;
-                    }
-                    let mapped = item
-                        .get("sessionId")
-                        .and_then(|id| id.as_str())
-                        .and_then(|id| ids.nested.get(id))
-                        .cloned();
-                    mapped.is_some_and(|id| {
-                        item["sessionId"] = id.into();
-                        true
-                    })
-                });
+        // A reference to a session must name one the client knows: mapped, or dropped.
+        SessionUpdate::ToolCall(call) => map_references(ids, &mut call.content),
+        SessionUpdate::ToolCallUpdate(call) => {
+            if let Some(content) = &mut call.fields.content {
+                map_references(ids, content);
             }
         }
         _ => {}
     }
     Mapped::Send { on, ended }
+}
+
+/// Maps the session references of a tool call's content to the minted ids; drops those naming a
+/// session the client does not know.
+fn map_references(ids: &Ids, content: &mut Vec<ToolCallContent>) {
+    content.retain_mut(|item| {
+        let ToolCallContent::Session(reference) = item else {
+            return true;
+        };
+        match ids.nested.get(&*reference.session_id.0) {
+            Some(minted) => {
+                reference.session_id = SessionId::new(minted.clone());
+                true
+            }
+            None => false,
+        }
+    });
 }
 
 /// The child sessions exposed on this connection: minted ids, and the cancellation of those the
@@ -480,12 +470,26 @@ mod tests {
         }
     }
 
+    /// An update as the schema decodes it from the wire.
+    fn update(value: serde_json::Value) -> SessionUpdate {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn subagent(update: &SessionUpdate) -> &SubagentUpdate {
+        match update {
+            SessionUpdate::SubagentUpdate(announced) => announced,
+            other => panic!("not a subagent_update: {other:?}"),
+        }
+    }
+
     #[test]
     fn the_childs_own_updates_go_out_on_its_minted_session_unchanged() {
         let mut ids = Ids::new("sub-1");
-        let mut update = json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}});
-        let before = update.clone();
-        let mapped = map_ids(&mut ids, None, &mut update, &mut minter());
+        let mut chunk = update(
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}),
+        );
+        let before = chunk.clone();
+        let mapped = map_ids(&mut ids, None, &mut chunk, &mut minter());
         assert_eq!(
             mapped,
             Mapped::Send {
@@ -493,19 +497,21 @@ mod tests {
                 ended: None
             }
         );
-        assert_eq!(update, before);
+        assert_eq!(chunk, before);
     }
 
     #[test]
     fn a_session_the_child_never_announced_and_command_lists_are_dropped() {
         let mut ids = Ids::new("sub-1");
-        let mut update = json!({"sessionUpdate": "agent_message_chunk"});
+        let mut chunk = update(
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": ""}}),
+        );
         assert_eq!(
-            map_ids(&mut ids, Some("theirs"), &mut update, &mut minter()),
+            map_ids(&mut ids, Some("theirs"), &mut chunk, &mut minter()),
             Mapped::Drop
         );
         let mut commands =
-            json!({"sessionUpdate": "available_commands_update", "availableCommands": []});
+            update(json!({"sessionUpdate": "available_commands_update", "availableCommands": []}));
         assert_eq!(
             map_ids(&mut ids, None, &mut commands, &mut minter()),
             Mapped::Drop
@@ -516,10 +522,10 @@ mod tests {
     fn an_announced_session_gets_a_minted_id_and_only_the_cancel_honoured_here() {
         let mut ids = Ids::new("sub-1");
         let mut mint = minter();
-        let mut announce = json!({
+        let mut announce = update(json!({
             "sessionUpdate": "subagent_update", "sessionId": "child-own-7",
             "capabilities": {"cancel": {}, "other": {}}, "state": {"state": "running"},
-        });
+        }));
         let mapped = map_ids(&mut ids, None, &mut announce, &mut mint);
         assert_eq!(
             mapped,
@@ -528,11 +534,16 @@ mod tests {
                 ended: None
             }
         );
-        assert_eq!(announce["sessionId"], "sub-2");
-        assert_eq!(announce["capabilities"], json!({"cancel": {}}));
+        assert_eq!(&*subagent(&announce).session_id.0, "sub-2");
+        assert_eq!(
+            serde_json::to_value(&subagent(&announce).capabilities).unwrap(),
+            json!({"cancel": {}})
+        );
         assert_eq!(ids.open, [("sub-2".to_owned(), "sub-1".to_owned())]);
         // Its own updates now go out on the minted id.
-        let mut chunk = json!({"sessionUpdate": "agent_message_chunk"});
+        let mut chunk = update(
+            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": ""}}),
+        );
         assert_eq!(
             map_ids(&mut ids, Some("child-own-7"), &mut chunk, &mut mint),
             Mapped::Send {
@@ -541,13 +552,18 @@ mod tests {
             }
         );
         // One announced without cancel is offered none.
-        let mut plain = json!({"sessionUpdate": "subagent_update", "sessionId": "child-own-8", "capabilities": {"cancel": {}}});
+        let mut plain = update(
+            json!({"sessionUpdate": "subagent_update", "sessionId": "child-own-8", "capabilities": {"cancel": {}}}),
+        );
         let mut no_cancel = |_: &str, _: bool| ("sub-3".to_owned(), false);
         map_ids(&mut ids, None, &mut plain, &mut no_cancel);
-        assert_eq!(plain["sessionId"], "sub-3");
-        assert!(plain.get("capabilities").is_none(), "{plain}");
+        assert_eq!(&*subagent(&plain).session_id.0, "sub-3");
+        let wire = serde_json::to_value(&plain).unwrap();
+        assert!(wire.get("capabilities").is_none(), "{wire}");
         // Its final state ends it.
-        let mut done = json!({"sessionUpdate": "subagent_update", "sessionId": "child-own-7", "state": {"state": "idle", "stopReason": "end_turn"}});
+        let mut done = update(
+            json!({"sessionUpdate": "subagent_update", "sessionId": "child-own-7", "state": {"state": "idle", "stopReason": "end_turn"}}),
+        );
         assert_eq!(
             map_ids(&mut ids, None, &mut done, &mut mint),
             Mapped::Send {
@@ -555,7 +571,7 @@ mod tests {
                 ended: Some("sub-2".into())
             }
         );
-        assert_eq!(done["sessionId"], "sub-2");
+        assert_eq!(&*subagent(&done).session_id.0, "sub-2");
         assert_eq!(ids.open, [("sub-3".to_owned(), "sub-1".to_owned())]);
         assert!(!ids.cancellable.contains("sub-2"));
     }
@@ -564,24 +580,29 @@ mod tests {
     fn a_tool_calls_session_references_are_mapped_or_dropped() {
         let mut ids = Ids::new("sub-1");
         let mut mint = minter();
-        let mut announce = json!({"sessionUpdate": "subagent_update", "sessionId": "theirs"});
+        let mut announce =
+            update(json!({"sessionUpdate": "subagent_update", "sessionId": "theirs"}));
         map_ids(&mut ids, None, &mut announce, &mut mint);
-        let mut call = json!({
-            "sessionUpdate": "tool_call_update", "toolCallId": "c",
-            "content": [
-                {"type": "session", "sessionId": "theirs"},
-                {"type": "session", "sessionId": "unknown"},
-                {"type": "content", "content": {"type": "text", "text": "t"}},
-            ],
-        });
-        map_ids(&mut ids, None, &mut call, &mut mint);
-        assert_eq!(
-            call["content"],
-            json!([
-                {"type": "session", "sessionId": "sub-2"},
-                {"type": "content", "content": {"type": "text", "text": "t"}},
-            ])
-        );
+        let content = json!([
+            {"type": "session", "sessionId": "theirs"},
+            {"type": "session", "sessionId": "unknown"},
+            {"type": "content", "content": {"type": "text", "text": "t"}},
+        ]);
+        let mapped = json!([
+            {"type": "session", "sessionId": "sub-2"},
+            {"type": "content", "content": {"type": "text", "text": "t"}},
+        ]);
+        for kind in ["tool_call_update", "tool_call"] {
+            let mut call = update(json!({
+                "sessionUpdate": kind, "toolCallId": "c", "title": "t", "content": content,
+            }));
+            map_ids(&mut ids, None, &mut call, &mut mint);
+            assert_eq!(
+                serde_json::to_value(&call).unwrap()["content"],
+                mapped,
+                "{kind}"
+            );
+        }
     }
 
     #[test]

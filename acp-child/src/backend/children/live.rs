@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
-use agent_client_protocol::v1::schema::ToolCallId;
+use agent_client_protocol::v1::schema::{ContentBlock, MessageId, SessionUpdate, ToolCallId};
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
 use protocol::env_scrub::Redactor;
@@ -415,7 +415,7 @@ struct Route {
 /// The turn a [`Route`] points to.
 #[derive(Debug)]
 struct Routed {
-    updates: mpsc::UnboundedSender<(Option<String>, serde_json::Value)>,
+    updates: mpsc::UnboundedSender<(Option<String>, SessionUpdate)>,
     /// Every update (the child is exposed as a session), else only the run's own text.
     all: bool,
     asks: mpsc::UnboundedSender<(PermissionRequest, oneshot::Sender<Decision>)>,
@@ -516,12 +516,9 @@ impl Observer for Forwarded {
         } = event
             && let Some(to) = self.route.lock().as_ref()
             && (to.all
-                || (session_id.is_none()
-                    && update.get("sessionUpdate").and_then(|v| v.as_str())
-                        == Some("agent_message_chunk")))
+                || (session_id.is_none() && matches!(update, SessionUpdate::AgentMessageChunk(_))))
+            && let Some(update) = redacted(&self.redactor, update)
         {
-            let mut update = update.clone();
-            redact_strings(&self.redactor, &mut update);
             // The receiver is gone only once the turn has its result.
             let _ = to.updates.send((session_id.clone(), update));
         }
@@ -529,7 +526,44 @@ impl Observer for Forwarded {
     }
 }
 
-/// Redacts `redactor`'s values in every string of `value` (an update relayed as JSON).
+/// `update` with `redactor`'s values redacted in every string of it; `None` when that leaves
+/// something the schema does not decode (dropped, as the client could not read it either).
+fn redacted(redactor: &Redactor, update: &SessionUpdate) -> Option<SessionUpdate> {
+    let mut update = update.clone();
+    if redactor.is_empty() {
+        return Some(update);
+    }
+    // The streaming shape, redacted in place: a text chunk's strings are its text and id.
+    if let SessionUpdate::AgentMessageChunk(chunk)
+    | SessionUpdate::AgentThoughtChunk(chunk)
+    | SessionUpdate::UserMessageChunk(chunk) = &mut update
+        && let ContentBlock::Text(text) = &mut chunk.content
+        && chunk.meta.is_none()
+        && text.meta.is_none()
+        && text.annotations.is_none()
+    {
+        text.text = redactor.redact(&text.text);
+        chunk.message_id = chunk
+            .message_id
+            .take()
+            .map(|id| MessageId::new(redactor.redact(&id.0)));
+        return Some(update);
+    }
+    // Anything else through its serde tree: the schema offers no walk over its strings.
+    let mut value = serde_json::to_value(&update)
+        .inspect_err(
+            |error| tracing::debug!(%error, "dropped a child's update that does not encode"),
+        )
+        .ok()?;
+    redact_strings(redactor, &mut value);
+    serde_json::from_value(value)
+        .inspect_err(
+            |error| tracing::debug!(%error, "dropped a child's update that does not decode"),
+        )
+        .ok()
+}
+
+/// Redacts `redactor`'s values in every string of `value` (an update's serde tree).
 fn redact_strings(redactor: &Redactor, value: &mut serde_json::Value) {
     if redactor.is_empty() {
         return;
