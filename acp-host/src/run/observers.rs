@@ -28,8 +28,13 @@ use super::{Cancel, OBSERVER_BUDGET_BYTES, Observer};
 use crate::client::{self, DriveEvents};
 use crate::lock;
 
-/// The least an event weighs against [`OBSERVER_BUDGET_BYTES`] (its fixed overhead).
-const EVENT_MIN_BYTES: usize = 256;
+/// The least an event weighs against [`OBSERVER_BUDGET_BYTES`]: its fixed overhead, at least
+/// what a queued [`Delivery`] holds inline (a typed update is held in place, not behind a box), so
+/// the budget bounds the queue's real memory.
+const EVENT_MIN_BYTES: usize = {
+    let inline = size_of::<Delivery>();
+    if inline > 256 { inline } else { 256 }
+};
 /// After a cancel, a timeout or a kill, how long observers get to catch up before the run returns
 /// anyway.
 const LATE_FLUSH: Duration = Duration::from_millis(100);
