@@ -33,7 +33,8 @@
 //!   prompt, and a refusal ends the drive before `session/new` (persona, tools) or before the
 //!   prompt (model); `ready` is announced only once the session is configured;
 //! - with an output schema, every turn that ends `end_turn` is checked (`protocol::structured`):
-//!   the agent's captured value, else the value extracted from the turn's text (kept bounded); a
+//!   the agent's captured value, else the value extracted from the turn's text (kept up to
+//!   `max_answer_bytes`), on the blocking pool and raced against cancellation (`crate::answer`); a
 //!   mismatch gets a follow-up prompt in the same session, at most `retries` times, each raced
 //!   against cancellation like the first prompt;
 //! - a kept session (`DriveConfig::turns`) answers further prompts in the same session after the
@@ -122,6 +123,8 @@ pub(crate) struct DriveConfig {
     pub(crate) agent: String,
     /// The compiled output schema of `wants.output`.
     pub(crate) schema: Option<Arc<OutputSchema>>,
+    /// The most bytes of a turn's text kept for its structured answer.
+    pub(crate) max_answer_bytes: usize,
     /// Child sessions to cancel while a prompt runs.
     pub(crate) child_cancels: Arc<SessionCancels>,
     /// Further prompts after the first turn (a session kept open, `run::run_session`); `None`
@@ -468,11 +471,12 @@ impl Shared {
         }
     }
 
-    fn take_turn_text(&self) -> String {
+    /// The turn's text and how many bytes of it did not fit.
+    fn take_turn_text(&self) -> (String, Option<u64>) {
         self.turn_text
             .lock()
             .ok()
-            .and_then(|mut text| text.as_mut().map(|t| t.take().0))
+            .and_then(|mut text| text.as_mut().map(OutputTail::take))
             .unwrap_or_default()
     }
 
@@ -915,7 +919,7 @@ async fn first_turn(
     // follow-up in the same session, up to the retries.
     let mut follow_ups = output.retries;
     loop {
-        shared.begin_turn_text(protocol::result::DEFAULT_MAX_OUTPUT_BYTES);
+        shared.begin_turn_text(config.max_answer_bytes);
         let response = match prompt_turn(cx, config, shared, session_id, text, cancel).await {
             Ok(response) => response,
             Err(end) => return end,
@@ -930,16 +934,22 @@ async fn first_turn(
             .and_then(|extension| extension.get("structured"))
             .cloned();
         // Without a capture, the answer's text is the candidate (an agent may answer in text
-        // even when it has a capture tool).
-        let turn_text = shared.take_turn_text();
-        let (candidate, via) = match captured {
-            Some(value) => (Some(value), StructuredVia::CaptureTool),
-            None => match structured::extract(&turn_text) {
-                Some(value) => (Some(value), StructuredVia::Text),
-                None => (None, expected),
-            },
+        // even when it has a capture tool). Checked off the runtime, raced against the cancel.
+        let (turn_text, dropped) = shared.take_turn_text();
+        let answer = structured::Answer {
+            captured,
+            text: turn_text,
+            dropped,
+            limit: config.max_answer_bytes,
         };
-        let outcome = match schema.check(candidate.as_ref()) {
+        let Ok(checked) = crate::answer::check(schema, answer, expected, cancel).await else {
+            return DriveEnd::Cancelled {
+                prompt_sent: true,
+                stop_reason: Some("end_turn".to_owned()),
+            };
+        };
+        let via = checked.via;
+        let outcome = match checked.value {
             Ok(value) => Structured::Matched { value, via },
             Err(violations) if follow_ups > 0 => {
                 follow_ups -= 1;

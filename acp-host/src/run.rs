@@ -143,6 +143,9 @@ pub struct RunOptions {
     /// The most bytes of output the result keeps (the tail); `None` uses
     /// [`DEFAULT_MAX_OUTPUT_BYTES`].
     pub max_output_bytes: Option<usize>,
+    /// The most bytes of a turn's text a structured answer is read from (a longer answer is a
+    /// violation naming this limit); `None` uses [`DEFAULT_MAX_OUTPUT_BYTES`].
+    pub max_answer_bytes: Option<usize>,
 }
 
 /// The request was refused before anything was spawned.
@@ -697,6 +700,7 @@ async fn supervise(
         max_depth,
         agent: request.agent.display.clone(),
         schema,
+        max_answer_bytes: options.max_answer_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
         resume: request.resume.clone(),
         child_cancels: Arc::clone(&cancel.sessions),
         turns,

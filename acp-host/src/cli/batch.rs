@@ -470,7 +470,7 @@ impl Progress {
         });
         if bar.is_none() {
             let runs = if total == 1 { "run" } else { "runs" };
-            eprintln!("acp-host: batch: {total} {runs}, at most {jobs} at once");
+            note!("acp-host: batch: {total} {runs}, at most {jobs} at once");
         }
         Progress {
             total,
@@ -499,7 +499,7 @@ impl Progress {
             BatchRecord::Result { id, result } => (id, result.status.as_str()),
             BatchRecord::NotStarted { id, .. } => (id, "not-started"),
         };
-        eprintln!(
+        note!(
             "acp-host: [{done}/{}] {id}: {status} ({} running, {} failed, {:.1} s)",
             self.total,
             self.running,
@@ -514,7 +514,7 @@ impl Progress {
             bar.set_message(format!("0 running, {} failed", summary.failed));
             bar.finish();
         }
-        eprintln!(
+        note!(
             "acp-host: batch: {} completed, {} failed ({} not started) of {} in {:.1} s",
             summary.completed,
             summary.failed,
