@@ -657,3 +657,37 @@ fn a_closed_stderr_loses_the_progress_lines_not_the_records() {
     assert_eq!(records.len(), 3, "{records:#?}");
     assert_no_process_left(dir.path());
 }
+
+#[test]
+fn a_line_checking_adversarial_answers_does_not_hold_up_its_siblings() {
+    let dir = temp();
+    // 127 arrays that never close, then `1,` to 8 MiB: slow to read for a quadratic extraction.
+    let answer = format!(
+        "{}{}",
+        "[".repeat(127),
+        "1,".repeat((8 * 1024 * 1024 - 1024 - 127) / 2)
+    );
+    let answers = dir.path().join("answers.json");
+    std::fs::write(&answers, serde_json::to_string(&[answer]).unwrap()).unwrap();
+    let adversarial = mock(&["answers", "--answers-file", path_str(&answers)]);
+    let slow = mock(&["slow-stream", "--chunks", "10", "--interval-ms", "100"]);
+    jobs_file(
+        dir.path(),
+        &[
+            serde_json::json!({"id": "attack", "prompt": "count", "agent": adversarial,
+                               "outputSchema": {"type": "object"}})
+            .to_string(),
+            serde_json::json!({"id": "sibling", "prompt": "go", "agent": slow, "timeout": 10})
+                .to_string(),
+        ],
+    );
+    let out = run_to_end(batch(dir.path()).args(["--jobs", "2", "jobs.ndjson"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let records = records(&out);
+    checked(&records);
+    let by_id = |id: &str| records.iter().find(|r| r["id"] == id).unwrap().clone();
+    assert_eq!(by_id("attack")["status"], "schema-mismatch");
+    let sibling = by_id("sibling");
+    assert_eq!(sibling["status"], "completed", "{sibling}");
+    assert_no_process_left(dir.path());
+}

@@ -473,6 +473,35 @@ fn a_second_ctrl_c_while_adversarial_answers_are_checked_ends_the_run() {
 }
 
 #[test]
+fn timeout_ends_a_run_busy_with_adversarial_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let out = run_to_end(
+        answering_from_file(dir.path(), &[adversarial(8 * 1024 * 1024 - 1024)]).args([
+            "--output-schema",
+            &schema,
+            "--schema-retries",
+            "1000",
+            "--timeout",
+            "2",
+            "count",
+        ]),
+    );
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).starts_with("acp-host: timeout"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        wait_until(HANG_GUARD, || processes_in(dir.path()).is_empty()),
+        "processes left: {:?}",
+        processes_in(dir.path())
+    );
+}
+
+#[test]
 fn a_valid_answer_over_8_mib_is_read_under_a_raised_max_output_and_names_the_limit_otherwise() {
     let dir = tempfile::tempdir().unwrap();
     let schema = number_schema(dir.path());
