@@ -36,7 +36,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use protocol::batch::{self, BatchEnd, BatchLine, BatchRecord, JobLimits, NotStarted};
 use protocol::env_scrub::EnvForward;
 use protocol::request::StartRequest;
-use protocol::result::Status;
+use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
@@ -83,6 +83,12 @@ pub struct BatchArgs {
     /// (repeatable).
     #[arg(long = "subagents", value_name = "DIR")]
     subagent_dirs: Vec<PathBuf>,
+
+    /// The most bytes of the agent's text each record keeps (the end; `outputTruncatedBytes`
+    /// says how much was dropped), and the most a line's `outputSchema` answer is read from. At
+    /// most `--jobs` times this is held at once.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
+    max_output: usize,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -330,7 +336,12 @@ async fn drive(
             };
             let run_args = run_args(args, &line);
             let id = line.id.clone();
-            let task = running.spawn(run_line(line, run_args, cancel.clone()));
+            let options = RunOptions {
+                max_output_bytes: Some(args.max_output),
+                max_answer_bytes: Some(args.max_output),
+                ..RunOptions::default()
+            };
+            let task = running.spawn(run_line(line, run_args, options, cancel.clone()));
             ids.insert(task.id(), id);
             progress.started();
         }
@@ -393,7 +404,12 @@ fn line_request(args: &RunArgs, line: &BatchLine) -> Result<StartRequest, String
 }
 
 /// One line's run: the same request building, preparation and library run as `acp-host run`.
-async fn run_line(line: BatchLine, args: RunArgs, cancel: Cancel) -> BatchRecord {
+async fn run_line(
+    line: BatchLine,
+    args: RunArgs,
+    options: RunOptions,
+    cancel: Cancel,
+) -> BatchRecord {
     let not_started = |error: String| BatchRecord::NotStarted {
         id: line.id.clone(),
         status: NotStarted::NotStarted,
@@ -408,7 +424,7 @@ async fn run_line(line: BatchLine, args: RunArgs, cancel: Cancel) -> BatchRecord
         Ok(prepared) => prepared,
         Err(error) => return not_started(error.to_string()),
     };
-    let result = library::run(prepared, &RunOptions::default(), &cancel).await;
+    let result = library::run(prepared, &options, &cancel).await;
     BatchRecord::Result {
         id: line.id,
         result: Box::new(result),

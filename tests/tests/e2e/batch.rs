@@ -691,3 +691,53 @@ fn a_line_checking_adversarial_answers_does_not_hold_up_its_siblings() {
     assert_eq!(sibling["status"], "completed", "{sibling}");
     assert_no_process_left(dir.path());
 }
+
+#[test]
+fn max_output_bounds_each_record_and_the_answers_its_lines_read() {
+    let dir = temp();
+    let pad = "x".repeat(9 * 1024 * 1024);
+    let answer = serde_json::json!({"n": 1, "pad": pad}).to_string();
+    let answers = dir.path().join("answers.json");
+    std::fs::write(&answers, serde_json::to_string(&[&answer]).unwrap()).unwrap();
+    let agent = mock(&["answers", "--answers-file", path_str(&answers)]);
+    jobs_file(
+        dir.path(),
+        &[
+            serde_json::json!({"id": "big", "prompt": "count", "outputSchema": {"type": "object"}})
+                .to_string(),
+        ],
+    );
+    let out = run_to_end(batch(dir.path()).args([
+        "--agent",
+        &agent,
+        "--max-output",
+        "20000000",
+        "jobs.ndjson",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let [record] = &records(&out)[..] else {
+        panic!("one record: {}", stdout(&out));
+    };
+    assert_eq!(record["structured"]["n"], 1);
+    assert_eq!(record["output"].as_str().unwrap().len(), answer.len());
+
+    let out = run_to_end(batch(dir.path()).args(["--agent", &agent, "jobs.ndjson"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let [record] = &records(&out)[..] else {
+        panic!("one record: {}", stdout(&out));
+    };
+    assert_eq!(record["status"], "schema-mismatch");
+    // The record kept the end of the text of all three answers (the first and two follow-ups).
+    assert_eq!(
+        record["outputTruncatedBytes"],
+        3 * answer.len() - 8 * 1024 * 1024
+    );
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap()
+            .contains("over the 8388608-byte limit on a structured answer's text"),
+        "{}",
+        record["error"]
+    );
+}
