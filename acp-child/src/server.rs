@@ -545,15 +545,15 @@ fn new_session(
     let store = backend.store();
     let id = sessions.mint_id(store.is_some());
     let memory = match store {
-        Some(store) => {
-            if let Err(error) = store.create(&id, workspace.root()) {
+        Some(store) => match store.create(&id, workspace.root()) {
+            Ok(file) => Memory::persistent(file, Vec::new(), Settings::default()),
+            Err(error) => {
                 return responder.respond_with_error(AcpError::new(
                     ErrorCode::INTERNAL_ERROR,
                     format!("session/new: {}", describe(&error)),
                 ));
             }
-            Memory::persistent(Arc::clone(store), &id, Vec::new(), Settings::default())
-        }
+        },
         None => Memory::default(),
     };
     let options = config_options(&offers, &settings);
@@ -612,12 +612,18 @@ fn load_session(
                 .respond_with_error(refuse(ErrorCode::INVALID_PARAMS, describe(&error)));
         }
     };
-    let saved = match store.load(id) {
-        Ok(saved) => saved,
+    // Open on this connection already: said as such, before the file's lock would refuse it.
+    if sessions.memory(id).is_some() {
+        let error = SessionError::AlreadyOpen { id: id.to_owned() };
+        return responder.respond_with_error(refuse(ErrorCode::INVALID_REQUEST, error.to_string()));
+    }
+    let (saved, file) = match store.load(id) {
+        Ok(loaded) => loaded,
         Err(error) => {
             let code = match error {
                 StoreError::NotFound { .. } => ErrorCode::RESOURCE_NOT_FOUND,
-                StoreError::BadId { .. } => ErrorCode::INVALID_PARAMS,
+                StoreError::BadId { .. } | StoreError::NotAFile { .. } => ErrorCode::INVALID_PARAMS,
+                StoreError::Busy { .. } => ErrorCode::INVALID_REQUEST,
                 StoreError::Io { .. } | StoreError::NoHeader { .. } => ErrorCode::INTERNAL_ERROR,
             };
             return responder.respond_with_error(refuse(code, describe(&error)));
@@ -644,7 +650,7 @@ fn load_session(
         }
     };
     let options = config_options(&offers, &settings);
-    let memory = Memory::persistent(Arc::clone(store), id, saved.history, restored);
+    let memory = Memory::persistent(file, saved.history, restored);
     memory.configure(|current| *current = settings);
     let updates = backend.replay(&workspace, &memory);
     if let Err(error) = sessions.open(id, workspace, memory) {

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::children::table::Tasks;
 
 use crate::persona::{Persona, SessionPersona};
-use crate::store::{ChildRecord, Record, SavedSettings, Store};
+use crate::store::{ChildRecord, Record, SavedSettings, SessionFile};
 use crate::workspace::Workspace;
 
 /// Why a prompt cannot start.
@@ -137,8 +137,9 @@ pub(crate) struct Memory {
     settings: Mutex<Settings>,
     /// The structured answer captured in the current turn.
     captured: Mutex<Option<serde_json::Value>>,
-    /// Where the conversation is also saved (persistent sessions only).
-    saved_to: Option<(Arc<Store>, String)>,
+    /// Where the conversation is also saved (persistent sessions only): the session's file,
+    /// locked for as long as this memory lives.
+    saved_to: Option<SessionFile>,
     /// The session's delegated children and background tasks.
     tasks: Arc<Tasks>,
 }
@@ -152,15 +153,10 @@ impl Memory {
         }
     }
 
-    /// A memory whose additions (and settings) are also saved to session `id`'s file in
-    /// `store`; it starts with `history` and `settings` (a loaded session's).
+    /// A memory whose additions (and settings) are also saved to the session's `file`; it
+    /// starts with `history` and `settings` (a loaded session's).
     #[must_use]
-    pub(crate) fn persistent(
-        store: Arc<Store>,
-        id: &str,
-        history: Vec<Record>,
-        settings: Settings,
-    ) -> Self {
+    pub(crate) fn persistent(file: SessionFile, history: Vec<Record>, settings: Settings) -> Self {
         let (children, history): (Vec<Record>, Vec<Record>) = history
             .into_iter()
             .partition(|record| matches!(record, Record::Child(_)));
@@ -174,7 +170,7 @@ impl Memory {
             tool_call_ids: Mutex::default(),
             settings: Mutex::new(settings),
             captured: Mutex::default(),
-            saved_to: Some((store, id.to_owned())),
+            saved_to: Some(file),
             tasks: Arc::new(Tasks::restored(children)),
         }
     }
@@ -187,10 +183,10 @@ impl Memory {
     /// Saves a child's record for a persistent session (not part of the conversation). A failed
     /// save is logged: the child's answer is not lost for it.
     pub(crate) fn record_child(&self, child: ChildRecord) {
-        if let Some((store, id)) = &self.saved_to
-            && let Err(error) = store.append(id, &[Record::Child(child)])
+        if let Some(file) = &self.saved_to
+            && let Err(error) = file.append(&[Record::Child(child)])
         {
-            tracing::warn!(session = %id, error = %protocol::report::describe(&error), "cannot save a child");
+            tracing::warn!(session = %file.id(), error = %protocol::report::describe(&error), "cannot save a child");
         }
     }
 
@@ -203,10 +199,10 @@ impl Memory {
     /// and the turn goes on: losing the file must not lose the answer being given.
     pub(crate) fn extend(&self, records: impl IntoIterator<Item = Record>) {
         let records: Vec<Record> = records.into_iter().collect();
-        if let Some((store, id)) = &self.saved_to
-            && let Err(error) = store.append(id, &records)
+        if let Some(file) = &self.saved_to
+            && let Err(error) = file.append(&records)
         {
-            tracing::warn!(session = %id, error = %protocol::report::describe(&error), "cannot save the session");
+            tracing::warn!(session = %file.id(), error = %protocol::report::describe(&error), "cannot save the session");
         }
         lock(&self.history).extend(records);
     }
@@ -235,11 +231,11 @@ impl Memory {
         let before = settings.saved();
         change(&mut settings);
         let after = settings.saved();
-        if let Some((store, id)) = &self.saved_to
+        if let Some(file) = &self.saved_to
             && after != before
-            && let Err(error) = store.save_settings(id, &after)
+            && let Err(error) = file.save_settings(&after)
         {
-            tracing::warn!(session = %id, error = %protocol::report::describe(&error), "cannot save the session's settings");
+            tracing::warn!(session = %file.id(), error = %protocol::report::describe(&error), "cannot save the session's settings");
         }
     }
 

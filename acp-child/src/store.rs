@@ -11,10 +11,26 @@
 //! Invariants: a session id becomes a file name only after [`check_id`] (letters, digits, `-`, `_`;
 //! no path separators, so a client cannot name a file outside the directory); records are only ever
 //! appended, one complete line per write, so a crash loses at most the line being written and a
-//! torn last line is skipped on load (with a warning) rather than making the session unloadable.
+//! torn last line is skipped on load (with a warning) rather than making the session unloadable,
+//! wherever it was cut (inside a multi-byte character too: a line that is not UTF-8 is skipped like
+//! any unreadable one). Loading a file whose last line is torn ends it with a newline first, so the
+//! next record starts a line of its own.
+//!
+//! One writer per session: a session file is opened ([`Store::create`], [`Store::load`]) into a
+//! [`SessionFile`] that holds an exclusive lock on it (`flock`, which dies with the process, or
+//! with the handle) for as long as the session is open, and every append goes through it. A
+//! second open of a session open elsewhere (another acp-child, or another session of this one) is
+//! refused at once ([`StoreError::Busy`]), never waited for. Only a regular file is a session
+//! file: a FIFO, a device, a directory or a symlink (a link could lead out of the state directory)
+//! is refused at once, without blocking (the file is opened non-blocking, not following links).
 
-use std::io::{self, BufRead as _, Write as _};
+use std::fs::File;
+use std::io::{self, Read as _, Write as _};
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use nix::fcntl::OFlag;
 
 use protocol::capabilities::ToolFilter;
 use serde::{Deserialize, Serialize};
@@ -122,6 +138,12 @@ pub(crate) enum StoreError {
     },
     #[error("session file {} does not start with a session header; it is not an acp-child session", path.display())]
     NoHeader { path: PathBuf },
+    #[error(
+        "session busy: session {id} is open elsewhere (another acp-child, or another session of this one); one writer per session: wait until it ends"
+    )]
+    Busy { id: String },
+    #[error("session file {} is {kind}, not a regular file; acp-child reads only regular files of its state directory", path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
 }
 
 /// A loaded session: where it works and what was said.
@@ -148,8 +170,9 @@ impl Store {
         Self { dir }
     }
 
-    /// Starts a session file with its header. Refuses to overwrite an existing file.
-    pub(crate) fn create(&self, id: &str, cwd: &Path) -> Result<(), StoreError> {
+    /// Starts a session file with its header, locked for this session. Refuses to overwrite an
+    /// existing file (or link).
+    pub(crate) fn create(&self, id: &str, cwd: &Path) -> Result<SessionFile, StoreError> {
         let path = self.path(id)?;
         let io_error = |action, source| StoreError::Io {
             action,
@@ -161,114 +184,222 @@ impl Store {
         let line = line(&Record::Session {
             cwd: cwd.to_path_buf(),
         });
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
             .create_new(true)
             .open(&path)
             .map_err(|source| io_error("create", source))?;
-        file.write_all(line.as_bytes())
-            .map_err(|source| io_error("write", source))
+        let file = SessionFile::locked(id, path.clone(), file)?;
+        file.append_text(&line)?;
+        Ok(file)
     }
 
-    /// Appends records to a session file, one line each, in one write.
-    pub(crate) fn append(&self, id: &str, records: &[Record]) -> Result<(), StoreError> {
-        let text: String = records.iter().map(line).collect();
-        self.append_text(id, &text)
-    }
-
-    /// Appends a session's settings, replacing the earlier ones when it is loaded.
-    pub(crate) fn save_settings(
-        &self,
-        id: &str,
-        settings: &SavedSettings,
-    ) -> Result<(), StoreError> {
-        let mut value = serde_json::to_value(settings).unwrap_or_default();
-        value["type"] = SETTINGS_TYPE.into();
-        let mut text = value.to_string();
-        text.push('\n');
-        self.append_text(id, &text)
-    }
-
-    /// Appends whole lines to session `id`'s file, in one write.
-    fn append_text(&self, id: &str, text: &str) -> Result<(), StoreError> {
+    /// Opens session `id`'s file for this session (locked: refused while open elsewhere) and
+    /// reads it back.
+    pub(crate) fn load(&self, id: &str) -> Result<(Saved, SessionFile), StoreError> {
         let path = self.path(id)?;
-        let io_error = |action, source| StoreError::Io {
-            action,
-            path: path.clone(),
-            source,
-        };
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|source| io_error("open", source))?;
-        file.write_all(text.as_bytes())
-            .map_err(|source| io_error("append to", source))
-    }
-
-    /// Reads a session back.
-    pub(crate) fn load(&self, id: &str) -> Result<Saved, StoreError> {
-        let path = self.path(id)?;
-        let file = match std::fs::File::open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                return Err(StoreError::NotFound {
-                    id: id.to_owned(),
-                    dir: self.dir.clone(),
-                });
-            }
-            Err(source) => {
-                return Err(StoreError::Io {
-                    action: "open",
-                    path,
-                    source,
-                });
-            }
-        };
-        let mut records = Vec::new();
-        let mut settings = None;
-        for (number, text) in io::BufReader::new(file).lines().enumerate() {
-            let text = text.map_err(|source| StoreError::Io {
+        let (file, writable) = open_existing(&path).map_err(|error| match error {
+            Opened::Missing => StoreError::NotFound {
+                id: id.to_owned(),
+                dir: self.dir.clone(),
+            },
+            Opened::NotAFile(kind) => StoreError::NotAFile {
+                path: path.clone(),
+                kind,
+            },
+            Opened::Io(source) => StoreError::Io {
+                action: "open",
+                path: path.clone(),
+                source,
+            },
+        })?;
+        let mut file = SessionFile::locked(id, path.clone(), file)?;
+        let mut bytes = Vec::new();
+        file.file
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .read_to_end(&mut bytes)
+            .map_err(|source| StoreError::Io {
                 action: "read",
                 path: path.clone(),
                 source,
             })?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let parsed = serde_json::from_str::<serde_json::Value>(&text).and_then(|value| {
-                if value.get("type").and_then(serde_json::Value::as_str) == Some(SETTINGS_TYPE) {
-                    serde_json::from_value::<SavedSettings>(value).map(|saved| {
-                        settings = Some(saved);
-                        None
-                    })
-                } else {
-                    serde_json::from_value::<Record>(value).map(Some)
-                }
-            });
-            match parsed {
-                Ok(record) => records.extend(record),
-                Err(error) => tracing::warn!(
-                    path = %path.display(),
-                    line = number + 1,
-                    %error,
-                    "skipping an unreadable line of a session file"
-                ),
-            }
+        let saved = parse(&path, &bytes)?;
+        // A torn last line is ended, so the next append is a line of its own.
+        if writable && !bytes.is_empty() && !bytes.ends_with(b"\n") {
+            file.append_text("\n")?;
         }
-        let mut records = records.into_iter();
-        match records.next() {
-            Some(Record::Session { cwd }) => Ok(Saved {
-                cwd,
-                history: records.collect(),
-                settings,
-            }),
-            _ => Err(StoreError::NoHeader { path }),
-        }
+        Ok((saved, file))
     }
 
     fn path(&self, id: &str) -> Result<PathBuf, StoreError> {
         check_id(id)?;
         Ok(self.dir.join(format!("{id}.jsonl")))
+    }
+}
+
+/// Why an existing session file could not be opened.
+enum Opened {
+    Missing,
+    NotAFile(&'static str),
+    Io(io::Error),
+}
+
+/// Opens an existing session file for reading and appending (reading only, when it may not be
+/// written: its appends then fail and are logged). Never blocks (a FIFO would, opened for
+/// reading) and never follows a link; only a regular file is taken.
+fn open_existing(path: &Path) -> Result<(File, bool), Opened> {
+    let flags = (OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits();
+    let open = |append: bool| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .append(append)
+            .custom_flags(flags)
+            .open(path)
+    };
+    let (file, writable) = match open(true) {
+        Ok(file) => (file, true),
+        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
+            (open(false).map_err(Opened::Io)?, false)
+        }
+        Err(error) => {
+            return Err(match error.kind() {
+                io::ErrorKind::NotFound => Opened::Missing,
+                // O_NOFOLLOW on a link.
+                _ if error.raw_os_error() == Some(nix::libc::ELOOP) => {
+                    Opened::NotAFile("a symlink")
+                }
+                io::ErrorKind::IsADirectory => Opened::NotAFile("a directory"),
+                _ => Opened::Io(error),
+            });
+        }
+    };
+    let kind = file.metadata().map_err(Opened::Io)?.file_type();
+    if kind.is_file() {
+        return Ok((file, writable));
+    }
+    Err(Opened::NotAFile(if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() || kind.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }))
+}
+
+/// A session's file, open and locked for as long as the session is: the one way to append to
+/// it. Dropping it (or the process ending) releases the lock.
+#[derive(Debug)]
+pub(crate) struct SessionFile {
+    id: String,
+    path: PathBuf,
+    file: Mutex<File>,
+}
+
+impl SessionFile {
+    /// Takes the session's lock on `file`, or refuses: it is open elsewhere.
+    fn locked(id: &str, path: PathBuf, file: File) -> Result<Self, StoreError> {
+        match file.try_lock() {
+            Ok(()) => Ok(Self {
+                id: id.to_owned(),
+                path,
+                file: Mutex::new(file),
+            }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Busy { id: id.to_owned() }),
+            Err(std::fs::TryLockError::Error(source)) => Err(StoreError::Io {
+                action: "lock",
+                path,
+                source,
+            }),
+        }
+    }
+
+    /// The session's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Appends records, one line each, in one write.
+    pub(crate) fn append(&self, records: &[Record]) -> Result<(), StoreError> {
+        let text: String = records.iter().map(line).collect();
+        self.append_text(&text)
+    }
+
+    /// Appends the session's settings, replacing the earlier ones when it is loaded.
+    pub(crate) fn save_settings(&self, settings: &SavedSettings) -> Result<(), StoreError> {
+        let mut value = serde_json::to_value(settings).unwrap_or_default();
+        value["type"] = SETTINGS_TYPE.into();
+        let mut text = value.to_string();
+        text.push('\n');
+        self.append_text(&text)
+    }
+
+    /// Appends whole lines, in one write.
+    fn append_text(&self, text: &str) -> Result<(), StoreError> {
+        self.file
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .write_all(text.as_bytes())
+            .map_err(|source| StoreError::Io {
+                action: "append to",
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+/// A session file's bytes as a session: every line that reads as a record, in order (one that
+/// does not, a torn last line included, is skipped with a warning), and the last settings.
+fn parse(path: &Path, bytes: &[u8]) -> Result<Saved, StoreError> {
+    let mut records = Vec::new();
+    let mut settings = None;
+    for (number, text) in bytes.split(|&b| b == b'\n').enumerate() {
+        let Ok(text) = std::str::from_utf8(text) else {
+            tracing::warn!(
+                path = %path.display(),
+                line = number + 1,
+                "skipping a line of a session file that is not UTF-8 (a torn last line?)"
+            );
+            continue;
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        let parsed = serde_json::from_str::<serde_json::Value>(text).and_then(|value| {
+            if value.get("type").and_then(serde_json::Value::as_str) == Some(SETTINGS_TYPE) {
+                serde_json::from_value::<SavedSettings>(value).map(|saved| {
+                    settings = Some(saved);
+                    None
+                })
+            } else {
+                serde_json::from_value::<Record>(value).map(Some)
+            }
+        });
+        match parsed {
+            Ok(record) => records.extend(record),
+            Err(error) => tracing::warn!(
+                path = %path.display(),
+                line = number + 1,
+                %error,
+                "skipping an unreadable line of a session file"
+            ),
+        }
+    }
+    let mut records = records.into_iter();
+    match records.next() {
+        Some(Record::Session { cwd }) => Ok(Saved {
+            cwd,
+            history: records.collect(),
+            settings,
+        }),
+        _ => Err(StoreError::NoHeader {
+            path: path.to_path_buf(),
+        }),
     }
 }
 
@@ -301,7 +432,7 @@ mod tests {
     fn records_round_trip_through_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path().join("sessions"));
-        store.create("sess-a", Path::new("/project")).unwrap();
+        let file = store.create("sess-a", Path::new("/project")).unwrap();
         let history = vec![
             Record::User {
                 text: "hi\nthere".into(),
@@ -320,9 +451,10 @@ mod tests {
                 failed: false,
             },
         ];
-        store.append("sess-a", &history[..1]).unwrap();
-        store.append("sess-a", &history[1..]).unwrap();
-        let saved = store.load("sess-a").unwrap();
+        file.append(&history[..1]).unwrap();
+        file.append(&history[1..]).unwrap();
+        drop(file);
+        let (saved, _file) = store.load("sess-a").unwrap();
         assert_eq!(saved.cwd, PathBuf::from("/project"));
         assert_eq!(saved.history, history);
         assert_eq!(saved.settings, None);
@@ -337,7 +469,7 @@ mod tests {
     fn the_last_settings_saved_win_and_are_not_history() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path().to_path_buf());
-        store.create("s", Path::new("/p")).unwrap();
+        let file = store.create("s", Path::new("/p")).unwrap();
         let first = SavedSettings {
             model: Some("m1".into()),
             persona: Some("Be {{model}}.".into()),
@@ -349,17 +481,18 @@ mod tests {
             output_schema: Some(serde_json::json!({"type": "object"})),
             max_depth: Some(0),
         };
-        store.save_settings("s", &first).unwrap();
-        store
-            .append("s", &[Record::User { text: "a".into() }])
-            .unwrap();
-        assert_eq!(store.load("s").unwrap().settings, Some(first.clone()));
+        file.save_settings(&first).unwrap();
+        file.append(&[Record::User { text: "a".into() }]).unwrap();
+        drop(file);
+        let (saved, file) = store.load("s").unwrap();
+        assert_eq!(saved.settings, Some(first.clone()));
         let second = SavedSettings {
             model: Some("m2".into()),
             ..first
         };
-        store.save_settings("s", &second).unwrap();
-        let saved = store.load("s").unwrap();
+        file.save_settings(&second).unwrap();
+        drop(file);
+        let (saved, _file) = store.load("s").unwrap();
         assert_eq!(saved.settings, Some(second));
         assert_eq!(saved.history, vec![Record::User { text: "a".into() }]);
     }
@@ -368,12 +501,13 @@ mod tests {
     fn a_notice_saved_before_notices_named_their_task_still_loads() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path().to_path_buf());
-        store.create("s", Path::new("/p")).unwrap();
+        let file = store.create("s", Path::new("/p")).unwrap();
         let notice = Record::Notice {
             text: "quoted".into(),
             task: Some("subagent-1".into()),
         };
-        store.append("s", std::slice::from_ref(&notice)).unwrap();
+        file.append(std::slice::from_ref(&notice)).unwrap();
+        drop(file);
         let path = dir.path().join("s.jsonl");
         let mut text = std::fs::read_to_string(&path).unwrap();
         assert!(
@@ -383,7 +517,7 @@ mod tests {
         text.push_str("{\"type\":\"notice\",\"text\":\"Background task subagent-1 ...\"}\n");
         std::fs::write(&path, text).unwrap();
         assert_eq!(
-            store.load("s").unwrap().history,
+            store.load("s").unwrap().0.history,
             vec![
                 notice,
                 Record::Notice {
@@ -394,22 +528,105 @@ mod tests {
         );
     }
 
+    /// A session `s` in `dir` holding one user record, its file closed; the file's path.
+    fn one_record(store: &Store, dir: &Path) -> PathBuf {
+        let file = store.create("s", Path::new("/p")).unwrap();
+        file.append(&[Record::User { text: "a".into() }]).unwrap();
+        dir.join("s.jsonl")
+    }
+
     #[test]
-    fn a_torn_last_line_is_skipped() {
+    fn a_torn_last_line_is_skipped_and_the_next_record_gets_a_line_of_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::new(dir.path().to_path_buf());
-        store.create("s", Path::new("/p")).unwrap();
-        store
-            .append("s", &[Record::User { text: "a".into() }])
-            .unwrap();
-        let path = dir.path().join("s.jsonl");
+        let path = one_record(&store, dir.path());
         let mut text = std::fs::read_to_string(&path).unwrap();
         text.push_str("{\"type\":\"user\",\"te");
         std::fs::write(&path, text).unwrap();
+        let (saved, file) = store.load("s").unwrap();
+        assert_eq!(saved.history, vec![Record::User { text: "a".into() }]);
+        file.append(&[Record::User { text: "b".into() }]).unwrap();
+        drop(file);
         assert_eq!(
-            store.load("s").unwrap().history,
-            vec![Record::User { text: "a".into() }]
+            store.load("s").unwrap().0.history,
+            vec![
+                Record::User { text: "a".into() },
+                Record::User { text: "b".into() }
+            ]
         );
+    }
+
+    #[test]
+    fn a_last_line_torn_inside_a_multi_byte_character_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        let path = one_record(&store, dir.path());
+        let mut bytes = std::fs::read(&path).unwrap();
+        let torn = "{\"type\":\"user\",\"text\":\"caf\u{e9}\"}\n".as_bytes();
+        // Cut between the two bytes of the é.
+        let cut = torn.iter().position(|&b| b == 0xC3).unwrap() + 1;
+        bytes.extend_from_slice(&torn[..cut]);
+        std::fs::write(&path, &bytes).unwrap();
+        let (saved, _file) = store.load("s").unwrap();
+        assert_eq!(saved.history, vec![Record::User { text: "a".into() }]);
+    }
+
+    #[test]
+    fn one_writer_per_session_until_it_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        let file = store.create("s", Path::new("/p")).unwrap();
+        let busy = store.load("s").unwrap_err();
+        assert!(matches!(busy, StoreError::Busy { .. }), "{busy:?}");
+        assert_eq!(
+            busy.to_string(),
+            "session busy: session s is open elsewhere (another acp-child, or another session of \
+             this one); one writer per session: wait until it ends"
+        );
+        drop(file);
+        let (_, loaded) = store.load("s").unwrap();
+        assert!(matches!(store.load("s"), Err(StoreError::Busy { .. })));
+        drop(loaded);
+        store.load("s").unwrap();
+    }
+
+    #[test]
+    fn only_a_regular_file_is_a_session_file_and_a_fifo_never_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        nix::unistd::mkfifo(
+            &dir.path().join("fifo.jsonl"),
+            nix::sys::stat::Mode::S_IRWXU,
+        )
+        .unwrap();
+        let error = store.load("fifo").unwrap_err();
+        assert!(
+            matches!(error, StoreError::NotAFile { kind: "a FIFO", .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().ends_with(
+            "fifo.jsonl is a FIFO, not a regular file; acp-child reads only regular files of \
+             its state directory"
+        ));
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("x.jsonl");
+        std::fs::write(&target, "{\"type\":\"session\",\"cwd\":\"/\"}\n").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("link.jsonl")).unwrap();
+        assert!(matches!(
+            store.load("link"),
+            Err(StoreError::NotAFile {
+                kind: "a symlink",
+                ..
+            })
+        ));
+        std::fs::create_dir(dir.path().join("dir.jsonl")).unwrap();
+        assert!(matches!(
+            store.load("dir"),
+            Err(StoreError::NotAFile {
+                kind: "a directory",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -85,6 +85,7 @@
 //! ```
 
 pub mod agents;
+mod answer;
 pub(crate) mod client;
 pub mod definitions;
 pub mod fs_atomic;

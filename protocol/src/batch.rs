@@ -1,10 +1,17 @@
 //! `acp-host batch`: one input line -> one run, and one output record per run.
 //!
 //! Invariants: a line is read strictly: it is a JSON object whose keys are the known fields
-//! ([`FIELDS`]), each of its type; anything else is an error naming the line and the field, so
+//! ([`FIELDS`]), each of its type and each once (a key given twice, at any depth, is refused:
+//! JSON would silently take the last); anything else is an error naming the line and the field, so
 //! a typo never silently runs a different job. A line without `id` gets its line number. Reading
 //! is pure (text in, [`BatchLine`] out); what needs the machine (the agent's program, the cwd, a
 //! subagent definition) is checked by the CLI before anything starts.
+//!
+//! How many agents may run at once is decided here too ([`check_jobs`]): at most [`MAX_JOBS`],
+//! and no more than the process's open-file and process limits leave room for. The exit code
+//! ([`exit_code`]) says first whether the output is whole: a record that could not be written
+//! (stdout closed, failing, or stalled after Ctrl-C) is [`EXIT_OUTPUT_LOST`], whatever the runs
+//! did.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -84,6 +91,24 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
         }
         Err(err) => return Err(error(None, format!("not valid JSON ({err})"))),
     };
+    // The text is valid JSON: this second reading cannot fail for any other reason.
+    if let Ok(FirstDuplicate(Some(path))) = serde_json::from_str::<FirstDuplicate>(text)
+        && let Some((field, within)) = path.split_first()
+    {
+        let problem = match within.split_last() {
+            None => "given twice; a line has each field once".to_owned(),
+            Some((key, [])) => format!("key {key:?} is given twice"),
+            Some((key, parents)) => {
+                let pointer = parents.iter().fold(String::new(), |mut pointer, part| {
+                    pointer.push('/');
+                    pointer.push_str(&part.replace('~', "~0").replace('/', "~1"));
+                    pointer
+                });
+                format!("key {key:?} is given twice (in {pointer})")
+            }
+        };
+        return Err(error(Some(field), problem));
+    }
     let mut line = BatchLine {
         id: number.to_string(),
         prompt: String::new(),
@@ -170,6 +195,92 @@ fn env_names(value: &Value) -> Result<Vec<String>, String> {
         .collect()
 }
 
+/// The first key given twice in a JSON text, as the keys (and array indexes) down to it, the
+/// repeated key last; `None` when every object's keys are distinct. `serde_json` keeps the last of
+/// repeated keys without a word, so a repeated field would silently change what runs.
+struct FirstDuplicate(Option<Vec<String>>);
+
+impl<'de> Deserialize<'de> for FirstDuplicate {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(DuplicateVisitor)
+    }
+}
+
+struct DuplicateVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DuplicateVisitor {
+    type Value = FirstDuplicate;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter) -> std::fmt::Result {
+        formatter.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<FirstDuplicate, E> {
+        Ok(FirstDuplicate(None))
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<FirstDuplicate, E> {
+        Ok(FirstDuplicate(None))
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<FirstDuplicate, E> {
+        Ok(FirstDuplicate(None))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<FirstDuplicate, E> {
+        Ok(FirstDuplicate(None))
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<FirstDuplicate, E> {
+        Ok(FirstDuplicate(None))
+    }
+
+    fn visit_unit<E>(self) -> Result<FirstDuplicate, E> {
+        Ok(FirstDuplicate(None))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<FirstDuplicate, A::Error> {
+        let mut first = None;
+        let mut index = 0_usize;
+        while let Some(FirstDuplicate(inner)) = seq.next_element()? {
+            if first.is_none()
+                && let Some(mut path) = inner
+            {
+                path.insert(0, index.to_string());
+                first = Some(path);
+            }
+            index += 1;
+        }
+        Ok(FirstDuplicate(first))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<FirstDuplicate, A::Error> {
+        let mut keys = std::collections::HashSet::new();
+        let mut first = None;
+        while let Some(key) = map.next_key::<String>()? {
+            let FirstDuplicate(inner) = map.next_value()?;
+            if first.is_some() {
+                continue;
+            }
+            if keys.contains(&key) {
+                first = Some(vec![key]);
+            } else if let Some(mut path) = inner {
+                path.insert(0, key);
+                first = Some(path);
+            } else {
+                keys.insert(key);
+            }
+        }
+        Ok(FirstDuplicate(first))
+    }
+}
+
 fn kind(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
@@ -181,13 +292,33 @@ fn kind(value: &Value) -> &'static str {
     }
 }
 
-/// The exit code of a batch: 130 when Ctrl-C / SIGTERM stopped it, else 0 when every one of the
-/// `ended` lines (run or not started) completed, else 1.
+/// The exit code of a batch whose records could not all be written (stdout closed, failing, or
+/// taking nothing for a while after Ctrl-C): the output is not whole. 128 + SIGPIPE, the status a
+/// shell reports for a writer killed by a closed pipe.
+pub const EXIT_OUTPUT_LOST: u8 = 141;
+
+/// How a batch ended, for its exit code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchEnd {
+    /// Ctrl-C or SIGTERM stopped it.
+    pub interrupted: bool,
+    /// Lines that ended: run, or not started.
+    pub ended: usize,
+    /// Lines whose run completed.
+    pub completed: usize,
+    /// Records that were not written whole to stdout.
+    pub lost: usize,
+}
+
+/// The exit code of a batch: [`EXIT_OUTPUT_LOST`] when a record was not written, else 130 when
+/// Ctrl-C / SIGTERM stopped it, else 0 when every one of the ended lines completed, else 1.
 #[must_use]
-pub fn exit_code(interrupted: bool, ended: usize, completed: usize) -> u8 {
-    if interrupted {
+pub fn exit_code(end: BatchEnd) -> u8 {
+    if end.lost > 0 {
+        EXIT_OUTPUT_LOST
+    } else if end.interrupted {
         Status::Aborted.exit_code()
-    } else if completed < ended {
+    } else if end.completed < end.ended {
         Status::Error.exit_code()
     } else {
         Status::Completed.exit_code()
@@ -197,16 +328,26 @@ pub fn exit_code(interrupted: bool, ended: usize, completed: usize) -> u8 {
 /// The exit codes of `acp-host batch` as text, for its `--help` (one source with [`exit_code`]).
 #[must_use]
 pub fn exit_code_table() -> String {
+    let end = |interrupted, completed, lost| BatchEnd {
+        interrupted,
+        ended: 1,
+        completed,
+        lost,
+    };
     [
-        (exit_code(false, 1, 1), "every run completed"),
+        (exit_code(end(false, 1, 0)), "every run completed"),
         (
-            exit_code(false, 1, 0),
+            exit_code(end(false, 0, 0)),
             "a run did not complete, or did not start (its record says why)",
         ),
         (EXIT_USAGE, "a bad flag or line; nothing was started"),
         (
-            exit_code(true, 1, 0),
+            exit_code(end(true, 0, 0)),
             "Ctrl-C / SIGTERM: running agents were cancelled, the rest not started",
+        ),
+        (
+            exit_code(end(false, 1, 1)),
+            "records were not all written: stdout closed, failed, or stalled after Ctrl-C",
         ),
     ]
     .iter()
@@ -214,6 +355,85 @@ pub fn exit_code_table() -> String {
         let _ = writeln!(table, "  {code:>3}  {why}");
         table
     })
+}
+
+/// The most agents a batch runs at once, whatever the machine allows (`--jobs` above it is
+/// refused): each holds its pipes, a watchdog and up to `--max-output` of output.
+pub const MAX_JOBS: usize = 256;
+
+/// Open files acp-host holds for each running agent (its pipes, the watchdog's pidfd and pipe:
+/// six, measured; two to spare).
+pub const FILES_PER_JOB: u64 = 8;
+
+/// Open files kept for acp-host itself (its runtime, stdio, the input).
+pub const FILES_RESERVED: u64 = 32;
+
+/// Processes each running agent takes at least: the watchdog and the agent.
+pub const PROCESSES_PER_JOB: u64 = 2;
+
+/// The process's limits that bound how many agents can run at once (soft limits; `None`:
+/// unlimited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JobLimits {
+    /// `RLIMIT_NOFILE`.
+    pub open_files: Option<u64>,
+    /// `RLIMIT_NPROC` (the user's processes, all of them).
+    pub processes: Option<u64>,
+}
+
+impl JobLimits {
+    /// The most agents that may run at once under these limits, and what bounds it.
+    #[must_use]
+    pub fn max_jobs(&self) -> (usize, String) {
+        let mut most = (MAX_JOBS, format!("at most {MAX_JOBS} agents run at once"));
+        let fits = |limit: u64, reserved: u64, per: u64| {
+            usize::try_from(limit.saturating_sub(reserved) / per).unwrap_or(usize::MAX)
+        };
+        if let Some(files) = self.open_files {
+            let jobs = fits(files, FILES_RESERVED, FILES_PER_JOB);
+            if jobs < most.0 {
+                most = (
+                    jobs,
+                    format!(
+                        "this process may open {files} files and each running agent takes \
+                         {FILES_PER_JOB}; raise the limit (`ulimit -n`)"
+                    ),
+                );
+            }
+        }
+        if let Some(processes) = self.processes {
+            let jobs = fits(processes, 0, PROCESSES_PER_JOB);
+            if jobs < most.0 {
+                most = (
+                    jobs,
+                    format!(
+                        "this user may run {processes} processes and each running agent takes \
+                         {PROCESSES_PER_JOB}; raise the limit (`ulimit -u`)"
+                    ),
+                );
+            }
+        }
+        most
+    }
+}
+
+/// `--jobs`: how many agents run at once. Given, it is refused above what `limits` allow (the
+/// error says why and how to raise it); not given, it is `default` (the number of CPUs) lowered
+/// to fit.
+pub fn check_jobs(
+    jobs: Option<usize>,
+    default: usize,
+    limits: &JobLimits,
+) -> Result<usize, String> {
+    let (most, why) = limits.max_jobs();
+    match jobs {
+        Some(jobs) if jobs > most => Err(format!(
+            "--jobs {jobs}: at most {most} ({why}); lower --jobs"
+        )),
+        Some(jobs) => Ok(jobs),
+        None if most == 0 => Err(format!("no agent can run: {why}")),
+        None => Ok(default.clamp(1, most)),
+    }
 }
 
 /// One line of `acp-host batch` output, written as each run ends: the run's result record with
@@ -335,12 +555,88 @@ mod tests {
     }
 
     #[test]
-    fn exit_codes_follow_the_run_table() {
-        assert_eq!(exit_code(false, 0, 0), 0);
-        assert_eq!(exit_code(false, 3, 3), 0);
-        assert_eq!(exit_code(false, 3, 2), 1);
-        assert_eq!(exit_code(true, 3, 3), 130);
+    fn exit_codes_follow_the_run_table_and_lost_records_come_first() {
+        let end = |interrupted, ended, completed, lost| {
+            exit_code(BatchEnd {
+                interrupted,
+                ended,
+                completed,
+                lost,
+            })
+        };
+        assert_eq!(end(false, 0, 0, 0), 0);
+        assert_eq!(end(false, 3, 3, 0), 0);
+        assert_eq!(end(false, 3, 2, 0), 1);
+        assert_eq!(end(true, 3, 3, 0), 130);
+        assert_eq!(end(true, 3, 0, 1), 141);
+        assert_eq!(end(false, 3, 3, 2), 141);
         assert!(exit_code_table().contains("  130  Ctrl-C"));
+        assert!(exit_code_table().contains("  141  records were not all written"));
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_it() {
+        assert_eq!(
+            refused(r#"{"prompt":"a","agent":"x","prompt":"b"}"#),
+            "line 7, field `prompt`: given twice; a line has each field once"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"a","outputSchema":{"type":"object","type":"array"}}"#),
+            "line 7, field `outputSchema`: key \"type\" is given twice"
+        );
+        assert_eq!(
+            refused(
+                r#"{"prompt":"a","outputSchema":{"anyOf":[{"properties":{"a/b":{"x":1,"x":2}}}]}}"#
+            ),
+            "line 7, field `outputSchema`: key \"x\" is given twice (in /anyOf/0/properties/a~1b)"
+        );
+        // The same key in two objects is no repeat.
+        assert!(parse(r#"{"prompt":"p","outputSchema":{"properties":{"a":{"type":"string"},"b":{"type":"string"}}}}"#).is_ok());
+    }
+
+    #[test]
+    fn jobs_are_capped_by_the_fixed_cap_and_the_process_limits() {
+        let unlimited = JobLimits::default();
+        assert_eq!(check_jobs(Some(256), 2, &unlimited), Ok(256));
+        assert_eq!(
+            check_jobs(Some(100_000), 2, &unlimited),
+            Err("--jobs 100000: at most 256 (at most 256 agents run at once); lower --jobs".into())
+        );
+        let files = JobLimits {
+            open_files: Some(1024),
+            processes: Some(100_000),
+        };
+        assert_eq!(files.max_jobs().0, 124);
+        assert_eq!(
+            check_jobs(Some(200), 2, &files),
+            Err(
+                "--jobs 200: at most 124 (this process may open 1024 files and each running \
+                 agent takes 8; raise the limit (`ulimit -n`)); lower --jobs"
+                    .into()
+            )
+        );
+        let processes = JobLimits {
+            open_files: None,
+            processes: Some(21),
+        };
+        assert_eq!(check_jobs(Some(10), 2, &processes), Ok(10));
+        assert!(
+            check_jobs(Some(11), 2, &processes)
+                .unwrap_err()
+                .contains("`ulimit -u`")
+        );
+        // The default (the CPUs) is lowered to fit, never refused while one agent fits.
+        assert_eq!(check_jobs(None, 64, &processes), Ok(10));
+        assert_eq!(check_jobs(None, 0, &unlimited), Ok(1));
+        let none = JobLimits {
+            open_files: Some(16),
+            processes: None,
+        };
+        assert!(
+            check_jobs(None, 2, &none)
+                .unwrap_err()
+                .starts_with("no agent can run: ")
+        );
     }
 
     #[test]

@@ -7,7 +7,12 @@
 //! - a value is valid exactly when [`OutputSchema::violations`] is empty, and every violation is
 //!   listed (instance path and message), for the follow-up prompt and the error;
 //! - extraction ([`extract`]) takes the last fenced `json` block, else the whole answer, else the
-//!   last top-level JSON value in it: the same answer always gives the same value.
+//!   last top-level JSON value in it: the same answer always gives the same value, in time linear
+//!   in its length (one scan per rule, never a parse restarted at every bracket), whatever the
+//!   answer: it is untrusted input;
+//! - an answer's text is read only whole, or through a fenced block complete within its kept tail
+//!   ([`OutputSchema::check_answer`]); a cut text is never guessed at, and the violation names the
+//!   limit that cut it.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -133,6 +138,77 @@ impl OutputSchema {
     }
 }
 
+/// A turn's answer as the structured check gets it: what the agent's capture tool returned, else
+/// the turn's text, kept up to a limit (the run's `--max-output`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The value of the agent's capture tool, if it used one.
+    pub captured: Option<Value>,
+    /// The turn's text: all of it, or its last `limit` bytes when `dropped` bytes did not fit.
+    pub text: String,
+    /// How many bytes of the text were not kept.
+    pub dropped: Option<u64>,
+    /// The most bytes of a turn's text kept for the check.
+    pub limit: usize,
+}
+
+/// A checked answer: how its value was obtained, and the value or every violation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    pub via: StructuredVia,
+    pub value: Result<Value, Vec<Violation>>,
+}
+
+impl OutputSchema {
+    /// Checks a turn's answer: its captured value, else the value extracted from its text
+    /// ([`extract`]), via `expected` when there is neither. Text cut to its limit is not guessed
+    /// at: only a fenced `json` block complete within the kept tail is read from it (the last one
+    /// of the whole answer, as nothing follows the tail); otherwise the one violation names the
+    /// limit that was hit. CPU-bound (linear in the text, then the schema's own checks): callers
+    /// on an async runtime run it off the runtime's threads.
+    #[must_use]
+    pub fn check_answer(&self, answer: &Answer, expected: StructuredVia) -> Checked {
+        if let Some(value) = &answer.captured {
+            return Checked {
+                via: StructuredVia::CaptureTool,
+                value: self.check(Some(value)),
+            };
+        }
+        let extracted = match answer.dropped {
+            None => extract(&answer.text),
+            Some(dropped) => match last_fenced_json(&answer.text) {
+                Some(block) => whole_value(block),
+                None => {
+                    return Checked {
+                        via: expected,
+                        value: Err(vec![Violation {
+                            path: String::new(),
+                            message: over_limit(answer.limit, dropped),
+                        }]),
+                    };
+                }
+            },
+        };
+        Checked {
+            via: if extracted.is_some() {
+                StructuredVia::Text
+            } else {
+                expected
+            },
+            value: self.check(extracted.as_ref()),
+        }
+    }
+}
+
+/// The violation of an answer whose text did not fit the limit.
+fn over_limit(limit: usize, dropped: u64) -> String {
+    format!(
+        "the answer is {dropped} bytes over the {limit}-byte limit on a structured answer's text \
+         (acp-host --max-output), so it was not read; answer with a shorter JSON value, in a \
+         fenced code block marked json"
+    )
+}
+
 /// What is appended to the prompt of an agent without a capture tool.
 #[must_use]
 pub fn instruction(schema: &Value) -> String {
@@ -171,64 +247,289 @@ pub fn describe(violations: &[Violation]) -> String {
 }
 
 /// The JSON value of an answer given as text: the last fenced `json` block, else the whole answer,
-/// else the last top-level JSON object or array in it.
+/// else the last top-level JSON object or array in it. Linear in the length of `text` (one pass
+/// per rule), whatever the text: an answer is untrusted input.
 #[must_use]
 pub fn extract(text: &str) -> Option<Value> {
     if let Some(block) = last_fenced_json(text) {
-        return serde_json::from_str(block).ok();
+        return whole_value(block);
     }
-    if let Ok(value) = serde_json::from_str(text.trim()) {
-        return Some(value);
-    }
-    last_embedded_value(text)
+    whole_value(text).or_else(|| last_embedded_value(text))
 }
 
-/// The body of the last ```` ```json ```` block that is closed.
+/// `text` (trimmed) as one JSON value. Scanned first, without allocating: `serde_json` builds the
+/// value only for a text that is one, never megabytes of values for a text that breaks at its end.
+fn whole_value(text: &str) -> Option<Value> {
+    let text = text.trim();
+    let bytes = text.as_bytes();
+    let end = match bytes.first()? {
+        b'{' | b'[' => match scan(bytes, 0) {
+            Scan::Complete { end } => end,
+            Scan::Broken { .. } => return None,
+        },
+        _ => scalar_end(bytes, 0).ok()?,
+    };
+    if end == bytes.len() {
+        serde_json::from_str(text).ok()
+    } else {
+        None
+    }
+}
+
+/// The opening of a fenced JSON block.
+const FENCE_JSON: &str = "```json";
+/// The closing of any fenced block.
+const FENCE: &str = "```";
+
+/// The body of the last ```` ```json ```` block that is closed. The rest of a fence line must be
+/// blank; each byte is looked at a bounded number of times (no rescan of a long line per fence).
 fn last_fenced_json(text: &str) -> Option<&str> {
     let mut found = None;
-    let mut rest = text;
-    let mut offset = 0;
-    while let Some(open) = rest.find("```json") {
-        let body_start = open + "```json".len();
-        let after = &rest[body_start..];
-        // The fence line ends at its newline.
-        let Some(newline) = after.find('\n') else {
+    let mut at = 0;
+    while let Some(open) = text[at..].find(FENCE_JSON) {
+        let after = at + open + FENCE_JSON.len();
+        // The fence line ends at its newline; anything but blanks before it is not a JSON fence.
+        let Some((offset, end)) = text[after..]
+            .char_indices()
+            .find(|&(_, c)| c == '\n' || !c.is_whitespace())
+        else {
             break;
         };
-        if !after[..newline].trim().is_empty() {
-            rest = &rest[body_start..];
-            offset += body_start;
+        if end != '\n' {
+            at = after + offset;
             continue;
         }
-        let body = &after[newline + 1..];
-        let Some(close) = body.find("```") else {
+        let body = after + offset + 1;
+        let Some(close) = text[body..].find(FENCE) else {
             break;
         };
-        let start = offset + body_start + newline + 1;
-        found = Some(&text[start..start + close]);
-        let consumed = body_start + newline + 1 + close + 3;
-        rest = &rest[consumed..];
-        offset += consumed;
+        found = Some(&text[body..body + close]);
+        at = body + close + FENCE.len();
     }
     found
 }
 
-/// The last JSON object or array that starts at top level (not inside an earlier one).
+/// The last JSON object or array of `text` that is not inside an earlier one. One pass: a
+/// candidate starts at a `{` or `[` outside any other candidate and is followed by a JSON scanner
+/// ([`scan`]); a complete one is a value and scanning goes on after it; a broken one contributes
+/// the last container it completed before breaking (a valid value inside it), and scanning goes
+/// on where it broke. A `{` or `[` inside a candidate's strings never starts one.
 fn last_embedded_value(text: &str) -> Option<Value> {
-    let mut last = None;
+    let bytes = text.as_bytes();
+    // Disjoint, in order: only one is parsed unless serde refuses what the scanner accepted
+    // (a number out of range, a lone surrogate), so the whole is linear.
+    let mut found = Vec::new();
     let mut at = 0;
-    while let Some(found) = text[at..].find(['{', '[']) {
-        let start = at + found;
-        let mut values = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
-        match values.next() {
-            Some(Ok(value)) => {
-                last = Some(value);
-                at = start + values.byte_offset();
+    while let Some(offset) = bytes[at..].iter().position(|&b| b == b'{' || b == b'[') {
+        let start = at + offset;
+        match scan(bytes, start) {
+            Scan::Complete { end } => {
+                found.push(start..end);
+                at = end;
             }
-            _ => at = start + 1,
+            Scan::Broken { at: broke, inner } => {
+                found.extend(inner);
+                at = broke;
+            }
         }
     }
-    last
+    found
+        .into_iter()
+        .rev()
+        .find_map(|span| serde_json::from_str(&text[span]).ok())
+}
+
+/// How deep a candidate may nest: `serde_json`'s own limit (it refuses the 128th level).
+const MAX_DEPTH: usize = 127;
+
+/// What [`scan`] found from a `{` or `[`.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    /// A complete value, ending before `end`.
+    Complete { end: usize },
+    /// Not JSON from the byte at `at` (`at` > start; the length when the text ended first);
+    /// `inner` is the last container completed before that, if any.
+    Broken {
+        at: usize,
+        inner: Option<std::ops::Range<usize>>,
+    },
+}
+
+/// Where the scanner stands between tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    /// A value (after `:` or `,` in an array).
+    Value,
+    /// A value or `]` (after `[`).
+    ValueOrClose,
+    /// A key or `}` (after `{`).
+    KeyOrClose,
+    /// A key (after `,` in an object).
+    Key,
+    /// `:` after a key.
+    Colon,
+    /// `,` or the container's close, after a value.
+    CommaOrClose,
+}
+
+/// Scans one JSON value starting at `bytes[start]` (a `{` or `[`), strictly (RFC 8259, the depth
+/// limit of `serde_json`), each byte once.
+fn scan(bytes: &[u8], start: usize) -> Scan {
+    // The open containers: their opening byte and position.
+    let mut stack: Vec<(u8, usize)> = Vec::new();
+    let mut inner = None;
+    let mut expect = Expect::Value;
+    let mut at = start;
+    let broken = |at: usize, inner| Scan::Broken { at, inner };
+    while at < bytes.len() {
+        let byte = bytes[at];
+        if matches!(byte, b' ' | b'\t' | b'\n' | b'\r') {
+            at += 1;
+            continue;
+        }
+        match (expect, byte) {
+            (Expect::Value | Expect::ValueOrClose, b'{' | b'[') => {
+                if stack.len() == MAX_DEPTH {
+                    return broken(at, inner);
+                }
+                stack.push((byte, at));
+                expect = if byte == b'{' {
+                    Expect::KeyOrClose
+                } else {
+                    Expect::ValueOrClose
+                };
+                at += 1;
+            }
+            (Expect::ValueOrClose, b']')
+            | (Expect::KeyOrClose, b'}')
+            | (Expect::CommaOrClose, b']' | b'}') => {
+                let Some((open, opened)) = stack.pop() else {
+                    return broken(at, inner);
+                };
+                if (open == b'[') != (byte == b']') {
+                    return broken(at, inner);
+                }
+                at += 1;
+                if stack.is_empty() {
+                    return Scan::Complete { end: at };
+                }
+                inner = Some(opened..at);
+                expect = Expect::CommaOrClose;
+            }
+            (Expect::CommaOrClose, b',') => {
+                expect = match stack.last() {
+                    Some((b'{', _)) => Expect::Key,
+                    _ => Expect::Value,
+                };
+                at += 1;
+            }
+            (Expect::Colon, b':') => {
+                expect = Expect::Value;
+                at += 1;
+            }
+            (Expect::KeyOrClose | Expect::Key, b'"') => match string_end(bytes, at) {
+                Ok(end) => {
+                    at = end;
+                    expect = Expect::Colon;
+                }
+                Err(broke) => return broken(broke, inner),
+            },
+            (Expect::Value | Expect::ValueOrClose, _) => match scalar_end(bytes, at) {
+                Ok(end) => {
+                    at = end;
+                    expect = Expect::CommaOrClose;
+                }
+                Err(broke) => return broken(broke, inner),
+            },
+            _ => return broken(at, inner),
+        }
+    }
+    broken(bytes.len(), inner)
+}
+
+/// The end of the string opening at `bytes[start]` (a `"`), or where it stops being one.
+fn string_end(bytes: &[u8], start: usize) -> Result<usize, usize> {
+    let mut at = start + 1;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => return Ok(at + 1),
+            b'\\' => match bytes.get(at + 1) {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => at += 2,
+                Some(b'u') => {
+                    let digits = bytes.get(at + 2..at + 6).ok_or(bytes.len())?;
+                    if let Some(bad) = digits.iter().position(|b| !b.is_ascii_hexdigit()) {
+                        return Err(at + 2 + bad);
+                    }
+                    at += 6;
+                }
+                _ => return Err(at + 1),
+            },
+            // Control characters must be escaped.
+            0..0x20 => return Err(at),
+            _ => at += 1,
+        }
+    }
+    Err(bytes.len())
+}
+
+/// The end of the string, number or literal (`true`, `false`, `null`) at `bytes[start]`, or
+/// where it stops being one.
+fn scalar_end(bytes: &[u8], start: usize) -> Result<usize, usize> {
+    match bytes[start] {
+        b'"' => string_end(bytes, start),
+        b't' => literal_end(bytes, start, b"true"),
+        b'f' => literal_end(bytes, start, b"false"),
+        b'n' => literal_end(bytes, start, b"null"),
+        b'-' | b'0'..=b'9' => number_end(bytes, start),
+        _ => Err(start),
+    }
+}
+
+fn literal_end(bytes: &[u8], start: usize, literal: &[u8]) -> Result<usize, usize> {
+    let end = start + literal.len();
+    if bytes.get(start..end) == Some(literal) {
+        Ok(end)
+    } else {
+        Err(start)
+    }
+}
+
+/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`
+fn number_end(bytes: &[u8], start: usize) -> Result<usize, usize> {
+    let digits = |from: usize| {
+        from + bytes[from.min(bytes.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut at = start;
+    if bytes[at] == b'-' {
+        at += 1;
+    }
+    match bytes.get(at) {
+        Some(b'0') => at += 1,
+        Some(b'1'..=b'9') => at = digits(at),
+        _ => return Err(at),
+    }
+    if bytes.get(at) == Some(&b'.') {
+        let end = digits(at + 1);
+        if end == at + 1 {
+            return Err(end);
+        }
+        at = end;
+    }
+    if matches!(bytes.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(bytes.get(at), Some(b'+' | b'-')) {
+            at += 1;
+        }
+        let end = digits(at);
+        if end == at {
+            return Err(end);
+        }
+        at = end;
+    }
+    Ok(at)
 }
 
 #[cfg(test)]
@@ -303,6 +604,134 @@ mod tests {
         assert_eq!(extract("{\"a\":1}\n```json\n{oops\n```"), None);
         assert_eq!(extract("```json\n\"text\"\n```"), Some(json!("text")));
     }
+
+    #[test]
+    fn a_broken_candidate_leaves_the_last_value_it_completed() {
+        assert_eq!(extract("[1, {\"a\": 1} oops"), Some(json!({"a": 1})));
+        assert_eq!(
+            extract("see [draft] then {\"n\": 1}"),
+            Some(json!({"n": 1}))
+        );
+        assert_eq!(extract("{ [1]"), Some(json!([1])));
+        assert_eq!(extract("[1 [2]]"), Some(json!([2])));
+        // A bracket inside a string of a candidate is not a candidate of its own.
+        assert_eq!(extract("{\"note\": \"see [1]\" oops"), None);
+        // serde_json's depth limit, no deeper.
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(extract(&format!("x {}", deep(127))).is_some());
+        assert!(serde_json::from_str::<Value>(&deep(128)).is_err());
+        // Too deep: the candidate breaks at its 128th bracket, where scanning goes on.
+        assert_eq!(extract(&format!("x {}", deep(128))), Some(json!([])));
+        // What the scanner accepts and serde refuses falls back to the value before it.
+        assert_eq!(extract("[1] then [1e999]"), Some(json!([1])));
+    }
+
+    #[test]
+    fn adversarial_answers_give_their_value_or_none() {
+        let n = 200_000;
+        let nested_numbers = format!("{}{}", "[".repeat(127), "1,".repeat(n));
+        assert_eq!(extract(&nested_numbers), None);
+        assert_eq!(extract(&"[".repeat(n)), None);
+        assert_eq!(extract(&"{\"a\":".repeat(n)), None);
+        assert_eq!(extract(&"[\"[\",".repeat(n)), None);
+        assert_eq!(
+            extract(&format!("{}\n{{\"n\": 1}}", "```jsonx".repeat(n))),
+            Some(json!({"n": 1}))
+        );
+        assert_eq!(
+            extract(&format!("{}{{\"n\": 2}}", "[0,".repeat(n))),
+            Some(json!({"n": 2}))
+        );
+    }
+
+    #[test]
+    fn a_cut_answer_is_read_only_through_a_complete_fenced_block() {
+        let schema = OutputSchema::compile(json!({"type": "object"})).unwrap();
+        let cut = |text: &str| Answer {
+            captured: None,
+            text: text.to_owned(),
+            dropped: Some(10),
+            limit: 64,
+        };
+        let checked = schema.check_answer(&cut("1}, {\"b\": 2}]}"), StructuredVia::Text);
+        assert_eq!(checked.via, StructuredVia::Text);
+        assert_eq!(
+            checked.value.unwrap_err()[0].to_string(),
+            "(root): the answer is 10 bytes over the 64-byte limit on a structured answer's \
+             text (acp-host --max-output), so it was not read; answer with a shorter JSON \
+             value, in a fenced code block marked json"
+        );
+        let checked = schema.check_answer(
+            &cut("...\n```json\n{\"a\": 1}\n```\n"),
+            StructuredVia::CaptureTool,
+        );
+        assert_eq!(checked.via, StructuredVia::Text);
+        assert_eq!(checked.value, Ok(json!({"a": 1})));
+        let whole = Answer {
+            dropped: None,
+            ..cut("done: {\"a\": 2}")
+        };
+        assert_eq!(
+            schema.check_answer(&whole, StructuredVia::Text).value,
+            Ok(json!({"a": 2}))
+        );
+        let captured = Answer {
+            captured: Some(json!({"c": 3})),
+            ..cut("")
+        };
+        let checked = schema.check_answer(&captured, StructuredVia::Text);
+        assert_eq!(
+            (checked.via, checked.value),
+            (StructuredVia::CaptureTool, Ok(json!({"c": 3})))
+        );
+    }
+
+    proptest::proptest! {
+        /// The scanner accepts exactly what serde_json reads as the first value from a bracket.
+        #[test]
+        fn the_scanner_agrees_with_serde(tokens in proptest::collection::vec(0..TOKENS.len(), 0..40), object in proptest::bool::ANY) {
+            let text: String = std::iter::once(if object { "{" } else { "[" })
+                .chain(tokens.iter().map(|&t| TOKENS[t]))
+                .collect();
+            let mut values = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+            let serde = match values.next() {
+                Some(Ok(_)) => Some(values.byte_offset()),
+                _ => None,
+            };
+            let scanned = match scan(text.as_bytes(), 0) {
+                Scan::Complete { end } => Some(end),
+                Scan::Broken { .. } => None,
+            };
+            proptest::prop_assert_eq!(scanned, serde, "{}", text);
+        }
+    }
+
+    const TOKENS: &[&str] = &[
+        "[",
+        "]",
+        "{",
+        "}",
+        ",",
+        ":",
+        " ",
+        "\"a\"",
+        "\"[\"",
+        "\"\\n\"",
+        "\"\\u00e9\"",
+        "\"\\x\"",
+        "1",
+        "-0.5",
+        "01",
+        "2e3",
+        "1.",
+        "true",
+        "nul",
+        "null",
+        "x",
+        "\n",
+        "\"\u{1}\"",
+        "é",
+    ];
 
     #[test]
     fn the_instruction_carries_the_schema() {

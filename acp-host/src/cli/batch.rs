@@ -5,12 +5,20 @@
 //! - every line is read and checked (its fields, its agent, its cwd, its subagent definition, its
 //!   env names) before anything is spawned; a bad line is a usage error (exit 2) naming the line
 //!   and the field. Only the parsed lines are kept (their prompts), never a run's output;
-//! - at most `--jobs` agents run at once; each result is written (one `BatchRecord` line) as its
-//!   run ends, by a writer thread behind a bounded queue, so memory is bounded by `--jobs`, not
-//!   by the number of lines, and a stalled stdout slows the batch down instead of growing it;
+//! - at most `--jobs` agents run at once (`protocol::batch::check_jobs`: a fixed cap and the
+//!   process's open-file and process limits; above, a usage error before any line is read); each
+//!   result is written (one `BatchRecord` line) as its run ends, by a writer thread behind a
+//!   bounded queue, so memory is bounded by `--jobs`, not by the number of lines, and a stalled
+//!   stdout slows the batch down instead of growing it;
+//! - every line gets exactly one record, in every ending: a run's result, or `not-started`.
+//!   None is dropped for want of room: waiting for the writer is the only way to queue one. Only
+//!   stdout itself can lose records: closed or failing (the batch then stops as on Ctrl-C), or,
+//!   after Ctrl-C / SIGTERM, taking no byte for [`STALL`] while records wait (acp-host then stops
+//!   waiting for it); the exit code is then `EXIT_OUTPUT_LOST` and stderr says how many;
 //! - the first Ctrl-C / SIGTERM starts no more runs and cancels the running ones (the same
 //!   cancel, graces and teardown as `run`); the second kills them; lines never started are
 //!   written as `not-started` records. Exit 130 then, else 1 when any run did not complete, else 0;
+//!   a signal while the input is read and checked simply ends acp-host (nothing has started);
 //! - progress goes to stderr: a live bar on a terminal, one plain line per finished run otherwise.
 //!   Stdout carries only the records.
 
@@ -18,15 +26,17 @@ use std::io::{BufRead, IsTerminal};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use acp_host::agents::{self, HostFacts};
 use acp_host::run::{self as library, Cancel, PrepareError, RunOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use protocol::batch::{self, BatchLine, BatchRecord, NotStarted};
+use protocol::batch::{self, BatchEnd, BatchLine, BatchRecord, JobLimits, NotStarted};
 use protocol::env_scrub::EnvForward;
 use protocol::request::StartRequest;
-use protocol::result::Status;
+use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
@@ -47,7 +57,8 @@ pub(super) struct BatchArgs {
     #[arg(value_name = "FILE | -", default_value = "-")]
     input: String,
 
-    /// How many agents run at once [default: the number of CPUs].
+    /// How many agents run at once [default: the number of CPUs]. At most 256, and no more
+    /// than the open-file and process limits (`ulimit -n`, `ulimit -u`) leave room for.
     #[arg(long, value_name = "N")]
     jobs: Option<NonZeroUsize>,
 
@@ -72,6 +83,12 @@ pub(super) struct BatchArgs {
     /// (repeatable).
     #[arg(long = "subagents", value_name = "DIR")]
     subagent_dirs: Vec<PathBuf>,
+
+    /// The most bytes of the agent's text each record keeps (the end; `outputTruncatedBytes`
+    /// says how much was dropped), and the most a line's `outputSchema` answer is read from. At
+    /// most `--jobs` times this is held at once.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
+    max_output: usize,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -94,15 +111,22 @@ acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n",
 /// Records waiting for the writer thread at most (beyond the running ones).
 const WRITE_QUEUE: usize = 16;
 
-/// After Ctrl-C, how long the last records may wait for a stalled stdout before acp-host exits.
-const LATE_WRITE: Duration = Duration::from_millis(100);
+/// After Ctrl-C / SIGTERM, how long stdout may take no byte at all while records wait before
+/// acp-host stops waiting for it (the records left are lost, and the exit code says so). Before
+/// a signal, a slow or stalled reader only slows the batch down.
+const STALL: Duration = Duration::from_secs(1);
+
+/// How often a stall is looked for.
+const STALL_POLL: Duration = Duration::from_millis(50);
+
+/// Records go to stdout in pieces of at most this size, so a stall shows within a record too.
+const WRITE_PIECE: usize = 64 * 1024;
 
 pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
+    let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    let jobs = batch::check_jobs(args.jobs.map(NonZeroUsize::get), cpus, &job_limits())
+        .map_err(CliError::Usage)?;
     let lines = read_lines(args)?;
-    let jobs = args
-        .jobs
-        .or_else(|| std::thread::available_parallelism().ok())
-        .map_or(1, NonZeroUsize::get);
     // One thread: the runs' work is waiting on pipes, and it starts faster than a pool.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -113,27 +137,54 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
         Signals::install()
     };
     let mut progress = Progress::new(lines.len(), jobs);
-    let (records, writer) = Writer::start(jobs);
     let (seen_tx, seen) = tokio::sync::watch::channel(0_u32);
     let cancel = Cancel::new();
-    let output = Output {
-        records,
-        interrupted: seen.clone(),
+    let (mut output, writer) = {
+        let _runtime = runtime.enter();
+        Output::start(jobs, &cancel, seen.clone())
     };
     let summary = runtime.block_on(async {
         if let Some(signals) = signals {
             tokio::spawn(signals.watch(cancel.clone(), seen_tx));
         }
-        drive(lines, args, jobs, &cancel, output, &mut progress).await
+        let summary = drive(lines, args, jobs, &cancel, &mut output, &mut progress).await;
+        output.finish().await;
+        summary
     });
     let interrupted = *seen.borrow() > 0;
     progress.finish(&summary);
-    writer.finish(if interrupted { Some(LATE_WRITE) } else { None });
-    Ok(ExitCode::from(batch::exit_code(
+    let records = summary.completed + summary.failed;
+    let lost = records.saturating_sub(writer.written.load(Ordering::SeqCst));
+    if lost > 0 {
+        let why = writer.broken.get().map_or(
+            "stdout took nothing for a while after the signal",
+            String::as_str,
+        );
+        note!("acp-host: batch: {lost} of {records} records were not written: {why}");
+    }
+    // The writer may be blocked on a stalled stdout: it ends with the process.
+    runtime.shutdown_background();
+    Ok(ExitCode::from(batch::exit_code(BatchEnd {
         interrupted,
-        summary.completed + summary.failed,
-        summary.completed,
-    )))
+        ended: records,
+        completed: summary.completed,
+        lost,
+    })))
+}
+
+/// The soft limits that bound how many agents may run at once.
+fn job_limits() -> JobLimits {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit};
+    let soft = |resource| {
+        getrlimit(resource)
+            .ok()
+            .map(|(soft, _)| soft)
+            .filter(|&soft| soft != RLIM_INFINITY)
+    };
+    JobLimits {
+        open_files: soft(Resource::RLIMIT_NOFILE),
+        processes: soft(Resource::RLIMIT_NPROC),
+    }
 }
 
 /// Reads and checks every line; keeps only the parsed lines.
@@ -270,7 +321,7 @@ async fn drive(
     args: &BatchArgs,
     jobs: usize,
     cancel: &Cancel,
-    mut output: Output,
+    output: &mut Output,
     progress: &mut Progress,
 ) -> Summary {
     let mut summary = Summary::default();
@@ -285,7 +336,12 @@ async fn drive(
             };
             let run_args = run_args(args, &line);
             let id = line.id.clone();
-            let task = running.spawn(run_line(line, run_args, cancel.clone()));
+            let options = RunOptions {
+                max_output_bytes: Some(args.max_output),
+                max_answer_bytes: Some(args.max_output),
+                ..RunOptions::default()
+            };
+            let task = running.spawn(run_line(line, run_args, options, cancel.clone()));
             ids.insert(task.id(), id);
             progress.started();
         }
@@ -348,7 +404,12 @@ fn line_request(args: &RunArgs, line: &BatchLine) -> Result<StartRequest, String
 }
 
 /// One line's run: the same request building, preparation and library run as `acp-host run`.
-async fn run_line(line: BatchLine, args: RunArgs, cancel: Cancel) -> BatchRecord {
+async fn run_line(
+    line: BatchLine,
+    args: RunArgs,
+    options: RunOptions,
+    cancel: Cancel,
+) -> BatchRecord {
     let not_started = |error: String| BatchRecord::NotStarted {
         id: line.id.clone(),
         status: NotStarted::NotStarted,
@@ -363,7 +424,7 @@ async fn run_line(line: BatchLine, args: RunArgs, cancel: Cancel) -> BatchRecord
         Ok(prepared) => prepared,
         Err(error) => return not_started(error.to_string()),
     };
-    let result = library::run(prepared, &RunOptions::default(), &cancel).await;
+    let result = library::run(prepared, &options, &cancel).await;
     BatchRecord::Result {
         id: line.id,
         result: Box::new(result),
@@ -371,14 +432,74 @@ async fn run_line(line: BatchLine, args: RunArgs, cancel: Cancel) -> BatchRecord
 }
 
 /// Where records go: the writer thread's queue. Waiting for room is the backpressure of a slow
-/// reader, until Ctrl-C: from then on a record that does not fit is dropped (and counted), so a
-/// stalled stdout never keeps acp-host from ending.
+/// reader; a record is never dropped for want of room. Only a stdout that is broken (closed,
+/// failing), or that takes no byte for [`STALL`] after a signal, is given up: the records left
+/// are then counted as lost (written never), so acp-host still ends.
 struct Output {
-    records: tokio::sync::mpsc::Sender<Vec<u8>>,
+    queue: Option<tokio::sync::mpsc::Sender<Vec<u8>>>,
+    writer: Arc<WriterState>,
+    written: tokio::sync::watch::Receiver<usize>,
     interrupted: tokio::sync::watch::Receiver<u32>,
+    /// Records handed to the writer.
+    queued: usize,
+    /// Stdout was given up: nothing more is queued.
+    given_up: bool,
+}
+
+/// What the writer thread tells the batch.
+#[derive(Debug, Default)]
+struct WriterState {
+    /// Records written whole.
+    written: AtomicUsize,
+    /// Bytes written, to tell a stall from a slow reader.
+    bytes: AtomicU64,
+    /// Why stdout takes no more records (closed, failing); set once.
+    broken: OnceLock<String>,
 }
 
 impl Output {
+    /// Starts the writer thread (inside the runtime's context). It stops the batch (`cancel`)
+    /// when stdout breaks: nobody would see the records of further runs.
+    fn start(
+        jobs: usize,
+        cancel: &Cancel,
+        interrupted: tokio::sync::watch::Receiver<u32>,
+    ) -> (Output, Arc<WriterState>) {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(WRITE_QUEUE.max(jobs));
+        let (written_tx, written) = tokio::sync::watch::channel(0_usize);
+        let writer = Arc::new(WriterState::default());
+        let state = Arc::clone(&writer);
+        let cancel = cancel.clone();
+        std::thread::spawn(move || {
+            while let Some(line) = rx.blocking_recv() {
+                if state.broken.get().is_some() {
+                    continue;
+                }
+                match state.write(&line) {
+                    Ok(()) => {
+                        let count = state.written.fetch_add(1, Ordering::SeqCst) + 1;
+                        written_tx.send_replace(count);
+                    }
+                    Err(why) => {
+                        note!("acp-host: batch: {why}; starting no more runs");
+                        let _ = state.broken.set(why);
+                        cancel.cancel();
+                        written_tx.send_modify(|_| {});
+                    }
+                }
+            }
+        });
+        let output = Output {
+            queue: Some(tx),
+            writer: Arc::clone(&writer),
+            written,
+            interrupted,
+            queued: 0,
+            given_up: false,
+        };
+        (output, writer)
+    }
+
     async fn write(&mut self, record: &BatchRecord) {
         let mut line = match serde_json::to_vec(record) {
             Ok(line) => line,
@@ -388,59 +509,85 @@ impl Output {
             }
         };
         line.push(b'\n');
-        let room = if *self.interrupted.borrow() > 0 {
-            self.records.try_reserve().ok()
-        } else {
-            tokio::select! {
-                room = self.records.reserve() => room.ok(),
-                _ = self.interrupted.changed() => self.records.try_reserve().ok(),
-            }
+        if self.given_up || self.writer.broken.get().is_some() {
+            return;
+        }
+        let Some(queue) = &self.queue else {
+            return;
         };
-        // No room after Ctrl-C, or the writer is gone (stdout failed): the record is lost.
-        if let Some(room) = room {
-            room.send(line);
-        } else {
-            tracing::warn!("a batch record was not written: stdout is not being read");
+        tokio::select! {
+            room = queue.reserve() => match room {
+                Ok(room) => {
+                    room.send(line);
+                    self.queued += 1;
+                }
+                Err(_) => self.given_up = true,
+            },
+            () = self.stalled() => self.given_up = true,
+        }
+    }
+
+    /// Waits until every queued record is written, or stdout is given up.
+    async fn finish(&mut self) {
+        // The writer ends once it has taken the last record.
+        self.queue = None;
+        let queued = self.queued;
+        let mut written = self.written.clone();
+        tokio::select! {
+            _ = written.wait_for(|&count| count >= queued) => {}
+            () = self.stalled() => {}
+        }
+    }
+
+    /// Resolves once stdout is broken, or, after Ctrl-C / SIGTERM, has taken no byte for
+    /// [`STALL`] (called only while records wait for it).
+    async fn stalled(&self) {
+        let mut interrupted = self.interrupted.clone();
+        let mut written = self.written.clone();
+        // Without signal handlers no signal is counted: only a broken stdout gives up then.
+        let mut signals = true;
+        loop {
+            if self.writer.broken.get().is_some() {
+                return;
+            }
+            if *interrupted.borrow_and_update() > 0 {
+                break;
+            }
+            tokio::select! {
+                changed = interrupted.changed(), if signals => signals = changed.is_ok(),
+                // The writer is gone (its thread ended): nothing more will be written.
+                changed = written.changed() => if changed.is_err() { return },
+            }
+        }
+        let mut last = (self.writer.bytes.load(Ordering::SeqCst), Instant::now());
+        loop {
+            tokio::time::sleep(STALL_POLL).await;
+            let bytes = self.writer.bytes.load(Ordering::SeqCst);
+            if self.writer.broken.get().is_some() {
+                return;
+            }
+            if bytes != last.0 {
+                last = (bytes, Instant::now());
+            } else if last.1.elapsed() >= STALL {
+                return;
+            }
         }
     }
 }
 
-/// Writes records to stdout on a thread of its own, so a stalled reader never blocks the runs'
-/// I/O or a signal.
-struct Writer {
-    done: std::sync::mpsc::Receiver<()>,
-}
-
-impl Writer {
-    fn start(jobs: usize) -> (tokio::sync::mpsc::Sender<Vec<u8>>, Writer) {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(WRITE_QUEUE.max(jobs));
-        let (done_tx, done) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut open = true;
-            while let Some(line) = rx.blocking_recv() {
-                if !open {
-                    continue;
+impl WriterState {
+    /// Writes one record to stdout, in pieces (each counted as it goes); why it could not.
+    fn write(&self, line: &[u8]) -> Result<(), String> {
+        for piece in line.chunks(WRITE_PIECE) {
+            match super::write_stdout(piece) {
+                Ok(Written::Done) => {
+                    self.bytes.fetch_add(piece.len() as u64, Ordering::SeqCst);
                 }
-                match super::write_stdout(&line) {
-                    Ok(Written::Done) => {}
-                    Ok(Written::Closed) => open = false,
-                    Err(err) => {
-                        tracing::warn!(%err, "stopped writing batch records");
-                        open = false;
-                    }
-                }
+                Ok(Written::Closed) => return Err("stdout was closed".to_owned()),
+                Err(err) => return Err(err.to_string()),
             }
-            let _ = done_tx.send(());
-        });
-        (tx, Writer { done })
-    }
-
-    /// Waits until every record is written, or at most `limit`.
-    fn finish(self, limit: Option<Duration>) {
-        let _ = match limit {
-            Some(limit) => self.done.recv_timeout(limit).ok(),
-            None => self.done.recv().ok(),
-        };
+        }
+        Ok(())
     }
 }
 
@@ -470,7 +617,7 @@ impl Progress {
         });
         if bar.is_none() {
             let runs = if total == 1 { "run" } else { "runs" };
-            eprintln!("acp-host: batch: {total} {runs}, at most {jobs} at once");
+            note!("acp-host: batch: {total} {runs}, at most {jobs} at once");
         }
         Progress {
             total,
@@ -499,7 +646,7 @@ impl Progress {
             BatchRecord::Result { id, result } => (id, result.status.as_str()),
             BatchRecord::NotStarted { id, .. } => (id, "not-started"),
         };
-        eprintln!(
+        note!(
             "acp-host: [{done}/{}] {id}: {status} ({} running, {} failed, {:.1} s)",
             self.total,
             self.running,
@@ -514,7 +661,7 @@ impl Progress {
             bar.set_message(format!("0 running, {} failed", summary.failed));
             bar.finish();
         }
-        eprintln!(
+        note!(
             "acp-host: batch: {} completed, {} failed ({} not started) of {} in {:.1} s",
             summary.completed,
             summary.failed,

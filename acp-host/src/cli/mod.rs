@@ -5,7 +5,25 @@
 //! subcommand shares: it sets logging up once (`tracing` to stderr, filtered by `ACP_HOST_LOG`,
 //! `info` under `--verbose`, else `warn`), runs the subcommand, and prints a [`CliError`] with one
 //! prefix (`acp-host: error: ...`) and its exit code. A broken stdout pipe (`| head`) is never an
-//! error ([`write_stdout`]).
+//! error ([`write_stdout`]); a broken stderr never panics (every diagnostic goes through `note!`).
+
+/// `eprintln!` that never panics. stderr closed or failing (`2>&-`, a reader that went away) must
+/// not crash a run or a batch, nor kill the task that handles Ctrl-C / SIGTERM (a panic there left
+/// acp-host deaf to signals); the line is then lost, nothing else.
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that never panics (see [`note!`]).
+macro_rules! note_text {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 mod agents;
 mod batch;
@@ -92,7 +110,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Trust(args) => trust::execute(&args),
     };
     outcome.unwrap_or_else(|err| {
-        eprintln!("acp-host: error: {err}");
+        note!("acp-host: error: {err}");
         err.exit_code()
     })
 }

@@ -155,6 +155,7 @@ pub(super) struct RunArgs {
     max_depth: Option<u32>,
     /// With --json, the result keeps at most this many bytes of the agent's text (the end;
     /// `outputTruncatedBytes` says how much was dropped). Stdout streams everything regardless.
+    /// With --output-schema, also the most bytes of a turn's text the answer is read from.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
     max_output: usize,
 
@@ -316,7 +317,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         err => CliError::Usage(err.to_string()),
     })?;
     if args.verbose && !prepared.scrubbed().is_empty() {
-        eprintln!(
+        note!(
             "acp-host: withheld from the agent: {}",
             prepared.scrubbed().join(", ")
         );
@@ -336,6 +337,8 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         }),
         // Human mode printed the text as it came and shows no result: it keeps none of it.
         max_output_bytes: Some(if args.json { args.max_output } else { 0 }),
+        // A structured answer is read from up to --max-output bytes of text, in either mode.
+        max_answer_bytes: Some(args.max_output),
         ..RunOptions::default()
     };
     let (seen_tx, mut seen) = tokio::sync::watch::channel(0_u32);
@@ -595,7 +598,7 @@ impl Signals {
             }
             seen.send_modify(|n| *n += 1);
             if *seen.borrow() == 1 {
-                eprintln!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
+                note!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
                 cancel.cancel();
             } else {
                 cancel.kill();
@@ -764,15 +767,16 @@ impl Renderer {
         if result.status == Status::Completed {
             return;
         }
-        match &result.error {
-            Some(error) => eprintln!("acp-host: {}: {error}", result.status),
-            None => eprintln!("acp-host: {}", result.status),
+        if let Some(error) = &result.error {
+            note!("acp-host: {}: {error}", result.status);
+        } else {
+            note!("acp-host: {}", result.status);
         }
         if result.status == Status::Error && !self.verbose && !result.stderr_tail.trim().is_empty()
         {
-            eprintln!("acp-host: agent stderr (last lines):");
+            note!("acp-host: agent stderr (last lines):");
             for line in last_lines(&result.stderr_tail, 20) {
-                eprintln!("  {line}");
+                note!("  {line}");
             }
         }
     }
@@ -794,12 +798,12 @@ impl Renderer {
             ("agent_message_chunk" | "agent_thought_chunk", Some(text))
                 if child.is_some() && !text.trim().is_empty() =>
             {
-                eprintln!("acp-host: {prefix}{}", text.trim_end());
+                note!("acp-host: {prefix}{}", text.trim_end());
             }
             ("agent_message_chunk" | "agent_thought_chunk", Some(_)) if child.is_some() => {}
             // Stdout carries only the structured value.
             ("agent_message_chunk", Some(text)) if self.structured && self.verbose => {
-                eprint!("{text}");
+                note_text!("{text}");
             }
             ("agent_message_chunk", Some(_)) if self.structured => {}
             ("agent_message_chunk", Some(text)) => {
@@ -811,7 +815,7 @@ impl Renderer {
                 self.write_stdout(text);
             }
             _ if !self.verbose => {}
-            ("agent_thought_chunk", Some(text)) => eprint!("{text}"),
+            ("agent_thought_chunk", Some(text)) => note_text!("{text}"),
             ("tool_call" | "tool_call_update", _) => {
                 let (title, status) = match update {
                     // A pending status is the default, not sent: shown as none.
@@ -824,7 +828,7 @@ impl Renderer {
                     }
                     _ => (None, None),
                 };
-                eprintln!(
+                note!(
                     "acp-host: {prefix}[{kind}] {} {}",
                     title.unwrap_or(""),
                     status.map_or_else(String::new, status_name)
@@ -832,7 +836,7 @@ impl Renderer {
             }
             ("plan", _) => {
                 if let SessionUpdate::Plan(plan) = update {
-                    eprintln!(
+                    note!(
                         "acp-host: {prefix}[plan] {}",
                         serde_json::to_string(&plan.entries).unwrap_or_default()
                     );
@@ -876,14 +880,14 @@ impl Renderer {
         match state {
             Some((state, stop_reason)) if state.is_final() => {
                 let reason = stop_reason.map_or_else(String::new, |r| format!(" ({r})"));
-                eprintln!("acp-host: {prefix}[subagent] {name} {state}{reason}");
+                note!("acp-host: {prefix}[subagent] {name} {state}{reason}");
             }
             _ => {
                 let task = update
                     .description
                     .value()
                     .map_or_else(String::new, |task| format!(": {task}"));
-                eprintln!("acp-host: {prefix}[subagent] {name} started{task}");
+                note!("acp-host: {prefix}[subagent] {name} started{task}");
             }
         }
     }
@@ -900,7 +904,7 @@ impl Observer for Renderer {
         if let Event::Stderr { line, .. } = event {
             // Not streamed under --json: stdout stays the conversation; stderrTail keeps the end.
             if self.verbose {
-                eprintln!("{line}");
+                note!("{line}");
             }
             return Ok(());
         }
@@ -929,7 +933,7 @@ impl Observer for Renderer {
                     .session_id
                     .as_deref()
                     .map_or_else(String::new, |id| format!("[{}] ", self.child_name(id)));
-                eprintln!(
+                note!(
                     "acp-host: {prefix}permission {} for {} ({}): {answer} [by {}]",
                     decision.verdict.as_str(),
                     decision.title.as_deref().unwrap_or("a tool call"),
@@ -937,7 +941,7 @@ impl Observer for Renderer {
                     decision.decided_by.as_str()
                 );
             }
-            Event::Start(start) if self.verbose => eprintln!(
+            Event::Start(start) if self.verbose => note!(
                 "acp-host: agent {} ready (pid {}, session {})",
                 start.agent,
                 start.pid.unwrap_or_default(),
@@ -1003,7 +1007,7 @@ struct NoTerminal {
 impl PermissionHandler for NoTerminal {
     fn decide(&self, request: PermissionRequest) -> DecisionFuture {
         if !self.said.swap(true, Ordering::Relaxed) {
-            eprintln!(
+            note!(
                 "acp-host: --permission ask: no terminal to ask on (/dev/tty cannot be opened); \
                  rejecting the agent's permission requests"
             );

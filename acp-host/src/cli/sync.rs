@@ -218,7 +218,7 @@ fn take_lock(path: &Path, no_wait: bool) -> Result<fs_atomic::Lock, String> {
             path.display()
         ));
     }
-    eprintln!(
+    note!(
         "waiting for another acp-host sync to finish (it holds {})...",
         path.display()
     );

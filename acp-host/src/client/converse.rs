@@ -33,7 +33,7 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Agent, UntypedMessage};
 use protocol::capabilities::{self, Offers, SessionPlan};
-use protocol::structured::{self, StructuredVia};
+use protocol::structured;
 use tokio_util::sync::CancellationToken;
 
 use super::shared::Shared;
@@ -116,7 +116,7 @@ async fn first_turn(
     // follow-up in the same session, up to the retries.
     let mut follow_ups = output.retries;
     loop {
-        shared.begin_turn_text(protocol::result::DEFAULT_MAX_OUTPUT_BYTES);
+        shared.begin_turn_text(config.max_answer_bytes);
         let response = match prompt_turn(cx, config, shared, session_id, text, cancel).await {
             Ok(response) => response,
             Err(end) => return end,
@@ -127,16 +127,22 @@ async fn first_turn(
         }
         let captured = capabilities::Answer::read(&response);
         // Without a capture, the answer's text is the candidate (an agent may answer in text
-        // even when it has a capture tool).
-        let turn_text = shared.take_turn_text();
-        let (candidate, via) = match captured {
-            Some(value) => (Some(value), StructuredVia::CaptureTool),
-            None => match structured::extract(&turn_text) {
-                Some(value) => (Some(value), StructuredVia::Text),
-                None => (None, expected),
-            },
+        // even when it has a capture tool). Checked off the runtime, raced against the cancel.
+        let (turn_text, dropped) = shared.take_turn_text();
+        let answer = structured::Answer {
+            captured,
+            text: turn_text,
+            dropped,
+            limit: config.max_answer_bytes,
         };
-        let outcome = match schema.check(candidate.as_ref()) {
+        let Ok(checked) = crate::answer::check(schema, answer, expected, cancel).await else {
+            return DriveEnd::Cancelled {
+                prompt_sent: true,
+                stop_reason: Some("end_turn".to_owned()),
+            };
+        };
+        let via = checked.via;
+        let outcome = match checked.value {
             Ok(value) => Structured::Matched { value, via },
             Err(violations) if follow_ups > 0 => {
                 follow_ups -= 1;

@@ -71,6 +71,8 @@ pub(crate) struct DriveConfig {
     pub(crate) agent: String,
     /// The compiled output schema of `wants.output`.
     pub(crate) schema: Option<Arc<OutputSchema>>,
+    /// The most bytes of a turn's text kept for its structured answer.
+    pub(crate) max_answer_bytes: usize,
     /// Child sessions to cancel while a prompt runs.
     pub(crate) child_cancels: Arc<SessionCancels>,
     /// Further prompts after the first turn (a session kept open, `run::run_session`); `None`

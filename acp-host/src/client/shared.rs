@@ -216,10 +216,11 @@ impl Shared {
         *lock(&self.turn_text) = Some(OutputTail::new(cap));
     }
 
-    pub(super) fn take_turn_text(&self) -> String {
+    /// The turn's text and how many bytes of it did not fit.
+    pub(super) fn take_turn_text(&self) -> (String, Option<u64>) {
         lock(&self.turn_text)
             .as_mut()
-            .map(|text| text.take().0)
+            .map(OutputTail::take)
             .unwrap_or_default()
     }
 

@@ -124,6 +124,9 @@ pub struct RunOptions {
     /// The most bytes of output the result keeps (the tail); `None` uses
     /// [`DEFAULT_MAX_OUTPUT_BYTES`].
     pub max_output_bytes: Option<usize>,
+    /// The most bytes of a turn's text a structured answer is read from (a longer answer is a
+    /// violation naming this limit); `None` uses [`DEFAULT_MAX_OUTPUT_BYTES`].
+    pub max_answer_bytes: Option<usize>,
 }
 
 /// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.

@@ -80,6 +80,9 @@ pub(super) fn drive_config(
         max_depth: request.max_depth.map(|_| budget.max_depth),
         agent: request.agent.display.clone(),
         schema,
+        max_answer_bytes: options
+            .max_answer_bytes
+            .unwrap_or(super::DEFAULT_MAX_OUTPUT_BYTES),
         resume: request.resume.clone(),
         child_cancels: Arc::clone(&cancel.sessions),
         turns,

@@ -38,6 +38,7 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "options-json",
     "models",
     "answers-json",
+    "answers-file",
 ];
 
 /// The permission option kinds offered when `--options` is absent: all four, `allow_always`
@@ -158,7 +159,8 @@ pub enum Scenario {
     /// `{hang}` behaves like `hang` instead (the only time `--ready` is touched). When
     /// `session/new` asked for an `outputSchema` through the start extension, an answer that is
     /// JSON is returned in the prompt response's `_meta` (as `structured`), with the text
-    /// "captured".
+    /// "captured". `--answers-json JSON`, or `--answers-file FILE` holding that JSON (for
+    /// answers larger than a command line takes).
     Answers { answers: Vec<String> },
 }
 
@@ -480,9 +482,12 @@ fn escapee(s: &mut Specific, common: &Common) -> Result<Scenario, UsageError> {
 }
 
 fn answers(s: &mut Specific) -> Result<Scenario, UsageError> {
-    let json = s
-        .take("answers-json")
-        .ok_or_else(|| s.missing("answers-json"))?;
+    let json = match (s.take("answers-json"), s.take("answers-file")) {
+        (Some(json), None) => json,
+        (None, Some(file)) => std::fs::read_to_string(&file)
+            .map_err(|_| Specific::invalid("answers-file", &file, "a readable file"))?,
+        _ => return Err(s.missing("answers-json")),
+    };
     let answers: Vec<String> = serde_json::from_str(&json)
         .ok()
         .filter(|answers: &Vec<String>| !answers.is_empty())

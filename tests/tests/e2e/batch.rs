@@ -189,6 +189,15 @@ fn a_bad_line_is_refused_before_anything_is_spawned() {
             r#"{"prompt":"x","id":"1"}"#.to_owned(),
             "line 2, field `id`: \"1\" is already the id of line 1; ids must be unique",
         ),
+        (
+            r#"{"prompt":"x","agent":"a","prompt":"y"}"#.to_owned(),
+            "line 2, field `prompt`: given twice; a line has each field once",
+        ),
+        (
+            r#"{"prompt":"x","outputSchema":{"type":"object","required":[],"required":["n"]}}"#
+                .to_owned(),
+            "line 2, field `outputSchema`: key \"required\" is given twice",
+        ),
     ] {
         jobs_file(dir.path(), &[line("1", "fine"), bad, line("3", "fine")]);
         let out = run_to_end(batch(dir.path()).args(["--agent", &agent, "jobs.ndjson"]));
@@ -435,7 +444,300 @@ fn ctrl_c_ends_the_batch_even_when_nobody_reads_its_stdout() {
         }),
         "acp-host batch did not end with its stdout unread"
     );
-    assert_eq!(status.unwrap().code(), Some(130));
+    // Records were lost to the reader that never read: the exit code says so.
+    assert_eq!(status.unwrap().code(), Some(141));
     drop(child.stdout.take());
     assert_no_process_left(dir.path());
+}
+
+#[test]
+fn jobs_above_the_cap_are_refused_with_nothing_run() {
+    let dir = temp();
+    let log = dir.path().join("log");
+    jobs_file(dir.path(), &[line("a", "x")]);
+    let agent = mock(&["hello", "--log", path_str(&log)]);
+    for jobs in ["100000", "257"] {
+        let out =
+            run_to_end(batch(dir.path()).args(["--jobs", jobs, "--agent", &agent, "jobs.ndjson"]));
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert_eq!(stdout(&out), "");
+        assert!(
+            stderr(&out).starts_with(&format!("acp-host: error: --jobs {jobs}: at most ")),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).ends_with("; lower --jobs\n"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!log.exists(), "an agent was spawned for --jobs {jobs}");
+    }
+    // Under a low open-file limit the cap is what fits, and the error says how to raise it.
+    let mut limited = Command::new("sh");
+    limited
+        .current_dir(dir.path())
+        .env_remove(env_vars::ACP_HOST_DEPTH)
+        .env_remove(env_vars::ACP_HOST_MAX_DEPTH)
+        .args([
+            "-c",
+            "ulimit -n 64 && exec \"$0\" batch --jobs 5 --agent \"$1\" jobs.ndjson",
+            bin("acp-host").to_str().unwrap(),
+            &agent,
+        ]);
+    let out = run_to_end(&mut limited);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: --jobs 5: at most 4 (this process may open 64 files and each running \
+         agent takes 8; raise the limit (`ulimit -n`)); lower --jobs\n"
+    );
+    assert!(!log.exists());
+}
+
+/// A tiny seeded generator: the same points every run, spread over the batch.
+struct Seeded(u64);
+
+impl Seeded {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % bound
+    }
+}
+
+#[test]
+fn a_signal_at_any_point_of_a_1000_line_batch_leaves_exactly_1000_records() {
+    let dir = temp();
+    let ids: Vec<String> = (1..=1000).map(|i| format!("r{i}")).collect();
+    let lines: Vec<String> = ids.iter().map(|id| line(id, "go")).collect();
+    jobs_file(dir.path(), &lines);
+    let agent = mock(&["hello"]);
+    let mut seeded = Seeded(0x5eed);
+    for round in 0..5 {
+        // A point of the batch: right after it started, or after this many runs ended.
+        let after = seeded.below(400);
+        let signal = if round == 4 {
+            Signal::SIGTERM
+        } else {
+            Signal::SIGINT
+        };
+        let out_path = dir.path().join(format!("out-{round}.ndjson"));
+        let mut child = batch(dir.path())
+            .args(["--jobs", "8", "--agent", &agent, "jobs.ndjson"])
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let progress = acp_tests::line_channel(child.stderr.take().unwrap());
+        let marker = if after == 0 {
+            "acp-host: batch: 1000 runs, at most 8 at once".to_owned()
+        } else {
+            format!("acp-host: [{after}/1000] ")
+        };
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        let mut reached = false;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            match progress.recv_timeout(left) {
+                Ok(text) if text.starts_with(&marker) => {
+                    reached = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        assert!(reached, "round {round}: the batch never reached {marker:?}");
+        crate::run::signal(&child, signal);
+        let mut status = None;
+        assert!(
+            wait_until(HANG_GUARD, || {
+                status = child.try_wait().unwrap();
+                status.is_some()
+            }),
+            "round {round}: acp-host batch did not end"
+        );
+        let text = std::fs::read_to_string(&out_path).unwrap();
+        let records: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
+            .collect();
+        checked(&records);
+        let mut seen: Vec<&str> = records.iter().map(|r| r["id"].as_str().unwrap()).collect();
+        seen.sort_unstable();
+        let mut expected: Vec<&str> = ids.iter().map(String::as_str).collect();
+        expected.sort_unstable();
+        assert_eq!(
+            seen.len(),
+            1000,
+            "round {round} (signal after {after} runs): {} records",
+            seen.len()
+        );
+        assert_eq!(seen, expected, "round {round}: every line has one record");
+        let completed = records
+            .iter()
+            .filter(|r| r["status"] == "completed")
+            .count();
+        let code = status.unwrap().code();
+        assert!(
+            code == Some(130) || (code == Some(0) && completed == 1000),
+            "round {round}: exit {code:?} with {completed} completed"
+        );
+        assert_no_process_left(dir.path());
+    }
+}
+
+#[test]
+fn a_closed_stdout_stops_the_batch_and_its_exit_code_says_records_were_lost() {
+    use std::io::BufRead as _;
+    let dir = temp();
+    let record = dir.path().join("record");
+    let lines: Vec<String> = (1..=200).map(|i| line(&i.to_string(), "x")).collect();
+    jobs_file(dir.path(), &lines);
+    let agent = mock(&["hello", "--record", path_str(&record)]);
+    let mut child = batch(dir.path())
+        .args(["--jobs", "1", "--agent", &agent, "jobs.ndjson"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader takes one record, then goes away (`| head -1`).
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["status"], "completed", "{first}");
+    let out = wait_output(child);
+    assert_eq!(code(&out), 141, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("acp-host: batch: stdout was closed; starting no more runs\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains(" records were not written: stdout was closed\n"),
+        "{err}"
+    );
+    let started = std::fs::read_to_string(&record)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("start"))
+        .count();
+    assert!(
+        started < 200,
+        "every line ran though nobody read: {started}"
+    );
+    assert_no_process_left(dir.path());
+}
+
+#[test]
+fn a_closed_stderr_loses_the_progress_lines_not_the_records() {
+    let dir = temp();
+    jobs_file(
+        dir.path(),
+        &[line("a", "x"), line("b", "x"), line("c", "x")],
+    );
+    let mut child = batch(dir.path())
+        .args(["--jobs", "2", "--agent", &mock(&["hello"]), "jobs.ndjson"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let out = wait_output(child);
+    assert_eq!(code(&out), 0);
+    let records = records(&out);
+    checked(&records);
+    assert_eq!(records.len(), 3, "{records:#?}");
+    assert_no_process_left(dir.path());
+}
+
+#[test]
+fn a_line_checking_adversarial_answers_does_not_hold_up_its_siblings() {
+    let dir = temp();
+    // 127 arrays that never close, then `1,` to 8 MiB: slow to read for a quadratic extraction.
+    let answer = format!(
+        "{}{}",
+        "[".repeat(127),
+        "1,".repeat((8 * 1024 * 1024 - 1024 - 127) / 2)
+    );
+    let answers = dir.path().join("answers.json");
+    std::fs::write(&answers, serde_json::to_string(&[answer]).unwrap()).unwrap();
+    let adversarial = mock(&["answers", "--answers-file", path_str(&answers)]);
+    let slow = mock(&["slow-stream", "--chunks", "10", "--interval-ms", "100"]);
+    jobs_file(
+        dir.path(),
+        &[
+            serde_json::json!({"id": "attack", "prompt": "count", "agent": adversarial,
+                               "outputSchema": {"type": "object"}})
+            .to_string(),
+            serde_json::json!({"id": "sibling", "prompt": "go", "agent": slow, "timeout": 10})
+                .to_string(),
+        ],
+    );
+    let out = run_to_end(batch(dir.path()).args(["--jobs", "2", "jobs.ndjson"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let records = records(&out);
+    checked(&records);
+    let by_id = |id: &str| records.iter().find(|r| r["id"] == id).unwrap().clone();
+    assert_eq!(by_id("attack")["status"], "schema-mismatch");
+    let sibling = by_id("sibling");
+    assert_eq!(sibling["status"], "completed", "{sibling}");
+    assert_no_process_left(dir.path());
+}
+
+#[test]
+fn max_output_bounds_each_record_and_the_answers_its_lines_read() {
+    let dir = temp();
+    let pad = "x".repeat(9 * 1024 * 1024);
+    let answer = serde_json::json!({"n": 1, "pad": pad}).to_string();
+    let answers = dir.path().join("answers.json");
+    std::fs::write(&answers, serde_json::to_string(&[&answer]).unwrap()).unwrap();
+    let agent = mock(&["answers", "--answers-file", path_str(&answers)]);
+    jobs_file(
+        dir.path(),
+        &[
+            serde_json::json!({"id": "big", "prompt": "count", "outputSchema": {"type": "object"}})
+                .to_string(),
+        ],
+    );
+    let out = run_to_end(batch(dir.path()).args([
+        "--agent",
+        &agent,
+        "--max-output",
+        "20000000",
+        "jobs.ndjson",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let [record] = &records(&out)[..] else {
+        panic!("one record: {}", stdout(&out));
+    };
+    assert_eq!(record["structured"]["n"], 1);
+    assert_eq!(record["output"].as_str().unwrap().len(), answer.len());
+
+    let out = run_to_end(batch(dir.path()).args(["--agent", &agent, "jobs.ndjson"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let [record] = &records(&out)[..] else {
+        panic!("one record: {}", stdout(&out));
+    };
+    assert_eq!(record["status"], "schema-mismatch");
+    // The record kept the end of the text of all three answers (the first and two follow-ups).
+    assert_eq!(
+        record["outputTruncatedBytes"],
+        3 * answer.len() - 8 * 1024 * 1024
+    );
+    assert!(
+        record["error"]
+            .as_str()
+            .unwrap()
+            .contains("over the 8388608-byte limit on a structured answer's text"),
+        "{}",
+        record["error"]
+    );
 }

@@ -812,6 +812,172 @@ fn resume_continues_the_saved_session_and_prints_nothing_of_the_replay() {
     );
 }
 
+/// The session id of a finished `--json` run.
+fn session_of(out: &Output) -> String {
+    super::common::result_record(out)["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_owned()
+}
+
+#[test]
+fn two_resumes_of_one_session_at_once_one_runs_the_other_is_refused_and_every_turn_is_kept() {
+    let dir = temp();
+    let state = temp();
+    let gate = dir.path().join("gate");
+    nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let llm = llm(vec![
+        Reply::tool_call(
+            "call_one",
+            "run_command",
+            &json!({"command": "echo one"}),
+            1,
+        ),
+        Reply::text(["done one"]),
+        // Holds its session open until the test opens the gate (opened read-write: no block).
+        Reply::tool_call(
+            "call_two",
+            "run_command",
+            &json!({"command": "exec 3<> gate; touch started; read line <&3; echo two"}),
+            1,
+        ),
+        Reply::text(["done two"]),
+        Reply::text(["three"]),
+    ]);
+    let state_args = ["--state-dir", state.path().to_str().unwrap()];
+    let allow = ["--json", "--permission", "allow"];
+    let out = run_to_end(model_host(dir.path(), &llm, &state_args, &allow).arg("first"));
+    assert_code(&out, 0, &llm);
+    let session = session_of(&out);
+
+    let resume = ["--json", "--permission", "allow", "--resume", &session];
+    let running = model_host(dir.path(), &llm, &state_args, &resume)
+        .arg("second")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        acp_tests::wait_for_file(dir.path().join("started"), HANG_GUARD),
+        "the first resume never ran its command"
+    );
+    let out = run_to_end(model_host(dir.path(), &llm, &state_args, &resume).arg("meanwhile"));
+    assert_code(&out, 1, &llm);
+    let refused = super::common::result_record(&out);
+    assert_eq!(refused["errorKind"], "handshake", "{refused}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "session busy: session {session} is open elsewhere (another acp-child, or another \
+             session of this one); one writer per session: wait until it ends"
+        )),
+        "{error}"
+    );
+    std::fs::write(&gate, "go\n").unwrap();
+    let out = wait_output(running);
+    assert_code(&out, 0, &llm);
+    assert_eq!(super::common::result_record(&out)["output"], "done two");
+
+    // Every turn, with its command's real output, is in the file.
+    let out =
+        run_to_end(model_host(dir.path(), &llm, &state_args, &["--resume", &session]).arg("third"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "three");
+    let requests = chat_requests(&llm, 5);
+    let last = &requests[4];
+    for (call, output) in [("call_one", "one"), ("call_two", "two")] {
+        let result = tool_result(last, call);
+        assert!(
+            result.contains(output) && !result.contains("not run"),
+            "{call}: {result:?}"
+        );
+    }
+    let said: Vec<String> = texts(last)
+        .into_iter()
+        .filter(|text| !text.is_empty())
+        .collect();
+    for text in ["first", "done one", "second", "done two", "third"] {
+        assert!(said.iter().any(|t| t == text), "{text}: {said:?}");
+    }
+    assert!(!said.iter().any(|t| t == "meanwhile"), "{said:?}");
+}
+
+#[test]
+fn a_session_file_torn_inside_a_multi_byte_character_loads_without_that_line() {
+    let dir = temp();
+    let state = temp();
+    let llm = llm(vec![Reply::text(["caf\u{e9}"]), Reply::text(["again"])]);
+    let state_args = ["--state-dir", state.path().to_str().unwrap()];
+    let out = run_to_end(model_host(dir.path(), &llm, &state_args, &["--json"]).arg("first"));
+    assert_code(&out, 0, &llm);
+    let session = session_of(&out);
+    let file = state.path().join(format!("{session}.jsonl"));
+    let torn = "{\"type\":\"user\",\"text\":\"th\u{e9}\"}\n".as_bytes();
+    let cut = torn.iter().position(|&b| b == 0xC3).unwrap() + 1;
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend_from_slice(&torn[..cut]);
+    std::fs::write(&file, &bytes).unwrap();
+
+    let out = run_to_end(
+        model_host(dir.path(), &llm, &state_args, &["--resume", &session]).arg("second"),
+    );
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "again");
+    let requests = chat_requests(&llm, 2);
+    assert_eq!(texts(&requests[1]), ["first", "caf\u{e9}", "second"]);
+    // The torn line was ended: the new turn's records are lines of their own.
+    let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+    assert!(text.ends_with('\n'), "{text}");
+    assert!(
+        text.contains("\n{\"type\":\"user\",\"text\":\"second\"}\n"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_fifo_or_a_symlink_as_a_session_file_is_refused_at_once() {
+    let dir = temp();
+    let state = temp();
+    let outside = temp();
+    let llm = llm(vec![]);
+    let state_args = ["--state-dir", state.path().to_str().unwrap()];
+    let fifo = "sess-0123456789abcdef";
+    nix::unistd::mkfifo(
+        &state.path().join(format!("{fifo}.jsonl")),
+        nix::sys::stat::Mode::S_IRWXU,
+    )
+    .unwrap();
+    let link = "sess-fedcba9876543210";
+    std::fs::write(
+        outside.path().join("elsewhere.jsonl"),
+        "{\"type\":\"session\",\"cwd\":\"/\"}\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("elsewhere.jsonl"),
+        state.path().join(format!("{link}.jsonl")),
+    )
+    .unwrap();
+    for (id, kind) in [(fifo, "a FIFO"), (link, "a symlink")] {
+        let out = run_to_end(
+            model_host(dir.path(), &llm, &state_args, &["--json", "--resume", id]).arg("again"),
+        );
+        assert_code(&out, 1, &llm);
+        let result = super::common::result_record(&out);
+        assert_eq!(result["errorKind"], "handshake", "{result}");
+        let error = result["error"].as_str().unwrap();
+        assert!(
+            error.contains(&format!(
+                "{id}.jsonl is {kind}, not a regular file; acp-child reads only regular files \
+                 of its state directory"
+            )),
+            "{error}"
+        );
+    }
+    chat_requests(&llm, 0);
+}
+
 #[test]
 fn resuming_an_unknown_session_is_a_handshake_error_and_the_model_is_not_called() {
     let dir = temp();

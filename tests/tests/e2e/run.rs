@@ -442,6 +442,38 @@ fn sigterm_to_the_host_cancels_like_ctrl_c() {
 }
 
 #[test]
+fn a_closed_stderr_never_keeps_a_signal_from_ending_the_run() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let pid = dir.path().join("pid");
+    let agent = mock(&[
+        "hang",
+        "--ready",
+        path_str(&ready),
+        "--pid-file",
+        path_str(&pid),
+    ]);
+    let mut child = host(dir.path())
+        .args(["--agent", &agent, "x"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_file(&ready, HANG_GUARD),
+        "the mock never became ready"
+    );
+    // Whoever read stderr went away: saying "cancelling" there fails, and must not matter.
+    drop(child.stderr.take());
+    signal(&child, Signal::SIGTERM);
+    let out = wait_output(child);
+    assert_eq!(code(&out), 130);
+    assert_eq!(stdout(&out), "partial ");
+    assert_dead(&pid);
+}
+
+#[test]
 fn an_agent_crashing_on_cancel_is_aborted_not_error() {
     let started = Started::new(&[], &["crash-on-cancel"]);
     started.signal(Signal::SIGINT);

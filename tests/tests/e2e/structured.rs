@@ -379,3 +379,164 @@ fn a_foreign_agent_honouring_output_schema_gets_it_at_start_and_its_value_is_che
     // The first value, captured but wrong, was checked by acp-host and followed up.
     assert_eq!(prompts_received(dir.path()), 2);
 }
+
+/// An answer of about `bytes` that is quadratic for an extraction restarting a parse at every
+/// bracket: 127 nested arrays (`serde_json`'s depth limit) that never close, then `1,` to the end.
+fn adversarial(bytes: usize) -> String {
+    let mut text = "[".repeat(127);
+    text.push_str(&"1,".repeat((bytes - 127) / 2));
+    text
+}
+
+/// `acp-host run` of the mock answering `answers` (written to a file: they may be megabytes).
+fn answering_from_file(dir: &Path, answers: &[String]) -> Command {
+    let file = dir.join("answers.json");
+    std::fs::write(&file, serde_json::to_string(answers).unwrap()).unwrap();
+    let log = dir.join("mock.log").display().to_string();
+    let mut cmd = host_run(dir);
+    cmd.args([
+        "--agent",
+        &mock(&[
+            "answers",
+            "--answers-file",
+            &file.display().to_string(),
+            "--log",
+            &log,
+        ]),
+    ]);
+    cmd
+}
+
+#[test]
+fn an_adversarial_8_mib_answer_is_checked_every_retry_without_freezing_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    // Just under --max-output's default: the whole text is read, at every one of the retries.
+    let answer = adversarial(8 * 1024 * 1024 - 1024);
+    let out = run_to_end(answering_from_file(dir.path(), &[answer]).args([
+        "--output-schema",
+        &schema,
+        "count",
+    ]));
+    assert_eq!(code(&out), 6, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).contains("no JSON value found in the answer"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        prompts_received(dir.path()),
+        3,
+        "the first answer and two follow-ups"
+    );
+}
+
+#[test]
+fn a_second_ctrl_c_while_adversarial_answers_are_checked_ends_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let mut child = answering_from_file(dir.path(), &[adversarial(8 * 1024 * 1024 - 1024)])
+        .args([
+            "--output-schema",
+            &schema,
+            "--schema-retries",
+            "1000",
+            "count",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Each answer is checked, then followed up: the run is busy with them from here on.
+    assert!(
+        wait_until(HANG_GUARD, || prompts_received(dir.path()) >= 2),
+        "no answer was checked"
+    );
+    crate::run::signal(&child, Signal::SIGINT);
+    crate::run::signal(&child, Signal::SIGINT);
+    let mut status = None;
+    assert!(
+        wait_until(HANG_GUARD, || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        }),
+        "acp-host did not end after a second Ctrl-C"
+    );
+    assert_eq!(status.unwrap().code(), Some(130));
+    assert!(
+        wait_until(HANG_GUARD, || processes_in(dir.path()).is_empty()),
+        "processes left: {:?}",
+        processes_in(dir.path())
+    );
+}
+
+#[test]
+fn timeout_ends_a_run_busy_with_adversarial_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let out = run_to_end(
+        answering_from_file(dir.path(), &[adversarial(8 * 1024 * 1024 - 1024)]).args([
+            "--output-schema",
+            &schema,
+            "--schema-retries",
+            "1000",
+            "--timeout",
+            "2",
+            "count",
+        ]),
+    );
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert!(
+        stderr(&out).starts_with("acp-host: timeout"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        wait_until(HANG_GUARD, || processes_in(dir.path()).is_empty()),
+        "processes left: {:?}",
+        processes_in(dir.path())
+    );
+}
+
+#[test]
+fn a_valid_answer_over_8_mib_is_read_under_a_raised_max_output_and_names_the_limit_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let pad = "x".repeat(9 * 1024 * 1024);
+    let answer = json!({"n": 1, "pad": pad}).to_string();
+    let out = run_to_end(
+        answering_from_file(dir.path(), std::slice::from_ref(&answer)).args([
+            "--output-schema",
+            &schema,
+            "--max-output",
+            "20000000",
+            "count",
+        ]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("{answer}\n"));
+
+    let out = run_to_end(
+        answering_from_file(dir.path(), std::slice::from_ref(&answer)).args([
+            "--output-schema",
+            &schema,
+            "--schema-retries",
+            "0",
+            "count",
+        ]),
+    );
+    assert_eq!(code(&out), 6, "{}", stderr(&out));
+    let error = stderr(&out);
+    assert!(
+        error.contains(&format!(
+            "(root): the answer is {} bytes over the {}-byte limit on a structured answer's \
+             text (acp-host --max-output), so it was not read",
+            answer.len() - 8 * 1024 * 1024,
+            8 * 1024 * 1024
+        )),
+        "{error}"
+    );
+}
