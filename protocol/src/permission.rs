@@ -235,6 +235,10 @@ pub struct PermissionRequest {
     /// The options offered, in the agent's order, with their ids and kinds (options of a kind
     /// newer than this host are included as [`OfferedKind::Unknown`]: they are never chosen).
     pub offered: Vec<OfferedOption>,
+    /// The tool call as the agent sent it with the request (its content, `diff` blocks included,
+    /// its locations and raw input), so a handler that asks a person further (a delegating agent
+    /// relaying to its editor) shows what is being approved; `None` when it did not decode.
+    pub tool_call: Option<Box<agent_client_protocol_schema::v1::ToolCallUpdateFields>>,
 }
 
 /// Who decided a permission request.

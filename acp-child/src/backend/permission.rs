@@ -158,6 +158,16 @@ pub(crate) async fn ask(
     Ok(verdict)
 }
 
+/// The fields of a subagent's tool call that show what it asks to do: its content (`diff` blocks
+/// included), locations and raw input.
+fn what_it_shows(shown: ToolCallUpdateFields) -> ToolCallUpdateFields {
+    let mut fields = ToolCallUpdateFields::new();
+    fields.content = shown.content;
+    fields.locations = shown.locations;
+    fields.raw_input = shown.raw_input;
+    fields
+}
+
 /// Where a subagent's permission request is asked.
 pub(crate) enum Via<'a> {
     /// On this turn's session, as a tool call titled `subagent: title`.
@@ -198,16 +208,24 @@ pub(crate) async fn relay(turn: &Turn, via: Via<'_>, request: &PermissionRequest
             Some(PermissionOption::new(option.option_id.clone(), name, kind))
         })
         .collect();
+    // What the child showed with its request (content with its `diff` blocks, locations, raw
+    // input), relayed whole, paths as the child reported them: the person approves what they see.
+    let shown = request.tool_call.as_deref().cloned().unwrap_or_default();
     let (answer, card) = match via {
         Via::Parent { subagent } => {
-            let call = ToolCall::new("", format!("{subagent}: {title}"))
+            let mut call = ToolCall::new("", format!("{subagent}: {title}"))
                 .kind(kind)
                 .status(ToolCallStatus::Pending);
+            call.content
+                .clone_from(shown.content.as_ref().unwrap_or(&Vec::new()));
+            call.locations
+                .clone_from(shown.locations.as_ref().unwrap_or(&Vec::new()));
+            call.raw_input.clone_from(&shown.raw_input);
             let Ok(id) = turn.announce_tool_call(call, "") else {
                 return rejected;
             };
             let answer = match turn
-                .request_permission(&id, ToolCallUpdateFields::new(), options)
+                .request_permission(&id, what_it_shows(shown), options)
                 .await
             {
                 Ok(answer) => answer,
@@ -216,9 +234,7 @@ pub(crate) async fn relay(turn: &Turn, via: Via<'_>, request: &PermissionRequest
             (answer, Some(id))
         }
         Via::Session { session, withdraw } => {
-            let fields = ToolCallUpdateFields::new()
-                .title(title.to_owned())
-                .kind(kind);
+            let fields = what_it_shows(shown).title(title.to_owned()).kind(kind);
             let id = ToolCallId::new(request.tool_call_id.clone());
             let answer = turn
                 .request_permission_on(session, id, fields, options, withdraw)

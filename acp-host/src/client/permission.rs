@@ -13,6 +13,7 @@
 
 use std::sync::Arc;
 
+use agent_client_protocol::v1::schema::ToolCallUpdateFields;
 use protocol::permission::{
     self, Answer, DecidedBy, OfferedKind, OfferedOption, Outcome, PermissionDecision,
     PermissionRequest,
@@ -143,12 +144,16 @@ pub(super) fn permission_request(
             Some(OfferedOption { option_id, kind })
         })
         .collect();
+    let fields = serde_json::from_value::<ToolCallUpdateFields>(tool_call.clone())
+        .ok()
+        .map(Box::new);
     let request = PermissionRequest {
         session_id,
         title: text(tool_call, "title").or(known.title),
         tool_kind: text(tool_call, "kind").or(known.kind),
         tool_call_id,
         offered,
+        tool_call: fields,
     };
     (request, ids)
 }

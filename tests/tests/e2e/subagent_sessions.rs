@@ -557,3 +557,56 @@ fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
     );
     assert_none_left(cwd.path());
 }
+
+/// The content, locations and raw input of the one permission request in `asked`.
+fn what_was_asked(
+    asked: &[agent_client_protocol::v1::schema::RequestPermissionRequest],
+) -> (Value, Value, Value) {
+    assert_eq!(asked.len(), 1, "{asked:#?}");
+    let fields = &asked[0].tool_call.fields;
+    (
+        serde_json::to_value(&fields.content).unwrap(),
+        serde_json::to_value(&fields.locations).unwrap(),
+        serde_json::to_value(&fields.raw_input).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_relayed_write_shows_the_childs_diff_exactly_as_a_direct_one_in_both_modes() {
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::write(cwd.path().join("notes.txt"), "old\n").unwrap();
+    let ask = async |launch: Launch, prompt_text: &str| {
+        let (log, finished) = with_launch(launch, async |cx, _| {
+            let mut session = new_session(&cx, cwd.path()).await?;
+            let (log, response) = prompt(&mut session, prompt_text, Permission::Reject).await?;
+            assert_eq!(stop_reason(response), StopReason::EndTurn);
+            Ok(log)
+        })
+        .await;
+        (log, finished)
+    };
+    let (log, _) = ask(Launch::offline(), "/write notes.txt new").await;
+    assert_eq!(log.text, "permission denied: did not write notes.txt");
+    let direct = what_was_asked(&log.permission_requests);
+    let (content, _, _) = &direct;
+    assert!(
+        content.to_string().contains(r#""type":"diff""#),
+        "a direct write shows its diff: {content}"
+    );
+    // As a tool card of the parent: the same diff and raw input, as the child reported them.
+    let (card, _) = ask(
+        Launch::offline().arg("--subagent-agents").arg("acp-child"),
+        "/delegate acp-child /write notes.txt new",
+    )
+    .await;
+    assert_eq!(card.text, "permission denied: did not write notes.txt");
+    assert_eq!(what_was_asked(&card.permission_requests), direct);
+    // On the child's own session (the test client allows those): the same again.
+    let (_, finished) = ask(delegating(), "/delegate acp-child /write notes.txt new").await;
+    assert_eq!(what_was_asked(&finished.child_permissions), direct);
+    assert_eq!(
+        std::fs::read_to_string(cwd.path().join("notes.txt")).unwrap(),
+        "new"
+    );
+    assert_none_left(cwd.path());
+}

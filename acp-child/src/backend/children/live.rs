@@ -594,6 +594,14 @@ struct Relay {
 impl PermissionHandler for Relay {
     fn decide(&self, mut request: PermissionRequest) -> DecisionFuture {
         request.title = request.title.map(|title| self.redactor.redact(&title));
+        if !self.redactor.is_empty() {
+            // The tool call relayed with it (a diff of a file holding a key, a command line).
+            request.tool_call = request.tool_call.and_then(|fields| {
+                let mut value = serde_json::to_value(&*fields).ok()?;
+                redact_strings(&self.redactor, &mut value);
+                serde_json::from_value(value).ok().map(Box::new)
+            });
+        }
         let (tx, rx) = oneshot::channel();
         let sent = self
             .route
