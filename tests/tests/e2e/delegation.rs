@@ -1164,3 +1164,28 @@ fn a_registry_alias_is_enabled_under_the_name_given() {
          (claude-code); name it once\n"
     );
 }
+
+#[test]
+fn a_child_failing_on_its_stderr_shows_why_in_the_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let defs = tempfile::tempdir().unwrap();
+    write_definition(
+        defs.path(),
+        "failer.md",
+        "---\ndescription: d\nrun:\n  agent: \"sh -c 'echo starting >&2; echo this agent cannot be used with root/sudo >&2; exit 3'\"\n---\nB\n",
+    );
+    let agent = shell_words::join([
+        "acp-child",
+        "--subagents",
+        &defs.path().display().to_string(),
+    ]);
+    let out = run_to_end(person_run(dir.path()).args(["--agent", &agent, "/delegate failer hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "subagent failer ended error: agent closed its output before answering initialize; it \
+         exited with code 3\n\nIts stderr (the end):\nstarting\nthis agent cannot be used with \
+         root/sudo"
+    );
+    assert_none_left(dir.path());
+}

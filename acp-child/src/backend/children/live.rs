@@ -465,8 +465,13 @@ fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
     }
 }
 
-/// A child's result when it did not complete: its status, stop reason and error, then its
-/// output so far.
+/// How much of a failed child's stderr its result quotes: the end, at most this many bytes
+/// (the run library already keeps only a bounded, redacted tail).
+const STDERR_SHOWN_BYTES: usize = 2048;
+
+/// A child's result when it did not complete: its status, stop reason and error, the end of its
+/// stderr (an agent that fails says why there: a missing login, a refusal to run as root), then
+/// its output so far.
 fn ended(name: &str, result: &RunResult) -> Delegated {
     let mut text = format!("subagent {name} ended {}", result.status);
     if let Some(reason) = &result.stop_reason {
@@ -474,6 +479,22 @@ fn ended(name: &str, result: &RunResult) -> Delegated {
     }
     if let Some(error) = &result.error {
         let _ = write!(text, ": {error}");
+    }
+    let stderr = result.stderr_tail.trim_end();
+    if !stderr.is_empty() {
+        tracing::debug!(subagent = name, %stderr, "a child did not complete");
+        let mut cut = stderr.len().saturating_sub(STDERR_SHOWN_BYTES);
+        while !stderr.is_char_boundary(cut) {
+            cut += 1;
+        }
+        // Whole lines only, unless one line is longer than what is shown.
+        let shown = &stderr[cut..];
+        let shown = match shown.find('\n') {
+            Some(newline) if cut > 0 => &shown[newline + 1..],
+            _ => shown,
+        };
+        text.push_str("\n\nIts stderr (the end):\n");
+        text.push_str(shown);
     }
     if !result.output.is_empty() {
         text.push_str("\n\nIts output so far:\n");
