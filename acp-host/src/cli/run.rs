@@ -828,11 +828,14 @@ impl Renderer {
                     }
                     _ => (None, None),
                 };
-                note!(
-                    "acp-host: {prefix}[{kind}] {} {}",
-                    title.unwrap_or(""),
-                    status.map_or_else(String::new, status_name)
-                );
+                // An update carrying neither (streamed content of a card) says nothing here.
+                if title.is_some() || status.is_some() {
+                    note!(
+                        "acp-host: {prefix}[{kind}] {} {}",
+                        title.unwrap_or(""),
+                        status.map_or_else(String::new, status_name)
+                    );
+                }
             }
             ("plan", _) => {
                 if let SessionUpdate::Plan(plan) = update {
