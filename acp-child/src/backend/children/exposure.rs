@@ -262,7 +262,14 @@ struct Ids {
     open: Vec<(String, String)>,
     /// Minted ids the client may cancel (their child offered it), while open.
     cancellable: std::collections::HashSet<String>,
+    /// Announcements past [`MAX_NESTED`], dropped (with every update of theirs).
+    dropped: u64,
 }
+
+/// The most sessions one turn of a child may announce in turn (acp-host's client tracks as many):
+/// a child announcing without end must not grow this agent's memory; later ones are dropped and
+/// counted.
+const MAX_NESTED: usize = 1024;
 
 impl Ids {
     fn new(child: &str) -> Self {
@@ -271,6 +278,7 @@ impl Ids {
             nested: HashMap::new(),
             open: Vec::new(),
             cancellable: std::collections::HashSet::new(),
+            dropped: 0,
         }
     }
 
@@ -319,6 +327,15 @@ fn map_ids(
                 .is_some_and(|offered| offered.cancel.is_some());
             let minted = if let Some(minted) = ids.nested.get(&theirs) {
                 minted.clone()
+            } else if ids.nested.len() >= MAX_NESTED {
+                ids.dropped += 1;
+                if ids.dropped == 1 {
+                    tracing::warn!(
+                        limit = MAX_NESTED,
+                        "a child announced more sessions than are relayed; dropping the rest"
+                    );
+                }
+                return Mapped::Drop;
             } else {
                 let (minted, cancellable) = mint(&theirs, offers_cancel);
                 if cancellable {
@@ -574,6 +591,26 @@ mod tests {
         assert_eq!(&*subagent(&done).session_id.0, "sub-2");
         assert_eq!(ids.open, [("sub-3".to_owned(), "sub-1".to_owned())]);
         assert!(!ids.cancellable.contains("sub-2"));
+    }
+
+    #[test]
+    fn announcements_past_the_cap_are_dropped_and_counted() {
+        let mut ids = Ids::new("sub-1");
+        let mut mint = minter();
+        for n in 0..=MAX_NESTED {
+            let mut announce =
+                SessionUpdate::SubagentUpdate(SubagentUpdate::new(format!("theirs-{n}")));
+            let mapped = map_ids(&mut ids, None, &mut announce, &mut mint);
+            assert_eq!(matches!(mapped, Mapped::Drop), n == MAX_NESTED, "{n}");
+        }
+        assert_eq!(ids.nested.len(), MAX_NESTED);
+        assert_eq!(ids.dropped, 1);
+        // A session already announced is still relayed.
+        let mut chunk = SessionUpdate::SubagentUpdate(SubagentUpdate::new("theirs-0"));
+        assert!(matches!(
+            map_ids(&mut ids, None, &mut chunk, &mut mint),
+            Mapped::Send { .. }
+        ));
     }
 
     #[test]
