@@ -746,3 +746,63 @@ async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_re
     );
     assert_none_left(cwd.path());
 }
+
+#[tokio::test]
+async fn a_task_waiting_for_a_parallel_slot_is_listed_queued_not_running() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    mock_definition(cwd.path(), "stuck", "hang");
+    let llm = keyed_llm([
+        delegate_in_background("call_one", "stuck", "first"),
+        delegate_in_background("call_two", "stuck", "second"),
+        call("call_list", "task_list", &json!({})),
+        call("call_out", "task_output", &json!({"task_id": "subagent-2"})),
+        call(
+            "call_kill_one",
+            "task_kill",
+            &json!({"task_id": "subagent-1"}),
+        ),
+        call(
+            "call_kill_two",
+            "task_kill",
+            &json!({"task_id": "subagent-2"}),
+        ),
+        Reply::text(["stopped"]),
+    ]);
+    one_turn(
+        parent(&llm, state.path(), None, &["--max-parallel-subagents", "1"]),
+        cwd.path(),
+    )
+    .await;
+    let requests = model_requests(&llm, 7);
+    // One slot: one task holds it and runs, the other waits for it, whichever started first.
+    let listed = requests[3].tool_result("call_list").unwrap();
+    let lines: Vec<&str> = listed.lines().collect();
+    let running = "(running): subagent stuck as child";
+    let queued = "(queued): subagent stuck as child";
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert_eq!(
+        lines.iter().filter(|line| line.contains(running)).count(),
+        1,
+        "{listed}"
+    );
+    assert_eq!(
+        lines.iter().filter(|line| line.contains(queued)).count(),
+        1,
+        "{listed}"
+    );
+    let output = requests[4].tool_result("call_out").unwrap();
+    assert!(
+        output.ends_with("still running")
+            || output.ends_with("waiting for a free subagent slot (--max-parallel-subagents)"),
+        "{output}"
+    );
+    assert_eq!(
+        output.contains("(queued)"),
+        lines
+            .iter()
+            .any(|line| line.starts_with("subagent-2 (queued)")),
+        "{output}"
+    );
+    assert_none_left(cwd.path());
+}

@@ -162,11 +162,13 @@ impl Subagents {
         &self,
         start: Start,
         cancel: Cancel,
+        running: &std::sync::atomic::AtomicBool,
     ) -> (Delegated, Option<Arc<LiveChild>>) {
         let _slot = match self.slot(cancel.cancelled()).await {
             Ok(slot) => slot,
             Err(refused) => return (refused, None),
         };
+        running.store(true, std::sync::atomic::Ordering::Release);
         let resume = start.resume;
         let keep = self.idle_timeout.is_some();
         let (live, first) = self.spawn(start, cancel, keep);

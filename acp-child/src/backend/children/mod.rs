@@ -251,8 +251,8 @@ impl<'a> Children<'a> {
             let subagents = Arc::clone(self.subagents);
             let cancel = cancel.clone();
             let child = child.clone();
-            async move {
-                let (result, mut live) = subagents.run_detached(start, cancel).await;
+            move |running: Arc<std::sync::atomic::AtomicBool>| async move {
+                let (result, mut live) = subagents.run_detached(start, cancel, &running).await;
                 if !keep && let Some(idle) = live.take() {
                     idle.close().await;
                 }

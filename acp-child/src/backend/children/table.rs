@@ -34,6 +34,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
@@ -118,6 +119,8 @@ struct Task {
     /// Fired once the task's result is in.
     done: CancellationToken,
     handle: Option<JoinHandle<()>>,
+    /// Set by its run once it holds a parallel slot (its process starts then).
+    running: Arc<AtomicBool>,
     /// When its result reached the model (a notice, `task_output`, `task_kill`), on the table's
     /// count of tellings: the order told tasks are dropped in.
     told: Option<u64>,
@@ -165,6 +168,8 @@ pub(crate) struct TaskView {
     pub(crate) child: String,
     pub(crate) agent: String,
     pub(crate) label: String,
+    /// Still waiting for one of the `--max-parallel-subagents` slots: no process of it exists yet.
+    pub(crate) queued: bool,
     /// `None` while running.
     pub(crate) result: Option<Delegated>,
 }
@@ -173,6 +178,7 @@ impl TaskView {
     /// One line for `task_list` and the start of `task_output`.
     pub(crate) fn line(&self) -> String {
         let status = match &self.result {
+            None if self.queued => "queued",
             None => "running",
             Some(result) if result.failed => "failed",
             Some(_) => "completed",
@@ -430,7 +436,7 @@ impl Tasks {
         label: &str,
         cancel: Cancel,
         gate: tokio::sync::OwnedMutexGuard<()>,
-        run: F,
+        run: impl FnOnce(Arc<AtomicBool>) -> F,
     ) -> Result<String, TaskError>
     where
         F: Future<Output = Delegated> + Send + 'static,
@@ -442,6 +448,9 @@ impl Tasks {
         inner.tasks_started += 1;
         let id = format!("subagent-{}", inner.tasks_started);
         let done = CancellationToken::new();
+        // Set by the run once it holds a parallel slot: until then the task is `queued`.
+        let running = Arc::new(AtomicBool::new(false));
+        let run = run(Arc::clone(&running));
         let handle = {
             let tasks = Arc::clone(self);
             let id = id.clone();
@@ -462,6 +471,7 @@ impl Tasks {
             cancel,
             done,
             handle: Some(handle),
+            running,
             told: None,
         });
         Ok(id)
@@ -490,6 +500,8 @@ impl Tasks {
             child: task.child.clone(),
             agent: task.agent.clone(),
             label: task.label.clone(),
+            queued: matches!(task.state, TaskState::Running)
+                && !task.running.load(Ordering::Acquire),
             result: match &task.state {
                 TaskState::Running => None,
                 TaskState::Finished(result) => Some(result.clone()),
@@ -729,6 +741,10 @@ pub(crate) fn describe_children(
 pub(crate) fn report(view: &TaskView) -> String {
     match &view.result {
         Some(result) => format!("{}\n\n{}", view.line(), result.text),
+        None if view.queued => format!(
+            "{}\n\nwaiting for a free subagent slot (--max-parallel-subagents)",
+            view.line()
+        ),
         None => format!("{}\n\nstill running", view.line()),
     }
 }
@@ -751,7 +767,7 @@ mod tests {
         let (child, gate) = tasks.new_child("echo").unwrap();
         assert_eq!(child, "agent-1");
         let id = tasks
-            .spawn(&child, "echo", "say hi", Cancel::new(), gate, async {
+            .spawn(&child, "echo", "say hi", Cancel::new(), gate, |_| async {
                 done("hi")
             })
             .unwrap();
@@ -787,7 +803,7 @@ mod tests {
         let tasks = Arc::new(Tasks::default());
         let (child, gate) = tasks.new_child("echo").unwrap();
         let id = tasks
-            .spawn(&child, "echo", "x", Cancel::new(), gate, async {
+            .spawn(&child, "echo", "x", Cancel::new(), gate, |_| async {
                 done("x")
             })
             .unwrap();
@@ -810,7 +826,7 @@ mod tests {
         let (child, gate) = tasks.new_child("echo").unwrap();
         let text = text.to_owned();
         let id = tasks
-            .spawn(&child, "echo", "x", Cancel::new(), gate, async move {
+            .spawn(&child, "echo", "x", Cancel::new(), gate, |_| async move {
                 release.cancelled().await;
                 done(&text)
             })
