@@ -27,6 +27,7 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "options",
     "go",
     "bytes",
+    "count",
     "marker",
     "delay-ms",
     "code",
@@ -74,8 +75,9 @@ pub enum Scenario {
     /// Text "partial output", "mock: fatal error" on stderr, exit status 3.
     CrashOnPrompt,
     /// Asks `session/request_permission` with these option kinds (ids = kinds), in this order,
-    /// then reports the answer as text (`selected <id>` / `cancelled`).
-    Permission { options: Vec<String> },
+    /// `count` times one after the other (`--count`, default 1), then reports the answers as text
+    /// (`selected <id>` / `cancelled`, one line each).
+    Permission { options: Vec<String>, count: usize },
     /// `--ready` on prompt, waits for `session/cancel`, then asks permission and reports the
     /// outcome on stderr and in `--log`, then answers the prompt `cancelled`.
     PermissionAfterCancel,
@@ -392,6 +394,7 @@ fn scenario(
                         .collect()
                 },
             ),
+            count: s.number("count")?.unwrap_or(1),
         },
         "permission-after-cancel" => Scenario::PermissionAfterCancel,
         "gated-session" => {
@@ -629,7 +632,8 @@ mod tests {
         assert_eq!(
             config.scenario,
             Scenario::Permission {
-                options: vec!["reject_once".into(), "allow_once".into()]
+                options: vec!["reject_once".into(), "allow_once".into()],
+                count: 1,
             }
         );
         let config = parse_str("permission").unwrap();
@@ -639,7 +643,8 @@ mod tests {
                 options: DEFAULT_PERMISSION_OPTIONS
                     .iter()
                     .map(|k| (*k).to_owned())
-                    .collect()
+                    .collect(),
+                count: 1,
             }
         );
     }

@@ -83,7 +83,9 @@ impl Agent {
                 eprintln!("mock: fatal error");
                 std::process::exit(3);
             }
-            Scenario::Permission { options } => self.permission(id, session, &options).await,
+            Scenario::Permission { options, count } => {
+                self.permission(id, session, &options, count).await;
+            }
             Scenario::PermissionAfterCancel => self.permission_after_cancel(id, session).await,
             Scenario::Huge { bytes } => {
                 self.reply(id, session, ["x".repeat(bytes)], "end_turn")
@@ -273,14 +275,21 @@ impl Agent {
         self.reply(id, session, ["final answer"], "end_turn").await;
     }
 
-    async fn permission(&mut self, id: &Value, session: &str, options: &[String]) {
-        let asked = self
-            .request(
-                "session/request_permission",
-                permission_request(session, options),
-            )
-            .await;
-        let outcome = describe_permission(&self.response_to(asked).await);
+    async fn permission(&mut self, id: &Value, session: &str, options: &[String], count: usize) {
+        let mut outcomes = Vec::new();
+        for _ in 0..count.max(1) {
+            let asked = self
+                .request(
+                    "session/request_permission",
+                    permission_request(session, options),
+                )
+                .await;
+            outcomes.push(describe_permission(&self.response_to(asked).await));
+            if self.cancelled {
+                break;
+            }
+        }
+        let outcome = outcomes.join("\n");
         // A cancel that arrived while the question was open ends the turn as ACP requires.
         let stop = if self.cancelled {
             "cancelled"

@@ -610,3 +610,52 @@ async fn a_relayed_write_shows_the_childs_diff_exactly_as_a_direct_one_in_both_m
     );
     assert_none_left(cwd.path());
 }
+
+#[tokio::test]
+async fn after_three_rejections_in_a_row_a_childs_requests_are_rejected_without_asking() {
+    let cwd = tempfile::tempdir().unwrap();
+    let defs = tempfile::tempdir().unwrap();
+    super::children::write_definition(
+        defs.path(),
+        "asker.md",
+        &format!(
+            "---\ndescription: asks\nrun:\n  agent: {}\n---\nAsk.\n",
+            serde_json::to_string(&super::common::mock(&["permission", "--count", "6"])).unwrap()
+        ),
+    );
+    let launch = Launch::offline()
+        .arg("--subagents")
+        .arg(defs.path())
+        .env(ACP_HOST_DEPTH, "0")
+        .env(ACP_HOST_MAX_DEPTH, "1");
+    let (log, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let (log, response) =
+            prompt(&mut session, "/delegate asker go", Permission::Reject).await?;
+        assert_eq!(stop_reason(response), StopReason::EndTurn);
+        Ok(log)
+    })
+    .await;
+    // The person was asked three times; the other three were rejected without asking.
+    assert_eq!(log.permission_requests.len(), 3);
+    assert_eq!(log.text.lines().count(), 6, "{}", log.text);
+    assert!(
+        log.text.lines().all(|line| line == "selected reject_once"),
+        "{}",
+        log.text
+    );
+    // Said once, on the child's card.
+    let told = "subagent asker: you rejected 3 of its requests in a row; its further requests \
+                are rejected without asking";
+    let said = log
+        .tool_call_updates()
+        .iter()
+        .filter(|update| {
+            serde_json::to_string(&update.fields.content)
+                .unwrap()
+                .contains(told)
+        })
+        .count();
+    assert_eq!(said, 1);
+    assert_none_left(cwd.path());
+}

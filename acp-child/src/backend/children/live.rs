@@ -112,6 +112,7 @@ impl Subagents {
             cancel: cancel.clone(),
             route,
             redactor,
+            rejections: Arc::default(),
             handle: std::sync::Mutex::new(None),
         });
         let first = {
@@ -283,8 +284,42 @@ pub(crate) struct LiveChild {
     /// that echoes one never gets it past this agent ([`LiveChild::redacted`], [`Forwarded`],
     /// [`Relay`]).
     redactor: Arc<Redactor>,
+    /// The person's rejections of its relayed requests in a row: past [`MAX_REJECTIONS`] its
+    /// further requests are rejected without asking (a child asking thousands of times must not
+    /// become thousands of prompts).
+    rejections: Arc<Rejections>,
     /// Set once its run is spawned.
     handle: std::sync::Mutex<Option<tokio::task::JoinHandle<RunResult>>>,
+}
+
+/// After this many consecutive rejections by the person, a child's requests are rejected
+/// without asking, for the rest of its life.
+pub(super) const MAX_REJECTIONS: u32 = 3;
+
+/// A child's consecutive rejections, and whether the person was told asking stopped.
+#[derive(Debug, Default)]
+struct Rejections {
+    in_a_row: std::sync::atomic::AtomicU32,
+    told: std::sync::atomic::AtomicBool,
+}
+
+impl Rejections {
+    fn stopped(&self) -> bool {
+        self.in_a_row.load(std::sync::atomic::Ordering::Acquire) >= MAX_REJECTIONS
+    }
+
+    /// Counts a decision the person made: a rejection adds one, anything else starts over.
+    fn count(&self, decision: Decision) {
+        if decision.decided_by != DecidedBy::User {
+            return;
+        }
+        if decision.answer.verdict() == protocol::permission::Verdict::Reject {
+            self.in_a_row
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        } else if decision.answer.verdict() == protocol::permission::Verdict::Allow {
+            self.in_a_row.store(0, std::sync::atomic::Ordering::Release);
+        }
+    }
 }
 
 impl LiveChild {
@@ -340,11 +375,21 @@ impl LiveChild {
                     while let Ok((session, update)) = update_rx.try_recv() {
                         deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
                     }
+                    if self.rejections.stopped() {
+                        let _ = answer.send(Decision {
+                            answer: Answer::Reject,
+                            decided_by: DecidedBy::Policy,
+                        });
+                        if !self.rejections.told.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                            stopped_asking(turn, call, name);
+                        }
+                        continue;
+                    }
                     let via = match &exposure {
                         Some(exposure) => exposure.via(&request, &turn_over),
                         None => Some(Via::Parent { subagent: name }),
                     };
-                    relays.push(relay(turn, via, request, answer));
+                    relays.push(relay(turn, via, request, answer, &self.rejections));
                 }
                 Some((session, update)) = update_rx.recv() => {
                     deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
@@ -512,6 +557,7 @@ async fn relay(
     via: Option<Via<'_>>,
     request: PermissionRequest,
     answer: oneshot::Sender<Decision>,
+    rejections: &Rejections,
 ) {
     let decision = match via {
         Some(via) => permission::relay(turn, via, &request).await,
@@ -520,8 +566,26 @@ async fn relay(
             decided_by: DecidedBy::Policy,
         },
     };
+    rejections.count(decision);
     // The child's run may have ended meanwhile; nobody waits for the answer then.
     let _ = answer.send(decision);
+}
+
+/// Tells the person, once, on the child's tool card, that its requests are no longer asked.
+fn stopped_asking(turn: &Turn, call: &ToolCallId, name: &str) {
+    tracing::info!(
+        subagent = name,
+        "rejecting a child's further requests without asking"
+    );
+    let text = format!(
+        "subagent {name}: you rejected {MAX_REJECTIONS} of its requests in a row; its further \
+         requests are rejected without asking"
+    );
+    let fields =
+        agent_client_protocol::v1::schema::ToolCallUpdateFields::new().content(vec![text.into()]);
+    if let Err(error) = turn.update_tool_call(call, fields) {
+        tracing::debug!(error = %protocol::report::describe(&error), "cannot tell the card");
+    }
 }
 
 /// Forwards the child run's updates (with the child session each is of, `None` for the run's
