@@ -58,7 +58,8 @@ pub(super) fn execute(args: &TrustArgs) -> Result<ExitCode, CliError> {
     };
     let (folder, only) = target(&path)?;
     let store = TrustStore::from_env().map_err(|err| CliError::Failed(err.to_string()))?;
-    let read = definitions::read_folder(&folder, Source::Repository, true);
+    // A folder without subagents/ simply has none.
+    let read = definitions::read_folder(&folder, Source::Repository, false);
     let mut listing = TrustListing {
         folder: folder.display().to_string(),
         definitions: Vec::new(),
