@@ -156,14 +156,16 @@ impl Subagents {
 
     /// Runs a validated start with nobody to ask (a background task): no route is installed, so
     /// its permission requests are answered by policy (`relay` rejects: the turn that could ask
-    /// may be over) and nothing of it is shown; `cancel` stops it. With an idle timeout, a child
-    /// that answered its turn stays alive for further messages ([`LiveChild`]); otherwise, or
-    /// when its turn did not complete, its process is gone when this returns.
+    /// may be over) and nothing of it is shown; `cancel` stops it; `running` is set once it holds
+    /// a slot. With `keep` and an idle timeout, a child that answered its turn stays alive for
+    /// further messages ([`LiveChild`]); otherwise, or when its turn did not complete, its
+    /// process is gone when this returns.
     pub(super) async fn run_detached(
         &self,
         start: Start,
         cancel: Cancel,
         running: &std::sync::atomic::AtomicBool,
+        keep: bool,
     ) -> (Delegated, Option<Arc<LiveChild>>) {
         let _slot = match self.slot(cancel.cancelled()).await {
             Ok(slot) => slot,
@@ -171,7 +173,7 @@ impl Subagents {
         };
         running.store(true, std::sync::atomic::Ordering::Release);
         let resume = start.resume;
-        let keep = self.idle_timeout.is_some();
+        let keep = keep && self.idle_timeout.is_some();
         let (live, first) = self.spawn(start, cancel, keep);
         let result = first.await;
         Self::settle(live, result, resume, keep).await

@@ -252,10 +252,7 @@ impl<'a> Children<'a> {
             let cancel = cancel.clone();
             let child = child.clone();
             move |running: Arc<std::sync::atomic::AtomicBool>| async move {
-                let (result, mut live) = subagents.run_detached(start, cancel, &running).await;
-                if !keep && let Some(idle) = live.take() {
-                    idle.close().await;
-                }
+                let (result, live) = subagents.run_detached(start, cancel, &running, keep).await;
                 record(&memory, &child, &result, live);
                 result
             }
