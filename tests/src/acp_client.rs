@@ -31,7 +31,7 @@ use agent_client_protocol::v1::schema::{
     CancelNotification, ContentBlock, ContentChunk, FileSystemCapabilities, InitializeRequest,
     InitializeResponse, PromptResponse, ReadTextFileRequest, ReadTextFileResponse,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse,
-    SelectedPermissionOutcome, SessionNotification, SessionUpdate, StopReason,
+    SelectedPermissionOutcome, SessionId, SessionNotification, SessionUpdate, StopReason,
     SubagentCapabilities, ToolCall, ToolCallStatus, ToolCallUpdate, WriteTextFileRequest,
     WriteTextFileResponse,
 };
@@ -724,6 +724,25 @@ pub async fn new_session(
 ) -> Result<ActiveSession<'static, Agent>, AcpError> {
     Ok(cx
         .build_session(cwd)
+        .block_task()
+        .start_session()
+        .await?
+        .session)
+}
+
+/// Loads saved session `id` in `cwd` with `session/load` (its replay is read with the turn that
+/// follows).
+///
+/// # Errors
+///
+/// When the agent refuses or the connection fails.
+pub async fn load_session(
+    cx: &ConnectionTo<Agent>,
+    id: impl Into<SessionId>,
+    cwd: &Path,
+) -> Result<ActiveSession<'static, Agent>, AcpError> {
+    Ok(cx
+        .load_session(id, cwd)
         .block_task()
         .start_session()
         .await?

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use acp_tests::acp_client::{
-    Answers, Launch, PERMISSION_ERROR, Permission, TIMEOUT, TurnLog, canonical, new_session,
-    prompt, prompt_ends, read_until, stop_reason, with_launch,
+    Answers, Launch, PERMISSION_ERROR, Permission, TIMEOUT, TurnLog, canonical, load_session,
+    new_session, prompt, prompt_ends, read_until, stop_reason, with_launch,
 };
 use acp_tests::mock_llm::{MockLlm, RecordedRequest, Reply, message_text};
 use agent_client_protocol::ErrorCode;
@@ -207,12 +207,7 @@ async fn session_load_in_a_new_process_replays_the_conversation_then_continues_i
 
     // Process B, same state directory: load, then a second turn.
     let ((load_session, second), finished) = with_launch(launch, async |cx, init| {
-        let mut session = cx
-            .load_session(id.clone(), cwd.path())
-            .block_task()
-            .start_session()
-            .await?
-            .session;
+        let mut session = load_session(&cx, id.clone(), cwd.path()).await?;
         let log = prompt_ends(&mut session, SECOND_PROMPT, Permission::NotExpected).await?;
         Ok((init.agent_capabilities.load_session, log))
     })
@@ -285,12 +280,7 @@ async fn session_load_replays_a_tool_call_with_its_result() {
     .await;
 
     let (log, _) = with_launch(launch, async |cx, _| {
-        let mut session = cx
-            .load_session(id.clone(), cwd.path())
-            .block_task()
-            .start_session()
-            .await?
-            .session;
+        let mut session = load_session(&cx, id.clone(), cwd.path()).await?;
         let log = prompt_ends(&mut session, "thanks", Permission::NotExpected).await?;
         Ok(log)
     })

@@ -14,7 +14,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use acp_tests::acp_client::{Launch, Permission, new_session, prompt_ends, with_launch};
+use acp_tests::acp_client::{
+    Launch, Permission, load_session, new_session, prompt_ends, with_launch,
+};
 use acp_tests::mock_llm::{RecordedRequest, Reply, message_text};
 use agent_client_protocol::v1::schema::{CancelNotification, CloseSessionRequest};
 use serde_json::{Value, json};
@@ -235,12 +237,7 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once_as_quoted_tool_ou
     // Loaded in a fresh process, the session sends the model the same conversation, the notice
     // in the same shape, then the new exchange.
     let ((), _) = with_launch(launch, async |cx, _| {
-        let mut session = cx
-            .load_session(id.clone(), cwd.path())
-            .block_task()
-            .start_session()
-            .await?
-            .session;
+        let mut session = load_session(&cx, id.clone(), cwd.path()).await?;
         prompt_ends(&mut session, "again", Permission::NotExpected).await?;
         Ok(())
     })
@@ -279,12 +276,7 @@ async fn a_notice_saved_as_a_user_message_loads_and_is_sent_as_quoted_tool_outpu
     std::fs::write(state.path().join("sess-old.jsonl"), text).unwrap();
     let llm = keyed_llm([Reply::text(["fine"])]);
     let ((), _) = with_launch(parent(&llm, state.path(), None, &[]), async |cx, _| {
-        let mut session = cx
-            .load_session("sess-old", cwd.path())
-            .block_task()
-            .start_session()
-            .await?
-            .session;
+        let mut session = load_session(&cx, "sess-old", cwd.path()).await?;
         prompt_ends(&mut session, "again", Permission::NotExpected).await?;
         Ok(())
     })
@@ -492,12 +484,7 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
 
     // A fresh parent process loads the session: its child is still reachable.
     let ((), _) = with_launch(launch, async |cx, _| {
-        let mut session = cx
-            .load_session(id.clone(), cwd.path())
-            .block_task()
-            .start_session()
-            .await?
-            .session;
+        let mut session = load_session(&cx, id.clone(), cwd.path()).await?;
         prompt_ends(&mut session, "again", Permission::NotExpected).await?;
         Ok(())
     })

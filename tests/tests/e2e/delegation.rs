@@ -652,23 +652,29 @@ fn a_forced_subagent_call_at_the_cap_is_refused_as_a_tool_result() {
 #[test]
 fn a_child_that_cannot_start_is_a_result_naming_how_to_install_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = offline_parent(dir.path(), &[]);
     // The enabled agent is one whose program is not installed.
-    cmd.args([
-        "--agent",
-        "acp-child --subagent-agents codex",
-        "/delegate codex review",
-    ])
-    .env("PATH", "/nonexistent");
-    let out = run_to_end(&mut cmd);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let text = stdout(&out);
+    let text = delegate_to_uninstalled(dir.path(), "codex");
     assert!(
         text.starts_with("subagent codex ended error: ")
             && text.contains("npm install -g @zed-industries/codex-acp"),
         "{text}"
     );
     assert_none_left(dir.path());
+}
+
+/// What an offline parent in `dir` answers to `/delegate NAME review` with registry agent `name`
+/// enabled (`--subagent-agents NAME`) and nothing on PATH, so its program is not found.
+fn delegate_to_uninstalled(dir: &Path, name: &str) -> String {
+    let mut cmd = offline_parent(dir, &[]);
+    cmd.args([
+        "--agent",
+        &format!("acp-child --subagent-agents {name}"),
+        &format!("/delegate {name} review"),
+    ])
+    .env("PATH", "/nonexistent");
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out)
 }
 
 #[tokio::test]
@@ -1134,17 +1140,8 @@ fn subagent_env_takes_names_only_and_is_checked_at_start() {
 #[test]
 fn a_registry_alias_is_enabled_under_the_name_given() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = offline_parent(dir.path(), &[]);
     // `claude` is claude-code's alias; its program is not installed here.
-    cmd.args([
-        "--agent",
-        "acp-child --subagent-agents claude",
-        "/delegate claude review",
-    ])
-    .env("PATH", "/nonexistent");
-    let out = run_to_end(&mut cmd);
-    assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let text = stdout(&out);
+    let text = delegate_to_uninstalled(dir.path(), "claude");
     assert!(
         text.starts_with("subagent claude ended error: ")
             && text.contains("npm install -g @zed-industries/claude-code-acp"),
