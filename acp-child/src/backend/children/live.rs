@@ -532,10 +532,7 @@ fn ended(name: &str, result: &RunResult) -> Delegated {
     let stderr = result.stderr_tail.trim_end();
     if !stderr.is_empty() {
         tracing::debug!(subagent = name, %stderr, "a child did not complete");
-        let mut cut = stderr.len().saturating_sub(STDERR_SHOWN_BYTES);
-        while !stderr.is_char_boundary(cut) {
-            cut += 1;
-        }
+        let cut = stderr.ceil_char_boundary(stderr.len().saturating_sub(STDERR_SHOWN_BYTES));
         // Whole lines only, unless one line is longer than what is shown.
         let shown = &stderr[cut..];
         let shown = match shown.find('\n') {
