@@ -13,6 +13,7 @@
 //! input from a client becomes a JSON-RPC error or an explanatory reply, never a panic.
 
 mod backend;
+mod outbox;
 mod persona;
 mod server;
 mod session;

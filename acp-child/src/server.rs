@@ -55,7 +55,8 @@ use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt 
 use crate::backend::children::{ChildSessions, Subagents};
 use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
-use crate::backend::{Backend, ClientFs, Offers, Turn};
+use crate::backend::{Backend, ClientFs, ClientLink, Offers, Turn};
+use crate::outbox::{self, Backlog, Metered};
 use crate::persona::{Persona, SessionPersona};
 use crate::session::{Memory, SessionError, Sessions, Settings};
 use crate::store::StoreError;
@@ -126,12 +127,16 @@ pub enum ServeError {
 /// `ByteStreams`, rather than the SDK's `stdio` feature. That feature wraps std's blocking handles
 /// with the `blocking` crate, a second thread pool beside tokio's; going through tokio keeps all
 /// I/O on the one runtime the turns (timers, cancellation) already need.
+///
+/// Stdout is metered ([`crate::outbox::Metered`]): what a child relays waits while the client
+/// is behind.
 pub async fn serve_stdio(config: AgentConfig) -> Result<(), ServeError> {
+    let backlog = Arc::new(Backlog::default());
     let transport = ByteStreams::new(
-        tokio::io::stdout().compat_write(),
+        Metered::new(tokio::io::stdout(), Arc::clone(&backlog)).compat_write(),
         tokio::io::stdin().compat(),
     );
-    serve(config, transport).await
+    serve(config, transport, backlog).await
 }
 
 /// What the client said it can do at `initialize`, read when a turn starts.
@@ -167,6 +172,7 @@ const WARM_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) async fn serve(
     config: AgentConfig,
     transport: impl ConnectTo<Agent> + 'static,
+    backlog: Arc<Backlog>,
 ) -> Result<(), ServeError> {
     let sessions = Arc::new(Sessions::default());
     let backend = config.backend;
@@ -202,10 +208,11 @@ pub(crate) async fn serve(
             {
                 let sessions = Arc::clone(&sessions);
                 let backend = Arc::clone(&backend);
+                let backlog = Arc::clone(&backlog);
                 async move |request: NewSessionRequest,
                             responder: Responder<NewSessionResponse>,
                             cx: ConnectionTo<Client>| {
-                    new_session(&sessions, &*backend, &request, responder, &cx)
+                    new_session(&sessions, &*backend, &request, responder, (&cx, &backlog))
                 }
             },
             on_receive_request!(),
@@ -214,10 +221,11 @@ pub(crate) async fn serve(
             {
                 let sessions = Arc::clone(&sessions);
                 let backend = Arc::clone(&backend);
+                let backlog = Arc::clone(&backlog);
                 async move |request: LoadSessionRequest,
                             responder: Responder<LoadSessionResponse>,
                             cx: ConnectionTo<Client>| {
-                    load_session(&sessions, &*backend, &request, responder, &cx)
+                    load_session(&sessions, &*backend, &request, responder, (&cx, &backlog))
                 }
             },
             on_receive_request!(),
@@ -243,14 +251,17 @@ pub(crate) async fn serve(
             {
                 let sessions = Arc::clone(&sessions);
                 let children = Arc::clone(&children);
+                let backlog = Arc::clone(&backlog);
                 async move |request: PromptRequest,
                             responder: Responder<PromptResponse>,
                             cx: ConnectionTo<Client>| {
                     let client = *client.lock().unwrap_or_else(PoisonError::into_inner);
-                    let children = client.subagents.then(|| Arc::clone(&children));
-                    prompt(
-                        &sessions, &backend, client.fs, children, request, responder, &cx,
-                    )
+                    let link = ClientLink {
+                        fs: client.fs,
+                        children: client.subagents.then(|| Arc::clone(&children)),
+                        backlog: Arc::clone(&backlog),
+                    };
+                    prompt(&sessions, &backend, link, request, responder, &cx)
                 }
             },
             on_receive_request!(),
@@ -516,7 +527,7 @@ fn new_session(
     backend: &dyn Backend,
     request: &NewSessionRequest,
     responder: Responder<NewSessionResponse>,
-    cx: &ConnectionTo<Client>,
+    (cx, backlog): (&ConnectionTo<Client>, &Backlog),
 ) -> Result<(), AcpError> {
     let workspace = match Workspace::open(&request.cwd) {
         Ok(workspace) => workspace,
@@ -584,10 +595,14 @@ fn new_session(
             )
         })
         .collect();
-    cx.send_notification(SessionNotification::new(
-        SessionId::new(id),
-        SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(commands)),
-    ))
+    outbox::send(
+        cx,
+        backlog,
+        SessionNotification::new(
+            SessionId::new(id),
+            SessionUpdate::AvailableCommandsUpdate(AvailableCommandsUpdate::new(commands)),
+        ),
+    )
 }
 
 fn load_session(
@@ -595,7 +610,7 @@ fn load_session(
     backend: &dyn Backend,
     request: &LoadSessionRequest,
     responder: Responder<LoadSessionResponse>,
-    cx: &ConnectionTo<Client>,
+    (cx, backlog): (&ConnectionTo<Client>, &Backlog),
 ) -> Result<(), AcpError> {
     let refuse = |code, message: String| AcpError::new(code, format!("session/load: {message}"));
     let Some(store) = backend.store() else {
@@ -663,7 +678,11 @@ fn load_session(
     );
     // Replayed before the response: the same ordered outgoing queue carries both.
     for update in updates {
-        cx.send_notification(SessionNotification::new(request.session_id.clone(), update))?;
+        outbox::send(
+            cx,
+            backlog,
+            SessionNotification::new(request.session_id.clone(), update),
+        )?;
     }
     let mut response = LoadSessionResponse::new();
     if !options.is_empty() {
@@ -675,8 +694,7 @@ fn load_session(
 fn prompt(
     sessions: &Arc<Sessions>,
     backend: &Arc<dyn Backend>,
-    client_fs: ClientFs,
-    children: Option<Arc<ChildSessions>>,
+    link: ClientLink,
     request: PromptRequest,
     responder: Responder<PromptResponse>,
     cx: &ConnectionTo<Client>,
@@ -695,7 +713,7 @@ fn prompt(
         }
     };
     let backend = Arc::clone(backend);
-    let mut turn = Turn::new(active, cx.clone(), request.prompt, client_fs, children);
+    let mut turn = Turn::new(active, cx.clone(), request.prompt, link);
     // A capture of an earlier turn is never this turn's answer.
     turn.memory().take_captured();
     cx.spawn(async move {

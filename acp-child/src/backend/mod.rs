@@ -25,7 +25,7 @@ use agent_client_protocol::{Error as AcpError, ErrorCode};
 use futures::future::BoxFuture;
 use thiserror::Error;
 
-pub(crate) use self::turn::{ClientFs, TextFlow, Turn};
+pub(crate) use self::turn::{ClientFs, ClientLink, TextFlow, Turn};
 use crate::session::Memory;
 use crate::store::Store;
 use crate::workspace::Workspace;

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::TurnError;
 use super::children::ChildSessions;
 use super::permission::Answer;
+use crate::outbox::{self, Backlog};
 use crate::session::{ActiveTurn, Memory};
 use crate::workspace::Workspace;
 use protocol::report::describe;
@@ -68,6 +69,16 @@ impl TextFlow {
     }
 }
 
+/// What a turn knows of its client beyond the connection: its file system capabilities, the
+/// child sessions when it follows them, and how far behind it is.
+pub(crate) struct ClientLink {
+    pub(crate) fs: ClientFs,
+    /// `Some` when the client advertised `subagents`.
+    pub(crate) children: Option<Arc<ChildSessions>>,
+    /// What a child relays waits on it ([`crate::outbox`]).
+    pub(crate) backlog: Arc<Backlog>,
+}
+
 /// One prompt turn: the prompt, the session's directory, the client, and the cancellation signal.
 pub(crate) struct Turn {
     active: ActiveTurn,
@@ -76,6 +87,8 @@ pub(crate) struct Turn {
     client_fs: ClientFs,
     /// `Some` when the client advertised `subagents`.
     children: Option<Arc<ChildSessions>>,
+    /// How far behind the client is: what a child relays waits on it.
+    backlog: Arc<Backlog>,
     flow: Mutex<TextFlow>,
 }
 
@@ -84,15 +97,20 @@ impl Turn {
         active: ActiveTurn,
         client: ConnectionTo<Client>,
         prompt: Vec<ContentBlock>,
-        client_fs: ClientFs,
-        children: Option<Arc<ChildSessions>>,
+        link: ClientLink,
     ) -> Self {
+        let ClientLink {
+            fs: client_fs,
+            children,
+            backlog,
+        } = link;
         Self {
             active,
             client,
             prompt,
             client_fs,
             children,
+            backlog,
             flow: Mutex::default(),
         }
     }
@@ -101,6 +119,11 @@ impl Turn {
     /// shown through the parent session only).
     pub(crate) fn child_sessions(&self) -> Option<&Arc<ChildSessions>> {
         self.children.as_ref()
+    }
+
+    /// The client's backlog of updates (a child's relay waits while it is full).
+    pub(crate) fn backlog(&self) -> &Backlog {
+        &self.backlog
     }
 
     /// This turn's session id.
@@ -281,13 +304,16 @@ impl Turn {
         session: SessionId,
         update: SessionUpdate,
     ) -> Result<(), TurnError> {
-        self.client
-            .send_notification(SessionNotification::new(session, update))
-            .map_err(|source| TurnError::Client {
-                action: "relay a child session's update",
-                session_id: self.active.session_id().to_owned(),
-                source: Box::new(source),
-            })
+        outbox::send(
+            &self.client,
+            &self.backlog,
+            SessionNotification::new(session, update),
+        )
+        .map_err(|source| TurnError::Client {
+            action: "relay a child session's update",
+            session_id: self.active.session_id().to_owned(),
+            source: Box::new(source),
+        })
     }
 
     /// Sends a request to the client, racing the turn's cancellation (which withdraws it).
@@ -311,13 +337,16 @@ impl Turn {
     }
 
     fn notify(&self, action: &'static str, update: SessionUpdate) -> Result<(), TurnError> {
-        self.client
-            .send_notification(SessionNotification::new(self.session_id(), update))
-            .map_err(|source| TurnError::Client {
-                action,
-                session_id: self.active.session_id().to_owned(),
-                source: Box::new(source),
-            })
+        outbox::send(
+            &self.client,
+            &self.backlog,
+            SessionNotification::new(self.session_id(), update),
+        )
+        .map_err(|source| TurnError::Client {
+            action,
+            session_id: self.active.session_id().to_owned(),
+            source: Box::new(source),
+        })
     }
 }
 

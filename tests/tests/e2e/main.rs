@@ -10,6 +10,7 @@ mod acp_child_model;
 mod background;
 mod batch;
 mod capabilities;
+mod child_streaming;
 mod children;
 mod cli_snapshots;
 mod common;

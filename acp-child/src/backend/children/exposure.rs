@@ -14,11 +14,18 @@
 //!   announced on their parent's minted id ([`map_ids`], pure); one the child never ended is
 //!   reported `unknown`; `session/cancel` naming one is forwarded to the child
 //!   (`Cancel::cancel_session`) when the child offered cancel;
+//! - it is announced once its session exists (the run reported it ready), never for a child
+//!   whose process or session never came: that call's card says why it failed, and no session
+//!   was left without a final state;
 //! - without subagent sessions, the child's streamed text is the tool call's content, bounded to
-//!   the last [`SHOWN_BYTES`], and its own children stay hidden.
+//!   the last [`SHOWN_BYTES`] and sent at a bounded rate ([`Card`]), and its own children stay
+//!   hidden.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use acp_host::run::Cancel;
 use agent_client_protocol::schema::MaybeUndefined;
@@ -38,42 +45,214 @@ use crate::backend::permission::Via;
 /// How much of a running child's text its tool card shows (the tail): the whole text travels
 /// once more as the result.
 pub(super) const SHOWN_BYTES: usize = 8 * 1024;
-/// One update of the child's run: relayed on its session when exposed, else shown on the card.
-pub(super) fn deliver(
-    turn: &Turn,
-    call: &ToolCallId,
-    exposure: Option<&mut Exposure>,
-    shown: &mut String,
-    session: Option<&String>,
-    update: SessionUpdate,
-) {
-    match exposure {
-        Some(exposure) => exposure.relay(turn, session, update),
-        None => show(turn, call, shown, session, &update),
+/// How long new text waits at most before the card shows it, when too little came to send it at
+/// once ([`Card`]).
+pub(super) const CARD_DELAY: Duration = Duration::from_millis(100);
+
+/// What a child's run saw, on its way to the turn that shows it.
+#[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "nearly every one is an update, held in a bounded queue: boxing would cost each an \
+              allocation"
+)]
+pub(super) enum Seen {
+    /// Its session exists (session/new or session/load answered).
+    Ready,
+    /// One of its updates, with the child session it is of (`None`: the run's own).
+    Update(Option<String>, SessionUpdate),
+}
+
+/// How one turn of a child is shown: on a session of its own, announced once its session exists
+/// (the client follows subagent sessions), else on its tool call's card.
+pub(super) struct View<'a> {
+    turn: &'a Turn,
+    call: &'a ToolCallId,
+    name: &'a str,
+    task: &'a str,
+    /// The child's run and the token fired when this turn of it is over.
+    run: (Cancel, CancellationToken),
+    /// `Some` when the client follows subagent sessions.
+    follows: Option<&'a Arc<ChildSessions>>,
+    /// Once announced.
+    exposure: Option<Exposure>,
+    card: Card,
+}
+
+impl<'a> View<'a> {
+    pub(super) fn new(
+        turn: &'a Turn,
+        call: &'a ToolCallId,
+        name: &'a str,
+        task: &'a str,
+        run: (Cancel, CancellationToken),
+    ) -> Self {
+        Self {
+            turn,
+            call,
+            name,
+            task,
+            run,
+            follows: turn.child_sessions(),
+            exposure: None,
+            card: Card::default(),
+        }
+    }
+
+    /// Whether every update of the child goes to the client (on its session), else only its
+    /// text (the card).
+    pub(super) fn relays_all(&self) -> bool {
+        self.follows.is_some()
+    }
+
+    /// Announces the child's session, once, when the client follows subagent sessions.
+    pub(super) fn announce(&mut self) {
+        if let (Some(children), None) = (self.follows, &self.exposure) {
+            let mut exposure =
+                Exposure::announce(self.turn, children, self.call, self.name, self.task);
+            exposure.run = Some(self.run.clone());
+            self.exposure = Some(exposure);
+        }
+    }
+
+    /// Cancelled when the client cancels the announced session (never before it is announced).
+    pub(super) fn exposed_cancel(&self) -> CancellationToken {
+        self.exposure
+            .as_ref()
+            .map_or_else(CancellationToken::new, |exposure| {
+                exposure.child.cancellation().clone()
+            })
+    }
+
+    /// Handles one thing the child's run saw: anything of it means its session exists; an update
+    /// is relayed on that session, or its text taken for the card (shown when due).
+    pub(super) fn take(&mut self, seen: Seen) {
+        self.announce();
+        let Seen::Update(session, update) = seen else {
+            return;
+        };
+        if let Some(exposure) = &mut self.exposure {
+            exposure.relay(self.turn, session.as_ref(), update);
+        } else {
+            self.card.take(session.as_ref(), &update);
+            self.tick();
+        }
+    }
+
+    /// Shows the card's tail if it is due.
+    pub(super) fn tick(&mut self) {
+        self.card.show_if_due(self.turn, self.call, Instant::now());
+    }
+
+    /// Whether something waits for the client to have room.
+    pub(super) fn waits_for_room(&self) -> bool {
+        self.relays_all() || self.card.has_unseen()
+    }
+
+    /// Completes when the card's unseen text is due by [`CARD_DELAY`]; never without any.
+    pub(super) async fn card_due(&self) {
+        match self.card.deadline() {
+            Some(deadline) => tokio::time::sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Where a relayed permission request is asked: on the session it was made on, or on the
+    /// parent's (the card); `None` for a session the child never announced.
+    pub(super) fn via<'w>(
+        &self,
+        request: &PermissionRequest,
+        withdraw: &'w CancellationToken,
+    ) -> Option<Via<'w>>
+    where
+        'a: 'w,
+    {
+        match &self.exposure {
+            Some(exposure) => exposure.via(request, withdraw),
+            None => Some(Via::Parent {
+                subagent: self.name,
+            }),
+        }
+    }
+
+    /// The announced session's final state, once the turn answered (`None`: it never did).
+    pub(super) fn end(mut self, result: Option<&RunResult>) {
+        if let Some(mut exposure) = self.exposure.take() {
+            exposure.end(self.turn, result);
+        }
     }
 }
 
-/// Without subagent sessions: the child's own text, shown (its tail) as the tool call's content.
-fn show(
-    turn: &Turn,
-    call: &ToolCallId,
-    shown: &mut String,
-    session: Option<&String>,
-    update: &SessionUpdate,
-) {
-    if session.is_some() {
-        return;
+/// Without subagent sessions: the child's own text, shown as the tool call's content. An update
+/// of a card replaces its content, so each one carries the tail ([`SHOWN_BYTES`]); it is sent
+/// only once at least half of it is new, or [`CARD_DELAY`] after new text came, and only while the
+/// client keeps up ([`crate::outbox`]): what reaches the client is at most twice the child's text
+/// plus one tail per delay, whatever the size of the child's chunks, and the text a slow client
+/// has not seen is coalesced into the tail, never queued.
+#[derive(Debug, Default)]
+struct Card {
+    shown: String,
+    /// Bytes of `shown` the client has not seen yet.
+    unseen: usize,
+    /// When the oldest of them came.
+    since: Option<Instant>,
+}
+
+impl Card {
+    /// Takes the text of the run's own message chunks (a nested session's stay hidden).
+    fn take(&mut self, session: Option<&String>, update: &SessionUpdate) {
+        if session.is_some() {
+            return;
+        }
+        let SessionUpdate::AgentMessageChunk(chunk) = update else {
+            return;
+        };
+        let ContentBlock::Text(text) = &chunk.content else {
+            return;
+        };
+        if text.text.is_empty() {
+            return;
+        }
+        self.push_bounded(&text.text);
+        self.unseen = (self.unseen + text.text.len()).min(self.shown.len());
+        self.since.get_or_insert_with(Instant::now);
     }
-    let SessionUpdate::AgentMessageChunk(chunk) = update else {
-        return;
-    };
-    let ContentBlock::Text(text) = &chunk.content else {
-        return;
-    };
-    push_bounded(shown, &text.text);
-    let content = vec![ToolCallContent::from(shown.clone())];
-    if let Err(error) = turn.update_tool_call(call, ToolCallUpdateFields::new().content(content)) {
-        tracing::debug!(error = %protocol::report::describe(&error), "cannot show a subagent's text");
+
+    /// Appends `text`, keeping at most [`SHOWN_BYTES`] (the tail, cut at a character boundary).
+    fn push_bounded(&mut self, text: &str) {
+        let shown = &mut self.shown;
+        shown.push_str(text);
+        if shown.len() > SHOWN_BYTES {
+            let cut = shown.ceil_char_boundary(shown.len() - SHOWN_BYTES);
+            shown.replace_range(..cut, "");
+        }
+    }
+
+    /// When unseen text is due by [`CARD_DELAY`] (`None`: nothing unseen).
+    fn deadline(&self) -> Option<Instant> {
+        self.since.map(|since| since + CARD_DELAY)
+    }
+
+    /// Whether there is unseen text.
+    fn has_unseen(&self) -> bool {
+        self.unseen > 0
+    }
+
+    /// Shows the tail when it is due at `now` and the client has room.
+    fn show_if_due(&mut self, turn: &Turn, call: &ToolCallId, now: Instant) {
+        let due = self.unseen * 2 >= self.shown.len()
+            || self.deadline().is_some_and(|deadline| now >= deadline);
+        if !self.has_unseen() || !due || !turn.backlog().has_room() {
+            return;
+        }
+        self.unseen = 0;
+        self.since = None;
+        let content = vec![ToolCallContent::from(self.shown.clone())];
+        if let Err(error) =
+            turn.update_tool_call(call, ToolCallUpdateFields::new().content(content))
+        {
+            tracing::debug!(error = %protocol::report::describe(&error), "cannot show a subagent's text");
+        }
     }
 }
 
@@ -206,18 +385,6 @@ impl Exposure {
         if let Err(error) = turn.notify_on(turn.session(), SessionUpdate::SubagentUpdate(update)) {
             tracing::debug!(error = %protocol::report::describe(&error), "cannot end a child session");
         }
-    }
-}
-
-/// Appends `text`, keeping at most [`SHOWN_BYTES`] (the tail, cut at a character boundary).
-fn push_bounded(shown: &mut String, text: &str) {
-    shown.push_str(text);
-    if shown.len() > SHOWN_BYTES {
-        let mut cut = shown.len() - SHOWN_BYTES;
-        while !shown.is_char_boundary(cut) {
-            cut += 1;
-        }
-        shown.replace_range(..cut, "");
     }
 }
 
@@ -644,11 +811,11 @@ mod tests {
 
     #[test]
     fn the_shown_text_keeps_the_tail_at_a_char_boundary() {
-        let mut shown = String::new();
-        push_bounded(&mut shown, "héllo ");
-        assert_eq!(shown, "héllo ");
-        push_bounded(&mut shown, &"é".repeat(SHOWN_BYTES));
-        assert!(shown.len() <= SHOWN_BYTES);
-        assert!(shown.chars().all(|c| c == 'é'));
+        let mut card = Card::default();
+        card.push_bounded("héllo ");
+        assert_eq!(card.shown, "héllo ");
+        card.push_bounded(&"é".repeat(SHOWN_BYTES));
+        assert!(card.shown.len() <= SHOWN_BYTES);
+        assert!(card.shown.chars().all(|c| c == 'é'));
     }
 }

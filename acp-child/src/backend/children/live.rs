@@ -41,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use protocol::definition::RunPermission;
 
 use super::catalog::{Start, Subagents};
-use super::exposure::{Exposure, deliver};
+use super::exposure::{Seen, View};
 use super::{Delegated, label};
 use crate::backend::CANCELLED;
 use crate::backend::Turn;
@@ -204,6 +204,7 @@ impl Subagents {
             turn,
             call,
             task: label(description, prompt),
+            exists: false,
         };
         let result = live.drive(&shown, first).await;
         if turn.is_cancelled() {
@@ -244,6 +245,7 @@ impl Subagents {
             turn,
             call,
             task: label(None, message),
+            exists: true,
         };
         let result = live.drive(&shown, answer).await;
         if turn.is_cancelled() {
@@ -270,6 +272,9 @@ struct Shown<'a> {
     turn: &'a Turn,
     call: &'a ToolCallId,
     task: String,
+    /// The child's session exists already (a message to a live child): announced at once, not
+    /// once its run reports it ready.
+    exists: bool,
 }
 
 /// A child's process and its kept session of the run library, from its first turn on. Between
@@ -343,29 +348,37 @@ impl LiveChild {
         shown: &Shown<'_>,
         answer: impl Future<Output = Option<RunResult>>,
     ) -> Option<RunResult> {
-        let Shown { turn, call, task } = shown;
+        let Shown {
+            turn,
+            call,
+            task,
+            exists,
+        } = shown;
         let name = self.name.as_str();
         // Fired once the turn answered: relayed requests still pending are withdrawn.
         let turn_over = CancellationToken::new();
-        let mut exposure = turn.child_sessions().map(|children| {
-            let mut exposure = Exposure::announce(turn, children, call, name, task);
-            exposure.run = Some((self.cancel.clone(), turn_over.clone()));
-            exposure
-        });
-        let (updates, mut update_rx) = mpsc::unbounded_channel();
+        let mut view = View::new(
+            turn,
+            call,
+            name,
+            task,
+            (self.cancel.clone(), turn_over.clone()),
+        );
+        if *exists {
+            view.announce();
+        }
+        let (updates, mut update_rx) = mpsc::channel(CHILD_QUEUE);
         let (asks, mut ask_rx) = mpsc::unbounded_channel();
         self.route.install(Routed {
             updates,
-            all: exposure.is_some(),
+            all: view.relays_all(),
             asks,
         });
-        let mut text = String::new();
         let mut relays = FuturesUnordered::new();
-        let exposed_cancel = exposure
-            .as_ref()
-            .map_or_else(CancellationToken::new, |e| e.child.cancellation().clone());
+        let backlog = turn.backlog();
         tokio::pin!(answer);
         let result = loop {
+            let exposed_cancel = view.exposed_cancel();
             tokio::select! {
                 biased;
                 result = &mut answer => break result,
@@ -374,9 +387,10 @@ impl LiveChild {
                 Some(()) = relays.next(), if !relays.is_empty() => {}
                 Some((request, answer)) = ask_rx.recv() => {
                     // The updates already delivered first (the tool call asked about).
-                    while let Ok((session, update)) = update_rx.try_recv() {
-                        deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
+                    while let Ok(seen) = update_rx.try_recv() {
+                        view.take(seen);
                     }
+                    view.announce();
                     if self.rejections.stopped() {
                         let _ = answer.send(Decision {
                             answer: Answer::Reject,
@@ -387,15 +401,16 @@ impl LiveChild {
                         }
                         continue;
                     }
-                    let via = match &exposure {
-                        Some(exposure) => exposure.via(&request, &turn_over),
-                        None => Some(Via::Parent { subagent: name }),
-                    };
+                    let via = view.via(&request, &turn_over);
                     relays.push(relay(turn, via, request, answer, &self.rejections));
                 }
-                Some((session, update)) = update_rx.recv() => {
-                    deliver(turn, call, exposure.as_mut(), &mut text, session.as_ref(), update);
+                // A child's session takes no more of its updates while the client is behind;
+                // its text for a card is coalesced meanwhile.
+                Some(seen) = update_rx.recv(), if !view.relays_all() || backlog.has_room() => {
+                    view.take(seen);
                 }
+                () = backlog.room(), if view.waits_for_room() && !backlog.has_room() => view.tick(),
+                () = view.card_due(), if backlog.has_room() => view.tick(),
             }
         };
         // The run library hands a turn's result over only once its observers saw the turn's
@@ -403,19 +418,17 @@ impl LiveChild {
         self.route.clear();
         turn_over.cancel();
         while relays.next().await.is_some() {}
-        while let Some((session, update)) = update_rx.recv().await {
-            deliver(
-                turn,
-                call,
-                exposure.as_mut(),
-                &mut text,
-                session.as_ref(),
-                update,
-            );
+        while let Some(seen) = update_rx.recv().await {
+            if view.relays_all() {
+                tokio::select! {
+                    biased;
+                    () = turn.cancelled() => {}
+                    () = backlog.room() => {}
+                }
+            }
+            view.take(seen);
         }
-        if let Some(mut exposure) = exposure.take() {
-            exposure.end(turn, result.as_ref());
-        }
+        view.end(result.as_ref());
         result
     }
 
@@ -461,10 +474,15 @@ struct Route {
     to: std::sync::Mutex<Option<Routed>>,
 }
 
+/// The most of what a child's run saw that waits for the turn showing it; past it the run's
+/// observers wait, which stops the run reading the child's stdout, and the child blocks on a full
+/// pipe (the end of the backpressure from a client that is behind: [`crate::outbox`]).
+const CHILD_QUEUE: usize = 32;
+
 /// The turn a [`Route`] points to.
 #[derive(Debug)]
 struct Routed {
-    updates: mpsc::UnboundedSender<(Option<String>, SessionUpdate)>,
+    updates: mpsc::Sender<Seen>,
     /// Every update (the child is exposed as a session), else only the run's own text.
     all: bool,
     asks: mpsc::UnboundedSender<(PermissionRequest, oneshot::Sender<Decision>)>,
@@ -596,26 +614,48 @@ struct Forwarded {
 }
 
 impl Observer for Forwarded {
+    /// Runs on the run's observers' thread, which may wait: a full queue to the turn is the
+    /// backpressure on the child.
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
-        if let Event::Update {
-            session_id, update, ..
-        } = event
-            && let Some(to) = self.route.lock().as_ref()
-            && (to.all
-                || (session_id.is_none() && matches!(update, SessionUpdate::AgentMessageChunk(_))))
-            && let Some(update) = redacted(&self.redactor, update)
-        {
-            // The receiver is gone only once the turn has its result.
-            let _ = to.updates.send((session_id.clone(), update));
-        }
+        let wanted = |to: &&Routed| match event {
+            Event::Start(_) => true,
+            Event::Update {
+                session_id, update, ..
+            } => {
+                to.all
+                    || (session_id.is_none()
+                        && matches!(update, SessionUpdate::AgentMessageChunk(_)))
+            }
+            _ => false,
+        };
+        let Some(updates) = self
+            .route
+            .lock()
+            .as_ref()
+            .filter(wanted)
+            .map(|to| to.updates.clone())
+        else {
+            return Ok(());
+        };
+        let seen = match event {
+            Event::Update {
+                session_id, update, ..
+            } => match redacted(&self.redactor, update.clone()) {
+                Some(update) => Seen::Update(session_id.clone(), update),
+                None => return Ok(()),
+            },
+            _ => Seen::Ready,
+        };
+        // Waits (off the runtime) while the turn is behind; the receiver is gone only once the
+        // turn has its result.
+        let _ = updates.blocking_send(seen);
         Ok(())
     }
 }
 
 /// `update` with `redactor`'s values redacted in every string of it; `None` when that leaves
 /// something the schema does not decode (dropped, as the client could not read it either).
-fn redacted(redactor: &Redactor, update: &SessionUpdate) -> Option<SessionUpdate> {
-    let mut update = update.clone();
+fn redacted(redactor: &Redactor, mut update: SessionUpdate) -> Option<SessionUpdate> {
     if redactor.is_empty() {
         return Some(update);
     }
