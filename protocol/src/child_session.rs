@@ -16,7 +16,10 @@
 //! Invariant: acp-child reports a child's end with [`ChildState::of_status`] and
 //! [`ChildState::idle_stop_reason`]; acp-host reads snapshots back with
 //! [`ChildState::from_update`]. Both directions are these functions, on the schema's typed
-//! snapshot ([`StateUpdate`]), so they cannot drift apart.
+//! snapshot ([`StateUpdate`]), so they cannot drift apart. A failed child's snapshot carries why
+//! in its error (`message`) and the end of the child's stderr in the error's `data`
+//! (`{"stderrTail": ...}`, [`failure_data`]): the schema's error has a free `data` and no field
+//! for it; [`Failure::of`] reads both back, bounded.
 
 use std::collections::BTreeMap;
 
@@ -144,6 +147,62 @@ fn stop_reason_name(reason: &IdleStopReason) -> String {
     }
 }
 
+/// The key of a failed child's stderr tail in its final snapshot's error `data`.
+pub const STDERR_TAIL_KEY: &str = "stderrTail";
+
+/// The most of a child's stderr a snapshot carries, and a host keeps of one: its end.
+pub const MAX_STDERR_TAIL_BYTES: usize = 2048;
+
+/// The end of `stderr`: at most `max` bytes, in whole lines unless one line is longer, without
+/// the trailing line break (empty when it holds only white space).
+#[must_use]
+pub fn stderr_end(stderr: &str, max: usize) -> &str {
+    let stderr = stderr.trim_end();
+    let cut = stderr.ceil_char_boundary(stderr.len().saturating_sub(max));
+    let shown = &stderr[cut..];
+    match shown.find('\n') {
+        Some(newline) if cut > 0 && newline + 1 < shown.len() => &shown[newline + 1..],
+        _ => shown,
+    }
+}
+
+/// The error `data` of a failed child's final snapshot: the end of its stderr.
+#[must_use]
+pub fn failure_data(stderr: &str) -> Option<serde_json::Value> {
+    let tail = stderr_end(stderr, MAX_STDERR_TAIL_BYTES);
+    (!tail.is_empty()).then(|| serde_json::json!({ STDERR_TAIL_KEY: tail }))
+}
+
+/// What a failed child's final snapshot says of its failure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Failure {
+    pub error: Option<String>,
+    pub stderr_tail: Option<String>,
+}
+
+impl Failure {
+    /// The failure an `idle` snapshot with stop reason `error` reports; `None` for any other.
+    /// What an agent sent is bounded here ([`MAX_STDERR_TAIL_BYTES`], the message likewise).
+    #[must_use]
+    pub fn of(state: &StateUpdate) -> Option<Failure> {
+        let StateUpdate::Idle(idle) = state else {
+            return None;
+        };
+        let Some(IdleStopReason::Error(failure)) = &idle.stop_reason else {
+            return None;
+        };
+        let error = failure.error.as_deref();
+        let bounded = |text: &str| stderr_end(text, MAX_STDERR_TAIL_BYTES).to_owned();
+        Some(Failure {
+            error: error.map(|error| bounded(&error.message)),
+            stderr_tail: error
+                .and_then(|error| error.data.as_ref()?.get(STDERR_TAIL_KEY)?.as_str())
+                .map(bounded)
+                .filter(|tail| !tail.is_empty()),
+        })
+    }
+}
+
 /// One child session the agent announced during a run, as the result lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -159,6 +218,13 @@ pub struct ChildSession {
     pub state: ChildState,
     /// The stop reason of the child's last `idle` snapshot, when it had one.
     pub stop_reason: Option<String>,
+    /// Why it failed, as the agent reported it (a failed child only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The end of the child's stderr, when the agent reported it with a failure (acp-child does:
+    /// an agent that fails says why there, a missing login, a refusal to run as root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
 }
 
 #[cfg(test)]
@@ -236,5 +302,42 @@ mod tests {
         assert_eq!(read(custom), None);
         assert!(!ChildState::Running.is_final());
         assert_eq!(ChildState::Disconnected.idle_stop_reason(None), None);
+    }
+
+    #[test]
+    fn the_stderr_end_is_whole_lines_unless_one_is_longer() {
+        assert_eq!(stderr_end("a\nb\n\n", 100), "a\nb");
+        assert_eq!(stderr_end("first line\nsecond\n", 8), "second");
+        assert_eq!(stderr_end("one long line", 4), "line");
+        assert_eq!(stderr_end("  \n", 4), "");
+        let tail = stderr_end("ééééé", 3);
+        assert_eq!(tail, "é", "cut at a character boundary");
+    }
+
+    #[test]
+    fn a_failure_reads_back_its_message_and_bounded_stderr() {
+        let mut failure = ErrorStopReason::new();
+        let mut error = agent_client_protocol_schema::v1::Error::new(-32603, "ended error");
+        error.data = failure_data(&format!("{}\ncannot run as root\n", "x".repeat(5000)));
+        failure.error = Some(Box::new(error));
+        let state = idle(Some(IdleStopReason::Error(failure)));
+        assert_eq!(
+            Failure::of(&state),
+            Some(Failure {
+                error: Some("ended error".into()),
+                stderr_tail: Some("cannot run as root".into()),
+            })
+        );
+        assert_eq!(failure_data(" \n"), None, "no tail, no data");
+        assert_eq!(Failure::of(&idle(Some(IdleStopReason::EndTurn))), None);
+        let bare = idle(Some(IdleStopReason::Error(ErrorStopReason::new())));
+        assert_eq!(Failure::of(&bare), Some(Failure::default()));
+        let huge = json!({STDERR_TAIL_KEY: "y".repeat(10 * MAX_STDERR_TAIL_BYTES)});
+        let mut error = agent_client_protocol_schema::v1::Error::new(-32603, "x");
+        error.data = Some(huge);
+        let mut failure = ErrorStopReason::new();
+        failure.error = Some(Box::new(error));
+        let read = Failure::of(&idle(Some(IdleStopReason::Error(failure)))).unwrap();
+        assert_eq!(read.stderr_tail.unwrap().len(), MAX_STDERR_TAIL_BYTES);
     }
 }

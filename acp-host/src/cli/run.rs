@@ -14,7 +14,7 @@ use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use acp_host::agents::{self, HostFacts};
@@ -655,7 +655,13 @@ struct Renderer {
     /// The names of the child sessions announced so far, by session id (`--verbose` names a
     /// child in every line about it; the library tracks a bounded number of children).
     child_names: Mutex<std::collections::HashMap<String, String>>,
+    /// The titles of the tool calls announced so far, by session and call id (`--verbose` names
+    /// the call in a status-only update), at most [`MAX_TITLES`].
+    titles: Mutex<std::collections::HashMap<(Option<String>, String), String>>,
 }
+
+/// The most tool call titles `--verbose` remembers: later calls' updates show their id.
+const MAX_TITLES: usize = 1024;
 
 impl Renderer {
     fn new(json: bool, verbose: bool, structured: bool) -> Self {
@@ -667,6 +673,7 @@ impl Renderer {
             pending: Mutex::default(),
             ended_with_newline: Mutex::new(true),
             child_names: Mutex::default(),
+            titles: Mutex::default(),
         }
     }
 
@@ -674,9 +681,7 @@ impl Renderer {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(mut pending) = self.pending.lock() else {
-            return;
-        };
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         pending.extend_from_slice(text.as_bytes());
         if pending.len() >= OUT_BUFFER_BYTES {
             self.write_out(&mut pending);
@@ -715,9 +720,7 @@ impl Renderer {
         if self.stdout_closed.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(mut pending) = self.pending.lock() else {
-            return;
-        };
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let before = pending.len();
         let mut out = Chunked {
             renderer: self,
@@ -754,7 +757,10 @@ impl Renderer {
         } else if let Some(line) = value_line {
             self.write_stdout(line);
         } else if !self.structured {
-            let newline = self.ended_with_newline.lock().map_or(true, |g| *g);
+            let newline = *self
+                .ended_with_newline
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             if !newline && std::io::stdout().is_terminal() {
                 self.write_stdout("\n");
             }
@@ -807,10 +813,11 @@ impl Renderer {
             }
             ("agent_message_chunk", Some(_)) if self.structured => {}
             ("agent_message_chunk", Some(text)) => {
-                if let Ok(mut newline) = self.ended_with_newline.lock()
-                    && !text.is_empty()
-                {
-                    *newline = text.ends_with('\n');
+                if !text.is_empty() {
+                    *self
+                        .ended_with_newline
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = text.ends_with('\n');
                 }
                 self.write_stdout(text);
             }
@@ -819,12 +826,26 @@ impl Renderer {
             ("tool_call" | "tool_call_update", _) => {
                 let (title, status) = match update {
                     // A pending status is the default, not sent: shown as none.
-                    SessionUpdate::ToolCall(call) => (
-                        Some(call.title.as_str()),
-                        Some(call.status).filter(|s| *s != ToolCallStatus::Pending),
-                    ),
+                    SessionUpdate::ToolCall(call) => {
+                        self.remember_title(child, &call.tool_call_id.0, &call.title);
+                        (
+                            Some(call.title.clone()),
+                            Some(call.status).filter(|s| *s != ToolCallStatus::Pending),
+                        )
+                    }
                     SessionUpdate::ToolCallUpdate(call) => {
-                        (call.fields.title.as_deref(), call.fields.status)
+                        let id = &call.tool_call_id.0;
+                        if let Some(title) = &call.fields.title {
+                            self.remember_title(child, id, title);
+                        }
+                        // A status-only update names the call by the title it was announced
+                        // with (its id when that is unknown).
+                        let title = call
+                            .fields
+                            .title
+                            .clone()
+                            .or_else(|| call.fields.status.map(|_| self.title_of(child, id)));
+                        (title, call.fields.status)
                     }
                     _ => (None, None),
                 };
@@ -832,7 +853,7 @@ impl Renderer {
                 if title.is_some() || status.is_some() {
                     note!(
                         "acp-host: {prefix}[{kind}] {} {}",
-                        title.unwrap_or(""),
+                        title.as_deref().unwrap_or(""),
                         status.map_or_else(String::new, status_name)
                     );
                 }
@@ -851,12 +872,30 @@ impl Renderer {
 }
 
 impl Renderer {
+    fn remember_title(&self, child: Option<&str>, id: &str, title: &str) {
+        let mut titles = self.titles.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (child.map(str::to_owned), id.to_owned());
+        if titles.len() < MAX_TITLES || titles.contains_key(&key) {
+            titles.insert(key, title.to_owned());
+        }
+    }
+
+    /// The title tool call `id` was announced with, else its id.
+    fn title_of(&self, child: Option<&str>, id: &str) -> String {
+        let titles = self.titles.lock().unwrap_or_else(PoisonError::into_inner);
+        titles
+            .get(&(child.map(str::to_owned), id.to_owned()))
+            .cloned()
+            .unwrap_or_else(|| id.to_owned())
+    }
+
     /// A child's name for a line about it (its session id when it has none).
     fn child_name(&self, session_id: &str) -> String {
         self.child_names
             .lock()
-            .ok()
-            .and_then(|names| names.get(session_id).cloned())
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(session_id)
+            .cloned()
             .unwrap_or_else(|| session_id.to_owned())
     }
 
@@ -865,9 +904,10 @@ impl Renderer {
     fn subagent_line(&self, update: &SubagentUpdate, prefix: &str) {
         let id: &str = &update.session_id.0;
         let name = {
-            let Ok(mut names) = self.child_names.lock() else {
-                return;
-            };
+            let mut names = self
+                .child_names
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             if let Some(title) = update.title.value() {
                 names.insert(id.to_owned(), title.clone());
             }
@@ -883,7 +923,18 @@ impl Renderer {
         match state {
             Some((state, stop_reason)) if state.is_final() => {
                 let reason = stop_reason.map_or_else(String::new, |r| format!(" ({r})"));
-                note!("acp-host: {prefix}[subagent] {name} {state}{reason}");
+                let failure = update
+                    .state
+                    .value()
+                    .and_then(protocol::child_session::Failure::of)
+                    .unwrap_or_default();
+                let error = failure.error.map_or_else(String::new, |e| format!(": {e}"));
+                note!("acp-host: {prefix}[subagent] {name} {state}{reason}{error}");
+                if let Some(stderr) = failure.stderr_tail {
+                    for line in stderr.lines() {
+                        note!("acp-host: {prefix}[subagent] {name} stderr: {line}");
+                    }
+                }
             }
             _ => {
                 let task = update
@@ -898,9 +949,7 @@ impl Renderer {
 
 impl Observer for Renderer {
     fn flush(&self) {
-        if let Ok(mut pending) = self.pending.lock() {
-            self.write_out(&mut pending);
-        }
+        self.write_out(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
     fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
@@ -1061,9 +1110,7 @@ impl PermissionHandler for TerminalAsker {
 
 /// `true` when the user typed y or yes.
 fn ask(tty: &Mutex<std::fs::File>, request: &PermissionRequest) -> bool {
-    let Ok(mut tty) = tty.lock() else {
-        return false;
-    };
+    let mut tty = tty.lock().unwrap_or_else(PoisonError::into_inner);
     let question = format!(
         "acp-host: allow {} \"{}\"? [y/N] ",
         request.tool_kind.as_deref().unwrap_or("tool call"),

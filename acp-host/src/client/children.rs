@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 
 use agent_client_protocol::v1::schema::SubagentUpdate;
-use protocol::child_session::{ChildSession, ChildState};
+use protocol::child_session::{ChildSession, ChildState, Failure};
 
 /// The most child sessions tracked in one run; later announcements are ignored (and their
 /// sessions foreign), so a runaway agent cannot grow the result without bound.
@@ -49,6 +49,8 @@ impl Children {
                     task: None,
                     state: ChildState::Running,
                     stop_reason: None,
+                    error: None,
+                    stderr_tail: None,
                 });
                 self.index.insert(id, self.list.len() - 1);
                 self.list.len() - 1
@@ -69,12 +71,16 @@ impl Children {
         if let Some(task) = update.description.value() {
             child.task = Some(task.clone());
         }
-        if let Some(state) = update.state.value()
+        if let Some(update_state) = update.state.value()
             && !child.state.is_final()
-            && let Some((state, stop_reason)) = ChildState::from_update(state)
+            && let Some((state, stop_reason)) = ChildState::from_update(update_state)
         {
             child.state = state;
             child.stop_reason = stop_reason;
+            if let Some(failure) = Failure::of(update_state) {
+                child.error = failure.error;
+                child.stderr_tail = failure.stderr_tail;
+            }
         }
     }
 

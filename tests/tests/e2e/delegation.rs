@@ -1198,3 +1198,49 @@ fn a_child_failing_on_its_stderr_shows_why_in_the_result() {
     );
     assert_none_left(dir.path());
 }
+
+#[test]
+fn a_child_session_that_failed_lists_its_error_and_stderr_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let defs = tempfile::tempdir().unwrap();
+    write_definition(
+        defs.path(),
+        "crasher.md",
+        &format!(
+            "---\ndescription: d\nrun:\n  agent: {}\n---\nB\n",
+            serde_json::to_string(&format!("{} crash-on-prompt", mock_path())).unwrap()
+        ),
+    );
+    let agent = shell_words::join([
+        "acp-child",
+        "--subagents",
+        &defs.path().display().to_string(),
+    ]);
+    let args = ["--agent", &agent, "/delegate crasher hi"];
+    let (_, result) = json_run(person_run(dir.path()).arg("--json").args(args), 0);
+    let child = &result["children"][0];
+    assert_eq!(child["state"], "failed", "{result}");
+    assert_eq!(child["stderrTail"], "mock: fatal error", "{result}");
+    assert!(
+        child["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("exited with code 3")),
+        "{result}"
+    );
+    // `--verbose` says it too, line by line.
+    let out = run_to_end(person_run(dir.path()).arg("--verbose").args(args));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("[subagent] crasher failed (error): ")
+            && err.contains("[subagent] crasher stderr: mock: fatal error\n"),
+        "{err}"
+    );
+    // A status-only update of a card names the call by its title.
+    assert!(
+        err.contains("[tool_call_update] Subagent crasher: hi failed\n"),
+        "{err}"
+    );
+    assert!(!err.contains("[tool_call_update]  "), "{err}");
+    assert_none_left(dir.path());
+}

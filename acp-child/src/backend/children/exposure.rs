@@ -34,7 +34,8 @@ use agent_client_protocol::v1::schema::{
     SessionId, SessionReference, SessionUpdate, StateUpdate, SubagentSessionCapabilities,
     SubagentUpdate, ToolCallContent, ToolCallId, ToolCallUpdateFields, UnknownStateUpdate,
 };
-use protocol::child_session::ChildState;
+use protocol::child_session::{ChildState, failure_data};
+use protocol::env_scrub::Redactor;
 use protocol::permission::PermissionRequest;
 use protocol::result::RunResult;
 use tokio_util::sync::CancellationToken;
@@ -175,10 +176,11 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The announced session's final state, once the turn answered (`None`: it never did).
-    pub(super) fn end(mut self, result: Option<&RunResult>) {
+    /// The announced session's final state, once the turn answered (`None`: it never did),
+    /// what it quotes of the child redacted by `redactor`.
+    pub(super) fn end(mut self, result: Option<&RunResult>, redactor: &Redactor) {
         if let Some(mut exposure) = self.exposure.take() {
-            exposure.end(self.turn, result);
+            exposure.end(self.turn, result, redactor);
         }
     }
 }
@@ -352,7 +354,7 @@ impl Exposure {
     /// The final snapshots: `unknown` for every nested session the child never ended (the
     /// deepest first), then the outcome of the child's turn on the turn's session (failed when
     /// its answer never came: `None`).
-    pub(super) fn end(&mut self, turn: &Turn, result: Option<&RunResult>) {
+    pub(super) fn end(&mut self, turn: &Turn, result: Option<&RunResult>, redactor: &Redactor) {
         for (minted, on) in self.ids.open.drain(..).rev() {
             let update =
                 SubagentUpdate::new(minted).state(StateUpdate::Unknown(UnknownStateUpdate::new()));
@@ -368,16 +370,20 @@ impl Exposure {
         let mut stop_reason = state.idle_stop_reason(result.and_then(|r| r.stop_reason.as_deref()));
         if let Some(IdleStopReason::Error(failure)) = &mut stop_reason {
             let message = match result {
-                Some(result) => result
-                    .error
-                    .clone()
-                    .unwrap_or_else(|| format!("ended {}", result.status)),
+                Some(result) => result.error.as_deref().map_or_else(
+                    || format!("ended {}", result.status),
+                    |error| redactor.redact(error),
+                ),
                 None => "its run ended abnormally".to_owned(),
             };
-            failure.error = Some(Box::new(agent_client_protocol::v1::schema::Error::new(
+            let mut error = agent_client_protocol::v1::schema::Error::new(
                 agent_client_protocol::ErrorCode::INTERNAL_ERROR.value(),
                 message,
-            )));
+            );
+            // Why an agent failed is often only on its stderr (a missing login, root refused).
+            error.data =
+                result.and_then(|result| failure_data(&redactor.redact(&result.stderr_tail)));
+            failure.error = Some(Box::new(error));
         }
         let update = SubagentUpdate::new(self.child.id().to_owned()).state(StateUpdate::Idle(
             IdleStateUpdate::new().stop_reason(stop_reason),

@@ -31,6 +31,7 @@ use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use agent_client_protocol::v1::schema::{ContentBlock, MessageId, SessionUpdate, ToolCallId};
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
+use protocol::child_session::{MAX_STDERR_TAIL_BYTES, stderr_end};
 use protocol::env_scrub::Redactor;
 use protocol::events::Event;
 use protocol::permission::{Answer, DecidedBy, PermissionRequest};
@@ -428,7 +429,7 @@ impl LiveChild {
             }
             view.take(seen);
         }
-        view.end(result.as_ref());
+        view.end(result.as_ref(), &self.redactor);
         result
     }
 
@@ -532,10 +533,6 @@ fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
     }
 }
 
-/// How much of a failed child's stderr its result quotes: the end, at most this many bytes
-/// (the run library already keeps only a bounded, redacted tail).
-const STDERR_SHOWN_BYTES: usize = 2048;
-
 /// A child's result when it did not complete: its status, stop reason and error, the end of its
 /// stderr (an agent that fails says why there: a missing login, a refusal to run as root), then
 /// its output so far.
@@ -547,18 +544,11 @@ fn ended(name: &str, result: &RunResult) -> Delegated {
     if let Some(error) = &result.error {
         let _ = write!(text, ": {error}");
     }
-    let stderr = result.stderr_tail.trim_end();
+    let stderr = stderr_end(&result.stderr_tail, MAX_STDERR_TAIL_BYTES);
     if !stderr.is_empty() {
         tracing::debug!(subagent = name, %stderr, "a child did not complete");
-        let cut = stderr.ceil_char_boundary(stderr.len().saturating_sub(STDERR_SHOWN_BYTES));
-        // Whole lines only, unless one line is longer than what is shown.
-        let shown = &stderr[cut..];
-        let shown = match shown.find('\n') {
-            Some(newline) if cut > 0 => &shown[newline + 1..],
-            _ => shown,
-        };
         text.push_str("\n\nIts stderr (the end):\n");
-        text.push_str(shown);
+        text.push_str(stderr);
     }
     if !result.output.is_empty() {
         text.push_str("\n\nIts output so far:\n");
