@@ -196,6 +196,12 @@ impl Notifier {
                             // Everything already queued first; flush before waiting for more.
                             while let Ok(delivery) = rx.try_recv() {
                                 deliver_on_thread(&observers, delivery, &run_id, &mut spent);
+                                // A queue that never empties (an observer that keeps pace with
+                                // the agent, as a slow reader makes it) must not hold every
+                                // update delivered: they go back in bounded batches.
+                                if spent.len() >= BATCH_MAX {
+                                    let _ = spent_tx.send(std::mem::take(&mut spent));
+                                }
                             }
                             flush_all(&observers, &run_id);
                             if !spent.is_empty() {
