@@ -14,6 +14,7 @@ mod children;
 mod cli_snapshots;
 mod common;
 mod delegation;
+mod fork;
 mod hardening;
 mod host_child;
 mod library;

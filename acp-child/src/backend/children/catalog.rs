@@ -16,6 +16,10 @@
 //! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
 //!   definition's `env` forward; a repository definition's permission is capped at the parent's
 //!   (`protocol::trust::cap`);
+//! - a child asked to start from the parent's conversation (`context: fork`, a call's or its
+//!   definition's `run.context`) starts with `session/fork` of the parent's saved session, only
+//!   when it is acp-child (which reads the parent's state directory, handed to it as
+//!   `ACP_CHILD_STATE_DIR`); any other agent is refused as the call's result, never started fresh;
 //! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
 //!   schema, then the person's approval of a repository definition) before anything is
 //!   registered or spawned.
@@ -31,10 +35,10 @@ use acp_host::run;
 use acp_host::trust::TrustStore;
 use agent_client_protocol::v1::schema::ToolCallId;
 use protocol::capabilities::Wants;
-use protocol::definition::{Definition, RunPermission, RunSettings, RunSpec};
+use protocol::definition::{Definition, RunContext, RunPermission, RunSettings, RunSpec};
 use protocol::depth::{Budget, DepthError, Inherited, Standing};
 use protocol::env_scrub::{EnvForward, EnvForwardError};
-use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
+use protocol::env_vars::{ACP_CHILD_STATE_DIR, ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use protocol::permission::PermissionPolicy;
 use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
@@ -142,6 +146,8 @@ pub(crate) struct Target {
     pub(crate) source: Source,
     /// Its definition file and content (none for a registry agent).
     pub(super) origin: Option<Origin>,
+    /// It runs acp-child, which can start from this agent's saved conversation (`context: fork`).
+    pub(crate) forkable: bool,
 }
 
 /// A definition's file and the digest of the content it was parsed from.
@@ -183,6 +189,18 @@ pub(crate) struct Catalog {
     pub(crate) problems: Vec<String>,
 }
 
+impl Catalog {
+    /// Whether a fresh start of `task` starts from the parent's conversation: its `context`,
+    /// else its definition's `run.context`, is `fork`.
+    pub(super) fn forks(&self, task: &Task<'_>) -> bool {
+        let target = self.targets.iter().find(|t| t.name == task.name);
+        task.context
+            .or_else(|| target.and_then(|t| t.launch.run.context))
+            .unwrap_or_default()
+            == RunContext::Fork
+    }
+}
+
 /// The enabled subagents and how they run; shared by every session of the connection.
 #[derive(Debug)]
 pub struct Subagents {
@@ -210,6 +228,12 @@ pub(super) struct Start {
     pub(super) permission: RunPermission,
     /// It continues a child's saved session.
     pub(super) resume: bool,
+}
+
+/// The parent's session a forked child starts from, and where it is saved.
+struct ForkFrom {
+    session: String,
+    state_dir: String,
 }
 
 impl Subagents {
@@ -258,6 +282,7 @@ impl Subagents {
                 launch: Launch::default(),
                 source: Source::Registry,
                 origin: None,
+                forkable: spec.name == registry::ACP_CHILD,
             });
         }
         for name in &options.env {
@@ -381,6 +406,9 @@ impl Subagents {
         let resolved = agents::resolve(agent, &self.facts).map_err(|error| {
             format!("field `run.agent`: {}", protocol::report::describe(&error))
         })?;
+        let forkable = resolved
+            .spec
+            .is_some_and(|spec| spec.name == registry::ACP_CHILD);
         let mut command = resolved.command;
         command.display.clone_from(&definition.name);
         let wants = run.wants(&definition.body);
@@ -397,6 +425,7 @@ impl Subagents {
             },
             source,
             origin: Some(origin),
+            forkable,
         })
     }
 
@@ -417,7 +446,8 @@ impl Subagents {
         ambient
     }
 
-    /// The start request for `target` and the permission policy of its run.
+    /// The start request for `target` and the permission policy of its run (continuing its
+    /// saved session `resume`, or starting from a fork of the parent's session `fork`).
     fn request(
         &self,
         target: &Target,
@@ -425,6 +455,7 @@ impl Subagents {
         cwd: &Path,
         output_schema: Option<&serde_json::Value>,
         resume: Option<String>,
+        fork: Option<ForkFrom>,
     ) -> (StartRequest, RunPermission) {
         let launch = &target.launch;
         let defaults = RunSettings {
@@ -437,12 +468,26 @@ impl Subagents {
             .run
             .settle(target.source, &RunSettings::default(), &defaults);
         let permission = settled.permission;
-        let env = self.env.iter().chain(&settled.env).cloned();
+        let mut env: Vec<EnvForward> = self
+            .env
+            .iter()
+            .chain(&settled.env)
+            .cloned()
+            .map(EnvForward::Inherit)
+            .collect();
+        // A fork reads the parent's session where the parent saved it.
+        if let Some(fork) = &fork {
+            env.retain(|forward| forward.name() != ACP_CHILD_STATE_DIR);
+            env.push(EnvForward::Set(
+                ACP_CHILD_STATE_DIR.to_owned(),
+                fork.state_dir.clone(),
+            ));
+        }
         let request = StartRequest {
             agent: target.command.clone(),
             prompt: prompt.to_owned(),
             cwd: cwd.to_path_buf(),
-            env: env.map(EnvForward::Inherit).collect(),
+            env,
             // `relay`: the library rejects what the relay handler does not answer.
             permission: match permission {
                 RunPermission::Allow => PermissionPolicy::Allow,
@@ -461,6 +506,7 @@ impl Subagents {
                 ..launch.wants.clone()
             },
             resume,
+            fork: fork.map(|fork| fork.session),
         };
         (request, permission)
     }
@@ -489,7 +535,16 @@ impl Subagents {
             return Err(unknown(name, catalog));
         };
         let resuming = resume.is_some();
-        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
+        // Continuing a child continues its own session, fork or not.
+        let context = task
+            .context
+            .or(target.launch.run.context)
+            .unwrap_or_default();
+        let fork = match context {
+            RunContext::Fork if !resuming => Some(fork_from(turn, target)?),
+            RunContext::Fork | RunContext::Fresh => None,
+        };
+        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume, fork);
         let asking = Asking {
             file: target
                 .origin
@@ -543,6 +598,37 @@ impl Subagents {
             "{variable} is forwarded by {by}, but it is not set in acp-child's environment (set it where acp-child is started, or stop forwarding it)"
         )
     }
+}
+
+/// Where a child of `target` asked to fork `turn`'s session starts from, or why it cannot
+/// (the call's result): only acp-child reads this agent's saved sessions.
+fn fork_from(turn: &Turn, target: &Target) -> Result<ForkFrom, Delegated> {
+    let name = &target.name;
+    if !target.forkable {
+        return Err(Delegated::failed(format!(
+            "subagent {name} cannot start from this conversation (context: fork): it is not \
+             acp-child, and only acp-child reads this agent's saved sessions; call it with \
+             context \"fresh\" and put what it needs in the prompt"
+        )));
+    }
+    let fresh = "call it with context \"fresh\" and put what it needs in the prompt";
+    let Some(dir) = turn.memory().saved_in() else {
+        return Err(Delegated::failed(format!(
+            "subagent {name} cannot start from this conversation (context: fork): this \
+             session is not saved; {fresh}"
+        )));
+    };
+    let Some(dir) = dir.to_str() else {
+        return Err(Delegated::failed(format!(
+            "subagent {name} cannot start from this conversation (context: fork): the state \
+             directory {} is not UTF-8, so it cannot be handed to the child; {fresh}",
+            dir.display()
+        )));
+    };
+    Ok(ForkFrom {
+        session: turn.session().0.to_string(),
+        state_dir: dir.to_owned(),
+    })
 }
 
 /// The result of a call naming no available subagent: what is available, and why some are not.
