@@ -773,6 +773,13 @@ mod tests {
             failed: false,
         });
         assert_eq!(answered.completed().len(), 5);
+        // With turn ends marked, a turn in flight is left out even when its calls are answered
+        // (the model is streaming its next reply).
+        let streaming = Saved {
+            turns_end: saved.turns_end,
+            ..answered
+        };
+        assert_eq!(streaming.completed(), done);
         assert!(matches!(
             store.snapshot("missing"),
             Err(StoreError::NotFound { .. })

@@ -381,3 +381,80 @@ fn a_definition_with_run_context_fork_starts_its_child_as_a_fork() {
     );
     assert_none_left(dir.path());
 }
+
+#[tokio::test]
+async fn acp_child_advertises_fork_only_with_saved_sessions_and_refuses_what_load_refuses() {
+    use acp_tests::acp_client::{Launch, new_session, with_launch};
+    use agent_client_protocol::ErrorCode;
+    use agent_client_protocol::v1::schema::ForkSessionRequest;
+
+    let cwd = temp();
+    let state = temp();
+    let llm = MockLlm::start(Vec::new());
+    let (errors, _) = with_launch(
+        Launch::model(&llm.base_url(), state.path()),
+        async |cx, init| {
+            assert!(init.agent_capabilities.session_capabilities.fork.is_some());
+            // A fresh session has no completed turn: its fork is a new, empty session.
+            let open = new_session(&cx, cwd.path()).await?;
+            let fork = cx
+                .send_request(ForkSessionRequest::new(
+                    open.session_id().clone(),
+                    cwd.path(),
+                ))
+                .block_task()
+                .await?;
+            assert_ne!(&fork.session_id, open.session_id());
+            let mut errors = Vec::new();
+            for id in ["sess-0123456789abcdef", "../escape"] {
+                let error = cx
+                    .send_request(ForkSessionRequest::new(id, cwd.path()))
+                    .block_task()
+                    .await
+                    .expect_err("session/fork is refused");
+                errors.push((error.code, error.message));
+            }
+            Ok(errors)
+        },
+    )
+    .await;
+    assert_eq!(
+        errors,
+        [
+            (
+                ErrorCode::RESOURCE_NOT_FOUND,
+                format!(
+                    "session/fork: unknown session sess-0123456789abcdef: no saved session in {}; \
+                     create one with session/new",
+                    state.path().display()
+                )
+            ),
+            (
+                ErrorCode::INVALID_PARAMS,
+                "session/fork: invalid session id \"../escape\": session ids are letters, digits, \
+                 '-' and '_' (as returned by session/new)"
+                    .to_owned()
+            ),
+        ]
+    );
+    assert!(llm.requests().is_empty());
+
+    // Offline, nothing is saved: nothing to fork, and it says so.
+    let (error, _) = with_launch(Launch::offline(), async |cx, init| {
+        assert!(init.agent_capabilities.session_capabilities.fork.is_none());
+        Ok(cx
+            .send_request(ForkSessionRequest::new("sess-1", cwd.path()))
+            .block_task()
+            .await
+            .expect_err("session/fork is refused offline"))
+    })
+    .await;
+    assert_eq!(error.code, ErrorCode::METHOD_NOT_FOUND);
+    assert!(
+        error
+            .message
+            .starts_with("session/fork: sessions are saved only when a model is configured"),
+        "{}",
+        error.message
+    );
+}

@@ -158,6 +158,12 @@ pub(super) struct Origin {
 }
 
 impl Target {
+    /// What a fresh start of `task` on it starts from: the call's `context`, else the
+    /// definition's `run.context`, else fresh.
+    pub(super) fn context(&self, task: &Task<'_>) -> RunContext {
+        task.context.or(self.launch.run.context).unwrap_or_default()
+    }
+
     /// Whether it starts without asking the person: from a source they named, or a repository
     /// definition whose exact content they approved always.
     pub(super) fn trust(&self, store: Option<&TrustStore>) -> TrustState {
@@ -190,14 +196,12 @@ pub(crate) struct Catalog {
 }
 
 impl Catalog {
-    /// Whether a fresh start of `task` starts from the parent's conversation: its `context`,
-    /// else its definition's `run.context`, is `fork`.
+    /// Whether a fresh start of `task` starts from the parent's conversation.
     pub(super) fn forks(&self, task: &Task<'_>) -> bool {
-        let target = self.targets.iter().find(|t| t.name == task.name);
-        task.context
-            .or_else(|| target.and_then(|t| t.launch.run.context))
-            .unwrap_or_default()
-            == RunContext::Fork
+        self.targets
+            .iter()
+            .find(|t| t.name == task.name)
+            .is_some_and(|target| target.context(task) == RunContext::Fork)
     }
 }
 
@@ -536,11 +540,7 @@ impl Subagents {
         };
         let resuming = resume.is_some();
         // Continuing a child continues its own session, fork or not.
-        let context = task
-            .context
-            .or(target.launch.run.context)
-            .unwrap_or_default();
-        let fork = match context {
+        let fork = match target.context(&task) {
             RunContext::Fork if !resuming => Some(fork_from(turn, target)?),
             RunContext::Fork | RunContext::Fresh => None,
         };
