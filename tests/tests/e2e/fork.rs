@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 
 use super::children::{
     assert_none_left, call, keyed_llm, list_agents, mock_definition, model_parent, model_requests,
+    send_message,
 };
 use super::common::{acp_child_json_run, json_run, mock, result_record, temp};
 
@@ -264,12 +265,19 @@ fn a_forked_child_knows_the_parents_completed_turns_and_a_foreign_agent_is_refus
         // The child's first request.
         Reply::text(["tulip"]),
         Reply::text(["the child says tulip"]),
-        // The third: the children, as a loaded session keeps them.
+        // The third: the children, as a loaded session keeps them, and the fork continued (its
+        // process is gone with the parent's: a cold resume of its own session).
         list_agents("call_list"),
+        send_message("call_again", "agent-1", "and backwards?"),
+        Reply::text(["pilut"]),
         Reply::text(["listed"]),
     ]);
+    // The parent's state directory is its flag's, not the environment's its children inherit:
+    // only the one it hands a forked child leads there.
+    let parent_state = dir.path().join(".parent-state");
+    let state_flag = ["--state-dir", parent_state.to_str().unwrap()];
     let json_parent = || {
-        let mut cmd = model_parent(dir.path(), &llm, true, &[]);
+        let mut cmd = model_parent(dir.path(), &llm, true, &state_flag);
         cmd.arg("--json");
         cmd
     };
@@ -288,7 +296,7 @@ fn a_forked_child_knows_the_parents_completed_turns_and_a_foreign_agent_is_refus
     );
     assert_eq!(third["output"], "listed");
 
-    let requests = model_requests(&llm, 7);
+    let requests = model_requests(&llm, 9);
     // The tool says which agent can inherit the conversation.
     let subagent = requests[1]
         .tools()
@@ -328,6 +336,32 @@ fn a_forked_child_knows_the_parents_completed_turns_and_a_foreign_agent_is_refus
         listed.starts_with("agent-1: subagent acp-child (a fork of this conversation), ended,"),
         "{listed}"
     );
+    // `send_message` continued the fork's own session: its history, then the message.
+    assert_eq!(
+        texts(&requests[7]),
+        [
+            "the code word is tulip",
+            "noted",
+            "what is the code word?",
+            "tulip",
+            "and backwards?"
+        ]
+    );
+    assert_eq!(requests[8].tool_result("call_again").unwrap(), "pilut");
+    // The parent's session and its fork, side by side; nothing in the inherited directory.
+    let saved = |dir: &Path| {
+        std::fs::read_dir(dir).map_or(0, |entries| {
+            entries
+                .filter(|entry| {
+                    entry
+                        .as_ref()
+                        .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+                })
+                .count()
+        })
+    };
+    assert_eq!(saved(&parent_state), 2);
+    assert_eq!(saved(&dir.path().join(".state")), 0);
     assert_none_left(dir.path());
 }
 

@@ -451,7 +451,8 @@ impl Subagents {
     }
 
     /// The start request for `target` and the permission policy of its run (continuing its
-    /// saved session `resume`, or starting from a fork of the parent's session `fork`).
+    /// saved session `resume`, else starting from a fork of the parent's session `fork`; either
+    /// way a `fork` child gets the parent's state directory).
     fn request(
         &self,
         target: &Target,
@@ -479,7 +480,7 @@ impl Subagents {
             .cloned()
             .map(EnvForward::Inherit)
             .collect();
-        // A fork reads the parent's session where the parent saved it.
+        // A fork reads the parent's session where the parent saved it, and is saved there.
         if let Some(fork) = &fork {
             env.retain(|forward| forward.name() != ACP_CHILD_STATE_DIR);
             env.push(EnvForward::Set(
@@ -509,8 +510,8 @@ impl Subagents {
                 }),
                 ..launch.wants.clone()
             },
+            fork: fork.map(|fork| fork.session).filter(|_| resume.is_none()),
             resume,
-            fork: fork.map(|fork| fork.session),
         };
         (request, permission)
     }
@@ -539,10 +540,11 @@ impl Subagents {
             return Err(unknown(name, catalog));
         };
         let resuming = resume.is_some();
-        // Continuing a child continues its own session, fork or not.
+        // A forked child, continued too, reads the parent's state directory, where its own
+        // session is saved; continuing it continues its own session, never a new fork.
         let fork = match target.context(&task) {
-            RunContext::Fork if !resuming => Some(fork_from(turn, target)?),
-            RunContext::Fork | RunContext::Fresh => None,
+            RunContext::Fork => Some(fork_from(turn, target)?),
+            RunContext::Fresh => None,
         };
         let (request, permission) = self.request(target, prompt, cwd, output_schema, resume, fork);
         let asking = Asking {

@@ -332,7 +332,10 @@ impl<'a> Children<'a> {
                     prompt: message,
                     description: None,
                     output_schema: None,
-                    context: None,
+                    // A forked child's session is where its parent's is.
+                    context: child
+                        .forked
+                        .then_some(protocol::definition::RunContext::Fork),
                 },
                 Some(session),
             )
