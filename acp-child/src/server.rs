@@ -1,12 +1,16 @@
 //! The ACP agent server: SDK handlers for `initialize`, `session/new`, `session/load`,
-//! `session/prompt`, `session/cancel` and `session/close`.
+//! `session/fork`, `session/prompt`, `session/cancel` and `session/close`.
 //!
 //! What differs between backends is asked of the [`Backend`]: sessions persist only when it has
 //! a session store (the model backend): then `loadSession` is advertised, session ids are random
 //! (`sess-<uuid>`, unique across connections), each session gets a JSONL file, and `session/load`
 //! replays a saved conversation before answering, the session keeping the settings it was saved
 //! with (system prompt, model, tool filter, output schema, depth limit) unless the request
-//! replaces them. Without a store (the offline backend) ids are
+//! replaces them. With a store, `sessionCapabilities.fork` is advertised too: `session/fork`
+//! starts a new saved session from the source's completed turns (`store::Saved::completed`, read
+//! without opening the source, which may be open mid-turn elsewhere, and never written) and its
+//! settings, as `session/load` restores them; an unknown source is refused as `session/load`
+//! refuses it. Without a store (the offline backend) ids are
 //! `sess-1`, `sess-2`, ... and `session/load` is refused. The backend's slash commands, if any,
 //! are advertised after `session/new`. When the client advertises `subagents`, delegated children
 //! are exposed as sessions of their own (`backend::delegate`), and `session/cancel` naming one
@@ -32,14 +36,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate,
-    CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock, Implementation,
-    InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PromptRequest, PromptResponse, SessionCapabilities,
-    SessionCloseCapabilities, SessionConfigOption, SessionConfigOptionCategory,
-    SessionConfigSelectOption, SessionId, SessionNotification, SessionSystemPromptCapabilities,
-    SessionSystemPromptModeCapabilities, SessionSystemPromptOverrideCapabilities, SessionUpdate,
-    SetSessionConfigOptionRequest, SetSessionConfigOptionResponse, SystemPrompt, SystemPromptMode,
-    UnstructuredCommandInput,
+    CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
+    ForkSessionRequest, ForkSessionResponse, Implementation, InitializeRequest, InitializeResponse,
+    LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse, PromptRequest,
+    PromptResponse, SessionCapabilities, SessionCloseCapabilities, SessionConfigOption,
+    SessionConfigOptionCategory, SessionConfigSelectOption, SessionForkCapabilities, SessionId,
+    SessionNotification, SessionSystemPromptCapabilities, SessionSystemPromptModeCapabilities,
+    SessionSystemPromptOverrideCapabilities, SessionUpdate, SetSessionConfigOptionRequest,
+    SetSessionConfigOptionResponse, SystemPrompt, SystemPromptMode, UnstructuredCommandInput,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{
@@ -59,7 +63,7 @@ use crate::backend::{Backend, ClientFs, ClientLink, Offers, Turn};
 use crate::outbox::{self, Backlog, Metered};
 use crate::persona::{Persona, SessionPersona};
 use crate::session::{Memory, SessionError, Sessions, Settings};
-use crate::store::StoreError;
+use crate::store::{SavedSettings, StoreError};
 use crate::workspace::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION};
 use protocol::report::describe;
@@ -234,6 +238,18 @@ pub(crate) async fn serve(
             {
                 let sessions = Arc::clone(&sessions);
                 let backend = Arc::clone(&backend);
+                async move |request: ForkSessionRequest,
+                            responder: Responder<ForkSessionResponse>,
+                            _cx: ConnectionTo<Client>| {
+                    fork_session(&sessions, &*backend, &request, responder)
+                }
+            },
+            on_receive_request!(),
+        )
+        .on_receive_request(
+            {
+                let sessions = Arc::clone(&sessions);
+                let backend = Arc::clone(&backend);
                 async move |request: SetSessionConfigOptionRequest,
                             responder: Responder<SetSessionConfigOptionResponse>,
                             _cx: ConnectionTo<Client>| {
@@ -348,6 +364,9 @@ fn initialize(
     tracing::debug!(client_version = ?request.protocol_version, "initialize");
     let mut capabilities = AgentCapabilities::new().load_session(persistent);
     let mut sessions = SessionCapabilities::new().close(SessionCloseCapabilities::new());
+    if persistent {
+        sessions = sessions.fork(SessionForkCapabilities::new());
+    }
     if offers.system_prompt {
         sessions = sessions.system_prompt(
             SessionSystemPromptCapabilities::new().mode(
@@ -635,24 +654,13 @@ fn load_session(
     let (saved, file) = match store.load(id) {
         Ok(loaded) => loaded,
         Err(error) => {
-            let code = match error {
-                StoreError::NotFound { .. } => ErrorCode::RESOURCE_NOT_FOUND,
-                StoreError::BadId { .. } | StoreError::NotAFile { .. } => ErrorCode::INVALID_PARAMS,
-                StoreError::Busy { .. } => ErrorCode::INVALID_REQUEST,
-                StoreError::Io { .. } | StoreError::NoHeader { .. } => ErrorCode::INTERNAL_ERROR,
-            };
-            return responder.respond_with_error(refuse(code, describe(&error)));
+            return responder
+                .respond_with_error(refuse(store_error_code(&error), describe(&error)));
         }
     };
     // The settings it was left with, then what this request asks (which wins where it speaks).
     let offers = backend.offers();
-    let mut restored = saved.settings.map(Settings::restored).unwrap_or_default();
-    if let Some(model) = &restored.model
-        && !offers.models.contains(model)
-    {
-        tracing::warn!(session = id, %model, "the saved model is no longer offered; using the default");
-        restored.model = None;
-    }
+    let restored = restore(saved.settings, &offers, id);
     let settings = match session_settings(
         request.system_prompt.as_ref(),
         request.meta.as_ref(),
@@ -691,6 +699,99 @@ fn load_session(
     responder.respond(response)
 }
 
+/// The JSON-RPC error code of a session file that cannot be used.
+fn store_error_code(error: &StoreError) -> ErrorCode {
+    match error {
+        StoreError::NotFound { .. } => ErrorCode::RESOURCE_NOT_FOUND,
+        StoreError::BadId { .. } | StoreError::NotAFile { .. } => ErrorCode::INVALID_PARAMS,
+        StoreError::Busy { .. } => ErrorCode::INVALID_REQUEST,
+        StoreError::Io { .. } | StoreError::NoHeader { .. } => ErrorCode::INTERNAL_ERROR,
+    }
+}
+
+/// The settings session `id` was saved with, as this agent can still honour them (a model no
+/// longer offered falls back to the default).
+fn restore(saved: Option<SavedSettings>, offers: &Offers, id: &str) -> Settings {
+    let mut restored = saved.map(Settings::restored).unwrap_or_default();
+    if let Some(model) = &restored.model
+        && !offers.models.contains(model)
+    {
+        tracing::warn!(session = id, %model, "the saved model is no longer offered; using the default");
+        restored.model = None;
+    }
+    restored
+}
+
+/// `session/fork`: a new saved session holding the source's completed turns, with its settings
+/// (then what this request asks, like `session/load`). The source is read, never opened or
+/// written: it may be open elsewhere, mid-turn (the parent of a forked child).
+fn fork_session(
+    sessions: &Sessions,
+    backend: &dyn Backend,
+    request: &ForkSessionRequest,
+    responder: Responder<ForkSessionResponse>,
+) -> Result<(), AcpError> {
+    let refuse = |code, message: String| AcpError::new(code, format!("session/fork: {message}"));
+    let Some(store) = backend.store() else {
+        return responder.respond_with_error(refuse(
+            ErrorCode::METHOD_NOT_FOUND,
+            "sessions are saved only when a model is configured (--model or ACP_CHILD_MODEL); this agent runs offline and does not advertise sessionCapabilities.fork".to_owned(),
+        ));
+    };
+    let source = request.session_id.0.as_ref();
+    let workspace = match Workspace::open(&request.cwd) {
+        Ok(workspace) => workspace,
+        Err(error) => {
+            return responder
+                .respond_with_error(refuse(ErrorCode::INVALID_PARAMS, describe(&error)));
+        }
+    };
+    let saved = match store.snapshot(source) {
+        Ok(saved) => saved,
+        Err(error) => {
+            return responder
+                .respond_with_error(refuse(store_error_code(&error), describe(&error)));
+        }
+    };
+    let offers = backend.offers();
+    let settings = match session_settings(
+        request.system_prompt.as_ref(),
+        request.meta.as_ref(),
+        &offers,
+        restore(saved.settings.clone(), &offers, source),
+    ) {
+        Ok(settings) => settings,
+        Err(message) => {
+            return responder.respond_with_error(refuse(ErrorCode::INVALID_PARAMS, message));
+        }
+    };
+    let id = sessions.mint_id(true);
+    let file = match store.create(&id, workspace.root()) {
+        Ok(file) => file,
+        Err(error) => {
+            return responder
+                .respond_with_error(refuse(ErrorCode::INTERNAL_ERROR, describe(&error)));
+        }
+    };
+    let history = saved.completed();
+    let copied = history.len();
+    let memory = Memory::persistent(file, Vec::new(), Settings::default());
+    memory.extend(history);
+    // The copied turns are completed turns of the fork too: a fork is forkable.
+    memory.end_turn();
+    let options = config_options(&offers, &settings);
+    memory.configure(|current| *current = settings);
+    if let Err(error) = sessions.open(&id, workspace, memory) {
+        return responder.respond_with_error(refuse(ErrorCode::INTERNAL_ERROR, error.to_string()));
+    }
+    tracing::debug!(session = id, source, records = copied, "session forked");
+    let mut response = ForkSessionResponse::new(id);
+    if !options.is_empty() {
+        response = response.config_options(options);
+    }
+    responder.respond(response)
+}
+
 fn prompt(
     sessions: &Arc<Sessions>,
     backend: &Arc<dyn Backend>,
@@ -718,6 +819,7 @@ fn prompt(
     turn.memory().take_captured();
     cx.spawn(async move {
         let result = backend.run_turn(&mut turn).await;
+        turn.memory().end_turn();
         let captured = turn.memory().take_captured();
         // Free the session's slot before answering, so the next prompt is never refused as busy.
         drop(turn);

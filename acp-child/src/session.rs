@@ -175,6 +175,22 @@ impl Memory {
         }
     }
 
+    /// Marks the end of a prompt turn for a persistent session: what came before is completed
+    /// turns, what a fork copies. A failed save is logged.
+    pub(crate) fn end_turn(&self) {
+        if let Some(file) = &self.saved_to
+            && let Err(error) = file.end_turn()
+        {
+            tracing::warn!(session = %file.id(), error = %protocol::report::describe(&error), "cannot save the end of a turn");
+        }
+    }
+
+    /// Where a persistent session is saved: the state directory holding its file (what a
+    /// forked child must read); `None` for a session that is not saved.
+    pub(crate) fn saved_in(&self) -> Option<&std::path::Path> {
+        self.saved_to.as_ref().and_then(SessionFile::dir)
+    }
+
     /// The session's children and background tasks.
     pub(crate) fn tasks(&self) -> &Arc<Tasks> {
         &self.tasks

@@ -7,6 +7,12 @@
 //! Between them, a `{"type": "settings", ...}` line ([`SavedSettings`]) is appended whenever the
 //! session's settings change (at `session/new`, on `session/set_config_option`); the last one is
 //! the session's settings when it is loaded. It is not part of the conversation.
+//! A `{"type": "turn_end"}` line is appended when a prompt turn ends (however it ended): the
+//! records before the last one are the session's completed turns, what `session/fork` copies
+//! ([`Saved::completed`]); it is not part of the conversation either.
+//!
+//! Forking reads a session without opening it ([`Store::snapshot`]): read-only, without its lock
+//! (it may be open, mid-turn, in another acp-child: the parent of a forked child), never written.
 //!
 //! Invariants: a session id becomes a file name only after [`check_id`] (letters, digits, `-`, `_`;
 //! no path separators, so a client cannot name a file outside the directory); records are only ever
@@ -48,6 +54,9 @@ pub(crate) struct ChildRecord {
     /// Whether its last run failed.
     #[serde(default)]
     pub(crate) failed: bool,
+    /// It started from a fork of this session's conversation (`context: fork`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) forked: bool,
 }
 
 /// One line of a session file.
@@ -109,6 +118,9 @@ pub(crate) struct SavedSettings {
 /// The settings line's `type`.
 const SETTINGS_TYPE: &str = "settings";
 
+/// The turn-end line's `type`.
+const TURN_END_TYPE: &str = "turn_end";
+
 /// A tool call the model made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RecordedCall {
@@ -155,6 +167,45 @@ pub(crate) struct Saved {
     pub(crate) history: Vec<Record>,
     /// The last settings saved, if any.
     pub(crate) settings: Option<SavedSettings>,
+    /// How many records of `history` were saved before the last turn-end line; `None` when the
+    /// file has none (saved before turn ends were marked).
+    pub(crate) turns_end: Option<usize>,
+}
+
+impl Saved {
+    /// The conversation as of its last completed turn: what a fork starts from. A turn still in
+    /// flight (or cut off by a crash) is left out; so are the session's children, which stay
+    /// its own. A file saved before turn ends were marked counts every turn as complete but a
+    /// last one whose tool calls are unanswered (in flight, or torn).
+    pub(crate) fn completed(&self) -> Vec<Record> {
+        let end = self
+            .turns_end
+            .unwrap_or_else(|| answered_prefix(&self.history));
+        self.history[..end.min(self.history.len())]
+            .iter()
+            .filter(|record| !matches!(record, Record::Child(_)))
+            .cloned()
+            .collect()
+    }
+}
+
+/// The records before the last turn (from its user prompt on) when that turn has a tool call
+/// without a result; all of them otherwise.
+fn answered_prefix(history: &[Record]) -> usize {
+    let start = history
+        .iter()
+        .rposition(|record| matches!(record, Record::User { .. }))
+        .unwrap_or(0);
+    let turn = &history[start..];
+    let answered = |id: &str| {
+        turn.iter()
+            .any(|record| matches!(record, Record::Tool { call_id, .. } if call_id == id))
+    };
+    let unanswered = turn.iter().any(|record| match record {
+        Record::Assistant { tool_calls, .. } => tool_calls.iter().any(|call| !answered(&call.id)),
+        _ => false,
+    });
+    if unanswered { start } else { history.len() }
 }
 
 /// The directory holding the session files.
@@ -199,21 +250,8 @@ impl Store {
     /// reads it back.
     pub(crate) fn load(&self, id: &str) -> Result<(Saved, SessionFile), StoreError> {
         let path = self.path(id)?;
-        let (file, writable) = open_existing(&path).map_err(|error| match error {
-            Opened::Missing => StoreError::NotFound {
-                id: id.to_owned(),
-                dir: self.dir.clone(),
-            },
-            Opened::NotAFile(kind) => StoreError::NotAFile {
-                path: path.clone(),
-                kind,
-            },
-            Opened::Io(source) => StoreError::Io {
-                action: "open",
-                path: path.clone(),
-                source,
-            },
-        })?;
+        let (file, writable) =
+            open_existing(&path, true).map_err(|error| self.open_error(id, &path, error))?;
         let mut file = SessionFile::locked(id, path.clone(), file)?;
         let mut bytes = Vec::new();
         file.file
@@ -233,6 +271,41 @@ impl Store {
         Ok((saved, file))
     }
 
+    /// Reads session `id` without opening it: read-only, without taking its lock (it may be open
+    /// elsewhere, mid-turn), never writing to it. What `session/fork` copies from.
+    pub(crate) fn snapshot(&self, id: &str) -> Result<Saved, StoreError> {
+        let path = self.path(id)?;
+        let mut file = open_existing(&path, false)
+            .map_err(|error| self.open_error(id, &path, error))?
+            .0;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)
+            .map_err(|source| StoreError::Io {
+                action: "read",
+                path: path.clone(),
+                source,
+            })?;
+        parse(&path, &bytes)
+    }
+
+    fn open_error(&self, id: &str, path: &Path, error: Opened) -> StoreError {
+        match error {
+            Opened::Missing => StoreError::NotFound {
+                id: id.to_owned(),
+                dir: self.dir.clone(),
+            },
+            Opened::NotAFile(kind) => StoreError::NotAFile {
+                path: path.to_path_buf(),
+                kind,
+            },
+            Opened::Io(source) => StoreError::Io {
+                action: "open",
+                path: path.to_path_buf(),
+                source,
+            },
+        }
+    }
+
     fn path(&self, id: &str) -> Result<PathBuf, StoreError> {
         check_id(id)?;
         Ok(self.dir.join(format!("{id}.jsonl")))
@@ -246,10 +319,10 @@ enum Opened {
     Io(io::Error),
 }
 
-/// Opens an existing session file for reading and appending (reading only, when it may not be
-/// written: its appends then fail and are logged). Never blocks (a FIFO would, opened for
-/// reading) and never follows a link; only a regular file is taken.
-fn open_existing(path: &Path) -> Result<(File, bool), Opened> {
+/// Opens an existing session file for reading and, with `append`, appending (reading only, when
+/// it may not be written: its appends then fail and are logged). Never blocks (a FIFO would,
+/// opened for reading) and never follows a link; only a regular file is taken.
+fn open_existing(path: &Path, append: bool) -> Result<(File, bool), Opened> {
     let flags = (OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits();
     let open = |append: bool| {
         std::fs::OpenOptions::new()
@@ -258,8 +331,8 @@ fn open_existing(path: &Path) -> Result<(File, bool), Opened> {
             .custom_flags(flags)
             .open(path)
     };
-    let (file, writable) = match open(true) {
-        Ok(file) => (file, true),
+    let (file, writable) = match open(append) {
+        Ok(file) => (file, append),
         Err(error) if error.kind() == io::ErrorKind::PermissionDenied => {
             (open(false).map_err(Opened::Io)?, false)
         }
@@ -324,6 +397,11 @@ impl SessionFile {
         &self.id
     }
 
+    /// The state directory the file is in.
+    pub(crate) fn dir(&self) -> Option<&Path> {
+        self.path.parent()
+    }
+
     /// Appends records, one line each, in one write.
     pub(crate) fn append(&self, records: &[Record]) -> Result<(), StoreError> {
         let text: String = records.iter().map(line).collect();
@@ -337,6 +415,11 @@ impl SessionFile {
         let mut text = value.to_string();
         text.push('\n');
         self.append_text(&text)
+    }
+
+    /// Marks the end of a prompt turn: the records before it are completed turns.
+    pub(crate) fn end_turn(&self) -> Result<(), StoreError> {
+        self.append_text(&format!("{{\"type\":\"{TURN_END_TYPE}\"}}\n"))
     }
 
     /// Appends whole lines, in one write.
@@ -358,6 +441,7 @@ impl SessionFile {
 fn parse(path: &Path, bytes: &[u8]) -> Result<Saved, StoreError> {
     let mut records = Vec::new();
     let mut settings = None;
+    let mut turns_end = None;
     for (number, text) in bytes.split(|&b| b == b'\n').enumerate() {
         let Ok(text) = std::str::from_utf8(text) else {
             tracing::warn!(
@@ -371,7 +455,12 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Saved, StoreError> {
             continue;
         }
         let parsed = serde_json::from_str::<serde_json::Value>(text).and_then(|value| {
-            if value.get("type").and_then(serde_json::Value::as_str) == Some(SETTINGS_TYPE) {
+            let kind = value.get("type").and_then(serde_json::Value::as_str);
+            if kind == Some(TURN_END_TYPE) {
+                // Counted without the header.
+                turns_end = Some(records.len().saturating_sub(1));
+                Ok(None)
+            } else if kind == Some(SETTINGS_TYPE) {
                 serde_json::from_value::<SavedSettings>(value).map(|saved| {
                     settings = Some(saved);
                     None
@@ -396,6 +485,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Saved, StoreError> {
             cwd,
             history: records.collect(),
             settings,
+            turns_end,
         }),
         _ => Err(StoreError::NoHeader {
             path: path.to_path_buf(),
@@ -626,6 +716,77 @@ mod tests {
                 kind: "a directory",
                 ..
             })
+        ));
+    }
+
+    #[test]
+    fn a_snapshot_holds_the_completed_turns_and_never_touches_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        let file = store.create("s", Path::new("/p")).unwrap();
+        let done = vec![
+            Record::User { text: "a".into() },
+            Record::Assistant {
+                text: "A".into(),
+                tool_calls: Vec::new(),
+            },
+        ];
+        file.append(&done).unwrap();
+        file.end_turn().unwrap();
+        let call = RecordedCall {
+            id: "c1".into(),
+            name: "subagent".into(),
+            arguments: "{}".into(),
+        };
+        file.append(&[
+            Record::Child(ChildRecord {
+                id: "subagent-1".into(),
+                agent: "acp-child".into(),
+                session: None,
+                failed: false,
+                forked: true,
+            }),
+            Record::User { text: "b".into() },
+            Record::Assistant {
+                text: String::new(),
+                tool_calls: vec![call],
+            },
+        ])
+        .unwrap();
+        let path = dir.path().join("s.jsonl");
+        let before = std::fs::read(&path).unwrap();
+        // Open (and locked) here: a snapshot is read all the same.
+        let saved = store.snapshot("s").unwrap();
+        assert_eq!(saved.completed(), done);
+        assert_eq!(saved.history.len(), 5);
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        // Without turn-end lines (an older file), an unanswered last turn is left out.
+        let legacy = Saved {
+            turns_end: None,
+            ..saved.clone()
+        };
+        assert_eq!(legacy.completed(), done);
+        let mut answered = legacy.clone();
+        answered.history.push(Record::Tool {
+            call_id: "c1".into(),
+            content: "x".into(),
+            failed: false,
+        });
+        assert_eq!(answered.completed().len(), 5);
+        // With turn ends marked, a turn in flight is left out even when its calls are answered
+        // (the model is streaming its next reply).
+        let streaming = Saved {
+            turns_end: saved.turns_end,
+            ..answered
+        };
+        assert_eq!(streaming.completed(), done);
+        assert!(matches!(
+            store.snapshot("missing"),
+            Err(StoreError::NotFound { .. })
+        ));
+        assert!(matches!(
+            store.snapshot("../x"),
+            Err(StoreError::BadId { .. })
         ));
     }
 

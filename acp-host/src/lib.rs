@@ -67,6 +67,7 @@
 //!         // A persona, a model, a tool filter: honoured by the agent or refused before the prompt.
 //!         wants: Wants::default(),
 //!         resume: None,
+//!         fork: None,
 //!     };
 //!     // Validation happens here, before anything is spawned.
 //!     let prepared = run::prepare(request, std::env::vars_os())?;

@@ -33,6 +33,7 @@ pub const FIELDS: &[&str] = &[
     "timeout",
     "env",
     "outputSchema",
+    "fork",
 ];
 
 /// One run asked for by one input line. Adding a field is one member here and one arm in
@@ -54,6 +55,8 @@ pub struct BatchLine {
     /// A JSON Schema the answer must match, like `acp-host run --output-schema` (checked to
     /// compile when the line is read).
     pub output_schema: Option<Value>,
+    /// A session of the agent to start from a copy of, like `acp-host run --fork`.
+    pub fork: Option<String>,
 }
 
 /// Why a line was refused; `field` is `None` when the line as a whole is wrong.
@@ -118,6 +121,7 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
         timeout: None,
         env: Vec::new(),
         output_schema: None,
+        fork: None,
     };
     let mut prompt = None;
     for (key, value) in object {
@@ -140,6 +144,7 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
             "prompt" => prompt = Some(text("a string")?),
             "agent" => line.agent = Some(text("a string")?),
             "subagent" => line.subagent = Some(text("a string")?),
+            "fork" => line.fork = Some(text("a session id")?),
             "cwd" => line.cwd = Some(PathBuf::from(text("a string")?)),
             "timeout" => {
                 let seconds = value.as_f64().ok_or_else(|| {
@@ -482,7 +487,7 @@ mod tests {
     #[test]
     fn a_full_line_is_read_and_the_id_defaults_to_the_line_number() {
         let line = parse(
-            r#"{"id":"a","prompt":"p","agent":"codex","subagent":"rev","cwd":"sub","timeout":1.5,"env":["K"],"outputSchema":{"type":"object"}}"#,
+            r#"{"id":"a","prompt":"p","agent":"codex","subagent":"rev","cwd":"sub","timeout":1.5,"env":["K"],"outputSchema":{"type":"object"},"fork":"sess-1"}"#,
         )
         .unwrap();
         assert_eq!(
@@ -496,6 +501,7 @@ mod tests {
                 timeout: Some(Duration::from_millis(1500)),
                 env: vec!["K".into()],
                 output_schema: Some(serde_json::json!({"type": "object"})),
+                fork: Some("sess-1".into()),
             }
         );
         assert_eq!(parse(r#"{"prompt":"p"}"#).unwrap().id, "7");
@@ -508,7 +514,7 @@ mod tests {
         assert_eq!(
             refused(r#"{"prompt":"p","model":"m"}"#),
             "line 7, field `model`: unknown field; a line has id, prompt, agent, \
-             subagent, cwd, timeout, env, outputSchema"
+             subagent, cwd, timeout, env, outputSchema, fork"
         );
         assert!(
             refused(r#"{"prompt":"p","outputSchema":{"type":7}}"#)

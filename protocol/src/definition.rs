@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
@@ -108,6 +108,37 @@ pub struct RunSpec {
     /// Seconds the child may run.
     pub timeout: Option<u64>,
     pub max_depth: Option<u32>,
+    /// What the child starts from; `None`: a fresh session (acp-child's `subagent` call may say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context: Option<RunContext>,
+}
+
+/// `run.context` (and the `subagent` tool's `context`): what a child starts from.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunContext {
+    /// A new session: it knows only its prompt.
+    #[default]
+    Fresh,
+    /// A fork of the parent's session as of its last completed turn (ACP `session/fork`): it
+    /// knows what the parent knows without being told.
+    Fork,
+}
+
+impl RunContext {
+    /// The names, as written.
+    pub const NAMES: &str = "fresh, fork";
+
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "fresh" => Some(Self::Fresh),
+            "fork" => Some(Self::Fork),
+            _ => None,
+        }
+    }
 }
 
 /// `run.permission`: how the child's permission requests are answered. The default, `relay`,
@@ -226,6 +257,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "env",
     "timeout",
     "maxDepth",
+    "context",
 ];
 
 impl Definition {
@@ -612,6 +644,14 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                         .ok_or_else(|| wrong("a whole number"))?,
                 );
             }
+            "context" => {
+                run.context = Some(
+                    value
+                        .as_str()
+                        .and_then(RunContext::parse)
+                        .ok_or_else(|| wrong(&format!("one of {}", RunContext::NAMES)))?,
+                );
+            }
             _ => {
                 return Err(field(
                     &path,
@@ -763,7 +803,7 @@ mod tests {
     #[test]
     fn a_run_table_is_validated_strictly_and_makes_agents_optional() {
         let d = ok(
-            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n---\nBody.\n",
+            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n---\nBody.\n",
         );
         assert!(d.agents.is_empty());
         assert_eq!(
@@ -778,6 +818,7 @@ mod tests {
                 env: vec!["OPENAI_API_KEY".into()],
                 timeout: Some(30),
                 max_depth: Some(0),
+                context: Some(RunContext::Fork),
             })
         );
         assert_eq!(
@@ -786,7 +827,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
-            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth"
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context"
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
@@ -802,9 +843,13 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
-            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, got a list"
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
+        assert_eq!(
+            err("---\ndescription: d\nrun: {context: parent}\n---\nB\n"),
+            "subagents/review.md: field `run.context`: must be one of fresh, fork, got the string \"parent\""
+        );
     }
 
     #[test]

@@ -133,6 +133,7 @@ mod tests {
             permissions: vec![],
             permissions_dropped: None,
             session_id: None,
+            forked_from: None,
             children: vec![],
             persona_delivery: None,
             structured: None,

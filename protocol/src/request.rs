@@ -85,4 +85,9 @@ pub struct StartRequest {
     /// Continue this saved session of the agent (`session/load`, then the prompt) instead of
     /// starting one with `session/new`; the agent must advertise `loadSession`.
     pub resume: Option<String>,
+    /// Start as a fork of this session of the agent (`session/fork`, then the prompt in the new
+    /// session): it knows the source's completed turns, and the source is left untouched. The
+    /// agent must advertise `sessionCapabilities.fork`. Not together with `resume` (refused by
+    /// `acp-host::run::prepare`).
+    pub fork: Option<String>,
 }

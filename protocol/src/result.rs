@@ -321,6 +321,10 @@ pub struct RunResult {
     pub permissions_dropped: Option<u64>,
     /// The agent's ACP session id, when a session was created (useful to correlate agent logs).
     pub session_id: Option<String>,
+    /// The session this run's session was forked from (`acp-host run --fork`, ACP `session/fork`):
+    /// `sessionId` is then the new session, and the source is left as it was; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
     /// The children the agent exposed as sessions of their own (ACP subagent sessions), in the
     /// order they were announced, with how each ended; absent when there were none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

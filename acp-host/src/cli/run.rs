@@ -107,6 +107,12 @@ pub(super) struct RunArgs {
     #[arg(long, value_name = "SESSION_ID")]
     resume: Option<String>,
 
+    /// Start from a copy of the agent's session with this id (a result's `sessionId`): the new
+    /// session knows its completed turns and the source is left as it was; the agent must support
+    /// forking sessions (ACP `sessionCapabilities.fork`). The result's `sessionId` is the new one.
+    #[arg(long, value_name = "SESSION_ID", conflicts_with = "resume")]
+    fork: Option<String>,
+
     /// Working directory of the agent and of its session (default: the current directory).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -259,6 +265,7 @@ impl RunArgs {
             output_schema: None,
             schema_retries: DEFAULT_SCHEMA_RETRIES,
             resume: None,
+            fork: line.fork.clone(),
             cwd: line.cwd.clone(),
             env: line.env.clone(),
             permission: batch.permission,
@@ -427,6 +434,17 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         .map(|name| subagent::find(name, &cwd, &args.subagent_dirs))
         .transpose()?;
     let run_spec = found.as_ref().map(|found| &found.run);
+    // A definition that starts from its parent's conversation needs one named: never run fresh.
+    if let Some(found) = &found
+        && found.run.context == Some(protocol::definition::RunContext::Fork)
+        && args.fork.is_none()
+    {
+        return Err(format!(
+            "subagent {} has `run.context: fork`: it starts from a copy of a session, and a run \
+             from here has none to copy; pass --fork SESSION_ID (a result's sessionId)",
+            found.located.definition.name
+        ));
+    }
     let agent_name = args
         .agent
         .clone()
@@ -500,6 +518,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         max_depth,
         wants,
         resume: args.resume.clone(),
+        fork: args.fork.clone(),
     };
     Ok(request)
 }

@@ -8,7 +8,8 @@
 //!   `_meta` only when advertised, a model is selected with `session/set_config_option` before the
 //!   prompt, and a refusal ends the drive before `session/new` (persona, tools) or before the
 //!   prompt (model); `ready` is announced only once the session is configured; resuming sends
-//!   `session/load` instead of `session/new`, only to an agent that advertises `loadSession`;
+//!   `session/load` instead of `session/new`, only to an agent that advertises `loadSession`, and
+//!   forking sends `session/fork`, only to an agent that advertises `sessionCapabilities.fork`;
 //! - the prompt is never sent if cancellation came before `session/new` answered; every prompt
 //!   (first, follow-up or further turn) is raced against cancellation, which sends
 //!   session/cancel and waits a bounded grace for the answer;
@@ -27,9 +28,10 @@ use std::sync::Mutex;
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    CancelNotification, ClientCapabilities, ContentBlock, Implementation, InitializeRequest,
-    LoadSessionRequest, NewSessionRequest, PromptRequest, SetSessionConfigOptionRequest,
-    SubagentCapabilities, SystemPrompt, SystemPromptMode, TextContent,
+    CancelNotification, ClientCapabilities, ContentBlock, ForkSessionRequest, Implementation,
+    InitializeRequest, LoadSessionRequest, NewSessionRequest, PromptRequest,
+    SetSessionConfigOptionRequest, SubagentCapabilities, SystemPrompt, SystemPromptMode,
+    TextContent,
 };
 use agent_client_protocol::{Agent, UntypedMessage};
 use protocol::capabilities::{self, Offers, SessionPlan};
@@ -273,6 +275,21 @@ async fn handshake(
                 .await
                 .map_err(|err| failed(Stage::LoadSession, &err))?;
             (session_id.clone(), response)
+        } else if let Some(source) = &config.fork {
+            if initialized
+                .agent_capabilities
+                .session_capabilities
+                .fork
+                .is_none()
+            {
+                return Err(DriveEnd::CannotFork);
+            }
+            at(Stage::ForkSession);
+            let mut request =
+                ForkSessionRequest::new(source.clone(), &config.cwd).system_prompt(system_prompt);
+            request.meta.clone_from(&plan.meta);
+            // An error answer (unknown session) fails here; the answer names the new session.
+            new_session_as(cx, "session/fork", Stage::ForkSession, request).await?
         } else {
             at(Stage::NewSession);
             let mut request = NewSessionRequest::new(&config.cwd).system_prompt(system_prompt);
@@ -316,14 +333,24 @@ async fn new_session(
     cx: &ConnectionTo<Agent>,
     request: NewSessionRequest,
 ) -> Result<(String, serde_json::Value), DriveEnd> {
+    new_session_as(cx, "session/new", Stage::NewSession, request).await
+}
+
+/// A request answered with a new session (`session/new`, `session/fork`): its id, with the whole
+/// answer (its config options).
+async fn new_session_as(
+    cx: &ConnectionTo<Agent>,
+    method: &str,
+    stage: Stage,
+    request: impl serde::Serialize,
+) -> Result<(String, serde_json::Value), DriveEnd> {
     // Untyped so that a response without a session id is reported as such, not as a parse error.
-    let new_session = UntypedMessage::new("session/new", request)
-        .map_err(|err| failed(Stage::NewSession, &err))?;
+    let message = UntypedMessage::new(method, request).map_err(|err| failed(stage, &err))?;
     let response = cx
-        .send_request(new_session)
+        .send_request(message)
         .block_task()
         .await
-        .map_err(|err| failed(Stage::NewSession, &err))?;
+        .map_err(|err| failed(stage, &err))?;
     let session_id = match response
         .get("sessionId")
         .and_then(serde_json::Value::as_str)
@@ -331,9 +358,9 @@ async fn new_session(
         Some(id) if !id.is_empty() => id.to_owned(),
         _ => {
             return Err(DriveEnd::Failed {
-                stage: Stage::NewSession,
+                stage,
                 closed: false,
-                message: format!("agent answered session/new without a sessionId: {response}"),
+                message: format!("agent answered {method} without a sessionId: {response}"),
             });
         }
     };

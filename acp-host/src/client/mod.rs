@@ -62,6 +62,8 @@ pub(crate) struct DriveConfig {
     pub(crate) max_frame_bytes: usize,
     /// Continue this saved session (`session/load`) instead of creating one.
     pub(crate) resume: Option<String>,
+    /// Start as a fork of this session (`session/fork`) instead of creating one.
+    pub(crate) fork: Option<String>,
     /// What the run asks of the agent at start; refused before the prompt when it cannot.
     pub(crate) wants: Wants,
     /// The delegation cap the agent must enforce itself (the start extension's `maxDepth`), when
@@ -159,6 +161,7 @@ pub(crate) enum Stage {
     NewSession,
     SetConfigOption,
     LoadSession,
+    ForkSession,
     Prompt,
 }
 
@@ -169,6 +172,7 @@ impl Stage {
             Stage::NewSession => "session/new",
             Stage::SetConfigOption => "session/set_config_option",
             Stage::LoadSession => "session/load",
+            Stage::ForkSession => "session/fork",
             Stage::Prompt => "session/prompt",
         }
     }
@@ -204,6 +208,9 @@ pub(crate) enum DriveEnd {
     /// Resuming, but the agent's `initialize` answer does not advertise `loadSession`: nothing
     /// was sent after `initialize`.
     CannotResume,
+    /// Forking, but the agent's `initialize` answer does not advertise
+    /// `sessionCapabilities.fork`: nothing was sent after `initialize`.
+    CannotFork,
 }
 
 /// Runs initialize -> session/new -> session/prompt over the agent's pipes until the prompt is

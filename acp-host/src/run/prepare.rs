@@ -38,6 +38,10 @@ pub enum PrepareError {
     NoCurrentDir(#[source] std::io::Error),
     #[error(transparent)]
     Schema(#[from] SchemaError),
+    #[error(
+        "cannot both resume session {resume} and fork session {fork}: a run continues a session (--resume) or starts from a copy of one (--fork); pass one"
+    )]
+    ResumeAndFork { resume: String, fork: String },
 }
 
 /// Resolves `--cwd` (or the caller's directory) to an absolute path, once, up front.
@@ -89,6 +93,12 @@ pub fn prepare(
     ambient: impl IntoIterator<Item = (OsString, OsString)>,
 ) -> Result<Prepared, PrepareError> {
     check_cwd(&request.cwd)?;
+    if let (Some(resume), Some(fork)) = (&request.resume, &request.fork) {
+        return Err(PrepareError::ResumeAndFork {
+            resume: resume.clone(),
+            fork: fork.clone(),
+        });
+    }
     let schema = match &request.wants.output {
         Some(output) => Some(Arc::new(OutputSchema::compile(output.schema.clone())?)),
         None => None,

@@ -43,6 +43,7 @@ pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> Run
         permissions: Vec::new(),
         permissions_dropped: None,
         session_id: None,
+        forked_from: None,
         children: Vec::new(),
         persona_delivery: None,
         structured: None,
@@ -131,23 +132,37 @@ fn settle(result: &mut RunResult, end: Option<DriveEnd>, timed_out: bool, reques
             )
         }
         // Loading a saved session is a capability the agent advertises (`loadSession`) or not,
-        // like the start-time ones: a refusal, not a failed handshake.
-        Some(DriveEnd::CannotResume) => (
+        // like the start-time ones, and so is forking one (`sessionCapabilities.fork`): a
+        // refusal before anything is prompted, not a failed handshake.
+        Some(end @ (DriveEnd::CannotResume | DriveEnd::CannotFork)) => (
             Status::Error,
             None,
-            Some((
-                ErrorKind::Capability,
-                format!(
-                    "cannot resume session {}: agent {agent} does not advertise loadSession, so \
-                     it cannot continue a saved session; start a new session instead",
-                    request.resume.as_deref().unwrap_or_default()
-                ),
-            )),
+            Some((ErrorKind::Capability, cannot_start(&end, request))),
         ),
     };
     result.status = status;
     result.stop_reason = stop_reason;
     (result.error_kind, result.error) = error.unzip();
+}
+
+/// Why the session the request names cannot be started from: the agent does not advertise
+/// loading (resume) or forking sessions.
+fn cannot_start(end: &DriveEnd, request: &StartRequest) -> String {
+    let agent = request.agent.display.as_str();
+    if *end == DriveEnd::CannotFork {
+        format!(
+            "cannot fork session {}: agent {agent} does not advertise sessionCapabilities.fork, \
+             so it cannot start from a copy of a session; resume it (--resume) or start a new \
+             session instead",
+            request.fork.as_deref().unwrap_or_default()
+        )
+    } else {
+        format!(
+            "cannot resume session {}: agent {agent} does not advertise loadSession, so it \
+             cannot continue a saved session; start a new session instead",
+            request.resume.as_deref().unwrap_or_default()
+        )
+    }
 }
 
 /// How to get past an agent's auth-required answer, naming the variables acp-host withheld that
@@ -224,6 +239,8 @@ pub(super) fn settle_turn(
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
+    // Named only once the fork exists: a refused or failed `session/fork` started nothing.
+    result.forked_from = request.fork.clone().filter(|_| result.session_id.is_some());
     result.children = shared.take_children();
     result.persona_delivery = shared.persona_delivery();
     record_structured(result, shared.take_structured());
@@ -306,6 +323,7 @@ mod tests {
             max_depth: None,
             wants: Wants::default(),
             resume: Some("s-1".into()),
+            fork: Some("s-2".into()),
         }
     }
 
@@ -566,6 +584,18 @@ mod tests {
                     ErrorKind::Capability,
                     "cannot resume session s-1: agent mock does not advertise loadSession, so it \
                      cannot continue a saved session; start a new session instead",
+                )),
+            ),
+            case(
+                "cannot fork",
+                Some(DriveEnd::CannotFork),
+                Status::Error,
+                None,
+                Some((
+                    ErrorKind::Capability,
+                    "cannot fork session s-2: agent mock does not advertise \
+                     sessionCapabilities.fork, so it cannot start from a copy of a session; \
+                     resume it (--resume) or start a new session instead",
                 )),
             ),
         ]

@@ -84,6 +84,7 @@ pub(super) fn drive_config(
             .max_answer_bytes
             .unwrap_or(super::DEFAULT_MAX_OUTPUT_BYTES),
         resume: request.resume.clone(),
+        fork: request.fork.clone(),
         child_cancels: Arc::clone(&cancel.sessions),
         turns,
     }

@@ -47,6 +47,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
         max_depth: None,
         wants: protocol::capabilities::Wants::default(),
         resume: None,
+        fork: None,
     }
 }
 
@@ -701,4 +702,37 @@ fn the_overall_timeout_counts_per_turn_and_not_while_idle() {
         drop(follow_ups);
         assert_eq!(running.await.unwrap().status, Status::Completed);
     });
+}
+
+#[test]
+fn a_fork_start_is_refused_before_anything_runs_when_it_is_also_a_resume_or_not_advertised() {
+    let dir = tempfile::tempdir().unwrap();
+    let both = StartRequest {
+        resume: Some("sess-a".into()),
+        fork: Some("sess-b".into()),
+        ..request(mock_path(), &["hello"], dir.path())
+    };
+    let error = run::prepare(both, ambient()).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot both resume session sess-a and fork session sess-b: a run continues a session \
+         (--resume) or starts from a copy of one (--fork); pass one"
+    );
+    // The mock agent does not advertise `sessionCapabilities.fork`: refused, nothing prompted.
+    let log = dir.path().join("log");
+    let fork = StartRequest {
+        fork: Some("sess-b".into()),
+        ..request(
+            mock_path(),
+            &["hello", "--log", log.to_str().unwrap()],
+            dir.path(),
+        )
+    };
+    let prepared = run::prepare(fork, ambient()).unwrap();
+    let result = runtime().block_on(run::run(prepared, &RunOptions::default(), &Cancel::new()));
+    assert_eq!(result.status, Status::Error);
+    assert_eq!(result.error_kind, Some(ErrorKind::Capability));
+    assert_eq!(result.forked_from, None);
+    assert_eq!(result.session_id, None);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "initialize\neof\n");
 }

@@ -15,6 +15,7 @@ mod children;
 mod cli_snapshots;
 mod common;
 mod delegation;
+mod fork;
 mod hardening;
 mod host_child;
 mod library;

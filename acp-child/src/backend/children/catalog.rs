@@ -16,6 +16,10 @@
 //! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
 //!   definition's `env` forward; a repository definition's permission is capped at the parent's
 //!   (`protocol::trust::cap`);
+//! - a child asked to start from the parent's conversation (`context: fork`, a call's or its
+//!   definition's `run.context`) starts with `session/fork` of the parent's saved session, only
+//!   when it is acp-child (which reads the parent's state directory, handed to it as
+//!   `ACP_CHILD_STATE_DIR`); any other agent is refused as the call's result, never started fresh;
 //! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
 //!   schema, then the person's approval of a repository definition) before anything is
 //!   registered or spawned.
@@ -31,10 +35,10 @@ use acp_host::run;
 use acp_host::trust::TrustStore;
 use agent_client_protocol::v1::schema::ToolCallId;
 use protocol::capabilities::Wants;
-use protocol::definition::{Definition, RunPermission, RunSettings, RunSpec};
+use protocol::definition::{Definition, RunContext, RunPermission, RunSettings, RunSpec};
 use protocol::depth::{Budget, DepthError, Inherited, Standing};
 use protocol::env_scrub::{EnvForward, EnvForwardError};
-use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
+use protocol::env_vars::{ACP_CHILD_STATE_DIR, ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use protocol::permission::PermissionPolicy;
 use protocol::registry;
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
@@ -142,6 +146,8 @@ pub(crate) struct Target {
     pub(crate) source: Source,
     /// Its definition file and content (none for a registry agent).
     pub(super) origin: Option<Origin>,
+    /// It runs acp-child, which can start from this agent's saved conversation (`context: fork`).
+    pub(crate) forkable: bool,
 }
 
 /// A definition's file and the digest of the content it was parsed from.
@@ -152,6 +158,12 @@ pub(super) struct Origin {
 }
 
 impl Target {
+    /// What a fresh start of `task` on it starts from: the call's `context`, else the
+    /// definition's `run.context`, else fresh.
+    pub(super) fn context(&self, task: &Task<'_>) -> RunContext {
+        task.context.or(self.launch.run.context).unwrap_or_default()
+    }
+
     /// Whether it starts without asking the person: from a source they named, or a repository
     /// definition whose exact content they approved always.
     pub(super) fn trust(&self, store: Option<&TrustStore>) -> TrustState {
@@ -183,6 +195,16 @@ pub(crate) struct Catalog {
     pub(crate) problems: Vec<String>,
 }
 
+impl Catalog {
+    /// Whether a fresh start of `task` starts from the parent's conversation.
+    pub(super) fn forks(&self, task: &Task<'_>) -> bool {
+        self.targets
+            .iter()
+            .find(|t| t.name == task.name)
+            .is_some_and(|target| target.context(task) == RunContext::Fork)
+    }
+}
+
 /// The enabled subagents and how they run; shared by every session of the connection.
 #[derive(Debug)]
 pub struct Subagents {
@@ -210,6 +232,12 @@ pub(super) struct Start {
     pub(super) permission: RunPermission,
     /// It continues a child's saved session.
     pub(super) resume: bool,
+}
+
+/// The parent's session a forked child starts from, and where it is saved.
+struct ForkFrom {
+    session: String,
+    state_dir: String,
 }
 
 impl Subagents {
@@ -258,6 +286,7 @@ impl Subagents {
                 launch: Launch::default(),
                 source: Source::Registry,
                 origin: None,
+                forkable: spec.name == registry::ACP_CHILD,
             });
         }
         for name in &options.env {
@@ -381,6 +410,9 @@ impl Subagents {
         let resolved = agents::resolve(agent, &self.facts).map_err(|error| {
             format!("field `run.agent`: {}", protocol::report::describe(&error))
         })?;
+        let forkable = resolved
+            .spec
+            .is_some_and(|spec| spec.name == registry::ACP_CHILD);
         let mut command = resolved.command;
         command.display.clone_from(&definition.name);
         let wants = run.wants(&definition.body);
@@ -397,6 +429,7 @@ impl Subagents {
             },
             source,
             origin: Some(origin),
+            forkable,
         })
     }
 
@@ -417,7 +450,9 @@ impl Subagents {
         ambient
     }
 
-    /// The start request for `target` and the permission policy of its run.
+    /// The start request for `target` and the permission policy of its run (continuing its
+    /// saved session `resume`, else starting from a fork of the parent's session `fork`; either
+    /// way a `fork` child gets the parent's state directory).
     fn request(
         &self,
         target: &Target,
@@ -425,6 +460,7 @@ impl Subagents {
         cwd: &Path,
         output_schema: Option<&serde_json::Value>,
         resume: Option<String>,
+        fork: Option<ForkFrom>,
     ) -> (StartRequest, RunPermission) {
         let launch = &target.launch;
         let defaults = RunSettings {
@@ -437,12 +473,26 @@ impl Subagents {
             .run
             .settle(target.source, &RunSettings::default(), &defaults);
         let permission = settled.permission;
-        let env = self.env.iter().chain(&settled.env).cloned();
+        let mut env: Vec<EnvForward> = self
+            .env
+            .iter()
+            .chain(&settled.env)
+            .cloned()
+            .map(EnvForward::Inherit)
+            .collect();
+        // A fork reads the parent's session where the parent saved it, and is saved there.
+        if let Some(fork) = &fork {
+            env.retain(|forward| forward.name() != ACP_CHILD_STATE_DIR);
+            env.push(EnvForward::Set(
+                ACP_CHILD_STATE_DIR.to_owned(),
+                fork.state_dir.clone(),
+            ));
+        }
         let request = StartRequest {
             agent: target.command.clone(),
             prompt: prompt.to_owned(),
             cwd: cwd.to_path_buf(),
-            env: env.map(EnvForward::Inherit).collect(),
+            env,
             // `relay`: the library rejects what the relay handler does not answer.
             permission: match permission {
                 RunPermission::Allow => PermissionPolicy::Allow,
@@ -460,6 +510,7 @@ impl Subagents {
                 }),
                 ..launch.wants.clone()
             },
+            fork: fork.map(|fork| fork.session).filter(|_| resume.is_none()),
             resume,
         };
         (request, permission)
@@ -489,7 +540,13 @@ impl Subagents {
             return Err(unknown(name, catalog));
         };
         let resuming = resume.is_some();
-        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
+        // A forked child, continued too, reads the parent's state directory, where its own
+        // session is saved; continuing it continues its own session, never a new fork.
+        let fork = match target.context(&task) {
+            RunContext::Fork => Some(fork_from(turn, target)?),
+            RunContext::Fresh => None,
+        };
+        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume, fork);
         let asking = Asking {
             file: target
                 .origin
@@ -543,6 +600,37 @@ impl Subagents {
             "{variable} is forwarded by {by}, but it is not set in acp-child's environment (set it where acp-child is started, or stop forwarding it)"
         )
     }
+}
+
+/// Where a child of `target` asked to fork `turn`'s session starts from, or why it cannot
+/// (the call's result): only acp-child reads this agent's saved sessions.
+fn fork_from(turn: &Turn, target: &Target) -> Result<ForkFrom, Delegated> {
+    let name = &target.name;
+    if !target.forkable {
+        return Err(Delegated::failed(format!(
+            "subagent {name} cannot start from this conversation (context: fork): it is not \
+             acp-child, and only acp-child reads this agent's saved sessions; call it with \
+             context \"fresh\" and put what it needs in the prompt"
+        )));
+    }
+    let fresh = "call it with context \"fresh\" and put what it needs in the prompt";
+    let Some(dir) = turn.memory().saved_in() else {
+        return Err(Delegated::failed(format!(
+            "subagent {name} cannot start from this conversation (context: fork): this \
+             session is not saved; {fresh}"
+        )));
+    };
+    let Some(dir) = dir.to_str() else {
+        return Err(Delegated::failed(format!(
+            "subagent {name} cannot start from this conversation (context: fork): the state \
+             directory {} is not UTF-8, so it cannot be handed to the child; {fresh}",
+            dir.display()
+        )));
+    };
+    Ok(ForkFrom {
+        session: turn.session().0.to_string(),
+        state_dir: dir.to_owned(),
+    })
 }
 
 /// The result of a call naming no available subagent: what is available, and why some are not.

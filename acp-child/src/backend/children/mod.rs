@@ -96,6 +96,8 @@ pub(crate) struct Task<'s> {
     pub(crate) description: Option<&'s str>,
     /// With it, the child's answer must match this JSON Schema (the result is the value).
     pub(crate) output_schema: Option<&'s serde_json::Value>,
+    /// What the child starts from; `None`: its definition's `run.context`, else fresh.
+    pub(crate) context: Option<protocol::definition::RunContext>,
 }
 
 /// How a started child runs.
@@ -237,6 +239,9 @@ impl<'a> Children<'a> {
             Ok(child) => child,
             Err(error) => return Delegated::failed(error.to_string()),
         };
+        if self.catalog.forks(&task) {
+            table.child_forked(&child);
+        }
         if mode == Mode::Foreground {
             let (result, live) = self
                 .subagents
@@ -327,6 +332,10 @@ impl<'a> Children<'a> {
                     prompt: message,
                     description: None,
                     output_schema: None,
+                    // A forked child's session is where its parent's is.
+                    context: child
+                        .forked
+                        .then_some(protocol::definition::RunContext::Fork),
                 },
                 Some(session),
             )

@@ -87,6 +87,8 @@ pub(crate) struct ChildEntry {
     pub(crate) agent: String,
     pub(crate) session: Option<String>,
     pub(crate) status: ChildStatus,
+    /// It started from a fork of the session's conversation (`context: fork`).
+    pub(crate) forked: bool,
     pub(crate) last_activity: SystemTime,
     /// Held by the run of this child in flight: one turn at a time.
     pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
@@ -285,6 +287,7 @@ impl Tasks {
                         } else {
                             ChildStatus::Ended
                         },
+                        forked: record.forked,
                         last_activity: SystemTime::now(),
                         gate: Arc::default(),
                         live: None,
@@ -318,6 +321,7 @@ impl Tasks {
                 agent: agent.to_owned(),
                 session: None,
                 status: ChildStatus::Running,
+                forked: false,
                 last_activity: SystemTime::now(),
                 gate,
                 live: None,
@@ -336,6 +340,11 @@ impl Tasks {
             .and_then(|n| inner.children.get(&n))
             .cloned()
             .ok_or_else(|| TaskError::NoSuchChild(id.to_owned()))
+    }
+
+    /// Marks child `id` as started from a fork of the session's conversation.
+    pub(crate) fn child_forked(&self, id: &str) {
+        self.update_child(id, |child| child.forked = true);
     }
 
     /// Marks child `id` running (a message to it is being delivered).
@@ -364,6 +373,7 @@ impl Tasks {
                 agent: child.agent.clone(),
                 session: child.session.clone(),
                 failed,
+                forked: child.forked,
             }
         })
     }
@@ -711,10 +721,15 @@ pub(crate) fn describe_children(
             .as_secs();
         let _ = write!(
             text,
-            "{}{}: subagent {}, {}, last activity {ago} s ago",
+            "{}{}: subagent {}{}, {}, last activity {ago} s ago",
             if text.is_empty() { "" } else { "\n" },
             child.id,
             child.agent,
+            if child.forked {
+                " (a fork of this conversation)"
+            } else {
+                ""
+            },
             child.status.as_str(),
         );
         if child.session.is_none() && child.status != ChildStatus::Running {
@@ -1035,12 +1050,14 @@ mod tests {
                 agent: "echo".into(),
                 session: Some("s".into()),
                 failed: false,
+                forked: false,
             },
             ChildRecord {
                 id: "bogus".into(),
                 agent: "echo".into(),
                 session: None,
                 failed: false,
+                forked: false,
             },
         ]);
         let (children, unusable) = tasks.children();

@@ -228,6 +228,7 @@ async fn delegate(
         prompt,
         description: None,
         output_schema: None,
+        context: None,
     };
     // One-shot: no table of children here to keep it in, so its process ends with the call.
     let result = Children::new(subagents, turn)
