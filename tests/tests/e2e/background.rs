@@ -653,6 +653,80 @@ async fn an_idle_child_is_closed_after_the_idle_timeout() {
 }
 
 #[tokio::test]
+async fn a_message_the_idle_timeout_refused_leaves_the_child_as_it_was_not_running() {
+    // The admission race, held open: the message to idle agent-1 waits for the one parallel
+    // slot (held by agent-2) while agent-1's idle timeout closes its queue. Once the slot is
+    // free the live queue refuses the message and the cold resume is refused too (the mock
+    // cannot load sessions): agent-1 never ran it, so it is listed as it was, not running (nor
+    // failed).
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let echo_pid = echo_with_pid(cwd.path());
+    let hang_pid = cwd.path().join("hang.pid");
+    mock_definition(
+        cwd.path(),
+        "hang",
+        &format!("hang --pid-file {}", hang_pid.display()),
+    );
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "first"),
+        await_task("call_out", "subagent-1"),
+        delegate_in_background("call_hang", "hang", "hold the slot"),
+        send_message("call_msg", "agent-1", "second"),
+        list_agents("call_agents"),
+        Reply::text(["done"]),
+    ]);
+    let launch = parent(
+        &llm,
+        state.path(),
+        None,
+        &["--child-idle-timeout", "1", "--max-parallel-subagents", "1"],
+    );
+    let ((), _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let turn = async {
+            prompt_ends(&mut session, "go", Permission::NotExpected).await?;
+            Ok(())
+        };
+        let race = async {
+            let echo = child_pid(echo_pid.clone()).await;
+            let hang = child_pid(hang_pid.clone()).await;
+            assert!(llm_waits_for(&llm, 4).await, "send_message was never made");
+            assert!(died(echo).await, "the idle child outlived its idle timeout");
+            // Frees the slot the message waits for.
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(hang).unwrap()),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        };
+        let (turn, ()) = tokio::join!(turn, race);
+        turn
+    })
+    .await;
+    let requests = model_requests(&llm, 6);
+    assert_eq!(
+        requests[4].tool_result("call_msg").unwrap(),
+        MOCK_CANNOT_RESUME
+    );
+    let agents = requests[5].tool_result("call_agents").unwrap();
+    let first = agents.lines().next().unwrap();
+    assert_listed(first, "agent-1: subagent echo, ended");
+    assert_none_left(cwd.path());
+}
+
+/// Whether the mock model received `n` requests within the deadline.
+async fn llm_waits_for(llm: &acp_tests::mock_llm::MockLlm, n: usize) -> bool {
+    tokio::time::timeout(acp_tests::HANG_GUARD, async {
+        while llm.requests().len() < n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
 async fn past_four_idle_children_the_one_idle_longest_is_closed() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();

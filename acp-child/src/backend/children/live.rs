@@ -218,19 +218,22 @@ impl Subagents {
     /// relayed, its permission requests relayed, a new announced session when the client speaks
     /// subagent sessions, the turn's cancellation honoured (which ends the child). `None` when it
     /// no longer takes messages (then nothing was sent). A follow-up has no output schema: its
-    /// answer is plain text.
+    /// answer is plain text. `accepted` runs once the child's queue took the message (not when
+    /// the wait for a slot was refused, nor when the queue had closed).
     pub(super) async fn send(
         &self,
         turn: &Turn,
         call: &ToolCallId,
         live: &LiveChild,
         message: &str,
+        accepted: impl FnOnce(),
     ) -> Option<Delegated> {
         let _slot = match self.slot(turn.cancelled()).await {
             Ok(slot) => slot,
             Err(refused) => return Some(refused),
         };
         let permit = live.follow_ups.reserve().await.ok()?;
+        accepted();
         let (reply, answer) = oneshot::channel();
         let follow_up = run::FollowUp {
             prompt: message.to_owned(),

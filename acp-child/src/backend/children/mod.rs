@@ -24,6 +24,7 @@ mod live;
 pub(crate) mod table;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use acp_host::run::Cancel;
 use agent_client_protocol::v1::schema::{ToolCallId, ToolKind};
@@ -251,7 +252,7 @@ impl<'a> Children<'a> {
             let subagents = Arc::clone(self.subagents);
             let cancel = cancel.clone();
             let child = child.clone();
-            move |running: Arc<std::sync::atomic::AtomicBool>| async move {
+            move |running: Arc<AtomicBool>| async move {
                 let (result, live) = subagents.run_detached(start, cancel, &running, keep).await;
                 record(&memory, &child, &result, live);
                 result
@@ -302,12 +303,28 @@ impl<'a> Children<'a> {
             Ok(child) => child,
             Err(error) => return Delegated::failed(error.to_string()),
         };
+        // The child is marked running only once its message was accepted; a message refused
+        // before that leaves it as it was (a refusal is no run of the child).
+        let before = child.status;
         if let Some(live) = child.live() {
-            table.child_running(&child.id);
-            if let Some(result) = self.subagents.send(turn, call, live, message).await {
-                record(&memory, &child.id, &result, None);
-                drop(gate);
-                return result;
+            let accepted = AtomicBool::new(false);
+            let sent = self
+                .subagents
+                .send(turn, call, live, message, || {
+                    accepted.store(true, Ordering::Release);
+                    table.child_running(&child.id);
+                })
+                .await;
+            match sent {
+                Some(result) if accepted.load(Ordering::Acquire) => {
+                    record(&memory, &child.id, &result, None);
+                    drop(gate);
+                    return result;
+                }
+                // No slot (the turn was cancelled while it waited): the child was not reached.
+                Some(refused) => return refused,
+                // Its idle queue closed meanwhile (the idle timeout won the race): cold resume.
+                None => {}
             }
         }
         let Some(session) = child.session.clone() else {
@@ -345,7 +362,13 @@ impl<'a> Children<'a> {
             .subagents
             .run(turn, call, start, message, None, true)
             .await;
-        record(&memory, &child.id, &result, live);
+        if result.failed && result.session.is_none() {
+            // The cold resume was refused before its session was loaded (no `loadSession`, a
+            // start that failed): the child and its saved session are as they were.
+            table.restore_child(&child.id, before);
+        } else {
+            record(&memory, &child.id, &result, live);
+        }
         drop(gate);
         result
     }

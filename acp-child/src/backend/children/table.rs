@@ -343,6 +343,11 @@ impl Tasks {
         self.update_child(id, |child| child.status = ChildStatus::Running);
     }
 
+    /// Puts child `id` back to `status`: a message to it was refused before it ran.
+    pub(crate) fn restore_child(&self, id: &str, status: ChildStatus) {
+        self.update_child(id, |child| child.status = status);
+    }
+
     /// Records how a run of child `id` ended; returns the record to save.
     pub(crate) fn child_ended(
         &self,
