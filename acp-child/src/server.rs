@@ -623,7 +623,7 @@ fn load_session(
             let code = match error {
                 StoreError::NotFound { .. } => ErrorCode::RESOURCE_NOT_FOUND,
                 StoreError::BadId { .. } | StoreError::NotAFile { .. } => ErrorCode::INVALID_PARAMS,
-                StoreError::Busy { .. } => ErrorCode::INVALID_REQUEST,
+                StoreError::Busy { .. } | StoreError::Newer { .. } => ErrorCode::INVALID_REQUEST,
                 StoreError::Io { .. } | StoreError::NoHeader { .. } => ErrorCode::INTERNAL_ERROR,
             };
             return responder.respond_with_error(refuse(code, describe(&error)));
@@ -651,6 +651,7 @@ fn load_session(
     };
     let options = config_options(&offers, &settings);
     let memory = Memory::persistent(file, saved.history, restored);
+    memory.tasks().add_unusable(saved.unusable_children);
     memory.configure(|current| *current = settings);
     let updates = backend.replay(&workspace, &memory);
     if let Err(error) = sessions.open(id, workspace, memory) {

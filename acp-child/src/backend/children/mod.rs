@@ -234,7 +234,8 @@ impl<'a> Children<'a> {
         }
         let memory = Arc::clone(turn.memory());
         let table = Arc::clone(memory.tasks());
-        let (child, gate) = match table.new_child(task.name) {
+        let (child, gate) = match table.new_child(task.name, &label(task.description, task.prompt))
+        {
             Ok(child) => child,
             Err(error) => return Delegated::failed(error.to_string()),
         };
