@@ -6,7 +6,9 @@
 //! is an error when the template is read (a `--persona` file at start-up, a session's system
 //! prompt at `session/new`), never at rendering; substituted values are never scanned again, and
 //! single braces are plain text (a persona may contain code). Without `--persona FILE` the built-in
-//! persona is used; it names only the tools the session's filter lets through. A session's system prompt is added to it (`append`) or replaces it
+//! persona is used; it names only the tools the session's filter lets through. A session's system
+//! prompt goes before it, as the first section of the assembled prompt (`append`: identity first,
+//! then the agent's guidance and tools, then a structured-output instruction), or replaces it
 //! (`override`): [`Persona::with_session`].
 
 use std::fmt::Write as _;
@@ -149,16 +151,18 @@ impl Persona {
         })
     }
 
-    /// This persona with a session's system prompt: after it (`replace` false) or instead of it.
+    /// This persona with a session's system prompt: the assembled prompt's sections in order,
+    /// the session's persona first (identity), then this one (the agent's own guidance and its
+    /// tools), `replace` false; or the session's instead of this one.
     #[must_use]
     pub(crate) fn with_session(&self, session: Option<&SessionPersona>) -> Persona {
         match session {
             None => self.clone(),
             Some(session) if session.replace => session.persona.clone(),
             Some(session) => {
-                let mut pieces = self.pieces.clone();
+                let mut pieces = session.persona.pieces.clone();
                 pieces.push(Piece::Text("\n\n".to_owned()));
-                pieces.extend(session.persona.pieces.iter().cloned());
+                pieces.extend(self.pieces.iter().cloned());
                 Persona { pieces }
             }
         }
@@ -245,7 +249,7 @@ mod tests {
         assert_eq!(
             base.with_session(Some(&session(false)))
                 .render("m", Path::new("/w"), None),
-            "base m\n\nextra in /w"
+            "extra in /w\n\nbase m"
         );
         assert_eq!(
             base.with_session(Some(&session(true)))

@@ -61,11 +61,14 @@ fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
     assert_eq!(requests[0].tool_names(), ["read_file", "search"]);
     let canonical = dir.path().canonicalize().unwrap();
     let system = system_text(&requests[0]);
+    // Identity first: the persona, then acp-child's own guidance and tools.
     assert!(
-        system.starts_with(
-            "You are acp-child, a careful coding agent running as the model other-model"
-        ),
-        "append keeps acp-child's own persona first: {system}"
+        system.starts_with(&format!(
+            "Review as other-model in {}.\n\nYou are acp-child, a careful coding agent running \
+             as the model other-model",
+            canonical.display()
+        )),
+        "append puts the persona first: {system}"
     );
     // The built-in persona names only the tools the session is given.
     for filtered in ["write_file", "edit_file", "run_command", "list_dir"] {
@@ -76,10 +79,7 @@ fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
         "{system}"
     );
     assert!(
-        system.ends_with(&format!(
-            "\n\nReview as other-model in {}.",
-            canonical.display()
-        )),
+        system.ends_with("Be concise: say what you did and what you found."),
         "{system}"
     );
     assert_eq!(requests[0].last_user_text().as_deref(), Some("go"));
@@ -493,7 +493,7 @@ fn a_resumed_acp_child_session_keeps_its_model_persona_and_tool_filter() {
         assert_eq!(request.body["model"], "other-model");
         assert_eq!(request.tool_names(), ["read_file"]);
         assert!(
-            system_text(request).ends_with("\n\nAnswer as other-model."),
+            system_text(request).starts_with("Answer as other-model.\n\nYou are acp-child"),
             "{}",
             system_text(request)
         );

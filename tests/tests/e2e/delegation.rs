@@ -944,11 +944,10 @@ fn run_subagent_on_acp_child_applies_model_and_persona() {
     assert_eq!(stdout(&out), "fine");
     let requests = llm.requests();
     assert_eq!(requests[0].body["model"], "reviewer-model");
-    // Appended to acp-child's own persona (the default mode).
+    // Added to acp-child's own persona (the default mode), identity first.
     let system = requests[0].messages()[0]["content"].as_str().unwrap();
     assert!(
-        system.starts_with("You are acp-child")
-            && system.ends_with("\n\nReview as reviewer-model."),
+        system.starts_with("Review as reviewer-model.\n\nYou are acp-child"),
         "{system}"
     );
 }
