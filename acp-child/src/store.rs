@@ -70,6 +70,9 @@ pub(crate) struct ChildRecord {
     /// The ACP session id its agent reported, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) session: Option<String>,
+    /// Whether its agent advertises `loadSession` (absent: not known, as in version 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resumable: Option<bool>,
     /// Whether its last run failed.
     #[serde(default)]
     pub(crate) failed: bool,
@@ -552,6 +555,7 @@ mod tests {
                 agent: "echo".into(),
                 label: None,
                 session: Some("s-1".into()),
+                resumable: None,
                 failed: false,
             })]
         );

@@ -240,6 +240,7 @@ async fn handshake(
             .block_task()
             .await
             .map_err(|err| failed(Stage::Initialize, &err))?;
+        shared.set_resumable(initialized.agent_capabilities.load_session);
         let offers =
             Offers::from_initialize(&serde_json::to_value(&initialized).unwrap_or_default());
         let mut plan =

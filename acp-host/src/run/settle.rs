@@ -47,6 +47,7 @@ pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> Run
         persona_delivery: None,
         structured: None,
         structured_via: None,
+        resumable: None,
     }
 }
 
@@ -224,6 +225,7 @@ pub(super) fn settle_turn(
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
+    result.resumable = shared.resumable();
     result.children = shared.take_children();
     result.persona_delivery = shared.persona_delivery();
     record_structured(result, shared.take_structured());

@@ -718,12 +718,14 @@ async fn a_message_the_idle_timeout_refused_leaves_the_child_as_it_was_not_runni
 
 #[tokio::test]
 async fn a_loaded_parent_lists_its_saved_children_an_unreadable_record_as_unusable_with_why() {
+    // Also: a child whose agent cannot load sessions says so from its first listing on.
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     echo_with_pid(cwd.path());
     let llm = keyed_llm([
         delegate_in_background("call_bg", "echo", "first"),
         await_task("call_out", "subagent-1"),
+        list_agents("call_idle"),
         Reply::text(["started"]),
         list_agents("call_agents"),
         Reply::text(["listed"]),
@@ -749,9 +751,20 @@ async fn a_loaded_parent_lists_its_saved_children_an_unreadable_record_as_unusab
         (
             &children[0]["version"],
             &children[0]["id"],
-            &children[0]["label"]
+            &children[0]["label"],
+            &children[0]["resumable"]
         ),
-        (&json!(2), &json!("agent-1"), &json!("first"))
+        (&json!(2), &json!("agent-1"), &json!("first"), &json!(false))
+    );
+    // The mock cannot load sessions: said while the child is still alive, idle.
+    let idle = model_requests(&llm, 4)[3].tool_result("call_idle").unwrap();
+    assert!(
+        idle.starts_with("agent-1: subagent echo, idle, last activity ")
+            && idle.ends_with(
+                " s ago, task \"first\" (cannot be resumed once it ends: its agent does not \
+                 advertise loadSession)"
+            ),
+        "{idle}"
     );
     // A record damaged by hand (or by a bug): it has no id.
     std::fs::write(
@@ -766,13 +779,16 @@ async fn a_loaded_parent_lists_its_saved_children_an_unreadable_record_as_unusab
         Ok(())
     })
     .await;
-    let requests = model_requests(&llm, 5);
-    let agents = requests[4].tool_result("call_agents").unwrap();
+    let requests = model_requests(&llm, 6);
+    let agents = requests[5].tool_result("call_agents").unwrap();
     let lines: Vec<&str> = agents.lines().collect();
     assert_eq!(lines.len(), 2, "{agents}");
     assert!(
         lines[0].starts_with("agent-1: subagent echo, ended, last activity ")
-            && lines[0].ends_with(" s ago, task \"first\""),
+            && lines[0].ends_with(
+                " s ago, task \"first\" (cannot be resumed once it ends: its agent does not \
+                 advertise loadSession)"
+            ),
         "{agents}"
     );
     assert_eq!(

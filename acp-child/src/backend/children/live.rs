@@ -263,6 +263,7 @@ impl Subagents {
 fn cancelled(result: Option<&RunResult>) -> Delegated {
     Delegated {
         session: result.and_then(|result| result.session_id.clone()),
+        resumable: result.and_then(|result| result.resumable),
         ..Delegated::failed(CANCELLED)
     }
 }
@@ -509,10 +510,12 @@ fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
                 .map_or(result.output, ToString::to_string),
             failed: false,
             session: result.session_id,
+            resumable: result.resumable,
         };
     }
     Delegated {
         session: result.session_id.clone(),
+        resumable: result.resumable,
         ..ended(name, &result)
     }
 }

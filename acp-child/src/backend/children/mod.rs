@@ -75,6 +75,8 @@ pub(crate) struct Delegated {
     pub(crate) failed: bool,
     /// The ACP session id the child's agent reported (to continue it later).
     pub(crate) session: Option<String>,
+    /// Whether its agent advertises `loadSession` (can be cold-resumed), once known.
+    pub(crate) resumable: Option<bool>,
 }
 
 impl Delegated {
@@ -83,6 +85,7 @@ impl Delegated {
             text: text.into(),
             failed: true,
             session: None,
+            resumable: None,
         }
     }
 }
@@ -270,9 +273,10 @@ impl<'a> Children<'a> {
                 ),
                 failed: false,
                 session: None,
+                resumable: None,
             },
             Err(error) => {
-                table.child_ended(&child, None, true);
+                table.child_ended(&child, None, None, true);
                 Delegated::failed(error.to_string())
             }
         }
@@ -456,6 +460,7 @@ fn ok(text: String) -> Delegated {
         text,
         failed: false,
         session: None,
+        resumable: None,
     }
 }
 
@@ -463,7 +468,12 @@ fn ok(text: String) -> Delegated {
 /// process alive (`live`) when it stays for more messages.
 fn record(memory: &Memory, child: &str, result: &Delegated, live: Option<Arc<LiveChild>>) {
     let table = memory.tasks();
-    if let Some(record) = table.child_ended(child, result.session.as_deref(), result.failed) {
+    if let Some(record) = table.child_ended(
+        child,
+        result.session.as_deref(),
+        result.resumable,
+        result.failed,
+    ) {
         memory.record_child(record);
     }
     if let Some(live) = live {

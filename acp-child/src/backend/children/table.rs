@@ -91,6 +91,8 @@ pub(crate) struct ChildEntry {
     /// The task it was created with (absent for a child saved before labels were).
     pub(crate) label: Option<String>,
     pub(crate) session: Option<String>,
+    /// Whether its agent advertises `loadSession`, once a run of it told.
+    pub(crate) resumable: Option<bool>,
     pub(crate) status: ChildStatus,
     pub(crate) last_activity: SystemTime,
     /// Held by the run of this child in flight: one turn at a time.
@@ -291,6 +293,9 @@ impl Tasks {
                         if record.session.is_some() {
                             known.session = record.session;
                         }
+                        if record.resumable.is_some() {
+                            known.resumable = record.resumable;
+                        }
                         known.status = if record.failed {
                             ChildStatus::Failed
                         } else {
@@ -323,6 +328,7 @@ impl Tasks {
                         agent: record.agent,
                         label: record.label,
                         session: record.session,
+                        resumable: record.resumable,
                         status: if record.failed {
                             ChildStatus::Failed
                         } else {
@@ -367,6 +373,7 @@ impl Tasks {
                 agent: agent.to_owned(),
                 label: Some(label.to_owned()),
                 session: None,
+                resumable: None,
                 status: ChildStatus::Running,
                 last_activity: SystemTime::now(),
                 gate,
@@ -403,11 +410,15 @@ impl Tasks {
         &self,
         id: &str,
         session: Option<&str>,
+        resumable: Option<bool>,
         failed: bool,
     ) -> Option<ChildRecord> {
         self.update_child(id, |child| {
             if let Some(session) = session {
                 child.session = Some(session.to_owned());
+            }
+            if resumable.is_some() {
+                child.resumable = resumable;
             }
             child.status = if failed {
                 ChildStatus::Failed
@@ -420,6 +431,7 @@ impl Tasks {
                 agent: child.agent.clone(),
                 label: child.label.clone(),
                 session: child.session.clone(),
+                resumable: child.resumable,
                 failed,
             }
         })
@@ -785,6 +797,10 @@ pub(crate) fn describe_children(
                 " (cannot be continued: subagent {} is not available in this session any more)",
                 child.agent
             );
+        } else if child.resumable == Some(false) {
+            text.push_str(
+                " (cannot be resumed once it ends: its agent does not advertise loadSession)",
+            );
         }
     }
     for problem in unusable {
@@ -818,6 +834,7 @@ mod tests {
             text: text.into(),
             failed: false,
             session: None,
+            resumable: None,
         }
     }
 
@@ -1099,6 +1116,7 @@ mod tests {
                 agent: "echo".into(),
                 label: None,
                 session: Some("s".into()),
+                resumable: None,
                 failed: false,
             },
             ChildRecord {
@@ -1107,6 +1125,7 @@ mod tests {
                 agent: "echo".into(),
                 label: None,
                 session: None,
+                resumable: None,
                 failed: false,
             },
         ]);
@@ -1143,6 +1162,7 @@ mod tests {
             agent: agent.into(),
             label: Some(label.into()),
             session: Some(format!("s-{id}")),
+            resumable: Some(true),
             failed,
         };
         let tasks = Tasks::restored([
