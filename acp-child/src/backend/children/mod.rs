@@ -369,8 +369,9 @@ impl<'a> Children<'a> {
             .await;
         if result.failed && result.session.is_none() {
             // The cold resume was refused before its session was loaded (no `loadSession`, a
-            // start that failed): the child and its saved session are as they were.
-            table.restore_child(&child.id, before);
+            // start that failed): the child and its saved session are as they were (what its
+            // agent said of `loadSession` is kept).
+            table.restore_child(&child.id, before, result.resumable);
         } else {
             record(&memory, &child.id, &result, live);
         }

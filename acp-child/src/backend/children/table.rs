@@ -400,9 +400,15 @@ impl Tasks {
         self.update_child(id, |child| child.status = ChildStatus::Running);
     }
 
-    /// Puts child `id` back to `status`: a message to it was refused before it ran.
-    pub(crate) fn restore_child(&self, id: &str, status: ChildStatus) {
-        self.update_child(id, |child| child.status = status);
+    /// Puts child `id` back to `status`: a message to it was refused before it ran (its agent
+    /// may have said meanwhile whether it can be resumed: `resumable`).
+    pub(crate) fn restore_child(&self, id: &str, status: ChildStatus, resumable: Option<bool>) {
+        self.update_child(id, |child| {
+            child.status = status;
+            if resumable.is_some() {
+                child.resumable = resumable;
+            }
+        });
     }
 
     /// Records how a run of child `id` ended; returns the record to save.
