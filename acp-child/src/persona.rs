@@ -1,11 +1,14 @@
 //! The persona: the system prompt sent first in every model request.
 //!
 //! A persona is a template with two variables, `{{model}}` and `{{cwd}}` (the model name and the
-//! session directory). Variables are strict: an unknown name (`{{modle}}`) or an unclosed `{{` is
-//! an error when the template is read (a `--persona` file at start-up, a session's system prompt
-//! at `session/new`), never at rendering; substituted values are never scanned again, and single
-//! braces are plain text (a persona may contain code). Without `--persona FILE` the built-in
-//! persona is used; it names only the tools the session's filter lets through. A session's system prompt is added to it (`append`) or replaces it
+//! session directory), by the one rule of `protocol::capabilities::template` (acp-host's persona
+//! preamble uses it too). Variables are strict: an unknown name (`{{modle}}`) or an unclosed `{{`
+//! is an error when the template is read (a `--persona` file at start-up, a session's system
+//! prompt at `session/new`), never at rendering; substituted values are never scanned again, and
+//! single braces are plain text (a persona may contain code). Without `--persona FILE` the built-in
+//! persona is used; it names only the tools the session's filter lets through. A session's system
+//! prompt goes before it, as the first section of the assembled prompt (`append`: identity first,
+//! then the agent's guidance and tools, then a structured-output instruction), or replaces it
 //! (`override`): [`Persona::with_session`].
 
 use std::fmt::Write as _;
@@ -34,8 +37,7 @@ const TOOL_GROUPS: [(&[&str], &str); 3] = [
     ),
 ];
 
-/// The variables a persona may use.
-const VARIABLES: &str = "{{model}}, {{cwd}}";
+use protocol::capabilities::template::{self, Template, VARIABLES, Variable};
 
 /// The persona file could not be read, or a template is malformed.
 #[derive(Debug, Error)]
@@ -124,34 +126,17 @@ fn tools_sentence(allows: &dyn Fn(&str) -> bool, cwd: &str) -> String {
 
 impl Persona {
     /// Parses a template; every `{{` must open a known variable.
-    pub(crate) fn new(template: &str) -> Result<Self, PersonaError> {
-        let mut pieces = Vec::new();
-        let mut rest = template;
-        while let Some(open) = rest.find("{{") {
-            if open > 0 {
-                pieces.push(Piece::Text(rest[..open].to_owned()));
-            }
-            let after = &rest[open + 2..];
-            let Some(close) = after.find("}}") else {
-                return Err(template_error(format!(
-                    "`{{{{` at byte {} is never closed",
-                    template.len() - rest.len() + open
-                )));
-            };
-            pieces.push(match after[..close].trim() {
-                "model" => Piece::Model,
-                "cwd" => Piece::Cwd,
-                other => {
-                    return Err(template_error(format!(
-                        "unknown variable `{{{{{other}}}}}`"
-                    )));
-                }
-            });
-            rest = &after[close + 2..];
-        }
-        if !rest.is_empty() {
-            pieces.push(Piece::Text(rest.to_owned()));
-        }
+    pub(crate) fn new(text: &str) -> Result<Self, PersonaError> {
+        let parsed = Template::parse(text).map_err(|error| template_error(error.problem))?;
+        let pieces = parsed
+            .pieces
+            .into_iter()
+            .map(|piece| match piece {
+                template::Piece::Text(text) => Piece::Text(text),
+                template::Piece::Variable(Variable::Model) => Piece::Model,
+                template::Piece::Variable(Variable::Cwd) => Piece::Cwd,
+            })
+            .collect();
         Ok(Self { pieces })
     }
 
@@ -166,16 +151,18 @@ impl Persona {
         })
     }
 
-    /// This persona with a session's system prompt: after it (`replace` false) or instead of it.
+    /// This persona with a session's system prompt: the assembled prompt's sections in order,
+    /// the session's persona first (identity), then this one (the agent's own guidance and its
+    /// tools), `replace` false; or the session's instead of this one.
     #[must_use]
     pub(crate) fn with_session(&self, session: Option<&SessionPersona>) -> Persona {
         match session {
             None => self.clone(),
             Some(session) if session.replace => session.persona.clone(),
             Some(session) => {
-                let mut pieces = self.pieces.clone();
+                let mut pieces = session.persona.pieces.clone();
                 pieces.push(Piece::Text("\n\n".to_owned()));
-                pieces.extend(session.persona.pieces.iter().cloned());
+                pieces.extend(self.pieces.iter().cloned());
                 Persona { pieces }
             }
         }
@@ -262,7 +249,7 @@ mod tests {
         assert_eq!(
             base.with_session(Some(&session(false)))
                 .render("m", Path::new("/w"), None),
-            "base m\n\nextra in /w"
+            "extra in /w\n\nbase m"
         );
         assert_eq!(
             base.with_session(Some(&session(true)))

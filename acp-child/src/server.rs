@@ -674,6 +674,7 @@ fn load_session(
     };
     let options = config_options(&offers, &settings);
     let memory = Memory::persistent(file, saved.history, restored);
+    memory.tasks().add_unusable(saved.unusable_children);
     memory.configure(|current| *current = settings);
     let updates = backend.replay(&workspace, &memory);
     if let Err(error) = sessions.open(id, workspace, memory) {
@@ -704,7 +705,7 @@ fn store_error_code(error: &StoreError) -> ErrorCode {
     match error {
         StoreError::NotFound { .. } => ErrorCode::RESOURCE_NOT_FOUND,
         StoreError::BadId { .. } | StoreError::NotAFile { .. } => ErrorCode::INVALID_PARAMS,
-        StoreError::Busy { .. } => ErrorCode::INVALID_REQUEST,
+        StoreError::Busy { .. } | StoreError::Newer { .. } => ErrorCode::INVALID_REQUEST,
         StoreError::Io { .. } | StoreError::NoHeader { .. } => ErrorCode::INTERNAL_ERROR,
     }
 }

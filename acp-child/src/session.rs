@@ -255,9 +255,15 @@ impl Memory {
         }
     }
 
-    /// Keeps a checked structured answer (the latest call wins).
+    /// Keeps a checked structured answer: the first of a turn wins (a capture ends the turn).
     pub(crate) fn capture(&self, value: serde_json::Value) {
-        *lock(&self.captured) = Some(value);
+        lock(&self.captured).get_or_insert(value);
+    }
+
+    /// Whether a structured answer was captured since the last take.
+    #[must_use]
+    pub(crate) fn has_captured(&self) -> bool {
+        lock(&self.captured).is_some()
     }
 
     /// The structured answer captured since the last take.

@@ -22,6 +22,12 @@
 //! any unreadable one). Loading a file whose last line is torn ends it with a newline first, so the
 //! next record starts a line of its own.
 //!
+//! Versions: the header and each child record carry a `version` (absent: 1, what acp-child wrote
+//! before versions, still read as it was). A session file whose header is newer than
+//! [`SESSION_VERSION`] is refused, naming both; a child record newer than [`CHILD_VERSION`], or
+//! one that does not read as a child record (a missing `id`), is kept as an unusable child with
+//! why ([`Saved::unusable_children`]), never dropped silently.
+//!
 //! One writer per session: a session file is opened ([`Store::create`], [`Store::load`]) into a
 //! [`SessionFile`] that holds an exclusive lock on it (`flock`, which dies with the process, or
 //! with the handle) for as long as the session is open, and every append goes through it. A
@@ -42,15 +48,37 @@ use protocol::capabilities::ToolFilter;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// A child as saved in its parent's session file (the last record of an id wins).
+/// The version of the session header written.
+pub(crate) const SESSION_VERSION: u32 = 2;
+
+/// The version of the child records written.
+pub(crate) const CHILD_VERSION: u32 = 2;
+
+/// What a record without a `version` is: written before versions.
+const fn unversioned() -> u32 {
+    1
+}
+
+/// A child as saved in its parent's session file: one each time a run of it ends. Its first
+/// record is its descriptor (id, subagent, creation label); later ones change only how it stands
+/// (`backend::children::table` checks they agree).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ChildRecord {
+    #[serde(default = "unversioned")]
+    pub(crate) version: u32,
     pub(crate) id: String,
     /// The subagent's name (a registry agent or a definition).
     pub(crate) agent: String,
+    /// The task it was created with (its label: the call's description, else its prompt's first
+    /// line); absent in records of version 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) label: Option<String>,
     /// The ACP session id its agent reported, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) session: Option<String>,
+    /// Whether its agent advertises `loadSession` (absent: not known, as in version 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) resumable: Option<bool>,
     /// Whether its last run failed.
     #[serde(default)]
     pub(crate) failed: bool,
@@ -63,8 +91,12 @@ pub(crate) struct ChildRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Record {
-    /// The header: where the session works.
-    Session { cwd: PathBuf },
+    /// The header: the file's version and where the session works.
+    Session {
+        #[serde(default = "unversioned")]
+        version: u32,
+        cwd: PathBuf,
+    },
     /// A prompt from the user.
     User { text: String },
     /// A reply from the model: its text and the tools it called.
@@ -121,6 +153,9 @@ const SETTINGS_TYPE: &str = "settings";
 /// The turn-end line's `type`.
 const TURN_END_TYPE: &str = "turn_end";
 
+/// A child record's `type`.
+const CHILD_TYPE: &str = "child";
+
 /// A tool call the model made.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RecordedCall {
@@ -156,6 +191,8 @@ pub(crate) enum StoreError {
     Busy { id: String },
     #[error("session file {} is {kind}, not a regular file; acp-child reads only regular files of its state directory", path.display())]
     NotAFile { path: PathBuf, kind: &'static str },
+    #[error("session file {} is of version {version}, newer than this acp-child reads ({SESSION_VERSION}); load it with a newer acp-child", path.display())]
+    Newer { path: PathBuf, version: u32 },
 }
 
 /// A loaded session: where it works and what was said.
@@ -170,6 +207,8 @@ pub(crate) struct Saved {
     /// How many records of `history` were saved before the last turn-end line; `None` when the
     /// file has none (saved before turn ends were marked).
     pub(crate) turns_end: Option<usize>,
+    /// Child records that cannot be used, each with its line and why.
+    pub(crate) unusable_children: Vec<String>,
 }
 
 impl Saved {
@@ -233,6 +272,7 @@ impl Store {
         std::fs::create_dir_all(&self.dir)
             .map_err(|source| io_error("create the directory of", source))?;
         let line = line(&Record::Session {
+            version: SESSION_VERSION,
             cwd: cwd.to_path_buf(),
         });
         let file = std::fs::OpenOptions::new()
@@ -442,6 +482,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Saved, StoreError> {
     let mut records = Vec::new();
     let mut settings = None;
     let mut turns_end = None;
+    let mut unusable_children = Vec::new();
     for (number, text) in bytes.split(|&b| b == b'\n').enumerate() {
         let Ok(text) = std::str::from_utf8(text) else {
             tracing::warn!(
@@ -465,6 +506,21 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Saved, StoreError> {
                     settings = Some(saved);
                     None
                 })
+            } else if kind == Some(CHILD_TYPE) {
+                // A child is listed even when its record cannot be used: it existed.
+                let problem = match serde_json::from_value::<ChildRecord>(value) {
+                    Ok(child) if child.version <= CHILD_VERSION => {
+                        return Ok(Some(Record::Child(child)));
+                    }
+                    Ok(child) => format!(
+                        "child {} (subagent {}): its record is of version {}, newer than this \
+                         acp-child reads ({CHILD_VERSION})",
+                        child.id, child.agent, child.version
+                    ),
+                    Err(error) => format!("a child record that cannot be read ({error})"),
+                };
+                unusable_children.push(format!("line {}: {problem}", number + 1));
+                Ok(None)
             } else {
                 serde_json::from_value::<Record>(value).map(Some)
             }
@@ -481,11 +537,18 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Saved, StoreError> {
     }
     let mut records = records.into_iter();
     match records.next() {
-        Some(Record::Session { cwd }) => Ok(Saved {
+        Some(Record::Session { version, .. }) if version > SESSION_VERSION => {
+            Err(StoreError::Newer {
+                path: path.to_path_buf(),
+                version,
+            })
+        }
+        Some(Record::Session { cwd, .. }) => Ok(Saved {
             cwd,
             history: records.collect(),
             settings,
             turns_end,
+            unusable_children,
         }),
         _ => Err(StoreError::NoHeader {
             path: path.to_path_buf(),
@@ -553,6 +616,76 @@ mod tests {
             store.create("sess-a", Path::new("/other")),
             Err(StoreError::Io { .. })
         ));
+    }
+
+    #[test]
+    fn versions_are_written_and_an_unversioned_file_still_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        drop(store.create("new", Path::new("/p")).unwrap());
+        let header = std::fs::read_to_string(dir.path().join("new.jsonl")).unwrap();
+        assert_eq!(
+            header,
+            "{\"type\":\"session\",\"version\":2,\"cwd\":\"/p\"}\n"
+        );
+        // What acp-child wrote before versions.
+        std::fs::write(
+            dir.path().join("old.jsonl"),
+            "{\"type\":\"session\",\"cwd\":\"/p\"}\n\
+             {\"type\":\"child\",\"id\":\"agent-1\",\"agent\":\"echo\",\"session\":\"s-1\"}\n",
+        )
+        .unwrap();
+        let (saved, _file) = store.load("old").unwrap();
+        assert_eq!(
+            saved.history,
+            [Record::Child(ChildRecord {
+                version: 1,
+                id: "agent-1".into(),
+                agent: "echo".into(),
+                label: None,
+                session: Some("s-1".into()),
+                resumable: None,
+                failed: false,
+                forked: false,
+            })]
+        );
+        assert!(saved.unusable_children.is_empty());
+        std::fs::write(
+            dir.path().join("future.jsonl"),
+            "{\"type\":\"session\",\"version\":3,\"cwd\":\"/p\"}\n",
+        )
+        .unwrap();
+        let error = store.load("future").unwrap_err().to_string();
+        assert!(
+            error.ends_with(
+                "future.jsonl is of version 3, newer than this acp-child reads (2); load it with a \
+                 newer acp-child"
+            ),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_child_record_that_cannot_be_used_is_kept_as_unusable_with_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::new(dir.path().to_path_buf());
+        std::fs::write(
+            dir.path().join("s.jsonl"),
+            "{\"type\":\"session\",\"version\":2,\"cwd\":\"/p\"}\n\
+             {\"type\":\"child\",\"agent\":\"echo\"}\n\
+             {\"type\":\"child\",\"version\":9,\"id\":\"agent-2\",\"agent\":\"echo\"}\n",
+        )
+        .unwrap();
+        let (saved, _file) = store.load("s").unwrap();
+        assert!(saved.history.is_empty());
+        assert_eq!(
+            saved.unusable_children,
+            [
+                "line 2: a child record that cannot be read (missing field `id`)",
+                "line 3: child agent-2 (subagent echo): its record is of version 9, newer than \
+                 this acp-child reads (2)"
+            ]
+        );
     }
 
     #[test]
@@ -740,9 +873,12 @@ mod tests {
         };
         file.append(&[
             Record::Child(ChildRecord {
+                version: CHILD_VERSION,
                 id: "subagent-1".into(),
                 agent: "acp-child".into(),
+                label: None,
                 session: None,
+                resumable: None,
                 failed: false,
                 forked: true,
             }),

@@ -24,6 +24,7 @@ use serde_json::{Map, Value};
 use crate::structured::{self, OutputSpec, StructuredVia};
 
 mod extension;
+pub mod template;
 
 pub use self::extension::{Advertised, Answer, SessionStart};
 
@@ -386,6 +387,45 @@ pub fn launch_args(wants: &Wants, spec: Option<&crate::registry::AgentSpec>) -> 
     }
 }
 
+/// The persona of a preamble ([`SessionPlan::preamble`]) with its variables substituted by the
+/// one rule ([`template`]): `{{cwd}}` is the session's directory, `{{model}}` the model asked for
+/// (`wanted`), else the current value of the agent's model config option (from `session/new`'s
+/// `configOptions`); a variable without a value refuses the run, naming it.
+pub fn render_persona(
+    persona: &str,
+    cwd: &str,
+    wanted: Option<&str>,
+    config_options: Option<&Value>,
+    agent: &str,
+) -> Result<String, Refusal> {
+    let refuse = |reason: String| Refusal {
+        capability: "persona",
+        agent: agent.to_owned(),
+        reason,
+    };
+    let parsed = template::Template::parse(persona)
+        .map_err(|error| refuse(format!("was given a {error}")))?;
+    let current = config_options
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|o| o.get("category").and_then(Value::as_str) == Some("model"))
+        .and_then(|o| o.get("currentValue"))
+        .and_then(Value::as_str);
+    let values = template::Values {
+        model: wanted.or(current),
+        cwd: Some(cwd),
+    };
+    parsed.render(values, "").map_err(|unbound| {
+        refuse(format!(
+            "takes no system prompt and names no current model (no session config option of \
+                 category model), so the persona preamble's {} has no value; pass --model (or \
+                 run.model in the definition), or drop it from the persona",
+            unbound.variable.reference()
+        ))
+    })
+}
+
 /// The first prompt of an agent that takes no system prompt: the persona, clearly delimited, then
 /// the task.
 #[must_use]
@@ -621,6 +661,41 @@ mod tests {
         assert!(launch_args(&wants, crate::registry::find("codex")).is_empty());
         assert!(launch_args(&wants, None).is_empty());
         assert!(launch_args(&Wants::default(), child).is_empty());
+    }
+
+    #[test]
+    fn a_preamble_persona_gets_the_cwd_and_the_model_asked_for_or_current() {
+        let options = serde_json::json!([{"id": "m", "category": "model", "type": "select",
+            "currentValue": "fast", "options": [{"value": "fast"}, {"value": "slow"}]}]);
+        let persona = "Be {{model}} in {{ cwd }}.";
+        assert_eq!(
+            render_persona(persona, "/p", Some("slow"), Some(&options), "a"),
+            Ok("Be slow in /p.".to_owned())
+        );
+        assert_eq!(
+            render_persona(persona, "/p", None, Some(&options), "a"),
+            Ok("Be fast in /p.".to_owned())
+        );
+        assert_eq!(
+            render_persona("In {{cwd}}.", "/p", None, None, "a"),
+            Ok("In /p.".to_owned())
+        );
+        assert_eq!(
+            render_persona(persona, "/p", None, None, "codex")
+                .unwrap_err()
+                .to_string(),
+            "capability persona: agent codex takes no system prompt and names no current model \
+             (no session config option of category model), so the persona preamble's {{model}} \
+             has no value; pass --model (or run.model in the definition), or drop it from the \
+             persona"
+        );
+        assert_eq!(
+            render_persona("{{x}}", "/p", None, None, "a")
+                .unwrap_err()
+                .reason,
+            "was given a persona template: unknown variable `{{x}}` (the variables are \
+             {{model}}, {{cwd}})"
+        );
     }
 
     #[test]

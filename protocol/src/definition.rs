@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
-use crate::registry::{self, AgentSpec, OptionKind, SyncTarget};
+use crate::registry::{self, AgentSpec, OptionKind, SyncTarget, TargetFormat};
 
 /// The folder of a project (or any directory) that holds its definitions: `<dir>/subagents/`.
 pub const DEFINITION_DIR: &str = "subagents";
@@ -704,7 +704,33 @@ fn parse_options(
         })?;
         options.insert(key.clone(), parsed);
     }
+    if target.format == TargetFormat::DshShared {
+        check_dsh_depth(spec.name, &options)?;
+    }
     Ok(options)
+}
+
+/// A numeric DSH `maxDepth` must be backed by its provider: the definition says so with
+/// `providerHonoursDepth: true`, else it is refused (DSH's schema rule); `provider-managed` needs
+/// nothing.
+fn check_dsh_depth(agent: &str, options: &AgentOptions) -> Result<(), Problem> {
+    let honoured = options.get("providerHonoursDepth") == Some(&OptionValue::Bool(true));
+    match options.get("maxDepth") {
+        Some(OptionValue::Int(n)) if !honoured => Err(field(
+            &format!("{agent}.maxDepth"),
+            format!(
+                "a number ({n}) must be enforced by the provider: set \
+                 {agent}.providerHonoursDepth: true if provider {} enforces it, or write \
+                 maxDepth: {}",
+                match options.get("provider") {
+                    Some(OptionValue::String(provider)) => provider.as_str(),
+                    _ => "spawn",
+                },
+                registry::PROVIDER_MANAGED
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn describe_value(value: &Value) -> String {
@@ -762,6 +788,10 @@ fn parse_option(kind: OptionKind, value: &Value) -> Option<OptionValue> {
             n.as_u64().filter(|n| *n >= 1).map(OptionValue::Int)
         }
         (OptionKind::OneOf(allowed), Value::String(s)) if allowed.contains(&s.as_str()) => {
+            Some(OptionValue::String(s.clone()))
+        }
+        (OptionKind::DepthCap, Value::Number(n)) => n.as_u64().map(OptionValue::Int),
+        (OptionKind::DepthCap, Value::String(s)) if s == registry::PROVIDER_MANAGED => {
             Some(OptionValue::String(s.clone()))
         }
         _ => None,

@@ -138,6 +138,7 @@ mod tests {
             persona_delivery: None,
             structured: None,
             structured_via: None,
+            resumable: None,
         });
         let value = serde_json::to_value(&record).unwrap();
         let schema = crate::schema::output("run-result.json").unwrap();

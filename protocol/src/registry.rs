@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::env_vars;
 
-use OptionKind::{Bool, List, OneOf, PositiveInt, StringOrList, StringOrTable};
+use OptionKind::{Bool, DepthCap, List, OneOf, PositiveInt, StringOrList, StringOrTable};
 // `String` would shadow the std type in this module.
 const STRING: OptionKind = OptionKind::String;
 
@@ -62,7 +62,13 @@ pub enum OptionKind {
     PositiveInt,
     /// One of the listed strings.
     OneOf(&'static [&'static str]),
+    /// A delegation depth cap: a whole number (0 and up), or `provider-managed` (the provider,
+    /// out of process, keeps its own).
+    DepthCap,
 }
+
+/// The [`OptionKind::DepthCap`] value that leaves the cap to the provider.
+pub const PROVIDER_MANAGED: &str = "provider-managed";
 
 impl OptionKind {
     /// How the kind is named in error messages and `acp-host agents`.
@@ -76,6 +82,7 @@ impl OptionKind {
             Self::StringOrTable => "a non-empty string or a table".to_owned(),
             Self::PositiveInt => "a positive integer (unquoted)".to_owned(),
             Self::OneOf(values) => format!("one of: {}", values.join(", ")),
+            Self::DepthCap => format!("a whole number (unquoted) or {PROVIDER_MANAGED}"),
         }
     }
 }
@@ -421,9 +428,12 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: None,
             options: &[
                 opt("backgroundMode", OneOf(&["one-shot", "continuable"])),
+                opt("denyTools", List),
+                opt("maxDepth", DepthCap),
                 opt("maxTokens", PositiveInt),
                 opt("model", STRING),
                 opt("provider", STRING),
+                opt("providerHonoursDepth", Bool),
                 opt("tools", StringOrList),
             ],
             switch: None,

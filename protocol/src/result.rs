@@ -339,6 +339,10 @@ pub struct RunResult {
     /// How `structured` was obtained (or was expected, when it did not match).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured_via: Option<StructuredVia>,
+    /// Whether the agent advertises `loadSession`, so its session can be continued later
+    /// (`--resume`; a delegating agent's cold resume); absent when it never answered `initialize`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumable: Option<bool>,
 }
 
 impl RunResult {

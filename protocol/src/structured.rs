@@ -2,8 +2,10 @@
 //! one, and the extraction of a JSON value from an answer given as text.
 //!
 //! Invariants:
-//! - a schema that does not compile is refused up front ([`OutputSchema::compile`]), naming what
-//!   is wrong; no `$ref` is fetched from the network or the disk;
+//! - a schema outside the enforced subset ([`subset`]: JSON Schema 2020-12, known keywords, the
+//!   formats that are checked, local `$ref` only) or that does not compile is refused up front
+//!   ([`OutputSchema::compile`]), listing every problem; no `$ref` is fetched from the network or
+//!   the disk, and every `format` the schema names is asserted;
 //! - a value is valid exactly when [`OutputSchema::violations`] is empty, and every violation is
 //!   listed (instance path and message), for the follow-up prompt and the error;
 //! - extraction ([`extract`]) takes the last fenced `json` block, else the whole answer, else the
@@ -16,6 +18,8 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub mod subset;
 
 /// How many follow-up prompts a run sends after an answer that does not match (`--schema-retries`).
 pub const DEFAULT_SCHEMA_RETRIES: u32 = 2;
@@ -56,11 +60,11 @@ impl std::fmt::Debug for OutputSchema {
     }
 }
 
-/// The schema cannot be used.
+/// The schema cannot be used: every problem, each at its location in the schema.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("output schema is not a valid JSON Schema: {reason}")]
+#[error("output schema is refused: {}", describe(.problems))]
 pub struct SchemaError {
-    pub reason: String,
+    pub problems: Vec<Violation>,
 }
 
 /// One way a value does not match.
@@ -83,23 +87,24 @@ impl std::fmt::Display for Violation {
 }
 
 impl OutputSchema {
-    /// Compiles `schema`; the error names what is wrong.
+    /// Compiles `schema`, inside the enforced subset ([`subset`]) only, with every `format` it
+    /// names asserted; the error lists every problem.
     pub fn compile(schema: Value) -> Result<Self, SchemaError> {
-        if !schema.is_object() && !schema.is_boolean() {
-            return Err(SchemaError {
-                reason: "a schema is a JSON object (or true/false)".to_owned(),
-            });
+        let problems = subset::problems(&schema);
+        if !problems.is_empty() {
+            return Err(SchemaError { problems });
         }
-        let validator = jsonschema::validator_for(&schema).map_err(|error| SchemaError {
-            reason: {
-                let path = error.instance_path().to_string();
-                if path.is_empty() {
-                    error.to_string()
-                } else {
-                    format!("at {path}: {error}")
-                }
-            },
-        })?;
+        let validator = jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .should_ignore_unknown_formats(false)
+            .build(&schema)
+            .map_err(|error| SchemaError {
+                problems: vec![Violation {
+                    path: error.instance_path().to_string(),
+                    message: error.to_string(),
+                }],
+            })?;
         Ok(Self { schema, validator })
     }
 
@@ -549,18 +554,64 @@ mod tests {
 
     #[test]
     fn a_schema_that_cannot_compile_is_refused_naming_the_problem() {
-        let error = OutputSchema::compile(json!({"type": "integr"})).unwrap_err();
-        assert!(
-            error
-                .to_string()
-                .starts_with("output schema is not a valid JSON Schema: "),
-            "{error}"
-        );
-        assert!(error.to_string().contains("integr"), "{error}");
+        let error = OutputSchema::compile(json!({"type": "integr", "minimun": 1})).unwrap_err();
         assert_eq!(
-            OutputSchema::compile(json!([1])).unwrap_err().reason,
-            "a schema is a JSON object (or true/false)"
+            error.to_string(),
+            "output schema is refused: /type: type \"integr\" is not a JSON type; the types are \
+             array, boolean, integer, null, number, object, string; /minimun: unknown keyword \
+             \"minimun\" (did you mean \"minimum\"?)"
         );
+        assert_eq!(
+            OutputSchema::compile(json!([1])).unwrap_err().to_string(),
+            "output schema is refused: (root): a schema is a JSON object (or true/false)"
+        );
+        // Inside the subset, and still not compiling.
+        let error = OutputSchema::compile(json!({"$ref": "#/$defs/missing"})).unwrap_err();
+        assert_eq!(error.problems.len(), 1, "{error}");
+        assert!(error.to_string().contains("missing"), "{error}");
+        let error = OutputSchema::compile(json!({"pattern": "(unclosed"})).unwrap_err();
+        assert_eq!(error.problems.len(), 1, "{error}");
+    }
+
+    #[test]
+    fn every_format_named_is_asserted() {
+        let schema = OutputSchema::compile(json!({
+            "type": "object",
+            "properties": {
+                "mail": {"type": "string", "format": "email"},
+                "when": {"type": "string", "format": "date-time"},
+                "id": {"type": "string", "format": "uuid"},
+            },
+        }))
+        .unwrap();
+        assert_eq!(
+            schema.check(Some(
+                &json!({"mail": "a@example.com", "when": "2026-12-01T16:00:00Z",
+                "id": "67e55044-10b1-426f-9247-bb680e5fe0c8"})
+            )),
+            Ok(
+                json!({"mail": "a@example.com", "when": "2026-12-01T16:00:00Z",
+                "id": "67e55044-10b1-426f-9247-bb680e5fe0c8"})
+            )
+        );
+        let violations = schema
+            .check(Some(
+                &json!({"mail": "not-an-email", "when": "yesterday", "id": "x"}),
+            ))
+            .unwrap_err();
+        let paths: Vec<&str> = violations.iter().map(|v| v.path.as_str()).collect();
+        assert_eq!(paths.len(), 3, "{violations:?}");
+        for path in ["/mail", "/when", "/id"] {
+            assert!(paths.contains(&path), "{violations:?}");
+        }
+        // Every format the subset lists is one the validator checks.
+        for format in subset::FORMATS {
+            let schema = OutputSchema::compile(json!({"format": format})).unwrap();
+            assert!(
+                !schema.violations(&json!("( \u{0}")).is_empty(),
+                "{format} is not checked"
+            );
+        }
     }
 
     #[test]

@@ -286,6 +286,7 @@ impl<'a> Checker<'a> {
         library::prepare(request, std::env::vars_os()).map_err(|err| match err {
             PrepareError::Env(err) => ("env", err.to_string()),
             PrepareError::Schema(err) => ("outputSchema", err.to_string()),
+            PrepareError::Persona(err) => ("subagent", err.to_string()),
             other => ("cwd", other.to_string()),
         })?;
         Ok(())

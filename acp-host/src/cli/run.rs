@@ -321,6 +321,11 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
                 .as_deref()
                 .map_or_else(String::new, |p| p.display().to_string())
         )),
+        run::PrepareError::Persona(err) => CliError::Usage(match (&args.persona, &args.subagent) {
+            (Some(path), _) => format!("--persona {}: {err}", path.display()),
+            (None, Some(name)) => format!("--subagent {name}: {err}"),
+            (None, None) => err.to_string(),
+        }),
         err => CliError::Usage(err.to_string()),
     })?;
     if args.verbose && !prepared.scrubbed().is_empty() {

@@ -18,7 +18,7 @@ use protocol::env_vars;
 use protocol::registry::{self, Scope};
 use protocol::result::Status;
 use protocol::sync::report::{FileDiff, SyncAborted, SyncOutput, SyncReport};
-use protocol::sync::{Action, Authorization, Change, ForceTarget, Plan};
+use protocol::sync::{Action, Adopt, Authorization, Change, ForceTarget, Plan};
 
 use super::{CliError, Written, write_stdout};
 
@@ -29,6 +29,7 @@ Examples:
   acp-host sync --agent codex --diff       only codex, with unified diffs of the changes
   acp-host sync --force claude-code/review replace one unmanaged file (exactly that target)
   acp-host sync --prune                    also remove managed files whose definition is gone
+  acp-host sync --adopt aikito             take over files aikito generated (its exact marker)
   acp-host sync --scope project            write into the project (.claude/agents, ...)
 
 A definition, subagents/review.md:
@@ -76,6 +77,10 @@ pub(super) struct SyncArgs {
     /// Remove managed targets whose definition is gone (unmanaged files are never touched).
     #[arg(long)]
     prune: bool,
+    /// Take over files TOOL generated with the same marker convention, for defined subagents:
+    /// only with TOOL's exact marker at our marker's place; rewritten with ours, each listed.
+    #[arg(long, value_name = "TOOL", value_enum)]
+    adopt: Option<AdoptArg>,
     /// Plan and report only; write nothing. Exits 1 if a real run would not apply.
     #[arg(long)]
     dry_run: bool,
@@ -91,6 +96,11 @@ pub(super) struct SyncArgs {
     /// Keep only the newest N run folders of backups (0 keeps all).
     #[arg(long, value_name = "N", default_value_t = sync_exec::DEFAULT_KEEP_BACKUPS)]
     keep_backups: usize,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum AdoptArg {
+    Aikito,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -147,6 +157,9 @@ pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
         authorization: Authorization {
             forces: args.forces.into_iter().collect(),
             prune: args.prune,
+            adopt: args.adopt.map(|tool| match tool {
+                AdoptArg::Aikito => Adopt::Aikito,
+            }),
         },
         path_var: std::env::var_os(env_vars::PATH),
     };

@@ -242,9 +242,10 @@ async fn handshake(
             .block_task()
             .await
             .map_err(|err| failed(Stage::Initialize, &err))?;
+        shared.set_resumable(initialized.agent_capabilities.load_session);
         let offers =
             Offers::from_initialize(&serde_json::to_value(&initialized).unwrap_or_default());
-        let plan =
+        let mut plan =
             capabilities::plan_session(&config.wants, config.max_depth, &offers, &config.agent)
                 .map_err(DriveEnd::Refused)?;
         shared.set_persona_delivery(plan.persona_delivery);
@@ -315,6 +316,18 @@ async fn handshake(
                     .await
                     .map_err(|err| failed(Stage::SetConfigOption, &err))?;
             }
+        }
+        // A persona sent as a preamble gets its variables here (acp-child substitutes those of
+        // a system prompt itself).
+        if let Some(persona) = &mut plan.preamble {
+            *persona = capabilities::render_persona(
+                persona,
+                &config.cwd.display().to_string(),
+                config.wants.model.as_deref(),
+                response.get("configOptions"),
+                &config.agent,
+            )
+            .map_err(DriveEnd::Refused)?;
         }
         Ok((session_id, plan))
     };

@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     output: Mutex<OutputTail>,
     permissions: Mutex<Capped<PermissionDecision>>,
     session_id: Mutex<Option<String>>,
+    /// Whether the agent advertised `loadSession` at `initialize`, once it answered.
+    resumable: Mutex<Option<bool>>,
     /// Set before session/cancel is sent; from then on permissions are answered `cancelled`.
     cancelling: AtomicBool,
     /// Non-JSON lines skipped on the agent's stdout.
@@ -80,6 +82,7 @@ impl Shared {
             output: Mutex::new(OutputTail::new(max_output_bytes)),
             permissions: Mutex::new(Capped::new(MAX_PERMISSION_RECORDS)),
             session_id: Mutex::default(),
+            resumable: Mutex::default(),
             cancelling: AtomicBool::new(false),
             garbage_lines: AtomicU64::new(0),
             foreign_updates: AtomicU64::new(0),
@@ -240,6 +243,14 @@ impl Shared {
     /// Resuming: what arrives before the session is announced is the replayed history, dropped.
     pub(super) fn discard_until_open(&self) {
         lock(&self.start_gate).discard = true;
+    }
+
+    pub(crate) fn resumable(&self) -> Option<bool> {
+        *lock(&self.resumable)
+    }
+
+    pub(super) fn set_resumable(&self, resumable: bool) {
+        *lock(&self.resumable) = Some(resumable);
     }
 
     pub(super) fn set_session_id(&self, session_id: &str) {

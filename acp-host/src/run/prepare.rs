@@ -4,7 +4,7 @@
 //!
 //! Invariants:
 //! - validation happens before anything is spawned; its errors are usage errors (an output schema
-//!   that does not compile among them);
+//!   that does not compile, a persona with an unknown or unclosed `{{variable}}`, among them);
 //! - the agent's `ACP_HOST_DEPTH` / `ACP_HOST_MAX_DEPTH` are set here from the caller's own
 //!   (`protocol::depth`), overriding any forwarded value: `--env ACP_HOST_DEPTH=0` cannot lift the
 //!   budget;
@@ -19,6 +19,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use protocol::capabilities::template::{Template, TemplateError};
 use protocol::depth::{self, Budget, DepthError};
 use protocol::env_scrub::{self, EnvForwardError, Redactor, Scrubbed};
 use protocol::env_vars;
@@ -42,6 +43,8 @@ pub enum PrepareError {
         "cannot both resume session {resume} and fork session {fork}: a run continues a session (--resume) or starts from a copy of one (--fork); pass one"
     )]
     ResumeAndFork { resume: String, fork: String },
+    #[error(transparent)]
+    Persona(#[from] TemplateError),
 }
 
 /// Resolves `--cwd` (or the caller's directory) to an absolute path, once, up front.
@@ -98,6 +101,10 @@ pub fn prepare(
             resume: resume.clone(),
             fork: fork.clone(),
         });
+    }
+    // The persona's variables are checked here, whichever way it will reach the agent.
+    if let Some(persona) = &request.wants.persona {
+        Template::parse(&persona.text)?;
     }
     let schema = match &request.wants.output {
         Some(output) => Some(Arc::new(OutputSchema::compile(output.schema.clone())?)),

@@ -48,6 +48,7 @@ pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> Run
         persona_delivery: None,
         structured: None,
         structured_via: None,
+        resumable: None,
     }
 }
 
@@ -241,6 +242,7 @@ pub(super) fn settle_turn(
     result.session_id = shared.session_id();
     // Named only once the fork exists: a refused or failed `session/fork` started nothing.
     result.forked_from = request.fork.clone().filter(|_| result.session_id.is_some());
+    result.resumable = shared.resumable();
     result.children = shared.take_children();
     result.persona_delivery = shared.persona_delivery();
     record_structured(result, shared.take_structured());

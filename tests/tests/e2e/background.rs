@@ -229,9 +229,10 @@ async fn a_finished_tasks_notice_reaches_the_next_request_once_as_quoted_tool_ou
         assert_eq!(user_texts(request), ["go"]);
         assert!(request.tool_call_precedes_result("acp_child_notice_1"));
     }
+    // The refused message never ran: the child is as its task left it.
     assert_listed(
         &requests[3].tool_result("call_agents").unwrap(),
-        "agent-1: subagent echo, failed",
+        "agent-1: subagent echo, ended",
     );
 
     // Loaded in a fresh process, the session sends the model the same conversation, the notice
@@ -653,6 +654,164 @@ async fn an_idle_child_is_closed_after_the_idle_timeout() {
 }
 
 #[tokio::test]
+async fn a_message_the_idle_timeout_refused_leaves_the_child_as_it_was_not_running() {
+    // The admission race, held open: the message to idle agent-1 waits for the one parallel
+    // slot (held by agent-2) while agent-1's idle timeout closes its queue. Once the slot is
+    // free the live queue refuses the message and the cold resume is refused too (the mock
+    // cannot load sessions): agent-1 never ran it, so it is listed as it was, not running (nor
+    // failed).
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let echo_pid = echo_with_pid(cwd.path());
+    let hang_pid = cwd.path().join("hang.pid");
+    mock_definition(
+        cwd.path(),
+        "hang",
+        &format!("hang --pid-file {}", hang_pid.display()),
+    );
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "first"),
+        await_task("call_out", "subagent-1"),
+        delegate_in_background("call_hang", "hang", "hold the slot"),
+        send_message("call_msg", "agent-1", "second"),
+        list_agents("call_agents"),
+        Reply::text(["done"]),
+    ]);
+    let launch = parent(
+        &llm,
+        state.path(),
+        None,
+        &["--child-idle-timeout", "1", "--max-parallel-subagents", "1"],
+    );
+    let ((), _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let turn = async {
+            prompt_ends(&mut session, "go", Permission::NotExpected).await?;
+            Ok(())
+        };
+        let race = async {
+            let echo = child_pid(echo_pid.clone()).await;
+            let hang = child_pid(hang_pid.clone()).await;
+            assert!(llm_waits_for(&llm, 4).await, "send_message was never made");
+            assert!(died(echo).await, "the idle child outlived its idle timeout");
+            // Frees the slot the message waits for.
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(hang).unwrap()),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .unwrap();
+        };
+        let (turn, ()) = tokio::join!(turn, race);
+        turn
+    })
+    .await;
+    let requests = model_requests(&llm, 6);
+    assert_eq!(
+        requests[4].tool_result("call_msg").unwrap(),
+        MOCK_CANNOT_RESUME
+    );
+    let agents = requests[5].tool_result("call_agents").unwrap();
+    let first = agents.lines().next().unwrap();
+    assert_listed(first, "agent-1: subagent echo, ended");
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn a_loaded_parent_lists_its_saved_children_an_unreadable_record_as_unusable_with_why() {
+    // Also: a child whose agent cannot load sessions says so from its first listing on.
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    echo_with_pid(cwd.path());
+    let llm = keyed_llm([
+        delegate_in_background("call_bg", "echo", "first"),
+        await_task("call_out", "subagent-1"),
+        list_agents("call_idle"),
+        Reply::text(["started"]),
+        list_agents("call_agents"),
+        Reply::text(["listed"]),
+    ]);
+    let launch = parent(&llm, state.path(), None, &[]);
+    let (id, _) = with_launch(launch.clone(), async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        prompt_ends(&mut session, "go", Permission::NotExpected).await?;
+        Ok(session.session_id().clone())
+    })
+    .await;
+    let file = state.path().join(format!("{}.jsonl", id.0));
+    let saved = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<Value> = saved
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "session");
+    assert_eq!(lines[0]["version"], 2);
+    let children: Vec<&Value> = lines.iter().filter(|l| l["type"] == "child").collect();
+    assert_eq!(children.len(), 1, "{saved}");
+    assert_eq!(
+        (
+            &children[0]["version"],
+            &children[0]["id"],
+            &children[0]["label"],
+            &children[0]["resumable"]
+        ),
+        (&json!(2), &json!("agent-1"), &json!("first"), &json!(false))
+    );
+    // The mock cannot load sessions: said while the child is still alive, idle.
+    let idle = model_requests(&llm, 4)[3].tool_result("call_idle").unwrap();
+    assert!(
+        idle.starts_with("agent-1: subagent echo, idle, last activity ")
+            && idle.ends_with(
+                " s ago, task \"first\" (cannot be resumed once it ends: its agent does not \
+                 advertise loadSession)"
+            ),
+        "{idle}"
+    );
+    // A record damaged by hand (or by a bug): it has no id.
+    std::fs::write(
+        &file,
+        format!("{saved}{{\"type\":\"child\",\"agent\":\"echo\"}}\n"),
+    )
+    .unwrap();
+    let damaged = saved.lines().count() + 1;
+    let ((), _) = with_launch(launch, async |cx, _| {
+        let mut session = load_session(&cx, id.clone(), cwd.path()).await?;
+        prompt_ends(&mut session, "list", Permission::NotExpected).await?;
+        Ok(())
+    })
+    .await;
+    let requests = model_requests(&llm, 6);
+    let agents = requests[5].tool_result("call_agents").unwrap();
+    let lines: Vec<&str> = agents.lines().collect();
+    assert_eq!(lines.len(), 2, "{agents}");
+    assert!(
+        lines[0].starts_with("agent-1: subagent echo, ended, last activity ")
+            && lines[0].ends_with(
+                " s ago, task \"first\" (cannot be resumed once it ends: its agent does not \
+                 advertise loadSession)"
+            ),
+        "{agents}"
+    );
+    assert_eq!(
+        lines[1],
+        format!(
+            "unusable: line {damaged}: a child record that cannot be read (missing field `id`)"
+        )
+    );
+    assert_none_left(cwd.path());
+}
+
+/// Whether the mock model received `n` requests within the deadline.
+async fn llm_waits_for(llm: &acp_tests::mock_llm::MockLlm, n: usize) -> bool {
+    tokio::time::timeout(acp_tests::HANG_GUARD, async {
+        while llm.requests().len() < n {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .is_ok()
+}
+
+#[tokio::test]
 async fn past_four_idle_children_the_one_idle_longest_is_closed() {
     let cwd = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
@@ -727,9 +886,10 @@ async fn cancelling_the_session_ends_an_idle_child_and_a_later_message_cannot_re
         requests[5].tool_result("call_msg").unwrap(),
         MOCK_CANNOT_RESUME
     );
+    // The refused message never ran: the child is as its first turn left it.
     assert_listed(
         &requests[6].tool_result("call_after").unwrap(),
-        "agent-1: subagent echo, failed",
+        "agent-1: subagent echo, ended",
     );
     assert_none_left(cwd.path());
 }

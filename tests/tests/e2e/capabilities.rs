@@ -61,11 +61,14 @@ fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
     assert_eq!(requests[0].tool_names(), ["read_file", "search"]);
     let canonical = dir.path().canonicalize().unwrap();
     let system = system_text(&requests[0]);
+    // Identity first: the persona, then acp-child's own guidance and tools.
     assert!(
-        system.starts_with(
-            "You are acp-child, a careful coding agent running as the model other-model"
-        ),
-        "append keeps acp-child's own persona first: {system}"
+        system.starts_with(&format!(
+            "Review as other-model in {}.\n\nYou are acp-child, a careful coding agent running \
+             as the model other-model",
+            canonical.display()
+        )),
+        "append puts the persona first: {system}"
     );
     // The built-in persona names only the tools the session is given.
     for filtered in ["write_file", "edit_file", "run_command", "list_dir"] {
@@ -76,10 +79,7 @@ fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
         "{system}"
     );
     assert!(
-        system.ends_with(&format!(
-            "\n\nReview as other-model in {}.",
-            canonical.display()
-        )),
+        system.ends_with("Be concise: say what you did and what you found."),
         "{system}"
     );
     assert_eq!(requests[0].last_user_text().as_deref(), Some("go"));
@@ -120,13 +120,15 @@ fn what_acp_child_cannot_honour_fails_the_session_before_any_model_request() {
         error.contains("unknown tool name read_fil; the tools are read_file, list_dir"),
         "{error}"
     );
+    // A malformed persona is refused by acp-host itself, before acp-child is spawned (the
+    // rule is the same one, `protocol::capabilities::template`).
     let persona = persona_file(dir.path(), "Be {{modle}}.");
     let out = run_to_end(acp_child_run(dir.path(), &llm).args(["--persona", &persona, "go"]));
-    assert_eq!(code(&out), 1, "{}", stderr(&out));
-    let error = result_record(&out)["error"].as_str().unwrap().to_owned();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(
-        error.contains("persona template: unknown variable `{{modle}}`"),
-        "{error}"
+        stderr(&out).contains("persona template: unknown variable `{{modle}}`"),
+        "{}",
+        stderr(&out)
     );
     let (_, result) = json_run(
         acp_child_run(dir.path(), &llm).args(["--model", "gpt-9", "go"]),
@@ -315,6 +317,74 @@ fn a_persona_is_a_system_prompt_where_advertised_else_a_preamble_unless_strict()
 }
 
 #[test]
+fn a_preamble_persona_gets_its_cwd_and_model_by_the_strict_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let persona = persona_file(dir.path(), "Work in {{cwd}} as {{ model }}.");
+    let (mut cmd, _) = foreign(dir.path(), "");
+    let (records, result) = json_run(cmd.args(["--persona", &persona, "hi"]), 0);
+    assert_eq!(result["personaDelivery"], "preamble");
+    let cwd = records[0]["cwd"].as_str().unwrap().to_owned();
+    // No --model: the agent's current model.
+    assert_eq!(
+        result["output"],
+        format!(
+            "model mock-small\nsystemPrompt null\nmeta null\nprompt {}",
+            preamble(&format!("Work in {cwd} as mock-small."), "hi")
+        )
+    );
+    let (mut cmd, _) = foreign(dir.path(), "");
+    let (_, result) = json_run(
+        cmd.args(["--persona", &persona, "--model", "mock-large", "hi"]),
+        0,
+    );
+    assert_eq!(
+        result["output"],
+        format!(
+            "model mock-large\nsystemPrompt null\nmeta null\nprompt {}",
+            preamble(&format!("Work in {cwd} as mock-large."), "hi")
+        )
+    );
+    // An agent that names no model: {{model}} has no value, and the run is refused unprompted.
+    let log = dir.path().join("echo.log");
+    let echo = mock(&["echo-prompt", "--log", &log.display().to_string()]);
+    let (_, result) = json_run(
+        host_run(dir.path()).args(["--json", "--agent", &echo, "--persona", &persona, "hi"]),
+        1,
+    );
+    assert_eq!(result["errorKind"], "capability");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("capability persona: agent ")
+            && error.ends_with(
+                " takes no system prompt and names no current model (no session config option \
+                 of category model), so the persona preamble's {{model}} has no value; pass \
+                 --model (or run.model in the definition), or drop it from the persona"
+            ),
+        "{error}"
+    );
+    assert!(
+        !std::fs::read_to_string(&log)
+            .unwrap()
+            .contains("session/prompt"),
+        "prompted"
+    );
+    // A malformed reference: a usage error, nothing spawned.
+    let pid_file = dir.path().join("mock.pid");
+    let bad = persona_file(dir.path(), "Work as {{modle}}.");
+    let agent = mock(&["hello", "--pid-file", &pid_file.display().to_string()]);
+    let out = run_to_end(host_run(dir.path()).args(["--agent", &agent, "--persona", &bad, "hi"]));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "acp-host: error: --persona {bad}: persona template: unknown variable `{{{{modle}}}}` \
+             (the variables are {{{{model}}}}, {{{{cwd}}}})\n"
+        )
+    );
+    assert!(!pid_file.exists(), "the agent was spawned");
+}
+
+#[test]
 fn a_definition_asks_through_the_same_path_and_flags_win() {
     let dir = tempfile::tempdir().unwrap();
     let subagents = dir.path().join("subagents");
@@ -423,7 +493,7 @@ fn a_resumed_acp_child_session_keeps_its_model_persona_and_tool_filter() {
         assert_eq!(request.body["model"], "other-model");
         assert_eq!(request.tool_names(), ["read_file"]);
         assert!(
-            system_text(request).ends_with("\n\nAnswer as other-model."),
+            system_text(request).starts_with("Answer as other-model.\n\nYou are acp-child"),
             "{}",
             system_text(request)
         );

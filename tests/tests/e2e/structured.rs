@@ -61,7 +61,13 @@ fn a_schema_that_cannot_compile_is_a_usage_error_with_nothing_spawned() {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("mock.pid");
     let agent = mock(&["hello", "--pid-file", &pid_file.display().to_string()]);
-    let schema = schema_file(dir.path(), &json!({"type": "integr"}));
+    let schema = schema_file(
+        dir.path(),
+        &json!({"type": "object", "propertiez": {}, "properties": {
+            "n": {"type": "integr", "minimun": 1},
+            "mail": {"type": "string", "format": "idn-email"},
+        }}),
+    );
     let out = run_to_end(host_run(dir.path()).args([
         "--agent",
         &agent,
@@ -70,12 +76,18 @@ fn a_schema_that_cannot_compile_is_a_usage_error_with_nothing_spawned() {
         "hi",
     ]));
     assert_eq!(code(&out), 2, "{}", stderr(&out));
-    let error = stderr(&out);
-    assert!(
-        error.starts_with(&format!(
-            "acp-host: error: --output-schema {schema}: output schema is not a valid JSON Schema: "
-        )) && error.contains("integr"),
-        "{error}"
+    // Every problem, in one error.
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "acp-host: error: --output-schema {schema}: output schema is refused: /propertiez: \
+             unknown keyword \"propertiez\" (did you mean \"properties\"?); /properties/n/type: \
+             type \"integr\" is not a JSON type; the types are array, boolean, integer, null, \
+             number, object, string; /properties/n/minimun: unknown keyword \"minimun\" (did you \
+             mean \"minimum\"?); /properties/mail/format: format \"idn-email\" is not enforced; \
+             the formats checked are date, date-time, time, duration, email, hostname, ipv4, \
+             ipv6, uri, uri-reference, uuid, regex, json-pointer\n"
+        )
     );
     assert_eq!(stdout(&out), "");
     assert!(!pid_file.exists(), "the agent was spawned");
@@ -108,6 +120,46 @@ fn a_schema_that_cannot_compile_is_a_usage_error_with_nothing_spawned() {
         stderr(&out)
     );
     assert!(!pid_file.exists());
+}
+
+#[test]
+fn a_format_the_schema_names_is_asserted() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = schema_file(dir.path(), &json!({"type": "string", "format": "email"}));
+    let (_, result) = json_run(
+        answering(dir.path(), &["\"not-an-email\"", "\"someone@example.com\""]).args([
+            "--json",
+            "--output-schema",
+            &schema,
+            "--schema-retries",
+            "1",
+            "mail",
+        ]),
+        0,
+    );
+    assert_eq!(result["structured"], json!("someone@example.com"));
+    let output = result["output"].as_str().unwrap();
+    assert!(
+        output.ends_with("\"someone@example.com\""),
+        "the second answer: {output}"
+    );
+    assert_eq!(prompts_received(dir.path()), 2, "the first was followed up");
+    let (_, result) = json_run(
+        answering(dir.path(), &["\"not-an-email\""]).args([
+            "--json",
+            "--output-schema",
+            &schema,
+            "--schema-retries",
+            "0",
+            "mail",
+        ]),
+        6,
+    );
+    assert_eq!(
+        result["error"],
+        "the answer does not match the output schema: (root): \"not-an-email\" is not a \
+         \"email\""
+    );
 }
 
 #[test]
@@ -222,10 +274,12 @@ fn acp_child_run(dir: &Path, llm: &MockLlm) -> Command {
 fn acp_child_answers_through_its_capture_tool() {
     let dir = tempfile::tempdir().unwrap();
     let schema = number_schema(dir.path());
-    let llm = MockLlm::start(vec![
-        Reply::tool_call("call_1", "submit_result", &json!({"n": 3}), 1),
-        Reply::text(["done"]),
-    ]);
+    let llm = MockLlm::start(vec![Reply::tool_call(
+        "call_1",
+        "submit_result",
+        &json!({"n": 3}),
+        1,
+    )]);
     let out =
         run_to_end(acp_child_run(dir.path(), &llm).args(["--output-schema", &schema, "count"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -233,7 +287,7 @@ fn acp_child_answers_through_its_capture_tool() {
     assert_eq!(result["structured"], json!({"n": 3}));
     assert_eq!(result["structuredVia"], "capture-tool");
     let requests = llm.requests();
-    assert_eq!(requests.len(), 2);
+    assert_eq!(requests.len(), 1, "the capture ended the turn");
     let capture = requests[0]
         .tools()
         .iter()
@@ -248,10 +302,68 @@ fn acp_child_answers_through_its_capture_tool() {
         Some("count"),
         "no instruction in the prompt: acp-child has the tool"
     );
-    assert_eq!(
-        requests[1].tool_result("call_1").as_deref(),
-        Some("result recorded; end your turn")
+}
+
+/// One model reply making each `(id, tool, arguments)` call, in order.
+fn calls(calls: &[(&str, &str, Value)]) -> Reply {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(index, (id, tool, arguments))| {
+            json!({"index": index, "id": id, "type": "function",
+                "function": {"name": tool, "arguments": arguments.to_string()}})
+        })
+        .collect();
+    Reply::Events(vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}, "finish_reason": null}]})
+            .to_string(),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}).to_string(),
+        "[DONE]".to_owned(),
+    ])
+}
+
+#[test]
+fn a_captured_answer_ends_the_turn_and_the_calls_after_it_are_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = number_schema(dir.path());
+    let llm = MockLlm::start(vec![
+        calls(&[
+            ("call_1", "submit_result", json!({"n": 1})),
+            (
+                "call_2",
+                "write_file",
+                json!({"path": "late.txt", "content": "written after the answer"}),
+            ),
+            ("call_3", "submit_result", json!({"n": 2})),
+        ]),
+        Reply::text(["never asked for"]),
+    ]);
+    let (records, result) = json_run(
+        acp_child_run(dir.path(), &llm).args(["--output-schema", &schema, "count"]),
+        0,
     );
+    assert_eq!(
+        result["structured"],
+        json!({"n": 1}),
+        "the first value wins"
+    );
+    assert_eq!(result["stopReason"], "end_turn");
+    assert!(!dir.path().join("late.txt").exists(), "write_file ran");
+    assert_eq!(llm.requests().len(), 1, "no request after the capture");
+    assert_eq!(llm.remaining(), 1);
+    for call in ["call_2", "call_3"] {
+        let refused: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["update"]["toolCallId"] == call)
+            .collect();
+        assert_eq!(refused.len(), 1, "{call}: {refused:?}");
+        assert_eq!(refused[0]["update"]["status"], "failed", "{call}");
+        assert_eq!(
+            refused[0]["update"]["content"][0]["content"]["text"],
+            "not run: the answer was already recorded through submit_result, which ends the turn",
+            "{call}"
+        );
+    }
 }
 
 #[test]
@@ -262,7 +374,6 @@ fn acp_child_that_does_not_capture_is_followed_up_and_a_bad_capture_is_refused_i
         Reply::text(["I think it is three."]),
         Reply::tool_call("call_1", "submit_result", &json!({"n": "three"}), 1),
         Reply::tool_call("call_2", "submit_result", &json!({"n": 3}), 1),
-        Reply::text(["done"]),
     ]);
     let out =
         run_to_end(acp_child_run(dir.path(), &llm).args(["--output-schema", &schema, "count"]));
@@ -270,7 +381,7 @@ fn acp_child_that_does_not_capture_is_followed_up_and_a_bad_capture_is_refused_i
     let result = result_record(&out);
     assert_eq!(result["structured"], json!({"n": 3}));
     let requests = llm.requests();
-    assert_eq!(requests.len(), 4);
+    assert_eq!(requests.len(), 3, "the valid capture ended the turn");
     let follow_up = requests[1].last_user_text().unwrap();
     assert!(
         follow_up.contains("- (root): no JSON value found in the answer"),

@@ -220,19 +220,22 @@ impl Subagents {
     /// relayed, its permission requests relayed, a new announced session when the client speaks
     /// subagent sessions, the turn's cancellation honoured (which ends the child). `None` when it
     /// no longer takes messages (then nothing was sent). A follow-up has no output schema: its
-    /// answer is plain text.
+    /// answer is plain text. `accepted` runs once the child's queue took the message (not when
+    /// the wait for a slot was refused, nor when the queue had closed).
     pub(super) async fn send(
         &self,
         turn: &Turn,
         call: &ToolCallId,
         live: &LiveChild,
         message: &str,
+        accepted: impl FnOnce(),
     ) -> Option<Delegated> {
         let _slot = match self.slot(turn.cancelled()).await {
             Ok(slot) => slot,
             Err(refused) => return Some(refused),
         };
         let permit = live.follow_ups.reserve().await.ok()?;
+        accepted();
         let (reply, answer) = oneshot::channel();
         let follow_up = run::FollowUp {
             prompt: message.to_owned(),
@@ -263,6 +266,7 @@ impl Subagents {
 fn cancelled(result: Option<&RunResult>) -> Delegated {
     Delegated {
         session: result.and_then(|result| result.session_id.clone()),
+        resumable: result.and_then(|result| result.resumable),
         ..Delegated::failed(CANCELLED)
     }
 }
@@ -525,10 +529,12 @@ fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
                 .map_or(result.output, ToString::to_string),
             failed: false,
             session: result.session_id,
+            resumable: result.resumable,
         };
     }
     Delegated {
         session: result.session_id.clone(),
+        resumable: result.resumable,
         ..ended(name, &result)
     }
 }

@@ -24,6 +24,7 @@ mod live;
 pub(crate) mod table;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use acp_host::run::Cancel;
 use agent_client_protocol::v1::schema::{ToolCallId, ToolKind};
@@ -74,6 +75,8 @@ pub(crate) struct Delegated {
     pub(crate) failed: bool,
     /// The ACP session id the child's agent reported (to continue it later).
     pub(crate) session: Option<String>,
+    /// Whether its agent advertises `loadSession` (can be cold-resumed), once known.
+    pub(crate) resumable: Option<bool>,
 }
 
 impl Delegated {
@@ -82,6 +85,7 @@ impl Delegated {
             text: text.into(),
             failed: true,
             session: None,
+            resumable: None,
         }
     }
 }
@@ -235,7 +239,8 @@ impl<'a> Children<'a> {
         }
         let memory = Arc::clone(turn.memory());
         let table = Arc::clone(memory.tasks());
-        let (child, gate) = match table.new_child(task.name) {
+        let (child, gate) = match table.new_child(task.name, &label(task.description, task.prompt))
+        {
             Ok(child) => child,
             Err(error) => return Delegated::failed(error.to_string()),
         };
@@ -256,7 +261,7 @@ impl<'a> Children<'a> {
             let subagents = Arc::clone(self.subagents);
             let cancel = cancel.clone();
             let child = child.clone();
-            move |running: Arc<std::sync::atomic::AtomicBool>| async move {
+            move |running: Arc<AtomicBool>| async move {
                 let (result, live) = subagents.run_detached(start, cancel, &running, keep).await;
                 record(&memory, &child, &result, live);
                 result
@@ -273,9 +278,10 @@ impl<'a> Children<'a> {
                 ),
                 failed: false,
                 session: None,
+                resumable: None,
             },
             Err(error) => {
-                table.child_ended(&child, None, true);
+                table.child_ended(&child, None, None, true);
                 Delegated::failed(error.to_string())
             }
         }
@@ -307,12 +313,28 @@ impl<'a> Children<'a> {
             Ok(child) => child,
             Err(error) => return Delegated::failed(error.to_string()),
         };
+        // The child is marked running only once its message was accepted; a message refused
+        // before that leaves it as it was (a refusal is no run of the child).
+        let before = child.status;
         if let Some(live) = child.live() {
-            table.child_running(&child.id);
-            if let Some(result) = self.subagents.send(turn, call, live, message).await {
-                record(&memory, &child.id, &result, None);
-                drop(gate);
-                return result;
+            let accepted = AtomicBool::new(false);
+            let sent = self
+                .subagents
+                .send(turn, call, live, message, || {
+                    accepted.store(true, Ordering::Release);
+                    table.child_running(&child.id);
+                })
+                .await;
+            match sent {
+                Some(result) if accepted.load(Ordering::Acquire) => {
+                    record(&memory, &child.id, &result, None);
+                    drop(gate);
+                    return result;
+                }
+                // No slot (the turn was cancelled while it waited): the child was not reached.
+                Some(refused) => return refused,
+                // Its idle queue closed meanwhile (the idle timeout won the race): cold resume.
+                None => {}
             }
         }
         let Some(session) = child.session.clone() else {
@@ -354,7 +376,14 @@ impl<'a> Children<'a> {
             .subagents
             .run(turn, call, start, message, None, true)
             .await;
-        record(&memory, &child.id, &result, live);
+        if result.failed && result.session.is_none() {
+            // The cold resume was refused before its session was loaded (no `loadSession`, a
+            // start that failed): the child and its saved session are as they were (what its
+            // agent said of `loadSession` is kept).
+            table.restore_child(&child.id, before, result.resumable);
+        } else {
+            record(&memory, &child.id, &result, live);
+        }
         drop(gate);
         result
     }
@@ -441,6 +470,7 @@ fn ok(text: String) -> Delegated {
         text,
         failed: false,
         session: None,
+        resumable: None,
     }
 }
 
@@ -448,7 +478,12 @@ fn ok(text: String) -> Delegated {
 /// process alive (`live`) when it stays for more messages.
 fn record(memory: &Memory, child: &str, result: &Delegated, live: Option<Arc<LiveChild>>) {
     let table = memory.tasks();
-    if let Some(record) = table.child_ended(child, result.session.as_deref(), result.failed) {
+    if let Some(record) = table.child_ended(
+        child,
+        result.session.as_deref(),
+        result.resumable,
+        result.failed,
+    ) {
         memory.record_child(record);
     }
     if let Some(live) = live {

@@ -26,7 +26,10 @@
 //!   task ids are sequential and a task leaves the table only that way, so an id up to the
 //!   session's count that the table lacks names a dropped task ("already delivered");
 //! - children are recorded in the session's store ([`ChildRecord`]) when a run of theirs ends, so
-//!   a session loaded later can continue them (by cold resume);
+//!   a session loaded later can continue them (by cold resume). A child's first record is its
+//!   descriptor (subagent, creation label); a later record that names another subagent or label
+//!   makes the child unusable (listed with why), it never silently replaces it. A saved child
+//!   that cannot be used is listed as unusable by `list_agents`, never dropped;
 //! - a child that answered (foreground or background) may stay alive, idle ([`LiveChild`]): at most
 //!   [`MAX_IDLE_CHILDREN`] per session (the oldest is closed), each ending on its own after the
 //!   idle timeout; cancelling the session cancels them, closing it closes and awaits them, so no
@@ -43,7 +46,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Delegated, LiveChild};
-use crate::store::ChildRecord;
+use crate::store::{CHILD_VERSION, ChildRecord};
 
 /// The most children of one session kept alive while idle.
 pub(crate) const MAX_IDLE_CHILDREN: usize = 4;
@@ -85,7 +88,11 @@ impl ChildStatus {
 pub(crate) struct ChildEntry {
     pub(crate) id: String,
     pub(crate) agent: String,
+    /// The task it was created with (absent for a child saved before labels were).
+    pub(crate) label: Option<String>,
     pub(crate) session: Option<String>,
+    /// Whether its agent advertises `loadSession`, once a run of it told.
+    pub(crate) resumable: Option<bool>,
     pub(crate) status: ChildStatus,
     /// It started from a fork of the session's conversation (`context: fork`).
     pub(crate) forked: bool,
@@ -266,6 +273,8 @@ impl Tasks {
         let tasks = Tasks::default();
         {
             let mut inner = lock(&tasks.inner);
+            // Children whose records disagree: unusable, whatever their later records say.
+            let mut conflicted = std::collections::BTreeSet::new();
             for record in records {
                 let Some(n) = number(&record.id, "agent") else {
                     tracing::warn!(id = %record.id, "skipping a child record with a malformed id");
@@ -276,12 +285,52 @@ impl Tasks {
                     continue;
                 };
                 inner.children_started = inner.children_started.max(n);
+                if conflicted.contains(&n) {
+                    continue;
+                }
+                if let Some(known) = inner.children.get_mut(&n) {
+                    // A later record of a known child: it changes only how the child stands.
+                    let label_differs = record.label.is_some() && record.label != known.label;
+                    if record.agent == known.agent && !label_differs {
+                        if record.session.is_some() {
+                            known.session = record.session;
+                        }
+                        if record.resumable.is_some() {
+                            known.resumable = record.resumable;
+                        }
+                        known.status = if record.failed {
+                            ChildStatus::Failed
+                        } else {
+                            ChildStatus::Ended
+                        };
+                        continue;
+                    }
+                    let problem = format!(
+                        "{} (subagent {}): its saved records disagree (a later one names subagent \
+                         {}{}); it cannot be continued",
+                        known.id,
+                        known.agent,
+                        record.agent,
+                        record
+                            .label
+                            .as_ref()
+                            .map(|label| format!(", task {label:?}"))
+                            .unwrap_or_default(),
+                    );
+                    tracing::warn!(id = %known.id, "{problem}");
+                    inner.unusable.push(problem);
+                    inner.children.remove(&n);
+                    conflicted.insert(n);
+                    continue;
+                }
                 inner.children.insert(
                     n,
                     ChildEntry {
                         id: record.id,
                         agent: record.agent,
+                        label: record.label,
                         session: record.session,
+                        resumable: record.resumable,
                         status: if record.failed {
                             ChildStatus::Failed
                         } else {
@@ -298,10 +347,16 @@ impl Tasks {
         tasks
     }
 
-    /// A new child (running its first turn), with its gate already held.
+    /// Saved child records that could not be read, each with why: listed as unusable.
+    pub(crate) fn add_unusable(&self, problems: impl IntoIterator<Item = String>) {
+        lock(&self.inner).unusable.extend(problems);
+    }
+
+    /// A new child (running its first turn on the task `label`), with its gate already held.
     pub(crate) fn new_child(
         &self,
         agent: &str,
+        label: &str,
     ) -> Result<(String, tokio::sync::OwnedMutexGuard<()>), TaskError> {
         let mut inner = lock(&self.inner);
         if inner.closed {
@@ -319,7 +374,9 @@ impl Tasks {
             ChildEntry {
                 id: id.clone(),
                 agent: agent.to_owned(),
+                label: Some(label.to_owned()),
                 session: None,
+                resumable: None,
                 status: ChildStatus::Running,
                 forked: false,
                 last_activity: SystemTime::now(),
@@ -352,16 +409,31 @@ impl Tasks {
         self.update_child(id, |child| child.status = ChildStatus::Running);
     }
 
+    /// Puts child `id` back to `status`: a message to it was refused before it ran (its agent
+    /// may have said meanwhile whether it can be resumed: `resumable`).
+    pub(crate) fn restore_child(&self, id: &str, status: ChildStatus, resumable: Option<bool>) {
+        self.update_child(id, |child| {
+            child.status = status;
+            if resumable.is_some() {
+                child.resumable = resumable;
+            }
+        });
+    }
+
     /// Records how a run of child `id` ended; returns the record to save.
     pub(crate) fn child_ended(
         &self,
         id: &str,
         session: Option<&str>,
+        resumable: Option<bool>,
         failed: bool,
     ) -> Option<ChildRecord> {
         self.update_child(id, |child| {
             if let Some(session) = session {
                 child.session = Some(session.to_owned());
+            }
+            if resumable.is_some() {
+                child.resumable = resumable;
             }
             child.status = if failed {
                 ChildStatus::Failed
@@ -369,9 +441,12 @@ impl Tasks {
                 ChildStatus::Ended
             };
             ChildRecord {
+                version: CHILD_VERSION,
                 id: child.id.clone(),
                 agent: child.agent.clone(),
+                label: child.label.clone(),
                 session: child.session.clone(),
+                resumable: child.resumable,
                 failed,
                 forked: child.forked,
             }
@@ -732,6 +807,9 @@ pub(crate) fn describe_children(
             },
             child.status.as_str(),
         );
+        if let Some(label) = &child.label {
+            let _ = write!(text, ", task {label:?}");
+        }
         if child.session.is_none() && child.status != ChildStatus::Running {
             text.push_str(" (cannot be continued: its agent reported no session id)");
         } else if !available(&child.agent) {
@@ -739,6 +817,10 @@ pub(crate) fn describe_children(
                 text,
                 " (cannot be continued: subagent {} is not available in this session any more)",
                 child.agent
+            );
+        } else if child.resumable == Some(false) {
+            text.push_str(
+                " (cannot be resumed once it ends: its agent does not advertise loadSession)",
             );
         }
     }
@@ -773,13 +855,14 @@ mod tests {
             text: text.into(),
             failed: false,
             session: None,
+            resumable: None,
         }
     }
 
     #[tokio::test]
     async fn ids_count_per_session_and_a_notice_is_handed_out_once() {
         let tasks = Arc::new(Tasks::default());
-        let (child, gate) = tasks.new_child("echo").unwrap();
+        let (child, gate) = tasks.new_child("echo", "a job").unwrap();
         assert_eq!(child, "agent-1");
         let id = tasks
             .spawn(&child, "echo", "say hi", Cancel::new(), gate, |_| async {
@@ -816,7 +899,7 @@ mod tests {
     #[tokio::test]
     async fn collected_results_send_no_notice_and_a_closed_table_starts_nothing() {
         let tasks = Arc::new(Tasks::default());
-        let (child, gate) = tasks.new_child("echo").unwrap();
+        let (child, gate) = tasks.new_child("echo", "a job").unwrap();
         let id = tasks
             .spawn(&child, "echo", "x", Cancel::new(), gate, |_| async {
                 done("x")
@@ -828,7 +911,10 @@ mod tests {
         assert_eq!(view.result.unwrap().text, "x");
         assert_eq!(tasks.take_notices(), []);
         tasks.shutdown().await;
-        assert_eq!(tasks.new_child("echo").unwrap_err(), TaskError::Closed);
+        assert_eq!(
+            tasks.new_child("echo", "a job").unwrap_err(),
+            TaskError::Closed
+        );
     }
 
     /// Starts a background task of a new child that ends with `text` once `release` fires;
@@ -838,7 +924,7 @@ mod tests {
         text: &str,
         release: CancellationToken,
     ) -> (String, CancellationToken) {
-        let (child, gate) = tasks.new_child("echo").unwrap();
+        let (child, gate) = tasks.new_child("echo", "a job").unwrap();
         let text = text.to_owned();
         let id = tasks
             .spawn(&child, "echo", "x", Cancel::new(), gate, |_| async move {
@@ -1046,16 +1132,22 @@ mod tests {
     fn restored_children_continue_the_count() {
         let tasks = Tasks::restored([
             ChildRecord {
+                version: 1,
                 id: "agent-2".into(),
                 agent: "echo".into(),
+                label: None,
                 session: Some("s".into()),
+                resumable: None,
                 failed: false,
                 forked: false,
             },
             ChildRecord {
+                version: 1,
                 id: "bogus".into(),
                 agent: "echo".into(),
+                label: None,
                 session: None,
+                resumable: None,
                 failed: false,
                 forked: false,
             },
@@ -1082,6 +1174,62 @@ mod tests {
             ]
         );
         assert_eq!(tasks.child("agent-2").unwrap().status, ChildStatus::Ended);
-        assert_eq!(tasks.new_child("echo").unwrap().0, "agent-3");
+        assert_eq!(tasks.new_child("echo", "a job").unwrap().0, "agent-3");
+    }
+
+    #[test]
+    fn a_childs_first_record_is_its_descriptor_and_a_disagreeing_one_makes_it_unusable() {
+        let record = |id: &str, agent: &str, label: &str, failed: bool| ChildRecord {
+            version: CHILD_VERSION,
+            id: id.into(),
+            agent: agent.into(),
+            label: Some(label.into()),
+            session: Some(format!("s-{id}")),
+            resumable: Some(true),
+            failed,
+            forked: false,
+        };
+        let tasks = Tasks::restored([
+            record("agent-1", "echo", "first job", false),
+            // A later run of it: how it stands changes, nothing else.
+            record("agent-1", "echo", "first job", true),
+            record("agent-2", "echo", "second job", false),
+            record("agent-2", "reviewer", "second job", false),
+            // Whatever follows a disagreement, the child stays unusable.
+            record("agent-2", "echo", "second job", false),
+            record("agent-3", "echo", "third job", false),
+            record("agent-3", "echo", "another job", false),
+        ]);
+        tasks.add_unusable([
+            "line 9: a child record that cannot be read (missing field `id`)".into(),
+        ]);
+        let (children, unusable) = tasks.children();
+        let listed = describe_children(&children, &unusable, |_| true);
+        assert_eq!(
+            listed
+                .lines()
+                .map(|line| line
+                    .split_once(", last")
+                    .map_or(line.to_owned(), |(head, rest)| {
+                        format!(
+                            "{head}{}",
+                            rest.split_once(" ago").map_or("", |(_, tail)| tail)
+                        )
+                    }))
+                .collect::<Vec<_>>(),
+            [
+                "agent-1: subagent echo, failed, task \"first job\"",
+                "unusable: agent-2 (subagent echo): its saved records disagree (a later one names \
+                 subagent reviewer, task \"second job\"); it cannot be continued",
+                "unusable: agent-3 (subagent echo): its saved records disagree (a later one names \
+                 subagent echo, task \"another job\"); it cannot be continued",
+                "unusable: line 9: a child record that cannot be read (missing field `id`)",
+            ]
+        );
+        assert_eq!(
+            tasks.child("agent-2").unwrap_err(),
+            TaskError::NoSuchChild("agent-2".into())
+        );
+        assert_eq!(tasks.new_child("echo", "next").unwrap().0, "agent-4");
     }
 }

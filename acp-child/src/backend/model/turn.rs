@@ -11,6 +11,9 @@
 //!   calls a cancelled turn did not run are recorded as cancelled, so the next request is valid;
 //! - the calls of one reply run in order, except that consecutive `subagent` calls run together
 //!   (bounded by the subagents' own limit); their results are recorded in call order;
+//! - a structured answer captured (`submit_result` with a value that matches) ends the turn: the
+//!   reply's later calls are refused unrun (their results say the answer was recorded) and no
+//!   further request is made;
 //! - a background task's completion notice goes into the next request once (`backend::children::table`),
 //!   one [`Record::Notice`] per task, and stays in the conversation. It is sent as a made-up
 //!   `task_output` exchange (`wire::messages`), never as a user message: it quotes a child's
@@ -25,7 +28,7 @@ use agent_client_protocol::v1::schema::StopReason;
 use futures::StreamExt as _;
 
 use super::client::{ModelClient, ModelError};
-use super::tools::{CANCELLED, ToolResult, Toolbox, subagent};
+use super::tools::{CANCELLED, CAPTURE_RECORDED, ToolResult, Toolbox, subagent};
 use super::wire::{self, Accumulator, ChatRequest, Chunk, Finish, Reply};
 use crate::backend::children::{Children, Subagents};
 use crate::backend::{Turn, TurnError};
@@ -123,13 +126,16 @@ pub(super) async fn run(
         if turn.is_cancelled() {
             return Ok(StopReason::Cancelled);
         }
+        if memory.has_captured() {
+            return Ok(StopReason::EndTurn);
+        }
     }
     Ok(StopReason::MaxTurnRequests)
 }
 
 /// Runs one reply's tool calls and records their results, in the order the model made them.
 /// Consecutive `subagent` calls run together (each waits for a free slot); every other call runs
-/// alone, in order.
+/// alone, in order. Once the turn's answer is captured, the calls left are refused unrun.
 async fn run_calls(
     tools: &Toolbox,
     turn: &Turn,
@@ -146,6 +152,17 @@ async fn run_calls(
         };
         let (batch, after) = rest.split_at(together);
         rest = after;
+        if memory.has_captured() {
+            for call in batch {
+                let result = tools.refuse(turn, call, CAPTURE_RECORDED.to_owned())?;
+                memory.extend([Record::Tool {
+                    call_id: call.id.clone(),
+                    content: result.content,
+                    failed: result.failed,
+                }]);
+            }
+            continue;
+        }
         let results = futures::future::join_all(
             batch
                 .iter()

@@ -7,6 +7,10 @@
 //! for this turn ([`crate::session::Memory::capture`]) and returned in the prompt response's
 //! `_meta`; one that does not is a failed call listing every violation, so the model can fix it
 //! and call again. The host checks the value once more.
+//!
+//! A value that matches ends the turn: the calls after it in the same reply are not run (each is
+//! refused with [`RECORDED`]), no further model request is made, and the first value is the
+//! answer.
 
 use agent_client_protocol::v1::schema::{ToolCall, ToolCallStatus, ToolCallUpdateFields, ToolKind};
 use protocol::structured::{self, CAPTURE_TOOL, OutputSchema};
@@ -34,7 +38,8 @@ pub(super) fn definition(schema: &OutputSchema) -> Value {
             "name": CAPTURE_TOOL,
             "description": "Submit your final answer as structured data matching the required \
                             schema (the parameters). Call it once you have the answer; a value \
-                            that does not match is refused with the reasons: fix it and call again.",
+                            that does not match is refused with the reasons: fix it and call again. \
+                            A value that matches ends your turn.",
             "parameters": parameters,
         },
     })
@@ -42,8 +47,12 @@ pub(super) fn definition(schema: &OutputSchema) -> Value {
 
 /// What the model is told in the system prompt of such a session.
 pub(crate) const INSTRUCTION: &str = "This session needs a structured answer: when you have it, \
-     call the submit_result tool with it (its parameters are the required JSON Schema), then end \
-     your turn.";
+     call the submit_result tool with it (its parameters are the required JSON Schema). A value \
+     that matches ends your turn: tool calls after it are not run.";
+
+/// The result of a call made after the turn's answer was captured (the call is not run).
+pub(crate) const RECORDED: &str = "not run: the answer was already recorded through \
+     submit_result, which ends the turn";
 
 /// Runs one call: checks the value and keeps it, reporting the call like any other.
 pub(super) fn run(

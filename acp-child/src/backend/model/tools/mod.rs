@@ -46,7 +46,7 @@ use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;
 use crate::workspace::Workspace;
 
-pub(crate) use self::capture::INSTRUCTION as CAPTURE_INSTRUCTION;
+pub(crate) use self::capture::{INSTRUCTION as CAPTURE_INSTRUCTION, RECORDED as CAPTURE_RECORDED};
 pub(crate) use self::task_list::NAME as TASK_LIST;
 pub(crate) use self::task_output::NAME as TASK_OUTPUT;
 
@@ -328,6 +328,17 @@ impl Toolbox {
         }
     }
 
+    /// Reports a call that is not run, failed with `reason` (also its result).
+    pub(crate) fn refuse(
+        &self,
+        turn: &Turn,
+        recorded: &RecordedCall,
+        reason: String,
+    ) -> Result<ToolResult, TurnError> {
+        let announced = self.announcement(recorded, turn.workspace());
+        refuse(turn, announced, recorded, reason)
+    }
+
     /// Runs one tool call of a turn whose children wing is `children` to its end, reporting it
     /// to the client. Cancellation is observed: the result is then [`CANCELLED`].
     pub(crate) async fn run(
@@ -351,18 +362,7 @@ impl Toolbox {
             filter.as_ref(),
         ) {
             Ok(parsed) => parsed,
-            Err(reason) => {
-                turn.announce_tool_call(
-                    announced
-                        .status(ToolCallStatus::Failed)
-                        .content(vec![reason.clone().into()]),
-                    &recorded.id,
-                )?;
-                return Ok(ToolResult {
-                    content: reason,
-                    failed: true,
-                });
-            }
+            Err(reason) => return refuse(turn, announced, recorded, reason),
         };
         let permission = parsed.tool.permission();
         let status = if permission.is_some() {
@@ -386,6 +386,25 @@ impl Toolbox {
         )?;
         Ok(result)
     }
+}
+
+/// Announces `announced` (the call `recorded`) failed with `reason`, its result.
+fn refuse(
+    turn: &Turn,
+    announced: ToolCall,
+    recorded: &RecordedCall,
+    reason: String,
+) -> Result<ToolResult, TurnError> {
+    turn.announce_tool_call(
+        announced
+            .status(ToolCallStatus::Failed)
+            .content(vec![reason.clone().into()]),
+        &recorded.id,
+    )?;
+    Ok(ToolResult {
+        content: reason,
+        failed: true,
+    })
 }
 
 /// Whether a children's tool is offered in a turn whose wing is `children`, by `which` of the
