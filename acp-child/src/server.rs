@@ -132,7 +132,7 @@ pub enum ServeError {
 /// with the `blocking` crate, a second thread pool beside tokio's; going through tokio keeps all
 /// I/O on the one runtime the turns (timers, cancellation) already need.
 ///
-/// Stdout is metered ([`crate::outbox::Metered`]): what a child relays waits while the client
+/// Stdout is metered (`outbox::Metered`): what a child relays waits while the client
 /// is behind.
 pub async fn serve_stdio(config: AgentConfig) -> Result<(), ServeError> {
     let backlog = Arc::new(Backlog::default());

@@ -216,6 +216,37 @@ async fn prompt_turn(
     })
 }
 
+/// The model the run asked for, selected through the agent's config option when it offers one
+/// (`options`: the session's `configOptions`); refused when it offers none that matches.
+async fn select_model(
+    cx: &ConnectionTo<Agent>,
+    config: &DriveConfig,
+    session_id: &str,
+    options: Option<&serde_json::Value>,
+    at: &impl Fn(Stage),
+) -> Result<(), DriveEnd> {
+    let Some(model) = &config.wants.model else {
+        return Ok(());
+    };
+    let choice =
+        capabilities::plan_model(model, options, &config.agent).map_err(DriveEnd::Refused)?;
+    if let Some(choice) = choice {
+        at(Stage::SetConfigOption);
+        let set = SetSessionConfigOptionRequest::new(
+            session_id.to_owned(),
+            choice.config_id,
+            choice.value.as_str(),
+        );
+        let set = UntypedMessage::new("session/set_config_option", set)
+            .map_err(|err| failed(Stage::SetConfigOption, &err))?;
+        cx.send_request(set)
+            .block_task()
+            .await
+            .map_err(|err| failed(Stage::SetConfigOption, &err))?;
+    }
+    Ok(())
+}
+
 /// initialize, the start-time capabilities decided, session/new (or session/load when resuming),
 /// then the model selected, all within the handshake deadline: the session id and what the prompt
 /// still needs, or how the drive ended (cancelled first, timed out, refused, or failed).
@@ -298,25 +329,7 @@ async fn handshake(
             new_session(cx, request).await?
         };
         shared.set_session_id(&session_id);
-        if let Some(model) = &config.wants.model {
-            let choice =
-                capabilities::plan_model(model, response.get("configOptions"), &config.agent)
-                    .map_err(DriveEnd::Refused)?;
-            if let Some(choice) = choice {
-                at(Stage::SetConfigOption);
-                let set = SetSessionConfigOptionRequest::new(
-                    session_id.clone(),
-                    choice.config_id,
-                    choice.value.as_str(),
-                );
-                let set = UntypedMessage::new("session/set_config_option", set)
-                    .map_err(|err| failed(Stage::SetConfigOption, &err))?;
-                cx.send_request(set)
-                    .block_task()
-                    .await
-                    .map_err(|err| failed(Stage::SetConfigOption, &err))?;
-            }
-        }
+        select_model(cx, config, &session_id, response.get("configOptions"), &at).await?;
         // A persona sent as a preamble gets its variables here (acp-child substitutes those of
         // a system prompt itself).
         if let Some(persona) = &mut plan.preamble {
