@@ -16,6 +16,7 @@ mod common;
 mod delegation;
 mod hardening;
 mod host_child;
+mod install;
 mod library;
 mod live_children;
 mod mock_agent;
