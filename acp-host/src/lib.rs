@@ -84,6 +84,7 @@
 //! }
 //! ```
 
+pub mod acp_registry;
 pub mod agents;
 mod answer;
 pub(crate) mod client;

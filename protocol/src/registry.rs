@@ -500,6 +500,9 @@ impl AgentAvailability {
 #[serde(rename_all = "camelCase")]
 pub struct AgentListing {
     pub agents: Vec<AgentRow>,
+    /// The cached ACP Registry's agents (`acp-host agents --refresh`); `None` when none is
+    /// cached.
+    pub registry: Option<crate::acp_registry::RegistryListing>,
 }
 
 /// One agent of the listing.

@@ -432,8 +432,20 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         .clone()
         .or_else(|| run_spec.and_then(|run| run.agent.clone()))
         .unwrap_or_else(|| registry::ACP_CHILD.to_owned());
+    // A name our table and this host do not know may be an ACP Registry id (the cached
+    // registry; a binary is installed into the cache on first use).
+    let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
     let resolved =
-        agents::resolve(&agent_name, &HostFacts::from_env()).map_err(|err| err.to_string())?;
+        agents::resolve_with_registry(&agent_name, &HostFacts::from_env(), cache.as_ref())
+            .map_err(|err| err.to_string())?;
+    // The manifest's variables first, so an `--env` of the same name wins.
+    env.splice(
+        0..0,
+        resolved
+            .env
+            .iter()
+            .map(|(name, value)| EnvForward::Set(name.clone(), value.clone())),
+    );
     let mut agent = resolved.command;
     let wants = wants(args, found.as_ref())?;
     agent

@@ -6,7 +6,9 @@
 //! `common` (this binary's own environment) and `children` (a parent that delegates).
 
 mod acp_child;
+mod acp_child_manifest;
 mod acp_child_model;
+mod acp_registry;
 mod background;
 mod batch;
 mod capabilities;
