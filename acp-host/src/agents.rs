@@ -74,7 +74,8 @@ pub enum AgentError {
 
 /// [`resolve`], then the ACP Registry cached in `cache`: a name that is neither one of our
 /// table's agents nor a program found here, but an id of the cached registry, runs as the
-/// registry says (its binary for this platform, installed into the cache on first use, else
+/// registry says; so does one of our agents whose ACP command is not installed here and whose
+/// registry id (`protocol::registry::REGISTRY_IDS`) the cached registry has (its binary for this platform, installed into the cache on first use, else
 /// `npx` / `uvx`). Without a cached registry, or for an id it does not know, the answer is
 /// [`resolve`]'s (the spawn then says "not found").
 pub fn resolve_with_registry(
@@ -83,16 +84,26 @@ pub fn resolve_with_registry(
     cache: Option<&RegistryCache>,
 ) -> Result<ResolvedAgent, AgentError> {
     let resolved = resolve(agent, facts)?;
-    if resolved.spec.is_some() || resolved.location.is_found() || !acp_registry::valid_id(agent) {
+    if resolved.location.is_found() {
         return Ok(resolved);
     }
+    // Our agent whose command is not installed falls back to its registry id, when it has one;
+    // any other name is looked up as an id itself.
+    let id = match resolved.spec {
+        Some(spec) => match registry::registry_id(spec.name) {
+            Some(id) => id,
+            None => return Ok(resolved),
+        },
+        None if acp_registry::valid_id(agent) => agent,
+        None => return Ok(resolved),
+    };
     let Some(cache) = cache else {
         return Ok(resolved);
     };
     let Some(cached) = cache.load()? else {
         return Ok(resolved);
     };
-    let Some(manifest) = cached.registry.find(agent) else {
+    let Some(manifest) = cached.registry.find(id) else {
         return Ok(resolved);
     };
     let platform = acp_registry::platform(std::env::consts::OS, std::env::consts::ARCH);
@@ -140,7 +151,7 @@ pub fn resolve_with_registry(
     Ok(ResolvedAgent {
         command,
         location,
-        spec: None,
+        spec: resolved.spec,
         env,
     })
 }

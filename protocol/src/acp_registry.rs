@@ -416,6 +416,9 @@ pub struct RegistryRow {
     pub cached: bool,
     /// Our table's agent that `--agent ID` names first, when the id is also one of its names.
     pub shadowed_by: Option<String>,
+    /// Our table's agent whose ACP command falls back to this entry when it is not installed
+    /// (`protocol::registry::REGISTRY_IDS`).
+    pub linked_from: Option<String>,
 }
 
 impl RegistryRow {
@@ -439,6 +442,7 @@ impl RegistryRow {
             command,
             cached: cached && matches!(choice, Some(Choice::Binary { .. })),
             shadowed_by: crate::registry::find(&manifest.id).map(|spec| spec.name.to_owned()),
+            linked_from: crate::registry::linked_to_registry(&manifest.id).map(str::to_owned),
         }
     }
 }

@@ -211,11 +211,13 @@ fn registry_table(text: &mut String, registry: &RegistryListing) {
             Some("binary") => format!("binary {} (downloaded on first run)", row.command.join(" ")),
             Some(_) => row.command.join(" "),
         };
-        let shadowed = row
-            .shadowed_by
-            .as_ref()
-            .map(|name| format!(" [--agent {} runs our {name}]", row.id))
-            .unwrap_or_default();
+        let shadowed = match (&row.linked_from, &row.shadowed_by) {
+            (Some(ours), _) => {
+                format!(" [--agent {ours} runs this when its own command is not installed]")
+            }
+            (None, Some(name)) => format!(" [--agent {} runs our {name}]", row.id),
+            (None, None) => String::new(),
+        };
         let _ = writeln!(
             text,
             "{:<id_width$}  {:<version_width$}  {}  {how}{shadowed}",

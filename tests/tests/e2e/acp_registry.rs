@@ -514,3 +514,46 @@ fn a_registry_that_is_not_one_is_refused_and_the_cache_kept() {
         stdout(&out)
     );
 }
+
+/// Our `codex` is linked to the registry's `codex-acp`: with no codex-acp installed here,
+/// `--agent codex` starts the cached registry's binary (and `claude` its npx package); a
+/// codex-acp on PATH would win.
+#[test]
+fn our_agents_fall_back_to_their_registry_ids_when_not_installed() {
+    let machine = Machine::new();
+    let tar = tar_gz(&[("codex-acp", &agent_script(), 0o755)], &[]);
+    let archives = serve(&[("/codex.tar.gz", tar.clone())]);
+    let agents = [binary_agent(
+        "codex-acp",
+        &archives.url("/codex.tar.gz"),
+        Some(&sha256(&tar)),
+        "./codex-acp",
+    )];
+    let index = serve(&[("/registry.json", registry(&agents))]);
+    let out =
+        run_to_end(&mut machine.host(&["agents", "--registry", &index.url("/registry.json")]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(
+            "codex-acp  1.0.0  Test agent codex-acp  binary ./codex-acp (downloaded on first run) \
+             [--agent codex runs this when its own command is not installed]\n"
+        ),
+        "{}",
+        stdout(&out)
+    );
+    let out = machine.run("codex");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hello from the registry, with its env");
+    assert_eq!(archives.requests(), ["/codex.tar.gz"]);
+    // Installed by the person, their codex-acp is what runs.
+    let own = machine.path("bin/codex-acp");
+    std::fs::write(
+        &own,
+        format!("#!/bin/sh\nexec '{}' text --text mine\n", mock_path()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = machine.run("codex");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "mine");
+}
