@@ -557,3 +557,94 @@ fn our_agents_fall_back_to_their_registry_ids_when_not_installed() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "mine");
 }
+
+/// A raw executable is the program itself; `.tar.bz2` (listed by the format, not unpacked here)
+/// is refused by name before anything is downloaded.
+#[test]
+fn raw_executables_run_and_unsupported_archives_are_named() {
+    let machine = Machine::new();
+    let archives = serve(&[
+        ("/raw-agent", agent_script()),
+        ("/b.tar.bz2", b"BZh".to_vec()),
+    ]);
+    let agents = [
+        binary_agent(
+            "raw-agent",
+            &archives.url("/raw-agent"),
+            Some(&sha256(&agent_script())),
+            "./raw-agent",
+        ),
+        binary_agent("bz-agent", &archives.url("/b.tar.bz2"), None, "agent"),
+    ];
+    let index = serve(&[("/registry.json", registry(&agents))]);
+    cache_registry(&machine, &index);
+    let out = machine.run("raw-agent");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hello from the registry, with its env");
+    let program = machine
+        .cache()
+        .join(format!("agents/raw-agent/1.0.0-{}/raw-agent", platform()));
+    assert_eq!(
+        std::fs::metadata(&program).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+    let out = machine.run("bz-agent");
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "acp-host: error: agent bz-agent: {}: .tar.bz2 archives are not supported (supported: .tar.gz, .tgz, .zip, a raw executable)\n",
+            archives.url("/b.tar.bz2")
+        )
+    );
+    assert_eq!(archives.requests(), ["/raw-agent"]);
+}
+
+/// `--refresh` reads the registry again from where it was last read, and replaces the cache.
+#[test]
+fn refresh_reads_the_registry_again_from_its_source() {
+    let machine = Machine::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("registry.json");
+    let agent = |id: &str| {
+        serde_json::json!({"id": id, "name": id, "version": "1.0.0", "description": "d",
+            "distribution": {"npx": {"package": id}}})
+    };
+    std::fs::write(&file, registry(&[agent("first-agent")])).unwrap();
+    let source = file.to_str().unwrap();
+    let out = run_to_end(&mut machine.host(&["agents", "--registry", source]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out)
+            .contains("): 1 agents\nfirst-agent  1.0.0  first-agent  npx --yes first-agent\n"),
+        "{}",
+        stdout(&out)
+    );
+    std::fs::write(
+        &file,
+        registry(&[agent("first-agent"), agent("second-agent")]),
+    )
+    .unwrap();
+    // Without --refresh the cache is what is listed.
+    let out = run_to_end(&mut machine.host(&["agents"]));
+    assert!(!stdout(&out).contains("second-agent"), "{}", stdout(&out));
+    let out = run_to_end(&mut machine.host(&["agents", "--refresh", "--json"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["registry"]["source"], source);
+    let ids: Vec<&str> = json["registry"]["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["first-agent", "second-agent"]);
+    let cached: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(machine.cache().join("registry.json")).unwrap())
+            .unwrap();
+    assert_eq!(cached["source"], source);
+    assert!(
+        cached["fetchedAt"].as_str().unwrap().ends_with('Z'),
+        "{cached}"
+    );
+}
