@@ -330,6 +330,9 @@ fn a_checksum_mismatch_is_refused_naming_the_agent_and_url_and_installs_nothing(
 fn unsafe_archives_are_refused_and_nothing_lands_outside_the_cache() {
     let machine = Machine::new();
     let script = agent_script();
+    // An absolute path a write would reach: the machine's own folder, outside the cache.
+    let absolute = machine.path("escaped-absolute");
+    let absolute = absolute.to_str().unwrap();
     let cases: [(&str, Vec<u8>, &str, &str); 4] = [
         (
             "dotdot-agent",
@@ -345,8 +348,8 @@ fn unsafe_archives_are_refused_and_nothing_lands_outside_the_cache() {
         ),
         (
             "absolute-agent",
-            tar_gz(&[("/tmp/escaped-absolute", b"x", 0o644)], &[]),
-            "/tmp/escaped-absolute",
+            tar_gz(&[(absolute, b"x", 0o644)], &[]),
+            absolute,
             "an absolute path",
         ),
         (
@@ -404,7 +407,7 @@ fn unsafe_archives_are_refused_and_nothing_lands_outside_the_cache() {
                 .exists()
         );
     }
-    assert!(!Path::new("/tmp/escaped-absolute").exists());
+    assert!(!Path::new(absolute).exists());
     assert!(!machine.path("escaped").exists() && !machine.cache().join("escaped").exists());
     let tree = machine.cache_tree();
     assert!(
