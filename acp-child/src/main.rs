@@ -22,6 +22,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::LazyLock;
 
 use acp_child::{
     AGENT_NAME, AgentConfig, COMMANDS_HELP, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS,
@@ -42,12 +43,16 @@ use tracing_subscriber::EnvFilter;
 /// about a peer's frames would otherwise crowd a failed run's stderr tail).
 const DEFAULT_LOG_FILTER: &str = "warn,agent_client_protocol=error";
 
+/// `--version`: the version, the commit when known, the ACP protocol version.
+static VERSION: LazyLock<String> =
+    LazyLock::new(|| acp_host::version_text(env!("CARGO_PKG_VERSION")));
+
 /// The command line; the texts are user-facing, so they live in `help` attributes and
 /// [`long_about`] rather than in doc comments. Defaults shown come from the library's constants.
 #[derive(Debug, Parser)]
 #[command(
     name = AGENT_NAME,
-    version,
+    version = VERSION.as_str(),
     about = "An ACP agent speaking JSON-RPC (ACP v1) on stdin/stdout.",
     long_about = long_about(),
     after_help = after_help()
@@ -159,6 +164,18 @@ struct Cli {
         help = "How long a child that answered (foreground or background) stays alive, idle, for send_message (at most 4 per session; the oldest is closed); 0 ends every child with its run"
     )]
     child_idle_timeout: u64,
+    #[arg(
+        long,
+        value_enum,
+        value_name = "SHELL",
+        help = "Print a shell completion script for acp-child and exit (source <(acp-child --completions bash))"
+    )]
+    completions: Option<clap_complete::Shell>,
+    #[arg(
+        long,
+        help = "Print acp-child's man page (roff) and exit (acp-child --man | man -l -)"
+    )]
+    man: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -166,6 +183,34 @@ enum PermissionArg {
     Relay,
     Reject,
     Allow,
+}
+
+/// `--completions SHELL` and `--man`: generated from the clap definition, printed to stdout
+/// (nothing is served then); `None` when neither was asked for.
+fn print_docs(cli: &Cli) -> Option<ExitCode> {
+    use clap::CommandFactory as _;
+    use std::io::Write as _;
+    let mut text = Vec::new();
+    if let Some(shell) = cli.completions {
+        clap_complete::generate(shell, &mut Cli::command(), AGENT_NAME, &mut text);
+    } else if cli.man {
+        if let Err(error) = clap_mangen::Man::new(Cli::command()).render(&mut text) {
+            eprintln!("{AGENT_NAME}: error: cannot render the man page: {error}");
+            return Some(ExitCode::FAILURE);
+        }
+    } else {
+        return None;
+    }
+    let mut out = std::io::stdout().lock();
+    Some(match out.write_all(&text).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader closed the pipe: it has what it wanted.
+        Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{AGENT_NAME}: error: cannot write to stdout: {error}");
+            ExitCode::FAILURE
+        }
+    })
 }
 
 /// The long description in `--help`.
@@ -267,6 +312,9 @@ fn after_help() -> String {
 fn main() -> ExitCode {
     let hardened = acp_host::process::harden_host();
     let cli = Cli::parse();
+    if let Some(code) = print_docs(&cli) {
+        return code;
+    }
     init_logging();
     if let Err(error) = hardened {
         tracing::warn!("{}", describe(&error));

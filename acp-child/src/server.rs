@@ -33,7 +33,6 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, AvailableCommand, AvailableCommandInput, AvailableCommandsUpdate,
     CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
@@ -384,7 +383,7 @@ fn initialize(
     }
     capabilities = capabilities.meta(capabilities::Advertised::new(fields).to_meta());
     // Only v1 is spoken; answering with it lets a newer client downgrade or disconnect.
-    InitializeResponse::new(ProtocolVersion::V1)
+    InitializeResponse::new(protocol::version::ACP_PROTOCOL_VERSION)
         .agent_capabilities(capabilities)
         .agent_info(Implementation::new(AGENT_NAME, AGENT_VERSION).title(title))
 }

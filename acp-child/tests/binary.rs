@@ -13,7 +13,10 @@ fn version_names_the_agent() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        format!("acp-child {}\n", env!("CARGO_PKG_VERSION"))
+        format!(
+            "acp-child {}\n",
+            acp_host::version_text(env!("CARGO_PKG_VERSION"))
+        )
     );
 }
 

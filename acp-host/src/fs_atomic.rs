@@ -873,6 +873,99 @@ pub fn write_new(path: &Path, contents: &[u8]) -> Result<(), FsError> {
     Ok(())
 }
 
+/// A new, empty folder inside `parent` (created if missing) that an install fills before it is
+/// moved into place with [`rename_folder`]; removed with everything in it when dropped first, so
+/// a failed install leaves nothing half-written.
+pub fn staging_folder(parent: &Path) -> Result<tempfile::TempDir, FsError> {
+    create_folder(parent)?;
+    tempfile::Builder::new()
+        .prefix(".staging-")
+        .tempdir_in(parent)
+        .map_err(|source| FsError::CreateDir {
+            path: parent.to_path_buf(),
+            source,
+        })
+}
+
+/// A temporary file in `folder` (created if missing), removed when dropped: a download in
+/// progress.
+pub fn temp_file_in(folder: &Path) -> Result<tempfile::NamedTempFile, FsError> {
+    create_folder(folder)?;
+    tempfile::Builder::new()
+        .prefix(".download-")
+        .tempfile_in(folder)
+        .map_err(|source| FsError::Write {
+            path: folder.to_path_buf(),
+            source,
+        })
+}
+
+/// Creates `path` and its missing parents as folders.
+pub fn create_folder(path: &Path) -> Result<(), FsError> {
+    fs::create_dir_all(path).map_err(|source| FsError::CreateDir {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Creates the new file `path` with `mode` for the caller to fill: fails when anything exists at
+/// `path`, a symlink included (`O_EXCL` never follows one), so an unpacked entry never writes
+/// through a link or over another entry.
+pub fn create_new_file(path: &Path, mode: u32) -> Result<File, FsError> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|source| FsError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Creates the symlink `link` pointing at `target` (the caller checked the target).
+pub fn create_symlink(target: &Path, link: &Path) -> Result<(), FsError> {
+    std::os::unix::fs::symlink(target, link).map_err(|source| FsError::Write {
+        path: link.to_path_buf(),
+        source,
+    })
+}
+
+/// Sets the permission bits of `path` (not following a symlink's target out: callers pass files
+/// they created).
+pub fn set_mode(path: &Path, mode: u32) -> Result<(), FsError> {
+    fs::set_permissions(path, Permissions::from_mode(mode)).map_err(|source| FsError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Moves the filled folder `from` to `to` in one rename (same filesystem), then makes the rename
+/// durable. `Ok(false)` when `to` already exists (another process installed the same thing
+/// first): `from` is left for its owner to drop.
+pub fn rename_folder(from: &Path, to: &Path) -> Result<bool, FsError> {
+    let parent = create_parent(to)?;
+    match fs::rename(from, to) {
+        Ok(()) => {
+            sync_folder(parent)?;
+            Ok(true)
+        }
+        Err(err)
+            if to.is_dir()
+                && matches!(
+                    err.kind(),
+                    io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists
+                ) =>
+        {
+            Ok(false)
+        }
+        Err(source) => Err(FsError::Write {
+            path: to.to_path_buf(),
+            source,
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;

@@ -57,6 +57,11 @@ impl HostFacts {
     }
 }
 
+/// Whether `path` is a file with an execute bit.
+pub(crate) fn is_executable(path: &Path) -> bool {
+    executable(path)
+}
+
 fn executable(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }

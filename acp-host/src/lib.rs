@@ -85,6 +85,7 @@
 //! }
 //! ```
 
+pub mod acp_registry;
 pub mod agents;
 mod answer;
 pub(crate) mod client;
@@ -100,6 +101,17 @@ pub mod trust;
 pub mod watchdog;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// The git commit this build was made from, when the build knew it (release builds and packages
+/// from crates.io; see `build.rs`): what `--version` of acp-host and acp-child says.
+pub const BUILD_COMMIT: Option<&str> = option_env!("ACP_HOST_BUILD_COMMIT");
+
+/// The `--version` text of a binary of this workspace at `version` (its package version):
+/// `protocol::version::describe` with [`BUILD_COMMIT`].
+#[must_use]
+pub fn version_text(version: &str) -> String {
+    protocol::version::describe(version, BUILD_COMMIT)
+}
 
 /// Locks `mutex`, recovering it when a panic elsewhere poisoned it: the crate's one lock-poison
 /// policy. Every critical section here leaves its data whole (a push, a take, a swap), so a

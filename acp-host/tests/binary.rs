@@ -13,7 +13,10 @@ fn version_names_the_tool() {
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(
         String::from_utf8(out.stdout).unwrap(),
-        format!("acp-host {}\n", env!("CARGO_PKG_VERSION"))
+        format!(
+            "acp-host {}\n",
+            acp_host::version_text(env!("CARGO_PKG_VERSION"))
+        )
     );
 }
 

@@ -14,6 +14,8 @@ pub const HOME: &str = "HOME";
 pub const PATH: &str = "PATH";
 /// The XDG state directory (backups, sessions); default `~/.local/state`.
 pub const XDG_STATE_HOME: &str = "XDG_STATE_HOME";
+/// The XDG cache directory (agents downloaded from the ACP Registry); default `~/.cache`.
+pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
 /// acp-host's log filter (`tracing` `EnvFilter` syntax).
 pub const ACP_HOST_LOG: &str = "ACP_HOST_LOG";
 /// acp-child's log filter (`tracing` `EnvFilter` syntax).
@@ -56,6 +58,19 @@ pub fn state_home(home: Option<&Path>, xdg_state_home: Option<&Path>) -> Option<
         })
 }
 
+/// The user's cache directory: `xdg_cache_home` when it is set, non-empty and absolute, else
+/// `home/.cache`; `None` when neither is usable. The same rule as [`state_home`].
+#[must_use]
+pub fn cache_home(home: Option<&Path>, xdg_cache_home: Option<&Path>) -> Option<PathBuf> {
+    xdg_cache_home
+        .filter(|dir| dir.is_absolute())
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            home.filter(|home| !home.as_os_str().is_empty())
+                .map(|home| home.join(".cache"))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +97,18 @@ mod tests {
     fn no_home_and_no_xdg_state_home_is_no_state_directory() {
         assert_eq!(state(None, None), None);
         assert_eq!(state(Some(""), Some("relative")), None);
+    }
+
+    #[test]
+    fn the_cache_directory_follows_the_same_rule() {
+        let cache = |home: Option<&str>, xdg: Option<&str>| {
+            cache_home(home.map(Path::new), xdg.map(Path::new))
+        };
+        assert_eq!(cache(Some("/h"), Some("/x")), Some(PathBuf::from("/x")));
+        assert_eq!(
+            cache(Some("/h"), Some("rel")),
+            Some(PathBuf::from("/h/.cache"))
+        );
+        assert_eq!(cache(None, None), None);
     }
 }

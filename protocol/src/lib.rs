@@ -4,6 +4,7 @@
 //! hidden behind a decision; functions take values and return values, so each decision has exactly
 //! one home and is unit-tested here. `acp-host` and `acp-child` call into it; it never calls back.
 
+pub mod acp_registry;
 pub mod batch;
 pub mod capabilities;
 pub mod child_session;
@@ -21,3 +22,4 @@ pub mod schema;
 pub mod structured;
 pub mod sync;
 pub mod trust;
+pub mod version;

@@ -444,6 +444,36 @@ pub const AGENTS: &[AgentSpec] = &[
     },
 ];
 
+/// Our agents whose ACP command the official ACP Registry also distributes, with its id there
+/// (`protocol::acp_registry`): when the command is not installed here, `run --agent NAME` starts
+/// the cached registry's distribution of that id instead. The registry knows how to install and
+/// launch them; this table keeps only what it does not say: which agents `sync` writes for and
+/// in which format, marker folders, key variables, and short names (`claude`).
+pub const REGISTRY_IDS: &[(&str, &str)] = &[
+    ("claude-code", "claude-code-acp"),
+    ("codex", "codex-acp"),
+    ("gemini", "gemini"),
+    ("opencode", "opencode"),
+];
+
+/// The ACP Registry id of our agent `name` (canonical), when it has one ([`REGISTRY_IDS`]).
+#[must_use]
+pub fn registry_id(name: &str) -> Option<&'static str> {
+    REGISTRY_IDS
+        .iter()
+        .find(|(ours, _)| *ours == name)
+        .map(|(_, id)| *id)
+}
+
+/// Our agent whose ACP command falls back to the registry's `id` ([`REGISTRY_IDS`]).
+#[must_use]
+pub fn linked_to_registry(id: &str) -> Option<&'static str> {
+    REGISTRY_IDS
+        .iter()
+        .find(|(_, theirs)| *theirs == id)
+        .map(|(ours, _)| *ours)
+}
+
 /// Looks an agent up by canonical name or alias.
 #[must_use]
 pub fn find(name: &str) -> Option<&'static AgentSpec> {
@@ -510,6 +540,9 @@ impl AgentAvailability {
 #[serde(rename_all = "camelCase")]
 pub struct AgentListing {
     pub agents: Vec<AgentRow>,
+    /// The cached ACP Registry's agents (`acp-host agents --refresh`); `None` when none is
+    /// cached.
+    pub registry: Option<crate::acp_registry::RegistryListing>,
 }
 
 /// One agent of the listing.
@@ -733,6 +766,19 @@ mod tests {
         assert!(likely_keys("gemini", &["PGPASSWORD".to_owned()]).is_empty());
         let many: Vec<String> = (0..5).map(|i| format!("K{i}_API_KEY")).collect();
         assert_eq!(likely_keys("x", &many).len(), MAX_KEY_GUESSES);
+    }
+
+    #[test]
+    fn registry_links_name_our_acp_agents_once() {
+        for (ours, id) in REGISTRY_IDS {
+            let spec = find_canonical(ours).unwrap();
+            assert!(spec.acp_command.is_some(), "{ours} speaks ACP");
+            assert!(crate::acp_registry::valid_id(id), "{id}");
+            assert_eq!(registry_id(ours), Some(*id));
+            assert_eq!(linked_to_registry(id), Some(*ours));
+        }
+        assert_eq!(registry_id("claude-code"), Some("claude-code-acp"));
+        assert_eq!(registry_id("acp-child"), None);
     }
 
     #[test]

@@ -171,7 +171,7 @@ mod tests {
         assert!(
             stale.is_empty() && extra.is_empty(),
             "schemas/ is out of date (stale: {stale:?}; not generated: {extra:?}): run \
-             `ACP_UPDATE_SCHEMAS=1 cargo test -p protocol --lib schema` and commit schemas/"
+             `ACP_UPDATE_SCHEMAS=1 cargo test -p acp-host-protocol --lib schema` and commit schemas/"
         );
     }
 

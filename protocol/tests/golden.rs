@@ -1,7 +1,7 @@
 //! Golden bytes of every target format, and a parse of each through a real parser of its format.
 //!
 //! The files under `tests/golden/` are the contract: a diff there is a format change users see.
-//! Regenerate them on purpose with `UPDATE_GOLDEN=1 cargo test -p protocol --test golden`.
+//! Regenerate them on purpose with `UPDATE_GOLDEN=1 cargo test -p acp-host-protocol --test golden`.
 
 use std::path::PathBuf;
 

@@ -253,7 +253,9 @@ impl<'a> Checker<'a> {
         self.agents
             .entry(agent.to_owned())
             .or_insert_with(|| {
-                let resolved = agents::resolve(agent, facts).map_err(|err| err.to_string())?;
+                let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
+                let resolved = agents::resolve_with_registry(agent, facts, cache.as_ref())
+                    .map_err(|err| err.to_string())?;
                 if resolved.location.is_found() {
                     return Ok(());
                 }

@@ -27,6 +27,7 @@ macro_rules! note_text {
 
 mod agents;
 mod batch;
+mod docs;
 mod run;
 mod subagent;
 mod sync;
@@ -34,13 +35,18 @@ mod trust;
 
 use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::LazyLock;
 
 use clap::{Parser, Subcommand};
 use protocol::result::{EXIT_USAGE, Status};
 
+/// `--version`: the version, the commit when known, the ACP protocol version.
+static VERSION: LazyLock<String> =
+    LazyLock::new(|| acp_host::version_text(env!("CARGO_PKG_VERSION")));
+
 /// Run ACP agents as out-of-process subagents, and keep subagent definitions in sync.
 #[derive(Debug, Parser)]
-#[command(name = "acp-host", version, propagate_version = true)]
+#[command(name = "acp-host", version = VERSION.as_str(), propagate_version = true)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -56,6 +62,8 @@ enum Command {
     Sync(sync::SyncArgs),
     Agents(agents::AgentsArgs),
     Trust(trust::TrustArgs),
+    Completions(docs::CompletionsArgs),
+    Man(docs::ManArgs),
 }
 
 impl Command {
@@ -63,7 +71,12 @@ impl Command {
     fn verbose(&self) -> bool {
         match self {
             Command::Run(args) => args.verbose(),
-            Command::Batch(_) | Command::Sync(_) | Command::Agents(_) | Command::Trust(_) => false,
+            Command::Batch(_)
+            | Command::Sync(_)
+            | Command::Agents(_)
+            | Command::Trust(_)
+            | Command::Completions(_)
+            | Command::Man(_) => false,
         }
     }
 }
@@ -108,6 +121,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Sync(args) => sync::execute(args),
         Command::Agents(args) => agents::execute(&args),
         Command::Trust(args) => trust::execute(&args),
+        Command::Completions(args) => docs::completions(&args),
+        Command::Man(args) => docs::man(&args),
     };
     outcome.unwrap_or_else(|err| {
         note!("acp-host: error: {err}");

@@ -425,6 +425,18 @@ fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
     request_for(args, prompt)
 }
 
+/// A definition that starts from its parent's conversation needs one named: never run fresh.
+fn check_fork_source(found: &subagent::Found, args: &RunArgs) -> Result<(), String> {
+    if found.run.context == Some(protocol::definition::RunContext::Fork) && args.fork.is_none() {
+        return Err(format!(
+            "subagent {} has `run.context: fork`: it starts from a copy of a session, and a run \
+             from here has none to copy; pass --fork SESSION_ID (a result's sessionId)",
+            found.located.definition.name
+        ));
+    }
+    Ok(())
+}
+
 /// The start request for `args` with this prompt (already read).
 pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest, String> {
     let mut env = args
@@ -439,24 +451,28 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         .map(|name| subagent::find(name, &cwd, &args.subagent_dirs))
         .transpose()?;
     let run_spec = found.as_ref().map(|found| &found.run);
-    // A definition that starts from its parent's conversation needs one named: never run fresh.
-    if let Some(found) = &found
-        && found.run.context == Some(protocol::definition::RunContext::Fork)
-        && args.fork.is_none()
-    {
-        return Err(format!(
-            "subagent {} has `run.context: fork`: it starts from a copy of a session, and a run \
-             from here has none to copy; pass --fork SESSION_ID (a result's sessionId)",
-            found.located.definition.name
-        ));
+    if let Some(found) = &found {
+        check_fork_source(found, args)?;
     }
     let agent_name = args
         .agent
         .clone()
         .or_else(|| run_spec.and_then(|run| run.agent.clone()))
         .unwrap_or_else(|| registry::ACP_CHILD.to_owned());
+    // A name our table and this host do not know may be an ACP Registry id (the cached
+    // registry; a binary is installed into the cache on first use).
+    let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
     let resolved =
-        agents::resolve(&agent_name, &HostFacts::from_env()).map_err(|err| err.to_string())?;
+        agents::resolve_with_registry(&agent_name, &HostFacts::from_env(), cache.as_ref())
+            .map_err(|err| err.to_string())?;
+    // The manifest's variables first, so an `--env` of the same name wins.
+    env.splice(
+        0..0,
+        resolved
+            .env
+            .iter()
+            .map(|(name, value)| EnvForward::Set(name.clone(), value.clone())),
+    );
     let mut agent = resolved.command;
     let wants = wants(args, found.as_ref())?;
     agent

@@ -25,7 +25,6 @@
 
 use std::sync::Mutex;
 
-use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     CancelNotification, ClientCapabilities, ContentBlock, ForkSessionRequest, Implementation,
@@ -264,7 +263,7 @@ async fn handshake(
     let steps = async {
         let initialized = cx
             .send_request(
-                InitializeRequest::new(ProtocolVersion::V1)
+                InitializeRequest::new(protocol::version::ACP_PROTOCOL_VERSION)
                     .client_capabilities(
                         ClientCapabilities::new().subagents(SubagentCapabilities::new()),
                     )

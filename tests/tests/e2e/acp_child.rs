@@ -545,7 +545,10 @@ fn version_and_help_describe_the_agent() {
         .arg("--version")
         .assert()
         .success()
-        .stdout("acp-child 0.1.0\n");
+        .stdout(format!(
+            "acp-child {}\n",
+            acp_host::version_text(env!("CARGO_PKG_VERSION"))
+        ));
     let help = assert_cmd::Command::new(bin("acp-child"))
         .arg("--help")
         .assert()

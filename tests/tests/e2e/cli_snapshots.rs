@@ -12,6 +12,8 @@ fn run(args: &[&str], home: &std::path::Path) -> String {
         .args(args)
         .env(env_vars::HOME, home)
         .env(env_vars::PATH, "/usr/bin:/bin")
+        // The ACP Registry cache under the temporary home, never the person's own.
+        .env_remove(env_vars::XDG_CACHE_HOME)
         .env("COLUMNS", "100")
         .output()
         .expect("acp-host runs");

@@ -6,7 +6,9 @@
 //! `common` (this binary's own environment) and `children` (a parent that delegates).
 
 mod acp_child;
+mod acp_child_manifest;
 mod acp_child_model;
+mod acp_registry;
 mod background;
 mod batch;
 mod capabilities;
@@ -18,6 +20,7 @@ mod delegation;
 mod fork;
 mod hardening;
 mod host_child;
+mod install;
 mod library;
 mod live_children;
 mod mock_agent;

@@ -195,9 +195,13 @@ fn initialize_names_the_client() {
     let version =
         run_to_end(std::process::Command::new(acp_tests::bin("acp-host")).arg("--version"));
     assert_eq!(info["name"], "acp-host");
+    // `--version` says more after the version (the commit, the ACP protocol version).
     assert_eq!(
         stdout(&version).trim(),
-        format!("acp-host {}", info["version"].as_str().unwrap())
+        format!(
+            "acp-host {}",
+            acp_host::version_text(info["version"].as_str().unwrap())
+        )
     );
 }
 
