@@ -33,11 +33,13 @@ pub const FIELDS: &[&str] = &[
     "timeout",
     "env",
     "outputSchema",
+    "tokenBudget",
+    "costBudget",
 ];
 
 /// One run asked for by one input line. Adding a field is one member here and one arm in
 /// [`parse_line`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchLine {
     /// The line's `id`, or its line number; echoed in its record.
     pub id: String,
@@ -54,6 +56,10 @@ pub struct BatchLine {
     /// A JSON Schema the answer must match, like `acp-host run --output-schema` (checked to
     /// compile when the line is read).
     pub output_schema: Option<Value>,
+    /// Like `acp-host run --token-budget`.
+    pub token_budget: Option<u64>,
+    /// Like `acp-host run --cost-budget`.
+    pub cost_budget: Option<f64>,
 }
 
 /// Why a line was refused; `field` is `None` when the line as a whole is wrong.
@@ -111,13 +117,7 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
     }
     let mut line = BatchLine {
         id: number.to_string(),
-        prompt: String::new(),
-        agent: None,
-        subagent: None,
-        cwd: None,
-        timeout: None,
-        env: Vec::new(),
-        output_schema: None,
+        ..BatchLine::default()
     };
     let mut prompt = None;
     for (key, value) in object {
@@ -161,6 +161,12 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
                     .map_err(|err| error(field, err.to_string()))?;
                 line.output_schema = Some(value);
             }
+            "tokenBudget" => {
+                line.token_budget = Some(tokens(&value).map_err(|problem| error(field, problem))?);
+            }
+            "costBudget" => {
+                line.cost_budget = Some(amount(&value).map_err(|problem| error(field, problem))?);
+            }
             _ => {
                 return Err(error(
                     field,
@@ -171,6 +177,21 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
     }
     line.prompt = prompt.ok_or_else(|| error(Some("prompt"), "missing (it is required)".into()))?;
     Ok(line)
+}
+
+/// `tokenBudget`: a whole number of tokens.
+fn tokens(value: &Value) -> Result<u64, String> {
+    value
+        .as_u64()
+        .ok_or_else(|| format!("expected a whole number of tokens, got {}", kind(value)))
+}
+
+/// `costBudget`: a non-negative amount.
+fn amount(value: &Value) -> Result<f64, String> {
+    value
+        .as_f64()
+        .filter(|amount| amount.is_finite() && *amount >= 0.0)
+        .ok_or_else(|| format!("expected a non-negative amount, got {}", kind(value)))
 }
 
 /// `env`: an array of variable names.
@@ -496,6 +517,8 @@ mod tests {
                 timeout: Some(Duration::from_millis(1500)),
                 env: vec!["K".into()],
                 output_schema: Some(serde_json::json!({"type": "object"})),
+                token_budget: None,
+                cost_budget: None,
             }
         );
         assert_eq!(parse(r#"{"prompt":"p"}"#).unwrap().id, "7");
@@ -508,7 +531,7 @@ mod tests {
         assert_eq!(
             refused(r#"{"prompt":"p","model":"m"}"#),
             "line 7, field `model`: unknown field; a line has id, prompt, agent, \
-             subagent, cwd, timeout, env, outputSchema"
+             subagent, cwd, timeout, env, outputSchema, tokenBudget, costBudget"
         );
         assert!(
             refused(r#"{"prompt":"p","outputSchema":{"type":7}}"#)

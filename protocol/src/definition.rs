@@ -108,6 +108,9 @@ pub struct RunSpec {
     /// Seconds the child may run.
     pub timeout: Option<u64>,
     pub max_depth: Option<u32>,
+    /// The most tokens the child may spend (as its agent reports them); it only ever lowers the
+    /// starter's budget ([`RunSpec::settle`]).
+    pub token_budget: Option<u64>,
 }
 
 /// `run.permission`: how the child's permission requests are answered. The default, `relay`,
@@ -185,6 +188,12 @@ impl RunSpec {
                 .or(self.timeout.map(std::time::Duration::from_secs))
                 .or(defaults.timeout),
             max_depth: explicit.max_depth.or(self.max_depth).or(defaults.max_depth),
+            // Only ever lowered: the smallest of the definition's and the starter's.
+            token_budget: crate::usage::child_budget(
+                self.token_budget,
+                explicit.token_budget,
+                defaults.token_budget,
+            ),
             env: self
                 .env
                 .iter()
@@ -201,6 +210,8 @@ pub struct RunSettings {
     pub permission: Option<RunPermission>,
     pub timeout: Option<std::time::Duration>,
     pub max_depth: Option<u32>,
+    /// The starter's token budget for the child (`--token-budget`, `--subagent-token-budget`).
+    pub token_budget: Option<u64>,
     /// Names the starter forwards already.
     pub env: Vec<String>,
 }
@@ -211,6 +222,8 @@ pub struct Settled {
     pub permission: RunPermission,
     pub timeout: Option<std::time::Duration>,
     pub max_depth: Option<u32>,
+    /// The smallest of the definition's `tokenBudget` and the starter's.
+    pub token_budget: Option<u64>,
     /// The definition's variable names to forward as well (never values).
     pub env: Vec<String>,
 }
@@ -226,6 +239,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "env",
     "timeout",
     "maxDepth",
+    "tokenBudget",
 ];
 
 impl Definition {
@@ -612,6 +626,14 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                         .ok_or_else(|| wrong("a whole number"))?,
                 );
             }
+            "tokenBudget" => {
+                run.token_budget = Some(
+                    value
+                        .as_u64()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| wrong("a whole number of tokens, at least 1"))?,
+                );
+            }
             _ => {
                 return Err(field(
                     &path,
@@ -763,7 +785,7 @@ mod tests {
     #[test]
     fn a_run_table_is_validated_strictly_and_makes_agents_optional() {
         let d = ok(
-            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n---\nBody.\n",
+            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  tokenBudget: 5000\n---\nBody.\n",
         );
         assert!(d.agents.is_empty());
         assert_eq!(
@@ -778,6 +800,7 @@ mod tests {
                 env: vec!["OPENAI_API_KEY".into()],
                 timeout: Some(30),
                 max_depth: Some(0),
+                token_budget: Some(5000),
             })
         );
         assert_eq!(
@@ -786,7 +809,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
-            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth"
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, tokenBudget"
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
@@ -802,7 +825,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
-            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, got a list"
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, tokenBudget, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
     }
@@ -845,19 +868,21 @@ mod tests {
         use std::time::Duration;
         let run = |text: &str| ok(text).run.unwrap();
         let spec = run(
-            "---\ndescription: d\nrun: {permission: allow, timeout: 5, maxDepth: 2, env: [A, B]}\n---\nB\n",
+            "---\ndescription: d\nrun: {permission: allow, timeout: 5, maxDepth: 2, tokenBudget: 1000, env: [A, B]}\n---\nB\n",
         );
         let none = RunSettings::default();
         let defaults = RunSettings {
             permission: Some(RunPermission::Relay),
             timeout: Some(Duration::from_mins(1)),
             max_depth: None,
+            token_budget: Some(900),
             env: vec!["A".into()],
         };
         let explicit = RunSettings {
             permission: Some(RunPermission::Reject),
             timeout: Some(Duration::from_secs(1)),
             max_depth: Some(1),
+            token_budget: None,
             env: Vec::new(),
         };
         // A folder the person named: the definition over the defaults, the flags over both.
@@ -865,6 +890,9 @@ mod tests {
         assert_eq!(settled.permission, RunPermission::Allow);
         assert_eq!(settled.timeout, Some(Duration::from_secs(5)));
         assert_eq!(settled.max_depth, Some(2));
+        // A budget is only ever lowered: the definition's 1,000 under the starter's 900.
+        assert_eq!(settled.token_budget, Some(900));
+        assert_eq!(spec.settle(Folder, &none, &none).token_budget, Some(1000));
         assert_eq!(settled.env, ["B"]);
         let settled = spec.settle(Folder, &explicit, &defaults);
         assert_eq!(settled.permission, RunPermission::Reject);

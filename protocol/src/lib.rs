@@ -21,3 +21,4 @@ pub mod schema;
 pub mod structured;
 pub mod sync;
 pub mod trust;
+pub mod usage;

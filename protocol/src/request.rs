@@ -66,7 +66,7 @@ impl Default for Timeouts {
 }
 
 /// One run of one agent on one prompt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StartRequest {
     pub agent: AgentCommand,
     pub prompt: String,
@@ -85,4 +85,7 @@ pub struct StartRequest {
     /// Continue this saved session of the agent (`session/load`, then the prompt) instead of
     /// starting one with `session/new`; the agent must advertise `loadSession`.
     pub resume: Option<String>,
+    /// What the run may spend (`--token-budget`, `--cost-budget`): passing it cancels the turn
+    /// (status `over-budget`). Held only against what the agent reports (`crate::usage`).
+    pub budget: crate::usage::Budget,
 }

@@ -45,8 +45,9 @@ use super::{CliError, Written, subagent};
 /// Run many prompts, one agent each, up to --jobs at once.
 ///
 /// Input: NDJSON, one JSON object per line with the fields `prompt` (required), `id` (default:
-/// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward)
-/// and `outputSchema` (a JSON Schema, inline, as `run --output-schema`). Every line is checked
+/// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward),
+/// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `tokenBudget` and
+/// `costBudget` (as `run --token-budget`, `--cost-budget`). Every line is checked
 /// before anything starts. Output: one JSON record per line as its run ends, in completion order:
 /// the `acp-host run --json` result with the line's `id` (type `result`), or type `not-started`
 /// for lines that never started (Ctrl-C).
@@ -313,6 +314,8 @@ struct Summary {
     /// Runs that ended other than completed, and lines that did not start.
     failed: usize,
     not_started: usize,
+    /// What the runs reported spending, summed (`None`: none reported any).
+    usage: Option<protocol::usage::Usage>,
 }
 
 /// Starts runs while fewer than `jobs` run and no cancel came; writes each record as it ends.
@@ -377,6 +380,14 @@ async fn drive(
 
 impl Summary {
     fn count(&mut self, record: &BatchRecord) {
+        if let BatchRecord::Result { result, .. } = record
+            && let Some(usage) = &result.usage
+        {
+            match &mut self.usage {
+                Some(total) => total.add(usage),
+                None => self.usage = Some(usage.clone()),
+            }
+        }
         match record {
             BatchRecord::Result { result, .. } if result.status == Status::Completed => {
                 self.completed += 1;
@@ -661,8 +672,11 @@ impl Progress {
             bar.set_message(format!("0 running, {} failed", summary.failed));
             bar.finish();
         }
+        let usage = summary.usage.as_ref().map_or_else(String::new, |usage| {
+            format!("; usage: {}", usage.describe())
+        });
         note!(
-            "acp-host: batch: {} completed, {} failed ({} not started) of {} in {:.1} s",
+            "acp-host: batch: {} completed, {} failed ({} not started) of {} in {:.1} s{usage}",
             summary.completed,
             summary.failed,
             summary.not_started,

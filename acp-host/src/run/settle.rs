@@ -19,6 +19,7 @@ use protocol::env_scrub::Redactor;
 use protocol::request::StartRequest;
 use protocol::result::{AgentExit, EndedBy, ErrorKind, RunResult, Status};
 use protocol::structured;
+use protocol::usage::Overrun;
 
 use crate::client::{DriveEnd, Shared, Stage, Structured};
 use crate::process::{AgentProcess, SpawnError, Teardown};
@@ -47,11 +48,19 @@ pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> Run
         persona_delivery: None,
         structured: None,
         structured_via: None,
+        usage: None,
+        warnings: Vec::new(),
     }
 }
 
 /// Maps how the drive ended onto status, stop reason, error message and error kind.
-fn settle(result: &mut RunResult, end: Option<DriveEnd>, timed_out: bool, request: &StartRequest) {
+fn settle(
+    result: &mut RunResult,
+    end: Option<DriveEnd>,
+    timed_out: bool,
+    overrun: Option<&Overrun>,
+    request: &StartRequest,
+) {
     let timeouts = &request.timeouts;
     let agent = request.agent.display.as_str();
     let exit = describe_exit(&result.agent_exit);
@@ -68,6 +77,13 @@ fn settle(result: &mut RunResult, end: Option<DriveEnd>, timed_out: bool, reques
                     human_duration(timeouts.overall.unwrap_or_default())
                 ),
             )),
+        ),
+        // Passing the budget cancels the turn; a turn that ended as its last report passed it
+        // is over budget all the same.
+        _ if let Some(overrun) = overrun => (
+            Status::OverBudget,
+            None,
+            Some((ErrorKind::Budget, overrun.to_string())),
         ),
         Some(DriveEnd::Stopped { stop_reason }) => {
             let status = Status::from_stop_reason(&stop_reason);
@@ -220,12 +236,17 @@ pub(super) fn settle_turn(
     shared: &Shared,
     redactor: &Redactor,
 ) {
-    settle(result, end, timed_out, request);
+    settle(result, end, timed_out, shared.overrun().as_ref(), request);
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
     result.children = shared.take_children();
     result.persona_delivery = shared.persona_delivery();
+    result.usage = shared.take_turn_usage();
+    if let Some(warning) = shared.budget_unenforceable() {
+        tracing::debug!(%warning, "the budget could not be held");
+        result.warnings.push(warning.to_owned());
+    }
     record_structured(result, shared.take_structured());
     redact_agent_text(result, redactor);
 }
@@ -306,6 +327,7 @@ mod tests {
             max_depth: None,
             wants: Wants::default(),
             resume: Some("s-1".into()),
+            budget: protocol::usage::Budget::default(),
         }
     }
 
@@ -579,7 +601,7 @@ mod tests {
                 case.withheld.iter().map(ToString::to_string).collect(),
             );
             (result.agent_exit.code, result.agent_exit.signal) = case.exit;
-            settle(&mut result, case.end, case.timed_out, &request());
+            settle(&mut result, case.end, case.timed_out, None, &request());
             assert_eq!(result.status, case.status, "{}", case.name);
             assert_eq!(
                 result.stop_reason.as_deref(),
@@ -614,7 +636,13 @@ mod tests {
             })
         };
         let mut completed = unsettled_result("run".into(), Vec::new());
-        settle(&mut completed, Some(stopped("end_turn")), false, &request());
+        settle(
+            &mut completed,
+            Some(stopped("end_turn")),
+            false,
+            None,
+            &request(),
+        );
         record_structured(&mut completed, mismatched());
         assert_eq!(completed.status, Status::SchemaMismatch);
         assert_eq!(completed.error_kind, Some(ErrorKind::SchemaMismatch));
@@ -625,14 +653,26 @@ mod tests {
         assert_eq!(completed.structured_via, Some(StructuredVia::Text));
 
         let mut refused = unsettled_result("run".into(), Vec::new());
-        settle(&mut refused, Some(stopped("refusal")), false, &request());
+        settle(
+            &mut refused,
+            Some(stopped("refusal")),
+            false,
+            None,
+            &request(),
+        );
         record_structured(&mut refused, mismatched());
         assert_eq!(refused.status, Status::Refusal);
         assert_eq!(refused.error, None);
         assert_eq!(refused.structured_via, Some(StructuredVia::Text));
 
         let mut matched = unsettled_result("run".into(), Vec::new());
-        settle(&mut matched, Some(stopped("end_turn")), false, &request());
+        settle(
+            &mut matched,
+            Some(stopped("end_turn")),
+            false,
+            None,
+            &request(),
+        );
         record_structured(
             &mut matched,
             Some(Structured::Matched {

@@ -47,6 +47,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
         max_depth: None,
         wants: protocol::capabilities::Wants::default(),
         resume: None,
+        budget: protocol::usage::Budget::default(),
     }
 }
 

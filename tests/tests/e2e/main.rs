@@ -29,3 +29,4 @@ mod structured;
 mod subagent_sessions;
 mod sync;
 mod trust;
+mod usage;

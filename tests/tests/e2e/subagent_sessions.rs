@@ -506,6 +506,7 @@ fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
         max_depth: Some(2),
         wants: protocol::capabilities::Wants::default(),
         resume: None,
+        budget: protocol::usage::Budget::default(),
     };
     // The approval above is kept in the suite's state directory.
     let ambient = std::env::vars_os()

@@ -86,6 +86,9 @@ pub struct SubagentOptions {
     pub env: Vec<String>,
     /// A child running longer is cancelled and torn down.
     pub timeout: Option<Duration>,
+    /// `--subagent-token-budget`: a child whose reported tokens pass this is cancelled (a
+    /// definition's `tokenBudget` only lowers it).
+    pub token_budget: Option<u64>,
     /// This agent's own standing; `None` when its inherited values are malformed (then it may
     /// not delegate: the library refuses every start the same way).
     pub budget: Option<Budget>,
@@ -198,6 +201,7 @@ pub struct Subagents {
     trust: Option<TrustStore>,
     env: Vec<String>,
     timeout: Option<Duration>,
+    token_budget: Option<u64>,
     background: bool,
     pub(super) idle_timeout: Option<Duration>,
 }
@@ -210,6 +214,8 @@ pub(super) struct Start {
     pub(super) permission: RunPermission,
     /// It continues a child's saved session.
     pub(super) resume: bool,
+    /// The child's token budget, for the call's result when it passes it.
+    pub(super) token_budget: Option<u64>,
 }
 
 impl Subagents {
@@ -294,6 +300,7 @@ impl Subagents {
                 .ok(),
             env: options.env,
             timeout: options.timeout,
+            token_budget: options.token_budget,
             background: !options.no_background,
             idle_timeout: (!options.child_idle_timeout.is_zero())
                 .then_some(options.child_idle_timeout),
@@ -431,6 +438,7 @@ impl Subagents {
             permission: Some(self.permission),
             timeout: self.timeout,
             max_depth: None,
+            token_budget: self.token_budget,
             env: self.env.clone(),
         };
         let settled = launch
@@ -461,6 +469,10 @@ impl Subagents {
                 ..launch.wants.clone()
             },
             resume,
+            budget: protocol::usage::Budget {
+                tokens: settled.token_budget,
+                cost: None,
+            },
         };
         (request, permission)
     }
@@ -490,6 +502,7 @@ impl Subagents {
         };
         let resuming = resume.is_some();
         let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
+        let token_budget = request.budget.tokens;
         let asking = Asking {
             file: target
                 .origin
@@ -523,6 +536,7 @@ impl Subagents {
             prepared,
             permission,
             resume: resuming,
+            token_budget,
         })
     }
 }

@@ -30,6 +30,7 @@ use agent_client_protocol::v1::schema::{
 use protocol::child_session::ChildState;
 use protocol::permission::PermissionRequest;
 use protocol::result::RunResult;
+use protocol::usage::Usage;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Turn;
@@ -201,7 +202,9 @@ impl Exposure {
             )));
         }
         let update = SubagentUpdate::new(self.child.id().to_owned()).state(StateUpdate::Idle(
-            IdleStateUpdate::new().stop_reason(stop_reason),
+            IdleStateUpdate::new()
+                .stop_reason(stop_reason)
+                .usage(result.and_then(|r| r.usage.as_ref()).map(Usage::to_acp)),
         ));
         if let Err(error) = turn.notify_on(turn.session(), SessionUpdate::SubagentUpdate(update)) {
             tracing::debug!(error = %protocol::report::describe(&error), "cannot end a child session");

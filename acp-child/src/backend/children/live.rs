@@ -82,6 +82,7 @@ impl Subagents {
             prepared,
             permission,
             resume: _,
+            token_budget,
         } = start;
         let route = Arc::new(Route::default());
         let redactor = Arc::new(prepared.redactor().clone());
@@ -114,6 +115,7 @@ impl Subagents {
             redactor,
             rejections: Arc::default(),
             handle: std::sync::Mutex::new(None),
+            token_budget,
         });
         let first = {
             let live = Arc::clone(&live);
@@ -145,7 +147,7 @@ impl Subagents {
             return (live.abnormal(), None);
         };
         let completed = result.status == Status::Completed;
-        let delegated = live.redacted(outcome(&live.name, result, resume));
+        let delegated = live.redacted(outcome(&live.name, result, resume, live.token_budget));
         if keep && completed && live.is_open() {
             (delegated, Some(live))
         } else {
@@ -250,7 +252,7 @@ impl Subagents {
             return Some(cancelled(result.as_ref()));
         }
         Some(match result {
-            Some(result) => live.redacted(outcome(&live.name, result, false)),
+            Some(result) => live.redacted(outcome(&live.name, result, false, live.token_budget)),
             None => live.abnormal(),
         })
     }
@@ -292,6 +294,8 @@ pub(crate) struct LiveChild {
     rejections: Arc<Rejections>,
     /// Set once its run is spawned.
     handle: std::sync::Mutex<Option<tokio::task::JoinHandle<RunResult>>>,
+    /// Its token budget, named when a turn passes it.
+    token_budget: Option<u64>,
 }
 
 /// After this many consecutive rejections by the person, a child's requests are rejected
@@ -489,7 +493,7 @@ impl Route {
 
 /// A finished run as the call's result: the answer (the checked JSON with an output schema), or
 /// how it ended.
-fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
+fn outcome(name: &str, result: RunResult, resume: bool, budget: Option<u64>) -> Delegated {
     // A cold resume its agent refused before the prompt (no `loadSession`, or a start-time
     // capability it cannot honour): the library's message says why and names the agent.
     if resume
@@ -506,11 +510,13 @@ fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
                 .map_or(result.output, ToString::to_string),
             failed: false,
             session: result.session_id,
+            usage: result.usage,
         };
     }
     Delegated {
         session: result.session_id.clone(),
-        ..ended(name, &result)
+        usage: result.usage.clone(),
+        ..ended(name, &result, budget)
     }
 }
 
@@ -521,13 +527,20 @@ const STDERR_SHOWN_BYTES: usize = 2048;
 /// A child's result when it did not complete: its status, stop reason and error, the end of its
 /// stderr (an agent that fails says why there: a missing login, a refusal to run as root), then
 /// its output so far.
-fn ended(name: &str, result: &RunResult) -> Delegated {
+fn ended(name: &str, result: &RunResult, budget: Option<u64>) -> Delegated {
     let mut text = format!("subagent {name} ended {}", result.status);
     if let Some(reason) = &result.stop_reason {
         let _ = write!(text, " (stop reason {reason})");
     }
-    if let Some(error) = &result.error {
-        let _ = write!(text, ": {error}");
+    match (&result.usage, budget) {
+        (Some(usage), Some(budget)) if result.status == Status::OverBudget => {
+            let _ = write!(text, " ({} tokens, budget {})", usage.total_tokens, budget);
+        }
+        _ => {
+            if let Some(error) = &result.error {
+                let _ = write!(text, ": {error}");
+            }
+        }
     }
     let stderr = result.stderr_tail.trim_end();
     if !stderr.is_empty() {

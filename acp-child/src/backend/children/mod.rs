@@ -68,12 +68,14 @@ pub(crate) fn label(description: Option<&str>, prompt: &str) -> String {
 }
 
 /// A child's result, as the model (or the offline reply) gets it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Delegated {
     pub(crate) text: String,
     pub(crate) failed: bool,
     /// The ACP session id the child's agent reported (to continue it later).
     pub(crate) session: Option<String>,
+    /// What the child reported spending in this run (already added to the calling turn's).
+    pub(crate) usage: Option<protocol::usage::Usage>,
 }
 
 impl Delegated {
@@ -82,6 +84,7 @@ impl Delegated {
             text: text.into(),
             failed: true,
             session: None,
+            usage: None,
         }
     }
 }
@@ -225,11 +228,13 @@ impl<'a> Children<'a> {
             Err(refused) => return refused,
         };
         if mode == Mode::OneShot {
-            return self
+            let result = self
                 .subagents
                 .run(turn, call, start, task.prompt, task.description, false)
                 .await
                 .0;
+            spent(turn, task.name, &result);
+            return result;
         }
         let memory = Arc::clone(turn.memory());
         let table = Arc::clone(memory.tasks());
@@ -242,6 +247,7 @@ impl<'a> Children<'a> {
                 .subagents
                 .run(turn, call, start, task.prompt, task.description, keep)
                 .await;
+            spent(turn, task.name, &result);
             record(&memory, &child, &result, live);
             drop(gate);
             return result;
@@ -268,6 +274,7 @@ impl<'a> Children<'a> {
                 ),
                 failed: false,
                 session: None,
+                usage: None,
             },
             Err(error) => {
                 table.child_ended(&child, None, true);
@@ -305,6 +312,7 @@ impl<'a> Children<'a> {
         if let Some(live) = child.live() {
             table.child_running(&child.id);
             if let Some(result) = self.subagents.send(turn, call, live, message).await {
+                spent(turn, &child.agent, &result);
                 record(&memory, &child.id, &result, None);
                 drop(gate);
                 return result;
@@ -345,6 +353,7 @@ impl<'a> Children<'a> {
             .subagents
             .run(turn, call, start, message, None, true)
             .await;
+        spent(turn, &child.agent, &result);
         record(&memory, &child.id, &result, live);
         drop(gate);
         result
@@ -432,6 +441,17 @@ fn ok(text: String) -> Delegated {
         text,
         failed: false,
         session: None,
+        usage: None,
+    }
+}
+
+/// Adds what a child reported spending to the calling turn (its total, its breakdown, the
+/// session's), so the turn's usage is the tree's.
+fn spent(turn: &Turn, name: &str, result: &Delegated) {
+    if let Some(usage) = &result.usage
+        && let Err(error) = turn.spent_child(name, usage)
+    {
+        tracing::debug!(error = %protocol::report::describe(&error), "could not report usage");
     }
 }
 

@@ -758,6 +758,7 @@ mod tests {
             text: text.into(),
             failed: false,
             session: None,
+            usage: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub(super) async fn run(
     client: &ModelClient,
     tools: &Toolbox,
     subagents: Option<&Arc<Subagents>>,
+    listed: &[super::client::ListedModel],
     turn: &mut Turn,
 ) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
@@ -48,6 +49,13 @@ pub(super) async fn run(
     });
     let settings = memory.settings();
     let model = settings.model.as_deref().unwrap_or(&config.model);
+    // The context window, for usage updates: the flag, else what the server's listing says.
+    let window = config.context_window.or_else(|| {
+        listed
+            .iter()
+            .find(|listed| listed.id == model)
+            .and_then(|listed| listed.context_window)
+    });
     let mut system = config
         .persona
         .with_session(settings.persona.as_ref())
@@ -85,6 +93,9 @@ pub(super) async fn run(
             model,
             messages: &messages,
             stream: true,
+            stream_options: wire::StreamOptions {
+                include_usage: true,
+            },
             tools: &offered,
         };
         let streamed = stream_reply(client, &request, turn).await?;
@@ -92,7 +103,12 @@ pub(super) async fn run(
             memory.extend([prompt]);
         }
         let reply = match streamed {
-            Streamed::Complete(reply) => reply,
+            Streamed::Complete(reply) => {
+                if let Some(usage) = &reply.usage {
+                    record_usage(config, window, usage, turn)?;
+                }
+                reply
+            }
             Streamed::Cancelled { partial } => {
                 // Keep what the user already saw; drop tool calls that never ran.
                 if !partial.is_empty() {
@@ -125,6 +141,19 @@ pub(super) async fn run(
         }
     }
     Ok(StopReason::MaxTurnRequests)
+}
+
+/// One request's usage, priced when the person gave prices, added to the turn's: its context
+/// (the request's prompt tokens) against the window, when the window is known.
+fn record_usage(
+    config: &super::config::ModelConfig,
+    window: Option<u64>,
+    usage: &wire::WireUsage,
+    turn: &Turn,
+) -> Result<(), TurnError> {
+    let mut spent = usage.to_usage();
+    spent.cost = config.pricing.as_ref().map(|pricing| pricing.cost(&spent));
+    turn.spent_own(&spent, window.map(|size| (usage.prompt_tokens, size)))
 }
 
 /// Runs one reply's tool calls and records their results, in the order the model made them.
