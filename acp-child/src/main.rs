@@ -204,6 +204,21 @@ enum PermissionArg {
     Allow,
 }
 
+/// The token budget acp-host gave this agent (`ACP_HOST_TOKEN_BUDGET`); a malformed one is taken
+/// as nothing left (its children get no room), never as no budget.
+fn inherited_token_budget() -> Option<u64> {
+    let value = std::env::var_os(protocol::env_vars::ACP_HOST_TOKEN_BUDGET)?;
+    let parsed = value.to_str().and_then(|text| text.trim().parse().ok());
+    if parsed.is_none() {
+        tracing::warn!(
+            value = %value.to_string_lossy(),
+            "{} is not a number of tokens; subagents get a budget of 0",
+            protocol::env_vars::ACP_HOST_TOKEN_BUDGET
+        );
+    }
+    Some(parsed.unwrap_or(0))
+}
+
 /// A price per million tokens: a non-negative number.
 fn parse_price(arg: &str) -> Result<f64, String> {
     arg.parse::<f64>()
@@ -256,6 +271,7 @@ impl Cli {
             env: self.subagent_env.clone(),
             timeout: self.subagent_timeout.map(std::time::Duration::from_secs),
             token_budget: self.subagent_token_budget,
+            inherited_token_budget: inherited_token_budget(),
             budget,
             dirs: self
                 .subagent_dirs

@@ -187,6 +187,11 @@ impl Memory {
         }
     }
 
+    /// What the session spent so far, and the context of its last model request.
+    pub(crate) fn usage(&self) -> SessionUsage {
+        lock(&self.usage).clone()
+    }
+
     /// Adds to what the session spent (and, for a model request, the context it carried);
     /// returns the session's usage so far.
     pub(crate) fn spend(

@@ -478,3 +478,79 @@ fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summary_totals_it()
     );
     assert_none_left(dir.path());
 }
+
+#[test]
+fn an_agent_reporting_as_opencode_does_is_recorded_and_held_to_its_budgets_at_the_end() {
+    // opencode answers the prompt with `usage` and sends the session's cost in a `usage_update`
+    // (no token counts in it): the mock agent's `opencode-usage` scenario does the same.
+    let dir = temp();
+    let agent = mock(&["opencode-usage", "--tokens", "1000", "--cost", "0.05"]);
+    let mut cmd = host_run(dir.path());
+    cmd.args(["--json", "--agent", &agent, "count"]);
+    let (_, result) = json_run(&mut cmd, 0);
+    assert_eq!(
+        result["usage"],
+        json!({"inputTokens": 750, "outputTokens": 250, "totalTokens": 1000,
+            "cachedReadTokens": 10, "cost": {"amount": 0.05, "currency": "USD"}}),
+        "{result}"
+    );
+    for (flag, limit, error) in [
+        (
+            "--token-budget",
+            "999",
+            "used 1,000 tokens, over the token budget of 999",
+        ),
+        (
+            "--cost-budget",
+            "0.04",
+            "spent 0.0500 USD, over the cost budget of 0.0400 USD",
+        ),
+    ] {
+        let mut cmd = host_run(dir.path());
+        cmd.args(["--json", flag, limit, "--agent", &agent, "count"]);
+        let (_, result) = json_run(&mut cmd, 7);
+        assert_eq!(result["status"], "over-budget", "{flag}: {result}");
+        assert_eq!(result["error"], error);
+        assert_eq!(
+            result["output"], "counted",
+            "the turn had ended: its answer is kept"
+        );
+    }
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_child_gets_at_most_what_is_left_of_its_parents_budget() {
+    let dir = temp();
+    super::children::mock_definition(
+        dir.path(),
+        "budget",
+        &format!("echo-env {}", protocol::env_vars::ACP_HOST_TOKEN_BUDGET),
+    );
+    // The parent spends 11 of its 200 before it delegates: 189 are left for the child.
+    let parent = MockLlm::builder()
+        .reply_with_usage(delegate("call_a", "budget", "show"), Usage::new(10, 1))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(20, 2))
+        .reply_with_usage(delegate("call_b", "budget", "show"), Usage::new(10, 1))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(20, 2))
+        .start();
+    let children = MockLlm::start(Vec::new());
+    let mut cmd = tree_run(dir.path(), &parent, &children, &[]);
+    cmd.args(["--token-budget", "200", "delegate"]);
+    let (_, result) = json_run(&mut cmd, 0);
+    assert_eq!(result["usage"]["totalTokens"], 33, "{result}");
+    let told = parent.requests()[1].tool_result("call_a").unwrap();
+    assert_eq!(told, "ACP_HOST_TOKEN_BUDGET=189");
+    // Its own --subagent-token-budget is lower: that holds.
+    let mut cmd = tree_run(
+        dir.path(),
+        &parent,
+        &children,
+        &["--subagent-token-budget", "50"],
+    );
+    cmd.args(["--token-budget", "200", "delegate"]);
+    json_run(&mut cmd, 0);
+    let told = parent.requests()[3].tool_result("call_b").unwrap();
+    assert_eq!(told, "ACP_HOST_TOKEN_BUDGET=50");
+    assert_none_left(dir.path());
+}

@@ -89,6 +89,9 @@ pub struct SubagentOptions {
     /// `--subagent-token-budget`: a child whose reported tokens pass this is cancelled (a
     /// definition's `tokenBudget` only lowers it).
     pub token_budget: Option<u64>,
+    /// This agent's own token budget (`ACP_HOST_TOKEN_BUDGET`, set by the acp-host that started
+    /// it): a child gets at most what is left of it.
+    pub inherited_token_budget: Option<u64>,
     /// This agent's own standing; `None` when its inherited values are malformed (then it may
     /// not delegate: the library refuses every start the same way).
     pub budget: Option<Budget>,
@@ -202,6 +205,7 @@ pub struct Subagents {
     env: Vec<String>,
     timeout: Option<Duration>,
     token_budget: Option<u64>,
+    inherited_token_budget: Option<u64>,
     background: bool,
     pub(super) idle_timeout: Option<Duration>,
 }
@@ -301,6 +305,7 @@ impl Subagents {
             env: options.env,
             timeout: options.timeout,
             token_budget: options.token_budget,
+            inherited_token_budget: options.inherited_token_budget,
             background: !options.no_background,
             idle_timeout: (!options.child_idle_timeout.is_zero())
                 .then_some(options.child_idle_timeout),
@@ -432,13 +437,16 @@ impl Subagents {
         cwd: &Path,
         output_schema: Option<&serde_json::Value>,
         resume: Option<String>,
+        spent: u64,
     ) -> (StartRequest, RunPermission) {
         let launch = &target.launch;
+        // At most `--subagent-token-budget`, and what is left of this agent's own budget.
+        let left = protocol::usage::left(self.inherited_token_budget, spent);
         let defaults = RunSettings {
             permission: Some(self.permission),
             timeout: self.timeout,
             max_depth: None,
-            token_budget: self.token_budget,
+            token_budget: protocol::usage::child_budget(None, self.token_budget, left),
             env: self.env.clone(),
         };
         let settled = launch
@@ -501,7 +509,8 @@ impl Subagents {
             return Err(unknown(name, catalog));
         };
         let resuming = resume.is_some();
-        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume);
+        let spent = turn.memory().usage().total.total_tokens;
+        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume, spent);
         let token_budget = request.budget.tokens;
         let asking = Asking {
             file: target
