@@ -481,6 +481,32 @@ pub enum BatchRecord {
     },
 }
 
+/// The last line of `acp-host batch --json-summary`'s output, after every line's record: how the
+/// batch went, and what its runs reported spending in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchSummary {
+    /// Always `summary`.
+    #[serde(rename = "type")]
+    pub kind: SummaryKind,
+    /// Lines whose run completed.
+    pub completed: u64,
+    /// Lines whose run did not complete, or that never started.
+    pub failed: u64,
+    /// Of `failed`, the lines that never started.
+    pub not_started: u64,
+    /// The sum of the records' `usage` (`null` when no run reported any; runs that reported none
+    /// are not in it).
+    pub usage: Option<crate::usage::Usage>,
+}
+
+/// The `type` of a [`BatchSummary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SummaryKind {
+    Summary,
+}
+
 /// The status of a run that never started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -416,7 +416,7 @@ fn a_definitions_token_budget_only_lowers_the_parents() {
 }
 
 #[test]
-fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summary_totals_it() {
+fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summaries_total_it() {
     let dir = temp();
     std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
     // One run at a time, so the lines take the script in order: 15 tokens, then a line whose
@@ -452,10 +452,31 @@ fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summary_totals_it()
     for name in MODEL_ENV {
         cmd.env_remove(name);
     }
-    cmd.args(["batch", "--jobs", "1", "--agent", &agent, "jobs.ndjson"]);
+    cmd.args([
+        "batch",
+        "--jobs",
+        "1",
+        "--json-summary",
+        "--agent",
+        &agent,
+        "jobs.ndjson",
+    ]);
     let out = run_to_end(&mut cmd);
     assert_eq!(acp_tests::code(&out), 1, "{}", stderr(&out));
-    let records = super::common::records(&out);
+    let mut records = super::common::records(&out);
+    // The last line totals the batch.
+    let summary = records.pop().unwrap();
+    protocol::schema::check_keys(
+        &protocol::schema::output("batch-summary.json").unwrap(),
+        &summary,
+    )
+    .unwrap_or_else(|e| panic!("{e}: {summary}"));
+    assert_eq!(
+        summary,
+        json!({"type": "summary", "completed": 1, "failed": 1, "notStarted": 0,
+            "usage": {"inputTokens": 110, "outputTokens": 25, "totalTokens": 135}})
+    );
+    assert_eq!(records.len(), 2, "one record per line");
     let schema = protocol::schema::output("batch-result.json").unwrap();
     for record in &records {
         protocol::schema::check_keys(&schema, record).unwrap_or_else(|e| panic!("{e}: {record}"));
