@@ -80,9 +80,9 @@ fn settle(
         ),
         // Passing the budget cancels the turn; a turn that ended as its last report passed it
         // is over budget all the same.
-        _ if let Some(overrun) = overrun => (
+        Some(end) if let Some(overrun) = overrun => (
             Status::OverBudget,
-            None,
+            answered(end),
             Some((ErrorKind::Budget, overrun.to_string())),
         ),
         Some(DriveEnd::Stopped { stop_reason }) => {
@@ -164,6 +164,15 @@ fn settle(
     result.status = status;
     result.stop_reason = stop_reason;
     (result.error_kind, result.error) = error.unzip();
+}
+
+/// The stop reason the agent answered with, when it answered (ended, or after a cancel).
+fn answered(end: DriveEnd) -> Option<String> {
+    match end {
+        DriveEnd::Stopped { stop_reason } => Some(stop_reason),
+        DriveEnd::Cancelled { stop_reason, .. } => stop_reason,
+        _ => None,
+    }
 }
 
 /// How to get past an agent's auth-required answer, naming the variables acp-host withheld that
@@ -622,6 +631,45 @@ mod tests {
                 case.name
             );
         }
+    }
+
+    #[test]
+    fn a_passed_budget_is_over_budget_whether_the_turn_was_cancelled_or_had_ended() {
+        let overrun = Overrun::Tokens {
+            used: 120,
+            limit: 100,
+        };
+        for (end, stop_reason) in [
+            (
+                DriveEnd::Cancelled {
+                    prompt_sent: true,
+                    stop_reason: Some("cancelled".into()),
+                },
+                Some("cancelled"),
+            ),
+            (stopped("end_turn"), Some("end_turn")),
+        ] {
+            let mut result = unsettled_result("run".into(), Vec::new());
+            settle(&mut result, Some(end), false, Some(&overrun), &request());
+            assert_eq!(result.status, Status::OverBudget);
+            assert_eq!(result.exit_code(), 7);
+            assert_eq!(result.stop_reason.as_deref(), stop_reason);
+            assert_eq!(result.error_kind, Some(ErrorKind::Budget));
+            assert_eq!(
+                result.error.as_deref(),
+                Some("used 120 tokens, over the token budget of 100")
+            );
+        }
+        // The deadline came first: a timeout.
+        let mut result = unsettled_result("run".into(), Vec::new());
+        settle(
+            &mut result,
+            Some(stopped("end_turn")),
+            true,
+            Some(&overrun),
+            &request(),
+        );
+        assert_eq!(result.status, Status::Timeout);
     }
 
     #[test]

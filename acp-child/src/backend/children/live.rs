@@ -262,6 +262,7 @@ impl Subagents {
 fn cancelled(result: Option<&RunResult>) -> Delegated {
     Delegated {
         session: result.and_then(|result| result.session_id.clone()),
+        usage: result.and_then(|result| result.usage.clone()),
         ..Delegated::failed(CANCELLED)
     }
 }
@@ -529,14 +530,15 @@ const STDERR_SHOWN_BYTES: usize = 2048;
 /// its output so far.
 fn ended(name: &str, result: &RunResult, budget: Option<u64>) -> Delegated {
     let mut text = format!("subagent {name} ended {}", result.status);
-    if let Some(reason) = &result.stop_reason {
-        let _ = write!(text, " (stop reason {reason})");
-    }
     match (&result.usage, budget) {
+        // Cancelled for it: what it spent and its budget say it all.
         (Some(usage), Some(budget)) if result.status == Status::OverBudget => {
-            let _ = write!(text, " ({} tokens, budget {})", usage.total_tokens, budget);
+            let _ = write!(text, " ({} tokens, budget {budget})", usage.total_tokens);
         }
         _ => {
+            if let Some(reason) = &result.stop_reason {
+                let _ = write!(text, " (stop reason {reason})");
+            }
             if let Some(error) = &result.error {
                 let _ = write!(text, ": {error}");
             }
