@@ -154,6 +154,42 @@ struct Cli {
     subagent_timeout: Option<u64>,
     #[arg(
         long,
+        value_name = "N",
+        help = "Cancel a subagent once the tokens it reports pass N; its call's result says so and the turn goes on (a definition's tokenBudget only lowers it) [default: no limit]"
+    )]
+    subagent_token_budget: Option<u64>,
+    #[arg(
+        long,
+        value_name = "N",
+        help = "The model's context window in tokens, for usage updates (used/size) [default: what the server's model listing says; unknown: no usage updates]"
+    )]
+    context_window: Option<u64>,
+    #[arg(
+        long,
+        value_name = "AMOUNT",
+        requires = "price_output",
+        value_parser = parse_price,
+        help = "The price of a million input tokens, to report a cost (with --price-output) [default: none; no cost is reported]"
+    )]
+    price_input: Option<f64>,
+    #[arg(
+        long,
+        value_name = "AMOUNT",
+        requires = "price_input",
+        value_parser = parse_price,
+        help = "The price of a million output tokens (with --price-input)"
+    )]
+    price_output: Option<f64>,
+    #[arg(
+        long,
+        value_name = "CODE",
+        requires = "price_input",
+        default_value = protocol::usage::DEFAULT_CURRENCY,
+        help = "The currency of --price-input and --price-output"
+    )]
+    price_currency: String,
+    #[arg(
+        long,
         help = "No background subagents: the subagent tool has no run_in_background (refused if a model sends it) and the task tools are not offered"
     )]
     no_background: bool,
@@ -213,6 +249,29 @@ fn print_docs(cli: &Cli) -> Option<ExitCode> {
     })
 }
 
+/// The token budget acp-host gave this agent (`ACP_HOST_TOKEN_BUDGET`); a malformed one is taken
+/// as nothing left (its children get no room), never as no budget.
+fn inherited_token_budget() -> Option<u64> {
+    let value = std::env::var_os(protocol::env_vars::ACP_HOST_TOKEN_BUDGET)?;
+    let parsed = value.to_str().and_then(|text| text.trim().parse().ok());
+    if parsed.is_none() {
+        tracing::warn!(
+            value = %value.to_string_lossy(),
+            "{} is not a number of tokens; subagents get a budget of 0",
+            protocol::env_vars::ACP_HOST_TOKEN_BUDGET
+        );
+    }
+    Some(parsed.unwrap_or(0))
+}
+
+/// A price per million tokens: a non-negative number.
+fn parse_price(arg: &str) -> Result<f64, String> {
+    arg.parse::<f64>()
+        .ok()
+        .filter(|price| price.is_finite() && *price >= 0.0)
+        .ok_or_else(|| format!("{arg:?} is not a price (a non-negative number, e.g. 0.27)"))
+}
+
 /// The long description in `--help`.
 fn long_about() -> String {
     format!(
@@ -256,6 +315,8 @@ impl Cli {
             },
             env: self.subagent_env.clone(),
             timeout: self.subagent_timeout.map(std::time::Duration::from_secs),
+            token_budget: self.subagent_token_budget,
+            inherited_token_budget: inherited_token_budget(),
             budget,
             dirs: self
                 .subagent_dirs
@@ -278,6 +339,15 @@ impl Cli {
             command_timeout_secs: self.command_timeout,
             max_retries: self.max_retries,
             retry_base_ms: self.retry_base_ms,
+            context_window: self.context_window,
+            pricing: self
+                .price_input
+                .zip(self.price_output)
+                .map(|(input, output)| protocol::usage::Pricing {
+                    input_per_million: input,
+                    output_per_million: output,
+                    currency: self.price_currency.clone(),
+                }),
         }
     }
 }

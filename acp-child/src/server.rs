@@ -821,13 +821,23 @@ fn prompt(
         let result = backend.run_turn(&mut turn).await;
         turn.memory().end_turn();
         let captured = turn.memory().take_captured();
+        let usage = turn.take_spent();
         // Free the session's slot before answering, so the next prompt is never refused as busy.
         drop(turn);
         let sent = match result {
             Ok(stop_reason) => {
                 let mut response = PromptResponse::new(stop_reason);
-                if let Some(structured) = captured {
-                    response = response.meta(capabilities::Answer { structured }.to_meta());
+                let mut meta = captured
+                    .map(|structured| capabilities::Answer { structured }.to_meta())
+                    .unwrap_or_default();
+                // The turn's usage, tree-wide (its children's included), with its breakdown in
+                // the `acp-host/usage` extension (docs/start-extension.md).
+                if let Some((total, breakdown)) = usage {
+                    response = response.usage(total.to_acp());
+                    meta.extend(breakdown.to_meta());
+                }
+                if !meta.is_empty() {
+                    response = response.meta(meta);
                 }
                 responder.respond(response)
             }

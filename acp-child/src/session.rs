@@ -142,6 +142,17 @@ pub(crate) struct Memory {
     saved_to: Option<SessionFile>,
     /// The session's delegated children and background tasks.
     tasks: Arc<Tasks>,
+    /// What the session spent since it was opened or loaded in this process (not saved: a
+    /// loaded session counts from zero), and the context its last model request carried.
+    usage: Mutex<SessionUsage>,
+}
+
+/// A session's usage so far ([`Memory::spend`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SessionUsage {
+    pub(crate) total: protocol::usage::Usage,
+    /// The last model request's context (`used`) and the window (`size`), when known.
+    pub(crate) context: Option<(u64, u64)>,
 }
 
 impl Memory {
@@ -172,6 +183,7 @@ impl Memory {
             captured: Mutex::default(),
             saved_to: Some(file),
             tasks: Arc::new(Tasks::restored(children)),
+            usage: Mutex::default(),
         }
     }
 
@@ -189,6 +201,26 @@ impl Memory {
     /// forked child must read); `None` for a session that is not saved.
     pub(crate) fn saved_in(&self) -> Option<&std::path::Path> {
         self.saved_to.as_ref().and_then(SessionFile::dir)
+    }
+
+    /// What the session spent so far, and the context of its last model request.
+    pub(crate) fn usage(&self) -> SessionUsage {
+        lock(&self.usage).clone()
+    }
+
+    /// Adds to what the session spent (and, for a model request, the context it carried);
+    /// returns the session's usage so far.
+    pub(crate) fn spend(
+        &self,
+        spent: &protocol::usage::Usage,
+        context: Option<(u64, u64)>,
+    ) -> SessionUsage {
+        let mut usage = lock(&self.usage);
+        usage.total.add(spent);
+        if context.is_some() {
+            usage.context = context;
+        }
+        usage.clone()
     }
 
     /// The session's children and background tasks.

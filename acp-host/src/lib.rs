@@ -41,6 +41,7 @@
 //! use protocol::events::Event;
 //! use protocol::permission::PermissionPolicy;
 //! use protocol::request::{StartRequest, Timeouts};
+//! use protocol::usage::Budget;
 //!
 //! /// Logs the agent's stderr lines; a real caller might relay updates to its own client.
 //! struct Log;
@@ -68,6 +69,11 @@
 //!         wants: Wants::default(),
 //!         resume: None,
 //!         fork: None,
+//!         // What the agent may spend, as it reports it: passing it ends the run `over-budget`.
+//!         budget: Budget {
+//!             tokens: Some(200_000),
+//!             cost: None,
+//!         },
 //!     };
 //!     // Validation happens here, before anything is spawned.
 //!     let prepared = run::prepare(request, std::env::vars_os())?;

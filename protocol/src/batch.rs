@@ -34,11 +34,13 @@ pub const FIELDS: &[&str] = &[
     "env",
     "outputSchema",
     "fork",
+    "tokenBudget",
+    "costBudget",
 ];
 
 /// One run asked for by one input line. Adding a field is one member here and one arm in
 /// [`parse_line`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchLine {
     /// The line's `id`, or its line number; echoed in its record.
     pub id: String,
@@ -57,6 +59,10 @@ pub struct BatchLine {
     pub output_schema: Option<Value>,
     /// A session of the agent to start from a copy of, like `acp-host run --fork`.
     pub fork: Option<String>,
+    /// Like `acp-host run --token-budget`.
+    pub token_budget: Option<u64>,
+    /// Like `acp-host run --cost-budget`.
+    pub cost_budget: Option<f64>,
 }
 
 /// Why a line was refused; `field` is `None` when the line as a whole is wrong.
@@ -114,14 +120,7 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
     }
     let mut line = BatchLine {
         id: number.to_string(),
-        prompt: String::new(),
-        agent: None,
-        subagent: None,
-        cwd: None,
-        timeout: None,
-        env: Vec::new(),
-        output_schema: None,
-        fork: None,
+        ..BatchLine::default()
     };
     let mut prompt = None;
     for (key, value) in object {
@@ -166,6 +165,12 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
                     .map_err(|err| error(field, err.to_string()))?;
                 line.output_schema = Some(value);
             }
+            "tokenBudget" => {
+                line.token_budget = Some(tokens(&value).map_err(|problem| error(field, problem))?);
+            }
+            "costBudget" => {
+                line.cost_budget = Some(amount(&value).map_err(|problem| error(field, problem))?);
+            }
             _ => {
                 return Err(error(
                     field,
@@ -176,6 +181,21 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
     }
     line.prompt = prompt.ok_or_else(|| error(Some("prompt"), "missing (it is required)".into()))?;
     Ok(line)
+}
+
+/// `tokenBudget`: a whole number of tokens.
+fn tokens(value: &Value) -> Result<u64, String> {
+    value
+        .as_u64()
+        .ok_or_else(|| format!("expected a whole number of tokens, got {}", kind(value)))
+}
+
+/// `costBudget`: a non-negative amount.
+fn amount(value: &Value) -> Result<f64, String> {
+    value
+        .as_f64()
+        .filter(|amount| amount.is_finite() && *amount >= 0.0)
+        .ok_or_else(|| format!("expected a non-negative amount, got {}", kind(value)))
 }
 
 /// `env`: an array of variable names.
@@ -465,6 +485,32 @@ pub enum BatchRecord {
     },
 }
 
+/// The last line of `acp-host batch --json-summary`'s output, after every line's record: how the
+/// batch went, and what its runs reported spending in all.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchSummary {
+    /// Always `summary`.
+    #[serde(rename = "type")]
+    pub kind: SummaryKind,
+    /// Lines whose run completed.
+    pub completed: u64,
+    /// Lines whose run did not complete, or that never started.
+    pub failed: u64,
+    /// Of `failed`, the lines that never started.
+    pub not_started: u64,
+    /// The sum of the records' `usage` (`null` when no run reported any; runs that reported none
+    /// are not in it).
+    pub usage: Option<crate::usage::Usage>,
+}
+
+/// The `type` of a [`BatchSummary`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum SummaryKind {
+    Summary,
+}
+
 /// The status of a run that never started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
@@ -502,6 +548,8 @@ mod tests {
                 env: vec!["K".into()],
                 output_schema: Some(serde_json::json!({"type": "object"})),
                 fork: Some("sess-1".into()),
+                token_budget: None,
+                cost_budget: None,
             }
         );
         assert_eq!(parse(r#"{"prompt":"p"}"#).unwrap().id, "7");
@@ -514,7 +562,7 @@ mod tests {
         assert_eq!(
             refused(r#"{"prompt":"p","model":"m"}"#),
             "line 7, field `model`: unknown field; a line has id, prompt, agent, \
-             subagent, cwd, timeout, env, outputSchema, fork"
+             subagent, cwd, timeout, env, outputSchema, fork, tokenBudget, costBudget"
         );
         assert!(
             refused(r#"{"prompt":"p","outputSchema":{"type":7}}"#)

@@ -52,7 +52,9 @@ impl ChildState {
                 ChildState::Completed
             }
             Status::Aborted => ChildState::Cancelled,
-            Status::Timeout | Status::Error | Status::SchemaMismatch => ChildState::Failed,
+            Status::Timeout | Status::Error | Status::SchemaMismatch | Status::OverBudget => {
+                ChildState::Failed
+            }
         }
     }
 
@@ -204,7 +206,7 @@ impl Failure {
 }
 
 /// One child session the agent announced during a run, as the result lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ChildSession {
     /// The child's session id, as the agent exposed it.
@@ -225,6 +227,10 @@ pub struct ChildSession {
     /// an agent that fails says why there, a missing login, a refusal to run as root).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
+    /// What the child reported spending (the `usage` of its final `idle` snapshot, else the
+    /// cumulative counts of its last `usage_update`); absent when it reported nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<crate::usage::Usage>,
 }
 
 #[cfg(test)]

@@ -111,6 +111,9 @@ pub struct RunSpec {
     /// What the child starts from; `None`: a fresh session (acp-child's `subagent` call may say).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context: Option<RunContext>,
+    /// The most tokens the child may spend (as its agent reports them); it only ever lowers the
+    /// starter's budget ([`RunSpec::settle`]).
+    pub token_budget: Option<u64>,
 }
 
 /// `run.context` (and the `subagent` tool's `context`): what a child starts from.
@@ -216,6 +219,12 @@ impl RunSpec {
                 .or(self.timeout.map(std::time::Duration::from_secs))
                 .or(defaults.timeout),
             max_depth: explicit.max_depth.or(self.max_depth).or(defaults.max_depth),
+            // Only ever lowered: the smallest of the definition's and the starter's.
+            token_budget: crate::usage::child_budget(
+                self.token_budget,
+                explicit.token_budget,
+                defaults.token_budget,
+            ),
             env: self
                 .env
                 .iter()
@@ -232,6 +241,8 @@ pub struct RunSettings {
     pub permission: Option<RunPermission>,
     pub timeout: Option<std::time::Duration>,
     pub max_depth: Option<u32>,
+    /// The starter's token budget for the child (`--token-budget`, `--subagent-token-budget`).
+    pub token_budget: Option<u64>,
     /// Names the starter forwards already.
     pub env: Vec<String>,
 }
@@ -242,6 +253,8 @@ pub struct Settled {
     pub permission: RunPermission,
     pub timeout: Option<std::time::Duration>,
     pub max_depth: Option<u32>,
+    /// The smallest of the definition's `tokenBudget` and the starter's.
+    pub token_budget: Option<u64>,
     /// The definition's variable names to forward as well (never values).
     pub env: Vec<String>,
 }
@@ -258,6 +271,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "timeout",
     "maxDepth",
     "context",
+    "tokenBudget",
 ];
 
 impl Definition {
@@ -652,6 +666,14 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                         .ok_or_else(|| wrong(&format!("one of {}", RunContext::NAMES)))?,
                 );
             }
+            "tokenBudget" => {
+                run.token_budget = Some(
+                    value
+                        .as_u64()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| wrong("a whole number of tokens, at least 1"))?,
+                );
+            }
             _ => {
                 return Err(field(
                     &path,
@@ -833,7 +855,7 @@ mod tests {
     #[test]
     fn a_run_table_is_validated_strictly_and_makes_agents_optional() {
         let d = ok(
-            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n---\nBody.\n",
+            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n  tokenBudget: 5000\n---\nBody.\n",
         );
         assert!(d.agents.is_empty());
         assert_eq!(
@@ -849,6 +871,7 @@ mod tests {
                 timeout: Some(30),
                 max_depth: Some(0),
                 context: Some(RunContext::Fork),
+                token_budget: Some(5000),
             })
         );
         assert_eq!(
@@ -857,7 +880,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
-            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context"
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget"
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
@@ -873,7 +896,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
-            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, got a list"
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
         assert_eq!(
@@ -920,19 +943,21 @@ mod tests {
         use std::time::Duration;
         let run = |text: &str| ok(text).run.unwrap();
         let spec = run(
-            "---\ndescription: d\nrun: {permission: allow, timeout: 5, maxDepth: 2, env: [A, B]}\n---\nB\n",
+            "---\ndescription: d\nrun: {permission: allow, timeout: 5, maxDepth: 2, tokenBudget: 1000, env: [A, B]}\n---\nB\n",
         );
         let none = RunSettings::default();
         let defaults = RunSettings {
             permission: Some(RunPermission::Relay),
             timeout: Some(Duration::from_mins(1)),
             max_depth: None,
+            token_budget: Some(900),
             env: vec!["A".into()],
         };
         let explicit = RunSettings {
             permission: Some(RunPermission::Reject),
             timeout: Some(Duration::from_secs(1)),
             max_depth: Some(1),
+            token_budget: None,
             env: Vec::new(),
         };
         // A folder the person named: the definition over the defaults, the flags over both.
@@ -940,6 +965,9 @@ mod tests {
         assert_eq!(settled.permission, RunPermission::Allow);
         assert_eq!(settled.timeout, Some(Duration::from_secs(5)));
         assert_eq!(settled.max_depth, Some(2));
+        // A budget is only ever lowered: the definition's 1,000 under the starter's 900.
+        assert_eq!(settled.token_budget, Some(900));
+        assert_eq!(spec.settle(Folder, &none, &none).token_budget, Some(1000));
         assert_eq!(settled.env, ["B"]);
         let settled = spec.settle(Folder, &explicit, &defaults);
         assert_eq!(settled.permission, RunPermission::Reject);

@@ -37,6 +37,11 @@ pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 pub const ACP_HOST_DEPTH: &str = "ACP_HOST_DEPTH";
 /// The deepest an agent of this chain may run; set by acp-host beside [`ACP_HOST_DEPTH`].
 pub const ACP_HOST_MAX_DEPTH: &str = "ACP_HOST_MAX_DEPTH";
+/// The most tokens the agent that holds it may spend, as it reports them (`--token-budget`, a
+/// child's budget); set by acp-host on every agent it starts with a token budget, removed
+/// otherwise. An agent delegating through acp-host gives its children at most what is left of it
+/// (`crate::usage::child_budget`).
+pub const ACP_HOST_TOKEN_BUDGET: &str = "ACP_HOST_TOKEN_BUDGET";
 /// Tests: `1` rewrites the checked-in JSON Schemas (`schemas/`) instead of failing on drift.
 pub const ACP_UPDATE_SCHEMAS: &str = "ACP_UPDATE_SCHEMAS";
 /// Test hook of `acp-host sync`, `<point>:<dir>`: the first time the sync reaches `<point>`

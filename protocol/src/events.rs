@@ -139,10 +139,17 @@ mod tests {
             structured: None,
             structured_via: None,
             resumable: None,
+            usage: None,
+            warnings: Vec::new(),
         });
         let value = serde_json::to_value(&record).unwrap();
         let schema = crate::schema::output("run-result.json").unwrap();
         crate::schema::check_keys(&schema, &value).unwrap();
+        assert_eq!(
+            value["usage"],
+            serde_json::Value::Null,
+            "no usage reported: null"
+        );
         for key in ["errorKind", "stderrTail", "scrubbedEnv"] {
             assert!(value.get(key).is_some(), "camelCase {key}: {value}");
         }

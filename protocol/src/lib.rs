@@ -22,4 +22,5 @@ pub mod schema;
 pub mod structured;
 pub mod sync;
 pub mod trust;
+pub mod usage;
 pub mod version;

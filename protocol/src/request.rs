@@ -66,7 +66,7 @@ impl Default for Timeouts {
 }
 
 /// One run of one agent on one prompt.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StartRequest {
     pub agent: AgentCommand,
     pub prompt: String,
@@ -90,4 +90,7 @@ pub struct StartRequest {
     /// agent must advertise `sessionCapabilities.fork`. Not together with `resume` (refused by
     /// `acp-host::run::prepare`).
     pub fork: Option<String>,
+    /// What the run may spend (`--token-budget`, `--cost-budget`): passing it cancels the turn
+    /// (status `over-budget`). Held only against what the agent reports (`crate::usage`).
+    pub budget: crate::usage::Budget,
 }

@@ -12,6 +12,7 @@ use crate::capabilities::PersonaDelivery;
 use crate::child_session::ChildSession;
 use crate::permission::PermissionDecision;
 use crate::structured::StructuredVia;
+use crate::usage::Usage;
 
 /// How a run ended. Serialized in kebab-case (`max-tokens`), which is also how it is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
@@ -31,6 +32,8 @@ pub enum Status {
     Timeout,
     /// The answer did not match `--output-schema`, after every follow-up (`--schema-retries`).
     SchemaMismatch,
+    /// The usage the agent reported passed `--token-budget` or `--cost-budget`.
+    OverBudget,
     /// Anything else: spawn failure, crash, protocol error, unknown stop reason.
     Error,
 }
@@ -47,12 +50,13 @@ pub const EXIT_USAGE: u8 = 2;
 
 impl Status {
     /// Every status, in the order the exit-code table is documented.
-    pub const ALL: [Status; 8] = [
+    pub const ALL: [Status; 9] = [
         Status::Completed,
         Status::MaxTokens,
         Status::MaxTurnRequests,
         Status::Refusal,
         Status::SchemaMismatch,
+        Status::OverBudget,
         Status::Aborted,
         Status::Timeout,
         Status::Error,
@@ -82,6 +86,7 @@ impl Status {
             Status::MaxTurnRequests => 4,
             Status::Refusal => 5,
             Status::SchemaMismatch => 6,
+            Status::OverBudget => 7,
             Status::Timeout => 124,
             Status::Aborted => 130,
         }
@@ -96,7 +101,7 @@ impl Status {
             Status::MaxTurnRequests => Some("max_turn_requests"),
             Status::Refusal => Some("refusal"),
             Status::Aborted => Some("cancelled"),
-            Status::Timeout | Status::Error | Status::SchemaMismatch => None,
+            Status::Timeout | Status::Error | Status::SchemaMismatch | Status::OverBudget => None,
         }
     }
 
@@ -111,6 +116,7 @@ impl Status {
             Status::Aborted => "aborted",
             Status::Timeout => "timeout",
             Status::SchemaMismatch => "schema-mismatch",
+            Status::OverBudget => "over-budget",
             Status::Error => "error",
         }
     }
@@ -124,6 +130,9 @@ impl Status {
                 Status::Timeout => "--timeout elapsed".to_owned(),
                 Status::SchemaMismatch => {
                     "the answer did not match --output-schema after --schema-retries".to_owned()
+                }
+                Status::OverBudget => {
+                    "reported usage passed --token-budget or --cost-budget".to_owned()
                 }
                 Status::Error => {
                     "spawn failure, crash, protocol error, depth limit, capability refused"
@@ -187,11 +196,14 @@ pub enum ErrorKind {
     /// The answer did not match the output schema after every follow-up; `error` lists the last
     /// violations.
     SchemaMismatch,
+    /// The usage the agent reported passed the run's token or cost budget; `error` names the
+    /// figure and the limit.
+    Budget,
 }
 
 impl ErrorKind {
     /// Every kind, in documentation order.
-    pub const ALL: [ErrorKind; 8] = [
+    pub const ALL: [ErrorKind; 9] = [
         ErrorKind::Spawn,
         ErrorKind::Handshake,
         ErrorKind::Protocol,
@@ -200,6 +212,7 @@ impl ErrorKind {
         ErrorKind::DepthLimit,
         ErrorKind::Capability,
         ErrorKind::SchemaMismatch,
+        ErrorKind::Budget,
     ];
 
     /// The kebab-case name, as serialized.
@@ -214,6 +227,7 @@ impl ErrorKind {
             ErrorKind::DepthLimit => "depth-limit",
             ErrorKind::Capability => "capability",
             ErrorKind::SchemaMismatch => "schema-mismatch",
+            ErrorKind::Budget => "budget",
         }
     }
 }
@@ -288,7 +302,7 @@ impl PartialEq<&str> for EndedBy {
 }
 
 /// The result of one run. Serialized as the last NDJSON record (`"type":"result"`) under `--json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
     /// Minted by the host, unique per run; never the agent's session id.
@@ -343,6 +357,14 @@ pub struct RunResult {
     /// (`--resume`; a delegating agent's cold resume); absent when it never answered `initialize`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resumable: Option<bool>,
+    /// What the run spent, tree-wide, as the agent reported it (its subagents included when it
+    /// counts them, as acp-child does); `null` when it reported nothing (never estimated).
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// What the run could not do as asked and why (a budget an agent reporting no usage cannot
+    /// be held to); absent when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl RunResult {

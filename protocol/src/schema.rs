@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use schemars::{Schema, schema_for};
 use serde_json::Value;
 
-use crate::batch::BatchRecord;
+use crate::batch::{BatchRecord, BatchSummary};
 use crate::events::{Event, ResultRecord};
 use crate::registry::AgentListing;
 use crate::sync::report::SyncOutput;
@@ -27,6 +27,8 @@ pub const OUTPUTS: &[(&str, SchemaFn)] = &[
     ("run-result.json", || schema_for!(ResultRecord)),
     // `acp-host batch`: one record per input line, as each run ends.
     ("batch-result.json", || schema_for!(BatchRecord)),
+    // `acp-host batch --json-summary`: the last line, after the records.
+    ("batch-summary.json", || schema_for!(BatchSummary)),
     // `acp-host agents --json`.
     ("agents.json", || schema_for!(AgentListing)),
     // `acp-host sync --json`: the report, or why the sync could not be planned.

@@ -8,8 +8,12 @@
 //! or extra request fails the test loudly instead of hanging it. With a required key, a request
 //! whose `Authorization` is not `Bearer <key>` gets 401 and consumes nothing.
 //!
+//! A reply's usage chunk (sent when the request asks with `stream_options.include_usage`)
+//! reports the figures the script gives ([`MockLlmBuilder::reply_with_usage`]), zeros otherwise.
+//!
 //! `GET /v1/models` lists the builder's [`MockLlmBuilder::models`] (none by default) as
-//! `{"data": [{"id": ...}]}`, or fails with 500 ([`MockLlmBuilder::models_fail`]); it consumes
+//! `{"data": [{"id": ...}]}` (each with `context_length` when [`MockLlmBuilder::context_window`]
+//! is set), or fails with 500 ([`MockLlmBuilder::models_fail`]); it consumes
 //! nothing and is counted apart ([`MockLlm::model_listings`]), not among [`MockLlm::requests`],
 //! since an agent lists models on its own at start.
 //!
@@ -37,7 +41,7 @@ use futures::stream::{self, Stream};
 use serde_json::Value;
 
 pub use record::{RecordedRequest, StreamEnd, message_text};
-pub use script::{DONE, Finish, Reply, split};
+pub use script::{DONE, Finish, Reply, Usage, split};
 
 use script::Completion;
 
@@ -67,9 +71,10 @@ pub enum MockLlmError {
 /// Configures a [`MockLlm`] before it starts.
 #[derive(Debug, Default)]
 pub struct MockLlmBuilder {
-    script: Vec<Reply>,
+    script: Vec<(Reply, Usage)>,
     required_key: Option<String>,
     models: Vec<String>,
+    context_window: Option<u64>,
     models_fail: bool,
 }
 
@@ -77,14 +82,29 @@ impl MockLlmBuilder {
     /// Appends one reply to the script.
     #[must_use]
     pub fn reply(mut self, reply: Reply) -> Self {
-        self.script.push(reply);
+        self.script.push((reply, Usage::default()));
+        self
+    }
+
+    /// Appends one reply whose usage chunk (sent when the request asks for one) reports `usage`.
+    #[must_use]
+    pub fn reply_with_usage(mut self, reply: Reply, usage: Usage) -> Self {
+        self.script.push((reply, usage));
         self
     }
 
     /// Appends replies to the script.
     #[must_use]
     pub fn replies(mut self, replies: impl IntoIterator<Item = Reply>) -> Self {
-        self.script.extend(replies);
+        self.script
+            .extend(replies.into_iter().map(|reply| (reply, Usage::default())));
+        self
+    }
+
+    /// Each listed model's entry says `context_length: size` (as `OpenRouter`'s listing does).
+    #[must_use]
+    pub fn context_window(mut self, size: u64) -> Self {
+        self.context_window = Some(size);
         self
     }
 
@@ -129,6 +149,7 @@ impl MockLlmBuilder {
         let shared = Arc::new(Shared {
             required_key: self.required_key,
             models: (!self.models_fail).then_some(self.models),
+            context_window: self.context_window,
             state: Mutex::new(Log {
                 script: self.script.into(),
                 ..Log::default()
@@ -248,12 +269,14 @@ struct Shared {
     required_key: Option<String>,
     /// What `GET /v1/models` lists; `None`: it fails.
     models: Option<Vec<String>>,
+    /// The `context_length` of each listed model, when set.
+    context_window: Option<u64>,
     state: Mutex<Log>,
 }
 
 #[derive(Debug, Default)]
 struct Log {
-    script: VecDeque<Reply>,
+    script: VecDeque<(Reply, Usage)>,
     /// Chat requests answered so far, for the chunks' ids.
     completions: usize,
     requests: Vec<RecordedRequest>,
@@ -281,7 +304,14 @@ impl Shared {
         };
         let data: Vec<Value> = models
             .iter()
-            .map(|id| serde_json::json!({"id": id, "object": "model", "owned_by": "mock"}))
+            .map(|id| {
+                let mut entry =
+                    serde_json::json!({"id": id, "object": "model", "owned_by": "mock"});
+                if let Some(size) = self.context_window {
+                    entry["context_length"] = size.into();
+                }
+                entry
+            })
             .collect();
         let body = serde_json::json!({"object": "list", "data": data}).to_string();
         (
@@ -340,7 +370,7 @@ impl Shared {
                 "mock llm: the request body is not JSON".to_owned(),
             ));
         }
-        let Some(reply) = log.script.pop_front() else {
+        let Some((reply, usage)) = log.script.pop_front() else {
             return Err((
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!(
@@ -354,6 +384,7 @@ impl Shared {
             id: format!("chatcmpl-mock-{}", log.completions),
             model,
             include_usage,
+            usage,
         };
         Ok((index, reply, completion))
     }

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, PermissionOption, ReadTextFileRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, SessionId, SessionNotification,
-    SessionUpdate, TextContent, ToolCall, ToolCallId, ToolCallUpdate, ToolCallUpdateFields,
-    WriteTextFileRequest,
+    ContentBlock, ContentChunk, Cost, PermissionOption, ReadTextFileRequest,
+    RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
+    SessionNotification, SessionUpdate, TextContent, ToolCall, ToolCallId, ToolCallUpdate,
+    ToolCallUpdateFields, UsageUpdate, WriteTextFileRequest,
 };
 use agent_client_protocol::{Client, Error as AcpError, JsonRpcRequest};
 use tokio_util::sync::CancellationToken;
@@ -31,6 +31,7 @@ use crate::outbox::{self, Backlog};
 use crate::session::{ActiveTurn, Memory};
 use crate::workspace::Workspace;
 use protocol::report::describe;
+use protocol::usage::{Breakdown, Usage};
 
 /// The title of a tool call that would otherwise have none.
 const UNTITLED: &str = "Tool call";
@@ -90,6 +91,8 @@ pub(crate) struct Turn {
     /// How far behind the client is: what a child relays waits on it.
     backlog: Arc<Backlog>,
     flow: Mutex<TextFlow>,
+    /// What the turn spent (its own model requests and its children's), once anything reported.
+    spent: Mutex<Option<(Usage, Breakdown)>>,
 }
 
 impl Turn {
@@ -112,7 +115,66 @@ impl Turn {
             children,
             backlog,
             flow: Mutex::default(),
+            spent: Mutex::default(),
         }
+    }
+
+    /// One model request's usage (`context`: the context it carried and the window, when the
+    /// window is known): added to the turn and the session, then a `usage_update` when the
+    /// window is known (ACP's update requires one), carrying the session's cost and its
+    /// cumulative counts (the `acp-host/usage` extension).
+    pub(crate) fn spent_own(
+        &self,
+        usage: &Usage,
+        context: Option<(u64, u64)>,
+    ) -> Result<(), TurnError> {
+        {
+            let mut spent = self.spent.lock().unwrap_or_else(PoisonError::into_inner);
+            let (total, breakdown) = spent.get_or_insert_default();
+            total.add(usage);
+            breakdown.own.add(usage);
+        }
+        self.report_usage(usage, context)
+    }
+
+    /// A child's usage (`name`: the subagent): added to the turn's total and its breakdown, and
+    /// to the session's.
+    pub(crate) fn spent_child(&self, name: &str, usage: &Usage) -> Result<(), TurnError> {
+        {
+            let mut spent = self.spent.lock().unwrap_or_else(PoisonError::into_inner);
+            let (total, breakdown) = spent.get_or_insert_default();
+            total.add(usage);
+            breakdown.push_child(name, usage.clone());
+        }
+        self.report_usage(usage, None)
+    }
+
+    /// What the turn spent, tree-wide, and its breakdown; `None` when nothing reported usage.
+    pub(crate) fn take_spent(&self) -> Option<(Usage, Breakdown)> {
+        self.spent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
+    fn report_usage(&self, usage: &Usage, context: Option<(u64, u64)>) -> Result<(), TurnError> {
+        let session = self.memory().spend(usage, context);
+        let Some((used, size)) = session.context else {
+            return Ok(());
+        };
+        let cost = session
+            .total
+            .cost
+            .as_ref()
+            .map(|cost| Cost::new(cost.amount, cost.currency.clone()));
+        self.notify(
+            "report usage",
+            SessionUpdate::UsageUpdate(
+                UsageUpdate::new(used, size)
+                    .cost(cost)
+                    .meta(session.total.to_meta()),
+            ),
+        )
     }
 
     /// The connection's child sessions, when the client understands them (else children are

@@ -45,8 +45,9 @@ use super::{CliError, Written, subagent};
 /// Run many prompts, one agent each, up to --jobs at once.
 ///
 /// Input: NDJSON, one JSON object per line with the fields `prompt` (required), `id` (default:
-/// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward)
-/// and `outputSchema` (a JSON Schema, inline, as `run --output-schema`). Every line is checked
+/// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward),
+/// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `tokenBudget` and
+/// `costBudget` (as `run --token-budget`, `--cost-budget`). Every line is checked
 /// before anything starts. Output: one JSON record per line as its run ends, in completion order:
 /// the `acp-host run --json` result with the line's `id` (type `result`), or type `not-started`
 /// for lines that never started (Ctrl-C).
@@ -89,6 +90,11 @@ pub(super) struct BatchArgs {
     /// most `--jobs` times this is held at once.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_OUTPUT_BYTES)]
     max_output: usize,
+
+    /// After every line's record, write one more line: `{"type": "summary", ...}` with the
+    /// counts and the runs' usage summed (schemas/batch-summary.json).
+    #[arg(long)]
+    json_summary: bool,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -148,19 +154,24 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
             tokio::spawn(signals.watch(cancel.clone(), seen_tx));
         }
         let summary = drive(lines, args, jobs, &cancel, &mut output, &mut progress).await;
+        if args.json_summary {
+            output.write(&summary.record()).await;
+        }
         output.finish().await;
         summary
     });
     let interrupted = *seen.borrow() > 0;
     progress.finish(&summary);
     let records = summary.completed + summary.failed;
-    let lost = records.saturating_sub(writer.written.load(Ordering::SeqCst));
+    // The summary line is one more to write.
+    let lines = records + usize::from(args.json_summary);
+    let lost = lines.saturating_sub(writer.written.load(Ordering::SeqCst));
     if lost > 0 {
         let why = writer.broken.get().map_or(
             "stdout took nothing for a while after the signal",
             String::as_str,
         );
-        note!("acp-host: batch: {lost} of {records} records were not written: {why}");
+        note!("acp-host: batch: {lost} of {lines} records were not written: {why}");
     }
     // The writer may be blocked on a stalled stdout: it ends with the process.
     runtime.shutdown_background();
@@ -316,6 +327,8 @@ struct Summary {
     /// Runs that ended other than completed, and lines that did not start.
     failed: usize,
     not_started: usize,
+    /// What the runs reported spending, summed (`None`: none reported any).
+    usage: Option<protocol::usage::Usage>,
 }
 
 /// Starts runs while fewer than `jobs` run and no cancel came; writes each record as it ends.
@@ -379,7 +392,26 @@ async fn drive(
 }
 
 impl Summary {
+    /// The `--json-summary` line.
+    fn record(&self) -> batch::BatchSummary {
+        batch::BatchSummary {
+            kind: batch::SummaryKind::Summary,
+            completed: self.completed as u64,
+            failed: self.failed as u64,
+            not_started: self.not_started as u64,
+            usage: self.usage.clone(),
+        }
+    }
+
     fn count(&mut self, record: &BatchRecord) {
+        if let BatchRecord::Result { result, .. } = record
+            && let Some(usage) = &result.usage
+        {
+            match &mut self.usage {
+                Some(total) => total.add(usage),
+                None => self.usage = Some(usage.clone()),
+            }
+        }
         match record {
             BatchRecord::Result { result, .. } if result.status == Status::Completed => {
                 self.completed += 1;
@@ -503,7 +535,7 @@ impl Output {
         (output, writer)
     }
 
-    async fn write(&mut self, record: &BatchRecord) {
+    async fn write(&mut self, record: &impl serde::Serialize) {
         let mut line = match serde_json::to_vec(record) {
             Ok(line) => line,
             Err(err) => {
@@ -664,8 +696,11 @@ impl Progress {
             bar.set_message(format!("0 running, {} failed", summary.failed));
             bar.finish();
         }
+        let usage = summary.usage.as_ref().map_or_else(String::new, |usage| {
+            format!("; usage: {}", usage.describe())
+        });
         note!(
-            "acp-host: batch: {} completed, {} failed ({} not started) of {} in {:.1} s",
+            "acp-host: batch: {} completed, {} failed ({} not started) of {} in {:.1} s{usage}",
             summary.completed,
             summary.failed,
             summary.not_started,

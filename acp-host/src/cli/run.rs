@@ -33,6 +33,7 @@ use protocol::registry;
 use protocol::request::{StartRequest, Timeouts};
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
+use protocol::usage::Budget;
 
 use super::{CliError, Written, subagent};
 
@@ -159,6 +160,19 @@ pub(super) struct RunArgs {
     /// agent does not honour it.
     #[arg(long, value_name = "N")]
     max_depth: Option<u32>,
+
+    /// Cancel the run once the tokens the agent reports (its subagents' included, when it counts
+    /// them) pass N: status over-budget (exit 7). An agent that reports no usage cannot be held
+    /// to it (the result warns, `usage` is null). A --subagent definition's tokenBudget only ever
+    /// lowers it [default: none, or the definition's].
+    #[arg(long, value_name = "N")]
+    token_budget: Option<u64>,
+
+    /// Cancel the run once the cost the agent reports passes AMOUNT (in the agent's currency):
+    /// status over-budget (exit 7). An agent that reports no cost cannot be held to it.
+    #[arg(long, value_name = "AMOUNT", value_parser = parse_amount)]
+    cost_budget: Option<f64>,
+
     /// With --json, the result keeps at most this many bytes of the agent's text (the end;
     /// `outputTruncatedBytes` says how much was dropped). Stdout streams everything regardless.
     /// With --output-schema, also the most bytes of a turn's text the answer is read from.
@@ -233,6 +247,13 @@ impl std::fmt::Display for Seconds {
     }
 }
 
+pub(super) fn parse_amount(arg: &str) -> Result<f64, String> {
+    arg.parse::<f64>()
+        .ok()
+        .filter(|amount| amount.is_finite() && *amount >= 0.0)
+        .ok_or_else(|| format!("{arg:?} is not an amount (a non-negative number, e.g. 0.50)"))
+}
+
 pub(super) fn parse_seconds(arg: &str) -> Result<Seconds, String> {
     let seconds: f64 = arg
         .parse()
@@ -275,6 +296,8 @@ impl RunArgs {
             eof_grace: Seconds(defaults.eof_grace),
             term_grace: Seconds(defaults.term_grace),
             max_depth: None,
+            token_budget: line.token_budget,
+            cost_budget: line.cost_budget,
             max_output: DEFAULT_MAX_OUTPUT_BYTES,
             json: true,
             verbose: false,
@@ -480,13 +503,10 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         .extend(protocol::capabilities::launch_args(&wants, resolved.spec));
     let flag = args.permission.map(PermissionPolicy::from);
     let explicit = RunSettings {
-        permission: flag.map(|policy| match policy {
-            PermissionPolicy::Ask => RunPermission::Relay,
-            PermissionPolicy::Reject => RunPermission::Reject,
-            PermissionPolicy::Allow => RunPermission::Allow,
-        }),
+        permission: flag.map(run_permission),
         timeout: args.timeout.map(|s| s.0),
         max_depth: args.max_depth,
+        token_budget: args.token_budget,
         env: env
             .iter()
             .map(|forward| forward.name().to_owned())
@@ -500,20 +520,21 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
     let settled = found
         .as_ref()
         .map(|found| found.run.settle(found.located.source, &explicit, &defaults));
-    let (permission, overall, max_depth) = match &settled {
+    let (permission, overall, max_depth, token_budget) = match &settled {
         Some(settled) => {
             env.extend(settled.env.iter().cloned().map(EnvForward::Inherit));
-            let permission = match settled.permission {
-                RunPermission::Relay => PermissionPolicy::Ask,
-                RunPermission::Reject => PermissionPolicy::Reject,
-                RunPermission::Allow => PermissionPolicy::Allow,
-            };
-            (permission, settled.timeout, settled.max_depth)
+            (
+                policy_of(settled.permission),
+                settled.timeout,
+                settled.max_depth,
+                settled.token_budget,
+            )
         }
         None => (
             flag.unwrap_or_default(),
             explicit.timeout,
             explicit.max_depth,
+            explicit.token_budget,
         ),
     };
     if let Some(found) = &found {
@@ -529,19 +550,46 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         cwd,
         env,
         permission,
-        timeouts: Timeouts {
-            overall,
-            handshake: args.handshake_timeout.0,
-            cancel_grace: args.cancel_grace.0,
-            eof_grace: args.eof_grace.0,
-            term_grace: args.term_grace.0,
-        },
+        timeouts: timeouts(args, overall),
         max_depth,
         wants,
         resume: args.resume.clone(),
         fork: args.fork.clone(),
+        budget: Budget {
+            tokens: token_budget,
+            cost: args.cost_budget,
+        },
     };
     Ok(request)
+}
+
+/// The run's timeouts: `overall` as settled, the graces from the flags.
+fn timeouts(args: &RunArgs, overall: Option<Duration>) -> Timeouts {
+    Timeouts {
+        overall,
+        handshake: args.handshake_timeout.0,
+        cancel_grace: args.cancel_grace.0,
+        eof_grace: args.eof_grace.0,
+        term_grace: args.term_grace.0,
+    }
+}
+
+/// A `--permission` policy as a definition's `permission:` (asking is relaying to the person).
+fn run_permission(policy: PermissionPolicy) -> RunPermission {
+    match policy {
+        PermissionPolicy::Ask => RunPermission::Relay,
+        PermissionPolicy::Reject => RunPermission::Reject,
+        PermissionPolicy::Allow => RunPermission::Allow,
+    }
+}
+
+/// A settled `permission:` as the run's policy (a relayed request is asked on the terminal).
+fn policy_of(permission: RunPermission) -> PermissionPolicy {
+    match permission {
+        RunPermission::Relay => PermissionPolicy::Ask,
+        RunPermission::Reject => PermissionPolicy::Reject,
+        RunPermission::Allow => PermissionPolicy::Allow,
+    }
 }
 
 /// The persona, model and tool filter: the flags, over the --subagent definition's.
@@ -810,6 +858,15 @@ impl Renderer {
 
     /// What went wrong, on stderr (human mode; `--json` has it in the result record).
     fn report(&self, result: &RunResult) {
+        for warning in &result.warnings {
+            note!("acp-host: warning: {warning}");
+        }
+        // What the run spent: under --verbose, or whenever a person watches stderr.
+        if let Some(usage) = &result.usage
+            && (self.verbose || std::io::stderr().is_terminal())
+        {
+            note!("acp-host: usage: {}", usage.describe());
+        }
         if result.status == Status::Completed {
             return;
         }

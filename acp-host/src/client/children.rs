@@ -12,8 +12,9 @@
 
 use std::collections::HashMap;
 
-use agent_client_protocol::v1::schema::SubagentUpdate;
+use agent_client_protocol::v1::schema::{StateUpdate, SubagentUpdate, UsageUpdate};
 use protocol::child_session::{ChildSession, ChildState, Failure};
+use protocol::usage::{Cost, Usage};
 
 /// The most child sessions tracked in one run; later announcements are ignored (and their
 /// sessions foreign), so a runaway agent cannot grow the result without bound.
@@ -51,6 +52,7 @@ impl Children {
                     stop_reason: None,
                     error: None,
                     stderr_tail: None,
+                    usage: None,
                 });
                 self.index.insert(id, self.list.len() - 1);
                 self.list.len() - 1
@@ -71,17 +73,56 @@ impl Children {
         if let Some(task) = update.description.value() {
             child.task = Some(task.clone());
         }
-        if let Some(update_state) = update.state.value()
+        if let Some(snapshot) = update.state.value()
             && !child.state.is_final()
-            && let Some((state, stop_reason)) = ChildState::from_update(update_state)
+            && let Some((state, stop_reason)) = ChildState::from_update(snapshot)
         {
             child.state = state;
             child.stop_reason = stop_reason;
-            if let Some(failure) = Failure::of(update_state) {
+            if let Some(failure) = Failure::of(snapshot) {
                 child.error = failure.error;
                 child.stderr_tail = failure.stderr_tail;
             }
+            // The final snapshot's usage is the child's own report of what its turn spent.
+            if let StateUpdate::Idle(idle) = snapshot
+                && let Some(usage) = &idle.usage
+            {
+                let cost = child.usage.take().and_then(|usage| usage.cost);
+                child.usage = Some(Usage {
+                    cost,
+                    ..Usage::from_acp(usage)
+                });
+            }
         }
+    }
+
+    /// A `usage_update` on a child's session: its cumulative counts (the `acp-host/usage`
+    /// extension) and cost, until its final snapshot reports its usage.
+    pub(super) fn usage(&mut self, session_id: &str, update: &UsageUpdate) {
+        let Some(&index) = self.index.get(session_id) else {
+            return;
+        };
+        let child = &mut self.list[index];
+        let cost = update
+            .cost
+            .as_ref()
+            .filter(|cost| cost.amount.is_finite())
+            .map(|cost| Cost {
+                amount: cost.amount,
+                currency: cost.currency.clone(),
+            });
+        let counts = if child.state.is_final() {
+            child.usage.take()
+        } else {
+            Usage::from_meta(update.meta.as_ref()).or_else(|| child.usage.take())
+        };
+        child.usage = match (counts, cost) {
+            (Some(counts), cost) => Some(Usage {
+                cost: cost.or(counts.cost.clone()),
+                ..counts
+            }),
+            (None, _) => None,
+        };
     }
 
     /// The list, a child that never reported its end being `disconnected`.

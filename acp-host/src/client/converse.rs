@@ -181,7 +181,12 @@ async fn prompt_turn(
     loop {
         tokio::select! {
             biased;
-            response = &mut answer => return response.map_err(|err| failed(Stage::Prompt, &err)),
+            response = &mut answer => {
+                if let Ok(response) = &response {
+                    shared.answered(response);
+                }
+                return response.map_err(|err| failed(Stage::Prompt, &err));
+            }
             () = cancel.cancelled() => break,
             () = config.child_cancels.notify.notified() => {
                 for child in config.child_cancels.take() {
@@ -202,10 +207,13 @@ async fn prompt_turn(
         tracing::debug!(%err, "could not send session/cancel");
     }
     let stop_reason = match tokio::time::timeout(config.cancel_grace, answer).await {
-        Ok(Ok(value)) => match stop_reason_of(&value) {
-            DriveEnd::Stopped { stop_reason } => Some(stop_reason),
-            _ => None,
-        },
+        Ok(Ok(value)) => {
+            shared.answered(&value);
+            match stop_reason_of(&value) {
+                DriveEnd::Stopped { stop_reason } => Some(stop_reason),
+                _ => None,
+            }
+        }
         // A torn pipe after cancel, or no answer within the grace: still a cancel.
         Ok(Err(_)) | Err(_) => None,
     };

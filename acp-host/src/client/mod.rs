@@ -22,6 +22,7 @@ mod fast;
 mod framing;
 mod permission;
 mod shared;
+mod usage;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -27,6 +27,7 @@ use protocol::permission::PermissionDecision;
 use protocol::result::MAX_PERMISSION_RECORDS;
 
 use super::children::Children;
+use super::usage::Tally;
 use super::{ChildRef, DriveEvents, Structured};
 use crate::lock;
 
@@ -74,10 +75,12 @@ pub(crate) struct Shared {
     /// output); `None` when no structured answer is asked for.
     turn_text: Mutex<Option<OutputTail>>,
     structured: Mutex<Option<Structured>>,
+    /// What the agent reported spending, and the run's budget.
+    usage: Mutex<Tally>,
 }
 
 impl Shared {
-    pub(crate) fn new(max_output_bytes: usize) -> Self {
+    pub(crate) fn new(max_output_bytes: usize, budget: protocol::usage::Budget) -> Self {
         Shared {
             output: Mutex::new(OutputTail::new(max_output_bytes)),
             permissions: Mutex::new(Capped::new(MAX_PERMISSION_RECORDS)),
@@ -92,6 +95,7 @@ impl Shared {
             persona_delivery: Mutex::default(),
             turn_text: Mutex::default(),
             structured: Mutex::default(),
+            usage: Mutex::new(Tally::new(budget)),
         }
     }
 }
@@ -208,6 +212,32 @@ impl Shared {
     /// The child sessions announced (taken: called once, when the run settles).
     pub(crate) fn take_children(&self) -> Vec<ChildSession> {
         lock(&self.children).take()
+    }
+
+    /// What the agent reported spending since the last turn settled (a run's only turn: in
+    /// all); `None`: no token counts.
+    pub(crate) fn take_turn_usage(&self) -> Option<protocol::usage::Usage> {
+        lock(&self.usage).take_turn()
+    }
+
+    /// The budget overrun, once the reported usage passed the run's budget.
+    pub(crate) fn overrun(&self) -> Option<protocol::usage::Overrun> {
+        lock(&self.usage).overrun().cloned()
+    }
+
+    /// Why the run's budget could not be held on what the agent reported, if it could not.
+    pub(crate) fn budget_unenforceable(&self) -> Option<&'static str> {
+        lock(&self.usage).unenforceable()
+    }
+
+    /// Fires once the reported usage passes the run's budget.
+    pub(crate) fn budget_passed(&self) -> tokio_util::sync::CancellationToken {
+        lock(&self.usage).passed()
+    }
+
+    /// A prompt response (its `usage`, when it reports one).
+    pub(super) fn answered(&self, response: &serde_json::Value) {
+        lock(&self.usage).answered(response);
     }
 
     pub(crate) fn take_structured(&self) -> Option<Structured> {
@@ -394,6 +424,10 @@ impl Shared {
                     lock(&self.children).apply(&session.0, &ours, announced);
                 }
             }
+            SessionUpdate::UsageUpdate(usage) => match &child {
+                None => lock(&self.usage).updated(usage),
+                Some(child) => lock(&self.children).usage(&child.session_id, usage),
+            },
             _ => {}
         }
         Some((update, child))

@@ -245,6 +245,7 @@ async fn run_with(
 
     let shared = Arc::new(Shared::new(
         options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
+        request.budget,
     ));
     let timeouts = request.timeouts;
     // The agent's stdout is drained until teardown is over (an agent flushing on EOF must not

@@ -5,6 +5,8 @@
 //! Invariants:
 //! - validation happens before anything is spawned; its errors are usage errors (an output schema
 //!   that does not compile, a persona with an unknown or unclosed `{{variable}}`, among them);
+//! - the agent's `ACP_HOST_TOKEN_BUDGET` is its request's token budget, or unset (never a
+//!   forwarded or inherited value);
 //! - the agent's `ACP_HOST_DEPTH` / `ACP_HOST_MAX_DEPTH` are set here from the caller's own
 //!   (`protocol::depth`), overriding any forwarded value: `--env ACP_HOST_DEPTH=0` cannot lift the
 //!   budget;
@@ -144,6 +146,15 @@ pub fn prepare(
         for (name, value) in budget.env() {
             env.env.insert(name.into(), value.into());
         }
+    }
+    // The agent's own token budget, for what it gives its children; never a forwarded value.
+    env.env
+        .remove(std::ffi::OsStr::new(env_vars::ACP_HOST_TOKEN_BUDGET));
+    if let Some(tokens) = request.budget.tokens {
+        env.env.insert(
+            env_vars::ACP_HOST_TOKEN_BUDGET.into(),
+            tokens.to_string().into(),
+        );
     }
     Ok(Prepared {
         request,

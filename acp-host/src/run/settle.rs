@@ -19,6 +19,7 @@ use protocol::env_scrub::Redactor;
 use protocol::request::StartRequest;
 use protocol::result::{AgentExit, EndedBy, ErrorKind, RunResult, Status};
 use protocol::structured;
+use protocol::usage::Overrun;
 
 use crate::client::{DriveEnd, Shared, Stage, Structured};
 use crate::process::{AgentProcess, SpawnError, Teardown};
@@ -49,11 +50,19 @@ pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> Run
         structured: None,
         structured_via: None,
         resumable: None,
+        usage: None,
+        warnings: Vec::new(),
     }
 }
 
 /// Maps how the drive ended onto status, stop reason, error message and error kind.
-fn settle(result: &mut RunResult, end: Option<DriveEnd>, timed_out: bool, request: &StartRequest) {
+fn settle(
+    result: &mut RunResult,
+    end: Option<DriveEnd>,
+    timed_out: bool,
+    overrun: Option<&Overrun>,
+    request: &StartRequest,
+) {
     let timeouts = &request.timeouts;
     let agent = request.agent.display.as_str();
     let exit = describe_exit(&result.agent_exit);
@@ -70,6 +79,13 @@ fn settle(result: &mut RunResult, end: Option<DriveEnd>, timed_out: bool, reques
                     human_duration(timeouts.overall.unwrap_or_default())
                 ),
             )),
+        ),
+        // Passing the budget cancels the turn; a turn that ended as its last report passed it
+        // is over budget all the same.
+        Some(end) if let Some(overrun) = overrun => (
+            Status::OverBudget,
+            answered(end),
+            Some((ErrorKind::Budget, overrun.to_string())),
         ),
         Some(DriveEnd::Stopped { stop_reason }) => {
             let status = Status::from_stop_reason(&stop_reason);
@@ -166,6 +182,15 @@ fn cannot_start(end: &DriveEnd, request: &StartRequest) -> String {
     }
 }
 
+/// The stop reason the agent answered with, when it answered (ended, or after a cancel).
+fn answered(end: DriveEnd) -> Option<String> {
+    match end {
+        DriveEnd::Stopped { stop_reason } => Some(stop_reason),
+        DriveEnd::Cancelled { stop_reason, .. } => stop_reason,
+        _ => None,
+    }
+}
+
 /// How to get past an agent's auth-required answer, naming the variables acp-host withheld that
 /// most likely hold its key.
 fn auth_hint(agent: &str, withheld: &[String]) -> String {
@@ -236,7 +261,7 @@ pub(super) fn settle_turn(
     shared: &Shared,
     redactor: &Redactor,
 ) {
-    settle(result, end, timed_out, request);
+    settle(result, end, timed_out, shared.overrun().as_ref(), request);
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
@@ -245,6 +270,11 @@ pub(super) fn settle_turn(
     result.resumable = shared.resumable();
     result.children = shared.take_children();
     result.persona_delivery = shared.persona_delivery();
+    result.usage = shared.take_turn_usage();
+    if let Some(warning) = shared.budget_unenforceable() {
+        tracing::debug!(%warning, "the budget could not be held");
+        result.warnings.push(warning.to_owned());
+    }
     record_structured(result, shared.take_structured());
     redact_agent_text(result, redactor);
 }
@@ -326,6 +356,7 @@ mod tests {
             wants: Wants::default(),
             resume: Some("s-1".into()),
             fork: Some("s-2".into()),
+            budget: protocol::usage::Budget::default(),
         }
     }
 
@@ -611,7 +642,7 @@ mod tests {
                 case.withheld.iter().map(ToString::to_string).collect(),
             );
             (result.agent_exit.code, result.agent_exit.signal) = case.exit;
-            settle(&mut result, case.end, case.timed_out, &request());
+            settle(&mut result, case.end, case.timed_out, None, &request());
             assert_eq!(result.status, case.status, "{}", case.name);
             assert_eq!(
                 result.stop_reason.as_deref(),
@@ -635,6 +666,45 @@ mod tests {
     }
 
     #[test]
+    fn a_passed_budget_is_over_budget_whether_the_turn_was_cancelled_or_had_ended() {
+        let overrun = Overrun::Tokens {
+            used: 120,
+            limit: 100,
+        };
+        for (end, stop_reason) in [
+            (
+                DriveEnd::Cancelled {
+                    prompt_sent: true,
+                    stop_reason: Some("cancelled".into()),
+                },
+                Some("cancelled"),
+            ),
+            (stopped("end_turn"), Some("end_turn")),
+        ] {
+            let mut result = unsettled_result("run".into(), Vec::new());
+            settle(&mut result, Some(end), false, Some(&overrun), &request());
+            assert_eq!(result.status, Status::OverBudget);
+            assert_eq!(result.exit_code(), 7);
+            assert_eq!(result.stop_reason.as_deref(), stop_reason);
+            assert_eq!(result.error_kind, Some(ErrorKind::Budget));
+            assert_eq!(
+                result.error.as_deref(),
+                Some("used 120 tokens, over the token budget of 100")
+            );
+        }
+        // The deadline came first: a timeout.
+        let mut result = unsettled_result("run".into(), Vec::new());
+        settle(
+            &mut result,
+            Some(stopped("end_turn")),
+            true,
+            Some(&overrun),
+            &request(),
+        );
+        assert_eq!(result.status, Status::Timeout);
+    }
+
+    #[test]
     fn a_mismatched_answer_turns_only_a_completed_run_into_a_schema_mismatch() {
         let mismatched = || {
             Some(Structured::Mismatched {
@@ -646,7 +716,13 @@ mod tests {
             })
         };
         let mut completed = unsettled_result("run".into(), Vec::new());
-        settle(&mut completed, Some(stopped("end_turn")), false, &request());
+        settle(
+            &mut completed,
+            Some(stopped("end_turn")),
+            false,
+            None,
+            &request(),
+        );
         record_structured(&mut completed, mismatched());
         assert_eq!(completed.status, Status::SchemaMismatch);
         assert_eq!(completed.error_kind, Some(ErrorKind::SchemaMismatch));
@@ -657,14 +733,26 @@ mod tests {
         assert_eq!(completed.structured_via, Some(StructuredVia::Text));
 
         let mut refused = unsettled_result("run".into(), Vec::new());
-        settle(&mut refused, Some(stopped("refusal")), false, &request());
+        settle(
+            &mut refused,
+            Some(stopped("refusal")),
+            false,
+            None,
+            &request(),
+        );
         record_structured(&mut refused, mismatched());
         assert_eq!(refused.status, Status::Refusal);
         assert_eq!(refused.error, None);
         assert_eq!(refused.structured_via, Some(StructuredVia::Text));
 
         let mut matched = unsettled_result("run".into(), Vec::new());
-        settle(&mut matched, Some(stopped("end_turn")), false, &request());
+        settle(
+            &mut matched,
+            Some(stopped("end_turn")),
+            false,
+            None,
+            &request(),
+        );
         record_structured(
             &mut matched,
             Some(Structured::Matched {

@@ -9,6 +9,8 @@
 //!   slow observer delays none of them;
 //! - the agent's start is confirmed once its first request is written, before the drive can
 //!   announce the session with its pid; a start the watchdog reports failed is a spawn failure;
+//! - passing the budget (the agent's reported usage, `client::usage`) cancels the turn like the
+//!   deadline, and sheds observers likewise;
 //! - after the agent exited, the drive gets [`EXIT_DRAIN`] to read what it wrote (a grandchild
 //!   may hold stdout open), then the run settles without it.
 
@@ -119,6 +121,9 @@ pub(super) async fn supervise(process: &mut AgentProcess, drive: Drive<'_>) -> S
     tokio::pin!(deadline);
 
     let mut timed_out = false;
+    // Passing the budget cancels the turn as the deadline does (`client::usage`).
+    let budget_passed = shared.budget_passed();
+    let mut over_budget = false;
     // The agent's start is confirmed once the first request is written (it waits in the pipe
     // meanwhile), before the drive can announce the session with the agent's pid.
     let first_write = process.first_write();
@@ -153,6 +158,11 @@ pub(super) async fn supervise(process: &mut AgentProcess, drive: Drive<'_>) -> S
             () = &mut deadline, if !timed_out && overall.is_some() && *busy.borrow() => {
                 timed_out = true;
                 // The deadline is the caller's: a slow observer must not stretch it.
+                notifier.shed();
+                drive_cancel.cancel();
+            }
+            () = budget_passed.cancelled(), if !over_budget => {
+                over_budget = true;
                 notifier.shed();
                 drive_cancel.cancel();
             }

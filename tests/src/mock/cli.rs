@@ -33,6 +33,8 @@ const SPECIFIC_FLAGS: &[&str] = &[
     "code",
     "interval-ms",
     "fd",
+    "tokens",
+    "cost",
     "then",
     "stdout",
     "message",
@@ -164,6 +166,10 @@ pub enum Scenario {
     /// "captured". `--answers-json JSON`, or `--answers-file FILE` holding that JSON (for
     /// answers larger than a command line takes).
     Answers { answers: Vec<String> },
+    /// Reports usage as opencode does: text "counted", a `usage_update` with `used`, `size` and
+    /// the session's cumulative `cost` (`--cost`, USD; no token counts), then the prompt answer
+    /// with `usage` (`--tokens` in all: input 3/4 of it, output the rest, cached reads 10).
+    OpencodeUsage { tokens: u64, cost: String },
 }
 
 /// Chunk `index` of the `flood` scenario.
@@ -447,6 +453,7 @@ fn scenario(
             chunks: s.positive("chunks")?.unwrap_or(5),
             interval: Duration::from_millis(s.number("interval-ms")?.unwrap_or(100)),
         },
+        "opencode-usage" => opencode_usage(s)?,
         "probe-fd" => Scenario::ProbeFd {
             fd: s.number("fd")?.ok_or_else(|| s.missing("fd"))?,
         },
@@ -461,6 +468,24 @@ fn scenario(
         "batch" => Scenario::Batch,
         "answers" => answers(s)?,
         other => return Err(UsageError::UnknownScenario(other.to_owned())),
+    })
+}
+
+fn opencode_usage(s: &mut Specific) -> Result<Scenario, UsageError> {
+    Ok(Scenario::OpencodeUsage {
+        tokens: s.number("tokens")?.unwrap_or(1000),
+        // Kept as given (the scenario enum compares whole), checked to be an amount.
+        cost: match s.take("cost") {
+            Some(value) if value.parse::<f64>().is_ok_and(f64::is_finite) => value,
+            Some(value) => {
+                return Err(UsageError::InvalidValue {
+                    flag: "cost".to_owned(),
+                    value,
+                    expected: "an amount",
+                });
+            }
+            None => "0.01".to_owned(),
+        },
     })
 }
 

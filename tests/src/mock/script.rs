@@ -122,6 +122,10 @@ impl Agent {
                 ..
             } => std::process::exit(0),
             Scenario::ProbeFd { fd } => self.reply(id, session, [probe_fd(fd)], "end_turn").await,
+            Scenario::OpencodeUsage { tokens, cost } => {
+                self.opencode_usage(id, session, tokens, cost.parse().unwrap_or(0.0))
+                    .await;
+            }
             Scenario::PermissionRaw { options } => self.permission_raw(id, session, options).await,
             Scenario::ForeignSession => self.foreign_session(id, session).await,
             Scenario::EchoInitialize => {
@@ -273,6 +277,18 @@ impl Agent {
             self.send(&wire::session_update(session, update)).await;
         }
         self.reply(id, session, ["final answer"], "end_turn").await;
+    }
+
+    async fn opencode_usage(&mut self, id: &Value, session: &str, tokens: u64, cost: f64) {
+        self.say(session, "counted").await;
+        let input = tokens / 4 * 3;
+        let update = json!({"sessionUpdate": "usage_update", "used": input, "size": 200_000,
+            "cost": {"amount": cost, "currency": "USD"}});
+        self.send(&wire::session_update(session, update)).await;
+        let answer = json!({"stopReason": "end_turn", "usage": {"totalTokens": tokens,
+            "inputTokens": input, "outputTokens": tokens - input, "cachedReadTokens": 10},
+            "_meta": {}});
+        self.send(&wire::response(id, answer)).await;
     }
 
     async fn permission(&mut self, id: &Value, session: &str, options: &[String], count: usize) {

@@ -110,6 +110,36 @@ impl Reply {
     }
 }
 
+/// What one reply's usage chunk reports, when the request asks for it
+/// (`stream_options.include_usage`); all zeros unless the script says otherwise
+/// ([`crate::mock_llm::MockLlmBuilder::reply_with_usage`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// `completion_tokens_details.reasoning_tokens`, when set.
+    pub reasoning_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens`, when set.
+    pub cached_tokens: Option<u64>,
+}
+
+impl Usage {
+    #[must_use]
+    pub fn new(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            ..Usage::default()
+        }
+    }
+
+    /// `total_tokens`, as servers report it: prompt + completion.
+    #[must_use]
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
 /// What identifies one completion in its chunks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Completion {
@@ -119,6 +149,8 @@ pub(super) struct Completion {
     pub model: String,
     /// Whether the request asked for a usage chunk (`stream_options.include_usage`).
     pub include_usage: bool,
+    /// What that chunk reports.
+    pub usage: Usage,
 }
 
 /// The `data:` payloads of a streamed reply, in order, with the delay before each one.
@@ -207,13 +239,24 @@ impl Completion {
 
     /// The last chunk of `OpenAI` streams when usage is requested: no choices at all.
     fn usage_chunk(&self) -> Value {
+        let mut usage = json!({
+            "prompt_tokens": self.usage.prompt_tokens,
+            "completion_tokens": self.usage.completion_tokens,
+            "total_tokens": self.usage.total(),
+        });
+        if let Some(cached) = self.usage.cached_tokens {
+            usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+        }
+        if let Some(reasoning) = self.usage.reasoning_tokens {
+            usage["completion_tokens_details"] = json!({ "reasoning_tokens": reasoning });
+        }
         json!({
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": 0,
             "model": self.model,
             "choices": [],
-            "usage": { "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0 },
+            "usage": usage,
         })
     }
 }
@@ -257,6 +300,7 @@ mod tests {
             id: "chatcmpl-mock-1".into(),
             model: "m".into(),
             include_usage,
+            usage: Usage::default(),
         }
     }
 

@@ -48,6 +48,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
         wants: protocol::capabilities::Wants::default(),
         resume: None,
         fork: None,
+        budget: protocol::usage::Budget::default(),
     }
 }
 

@@ -34,3 +34,4 @@ mod structured;
 mod subagent_sessions;
 mod sync;
 mod trust;
+mod usage;

@@ -507,6 +507,7 @@ fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
         wants: protocol::capabilities::Wants::default(),
         resume: None,
         fork: None,
+        budget: protocol::usage::Budget::default(),
     };
     // The approval above is kept in the suite's state directory.
     let ambient = std::env::vars_os()

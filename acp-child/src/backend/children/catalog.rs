@@ -90,6 +90,12 @@ pub struct SubagentOptions {
     pub env: Vec<String>,
     /// A child running longer is cancelled and torn down.
     pub timeout: Option<Duration>,
+    /// `--subagent-token-budget`: a child whose reported tokens pass this is cancelled (a
+    /// definition's `tokenBudget` only lowers it).
+    pub token_budget: Option<u64>,
+    /// This agent's own token budget (`ACP_HOST_TOKEN_BUDGET`, set by the acp-host that started
+    /// it): a child gets at most what is left of it.
+    pub inherited_token_budget: Option<u64>,
     /// This agent's own standing; `None` when its inherited values are malformed (then it may
     /// not delegate: the library refuses every start the same way).
     pub budget: Option<Budget>,
@@ -220,6 +226,8 @@ pub struct Subagents {
     trust: Option<TrustStore>,
     env: Vec<String>,
     timeout: Option<Duration>,
+    token_budget: Option<u64>,
+    inherited_token_budget: Option<u64>,
     background: bool,
     pub(super) idle_timeout: Option<Duration>,
 }
@@ -232,6 +240,8 @@ pub(super) struct Start {
     pub(super) permission: RunPermission,
     /// It continues a child's saved session.
     pub(super) resume: bool,
+    /// The child's token budget, for the call's result when it passes it.
+    pub(super) token_budget: Option<u64>,
 }
 
 /// The parent's session a forked child starts from, and where it is saved.
@@ -323,6 +333,8 @@ impl Subagents {
                 .ok(),
             env: options.env,
             timeout: options.timeout,
+            token_budget: options.token_budget,
+            inherited_token_budget: options.inherited_token_budget,
             background: !options.no_background,
             idle_timeout: (!options.child_idle_timeout.is_zero())
                 .then_some(options.child_idle_timeout),
@@ -453,6 +465,10 @@ impl Subagents {
     /// The start request for `target` and the permission policy of its run (continuing its
     /// saved session `resume`, else starting from a fork of the parent's session `fork`; either
     /// way a `fork` child gets the parent's state directory).
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "a start's every input, each used once where the request is built"
+    )]
     fn request(
         &self,
         target: &Target,
@@ -461,12 +477,16 @@ impl Subagents {
         output_schema: Option<&serde_json::Value>,
         resume: Option<String>,
         fork: Option<ForkFrom>,
+        spent: u64,
     ) -> (StartRequest, RunPermission) {
         let launch = &target.launch;
+        // At most `--subagent-token-budget`, and what is left of this agent's own budget.
+        let left = protocol::usage::left(self.inherited_token_budget, spent);
         let defaults = RunSettings {
             permission: Some(self.permission),
             timeout: self.timeout,
             max_depth: None,
+            token_budget: protocol::usage::child_budget(None, self.token_budget, left),
             env: self.env.clone(),
         };
         let settled = launch
@@ -512,6 +532,10 @@ impl Subagents {
             },
             fork: fork.map(|fork| fork.session).filter(|_| resume.is_none()),
             resume,
+            budget: protocol::usage::Budget {
+                tokens: settled.token_budget,
+                cost: None,
+            },
         };
         (request, permission)
     }
@@ -542,11 +566,14 @@ impl Subagents {
         let resuming = resume.is_some();
         // A forked child, continued too, reads the parent's state directory, where its own
         // session is saved; continuing it continues its own session, never a new fork.
+        let spent = turn.memory().usage().total.total_tokens;
         let fork = match target.context(&task) {
-            RunContext::Fork => Some(fork_from(turn, target)?),
+            RunContext::Fork => Some(fork_from(turn, target).map_err(Delegated::failed)?),
             RunContext::Fresh => None,
         };
-        let (request, permission) = self.request(target, prompt, cwd, output_schema, resume, fork);
+        let (request, permission) =
+            self.request(target, prompt, cwd, output_schema, resume, fork, spent);
+        let token_budget = request.budget.tokens;
         let asking = Asking {
             file: target
                 .origin
@@ -580,6 +607,7 @@ impl Subagents {
             prepared,
             permission,
             resume: resuming,
+            token_budget,
         })
     }
 }
@@ -603,29 +631,29 @@ impl Subagents {
 }
 
 /// Where a child of `target` asked to fork `turn`'s session starts from, or why it cannot
-/// (the call's result): only acp-child reads this agent's saved sessions.
-fn fork_from(turn: &Turn, target: &Target) -> Result<ForkFrom, Delegated> {
+/// (the call's result, once made one): only acp-child reads this agent's saved sessions.
+fn fork_from(turn: &Turn, target: &Target) -> Result<ForkFrom, String> {
     let name = &target.name;
     if !target.forkable {
-        return Err(Delegated::failed(format!(
+        return Err(format!(
             "subagent {name} cannot start from this conversation (context: fork): it is not \
              acp-child, and only acp-child reads this agent's saved sessions; call it with \
              context \"fresh\" and put what it needs in the prompt"
-        )));
+        ));
     }
     let fresh = "call it with context \"fresh\" and put what it needs in the prompt";
     let Some(dir) = turn.memory().saved_in() else {
-        return Err(Delegated::failed(format!(
+        return Err(format!(
             "subagent {name} cannot start from this conversation (context: fork): this \
              session is not saved; {fresh}"
-        )));
+        ));
     };
     let Some(dir) = dir.to_str() else {
-        return Err(Delegated::failed(format!(
+        return Err(format!(
             "subagent {name} cannot start from this conversation (context: fork): the state \
              directory {} is not UTF-8, so it cannot be handed to the child; {fresh}",
             dir.display()
-        )));
+        ));
     };
     Ok(ForkFrom {
         session: turn.session().0.to_string(),

@@ -38,6 +38,7 @@ use protocol::child_session::{ChildState, failure_data};
 use protocol::env_scrub::Redactor;
 use protocol::permission::PermissionRequest;
 use protocol::result::RunResult;
+use protocol::usage::Usage;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Turn;
@@ -386,7 +387,9 @@ impl Exposure {
             failure.error = Some(Box::new(error));
         }
         let update = SubagentUpdate::new(self.child.id().to_owned()).state(StateUpdate::Idle(
-            IdleStateUpdate::new().stop_reason(stop_reason),
+            IdleStateUpdate::new()
+                .stop_reason(stop_reason)
+                .usage(result.and_then(|r| r.usage.as_ref()).map(Usage::to_acp)),
         ));
         if let Err(error) = turn.notify_on(turn.session(), SessionUpdate::SubagentUpdate(update)) {
             tracing::debug!(error = %protocol::report::describe(&error), "cannot end a child session");

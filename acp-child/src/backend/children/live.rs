@@ -83,6 +83,7 @@ impl Subagents {
             prepared,
             permission,
             resume: _,
+            token_budget,
         } = start;
         let route = Arc::new(Route::default());
         let redactor = Arc::new(prepared.redactor().clone());
@@ -115,6 +116,7 @@ impl Subagents {
             redactor,
             rejections: Arc::default(),
             handle: std::sync::Mutex::new(None),
+            token_budget,
         });
         let first = {
             let live = Arc::clone(&live);
@@ -146,7 +148,7 @@ impl Subagents {
             return (live.abnormal(), None);
         };
         let completed = result.status == Status::Completed;
-        let delegated = live.redacted(outcome(&live.name, result, resume));
+        let delegated = live.redacted(outcome(&live.name, result, resume, live.token_budget));
         if keep && completed && live.is_open() {
             (delegated, Some(live))
         } else {
@@ -256,7 +258,7 @@ impl Subagents {
             return Some(cancelled(result.as_ref()));
         }
         Some(match result {
-            Some(result) => live.redacted(outcome(&live.name, result, false)),
+            Some(result) => live.redacted(outcome(&live.name, result, false, live.token_budget)),
             None => live.abnormal(),
         })
     }
@@ -267,6 +269,7 @@ fn cancelled(result: Option<&RunResult>) -> Delegated {
     Delegated {
         session: result.and_then(|result| result.session_id.clone()),
         resumable: result.and_then(|result| result.resumable),
+        usage: result.and_then(|result| result.usage.clone()),
         ..Delegated::failed(CANCELLED)
     }
 }
@@ -302,6 +305,8 @@ pub(crate) struct LiveChild {
     rejections: Arc<Rejections>,
     /// Set once its run is spawned.
     handle: std::sync::Mutex<Option<tokio::task::JoinHandle<RunResult>>>,
+    /// Its token budget, named when a turn passes it.
+    token_budget: Option<u64>,
 }
 
 /// After this many consecutive rejections by the person, a child's requests are rejected
@@ -512,7 +517,7 @@ impl Route {
 
 /// A finished run as the call's result: the answer (the checked JSON with an output schema), or
 /// how it ended.
-fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
+fn outcome(name: &str, result: RunResult, resume: bool, budget: Option<u64>) -> Delegated {
     // A cold resume its agent refused before the prompt (no `loadSession`, or a start-time
     // capability it cannot honour): the library's message says why and names the agent.
     if resume
@@ -530,25 +535,35 @@ fn outcome(name: &str, result: RunResult, resume: bool) -> Delegated {
             failed: false,
             session: result.session_id,
             resumable: result.resumable,
+            usage: result.usage,
         };
     }
     Delegated {
         session: result.session_id.clone(),
         resumable: result.resumable,
-        ..ended(name, &result)
+        usage: result.usage.clone(),
+        ..ended(name, &result, budget)
     }
 }
 
 /// A child's result when it did not complete: its status, stop reason and error, the end of its
 /// stderr (an agent that fails says why there: a missing login, a refusal to run as root), then
 /// its output so far.
-fn ended(name: &str, result: &RunResult) -> Delegated {
+fn ended(name: &str, result: &RunResult, budget: Option<u64>) -> Delegated {
     let mut text = format!("subagent {name} ended {}", result.status);
-    if let Some(reason) = &result.stop_reason {
-        let _ = write!(text, " (stop reason {reason})");
-    }
-    if let Some(error) = &result.error {
-        let _ = write!(text, ": {error}");
+    match (&result.usage, budget) {
+        // Cancelled for it: what it spent and its budget say it all.
+        (Some(usage), Some(budget)) if result.status == Status::OverBudget => {
+            let _ = write!(text, " ({} tokens, budget {budget})", usage.total_tokens);
+        }
+        _ => {
+            if let Some(reason) = &result.stop_reason {
+                let _ = write!(text, " (stop reason {reason})");
+            }
+            if let Some(error) = &result.error {
+                let _ = write!(text, ": {error}");
+            }
+        }
     }
     let stderr = stderr_end(&result.stderr_tail, MAX_STDERR_TAIL_BYTES);
     if !stderr.is_empty() {

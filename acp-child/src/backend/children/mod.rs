@@ -69,7 +69,7 @@ pub(crate) fn label(description: Option<&str>, prompt: &str) -> String {
 }
 
 /// A child's result, as the model (or the offline reply) gets it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Delegated {
     pub(crate) text: String,
     pub(crate) failed: bool,
@@ -77,6 +77,8 @@ pub(crate) struct Delegated {
     pub(crate) session: Option<String>,
     /// Whether its agent advertises `loadSession` (can be cold-resumed), once known.
     pub(crate) resumable: Option<bool>,
+    /// What the child reported spending in this run (already added to the calling turn's).
+    pub(crate) usage: Option<protocol::usage::Usage>,
 }
 
 impl Delegated {
@@ -86,6 +88,7 @@ impl Delegated {
             failed: true,
             session: None,
             resumable: None,
+            usage: None,
         }
     }
 }
@@ -231,11 +234,13 @@ impl<'a> Children<'a> {
             Err(refused) => return refused,
         };
         if mode == Mode::OneShot {
-            return self
+            let result = self
                 .subagents
                 .run(turn, call, start, task.prompt, task.description, false)
                 .await
                 .0;
+            spent(turn, task.name, &result);
+            return result;
         }
         let memory = Arc::clone(turn.memory());
         let table = Arc::clone(memory.tasks());
@@ -252,6 +257,7 @@ impl<'a> Children<'a> {
                 .subagents
                 .run(turn, call, start, task.prompt, task.description, keep)
                 .await;
+            spent(turn, task.name, &result);
             record(&memory, &child, &result, live);
             drop(gate);
             return result;
@@ -279,6 +285,7 @@ impl<'a> Children<'a> {
                 failed: false,
                 session: None,
                 resumable: None,
+                usage: None,
             },
             Err(error) => {
                 table.child_ended(&child, None, None, true);
@@ -327,6 +334,7 @@ impl<'a> Children<'a> {
                 .await;
             match sent {
                 Some(result) if accepted.load(Ordering::Acquire) => {
+                    spent(turn, &child.agent, &result);
                     record(&memory, &child.id, &result, None);
                     drop(gate);
                     return result;
@@ -376,6 +384,7 @@ impl<'a> Children<'a> {
             .subagents
             .run(turn, call, start, message, None, true)
             .await;
+        spent(turn, &child.agent, &result);
         if result.failed && result.session.is_none() {
             // The cold resume was refused before its session was loaded (no `loadSession`, a
             // start that failed): the child and its saved session are as they were (what its
@@ -471,6 +480,17 @@ fn ok(text: String) -> Delegated {
         failed: false,
         session: None,
         resumable: None,
+        usage: None,
+    }
+}
+
+/// Adds what a child reported spending to the calling turn (its total, its breakdown, the
+/// session's), so the turn's usage is the tree's.
+fn spent(turn: &Turn, name: &str, result: &Delegated) {
+    if let Some(usage) = &result.usage
+        && let Err(error) = turn.spent_child(name, usage)
+    {
+        tracing::debug!(error = %protocol::report::describe(&error), "could not report usage");
     }
 }
 

@@ -856,6 +856,7 @@ mod tests {
             failed: false,
             session: None,
             resumable: None,
+            usage: None,
         }
     }
 

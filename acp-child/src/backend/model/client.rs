@@ -94,6 +94,14 @@ pub(crate) enum ModelError {
 pub(crate) type Events =
     Pin<Box<dyn Stream<Item = Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
 
+/// One model the server lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ListedModel {
+    pub(crate) id: String,
+    /// Its context window in tokens, when the listing says.
+    pub(crate) context_window: Option<u64>,
+}
+
 /// The most models taken from the server's list (`list_models`).
 pub(crate) const MAX_LISTED_MODELS: usize = 100;
 
@@ -185,9 +193,11 @@ impl ModelClient {
     }
 
     /// The models the server lists (`GET /v1/models`, `{"data": [{"id": ...}]}`), at most
-    /// [`MAX_LISTED_MODELS`], in its order; `Err` says why not, for a debug log (a server that
-    /// lists nothing is not an error of this agent).
-    pub(crate) async fn list_models(&self) -> Result<Vec<String>, String> {
+    /// [`MAX_LISTED_MODELS`], in its order, with the context window an entry gives
+    /// (`context_length` on `OpenRouter` and LM Studio's `OpenAI` API, `max_model_len` on vLLM,
+    /// `context_window` elsewhere); `Err` says why not, for a debug log (a server that lists
+    /// nothing is not an error of this agent).
+    pub(crate) async fn list_models(&self) -> Result<Vec<ListedModel>, String> {
         #[derive(serde::Deserialize)]
         struct Listing {
             data: Vec<Listed>,
@@ -195,6 +205,12 @@ impl ModelClient {
         #[derive(serde::Deserialize)]
         struct Listed {
             id: String,
+            #[serde(default)]
+            context_length: Option<serde_json::Value>,
+            #[serde(default)]
+            max_model_len: Option<serde_json::Value>,
+            #[serde(default)]
+            context_window: Option<serde_json::Value>,
         }
         let url = self.config.models_endpoint();
         let mut headers = self.headers();
@@ -218,14 +234,26 @@ impl ModelClient {
             .map_err(|error| format!("GET {url}: {}", describe(&error)))?;
         let listing: Listing = serde_json::from_slice(&body)
             .map_err(|error| format!("GET {url}: not a model list ({error})"))?;
-        let mut models: Vec<String> = Vec::new();
-        for id in listing.data.into_iter().map(|listed| listed.id) {
+        let mut models: Vec<ListedModel> = Vec::new();
+        for listed in listing.data {
             if models.len() == MAX_LISTED_MODELS {
                 break;
             }
-            if !id.trim().is_empty() && !models.contains(&id) {
-                models.push(id);
+            if listed.id.trim().is_empty() || models.iter().any(|m| m.id == listed.id) {
+                continue;
             }
+            let context_window = [
+                listed.context_length,
+                listed.max_model_len,
+                listed.context_window,
+            ]
+            .into_iter()
+            .flatten()
+            .find_map(|value| value.as_u64().filter(|size| *size > 0));
+            models.push(ListedModel {
+                id: listed.id,
+                context_window,
+            });
         }
         Ok(models)
     }

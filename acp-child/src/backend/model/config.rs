@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use protocol::env_vars;
+use protocol::usage::Pricing;
 use thiserror::Error;
 
 use crate::persona::{Persona, PersonaError};
@@ -45,7 +46,7 @@ pub const DEFAULT_MAX_RETRIES: u32 = 3;
 pub const DEFAULT_RETRY_BASE_MS: u64 = 200;
 
 /// What the command line said; `None` means "not given" (the environment or a default decides).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ModelOptions {
     pub model: Option<String>,
     /// Further models a session may select (`--models`), besides `model`.
@@ -57,6 +58,10 @@ pub struct ModelOptions {
     pub command_timeout_secs: Option<u64>,
     pub max_retries: Option<u32>,
     pub retry_base_ms: Option<u64>,
+    /// `--context-window`: the `size` of usage updates.
+    pub context_window: Option<u64>,
+    /// `--price-input`, `--price-output`, `--price-currency`: what a reported cost is priced at.
+    pub pricing: Option<Pricing>,
 }
 
 /// An API key and the variable it came from.
@@ -77,7 +82,7 @@ impl std::fmt::Debug for ApiKey {
 }
 
 /// The resolved model backend configuration.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     /// The model name sent in each request, unless a session selected another of `models`.
     pub model: String,
@@ -99,6 +104,10 @@ pub struct ModelConfig {
     /// The first retry's delay; each further retry doubles it (unless the server sends
     /// `Retry-After`).
     pub(crate) retry_base: Duration,
+    /// The model's context window, when given (else the server's listing may say).
+    pub(crate) context_window: Option<u64>,
+    /// What a cost is priced at; `None`: no cost is reported.
+    pub(crate) pricing: Option<Pricing>,
 }
 
 #[derive(Debug, Error)]
@@ -186,6 +195,8 @@ impl ModelConfig {
             retry_base: Duration::from_millis(
                 options.retry_base_ms.unwrap_or(DEFAULT_RETRY_BASE_MS),
             ),
+            context_window: options.context_window.filter(|size| *size > 0),
+            pricing: options.pricing,
         }))
     }
 

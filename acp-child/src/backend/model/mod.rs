@@ -23,7 +23,7 @@ use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared};
 
 pub use self::client::ClientBuildError;
-use self::client::ModelClient;
+use self::client::{ListedModel, ModelClient};
 pub use self::config::{ConfigError, ModelConfig, ModelOptions};
 use self::tools::Toolbox;
 use super::children::Subagents;
@@ -40,7 +40,7 @@ pub(crate) struct Model {
     subagents: Option<Arc<Subagents>>,
     store: Arc<Store>,
     /// The models the server lists, once fetched (empty when it lists none or failed).
-    listed: Arc<OnceLock<Vec<String>>>,
+    listed: Arc<OnceLock<Vec<ListedModel>>>,
     /// Fetches them, once per process however often it is awaited ([`Backend::warm_up`]).
     listing: Shared<BoxFuture<'static, ()>>,
 }
@@ -97,6 +97,7 @@ impl Backend for Model {
             &self.client,
             &self.tools,
             self.subagents.as_ref(),
+            self.listed.get().map_or(&[], Vec::as_slice),
             turn,
         ))
     }
@@ -121,7 +122,7 @@ impl Backend for Model {
         let config = self.client.config();
         let mut models = vec![config.model.clone()];
         let listed = self.listed.get().into_iter().flatten();
-        for model in config.models.iter().chain(listed) {
+        for model in config.models.iter().chain(listed.map(|listed| &listed.id)) {
             if !models.contains(model) {
                 models.push(model.clone());
             }

@@ -34,10 +34,26 @@ use crate::backend::children::{Children, Subagents};
 use crate::backend::{Turn, TurnError};
 use crate::store::Record;
 
+/// The context window of `model`, for usage updates: the flag, else what the server's listing
+/// says.
+fn context_window(
+    flag: Option<u64>,
+    listed: &[super::client::ListedModel],
+    model: &str,
+) -> Option<u64> {
+    flag.or_else(|| {
+        listed
+            .iter()
+            .find(|listed| listed.id == model)
+            .and_then(|listed| listed.context_window)
+    })
+}
+
 pub(super) async fn run(
     client: &ModelClient,
     tools: &Toolbox,
     subagents: Option<&Arc<Subagents>>,
+    listed: &[super::client::ListedModel],
     turn: &mut Turn,
 ) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
@@ -51,6 +67,7 @@ pub(super) async fn run(
     });
     let settings = memory.settings();
     let model = settings.model.as_deref().unwrap_or(&config.model);
+    let window = context_window(config.context_window, listed, model);
     let mut system = config
         .persona
         .with_session(settings.persona.as_ref())
@@ -88,6 +105,9 @@ pub(super) async fn run(
             model,
             messages: &messages,
             stream: true,
+            stream_options: wire::StreamOptions {
+                include_usage: true,
+            },
             tools: &offered,
         };
         let streamed = stream_reply(client, &request, turn).await?;
@@ -95,7 +115,12 @@ pub(super) async fn run(
             memory.extend([prompt]);
         }
         let reply = match streamed {
-            Streamed::Complete(reply) => reply,
+            Streamed::Complete(reply) => {
+                if let Some(usage) = &reply.usage {
+                    record_usage(config, window, usage, turn)?;
+                }
+                reply
+            }
             Streamed::Cancelled { partial } => {
                 // Keep what the user already saw; drop tool calls that never ran.
                 if !partial.is_empty() {
@@ -131,6 +156,19 @@ pub(super) async fn run(
         }
     }
     Ok(StopReason::MaxTurnRequests)
+}
+
+/// One request's usage, priced when the person gave prices, added to the turn's: its context
+/// (the request's prompt tokens) against the window, when the window is known.
+fn record_usage(
+    config: &super::config::ModelConfig,
+    window: Option<u64>,
+    usage: &wire::WireUsage,
+    turn: &Turn,
+) -> Result<(), TurnError> {
+    let mut spent = usage.to_usage();
+    spent.cost = config.pricing.as_ref().map(|pricing| pricing.cost(&spent));
+    turn.spent_own(&spent, window.map(|size| (usage.prompt_tokens, size)))
 }
 
 /// Runs one reply's tool calls and records their results, in the order the model made them.

@@ -38,7 +38,15 @@ pub(crate) struct ChatRequest<'a> {
     pub(crate) model: &'a str,
     pub(crate) messages: &'a [Message],
     pub(crate) stream: bool,
+    /// `{"include_usage": true}`: the stream ends with a chunk reporting the request's usage.
+    pub(crate) stream_options: StreamOptions,
     pub(crate) tools: &'a serde_json::Value,
+}
+
+/// A streamed request's options.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct StreamOptions {
+    pub(crate) include_usage: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -178,6 +186,76 @@ pub(crate) struct Chunk {
     /// Some servers report failures mid-stream as a chunk with an `error` object.
     #[serde(default)]
     pub(crate) error: Option<ApiError>,
+    /// The request's usage: on the last chunk (no choices) when `include_usage` was asked for;
+    /// some servers send it on every chunk, `null` until the last. Read leniently
+    /// ([`WireUsage::read`]): a usage a server shapes its own way is no reason to fail a turn.
+    #[serde(default)]
+    pub(crate) usage: Option<serde_json::Value>,
+}
+
+/// A completion's `usage`, as OpenAI-compatible servers report it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    pub(crate) prompt_tokens: u64,
+    #[serde(default)]
+    pub(crate) completion_tokens: u64,
+    #[serde(default)]
+    pub(crate) total_tokens: Option<u64>,
+    #[serde(default)]
+    pub(crate) prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    pub(crate) completion_tokens_details: Option<CompletionDetails>,
+    /// DeepSeek's count of prompt tokens read from its cache.
+    #[serde(default)]
+    pub(crate) prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    pub(crate) cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub(crate) struct CompletionDetails {
+    #[serde(default)]
+    pub(crate) reasoning_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// A chunk's `usage`, when it is one (`null`, or counts that are not numbers, are none).
+    #[must_use]
+    pub(crate) fn read(value: serde_json::Value) -> Option<WireUsage> {
+        if value.is_null() {
+            return None;
+        }
+        serde_json::from_value(value).ok()
+    }
+
+    /// As acp-child reports it: input = prompt tokens, output = completion tokens (reasoning
+    /// included, as servers count it), total as the server says (else their sum).
+    #[must_use]
+    pub(crate) fn to_usage(&self) -> protocol::usage::Usage {
+        protocol::usage::Usage {
+            input_tokens: self.prompt_tokens,
+            output_tokens: self.completion_tokens,
+            total_tokens: self
+                .total_tokens
+                .unwrap_or(self.prompt_tokens.saturating_add(self.completion_tokens)),
+            thought_tokens: self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|details| details.reasoning_tokens),
+            cached_read_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|details| details.cached_tokens)
+                .or(self.prompt_cache_hit_tokens),
+            cached_write_tokens: None,
+            cost: None,
+        }
+    }
 }
 
 /// An error object, as in `{"error": {"message": ...}}`.
@@ -269,6 +347,8 @@ pub(crate) struct Reply {
     pub(crate) text: String,
     pub(crate) tool_calls: Vec<RecordedCall>,
     pub(crate) finish: Finish,
+    /// The request's usage, when the server reported it.
+    pub(crate) usage: Option<WireUsage>,
 }
 
 /// What a chunk contributes that should be shown at once.
@@ -285,6 +365,7 @@ pub(crate) struct Accumulator {
     calls: BTreeMap<usize, PartialCall>,
     last_index: Option<usize>,
     finish_reason: Option<String>,
+    usage: Option<WireUsage>,
 }
 
 #[derive(Debug, Default)]
@@ -298,6 +379,10 @@ impl Accumulator {
     /// Adds a chunk; returns the text and reasoning to stream to the client now.
     pub(crate) fn push(&mut self, chunk: Chunk) -> Shown {
         let mut shown = Shown::default();
+        // The last usage reported wins (servers that repeat it grow it as they go).
+        if let Some(usage) = chunk.usage.and_then(WireUsage::read) {
+            self.usage = Some(usage);
+        }
         // acp-child requests one choice; extra choices, if a server sends them, are ignored.
         let Some(choice) = chunk.choices.into_iter().next() else {
             return shown;
@@ -369,6 +454,7 @@ impl Accumulator {
             finish: Finish::from_reason(self.finish_reason.as_deref(), !tool_calls.is_empty()),
             text: self.text,
             tool_calls,
+            usage: self.usage,
         }
     }
 

@@ -134,12 +134,19 @@ impl Tool for Subagent {
     }
 }
 
-/// A child's result as the call's outcome.
+/// A child's result as the call's outcome, ending with one line of what it spent when it
+/// reported spending anything.
 pub(super) fn outcome(result: Delegated) -> Outcome {
+    let mut text = result.text;
+    if let Some(usage) = result.usage.as_ref().filter(|usage| !usage.is_empty()) {
+        text.push_str("\n\n[the subagent spent ");
+        text.push_str(&usage.describe());
+        text.push(']');
+    }
     if result.failed {
-        Outcome::failed(result.text)
+        Outcome::failed(text)
     } else {
-        Outcome::ok(result.text)
+        Outcome::ok(text)
     }
 }
 

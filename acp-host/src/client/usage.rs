@@ -1,0 +1,232 @@
+//! What the agent reported spending in this run, and the run's budget held against it.
+//!
+//! Two reports are read (`protocol::usage`): each prompt response's `usage` (a turn's), summed
+//! over the run's prompts; and each `usage_update` of our session, whose `cost` is the session's
+//! cumulative cost and whose `_meta` may carry the `acp-host/usage` extension's cumulative token
+//! counts (acp-child sends both; opencode sends `cost` on the update and `usage` on the answer).
+//!
+//! Invariants:
+//! - what was spent so far is the larger of the two token reports (the cumulative counts run
+//!   ahead of the answers mid-turn; an agent sending only one report is read from that one), with
+//!   the last reported cost; nothing when the agent reported no token counts;
+//! - the budget is checked on every report; the first overrun is kept and fires [`Tally::passed`]
+//!   once, which the run's supervision turns into a cancel (as a deadline does).
+
+use protocol::usage::{Budget, Cost, Overrun, Usage};
+use tokio_util::sync::CancellationToken;
+
+/// The run's usage reports and budget.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    budget: Budget,
+    /// Sum of the prompt responses' `usage`.
+    answered: Option<Usage>,
+    /// The last `usage_update`'s cumulative counts (the extension).
+    cumulative: Option<Usage>,
+    /// The last `usage_update`'s cost.
+    cost: Option<Cost>,
+    overrun: Option<Overrun>,
+    passed: CancellationToken,
+    /// What [`Tally::take_turn`] last handed out: a kept session's turns each report their own.
+    taken: Option<Usage>,
+}
+
+impl Tally {
+    pub(crate) fn new(budget: Budget) -> Self {
+        Tally {
+            budget,
+            ..Tally::default()
+        }
+    }
+
+    /// Fires once the budget is passed.
+    pub(crate) fn passed(&self) -> CancellationToken {
+        self.passed.clone()
+    }
+
+    /// A prompt response's `usage` (the raw answer: a malformed or absent one is no report).
+    pub(crate) fn answered(&mut self, response: &serde_json::Value) {
+        let Some(usage) = response
+            .get("usage")
+            .filter(|usage| !usage.is_null())
+            .and_then(|usage| {
+                serde_json::from_value::<agent_client_protocol::v1::schema::Usage>(usage.clone())
+                    .ok()
+            })
+        else {
+            return;
+        };
+        let usage = Usage::from_acp(&usage);
+        match &mut self.answered {
+            Some(sum) => sum.add(&usage),
+            None => self.answered = Some(usage),
+        }
+        self.check();
+    }
+
+    /// A `usage_update` of our session.
+    pub(crate) fn updated(&mut self, update: &agent_client_protocol::v1::schema::UsageUpdate) {
+        if let Some(counts) = Usage::from_meta(update.meta.as_ref()) {
+            self.cumulative = Some(counts);
+        }
+        if let Some(cost) = &update.cost
+            && cost.amount.is_finite()
+        {
+            self.cost = Some(Cost {
+                amount: cost.amount,
+                currency: cost.currency.clone(),
+            });
+        }
+        self.check();
+    }
+
+    /// What was spent so far (see the module invariants); `None`: no token counts reported.
+    pub(crate) fn spent(&self) -> Option<Usage> {
+        let tokens = match (&self.answered, &self.cumulative) {
+            (Some(answered), Some(cumulative)) => {
+                if cumulative.total_tokens > answered.total_tokens {
+                    cumulative
+                } else {
+                    answered
+                }
+            }
+            (Some(one), None) | (None, Some(one)) => one,
+            (None, None) => return None,
+        };
+        Some(Usage {
+            cost: self.cost.clone(),
+            ..tokens.clone()
+        })
+    }
+
+    /// What was spent since the previous call (a kept session's turn), or in all (a run's only
+    /// turn); `None` when the agent never reported token counts.
+    pub(crate) fn take_turn(&mut self) -> Option<Usage> {
+        let now = self.spent()?;
+        let turn = match &self.taken {
+            Some(taken) => now.since(taken),
+            None => now.clone(),
+        };
+        self.taken = Some(now);
+        Some(turn)
+    }
+
+    /// The overrun, once the budget was passed.
+    pub(crate) fn overrun(&self) -> Option<&Overrun> {
+        self.overrun.as_ref()
+    }
+
+    /// Why the budget could not be held, for the result's warnings.
+    pub(crate) fn unenforceable(&self) -> Option<&'static str> {
+        self.budget.unenforceable(self.spent().as_ref())
+    }
+
+    fn check(&mut self) {
+        if self.overrun.is_some() || !self.budget.is_set() {
+            return;
+        }
+        // A cost alone (no token counts) is still held against a cost budget.
+        let spent = self.spent().unwrap_or_else(|| Usage {
+            cost: self.cost.clone(),
+            ..Usage::default()
+        });
+        if let Some(overrun) = self.budget.check(&spent) {
+            tracing::info!(%overrun, "the run passed its budget; cancelling");
+            self.overrun = Some(overrun);
+            self.passed.cancel();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_client_protocol::v1::schema::UsageUpdate;
+    use serde_json::json;
+
+    use super::*;
+
+    fn update(meta_total: Option<u64>, cost: Option<f64>) -> UsageUpdate {
+        let mut value = json!({"used": 1, "size": 10});
+        if let Some(total) = meta_total {
+            value["_meta"] = json!({"acp-host/usage": {"version": 1, "inputTokens": total,
+                "outputTokens": 0, "totalTokens": total}});
+        }
+        if let Some(amount) = cost {
+            value["cost"] = json!({"amount": amount, "currency": "USD"});
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn answer(total: u64) -> serde_json::Value {
+        json!({"stopReason": "end_turn",
+            "usage": {"totalTokens": total, "inputTokens": total, "outputTokens": 0}})
+    }
+
+    #[test]
+    fn nothing_reported_is_no_usage_and_an_unheld_budget() {
+        let mut tally = Tally::new(Budget {
+            tokens: Some(10),
+            cost: None,
+        });
+        tally.answered(&json!({"stopReason": "end_turn"}));
+        tally.answered(&json!({"stopReason": "end_turn", "usage": "lots"}));
+        assert_eq!(tally.spent(), None);
+        assert!(tally.unenforceable().is_some());
+        assert!(!tally.passed().is_cancelled());
+    }
+
+    #[test]
+    fn answers_are_summed_and_cumulative_counts_win_while_ahead() {
+        let mut tally = Tally::new(Budget::default());
+        tally.answered(&answer(5));
+        tally.answered(&answer(7));
+        assert_eq!(tally.spent().map(|u| u.total_tokens), Some(12));
+        tally.updated(&update(Some(20), Some(0.5)));
+        let spent = tally.spent().unwrap();
+        assert_eq!(spent.total_tokens, 20);
+        assert_eq!(spent.cost.map(|c| c.amount), Some(0.5));
+        tally.answered(&answer(30));
+        assert_eq!(tally.spent().map(|u| u.total_tokens), Some(42));
+    }
+
+    #[test]
+    fn each_turn_taken_reports_what_was_spent_since_the_last() {
+        let mut tally = Tally::new(Budget::default());
+        assert_eq!(tally.take_turn(), None);
+        tally.answered(&answer(5));
+        assert_eq!(tally.take_turn().map(|u| u.total_tokens), Some(5));
+        tally.answered(&answer(7));
+        assert_eq!(tally.take_turn().map(|u| u.total_tokens), Some(7));
+        assert_eq!(tally.take_turn().map(|u| u.total_tokens), Some(0));
+    }
+
+    #[test]
+    fn the_first_overrun_is_kept_and_fires_once() {
+        let mut tally = Tally::new(Budget {
+            tokens: Some(10),
+            cost: None,
+        });
+        tally.updated(&update(Some(8), None));
+        assert!(tally.overrun().is_none());
+        tally.updated(&update(Some(11), None));
+        assert!(tally.passed().is_cancelled());
+        tally.updated(&update(Some(50), None));
+        assert_eq!(
+            tally.overrun().map(ToString::to_string).as_deref(),
+            Some("used 11 tokens, over the token budget of 10")
+        );
+    }
+
+    #[test]
+    fn a_cost_alone_is_held_against_a_cost_budget() {
+        let mut tally = Tally::new(Budget {
+            tokens: None,
+            cost: Some(0.1),
+        });
+        tally.updated(&update(None, Some(0.05)));
+        assert!(tally.overrun().is_none());
+        tally.updated(&update(None, Some(0.2)));
+        assert!(tally.passed().is_cancelled());
+        assert_eq!(tally.spent(), None, "no token counts: no usage");
+    }
+}
