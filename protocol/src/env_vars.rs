@@ -35,6 +35,13 @@ pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
 pub const ACP_HOST_DEPTH: &str = "ACP_HOST_DEPTH";
 /// The deepest an agent of this chain may run; set by acp-host beside [`ACP_HOST_DEPTH`].
 pub const ACP_HOST_MAX_DEPTH: &str = "ACP_HOST_MAX_DEPTH";
+/// Kubernetes: an Indexed Job's pod index (0-based). Read only when `acp-host batch
+/// --shard-from-env` names it; the help's example.
+pub const JOB_COMPLETION_INDEX: &str = "JOB_COMPLETION_INDEX";
+/// Slurm: a job array task's index. Read only when `acp-host batch --shard-from-env` names it.
+pub const SLURM_ARRAY_TASK_ID: &str = "SLURM_ARRAY_TASK_ID";
+/// Slurm: how many tasks the job array has. Read only when `--shard-from-env` names it.
+pub const SLURM_ARRAY_TASK_COUNT: &str = "SLURM_ARRAY_TASK_COUNT";
 /// Tests: `1` rewrites the checked-in JSON Schemas (`schemas/`) instead of failing on drift.
 pub const ACP_UPDATE_SCHEMAS: &str = "ACP_UPDATE_SCHEMAS";
 /// Test hook of `acp-host sync`, `<point>:<dir>`: the first time the sync reaches `<point>`

@@ -18,6 +18,7 @@ pub mod report;
 pub mod request;
 pub mod result;
 pub mod schema;
+pub mod shard;
 pub mod structured;
 pub mod sync;
 pub mod trust;

@@ -9,6 +9,7 @@ mod acp_child;
 mod acp_child_model;
 mod background;
 mod batch;
+mod batch_shards;
 mod capabilities;
 mod children;
 mod cli_snapshots;
