@@ -246,7 +246,10 @@ impl Share {
             (None, None) => None,
         };
         let done = match &args.skip_done {
-            Some(path) => read_done(path)?,
+            Some(path) => {
+                refuse_overwrite(path)?;
+                read_done(path)?
+            }
             None => HashSet::new(),
         };
         Ok(Share { shard, done })
@@ -260,12 +263,13 @@ impl Share {
     /// Says on stderr what this worker takes, when it is not the whole input.
     fn note(&self, taken: &Taken, args: &BatchArgs) {
         let mut parts = Vec::new();
+        let lines = if taken.lines == 1 { "line" } else { "lines" };
         match self.shard {
             Some(shard) => parts.push(format!(
-                "shard {shard} takes {} of {} lines",
+                "shard {shard} takes {} of {} {lines}",
                 taken.shard, taken.lines
             )),
-            None if args.skip_done.is_some() => parts.push(format!("{} lines", taken.lines)),
+            None if args.skip_done.is_some() => parts.push(format!("{} {lines}", taken.lines)),
             None => return,
         }
         if let Some(path) = &args.skip_done {
@@ -277,6 +281,36 @@ impl Share {
         }
         note!("acp-host: batch: {}", parts.join(", "));
     }
+}
+
+/// Refuses a `--skip-done` file that is also stdout opened without append (`> file`, `1<> file`):
+/// the new records would overwrite the earlier ones (with `>`, the shell has already emptied the
+/// file, and every line would run again). `>> file` is how a batch resumes into its own results.
+fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let stdout = std::io::stdout();
+    let (Ok(out), Ok(file)) = (
+        nix::sys::stat::fstat(stdout.as_fd()),
+        std::fs::metadata(path),
+    ) else {
+        return Ok(());
+    };
+    if out.st_dev != file.dev() || out.st_ino != file.ino() {
+        return Ok(());
+    }
+    let appends =
+        nix::fcntl::fcntl(stdout.as_fd(), nix::fcntl::FcntlArg::F_GETFL).is_ok_and(|flags| {
+            nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_APPEND)
+        });
+    if appends {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "--skip-done {0}: it is also stdout, opened without append, so the new records would \
+         overwrite it (and `> {0}` has already emptied it); append to it with `>> {0}`",
+        path.display()
+    )))
 }
 
 /// The ids with a `completed` record in `path`. Any other line (another status, a record cut

@@ -227,3 +227,53 @@ fn bad_shards_and_a_missing_results_file_are_refused_before_anything_runs() {
     );
     assert!(!record.exists(), "no agent was started");
 }
+
+#[test]
+fn skip_done_into_its_own_file_must_append() {
+    let dir = temp();
+    jobs_file(dir.path(), &[r#"{"id":"a","prompt":"p"}"#.to_owned()]);
+    let results = dir.path().join("results.ndjson");
+    let done = r#"{"type":"result","id":"a","status":"completed","output":"p"}"#;
+    let agent = mock(&["echo-prompt"]);
+    let batch_into = |redirect: &str| {
+        std::fs::write(&results, format!("{done}\n")).unwrap();
+        let line = format!(
+            "exec {} batch --agent {} --skip-done results.ndjson jobs.ndjson {redirect} \
+             results.ndjson",
+            shell_words::quote(&acp_tests::bin("acp-host").display().to_string()),
+            shell_words::quote(&agent),
+        );
+        run_to_end(
+            std::process::Command::new("sh")
+                .current_dir(dir.path())
+                .env_remove("ACP_HOST_LOG")
+                .args(["-c", &line]),
+        )
+    };
+    // `1<>` opens without truncating: the new records would have overwritten the old ones.
+    let out = batch_into("1<>");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: --skip-done results.ndjson: it is also stdout, opened without append, \
+         so the new records would overwrite it (and `> results.ndjson` has already emptied it); \
+         append to it with `>> results.ndjson`\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&results).unwrap(),
+        format!("{done}\n")
+    );
+    // `>>` appends: the line is done, nothing runs, the file is as it was.
+    let out = batch_into(">>");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .contains("acp-host: batch: 1 line, 1 of them already completed in results.ndjson\n"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(&results).unwrap(),
+        format!("{done}\n")
+    );
+}
