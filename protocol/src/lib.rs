@@ -14,6 +14,7 @@ pub mod env_vars;
 pub mod events;
 pub mod permission;
 pub mod registry;
+pub mod remote;
 pub mod report;
 pub mod request;
 pub mod result;
