@@ -27,6 +27,7 @@ macro_rules! note_text {
 
 mod agents;
 mod batch;
+mod remote;
 mod run;
 mod subagent;
 mod sync;
@@ -56,6 +57,10 @@ enum Command {
     Sync(sync::SyncArgs),
     Agents(agents::AgentsArgs),
     Trust(trust::TrustArgs),
+    Serve(remote::ServeArgs),
+    /// The agent process of `acp-host run --agent ws://...` (not for direct use).
+    #[command(hide = true)]
+    Bridge(remote::BridgeArgs),
 }
 
 impl Command {
@@ -63,7 +68,12 @@ impl Command {
     fn verbose(&self) -> bool {
         match self {
             Command::Run(args) => args.verbose(),
-            Command::Batch(_) | Command::Sync(_) | Command::Agents(_) | Command::Trust(_) => false,
+            Command::Batch(_)
+            | Command::Sync(_)
+            | Command::Agents(_)
+            | Command::Trust(_)
+            | Command::Serve(_)
+            | Command::Bridge(_) => false,
         }
     }
 }
@@ -108,6 +118,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Sync(args) => sync::execute(args),
         Command::Agents(args) => agents::execute(&args),
         Command::Trust(args) => trust::execute(&args),
+        Command::Serve(args) => remote::execute_serve(&args),
+        Command::Bridge(args) => remote::execute_bridge(&args),
     };
     outcome.unwrap_or_else(|err| {
         note!("acp-host: error: {err}");

@@ -26,6 +26,7 @@ mod perf_behaviour;
 mod protocol_edges;
 mod run;
 mod scrub;
+mod serve;
 mod ssh;
 mod structured;
 mod subagent_sessions;
