@@ -491,3 +491,72 @@ fn a_token_from_the_environment_reaches_the_connection_only() {
     assert_eq!(result["output"], "E2E_SERVE_TOKEN unset", "{result}");
     assert!(!stderr(&out).contains(TOKEN));
 }
+
+#[test]
+fn the_bridge_relays_until_its_stdin_closes_and_a_bad_frame_leaves_the_connection_whole() {
+    let serve = Serve::start(&mock(&["hello"]), &[]);
+    let session_dir = temp();
+    for url in [serve.url.clone(), serve.url.replacen("ws://", "http://", 1)] {
+        let mut bridge = Command::new(bin("acp-host"))
+            .args(["bridge", &url, "--token-file"])
+            .arg(&serve.token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the bridge starts");
+        let lines = line_channel(bridge.stdout.take().unwrap());
+        let mut stdin = bridge.stdin.take().unwrap();
+        let answer = |id: u64| {
+            let deadline = std::time::Instant::now() + HANG_GUARD;
+            let mut seen = Vec::new();
+            loop {
+                let left = deadline
+                    .checked_duration_since(std::time::Instant::now())
+                    .unwrap_or_else(|| panic!("{url}: no answer to {id}: {seen:?}"));
+                let line = lines
+                    .recv_timeout(left)
+                    .unwrap_or_else(|_| panic!("{url}: the bridge's stdout ended: {seen:?}"));
+                let frame: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|err| panic!("{url}: not a frame on stdout ({err}): {line}"));
+                if frame["id"] == id {
+                    return frame;
+                }
+                seen.push(frame);
+            }
+        };
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","id":7,"method":"initialize","params":{{"protocolVersion":1,"clientCapabilities":{{}}}}}}"#
+        )
+        .unwrap();
+        let init = answer(7);
+        assert_eq!(init["result"]["protocolVersion"], 1, "{url}: {init}");
+        assert_eq!(agents_in(serve.agents.path()).len(), 1, "{url}");
+        // Not JSON (and, over a WebSocket, a batch: not part of ACP), then a real request: the
+        // connection and the agent are still there for it. Over HTTP the server answers a
+        // batch's POST with 400, which ends the SDK client's connection.
+        writeln!(stdin, "this is not a frame").unwrap();
+        if url.starts_with("ws://") {
+            writeln!(stdin, "[1, 2]").unwrap();
+        }
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","id":8,"method":"session/new","params":{{"cwd":{},"mcpServers":[]}}}}"#,
+            Value::from(session_dir.path().display().to_string())
+        )
+        .unwrap();
+        let session = answer(8);
+        assert!(
+            session["result"]["sessionId"].is_string(),
+            "{url}: {session}"
+        );
+        assert_eq!(agents_in(serve.agents.path()).len(), 1, "{url}");
+        // Its stdin closed (a run's teardown), the bridge closes the connection and ends; the
+        // server tears the agent down.
+        drop(stdin);
+        let out = wait_output(bridge);
+        assert_eq!(code(&out), 0, "{url}: {}", stderr(&out));
+        serve.assert_no_agents();
+    }
+}
