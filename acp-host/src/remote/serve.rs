@@ -32,6 +32,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 use protocol::remote::Token;
 use protocol::request::AgentCommand;
@@ -141,7 +142,14 @@ impl Server {
             ));
         // `/health` answers without the token: a load balancer's probe reveals nothing else.
         let app = acp.merge(axum::Router::new().route("/health", axum::routing::get(health)));
-        let served = axum::serve(self.listener, app)
+        // Frames are small and interactive: without TCP_NODELAY an update followed by its
+        // answer waits out the client's delayed ACK (40 ms a turn).
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY: {err}");
+            }
+        });
+        let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop.clone().cancelled_owned())
             .await;
         // Connections upgraded to WebSocket outlive axum's graceful shutdown; each of their
