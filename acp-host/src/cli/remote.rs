@@ -76,7 +76,16 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(Timeouts::default().term_grace))]
     term_grace: Seconds,
+
+    /// Over http://, end a connection and its agent once it has had no event stream open for
+    /// this long (a client that vanished; a WebSocket's end is seen at once).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(STREAM_GRACE))]
+    stream_grace: Seconds,
 }
+
+/// Default `--stream-grace`: room for a client to reopen a dropped event stream.
+const STREAM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 const SERVE_AFTER_HELP: &str = "\
 Examples:
@@ -174,6 +183,7 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
             eof: args.eof_grace.0,
             term: args.term_grace.0,
         },
+        stream_grace: args.stream_grace.0,
     };
     // The main thread: agents are spawned on it, and it lives as long as the server (see
     // `Server::run`).

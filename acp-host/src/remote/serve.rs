@@ -14,17 +14,22 @@
 //!   against connections racing past the 503 check: those are refused without a spawn);
 //! - every ending tears the agent's tree down: the agent exiting (its stdout ends), the client
 //!   closing or vanishing (the SDK drops the component; its guard runs the ladder on a tracked
-//!   task), the server stopping (every component ends, and [`Server::run`] waits for the
+//!   task; over HTTP, where a vanished client sends nothing, a connection without an open event
+//!   stream for `stream_grace` is ended by us: the SDK would keep it for a reconnect), the server
+//!   stopping (every component ends, and [`Server::run`] waits for the
 //!   teardowns before it returns);
 //! - a frame of the agent's stdout longer than `max_frame_bytes` ends its connection (and the
 //!   agent) instead of growing a buffer; frames from a client are bounded by the SDK (POST bodies,
 //!   WebSocket messages);
 //! - the token is compared in constant time and never logged.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
 
 use agent_client_protocol::{Agent, Client, ConnectTo, Lines};
 use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
@@ -65,6 +70,10 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// The teardown ladder of each agent.
     pub graces: Graces,
+    /// Over HTTP, how long a connection may have no event stream open before its agent is torn
+    /// down: an HTTP client that vanishes sends no `DELETE`, and the transport keeps such a
+    /// connection for a reconnect that never comes.
+    pub stream_grace: Duration,
 }
 
 /// The server could not start.
@@ -118,11 +127,14 @@ impl Server {
             teardowns: TaskTracker::new(),
             stop: stop.clone(),
             next_id: AtomicU64::new(1),
+            links: Mutex::new(HashMap::new()),
         });
         let factory = {
             let shared = Arc::clone(&shared);
             move || ServedAgent {
                 shared: Arc::clone(&shared),
+                // Set for a connection started by an `initialize` POST (see `admit_connection`).
+                link: PENDING_LINK.try_with(Arc::clone).ok(),
             }
         };
         let acp = AcpHttpServer::new(factory)
@@ -173,6 +185,73 @@ struct Shared {
     stop: CancellationToken,
     /// Connection numbers for the log.
     next_id: AtomicU64,
+    /// HTTP connections by the transport's `Acp-Connection-Id`: their event streams are counted.
+    links: Mutex<HashMap<String, Weak<Link>>>,
+}
+
+tokio::task_local! {
+    /// The link of the connection an `initialize` POST is creating: the SDK calls the factory in
+    /// the request's own task, inside `admit_connection`'s scope.
+    static PENDING_LINK: Arc<Link>;
+}
+
+/// What the HTTP side knows of one connection: its open event streams, and how to end it.
+#[derive(Default)]
+struct Link {
+    end: CancellationToken,
+    streams: AtomicUsize,
+    /// Bumped on every stream opened or closed: a grace timer armed before acts on nothing.
+    generation: AtomicU64,
+}
+
+impl Shared {
+    /// Ends `link`'s connection unless an event stream is open again within the grace.
+    fn arm_grace(self: &Arc<Self>, link: &Arc<Link>) {
+        let generation = link.generation.load(Ordering::SeqCst);
+        let (link, grace) = (Arc::downgrade(link), self.config.stream_grace);
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let Some(link) = link.upgrade() else { return };
+            if link.streams.load(Ordering::SeqCst) == 0
+                && link.generation.load(Ordering::SeqCst) == generation
+            {
+                tracing::info!(
+                    "an HTTP connection had no event stream for {grace:?}: ending it and its agent"
+                );
+                link.end.cancel();
+            }
+        });
+    }
+
+    fn link(&self, connection_id: &str) -> Option<Arc<Link>> {
+        crate::lock(&self.links)
+            .get(connection_id)
+            .and_then(Weak::upgrade)
+    }
+}
+
+/// An open event stream of a connection; its end (the client gone, or done) may end the
+/// connection after the grace.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    link: Arc<Link>,
+}
+
+impl StreamGuard {
+    fn open(shared: Arc<Shared>, link: Arc<Link>) -> StreamGuard {
+        link.streams.fetch_add(1, Ordering::SeqCst);
+        link.generation.fetch_add(1, Ordering::SeqCst);
+        StreamGuard { shared, link }
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.link.generation.fetch_add(1, Ordering::SeqCst);
+        if self.link.streams.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.shared.arm_grace(&self.link);
+        }
+    }
 }
 
 /// Every request needs `Authorization: Bearer TOKEN` (unless there is no token at all: loopback
@@ -212,14 +291,58 @@ async fn admit_connection(
     request: Request,
     next: Next,
 ) -> Response {
-    if starts_connection(&request) && shared.slots.available_permits() == 0 {
+    let starts = starts_connection(&request);
+    if starts && shared.slots.available_permits() == 0 {
         tracing::warn!(
             max = shared.config.max_connections,
             "refused a connection: every slot is taken"
         );
         return (StatusCode::SERVICE_UNAVAILABLE, at_capacity(&shared)).into_response();
     }
-    next.run(request).await
+    if starts && request.method() == axum::http::Method::POST {
+        let link = Arc::new(Link::default());
+        let response = PENDING_LINK
+            .scope(Arc::clone(&link), next.run(request))
+            .await;
+        if let Some(id) = connection_id(response.headers()) {
+            let mut links = crate::lock(&shared.links);
+            links.retain(|_, link| link.strong_count() > 0);
+            links.insert(id.to_owned(), Arc::downgrade(&link));
+            drop(links);
+            // Until the client opens its event stream.
+            shared.arm_grace(&link);
+        }
+        return response;
+    }
+    let stream = request.method() == axum::http::Method::GET
+        && request.headers().get(header::ACCEPT).is_some_and(|accept| {
+            accept
+                .as_bytes()
+                .windows(17)
+                .any(|w| w == b"text/event-stream")
+        });
+    let link = stream
+        .then(|| connection_id(request.headers()).and_then(|id| shared.link(id)))
+        .flatten();
+    let response = next.run(request).await;
+    match link {
+        Some(link) if response.status().is_success() => {
+            let guard = StreamGuard::open(Arc::clone(&shared), link);
+            response.map(|body| {
+                axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+                    let _held = &guard;
+                    chunk
+                }))
+            })
+        }
+        _ => response,
+    }
+}
+
+fn connection_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("acp-connection-id")
+        .and_then(|value| value.to_str().ok())
 }
 
 fn at_capacity(shared: &Shared) -> String {
@@ -243,6 +366,8 @@ fn starts_connection(request: &Request) -> bool {
 /// One connection's agent: spawned when the SDK connects it, torn down when it ends.
 struct ServedAgent {
     shared: Arc<Shared>,
+    /// The HTTP side's hold on the connection (`None` over WebSocket, whose close is seen).
+    link: Option<Arc<Link>>,
 }
 
 impl ConnectTo<Client> for ServedAgent {
@@ -250,7 +375,7 @@ impl ConnectTo<Client> for ServedAgent {
         self,
         client: impl ConnectTo<Agent>,
     ) -> Result<(), agent_client_protocol::Error> {
-        let shared = self.shared;
+        let (shared, link) = (self.shared, self.link.unwrap_or_default());
         // Counted before anything else, so a stopping server waits for this connection too.
         let tracked = shared.teardowns.token();
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
@@ -302,6 +427,7 @@ impl ConnectTo<Client> for ServedAgent {
         let result = tokio::select! {
             result = relay => result,
             () = shared.stop.cancelled() => Ok(()),
+            () = link.end.cancelled() => Ok(()),
         };
         if let Err(err) = &result {
             tracing::info!(connection = id, "connection ended: {err}");

@@ -206,33 +206,38 @@ fn a_client_vanishing_mid_turn_leaves_nothing_running_and_the_server_serves_on()
     let ready = flags.path().join("ready");
     let mut serve = Serve::start(
         &mock(&["hang", "--ready", &ready.display().to_string()]),
-        &[],
+        // Over HTTP a vanished client is seen by its event stream's end, after this grace.
+        &["--stream-grace", "1"],
     );
-    let host = serve
-        .run(dir.path())
-        .arg("go")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("acp-host starts");
-    assert!(
-        wait_for_file(&ready, HANG_GUARD),
-        "the served agent never became ready"
-    );
-    assert_eq!(agents_in(serve.agents.path()).len(), 1);
-    // The client dies mid-turn: its watchdog ends the bridge, and the connection drops.
-    signal(&host, Signal::SIGKILL);
-    let out = wait_output(host);
-    assert_eq!(out.status.code(), None, "killed by a signal");
-    serve.assert_no_agents();
-    assert!(
-        wait_until(HANG_GUARD, || processes_in(dir.path()).is_empty()),
-        "client processes left: {:?}",
-        processes_in(dir.path())
-    );
+    // Over one WebSocket, and over POSTs with a server-sent event stream.
+    for url in [serve.url.clone(), serve.url.replacen("ws://", "http://", 1)] {
+        let host = host_run(dir.path())
+            .args(["--json", "--agent", &url, "--token-file"])
+            .arg(&serve.token)
+            .arg("go")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("acp-host starts");
+        assert!(
+            wait_for_file(&ready, HANG_GUARD),
+            "{url}: the served agent never became ready"
+        );
+        assert_eq!(agents_in(serve.agents.path()).len(), 1, "{url}");
+        // The client dies mid-turn: its watchdog ends the bridge, and the connection drops.
+        signal(&host, Signal::SIGKILL);
+        let out = wait_output(host);
+        assert_eq!(out.status.code(), None, "{url}: killed by a signal");
+        serve.assert_no_agents();
+        assert!(
+            wait_until(HANG_GUARD, || processes_in(dir.path()).is_empty()),
+            "{url}: client processes left: {:?}",
+            processes_in(dir.path())
+        );
+        std::fs::remove_file(&ready).unwrap();
+    }
     // The server is still there for the next client.
-    std::fs::remove_file(&ready).unwrap();
     let next = serve
         .run(dir.path())
         .args(["--timeout", "1"])
@@ -559,4 +564,25 @@ fn the_bridge_relays_until_its_stdin_closes_and_a_bad_frame_leaves_the_connectio
         assert_eq!(code(&out), 0, "{url}: {}", stderr(&out));
         serve.assert_no_agents();
     }
+}
+
+#[test]
+fn an_http_turn_longer_than_the_stream_grace_completes() {
+    let dir = temp();
+    let serve = Serve::start(
+        &mock(&["slow-stream", "--chunks", "3", "--interval-ms", "700"]),
+        &["--stream-grace", "0.5"],
+    );
+    let http = serve.url.replacen("ws://", "http://", 1);
+    // The client's event stream stays open through the turn: the grace never starts.
+    let (_, result) = json_run(
+        host_run(dir.path())
+            .args(["--json", "--agent", &http, "--token-file"])
+            .arg(&serve.token)
+            .arg("go"),
+        0,
+    );
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_eq!(result["output"], "c1 c2 c3 ", "{result}");
+    serve.assert_no_agents();
 }
