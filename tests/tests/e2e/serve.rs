@@ -586,3 +586,191 @@ fn an_http_turn_longer_than_the_stream_grace_completes() {
     assert_eq!(result["output"], "c1 c2 c3 ", "{result}");
     serve.assert_no_agents();
 }
+
+/// A TLS terminator on 127.0.0.1 in front of `backend` (what a reverse proxy does for
+/// `acp-host serve`), with a certificate for `localhost` signed by a CA made by `openssl`; `None`
+/// (said on stderr) where `openssl` is not installed. `cert` is the CA a client trusts through
+/// `SSL_CERT_FILE`.
+struct TlsProxy {
+    port: u16,
+    cert: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsProxy {
+    fn start(backend: &str) -> Option<TlsProxy> {
+        use pki_types::pem::PemObject as _;
+        use tokio_rustls::rustls::{self, pki_types};
+        let dir = temp();
+        let path = |name: &str| dir.path().join(name);
+        if !make_certificates(&path) {
+            return None;
+        }
+        let (cert, key) = (path("cert.pem"), path("key.pem"));
+        let chain = pki_types::CertificateDer::pem_file_iter(&cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let backend = backend.to_owned();
+        // Lives as long as the test process: each test binary run ends it.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let (acceptor, backend) = (acceptor.clone(), backend.clone());
+                    tokio::spawn(async move {
+                        let Ok(mut tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let Ok(mut plain) = tokio::net::TcpStream::connect(&backend).await else {
+                            return;
+                        };
+                        let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                    });
+                }
+            });
+        });
+        Some(TlsProxy {
+            port,
+            cert: path("ca.pem"),
+            _dir: dir,
+        })
+    }
+}
+
+/// The CA (`ca.pem`) and the server's certificate (`cert.pem`, `key.pem`) it signs, where `path`
+/// names them; `false` (said on stderr) where `openssl` is not installed.
+fn make_certificates(path: &dyn Fn(&str) -> PathBuf) -> bool {
+    std::fs::write(
+        path("leaf.ext"),
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    // A CA (what the client trusts) and the server's certificate it signs.
+    let steps: [Vec<std::ffi::OsString>; 3] = [
+        args(
+            &["req", "-x509"],
+            &ec,
+            &["-days", "1", "-subj", "/CN=e2e-ca"],
+        )
+        .chain(paths(&[
+            ("-keyout", path("ca.key")),
+            ("-out", path("ca.pem")),
+        ]))
+        .collect(),
+        args(&["req"], &ec, &["-subj", "/CN=localhost"])
+            .chain(paths(&[
+                ("-keyout", path("key.pem")),
+                ("-out", path("leaf.csr")),
+            ]))
+            .collect(),
+        args(&["x509", "-req", "-days", "1"], &[], &[])
+            .chain(paths(&[
+                ("-in", path("leaf.csr")),
+                ("-CA", path("ca.pem")),
+                ("-CAkey", path("ca.key")),
+                ("-extfile", path("leaf.ext")),
+                ("-out", path("cert.pem")),
+            ]))
+            .collect(),
+    ];
+    for step in steps {
+        let made = Command::new("openssl")
+            .args(&step)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output();
+        match made {
+            Ok(out) => assert!(out.status.success(), "openssl {step:?}: {}", stderr(&out)),
+            Err(err) => {
+                #[expect(clippy::print_stderr, reason = "a skipped test says why")]
+                {
+                    eprintln!("skipped: the TLS test needs openssl: {err}");
+                }
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `openssl` arguments: `head`, `mid`, `tail`, as OS strings.
+fn args<'a>(
+    head: &'a [&str],
+    mid: &'a [&str],
+    tail: &'a [&str],
+) -> impl Iterator<Item = std::ffi::OsString> + 'a {
+    head.iter().chain(mid).chain(tail).map(Into::into)
+}
+
+/// `openssl` options naming files.
+fn paths(pairs: &[(&str, PathBuf)]) -> impl Iterator<Item = std::ffi::OsString> {
+    pairs
+        .iter()
+        .flat_map(|(flag, path)| {
+            [
+                std::ffi::OsString::from(flag),
+                path.clone().into_os_string(),
+            ]
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+#[test]
+fn wss_and_https_through_a_tls_terminator_reach_the_served_agent() {
+    let serve = Serve::start(&mock(&["hello"]), &[]);
+    let Some(proxy) = TlsProxy::start(serve.authority()) else {
+        return;
+    };
+    let dir = temp();
+    for scheme in ["wss", "https"] {
+        let url = format!("{scheme}://localhost:{}/acp", proxy.port);
+        let (_, result) = json_run(
+            host_run(dir.path())
+                .env("SSL_CERT_FILE", &proxy.cert)
+                .args(["--json", "--agent", &url, "--token-file"])
+                .arg(&serve.token)
+                .arg("hi"),
+            0,
+        );
+        assert_eq!(result["output"], "hello from acp child", "{url}: {result}");
+        // Without the certificate trusted, the connection is refused, not downgraded.
+        let out = run_to_end(
+            host_run(dir.path())
+                .env_remove("SSL_CERT_FILE")
+                .args(["--json", "--agent", &url, "--token-file"])
+                .arg(&serve.token)
+                .arg("hi"),
+        );
+        assert_eq!(code(&out), 1, "{url}: {}", stderr(&out));
+        assert_eq!(result_record(&out)["status"], "error");
+    }
+    serve.assert_no_agents();
+}
