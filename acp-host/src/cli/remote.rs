@@ -149,6 +149,18 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
     )
     .map_err(usage)?;
     let resolved = agents::resolve(&args.agent, &HostFacts::from_env()).map_err(usage)?;
+    // Every connection would fail to start it: say so once, before listening.
+    if !resolved.location.is_found() {
+        let hint = resolved
+            .command
+            .install_hint
+            .as_deref()
+            .map_or_else(String::new, |hint| format!(" (install it: {hint})"));
+        return Err(CliError::Usage(format!(
+            "agent command not found: {}{hint}",
+            resolved.command.program.display()
+        )));
+    }
     let env = args
         .env
         .iter()

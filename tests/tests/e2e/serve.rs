@@ -419,7 +419,11 @@ fn connections_past_max_connections_are_refused_without_a_spawn() {
 #[test]
 fn serve_refuses_to_start_unsafely_and_run_refuses_a_token_without_a_url() {
     let dir = temp();
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--insecure-no-auth", "--agent", "e2e-no-such-agent --flag"],
+            "agent command not found: e2e-no-such-agent",
+        ),
         (&[], "acp-host serve needs a token: pass --token-file FILE"),
         (
             &["--insecure-no-auth", "--listen", "0.0.0.0:0"],
