@@ -20,7 +20,9 @@
 //!   and answer each [`run::FollowUp`] with that turn's own result, until the caller lets go (or
 //!   an idle timeout, a cancel, a failed turn); then teardown;
 //! - [`sync_exec::prepare`] / [`sync_exec::execute`]: plan and apply a sync of subagent
-//!   definitions.
+//!   definitions;
+//! - [`remote`]: agents over ACP's HTTP/WebSocket transport, the bridge a run spawns for
+//!   `--agent ws://...` and `serve` for the other end.
 //!
 //! Lower level: [`process::AgentProcess`] is the one owner of a child process (group,
 //! parent-death signal, stderr lines and tail, the EOF -> TERM -> KILL ladder over the whole
@@ -101,6 +103,7 @@ pub mod installed;
 pub mod permission;
 pub mod process;
 mod reaper;
+pub mod remote;
 pub mod run;
 pub mod sync_exec;
 pub mod trust;

@@ -42,6 +42,13 @@ pub const ACP_HOST_MAX_DEPTH: &str = "ACP_HOST_MAX_DEPTH";
 /// otherwise. An agent delegating through acp-host gives its children at most what is left of it
 /// (`crate::usage::child_budget`).
 pub const ACP_HOST_TOKEN_BUDGET: &str = "ACP_HOST_TOKEN_BUDGET";
+/// Kubernetes: an Indexed Job's pod index (0-based). Read only when `acp-host batch
+/// --shard-from-env` names it; the help's example.
+pub const JOB_COMPLETION_INDEX: &str = "JOB_COMPLETION_INDEX";
+/// Slurm: a job array task's index. Read only when `acp-host batch --shard-from-env` names it.
+pub const SLURM_ARRAY_TASK_ID: &str = "SLURM_ARRAY_TASK_ID";
+/// Slurm: how many tasks the job array has. Read only when `--shard-from-env` names it.
+pub const SLURM_ARRAY_TASK_COUNT: &str = "SLURM_ARRAY_TASK_COUNT";
 /// Tests: `1` rewrites the checked-in JSON Schemas (`schemas/`) instead of failing on drift.
 pub const ACP_UPDATE_SCHEMAS: &str = "ACP_UPDATE_SCHEMAS";
 /// Test hook of `acp-host sync`, `<point>:<dir>`: the first time the sync reaches `<point>`

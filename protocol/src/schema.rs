@@ -55,7 +55,8 @@ pub fn render(schema: &Schema) -> String {
     text
 }
 
-fn sorted(value: &Value) -> Value {
+/// `value` with every object's keys in sorted order, whatever `serde_json`'s `preserve_order`.
+pub(crate) fn sorted(value: &Value) -> Value {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<_> = map.keys().collect();

@@ -136,7 +136,10 @@ impl OutputSchema {
         };
         let violations = self.violations(value);
         if violations.is_empty() {
-            Ok(value.clone())
+            // Keys sorted, as they always came out: `serde_json`'s `preserve_order` (turned on in
+            // the workspace by the HTTP transport) would otherwise keep the agent's order, and
+            // the output would depend on which crates a build includes.
+            Ok(crate::schema::sorted(value))
         } else {
             Err(violations)
         }
@@ -550,6 +553,18 @@ mod tests {
             "required": ["n"],
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_matching_value_comes_out_with_its_keys_sorted_whatever_the_agent_wrote() {
+        let any = OutputSchema::compile(json!({"type": "object"})).unwrap();
+        let value: Value =
+            serde_json::from_str(r#"{"b":{"z":1,"y":2},"a":[{"d":3,"c":4}]}"#).unwrap();
+        let checked = any.check(Some(&value)).unwrap();
+        assert_eq!(
+            checked.to_string(),
+            r#"{"a":[{"c":4,"d":3}],"b":{"y":2,"z":1}}"#
+        );
     }
 
     #[test]

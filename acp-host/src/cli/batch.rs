@@ -21,10 +21,16 @@
 //!   a signal while the input is read and checked simply ends acp-host (nothing has started);
 //! - progress goes to stderr: a live bar on a terminal, one plain line per finished run otherwise.
 //!   Stdout carries only the records.
+//! - with `--shard` / `--shard-from-env` and `--skip-done`, the batch is the lines of its shard
+//!   (`protocol::shard`) less those with a `completed` record in the results file; "every line"
+//!   above means every line of that batch. Every input line is still parsed (all workers refuse
+//!   the same bad input and the same repeated id); only the batch's lines are checked against the
+//!   machine and kept.
 
+use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal};
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -37,6 +43,7 @@ use protocol::batch::{self, BatchEnd, BatchLine, BatchRecord, JobLimits, NotStar
 use protocol::env_scrub::EnvForward;
 use protocol::request::StartRequest;
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
+use protocol::shard::{self, Shard, ShardFromEnv};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
@@ -95,6 +102,24 @@ pub(super) struct BatchArgs {
     /// counts and the runs' usage summed (schemas/batch-summary.json).
     #[arg(long)]
     json_summary: bool,
+
+    /// Run only this worker's share: the lines whose id (or line number) hashes to INDEX of
+    /// COUNT (0-based; the first 8 bytes of the id's SHA-256, modulo COUNT). COUNT workers given
+    /// the same input run every line exactly once between them.
+    #[arg(long, value_name = "INDEX/COUNT", conflicts_with = "shard_from_env")]
+    shard: Option<String>,
+
+    /// --shard with INDEX, and COUNT if it is a name, read from the environment a scheduler
+    /// sets: `JOB_COMPLETION_INDEX/4` (Kubernetes), `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT`
+    /// (Slurm).
+    #[arg(long, value_name = "VARIABLE/COUNT")]
+    shard_from_env: Option<String>,
+
+    /// Do not run again the lines whose id has a `completed` record in this file (an earlier
+    /// batch's output): re-running an interrupted or partly failed batch resumes it. Skipped
+    /// lines get no new record.
+    #[arg(long, value_name = "RESULTS.jsonl")]
+    skip_done: Option<PathBuf>,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -109,7 +134,9 @@ fn after_help() -> String {
         "{}\n\
 Examples:\n  \
 echo '{{\"id\":\"readme\",\"prompt\":\"summarise README.md\"}}' | acp-host batch --agent codex\n  \
-acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n",
+acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n  \
+acp-host batch --shard 0/4 jobs.ndjson > results-0.ndjson\n  \
+acp-host batch --skip-done results.ndjson jobs.ndjson >> results.ndjson\n",
         batch::exit_code_table()
     )
 }
@@ -132,7 +159,9 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     let jobs = batch::check_jobs(args.jobs.map(NonZeroUsize::get), cpus, &job_limits())
         .map_err(CliError::Usage)?;
-    let lines = read_lines(args)?;
+    let share = Share::from_args(args)?;
+    let (lines, taken) = read_lines(args, &share)?;
+    share.note(&taken, args);
     // One thread: the runs' work is waiting on pipes, and it starts faster than a pool.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -198,8 +227,140 @@ fn job_limits() -> JobLimits {
     }
 }
 
-/// Reads and checks every line; keeps only the parsed lines.
-fn read_lines(args: &BatchArgs) -> Result<Vec<BatchLine>, CliError> {
+/// Which lines this batch runs: its shard of the input, less those already done.
+struct Share {
+    shard: Option<Shard>,
+    /// The ids with a `completed` record in `--skip-done`'s file.
+    done: HashSet<String>,
+}
+
+/// How the input's lines were shared out, for the note on stderr.
+#[derive(Debug, Default)]
+struct Taken {
+    /// Lines read (blank ones aside).
+    lines: usize,
+    /// Lines of this worker's shard.
+    shard: usize,
+    /// Lines of the shard skipped as done.
+    skipped: usize,
+}
+
+impl Share {
+    fn from_args(args: &BatchArgs) -> Result<Share, CliError> {
+        let shard = match (&args.shard, &args.shard_from_env) {
+            (Some(text), _) => Some(Shard::parse(text).map_err(CliError::Usage)?),
+            (None, Some(text)) => Some(
+                ShardFromEnv::parse(text)
+                    .and_then(|spec| spec.resolve(|name| std::env::var(name).ok()))
+                    .map_err(CliError::Usage)?,
+            ),
+            (None, None) => None,
+        };
+        let done = match &args.skip_done {
+            Some(path) => {
+                refuse_overwrite(path)?;
+                read_done(path)?
+            }
+            None => HashSet::new(),
+        };
+        Ok(Share { shard, done })
+    }
+
+    /// Whether this worker runs the line with this id: it is its shard's.
+    fn owns(&self, id: &str) -> bool {
+        self.shard.is_none_or(|shard| shard.owns(id))
+    }
+
+    /// Says on stderr what this worker takes, when it is not the whole input.
+    fn note(&self, taken: &Taken, args: &BatchArgs) {
+        let mut parts = Vec::new();
+        let lines = if taken.lines == 1 { "line" } else { "lines" };
+        match self.shard {
+            Some(shard) => parts.push(format!(
+                "shard {shard} takes {} of {} {lines}",
+                taken.shard, taken.lines
+            )),
+            None if args.skip_done.is_some() => parts.push(format!("{} {lines}", taken.lines)),
+            None => return,
+        }
+        if let Some(path) = &args.skip_done {
+            parts.push(format!(
+                "{} of them already completed in {}",
+                taken.skipped,
+                path.display()
+            ));
+        }
+        note!("acp-host: batch: {}", parts.join(", "));
+    }
+}
+
+/// Refuses a `--skip-done` file that is also stdout opened without append (`> file`, `1<> file`):
+/// the new records would overwrite the earlier ones (with `>`, the shell has already emptied the
+/// file, and every line would run again). `>> file` is how a batch resumes into its own results.
+fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let stdout = std::io::stdout();
+    let (Ok(out), Ok(file)) = (
+        nix::sys::stat::fstat(stdout.as_fd()),
+        std::fs::metadata(path),
+    ) else {
+        return Ok(());
+    };
+    if out.st_dev != file.dev() || out.st_ino != file.ino() {
+        return Ok(());
+    }
+    let appends =
+        nix::fcntl::fcntl(stdout.as_fd(), nix::fcntl::FcntlArg::F_GETFL).is_ok_and(|flags| {
+            nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_APPEND)
+        });
+    if appends {
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "--skip-done {0}: it is also stdout, opened without append, so the new records would \
+         overwrite it (and `> {0}` has already emptied it); append to it with `>> {0}`",
+        path.display()
+    )))
+}
+
+/// The ids with a `completed` record in `path`. Any other line (another status, a record cut
+/// short by a batch killed while writing it, text that is not a record) marks nothing: at worst
+/// a line runs again, never is one skipped that did not complete.
+fn read_done(path: &Path) -> Result<HashSet<String>, CliError> {
+    let file = std::fs::File::open(path).map_err(|err| {
+        CliError::Usage(format!(
+            "--skip-done {}: cannot read it: {err} (an empty file skips nothing)",
+            path.display()
+        ))
+    })?;
+    let mut reader = std::io::BufReader::new(file);
+    let mut done = HashSet::new();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line).map_err(|err| {
+            CliError::Usage(format!(
+                "--skip-done {}: cannot read it: {err}",
+                path.display()
+            ))
+        })?;
+        if read == 0 {
+            return Ok(done);
+        }
+        if let Some(id) = std::str::from_utf8(&line)
+            .ok()
+            .and_then(shard::completed_id)
+        {
+            done.insert(id);
+        }
+    }
+}
+
+/// Reads and checks every line; keeps only the parsed lines this batch runs (its shard, less
+/// those done). Every line is read (so every worker refuses the same bad input and the same
+/// repeated id), but only the lines it runs are checked against the machine.
+fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken), CliError> {
     let (input, name): (Box<dyn BufRead>, String) = if args.input == "-" {
         (Box::new(std::io::stdin().lock()), "stdin".into())
     } else {
@@ -215,6 +376,7 @@ fn read_lines(args: &BatchArgs) -> Result<Vec<BatchLine>, CliError> {
     }
     let mut ids = std::collections::HashMap::new();
     let mut lines = Vec::new();
+    let mut taken = Taken::default();
     for (index, text) in input.lines().enumerate() {
         let number = index + 1;
         let text = text.map_err(|err| {
@@ -231,12 +393,21 @@ fn read_lines(args: &BatchArgs) -> Result<Vec<BatchLine>, CliError> {
                 line.id
             )));
         }
+        taken.lines += 1;
+        if !share.owns(&line.id) {
+            continue;
+        }
+        taken.shard += 1;
+        if share.done.contains(&line.id) {
+            taken.skipped += 1;
+            continue;
+        }
         checker.check(&line).map_err(|(field, problem)| {
             CliError::Usage(format!("{name}: line {number}, field `{field}`: {problem}"))
         })?;
         lines.push(line);
     }
-    Ok(lines)
+    Ok((lines, taken))
 }
 
 /// Checks a line against the machine, as `acp-host run` would before spawning.

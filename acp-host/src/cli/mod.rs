@@ -28,6 +28,7 @@ macro_rules! note_text {
 mod agents;
 mod batch;
 mod docs;
+mod remote;
 mod run;
 mod subagent;
 mod sync;
@@ -64,6 +65,10 @@ enum Command {
     Trust(trust::TrustArgs),
     Completions(docs::CompletionsArgs),
     Man(docs::ManArgs),
+    Serve(remote::ServeArgs),
+    /// The agent process of `acp-host run --agent ws://...` (not for direct use).
+    #[command(hide = true)]
+    Bridge(remote::BridgeArgs),
 }
 
 impl Command {
@@ -76,7 +81,9 @@ impl Command {
             | Command::Agents(_)
             | Command::Trust(_)
             | Command::Completions(_)
-            | Command::Man(_) => false,
+            | Command::Man(_)
+            | Command::Serve(_)
+            | Command::Bridge(_) => false,
         }
     }
 }
@@ -123,6 +130,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Trust(args) => trust::execute(&args),
         Command::Completions(args) => docs::completions(&args),
         Command::Man(args) => docs::man(&args),
+        Command::Serve(args) => remote::execute_serve(&args),
+        Command::Bridge(args) => remote::execute_bridge(&args),
     };
     outcome.unwrap_or_else(|err| {
         note!("acp-host: error: {err}");

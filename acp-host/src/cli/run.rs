@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use acp_host::agents::{self, HostFacts};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
+use acp_host::remote::bridge;
 use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
 use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, SessionUpdate, SubagentUpdate, ToolCallStatus,
@@ -30,7 +31,8 @@ use protocol::env_scrub::{self, EnvForward};
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::{Answer, DecidedBy, Outcome, PermissionPolicy, PermissionRequest};
 use protocol::registry;
-use protocol::request::{StartRequest, Timeouts};
+use protocol::remote::{self, TokenSource};
+use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 use protocol::usage::Budget;
@@ -50,9 +52,19 @@ pub(super) struct RunArgs {
     prompt: String,
 
     /// A registry name (see `acp-host agents`) or a command line, split shell-style [default:
-    /// acp-child, or the --subagent definition's agent].
-    #[arg(long, value_name = "NAME|COMMAND-LINE")]
+    /// acp-child, or the --subagent definition's agent]; or a remote agent's URL (ws://, wss://,
+    /// http://, https://; e.g. `acp-host serve`'s).
+    #[arg(long, value_name = "NAME|COMMAND-LINE|URL")]
     agent: Option<String>,
+
+    /// With a remote --agent URL: send the token in FILE (one line) as a bearer token.
+    #[arg(long, value_name = "FILE", conflicts_with = "token_env")]
+    token_file: Option<PathBuf>,
+
+    /// With a remote --agent URL: send the value of the variable NAME as a bearer token (it
+    /// reaches the connection only, never an agent).
+    #[arg(long, value_name = "NAME")]
+    token_env: Option<String>,
 
     /// Run as subagent NAME: its definition (`NAME.md` in ./subagents/ or a --subagents folder,
     /// with a `run:` table) gives the agent, persona, model, permission, env, timeout and depth
@@ -276,6 +288,8 @@ impl RunArgs {
         RunArgs {
             prompt: line.prompt.clone(),
             agent: line.agent.clone().or_else(|| batch.agent.clone()),
+            token_file: None,
+            token_env: None,
             subagent: line.subagent.clone(),
             subagent_dirs: batch.subagent_dirs.clone(),
             persona: None,
@@ -482,25 +496,11 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         .clone()
         .or_else(|| run_spec.and_then(|run| run.agent.clone()))
         .unwrap_or_else(|| registry::ACP_CHILD.to_owned());
-    // A name our table and this host do not know may be an ACP Registry id (the cached
-    // registry; a binary is installed into the cache on first use).
-    let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
-    let resolved =
-        agents::resolve_with_registry(&agent_name, &HostFacts::from_env(), cache.as_ref())
-            .map_err(|err| err.to_string())?;
-    // The manifest's variables first, so an `--env` of the same name wins.
-    env.splice(
-        0..0,
-        resolved
-            .env
-            .iter()
-            .map(|(name, value)| EnvForward::Set(name.clone(), value.clone())),
-    );
-    let mut agent = resolved.command;
     let wants = wants(args, found.as_ref())?;
-    agent
-        .args
-        .extend(protocol::capabilities::launch_args(&wants, resolved.spec));
+    let agent = match remote::remote_agent(&agent_name) {
+        Some(url) => remote_agent(args, url, &mut env)?,
+        None => local_agent(args, &agent_name, &wants, &mut env)?,
+    };
     let flag = args.permission.map(PermissionPolicy::from);
     let explicit = RunSettings {
         permission: flag.map(run_permission),
@@ -590,6 +590,73 @@ fn policy_of(permission: RunPermission) -> PermissionPolicy {
         RunPermission::Reject => PermissionPolicy::Reject,
         RunPermission::Allow => PermissionPolicy::Allow,
     }
+}
+
+/// A local agent's command: our table, this host's PATH, else an ACP Registry id (the cached
+/// registry; a binary is installed into the cache on first use). The manifest's variables go
+/// first in `env`, so an `--env` of the same name wins.
+fn local_agent(
+    args: &RunArgs,
+    name: &str,
+    wants: &Wants,
+    env: &mut Vec<EnvForward>,
+) -> Result<AgentCommand, String> {
+    if args.token_file.is_some() || args.token_env.is_some() {
+        return Err(format!(
+            "--token-file and --token-env are for a remote agent (--agent ws://HOST:PORT/acp), \
+             not {name}"
+        ));
+    }
+    let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
+    let resolved = agents::resolve_with_registry(name, &HostFacts::from_env(), cache.as_ref())
+        .map_err(|err| err.to_string())?;
+    env.splice(
+        0..0,
+        resolved
+            .env
+            .iter()
+            .map(|(name, value)| EnvForward::Set(name.clone(), value.clone())),
+    );
+    let mut agent = resolved.command;
+    agent
+        .args
+        .extend(protocol::capabilities::launch_args(wants, resolved.spec));
+    Ok(agent)
+}
+
+/// The agent process of a remote agent: `acp-host bridge URL`, told where the token is. The token
+/// is read here once (a usage error before anything runs), and `--token-env`'s variable is
+/// forwarded to the bridge past the scrub (its value is then redacted like any credential).
+fn remote_agent(
+    args: &RunArgs,
+    url: &str,
+    env: &mut Vec<EnvForward>,
+) -> Result<AgentCommand, String> {
+    let token = match (&args.token_file, &args.token_env) {
+        (Some(path), _) => {
+            // The bridge runs in the agent's working directory: give it the file's full path.
+            let path = std::path::absolute(path)
+                .map_err(|err| format!("--token-file {}: {err}", path.display()))?;
+            bridge::token_from_file(&path).map_err(|err| format!("--token-file: {err}"))?;
+            Some(TokenSource::File(path))
+        }
+        (None, Some(name)) => {
+            let value = std::env::var(name).ok();
+            bridge::token_from_var(name, value.as_deref())
+                .map_err(|err| format!("--token-env: {err}"))?;
+            env.push(EnvForward::Inherit(name.clone()));
+            Some(TokenSource::Env(name.clone()))
+        }
+        (None, None) => None,
+    };
+    let program = std::env::current_exe()
+        .map_err(|err| format!("cannot find acp-host's own binary to bridge to {url}: {err}"))?;
+    Ok(AgentCommand {
+        program,
+        args: remote::bridge_args(url, token.as_ref()),
+        display: url.to_owned(),
+        install_hint: None,
+    })
 }
 
 /// The persona, model and tool filter: the flags, over the --subagent definition's.

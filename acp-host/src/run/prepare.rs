@@ -85,6 +85,12 @@ impl Prepared {
         &self.env.redactor
     }
 
+    /// The agent's complete environment (scrubbed, with its delegation standing), for the crate's
+    /// other owner of agent processes (`remote::serve`, which spawns one per connection).
+    pub(crate) fn agent_env(&self) -> &Scrubbed {
+        &self.env
+    }
+
     /// The agent's delegation depth and cap, or why it may not start.
     pub fn budget(&self) -> Result<Budget, &DepthError> {
         self.budget.as_ref().copied()

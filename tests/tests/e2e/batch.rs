@@ -16,7 +16,7 @@ use serde_json::Value;
 use super::common::{mock, records, temp};
 
 /// `acp-host batch` in `dir`, without `ACP_HOST_LOG` and an inherited delegation depth.
-fn batch(dir: &Path) -> Command {
+pub(super) fn batch(dir: &Path) -> Command {
     let mut cmd = Command::new(bin("acp-host"));
     cmd.current_dir(dir)
         .env_remove("ACP_HOST_LOG")
@@ -27,7 +27,7 @@ fn batch(dir: &Path) -> Command {
 }
 
 /// Writes `lines` as `jobs.ndjson` in `dir`.
-fn jobs_file(dir: &Path, lines: &[String]) {
+pub(super) fn jobs_file(dir: &Path, lines: &[String]) {
     std::fs::write(dir.join("jobs.ndjson"), lines.join("\n") + "\n").unwrap();
 }
 
@@ -35,12 +35,12 @@ fn line(id: &str, prompt: &str) -> String {
     serde_json::json!({"id": id, "prompt": prompt}).to_string()
 }
 
-fn path_str(path: &Path) -> &str {
+pub(super) fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 temp path")
 }
 
 /// Every record checked against the schema of `acp-host batch`'s output.
-fn checked(records: &[Value]) {
+pub(super) fn checked(records: &[Value]) {
     let schema = schema::output("batch-result.json").unwrap();
     for record in records {
         schema::check_keys(&schema, record).unwrap_or_else(|e| panic!("{e}: {record}"));
@@ -74,7 +74,7 @@ fn most_at_once(record: &Path) -> (usize, usize) {
     (usize::try_from(most).unwrap(), started)
 }
 
-fn assert_no_process_left(dir: &Path) {
+pub(super) fn assert_no_process_left(dir: &Path) {
     assert!(
         wait_until(HANG_GUARD, || processes_in(dir).is_empty()),
         "processes left in {}: {:?}",

@@ -32,6 +32,7 @@ fn help_texts() {
     insta::assert_snapshot!("sync_help", run(&["sync", "--help"], home.path()));
     insta::assert_snapshot!("agents_help", run(&["agents", "--help"], home.path()));
     insta::assert_snapshot!("trust_help", run(&["trust", "--help"], home.path()));
+    insta::assert_snapshot!("serve_help", run(&["serve", "--help"], home.path()));
 }
 
 #[test]

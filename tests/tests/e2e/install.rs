@@ -123,6 +123,7 @@ fn man_pages_are_written_one_per_subcommand_and_snapshotted() {
             "acp-host-completions.1",
             "acp-host-man.1",
             "acp-host-run.1",
+            "acp-host-serve.1",
             "acp-host-sync.1",
             "acp-host-trust.1",
             "acp-host.1",

@@ -1,0 +1,165 @@
+//! The bridge: one ACP connection to a remote agent, carried between this process's stdin/stdout
+//! (newline-delimited JSON-RPC, as any stdio agent speaks) and the SDK's HTTP/SSE or WebSocket
+//! client (chosen by the URL's scheme).
+//!
+//! Invariants: nothing but frames is written to stdout; the token is sent as an `Authorization:
+//! Bearer` header marked sensitive (never logged) and is never printed; the bridge ends when its
+//! stdin closes (the run's teardown: the connection is closed) or when the server ends the
+//! connection (the run then sees its agent exit).
+
+use std::path::{Path, PathBuf};
+
+use agent_client_protocol::{ByteStreams, Client, ConnectTo};
+use agent_client_protocol_http::HttpClient;
+use protocol::remote::{self, Token, TokenError};
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+/// What the bridge connects to.
+#[derive(Debug, Clone)]
+pub struct BridgeConfig {
+    /// `ws://`, `wss://`, `http://` or `https://`; an empty path means the transport's `/acp`.
+    pub url: String,
+    pub token: Option<Token>,
+}
+
+/// Why the bridge could not connect, or why the connection failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    #[error("invalid remote agent URL {url}")]
+    Url {
+        url: String,
+        #[source]
+        source: agent_client_protocol_http::HttpClientError,
+    },
+    #[error("the connection to {url} failed{}", hint(source))]
+    Connection {
+        url: String,
+        #[source]
+        source: agent_client_protocol::Error,
+    },
+}
+
+/// Why a token could not be read (the value is never shown).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenReadError {
+    #[error("cannot read the token file {}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the token file {} {source}", path.display())]
+    BadFile {
+        path: PathBuf,
+        #[source]
+        source: TokenError,
+    },
+    #[error("the token variable {name} is not set (export it, or pass --token-file)")]
+    Unset { name: String },
+    #[error("the token variable {name} {source}")]
+    BadVar {
+        name: String,
+        #[source]
+        source: TokenError,
+    },
+}
+
+/// What to do about a refusal by `acp-host serve` (the SDK reports the HTTP status as text only).
+fn hint(error: &agent_client_protocol::Error) -> &'static str {
+    let text = format!("{error:?}");
+    if text.contains("401 Unauthorized") {
+        " (the server wants its bearer token: acp-host run --token-file FILE or --token-env NAME)"
+    } else if text.contains("503 Service Unavailable") {
+        " (the server runs as many agents as it allows at once; try again later)"
+    } else {
+        ""
+    }
+}
+
+/// The token in `path`.
+pub fn token_from_file(path: &Path) -> Result<Token, TokenReadError> {
+    // A token file is a line; reading at most a little past the limit keeps a wrong path (a log,
+    // a device) from being read whole.
+    use std::io::Read as _;
+    let limit = u64::try_from(remote::MAX_TOKEN_BYTES + 2).unwrap_or(u64::MAX);
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(limit).read_to_string(&mut text))
+        .map_err(|source| TokenReadError::File {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    remote::parse_token(&text).map_err(|source| TokenReadError::BadFile {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The token in the variable `name` of `value` (the caller looked it up).
+pub fn token_from_var(name: &str, value: Option<&str>) -> Result<Token, TokenReadError> {
+    let value = value.ok_or_else(|| TokenReadError::Unset {
+        name: name.to_owned(),
+    })?;
+    remote::parse_token(value).map_err(|source| TokenReadError::BadVar {
+        name: name.to_owned(),
+        source,
+    })
+}
+
+/// Relays this process's stdin/stdout to the remote agent until either side ends.
+pub async fn bridge(config: BridgeConfig) -> Result<(), BridgeError> {
+    let url = config.url.clone();
+    let client = http_client(&config).map_err(|source| BridgeError::Url {
+        url: url.clone(),
+        source,
+    })?;
+    let stdio = ByteStreams::new(
+        tokio::io::stdout().compat_write(),
+        tokio::io::stdin().compat(),
+    );
+    ConnectTo::<Client>::connect_to(client, stdio)
+        .await
+        .map_err(|source| BridgeError::Connection { url, source })
+}
+
+fn http_client(
+    config: &BridgeConfig,
+) -> Result<HttpClient, agent_client_protocol_http::HttpClientError> {
+    // An empty path is the transport's default endpoint (`/acp`); any other is taken as it is.
+    let bare = config
+        .url
+        .split_once("://")
+        .is_some_and(|(_, rest)| rest.split_once('/').is_none_or(|(_, path)| path.is_empty()));
+    let builder = if bare {
+        HttpClient::builder(&config.url)
+    } else {
+        HttpClient::builder_with_endpoint(&config.url)
+    };
+    let headers = config.token.as_ref().map(|token| {
+        let mut value =
+            reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                .expect("protocol::remote::parse_token admits only header-safe ASCII");
+        value.set_sensitive(true);
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        headers
+    });
+    // A plain connection never uses TLS: an empty set of roots spares loading the system's (a
+    // few tens of milliseconds on every run), and a redirect to TLS fails instead.
+    let plain = config.url.get(..5).is_some_and(|scheme| {
+        scheme.eq_ignore_ascii_case("ws://") || scheme.eq_ignore_ascii_case("http:")
+    });
+    builder
+        .configure_http(|http| {
+            let http = match headers {
+                Some(headers) => http.default_headers(headers),
+                None => http,
+            };
+            if plain {
+                http.tls_certs_only(Vec::new())
+            } else {
+                http
+            }
+        })
+        .build()
+}

@@ -1,0 +1,498 @@
+//! `acp-host serve`: any stdio agent behind ACP's Streamable HTTP / WebSocket transport.
+//!
+//! The SDK's server (`AcpHttpServer`) calls our factory once per connection; the component it
+//! returns (`ServedAgent`) spawns the agent when the connection starts and relays frames
+//! between the connection and the agent's pipes. Around the SDK's router sit two layers of ours:
+//! the bearer token, checked on every request before anything else (401, nothing spawned), and a
+//! fast refusal (503) of a new connection while `max_connections` agents are alive.
+//!
+//! Invariants:
+//! - each connection's agent is an [`AgentProcess`] spawned with the environment `acp-host run`
+//!   would give it (scrubbed, with the server's delegation standing), in its own process group
+//!   under the watchdog; at most `max_connections` are alive at once (a semaphore's permit is
+//!   held from before the spawn until the agent's teardown has ended, so the bound holds even
+//!   against connections racing past the 503 check: those are refused without a spawn);
+//! - every ending tears the agent's tree down: the agent exiting (its stdout ends), the client
+//!   closing or vanishing (the SDK drops the component; its guard runs the ladder on a tracked
+//!   task; over HTTP, where a vanished client sends nothing, a connection without an open event
+//!   stream for `stream_grace` is ended by us: the SDK would keep it for a reconnect), the server
+//!   stopping (every component ends, and [`Server::run`] waits for the
+//!   teardowns before it returns);
+//! - a frame of the agent's stdout longer than `max_frame_bytes` ends its connection (and the
+//!   agent) instead of growing a buffer; frames from a client are bounded by the SDK (POST bodies,
+//!   WebSocket messages);
+//! - the token is compared in constant time and never logged.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, Weak};
+use std::time::Duration;
+
+use agent_client_protocol::{Agent, Client, ConnectTo, Lines};
+use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt as _;
+use futures::{StreamExt as _, TryStreamExt as _};
+use protocol::remote::Token;
+use protocol::request::AgentCommand;
+use tokio::net::TcpListener;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::codec::{FramedRead, LinesCodec};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+
+use crate::process::{AgentProcess, Graces, SpawnSpec, StderrSink};
+use crate::run::{DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYTES, Prepared};
+
+/// The endpoint path: the transport's default, which a client given a bare `ws://HOST:PORT`
+/// targets.
+pub const ENDPOINT: &str = "/acp";
+
+/// What `acp-host serve` serves, validated by the caller (`protocol::remote::check_listen`).
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The agent each connection gets, resolved.
+    pub agent: AgentCommand,
+    /// The agents' working directory (absolute).
+    pub cwd: PathBuf,
+    /// The agents' environment and delegation standing, computed once (`run::prepare`).
+    pub prepared: Prepared,
+    /// `None` only with `--insecure-no-auth` on loopback.
+    pub token: Option<Token>,
+    /// Agents alive at once, at most.
+    pub max_connections: usize,
+    /// The teardown ladder of each agent.
+    pub graces: Graces,
+    /// Over HTTP, how long a connection may have no event stream open before its agent is torn
+    /// down: an HTTP client that vanishes sends no `DELETE`, and the transport keeps such a
+    /// connection for a reconnect that never comes.
+    pub stream_grace: Duration,
+}
+
+/// The server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot listen on {addr}: {source} (is another server there? pick another --listen)")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A bound server, not yet accepting.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    config: Arc<ServeConfig>,
+}
+
+impl Server {
+    /// Binds `addr` (port 0: the system picks one; see [`Server::local_addr`]).
+    pub async fn bind(addr: SocketAddr, config: ServeConfig) -> Result<Server, ServeError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        Ok(Server {
+            listener,
+            config: Arc::new(config),
+        })
+    }
+
+    /// Where it listens.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serves until `stop` is cancelled, then ends every connection, tears every agent down and
+    /// returns once they are all gone.
+    ///
+    /// Agents are spawned on the thread that polls their connection: run this on a
+    /// current-thread runtime whose thread outlives the server (`acp-host serve` uses the main
+    /// thread). Where the watchdog is unavailable an agent is spawned with a parent-death signal,
+    /// which follows the spawning thread, not the process.
+    pub async fn run(self, stop: CancellationToken) -> Result<(), ServeError> {
+        let shared = Arc::new(Shared {
+            config: Arc::clone(&self.config),
+            slots: Arc::new(Semaphore::new(self.config.max_connections)),
+            teardowns: TaskTracker::new(),
+            stop: stop.clone(),
+            next_id: AtomicU64::new(1),
+            links: Mutex::new(HashMap::new()),
+        });
+        let factory = {
+            let shared = Arc::clone(&shared);
+            move || ServedAgent {
+                shared: Arc::clone(&shared),
+                // Set for a connection started by an `initialize` POST (see `admit_connection`).
+                link: PENDING_LINK.try_with(Arc::clone).ok(),
+            }
+        };
+        let acp = AcpHttpServer::new(factory)
+            .with_options(
+                ServerOptions::default()
+                    .with_path(ENDPOINT)
+                    .with_health_endpoint(false),
+            )
+            .into_router()
+            .layer(middleware::from_fn_with_state(
+                Arc::clone(&shared),
+                admit_connection,
+            ))
+            .layer(middleware::from_fn_with_state(
+                Arc::clone(&shared),
+                authenticate,
+            ));
+        // `/health` answers without the token: a load balancer's probe reveals nothing else.
+        let app = acp.merge(axum::Router::new().route("/health", axum::routing::get(health)));
+        // Frames are small and interactive: without TCP_NODELAY an update followed by its
+        // answer waits out the client's delayed ACK (40 ms a turn).
+        let listener = self.listener.tap_io(|tcp| {
+            if let Err(err) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY: {err}");
+            }
+        });
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.clone().cancelled_owned())
+            .await;
+        // Connections upgraded to WebSocket outlive axum's graceful shutdown; each of their
+        // components has seen `stop` and is tearing its agent down.
+        shared.teardowns.close();
+        shared.teardowns.wait().await;
+        served.map_err(ServeError::Serve)
+    }
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+struct Shared {
+    config: Arc<ServeConfig>,
+    /// One permit per live agent, held until its teardown has ended.
+    slots: Arc<Semaphore>,
+    /// Teardowns of agents whose connection went away; awaited when the server stops.
+    teardowns: TaskTracker,
+    stop: CancellationToken,
+    /// Connection numbers for the log.
+    next_id: AtomicU64,
+    /// HTTP connections by the transport's `Acp-Connection-Id`: their event streams are counted.
+    links: Mutex<HashMap<String, Weak<Link>>>,
+}
+
+tokio::task_local! {
+    /// The link of the connection an `initialize` POST is creating: the SDK calls the factory in
+    /// the request's own task, inside `admit_connection`'s scope.
+    static PENDING_LINK: Arc<Link>;
+}
+
+/// What the HTTP side knows of one connection: its open event streams, and how to end it.
+#[derive(Default)]
+struct Link {
+    end: CancellationToken,
+    streams: AtomicUsize,
+    /// Bumped on every stream opened or closed: a grace timer armed before acts on nothing.
+    generation: AtomicU64,
+}
+
+impl Shared {
+    /// Ends `link`'s connection unless an event stream is open again within the grace.
+    fn arm_grace(self: &Arc<Self>, link: &Arc<Link>) {
+        let generation = link.generation.load(Ordering::SeqCst);
+        let (link, grace) = (Arc::downgrade(link), self.config.stream_grace);
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            let Some(link) = link.upgrade() else { return };
+            if link.streams.load(Ordering::SeqCst) == 0
+                && link.generation.load(Ordering::SeqCst) == generation
+            {
+                tracing::info!(
+                    "an HTTP connection had no event stream for {grace:?}: ending it and its agent"
+                );
+                link.end.cancel();
+            }
+        });
+    }
+
+    fn link(&self, connection_id: &str) -> Option<Arc<Link>> {
+        crate::lock(&self.links)
+            .get(connection_id)
+            .and_then(Weak::upgrade)
+    }
+}
+
+/// An open event stream of a connection; its end (the client gone, or done) may end the
+/// connection after the grace.
+struct StreamGuard {
+    shared: Arc<Shared>,
+    link: Arc<Link>,
+}
+
+impl StreamGuard {
+    fn open(shared: Arc<Shared>, link: Arc<Link>) -> StreamGuard {
+        link.streams.fetch_add(1, Ordering::SeqCst);
+        link.generation.fetch_add(1, Ordering::SeqCst);
+        StreamGuard { shared, link }
+    }
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.link.generation.fetch_add(1, Ordering::SeqCst);
+        if self.link.streams.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.shared.arm_grace(&self.link);
+        }
+    }
+}
+
+/// Every request needs `Authorization: Bearer TOKEN` (unless there is no token at all: loopback
+/// with `--insecure-no-auth`).
+async fn authenticate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let Some(token) = &shared.config.token else {
+        return next.run(request).await;
+    };
+    if bearer_matches(request.headers(), token) {
+        return next.run(request).await;
+    }
+    tracing::info!("refused a request without the right bearer token");
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "acp-host serve: missing or wrong bearer token (send `Authorization: Bearer TOKEN`; \
+         acp-host run takes it from --token-file or --token-env)\n",
+    )
+        .into_response()
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &Token) -> bool {
+    use subtle::ConstantTimeEq as _;
+    let Some(given) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.as_bytes().strip_prefix(b"Bearer "))
+    else {
+        return false;
+    };
+    given.ct_eq(token.expose().as_bytes()).into()
+}
+
+/// A request that would start a connection (an `initialize` POST, a WebSocket upgrade) while
+/// every slot is taken is refused here, before the SDK sees it.
+async fn admit_connection(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let starts = starts_connection(&request);
+    if starts && shared.slots.available_permits() == 0 {
+        tracing::warn!(
+            max = shared.config.max_connections,
+            "refused a connection: every slot is taken"
+        );
+        return (StatusCode::SERVICE_UNAVAILABLE, at_capacity(&shared)).into_response();
+    }
+    if starts && request.method() == axum::http::Method::POST {
+        let link = Arc::new(Link::default());
+        let response = PENDING_LINK
+            .scope(Arc::clone(&link), next.run(request))
+            .await;
+        if let Some(id) = connection_id(response.headers()) {
+            let mut links = crate::lock(&shared.links);
+            links.retain(|_, link| link.strong_count() > 0);
+            links.insert(id.to_owned(), Arc::downgrade(&link));
+            drop(links);
+            // Until the client opens its event stream.
+            shared.arm_grace(&link);
+        }
+        return response;
+    }
+    let stream = request.method() == axum::http::Method::GET
+        && request.headers().get(header::ACCEPT).is_some_and(|accept| {
+            accept
+                .as_bytes()
+                .windows(17)
+                .any(|w| w == b"text/event-stream")
+        });
+    let link = stream
+        .then(|| connection_id(request.headers()).and_then(|id| shared.link(id)))
+        .flatten();
+    let response = next.run(request).await;
+    match link {
+        Some(link) if response.status().is_success() => {
+            let guard = StreamGuard::open(Arc::clone(&shared), link);
+            response.map(|body| {
+                axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
+                    let _held = &guard;
+                    chunk
+                }))
+            })
+        }
+        _ => response,
+    }
+}
+
+fn connection_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("acp-connection-id")
+        .and_then(|value| value.to_str().ok())
+}
+
+fn at_capacity(shared: &Shared) -> String {
+    format!(
+        "acp-host serve: {} agents are running already (--max-connections {}); try again later\n",
+        shared.config.max_connections, shared.config.max_connections
+    )
+}
+
+fn starts_connection(request: &Request) -> bool {
+    let headers = request.headers();
+    if headers.contains_key("acp-connection-id") {
+        return false;
+    }
+    let upgrade = headers
+        .get(header::UPGRADE)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    upgrade || request.method() == axum::http::Method::POST
+}
+
+/// One connection's agent: spawned when the SDK connects it, torn down when it ends.
+struct ServedAgent {
+    shared: Arc<Shared>,
+    /// The HTTP side's hold on the connection (`None` over WebSocket, whose close is seen).
+    link: Option<Arc<Link>>,
+}
+
+impl ConnectTo<Client> for ServedAgent {
+    async fn connect_to(
+        self,
+        client: impl ConnectTo<Agent>,
+    ) -> Result<(), agent_client_protocol::Error> {
+        let (shared, link) = (self.shared, self.link.unwrap_or_default());
+        // Counted before anything else, so a stopping server waits for this connection too.
+        let tracked = shared.teardowns.token();
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let Ok(slot) = Arc::clone(&shared.slots).try_acquire_owned() else {
+            tracing::warn!(connection = id, "refused a connection: every slot is taken");
+            return Err(agent_client_protocol::Error::internal_error().data(at_capacity(&shared)));
+        };
+        if shared.stop.is_cancelled() {
+            return Ok(());
+        }
+        let config = &shared.config;
+        let spec = SpawnSpec {
+            program: config.agent.program.clone(),
+            args: config.agent.args.clone(),
+            cwd: config.cwd.clone(),
+            env: config.prepared.agent_env().env.clone(),
+            stderr_tail_bytes: DEFAULT_STDERR_TAIL_BYTES,
+            stderr_lines: Some(stderr_log(id, &config.prepared)),
+        };
+        // On the thread polling the connection, waiting (briefly: the watchdog's word that the
+        // agent started) as `acp-host run` does; see [`Server::run`] for which thread that is.
+        let (process, pipes) = match AgentProcess::spawn(&spec) {
+            Ok(spawned) => spawned,
+            Err(err) => {
+                tracing::error!(connection = id, "{}", protocol::report::describe(&err));
+                return Err(agent_client_protocol::Error::internal_error()
+                    .data(format!("acp-host serve: {err}")));
+            }
+        };
+        tracing::info!(connection = id, pid = process.pid(), "agent started");
+        let mut guard = Owned {
+            process: Some(process),
+            slot: Some(slot),
+            shared: Arc::clone(&shared),
+            id,
+            tracked: Some(tracked),
+        };
+        let stdout = FramedRead::new(
+            pipes.stdout,
+            LinesCodec::new_with_max_length(DEFAULT_MAX_FRAME_BYTES),
+        )
+        .map_err(|err| {
+            std::io::Error::other(format!(
+                "the agent's stdout: {err} (frames are at most {DEFAULT_MAX_FRAME_BYTES} bytes)"
+            ))
+        })
+        .boxed();
+        let relay = ConnectTo::<Client>::connect_to(Lines::new(pipes.stdin, stdout), client);
+        let result = tokio::select! {
+            result = relay => result,
+            () = shared.stop.cancelled() => Ok(()),
+            () = link.end.cancelled() => Ok(()),
+        };
+        if let Err(err) = &result {
+            tracing::info!(connection = id, "connection ended: {err}");
+        }
+        guard.tear_down().await;
+        result
+    }
+}
+
+/// The agent's stderr goes to the server's log (debug), credential values redacted; it does not
+/// cross the connection.
+fn stderr_log(id: u64, prepared: &Prepared) -> StderrSink {
+    let redactor = prepared.redactor().clone();
+    Arc::new(move |line: &str| {
+        tracing::debug!(connection = id, "agent stderr: {}", redactor.redact(line));
+    })
+}
+
+/// A connection's agent and its slot: torn down in place when the relay ends, or on a tracked
+/// task when the SDK drops the connection (a client gone, a `DELETE`).
+struct Owned {
+    process: Option<AgentProcess>,
+    slot: Option<OwnedSemaphorePermit>,
+    shared: Arc<Shared>,
+    id: u64,
+    /// Keeps [`Server::run`] waiting until the teardown has ended.
+    tracked: Option<TaskTrackerToken>,
+}
+
+impl Owned {
+    async fn tear_down(&mut self) {
+        if let Some(process) = self.process.take() {
+            finish(process, self.shared.config.graces, self.id).await;
+        }
+        self.slot.take();
+        self.tracked.take();
+    }
+}
+
+async fn finish(mut process: AgentProcess, graces: Graces, id: u64) {
+    let teardown = process.shutdown(graces).await;
+    tracing::info!(
+        connection = id,
+        pid = process.pid(),
+        ended_by = teardown.rung.as_str(),
+        "agent ended"
+    );
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let Some(process) = self.process.take() else {
+            return;
+        };
+        let (graces, id) = (self.shared.config.graces, self.id);
+        let (slot, tracked) = (self.slot.take(), self.tracked.take());
+        // Outside a runtime (it is shutting down) the process's own drop kills its tree.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.shared.teardowns.spawn_on(
+                async move {
+                    finish(process, graces, id).await;
+                    drop((slot, tracked));
+                },
+                &runtime,
+            );
+        }
+    }
+}

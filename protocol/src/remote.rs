@@ -1,0 +1,244 @@
+//! Remote agents over ACP's Streamable HTTP / WebSocket transport: the decisions, without I/O.
+//!
+//! - [`remote_agent`]: whether an `--agent` value names a remote agent (a `ws://`, `wss://`,
+//!   `http://` or `https://` URL) rather than a registry name or a command line;
+//! - [`bridge_args`]: the arguments of the hidden `acp-host bridge` an `acp-host run` spawns as
+//!   the agent process for such a URL, where the token comes from (never its value);
+//! - [`parse_token`]: what a token file or variable holds, checked once (one line, printable,
+//!   usable as a bearer credential);
+//! - [`check_listen`]: whether `acp-host serve` may listen where it was asked to without a token.
+//!
+//! Invariants: a token's value never appears in an argument list, an error message or a `Debug`
+//! rendering; only loopback addresses may serve without a token.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The URL schemes the transport speaks (`agent-client-protocol-http`'s client).
+pub const SCHEMES: [&str; 4] = ["ws", "wss", "http", "https"];
+
+/// The hidden subcommand of `acp-host` that carries one agent connection over the network.
+pub const BRIDGE_SUBCOMMAND: &str = "bridge";
+
+/// The longest token accepted, in bytes: a bearer token, not a file's worth of text.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+
+/// Default `acp-host serve --max-connections`: each connection is an agent process.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4;
+
+/// The `--agent` value when it is a remote agent's URL (`scheme://...`, one of [`SCHEMES`],
+/// case-insensitive scheme), else `None` (a registry name or a command line).
+#[must_use]
+pub fn remote_agent(agent: &str) -> Option<&str> {
+    let agent = agent.trim();
+    let (scheme, rest) = agent.split_once("://")?;
+    let known = SCHEMES
+        .iter()
+        .any(|known| scheme.eq_ignore_ascii_case(known));
+    (known && !rest.is_empty() && !agent.contains(char::is_whitespace)).then_some(agent)
+}
+
+/// Where the bearer token of a remote agent comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `--token-file FILE` (absolute by the time it reaches the bridge: the bridge runs in the
+    /// agent's working directory).
+    File(PathBuf),
+    /// `--token-env NAME`: the variable is forwarded to the bridge alone (the run's `--env NAME`),
+    /// past the credential scrub.
+    Env(String),
+}
+
+/// The arguments after the `acp-host` program that run the bridge to `url`.
+#[must_use]
+pub fn bridge_args(url: &str, token: Option<&TokenSource>) -> Vec<String> {
+    let mut args = vec![BRIDGE_SUBCOMMAND.to_owned(), url.to_owned()];
+    match token {
+        Some(TokenSource::File(path)) => {
+            args.extend(["--token-file".to_owned(), path.display().to_string()]);
+        }
+        Some(TokenSource::Env(name)) => args.extend(["--token-env".to_owned(), name.clone()]),
+        None => {}
+    }
+    args
+}
+
+/// A bearer token, checked. Its `Debug` never shows the value (it has no `Display`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// The value, for the one place that sends or compares it.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(…)")
+    }
+}
+
+/// Why a token file or variable holds no usable token (the value is never shown).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    #[error("is empty")]
+    Empty,
+    #[error("holds more than one line (a token is one line)")]
+    MultiLine,
+    #[error("is longer than {MAX_TOKEN_BYTES} bytes")]
+    TooLong,
+    #[error("holds whitespace or control characters (a token is printable ASCII without spaces)")]
+    NotPrintable,
+}
+
+/// The token in `text` (a file's content or a variable's value): one line, its line ending and
+/// surrounding whitespace ignored, printable ASCII without spaces (what an HTTP header carries).
+pub fn parse_token(text: &str) -> Result<Token, TokenError> {
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(TokenError::Empty);
+    }
+    if token.contains(['\n', '\r']) {
+        return Err(TokenError::MultiLine);
+    }
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(TokenError::TooLong);
+    }
+    if !token.bytes().all(|byte| byte.is_ascii_graphic()) {
+        return Err(TokenError::NotPrintable);
+    }
+    Ok(Token(token.to_owned()))
+}
+
+/// `acp-host serve` may not listen there as asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ListenError {
+    #[error(
+        "acp-host serve needs a token: pass --token-file FILE (clients send it as a bearer token), \
+         or --insecure-no-auth on a loopback address"
+    )]
+    NoToken,
+    #[error(
+        "--insecure-no-auth is only allowed on a loopback address, not {0}: anyone who reaches \
+         it could run the agent; pass --token-file FILE"
+    )]
+    InsecureNotLoopback(SocketAddr),
+    #[error("--insecure-no-auth and --token-file exclude each other")]
+    Both,
+    #[error("--max-connections must be at least 1")]
+    NoConnections,
+}
+
+/// Checks where and how `acp-host serve` listens: a token, or no token on loopback only.
+pub fn check_listen(
+    addr: SocketAddr,
+    has_token: bool,
+    insecure_no_auth: bool,
+    max_connections: usize,
+) -> Result<(), ListenError> {
+    if max_connections == 0 {
+        return Err(ListenError::NoConnections);
+    }
+    match (has_token, insecure_no_auth) {
+        (true, true) => Err(ListenError::Both),
+        (true, false) => Ok(()),
+        (false, false) => Err(ListenError::NoToken),
+        (false, true) if addr.ip().is_loopback() => Ok(()),
+        (false, true) => Err(ListenError::InsecureNotLoopback(addr)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_of_the_transport_are_remote_agents_and_everything_else_is_not() {
+        for url in [
+            "ws://127.0.0.1:8080/acp",
+            "wss://agents.example/acp",
+            "http://host:1/",
+            "HTTPS://host",
+        ] {
+            assert_eq!(remote_agent(url), Some(url), "{url}");
+        }
+        assert_eq!(remote_agent("  ws://h/acp "), Some("ws://h/acp"));
+        for other in [
+            "acp-child",
+            "codex",
+            "ssh -T host acp-child",
+            "ftp://host/x",
+            "ws://",
+            "ws://host/a b",
+            "./ws://x",
+        ] {
+            assert_eq!(remote_agent(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn the_bridge_gets_where_the_token_is_never_the_token() {
+        assert_eq!(bridge_args("ws://h/acp", None), ["bridge", "ws://h/acp"]);
+        assert_eq!(
+            bridge_args("ws://h/acp", Some(&TokenSource::File("/k/t".into()))),
+            ["bridge", "ws://h/acp", "--token-file", "/k/t"]
+        );
+        assert_eq!(
+            bridge_args("ws://h/acp", Some(&TokenSource::Env("ACP_TOKEN".into()))),
+            ["bridge", "ws://h/acp", "--token-env", "ACP_TOKEN"]
+        );
+    }
+
+    #[test]
+    fn a_token_is_one_printable_line_and_is_never_shown() {
+        let token = parse_token("s3cr3t-Token_1\n").unwrap();
+        assert_eq!(token.expose(), "s3cr3t-Token_1");
+        assert_eq!(format!("{token:?}"), "Token(…)");
+        assert_eq!(parse_token(" \n"), Err(TokenError::Empty));
+        assert_eq!(parse_token("a\nb"), Err(TokenError::MultiLine));
+        assert_eq!(parse_token("a b"), Err(TokenError::NotPrintable));
+        assert_eq!(parse_token("caf\u{e9}"), Err(TokenError::NotPrintable));
+        assert_eq!(
+            parse_token(&"x".repeat(MAX_TOKEN_BYTES + 1)),
+            Err(TokenError::TooLong)
+        );
+        for err in [
+            TokenError::Empty,
+            TokenError::MultiLine,
+            TokenError::TooLong,
+            TokenError::NotPrintable,
+        ] {
+            assert!(!err.to_string().contains("s3cr3t"));
+        }
+    }
+
+    #[test]
+    fn only_loopback_serves_without_a_token() {
+        let loopback: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let v6: SocketAddr = "[::1]:8080".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        assert_eq!(check_listen(any, true, false, 4), Ok(()));
+        assert_eq!(check_listen(loopback, false, true, 4), Ok(()));
+        assert_eq!(check_listen(v6, false, true, 4), Ok(()));
+        assert_eq!(
+            check_listen(loopback, false, false, 4),
+            Err(ListenError::NoToken)
+        );
+        assert_eq!(
+            check_listen(any, false, true, 4),
+            Err(ListenError::InsecureNotLoopback(any))
+        );
+        assert_eq!(
+            check_listen(loopback, true, true, 4),
+            Err(ListenError::Both)
+        );
+        assert_eq!(
+            check_listen(loopback, true, false, 0),
+            Err(ListenError::NoConnections)
+        );
+    }
+}

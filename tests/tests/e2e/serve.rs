@@ -1,0 +1,780 @@
+//! End-to-end: remote agents over ACP's HTTP/WebSocket transport. `acp-host serve` on 127.0.0.1
+//! serves the mock agent (each connection its own process, in the agents' folder of the test) and
+//! `acp-host run --agent ws://...` (its bridge) drives it: the same result as a local run,
+//! permissions decided by the client, nothing left running after a client vanishes mid-turn or
+//! the server stops, a wrong or missing token refused before anything is spawned, the connection
+//! bound, and the server's refusals to start unsafely.
+
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use acp_tests::{
+    HANG_GUARD, agents_in, bin, code, host_run, line_channel, processes_in, run_to_end, stderr,
+    suite_state, wait_for_file, wait_output, wait_until,
+};
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use super::common::{json_run, mock, records, result_record, temp};
+use super::run::signal;
+
+/// The token the suites' servers require.
+const TOKEN: &str = "e2e-serve-token-0123456789";
+
+/// A running `acp-host serve`: its URL, its stderr lines so far, the folder its agents run in.
+struct Serve {
+    child: Option<Child>,
+    url: String,
+    lines: Arc<Mutex<Vec<String>>>,
+    /// The agents' working directory: what [`agents_in`] counts.
+    agents: tempfile::TempDir,
+    /// The token file (also the client's).
+    token: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Serve {
+    /// `acp-host serve` of `agent` with the suite's token and `extra` flags, once it listens.
+    fn start(agent: &str, extra: &[&str]) -> Serve {
+        let (dir, agents) = (temp(), temp());
+        let token = dir.path().join("token");
+        std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+        let mut child = serve_command(dir.path())
+            .args(["--listen", "127.0.0.1:0", "--agent", agent, "--cwd"])
+            .arg(agents.path())
+            .arg("--token-file")
+            .arg(&token)
+            .args(["--eof-grace", "2", "--term-grace", "2"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("acp-host serve starts");
+        let channel = line_channel(child.stderr.take().expect("stderr piped"));
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let mut url = None;
+        let deadline = std::time::Instant::now() + HANG_GUARD;
+        while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+            let Ok(line) = channel.recv_timeout(left) else {
+                break;
+            };
+            lines.lock().unwrap().push(line.clone());
+            if let Some(at) = line.strip_prefix("acp-host serve: listening on ") {
+                url = at.split_whitespace().next().map(str::to_owned);
+                break;
+            }
+        }
+        let Some(url) = url else {
+            let _ = child.kill();
+            panic!("acp-host serve never listened: {:?}", lines.lock().unwrap());
+        };
+        let keep = Arc::clone(&lines);
+        std::thread::spawn(move || {
+            for line in channel {
+                keep.lock().unwrap().push(line);
+            }
+        });
+        Serve {
+            child: Some(child),
+            url,
+            lines,
+            agents,
+            token,
+            _dir: dir,
+        }
+    }
+
+    /// `host:port` of the server.
+    fn authority(&self) -> &str {
+        let rest = self.url.strip_prefix("ws://").unwrap();
+        rest.split_once('/')
+            .map_or(rest, |(authority, _)| authority)
+    }
+
+    /// `acp-host run --json` in `dir` through this server, with the token.
+    fn run(&self, dir: &Path) -> Command {
+        let mut cmd = host_run(dir);
+        cmd.args(["--json", "--agent", &self.url, "--token-file"])
+            .arg(&self.token);
+        cmd
+    }
+
+    /// Asserts no agent process is left in the agents' folder (within [`HANG_GUARD`]).
+    fn assert_no_agents(&self) {
+        assert!(
+            wait_until(HANG_GUARD, || processes_in(self.agents.path()).is_empty()),
+            "served agents left: {:?}",
+            processes_in(self.agents.path())
+        );
+    }
+
+    /// SIGTERM, then the server's output once it exited.
+    fn stop(&mut self) -> std::process::Output {
+        let child = self.child.take().expect("running");
+        signal(&child, Signal::SIGTERM);
+        wait_output(child)
+    }
+
+    fn stderr(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `acp-host serve` in `dir`, environment as `host_run` sets it.
+fn serve_command(dir: &Path) -> Command {
+    let mut cmd = Command::new(bin("acp-host"));
+    cmd.current_dir(dir)
+        .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
+        .env_remove("ACP_HOST_LOG")
+        .env_remove(protocol::env_vars::ACP_HOST_DEPTH)
+        .env_remove(protocol::env_vars::ACP_HOST_MAX_DEPTH)
+        .arg("serve");
+    cmd
+}
+
+/// A result record without what differs between any two runs (ids, pids, durations) and what
+/// names the agent (its command line, or the URL).
+fn comparable(mut result: Value) -> Value {
+    for key in ["runId", "durationMs", "agent", "provider", "pid"] {
+        result.as_object_mut().unwrap().remove(key);
+    }
+    result
+}
+
+/// The records of a run, comparable: without the result, and the start event's pid/ids/agent.
+fn comparable_records(records: &[Value]) -> Vec<Value> {
+    records.iter().cloned().map(comparable).collect()
+}
+
+#[test]
+fn a_run_through_serve_gives_the_local_result_with_permissions_decided_by_the_client() {
+    let agent = mock(&["permission", "--count", "2"]);
+    let mut serve = Serve::start(&agent, &[]);
+    for policy in ["allow", "reject"] {
+        // One folder for both: the session's cwd is in the records.
+        let dir = temp();
+        let (local_records, local) = json_run(
+            host_run(dir.path())
+                .args(["--json", "--permission", policy, "--agent", &agent])
+                .arg("go"),
+            0,
+        );
+        let (remote_records, remote) = json_run(
+            serve
+                .run(dir.path())
+                .args(["--permission", policy])
+                .arg("go"),
+            0,
+        );
+        assert_eq!(remote["status"], "completed", "{remote}");
+        // Both of the agent's questions crossed the connection and were decided by the client's
+        // --permission.
+        let decisions = remote["permissions"].as_array().unwrap();
+        assert_eq!(decisions.len(), 2, "{remote}");
+        assert!(
+            decisions.iter().all(|d| d["verdict"] == policy
+                && d["outcome"]["optionId"] == format!("{policy}_once").as_str()),
+            "{remote}"
+        );
+        assert_eq!(comparable(remote), comparable(local));
+        assert_eq!(
+            comparable_records(&remote_records),
+            comparable_records(&local_records)
+        );
+        assert_eq!(remote_records[0]["agent"], serve.url.as_str());
+    }
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn a_client_vanishing_mid_turn_leaves_nothing_running_and_the_server_serves_on() {
+    let (dir, flags) = (temp(), temp());
+    let ready = flags.path().join("ready");
+    let mut serve = Serve::start(
+        &mock(&["hang", "--ready", &ready.display().to_string()]),
+        // Over HTTP a vanished client is seen by its event stream's end, after this grace.
+        &["--stream-grace", "1"],
+    );
+    // Over one WebSocket, and over POSTs with a server-sent event stream.
+    for url in [serve.url.clone(), serve.url.replacen("ws://", "http://", 1)] {
+        let host = host_run(dir.path())
+            .args(["--json", "--agent", &url, "--token-file"])
+            .arg(&serve.token)
+            .arg("go")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("acp-host starts");
+        assert!(
+            wait_for_file(&ready, HANG_GUARD),
+            "{url}: the served agent never became ready"
+        );
+        assert_eq!(agents_in(serve.agents.path()).len(), 1, "{url}");
+        // The client dies mid-turn: its watchdog ends the bridge, and the connection drops.
+        signal(&host, Signal::SIGKILL);
+        let out = wait_output(host);
+        assert_eq!(out.status.code(), None, "{url}: killed by a signal");
+        serve.assert_no_agents();
+        assert!(
+            wait_until(HANG_GUARD, || processes_in(dir.path()).is_empty()),
+            "{url}: client processes left: {:?}",
+            processes_in(dir.path())
+        );
+        std::fs::remove_file(&ready).unwrap();
+    }
+    // The server is still there for the next client.
+    let next = serve
+        .run(dir.path())
+        .args(["--timeout", "1"])
+        .arg("go")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(next);
+    assert_eq!(code(&out), 124, "{}", stderr(&out));
+    assert_eq!(result_record(&out)["output"], "partial ");
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn stopping_the_server_mid_turn_tears_its_agents_down_and_the_client_sees_the_end() {
+    let (dir, flags) = (temp(), temp());
+    let ready = flags.path().join("ready");
+    let mut serve = Serve::start(
+        &mock(&["hang", "--ready", &ready.display().to_string()]),
+        &[],
+    );
+    let host = serve
+        .run(dir.path())
+        .arg("go")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("acp-host starts");
+    assert!(
+        wait_for_file(&ready, HANG_GUARD),
+        "the served agent never became ready"
+    );
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    // The server exits only after its agents are gone.
+    assert!(processes_in(serve.agents.path()).is_empty());
+    let out = wait_output(host);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert_eq!(result["status"], "error", "{result}");
+    assert_eq!(result["output"], "partial ", "{result}");
+}
+
+/// The mock's `--record` file shows every process that started.
+fn record_of(dir: &Path) -> PathBuf {
+    dir.join("record")
+}
+
+#[test]
+fn a_missing_or_wrong_token_is_refused_and_nothing_is_spawned() {
+    let (dir, flags) = (temp(), temp());
+    let record = record_of(flags.path());
+    let serve = Serve::start(
+        &mock(&["hello", "--record", &record.display().to_string()]),
+        &[],
+    );
+    let wrong = flags.path().join("wrong");
+    std::fs::write(&wrong, "not-the-token\n").unwrap();
+    for token in [None, Some(&wrong)] {
+        let mut cmd = host_run(dir.path());
+        cmd.args(["--json", "--agent", &serve.url]);
+        if let Some(token) = token {
+            cmd.arg("--token-file").arg(token);
+        }
+        let out = run_to_end(cmd.arg("hi"));
+        assert_eq!(code(&out), 1, "{}", stderr(&out));
+        let result = result_record(&out);
+        assert_eq!(result["status"], "error", "{result}");
+        assert!(
+            result["stderrTail"]
+                .as_str()
+                .unwrap()
+                .contains("401 Unauthorized"),
+            "{result}"
+        );
+        // The token is never printed, by either side.
+        assert!(
+            !stderr(&out).contains(TOKEN)
+                && !records(&out).iter().any(|r| r.to_string().contains(TOKEN))
+        );
+    }
+    // Plain HTTP without the token: 401 with a bearer challenge, before the transport sees it.
+    let response = raw_request(
+        serve.authority(),
+        "POST /acp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
+         Connection: close\r\n\r\n{}",
+    );
+    assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+    assert!(response.contains("www-authenticate: Bearer"), "{response}");
+    assert!(
+        !record.exists(),
+        "an agent was spawned: {:?}",
+        std::fs::read_to_string(&record)
+    );
+    assert!(processes_in(serve.agents.path()).is_empty());
+    assert!(!serve.stderr().contains(TOKEN));
+    // The right token still works, and spawned exactly one agent.
+    let (_, result) = json_run(serve.run(dir.path()).arg("hi"), 0);
+    assert_eq!(result["output"], "hello from acp child", "{result}");
+    let starts = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(
+        starts.lines().filter(|l| l.starts_with("start ")).count(),
+        1,
+        "{starts}"
+    );
+}
+
+/// Sends `request` to `authority` over plain TCP; the whole response.
+fn raw_request(authority: &str, request: &str) -> String {
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+#[test]
+fn connections_past_max_connections_are_refused_without_a_spawn() {
+    let (dir, flags) = (temp(), temp());
+    let (ready, record) = (flags.path().join("ready"), record_of(flags.path()));
+    let mut serve = Serve::start(
+        &mock(&[
+            "hang",
+            "--ready",
+            &ready.display().to_string(),
+            "--record",
+            &record.display().to_string(),
+        ]),
+        &["--max-connections", "1"],
+    );
+    let first = serve
+        .run(dir.path())
+        .arg("go")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_for_file(&ready, HANG_GUARD),
+        "the first agent never became ready"
+    );
+    let out = run_to_end(serve.run(dir.path()).arg("second"));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let result = result_record(&out);
+    assert!(
+        result["stderrTail"]
+            .as_str()
+            .unwrap()
+            .contains("503 Service Unavailable"),
+        "{result}"
+    );
+    let starts = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(
+        starts.lines().filter(|l| l.starts_with("start ")).count(),
+        1,
+        "{starts}"
+    );
+    assert!(
+        serve
+            .stderr()
+            .contains("refused a connection: every slot is taken"),
+        "{}",
+        serve.stderr()
+    );
+    signal(&first, Signal::SIGINT);
+    let out = wait_output(first);
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn serve_refuses_to_start_unsafely_and_run_refuses_a_token_without_a_url() {
+    let dir = temp();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--insecure-no-auth", "--agent", "e2e-no-such-agent --flag"],
+            "agent command not found: e2e-no-such-agent",
+        ),
+        (&[], "acp-host serve needs a token: pass --token-file FILE"),
+        (
+            &["--insecure-no-auth", "--listen", "0.0.0.0:0"],
+            "--insecure-no-auth is only allowed on a loopback address, not 0.0.0.0:0",
+        ),
+        (
+            &["--token-file", "missing"],
+            "--token-file: cannot read the token file",
+        ),
+        (
+            &["--insecure-no-auth", "--max-connections", "0"],
+            "--max-connections must be at least 1",
+        ),
+    ];
+    for (args, message) in cases {
+        let out = run_to_end(serve_command(dir.path()).args(args));
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+    }
+    std::fs::write(dir.path().join("empty"), "\n").unwrap();
+    let out = run_to_end(serve_command(dir.path()).args(["--token-file", "empty"]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("the token file empty is empty"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_to_end(host_run(dir.path()).args(["--token-file", "empty", "hi"]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("--token-file and --token-env are for a remote agent"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_to_end(host_run(dir.path()).env_remove("E2E_NO_SUCH_TOKEN").args([
+        "--agent",
+        "ws://127.0.0.1:1/acp",
+        "--token-env",
+        "E2E_NO_SUCH_TOKEN",
+        "hi",
+    ]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains("the token variable E2E_NO_SUCH_TOKEN is not set"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_token_from_the_environment_reaches_the_connection_only() {
+    let (dir, flags) = (temp(), temp());
+    let record = record_of(flags.path());
+    let serve = Serve::start(
+        &mock(&[
+            "echo-env",
+            "E2E_SERVE_TOKEN",
+            "--record",
+            &record.display().to_string(),
+        ]),
+        &[],
+    );
+    let out = run_to_end(host_run(dir.path()).env("E2E_SERVE_TOKEN", TOKEN).args([
+        "--json",
+        "--agent",
+        &serve.url,
+        "--token-env",
+        "E2E_SERVE_TOKEN",
+        "hi",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let result = result_record(&out);
+    // The served agent's environment is the server's: the client's token is not in it.
+    assert_eq!(result["output"], "E2E_SERVE_TOKEN unset", "{result}");
+    assert!(!stderr(&out).contains(TOKEN));
+}
+
+#[test]
+fn the_bridge_relays_until_its_stdin_closes_and_a_bad_frame_leaves_the_connection_whole() {
+    let serve = Serve::start(&mock(&["hello"]), &[]);
+    let session_dir = temp();
+    for url in [serve.url.clone(), serve.url.replacen("ws://", "http://", 1)] {
+        let mut bridge = Command::new(bin("acp-host"))
+            .args(["bridge", &url, "--token-file"])
+            .arg(&serve.token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the bridge starts");
+        let lines = line_channel(bridge.stdout.take().unwrap());
+        let mut stdin = bridge.stdin.take().unwrap();
+        let answer = |id: u64| {
+            let deadline = std::time::Instant::now() + HANG_GUARD;
+            let mut seen = Vec::new();
+            loop {
+                let left = deadline
+                    .checked_duration_since(std::time::Instant::now())
+                    .unwrap_or_else(|| panic!("{url}: no answer to {id}: {seen:?}"));
+                let line = lines
+                    .recv_timeout(left)
+                    .unwrap_or_else(|_| panic!("{url}: the bridge's stdout ended: {seen:?}"));
+                let frame: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|err| panic!("{url}: not a frame on stdout ({err}): {line}"));
+                if frame["id"] == id {
+                    return frame;
+                }
+                seen.push(frame);
+            }
+        };
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","id":7,"method":"initialize","params":{{"protocolVersion":1,"clientCapabilities":{{}}}}}}"#
+        )
+        .unwrap();
+        let init = answer(7);
+        assert_eq!(init["result"]["protocolVersion"], 1, "{url}: {init}");
+        assert_eq!(agents_in(serve.agents.path()).len(), 1, "{url}");
+        // Not JSON (and, over a WebSocket, a batch: not part of ACP), then a real request: the
+        // connection and the agent are still there for it. Over HTTP the server answers a
+        // batch's POST with 400, which ends the SDK client's connection.
+        writeln!(stdin, "this is not a frame").unwrap();
+        if url.starts_with("ws://") {
+            writeln!(stdin, "[1, 2]").unwrap();
+        }
+        writeln!(
+            stdin,
+            r#"{{"jsonrpc":"2.0","id":8,"method":"session/new","params":{{"cwd":{},"mcpServers":[]}}}}"#,
+            Value::from(session_dir.path().display().to_string())
+        )
+        .unwrap();
+        let session = answer(8);
+        assert!(
+            session["result"]["sessionId"].is_string(),
+            "{url}: {session}"
+        );
+        assert_eq!(agents_in(serve.agents.path()).len(), 1, "{url}");
+        // Its stdin closed (a run's teardown), the bridge closes the connection and ends; the
+        // server tears the agent down.
+        drop(stdin);
+        let out = wait_output(bridge);
+        assert_eq!(code(&out), 0, "{url}: {}", stderr(&out));
+        serve.assert_no_agents();
+    }
+}
+
+#[test]
+fn an_http_turn_longer_than_the_stream_grace_completes() {
+    let dir = temp();
+    let serve = Serve::start(
+        &mock(&["slow-stream", "--chunks", "3", "--interval-ms", "700"]),
+        &["--stream-grace", "0.5"],
+    );
+    let http = serve.url.replacen("ws://", "http://", 1);
+    // The client's event stream stays open through the turn: the grace never starts.
+    let (_, result) = json_run(
+        host_run(dir.path())
+            .args(["--json", "--agent", &http, "--token-file"])
+            .arg(&serve.token)
+            .arg("go"),
+        0,
+    );
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_eq!(result["output"], "c1 c2 c3 ", "{result}");
+    serve.assert_no_agents();
+}
+
+/// A TLS terminator on 127.0.0.1 in front of `backend` (what a reverse proxy does for
+/// `acp-host serve`), with a certificate for `localhost` signed by a CA made by `openssl`; `None`
+/// (said on stderr) where `openssl` is not installed. `cert` is the CA a client trusts through
+/// `SSL_CERT_FILE`.
+struct TlsProxy {
+    port: u16,
+    cert: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsProxy {
+    fn start(backend: &str) -> Option<TlsProxy> {
+        use pki_types::pem::PemObject as _;
+        use tokio_rustls::rustls::{self, pki_types};
+        let dir = temp();
+        let path = |name: &str| dir.path().join(name);
+        if !make_certificates(&path) {
+            return None;
+        }
+        let (cert, key) = (path("cert.pem"), path("key.pem"));
+        let chain = pki_types::CertificateDer::pem_file_iter(&cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let backend = backend.to_owned();
+        // Lives as long as the test process: each test binary run ends it.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((tcp, _)) = listener.accept().await {
+                    let (acceptor, backend) = (acceptor.clone(), backend.clone());
+                    tokio::spawn(async move {
+                        let Ok(mut tls) = acceptor.accept(tcp).await else {
+                            return;
+                        };
+                        let Ok(mut plain) = tokio::net::TcpStream::connect(&backend).await else {
+                            return;
+                        };
+                        let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                    });
+                }
+            });
+        });
+        Some(TlsProxy {
+            port,
+            cert: path("ca.pem"),
+            _dir: dir,
+        })
+    }
+}
+
+/// The CA (`ca.pem`) and the server's certificate (`cert.pem`, `key.pem`) it signs, where `path`
+/// names them; `false` (said on stderr) where `openssl` is not installed.
+fn make_certificates(path: &dyn Fn(&str) -> PathBuf) -> bool {
+    std::fs::write(
+        path("leaf.ext"),
+        "subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n\
+             keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    // A CA (what the client trusts) and the server's certificate it signs.
+    let steps: [Vec<std::ffi::OsString>; 3] = [
+        args(
+            &["req", "-x509"],
+            &ec,
+            &["-days", "1", "-subj", "/CN=e2e-ca"],
+        )
+        .chain(paths(&[
+            ("-keyout", path("ca.key")),
+            ("-out", path("ca.pem")),
+        ]))
+        .collect(),
+        args(&["req"], &ec, &["-subj", "/CN=localhost"])
+            .chain(paths(&[
+                ("-keyout", path("key.pem")),
+                ("-out", path("leaf.csr")),
+            ]))
+            .collect(),
+        args(&["x509", "-req", "-days", "1"], &[], &[])
+            .chain(paths(&[
+                ("-in", path("leaf.csr")),
+                ("-CA", path("ca.pem")),
+                ("-CAkey", path("ca.key")),
+                ("-extfile", path("leaf.ext")),
+                ("-out", path("cert.pem")),
+            ]))
+            .collect(),
+    ];
+    for step in steps {
+        let made = Command::new("openssl")
+            .args(&step)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output();
+        match made {
+            Ok(out) => assert!(out.status.success(), "openssl {step:?}: {}", stderr(&out)),
+            Err(err) => {
+                #[expect(clippy::print_stderr, reason = "a skipped test says why")]
+                {
+                    eprintln!("skipped: the TLS test needs openssl: {err}");
+                }
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// `openssl` arguments: `head`, `mid`, `tail`, as OS strings.
+fn args<'a>(
+    head: &'a [&str],
+    mid: &'a [&str],
+    tail: &'a [&str],
+) -> impl Iterator<Item = std::ffi::OsString> + 'a {
+    head.iter().chain(mid).chain(tail).map(Into::into)
+}
+
+/// `openssl` options naming files.
+fn paths(pairs: &[(&str, PathBuf)]) -> impl Iterator<Item = std::ffi::OsString> {
+    pairs
+        .iter()
+        .flat_map(|(flag, path)| {
+            [
+                std::ffi::OsString::from(flag),
+                path.clone().into_os_string(),
+            ]
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
+#[test]
+fn wss_and_https_through_a_tls_terminator_reach_the_served_agent() {
+    let serve = Serve::start(&mock(&["hello"]), &[]);
+    let Some(proxy) = TlsProxy::start(serve.authority()) else {
+        return;
+    };
+    let dir = temp();
+    for scheme in ["wss", "https"] {
+        let url = format!("{scheme}://localhost:{}/acp", proxy.port);
+        let (_, result) = json_run(
+            host_run(dir.path())
+                .env("SSL_CERT_FILE", &proxy.cert)
+                .args(["--json", "--agent", &url, "--token-file"])
+                .arg(&serve.token)
+                .arg("hi"),
+            0,
+        );
+        assert_eq!(result["output"], "hello from acp child", "{url}: {result}");
+        // Without the certificate trusted, the connection is refused, not downgraded.
+        let out = run_to_end(
+            host_run(dir.path())
+                .env_remove("SSL_CERT_FILE")
+                .args(["--json", "--agent", &url, "--token-file"])
+                .arg(&serve.token)
+                .arg("hi"),
+        );
+        assert_eq!(code(&out), 1, "{url}: {}", stderr(&out));
+        assert_eq!(result_record(&out)["status"], "error");
+    }
+    serve.assert_no_agents();
+}
