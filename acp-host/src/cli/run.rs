@@ -330,9 +330,35 @@ pub(super) struct BatchFlags {
 /// Stdout text is written in pieces of at least this size while the agent streams.
 const OUT_BUFFER_BYTES: usize = 64 * 1024;
 
-/// After a timeout or a kill, how long the result record may wait for a slow stdout before
-/// acp-host exits.
+/// After a timeout or a kill, how long the result record may wait for a stdout that takes no
+/// bytes (a stalled reader) before acp-host exits.
 const LATE_WRITE: Duration = Duration::from_millis(100);
+/// ... and for one that takes bytes now: the write completes without waiting on the reader, so
+/// only a starved machine makes it slow, and the record must not be lost to that.
+const LATE_WRITE_READY: Duration = Duration::from_secs(5);
+
+/// How long the last write may take after a timeout or a kill: [`LATE_WRITE_READY`] when stdout
+/// takes bytes now, else [`LATE_WRITE`].
+fn late_write() -> Duration {
+    if stdout_takes_bytes() {
+        LATE_WRITE_READY
+    } else {
+        LATE_WRITE
+    }
+}
+
+/// Whether stdout takes bytes now (room in its pipe, or a file): the last write then waits on
+/// nobody.
+fn stdout_takes_bytes() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd as _;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::POLLOUT)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
+        && fds[0]
+            .revents()
+            .is_some_and(|events| events.contains(PollFlags::POLLOUT))
+}
 
 pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     // One thread is enough: nothing on the runtime blocks (stdout is written on the observers'
@@ -405,6 +431,8 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let writer = Arc::clone(&renderer);
     // After a timeout, a cancel or a kill, a stalled reader gets only a moment to take the record.
     let hurry = killed || matches!(result.status, Status::Timeout | Status::Aborted);
+    // Asked before the last write starts (which may fill the pipe itself).
+    let late = late_write();
     // Moved, not cloned: under --json the result may hold megabytes of output.
     let (record, report) = if args.json {
         (Some(result), None)
@@ -427,7 +455,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     runtime.block_on(async {
         let limit = async {
             if hurry {
-                tokio::time::sleep(LATE_WRITE).await;
+                tokio::time::sleep(late).await;
             } else {
                 std::future::pending::<()>().await;
             }
