@@ -114,6 +114,9 @@ pub struct RunSpec {
     /// The most tokens the child may spend (as its agent reports them); it only ever lowers the
     /// starter's budget ([`RunSpec::settle`]).
     pub token_budget: Option<u64>,
+    /// The most the child may cost (as its agent reports it, in its currency); only ever lowers
+    /// the starter's (`acp-host run --cost-budget`).
+    pub cost_budget: Option<crate::usage::CostLimit>,
 }
 
 /// `run.context` (and the `subagent` tool's `context`): what a child starts from.
@@ -225,6 +228,11 @@ impl RunSpec {
                 explicit.token_budget,
                 defaults.token_budget,
             ),
+            cost_budget: crate::usage::CostLimit::lowest([
+                self.cost_budget,
+                explicit.cost_budget,
+                defaults.cost_budget,
+            ]),
             env: self
                 .env
                 .iter()
@@ -243,6 +251,8 @@ pub struct RunSettings {
     pub max_depth: Option<u32>,
     /// The starter's token budget for the child (`--token-budget`, `--subagent-token-budget`).
     pub token_budget: Option<u64>,
+    /// The starter's cost budget for the child (`--cost-budget`).
+    pub cost_budget: Option<crate::usage::CostLimit>,
     /// Names the starter forwards already.
     pub env: Vec<String>,
 }
@@ -255,6 +265,8 @@ pub struct Settled {
     pub max_depth: Option<u32>,
     /// The smallest of the definition's `tokenBudget` and the starter's.
     pub token_budget: Option<u64>,
+    /// The smallest of the definition's `costBudget` and the starter's.
+    pub cost_budget: Option<crate::usage::CostLimit>,
     /// The definition's variable names to forward as well (never values).
     pub env: Vec<String>,
 }
@@ -272,6 +284,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "maxDepth",
     "context",
     "tokenBudget",
+    "costBudget",
 ];
 
 impl Definition {
@@ -582,6 +595,23 @@ fn parse_agents(value: &Value) -> Result<Vec<&'static str>, Problem> {
     Ok(agents)
 }
 
+/// `run.env`: variable names, never values.
+fn variable_names(
+    value: &Value,
+    path: &str,
+    wrong: impl Fn(&str) -> Problem,
+) -> Result<Vec<String>, Problem> {
+    let env = names(value).ok_or_else(|| wrong("a list of variable names"))?;
+    if let Some(bad) = env.iter().find(|name| name.contains('=')) {
+        let name = bad.split_once('=').map_or("", |(name, _)| name);
+        return Err(field(
+            path,
+            format!("lists variable names, never values: write `{name}`, not `{name}=...`"),
+        ));
+    }
+    Ok(env)
+}
+
 fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
     let Value::Object(map) = value else {
         return Err(field(
@@ -630,18 +660,7 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                     _ => return Err(wrong("one of relay, reject, allow")),
                 });
             }
-            "env" => {
-                run.env = names(value).ok_or_else(|| wrong("a list of variable names"))?;
-                if let Some(bad) = run.env.iter().find(|name| name.contains('=')) {
-                    let name = bad.split_once('=').map_or("", |(name, _)| name);
-                    return Err(field(
-                        &path,
-                        format!(
-                            "lists variable names, never values: write `{name}`, not `{name}=...`"
-                        ),
-                    ));
-                }
-            }
+            "env" => run.env = variable_names(value, &path, wrong)?,
             "timeout" => {
                 run.timeout = Some(
                     value
@@ -672,6 +691,15 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                         .as_u64()
                         .filter(|n| *n >= 1)
                         .ok_or_else(|| wrong("a whole number of tokens, at least 1"))?,
+                );
+            }
+            "costBudget" => {
+                run.cost_budget = Some(
+                    value
+                        .as_f64()
+                        .filter(|amount| *amount > 0.0)
+                        .and_then(crate::usage::CostLimit::new)
+                        .ok_or_else(|| wrong("an amount above zero, in the agent's currency"))?,
                 );
             }
             _ => {
@@ -855,7 +883,7 @@ mod tests {
     #[test]
     fn a_run_table_is_validated_strictly_and_makes_agents_optional() {
         let d = ok(
-            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n  tokenBudget: 5000\n---\nBody.\n",
+            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n  tokenBudget: 5000\n  costBudget: 0.25\n---\nBody.\n",
         );
         assert!(d.agents.is_empty());
         assert_eq!(
@@ -872,6 +900,7 @@ mod tests {
                 max_depth: Some(0),
                 context: Some(RunContext::Fork),
                 token_budget: Some(5000),
+                cost_budget: crate::usage::CostLimit::new(0.25),
             })
         );
         assert_eq!(
@@ -880,7 +909,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
-            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget"
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget"
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
@@ -896,7 +925,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
-            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, got a list"
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
         assert_eq!(
@@ -943,7 +972,7 @@ mod tests {
         use std::time::Duration;
         let run = |text: &str| ok(text).run.unwrap();
         let spec = run(
-            "---\ndescription: d\nrun: {permission: allow, timeout: 5, maxDepth: 2, tokenBudget: 1000, env: [A, B]}\n---\nB\n",
+            "---\ndescription: d\nrun: {permission: allow, timeout: 5, maxDepth: 2, tokenBudget: 1000, costBudget: 2, env: [A, B]}\n---\nB\n",
         );
         let none = RunSettings::default();
         let defaults = RunSettings {
@@ -951,6 +980,7 @@ mod tests {
             timeout: Some(Duration::from_mins(1)),
             max_depth: None,
             token_budget: Some(900),
+            cost_budget: crate::usage::CostLimit::new(3.0),
             env: vec!["A".into()],
         };
         let explicit = RunSettings {
@@ -958,6 +988,7 @@ mod tests {
             timeout: Some(Duration::from_secs(1)),
             max_depth: Some(1),
             token_budget: None,
+            cost_budget: crate::usage::CostLimit::new(0.5),
             env: Vec::new(),
         };
         // A folder the person named: the definition over the defaults, the flags over both.
@@ -968,6 +999,12 @@ mod tests {
         // A budget is only ever lowered: the definition's 1,000 under the starter's 900.
         assert_eq!(settled.token_budget, Some(900));
         assert_eq!(spec.settle(Folder, &none, &none).token_budget, Some(1000));
+        // The cost budget too: the definition's 2 under the defaults' 3, the flag's 0.5 under it.
+        assert_eq!(settled.cost_budget, crate::usage::CostLimit::new(2.0));
+        assert_eq!(
+            spec.settle(Folder, &explicit, &defaults).cost_budget,
+            crate::usage::CostLimit::new(0.5)
+        );
         assert_eq!(settled.env, ["B"]);
         let settled = spec.settle(Folder, &explicit, &defaults);
         assert_eq!(settled.permission, RunPermission::Reject);

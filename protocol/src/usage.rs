@@ -313,6 +313,37 @@ pub struct Budget {
     pub cost: Option<f64>,
 }
 
+/// A cost limit (`run.costBudget`, `--cost-budget`): a finite amount of zero or more (in the
+/// agent's currency), so it compares totally and a settled run can be `Eq`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
+#[serde(transparent)]
+pub struct CostLimit(f64);
+
+// Never NaN (see `CostLimit::new`): equality is total.
+impl Eq for CostLimit {}
+
+impl CostLimit {
+    /// `amount` as a limit; `None` unless it is finite and not negative.
+    #[must_use]
+    pub fn new(amount: f64) -> Option<Self> {
+        (amount.is_finite() && amount >= 0.0).then_some(Self(amount))
+    }
+
+    #[must_use]
+    pub fn amount(self) -> f64 {
+        self.0
+    }
+
+    /// The lowest of the limits given: a budget is only ever lowered.
+    #[must_use]
+    pub fn lowest(limits: impl IntoIterator<Item = Option<CostLimit>>) -> Option<CostLimit> {
+        limits
+            .into_iter()
+            .flatten()
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    }
+}
+
 /// A budget passed: which figure, how much was spent, and the limit.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum Overrun {

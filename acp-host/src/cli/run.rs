@@ -35,7 +35,7 @@ use protocol::remote::{self, TokenSource};
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, RunResult, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
-use protocol::usage::Budget;
+use protocol::usage::{Budget, CostLimit};
 
 use super::{CliError, Written, subagent};
 
@@ -535,6 +535,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         timeout: args.timeout.map(|s| s.0),
         max_depth: args.max_depth,
         token_budget: args.token_budget,
+        cost_budget: args.cost_budget.and_then(CostLimit::new),
         env: env
             .iter()
             .map(|forward| forward.name().to_owned())
@@ -585,7 +586,10 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         fork: args.fork.clone(),
         budget: Budget {
             tokens: token_budget,
-            cost: args.cost_budget,
+            // The lowest of the flag's and the definition's (`run.costBudget`).
+            cost: settled.as_ref().map_or(args.cost_budget, |settled| {
+                settled.cost_budget.map(CostLimit::amount)
+            }),
         },
     };
     Ok(request)

@@ -575,3 +575,70 @@ fn a_child_gets_at_most_what_is_left_of_its_parents_budget() {
     assert_eq!(told, "ACP_HOST_TOKEN_BUDGET=50");
     assert_none_left(dir.path());
 }
+
+#[test]
+fn a_definitions_cost_budget_holds_and_only_lowers_the_flags() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
+    let defs = temp();
+    let run_subagent = |llm: &MockLlm, extra: &[&str]| {
+        let base_url = llm.base_url();
+        let state = dir.path().join(".state").display().to_string();
+        let agent = shell_words::join([
+            "acp-child",
+            "--model",
+            "mock-model",
+            "--base-url",
+            base_url.as_str(),
+            "--state-dir",
+            state.as_str(),
+            "--context-window",
+            "1000",
+            "--price-input",
+            "2",
+            "--price-output",
+            "8",
+        ]);
+        std::fs::write(
+            defs.path().join("priced.md"),
+            format!(
+                "---\ndescription: d\nrun:\n  agent: {}\n  costBudget: 0.0003\n---\nB\n",
+                serde_json::to_string(&agent).unwrap()
+            ),
+        )
+        .unwrap();
+        let mut cmd = host_run(dir.path());
+        for name in MODEL_ENV {
+            cmd.env_remove(name);
+        }
+        cmd.arg("--json")
+            .arg("--subagents")
+            .arg(defs.path())
+            .args(["--subagent", "priced"])
+            .args(extra)
+            .arg("read the notes");
+        cmd
+    };
+    // 100 in and 20 out at 2 and 8 per million: 0.00036 USD, over the definition's 0.0003.
+    let llm = hanging_after(Usage::new(100, 20));
+    let (_, result) = json_run(&mut run_subagent(&llm, &[]), 7);
+    assert_eq!(result["status"], "over-budget", "{result}");
+    assert_eq!(
+        result["error"],
+        "spent 0.0004 USD, over the cost budget of 0.0003 USD"
+    );
+    // A larger flag does not raise it; a smaller one lowers it.
+    let llm = hanging_after(Usage::new(100, 20));
+    let (_, result) = json_run(&mut run_subagent(&llm, &["--cost-budget", "5"]), 7);
+    assert_eq!(
+        result["error"],
+        "spent 0.0004 USD, over the cost budget of 0.0003 USD"
+    );
+    let llm = hanging_after(Usage::new(100, 20));
+    let (_, result) = json_run(&mut run_subagent(&llm, &["--cost-budget", "0.0001"]), 7);
+    assert_eq!(
+        result["error"],
+        "spent 0.0004 USD, over the cost budget of 0.0001 USD"
+    );
+    assert_none_left(dir.path());
+}

@@ -487,6 +487,7 @@ impl Subagents {
             timeout: self.timeout,
             max_depth: None,
             token_budget: protocol::usage::child_budget(None, self.token_budget, left),
+            cost_budget: None,
             env: self.env.clone(),
         };
         let settled = launch
@@ -534,7 +535,8 @@ impl Subagents {
             resume,
             budget: protocol::usage::Budget {
                 tokens: settled.token_budget,
-                cost: None,
+                // A definition's `costBudget`, held against the cost the child reports.
+                cost: settled.cost_budget.map(protocol::usage::CostLimit::amount),
             },
         };
         (request, permission)
