@@ -11,7 +11,9 @@ use acp_tests::mock_llm::{MockLlm, Reply, Usage};
 use acp_tests::{host_run, run_to_end, stderr};
 use serde_json::{Value, json};
 
-use super::children::{assert_none_left, delegate, write_approved};
+use super::children::{
+    assert_none_left, await_task, delegate, delegate_in_background, write_approved,
+};
 use super::common::{MODEL_ENV, acp_child_json_run, json_run, mock, temp};
 
 /// A reply reading `notes.txt` (a tool call, so the turn makes another request).
@@ -639,6 +641,36 @@ fn a_definitions_cost_budget_holds_and_only_lowers_the_flags() {
     assert_eq!(
         result["error"],
         "spent 0.0004 USD, over the cost budget of 0.0001 USD"
+    );
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_background_childs_spending_counts_once_in_the_turn_that_gets_its_result() {
+    let dir = temp();
+    let parent = MockLlm::builder()
+        .reply_with_usage(
+            delegate_in_background("call_bg", "acp-child", "task a"),
+            Usage::new(10, 1),
+        )
+        .reply_with_usage(await_task("call_out", "subagent-1"), Usage::new(20, 2))
+        .reply_with_usage(await_task("call_again", "subagent-1"), Usage::new(25, 2))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(30, 3))
+        .start();
+    let children = MockLlm::builder()
+        .reply_with_usage(Reply::text(["a done"]), Usage::new(100, 5))
+        .start();
+    let (_, result) = json_run(
+        tree_run(dir.path(), &parent, &children, &[]).arg("delegate in the background"),
+        0,
+    );
+    assert_eq!(result["output"], "done");
+    // 93 of the parent's own and 105 of its child's, counted once though its result was asked
+    // for twice.
+    assert_eq!(
+        result["usage"],
+        json!({"inputTokens": 185, "outputTokens": 13, "totalTokens": 198}),
+        "{result}"
     );
     assert_none_left(dir.path());
 }

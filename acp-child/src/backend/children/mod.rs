@@ -411,6 +411,7 @@ impl<'a> Children<'a> {
             Err(error) => return Delegated::failed(error.to_string()),
         };
         let Some(wait) = wait.filter(|_| view.result.is_none()) else {
+            count_spending(turn, &table, task_id);
             return ok(table::report(&view));
         };
         tokio::select! {
@@ -419,6 +420,7 @@ impl<'a> Children<'a> {
             () = done.cancelled() => {}
             () = tokio::time::sleep(wait) => {}
         }
+        count_spending(turn, &table, task_id);
         match table.get(task_id) {
             Ok((view, _)) => ok(table::report(&view)),
             Err(error) => Delegated::failed(error.to_string()),
@@ -439,6 +441,7 @@ impl<'a> Children<'a> {
             Err(error) => return Delegated::failed(error.to_string()),
         };
         if before.result.is_some() {
+            count_spending(turn, &table, task_id);
             return ok(format!("{task_id} had already finished: {}", before.line()));
         }
         let done = match table.kill(task_id) {
@@ -453,6 +456,7 @@ impl<'a> Children<'a> {
                 return Delegated::failed(format!("{task_id} is still stopping"));
             }
         }
+        count_spending(turn, &table, task_id);
         match table.get(task_id) {
             Ok((view, _)) => ok(format!("killed {}", view.line())),
             Err(error) => Delegated::failed(error.to_string()),
@@ -481,6 +485,16 @@ fn ok(text: String) -> Delegated {
         session: None,
         resumable: None,
         usage: None,
+    }
+}
+
+/// Adds what background task `task_id`'s child spent to `turn`, once: the turn its result
+/// reaches counts it (`task_output` here, a completion notice in the model's loop).
+pub(crate) fn count_spending(turn: &Turn, table: &table::Tasks, task_id: &str) {
+    if let Some((name, usage)) = table.take_spending(task_id)
+        && let Err(error) = turn.spent_child(&name, &usage)
+    {
+        tracing::debug!(error = %protocol::report::describe(&error), "could not report usage");
     }
 }
 

@@ -133,6 +133,8 @@ struct Task {
     /// When its result reached the model (a notice, `task_output`, `task_kill`), on the table's
     /// count of tellings: the order told tasks are dropped in.
     told: Option<u64>,
+    /// Its child's reported spending was added to a turn (the one its result reached first).
+    spending_counted: bool,
 }
 
 #[derive(Debug, Default)]
@@ -558,6 +560,7 @@ impl Tasks {
             handle: Some(handle),
             running,
             told: None,
+            spending_counted: false,
         });
         Ok(id)
     }
@@ -577,6 +580,23 @@ impl Tasks {
             task.told = told;
             inner.prune();
         }
+    }
+
+    /// What finished task `id`'s child reported spending, with its subagent's name, the first
+    /// time it is asked (by the turn its result reaches); `None` after that, while it runs, or
+    /// when it reported nothing. A background child outlives the turn that started it: its
+    /// spending counts in the turn that learns its result, once.
+    pub(crate) fn take_spending(&self, id: &str) -> Option<(String, protocol::usage::Usage)> {
+        let mut inner = lock(&self.inner);
+        let task = inner.tasks.iter_mut().find(|task| task.id == id)?;
+        let TaskState::Finished(result) = &task.state else {
+            return None;
+        };
+        if task.spending_counted {
+            return None;
+        }
+        task.spending_counted = true;
+        Some((task.agent.clone(), result.usage.clone()?))
     }
 
     fn view(task: &Task) -> TaskView {

@@ -92,6 +92,9 @@ pub(super) async fn run(
         // Background tasks that finished since the last request: told once, between requests
         // (never between a reply's tool calls and their results).
         let notices = memory.tasks().take_notices();
+        for notice in &notices {
+            crate::backend::children::count_spending(turn, memory.tasks(), &notice.task);
+        }
         if !notices.is_empty() {
             memory.extend(notices.into_iter().map(|notice| Record::Notice {
                 text: notice.text,
