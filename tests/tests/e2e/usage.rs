@@ -583,38 +583,23 @@ fn a_definitions_cost_budget_holds_and_only_lowers_the_flags() {
     let dir = temp();
     std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
     let defs = temp();
+    // The agent comes from --agent; the definition brings only its budget.
+    std::fs::write(
+        defs.path().join("priced.md"),
+        "---\ndescription: d\nrun:\n  costBudget: 0.0003\n---\nB\n",
+    )
+    .unwrap();
+    let prices = [
+        "--context-window",
+        "1000",
+        "--price-input",
+        "2",
+        "--price-output",
+        "8",
+    ];
     let run_subagent = |llm: &MockLlm, extra: &[&str]| {
-        let base_url = llm.base_url();
-        let state = dir.path().join(".state").display().to_string();
-        let agent = shell_words::join([
-            "acp-child",
-            "--model",
-            "mock-model",
-            "--base-url",
-            base_url.as_str(),
-            "--state-dir",
-            state.as_str(),
-            "--context-window",
-            "1000",
-            "--price-input",
-            "2",
-            "--price-output",
-            "8",
-        ]);
-        std::fs::write(
-            defs.path().join("priced.md"),
-            format!(
-                "---\ndescription: d\nrun:\n  agent: {}\n  costBudget: 0.0003\n---\nB\n",
-                serde_json::to_string(&agent).unwrap()
-            ),
-        )
-        .unwrap();
-        let mut cmd = host_run(dir.path());
-        for name in MODEL_ENV {
-            cmd.env_remove(name);
-        }
-        cmd.arg("--json")
-            .arg("--subagents")
+        let mut cmd = acp_child_json_run(dir.path(), llm, &prices);
+        cmd.arg("--subagents")
             .arg(defs.path())
             .args(["--subagent", "priced"])
             .args(extra)
