@@ -182,4 +182,6 @@ fn sync_logs_like_every_subcommand() {
         "{stderr}{}",
         String::from_utf8_lossy(&pruned.stdout)
     );
+    // Logs to a pipe or a file are plain text: colour codes are for a terminal only.
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
