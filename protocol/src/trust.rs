@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::definition::RunPermission;
+use crate::definition::{RunContext, RunPermission};
 
 /// Where a definition was found, which decides whether it may start unasked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -205,6 +205,9 @@ pub struct TrustEntry {
     pub env: Vec<String>,
     /// Its permission policy, when it names one.
     pub permission: Option<RunPermission>,
+    /// What its child starts from, when it names it (`fork`: a copy of the parent's
+    /// conversation, read from the parent's state directory).
+    pub context: Option<RunContext>,
     /// The SHA-256 of its content.
     pub sha256: String,
 }

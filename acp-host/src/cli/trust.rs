@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use acp_host::definitions::{self, Located};
 use acp_host::trust::TrustStore;
+use protocol::definition::RunContext;
 use protocol::registry;
 use protocol::trust::{Source, TrustAction, TrustEntry, TrustListing};
 
@@ -145,6 +146,7 @@ fn entry(store: &TrustStore, located: Located, action: Option<TrustAction>) -> T
         agent: run.agent.unwrap_or_else(|| registry::ACP_CHILD.to_owned()),
         env: run.env,
         permission: run.permission,
+        context: run.context,
         sha256: located.digest.as_str().to_owned(),
     }
 }
@@ -170,6 +172,9 @@ fn human(listing: &TrustListing) -> String {
         }
         if let Some(permission) = entry.permission {
             let _ = write!(text, "; permission {}", permission.as_str());
+        }
+        if entry.context == Some(RunContext::Fork) {
+            text.push_str("; starts from a copy of the conversation");
         }
         let _ = writeln!(text, "\n  {}", entry.file);
     }

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use acp_tests::acp_client::{Launch, Permission, new_session, prompt_ends, with_launch};
+use acp_tests::mock_llm::{MockLlm, Reply};
 use acp_tests::{code, run_to_end, stderr, stdout};
 use agent_client_protocol::v1::schema::{ToolCallContent, ToolKind};
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH, XDG_STATE_HOME};
 use serde_json::{Value, json};
 
-use super::children::{assert_none_left, write_definition};
+use super::children::{assert_none_left, call, write_definition};
 use super::common::{json_run, mock_path};
 
 /// The cloned repository's definition: a command line, a key, and `permission: allow`.
@@ -145,6 +146,7 @@ async fn an_editor_is_asked_once_with_the_whole_start_and_a_rejection_starts_not
             "env": ["ACP_TEST_KEY"],
             // Capped at the parent's --subagent-permission (relay by default).
             "permission": "relay",
+            "context": "fresh",
         }))
     );
     let Some(ToolCallContent::Content(content)) = fields.content.as_ref().and_then(|c| c.first())
@@ -167,6 +169,87 @@ async fn an_editor_is_asked_once_with_the_whole_start_and_a_rejection_starts_not
         .map(|option| option.option_id.0.to_string())
         .collect();
     assert_eq!(offered, ["allow-once", "allow-always", "reject-once"]);
+    assert_none_left(dir.path());
+}
+
+#[tokio::test]
+async fn a_forking_definitions_approval_says_the_child_starts_from_this_conversation() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let file = repository(
+        dir.path(),
+        "twin",
+        "---\ndescription: a twin\nrun:\n  context: fork\n---\nYou are the twin.\n",
+    );
+    let llm = MockLlm::start(vec![
+        Reply::text(["noted"]),
+        call(
+            "call_twin",
+            "subagent",
+            &json!({"agent": "twin", "prompt": "and you?"}),
+        ),
+        Reply::text(["not approved"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), sessions.path())
+        .env(XDG_STATE_HOME, state.path())
+        .env(ACP_HOST_DEPTH, "0")
+        .env(ACP_HOST_MAX_DEPTH, "1");
+    let (log, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, dir.path()).await?;
+        // A completed turn, saved: something to fork.
+        prompt_ends(&mut session, "the code word is tulip", Permission::Reject).await?;
+        prompt_ends(&mut session, "ask the twin", Permission::Reject).await
+    })
+    .await;
+    assert_eq!(log.text, "not approved");
+    assert_eq!(log.permission_requests.len(), 1);
+    let fields = &log.permission_requests[0].tool_call.fields;
+    let raw = fields
+        .raw_input
+        .as_ref()
+        .expect("the request carries the start");
+    assert_eq!(raw["definition"], json!(file));
+    assert_eq!(raw["context"], "fork");
+    let command = raw["command"].as_str().unwrap();
+    assert_eq!(
+        llm.requests()[2].tool_result("call_twin").unwrap(),
+        refusal("twin", command, &file)
+    );
+    let Some(ToolCallContent::Content(content)) = fields.content.as_ref().and_then(|c| c.first())
+    else {
+        panic!("the request explains the start: {fields:?}");
+    };
+    let text = serde_json::to_value(&content.content).unwrap();
+    let text = text["text"].as_str().unwrap();
+    assert!(
+        text.ends_with(
+            "relay. It starts from a copy of this conversation: it reads this session's completed \
+             turns from this agent's state directory."
+        ),
+        "{text}"
+    );
+    // `acp-host trust` says it too, before anything asks.
+    let trust = |args: &[&str]| {
+        let out = run_to_end(
+            Command::new(acp_tests::bin("acp-host"))
+                .current_dir(dir.path())
+                .env(XDG_STATE_HOME, state.path())
+                .arg("trust")
+                .args(args),
+        );
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out)
+    };
+    let listing: Value = serde_json::from_str(&trust(&["--json"])).unwrap();
+    assert_eq!(listing["definitions"][0]["context"], "fork");
+    let listed = trust(&[]);
+    assert!(
+        listed.starts_with(
+            "twin: not approved: runs acp-child; starts from a copy of the conversation\n"
+        ),
+        "{listed}"
+    );
     assert_none_left(dir.path());
 }
 

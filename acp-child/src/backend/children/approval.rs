@@ -2,7 +2,8 @@
 //! starts: through the ordinary ACP permission flow, of kind `execute`, on the call's tool card.
 //!
 //! Invariants: the request shows everything the start hands the definition (file, whole command
-//! line, forwarded names, permission policy); only an allow option starts it; "allow always" is
+//! line, forwarded names, permission policy, and whether it starts from a copy of this
+//! conversation); only an allow option starts it; "allow always" is
 //! remembered for the file's exact content (`acp_host::trust::TrustStore`), never the session's
 //! standing answers; a cancelled turn starts nothing whatever the answer.
 
@@ -16,7 +17,7 @@ use agent_client_protocol::v1::schema::{
 use protocol::trust::Digest;
 
 use super::Delegated;
-use protocol::definition::RunPermission;
+use protocol::definition::{RunContext, RunPermission};
 
 use crate::backend::CANCELLED;
 use crate::backend::{Turn, permission};
@@ -31,6 +32,9 @@ pub(super) struct Asking {
     /// Every variable forwarded (names; `--subagent-env`'s and the definition's).
     pub(super) env: Vec<String>,
     pub(super) permission: RunPermission,
+    /// Whether the child starts from a copy of this conversation (`context: fork`): it then reads
+    /// this session's saved turns, so the person is told, beside what it runs.
+    pub(super) fork: bool,
 }
 
 impl Asking {
@@ -62,13 +66,22 @@ pub(super) async fn approve(
         asking.env.join(", ")
     };
     let permission = asking.permission.as_str();
-    let text = format!(
+    let mut text = format!(
         "Subagent {name} is defined in {file}, a file of this folder (not one you named). \
          Starting it runs:\n\n    {command}\n\nforwarding {env}; its own permission requests: \
          {permission}.",
         file = asking.file.display(),
         command = asking.command,
     );
+    let context = if asking.fork {
+        text.push_str(
+            " It starts from a copy of this conversation: it reads this session's completed \
+             turns from this agent's state directory.",
+        );
+        RunContext::Fork
+    } else {
+        RunContext::Fresh
+    };
     let fields = ToolCallUpdateFields::new()
         .title(format!("Start subagent {name}: {}", asking.command))
         .kind(ToolKind::Execute)
@@ -78,6 +91,7 @@ pub(super) async fn approve(
             "command": asking.command,
             "env": asking.env,
             "permission": permission,
+            "context": context,
         }));
     let options = vec![
         PermissionOption::new(

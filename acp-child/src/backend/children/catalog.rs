@@ -573,6 +573,7 @@ impl Subagents {
             RunContext::Fork => Some(fork_from(turn, target).map_err(Delegated::failed)?),
             RunContext::Fresh => None,
         };
+        let forks = fork.is_some() && !resuming;
         let (request, permission) =
             self.request(target, prompt, cwd, output_schema, resume, fork, spent);
         let token_budget = request.budget.tokens;
@@ -590,6 +591,7 @@ impl Subagents {
                 .map(|forward| forward.name().to_owned())
                 .collect(),
             permission,
+            fork: forks,
         };
         let cap = turn.memory().settings().max_depth;
         let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {
