@@ -7,8 +7,10 @@
 //! - a child is never re-parented, and one that reached a final state stays there;
 //! - at most [`MAX_CHILDREN`] are tracked: later announcements are ignored (and their sessions
 //!   are foreign);
-//! - the list is taken when a result is settled (the run's, or each kept-session turn's): a child
-//!   still running then is `disconnected`.
+//! - a result lists the children announced or updated since the result before it: a kept
+//!   session's turn lists its own, with running ones still `running` and still tracked (their
+//!   updates and requests keep their routing in later turns); the run's final result marks a
+//!   child still running `disconnected`.
 
 use std::collections::HashMap;
 
@@ -23,13 +25,20 @@ pub(super) const MAX_CHILDREN: usize = 1024;
 /// The child sessions announced so far, in order.
 #[derive(Debug, Default)]
 pub(super) struct Children {
-    list: Vec<ChildSession>,
+    list: Vec<Tracked>,
     index: HashMap<String, usize>,
+}
+
+/// One announced child, and whether it changed since the last result listed the children.
+#[derive(Debug)]
+struct Tracked {
+    child: ChildSession,
+    changed: bool,
 }
 
 impl Children {
     pub(super) fn get(&self, session_id: &str) -> Option<&ChildSession> {
-        self.index.get(session_id).map(|&i| &self.list[i])
+        self.index.get(session_id).map(|&i| &self.list[i].child)
     }
 
     /// Applies one `subagent_update` sent on `parent` (ours or a known child's): the first for a
@@ -43,16 +52,19 @@ impl Children {
         let index = match self.index.get(&id) {
             Some(&index) => index,
             None if self.list.len() < MAX_CHILDREN => {
-                self.list.push(ChildSession {
-                    session_id: id.clone(),
-                    parent_session_id: parent.to_owned(),
-                    name: None,
-                    task: None,
-                    state: ChildState::Running,
-                    stop_reason: None,
-                    error: None,
-                    stderr_tail: None,
-                    usage: None,
+                self.list.push(Tracked {
+                    child: ChildSession {
+                        session_id: id.clone(),
+                        parent_session_id: parent.to_owned(),
+                        name: None,
+                        task: None,
+                        state: ChildState::Running,
+                        stop_reason: None,
+                        error: None,
+                        stderr_tail: None,
+                        usage: None,
+                    },
+                    changed: true,
                 });
                 self.index.insert(id, self.list.len() - 1);
                 self.list.len() - 1
@@ -62,11 +74,13 @@ impl Children {
                 return;
             }
         };
-        let child = &mut self.list[index];
+        let tracked = &mut self.list[index];
+        let child = &mut tracked.child;
         if child.parent_session_id != parent {
             tracing::debug!(session = %child.session_id, "ignoring a subagent_update from another parent");
             return;
         }
+        tracked.changed = true;
         if let Some(title) = update.title.value() {
             child.name = Some(title.clone());
         }
@@ -102,7 +116,9 @@ impl Children {
         let Some(&index) = self.index.get(session_id) else {
             return;
         };
-        let child = &mut self.list[index];
+        let tracked = &mut self.list[index];
+        tracked.changed = true;
+        let child = &mut tracked.child;
         let cost = update
             .cost
             .as_ref()
@@ -125,16 +141,31 @@ impl Children {
         };
     }
 
-    /// The list, a child that never reported its end being `disconnected`.
+    /// A kept session's turn's list: the children that changed since the last list, as they
+    /// are now; all stay tracked.
+    pub(super) fn changed(&mut self) -> Vec<ChildSession> {
+        self.list
+            .iter_mut()
+            .filter_map(|tracked| {
+                std::mem::take(&mut tracked.changed).then(|| tracked.child.clone())
+            })
+            .collect()
+    }
+
+    /// The run's final list: the children that changed since the last list, and every one that
+    /// never reported its end, now `disconnected`.
     pub(super) fn take(&mut self) -> Vec<ChildSession> {
-        let mut list = std::mem::take(&mut self.list);
         self.index.clear();
-        for child in &mut list {
-            if !child.state.is_final() {
-                child.state = ChildState::Disconnected;
-            }
-        }
-        list
+        std::mem::take(&mut self.list)
+            .into_iter()
+            .filter_map(|Tracked { mut child, changed }| {
+                if !child.state.is_final() {
+                    child.state = ChildState::Disconnected;
+                    return Some(child);
+                }
+                changed.then_some(child)
+            })
+            .collect()
     }
 }
 
@@ -203,6 +234,38 @@ mod tests {
             ]
         );
         assert_eq!(list[0].task.as_deref(), Some("task"));
+    }
+
+    #[test]
+    fn a_kept_sessions_turn_lists_what_changed_in_it_and_keeps_tracking_the_rest() {
+        let mut children = Children::default();
+        let snapshot = |state: &str| json!({"sessionId": "a", "state": {"state": state, "stopReason": "end_turn"}});
+        children.apply("root", "root", &subagent(snapshot("running")));
+        children.apply(
+            "root",
+            "root",
+            &subagent(
+                json!({"sessionId": "c", "state": {"state": "idle", "stopReason": "end_turn"}}),
+            ),
+        );
+        let names = |list: Vec<ChildSession>| -> Vec<String> {
+            list.iter()
+                .map(|c| format!("{} {}", c.session_id, c.state))
+                .collect()
+        };
+        // The first turn: both, `a` still running.
+        assert_eq!(names(children.changed()), ["a running", "c completed"]);
+        // The second: `a` is still known, so a child nested on it is routed and listed.
+        children.apply("a", "root", &subagent(json!({"sessionId": "d"})));
+        assert_eq!(
+            children.get("d").map(|d| d.parent_session_id.as_str()),
+            Some("a")
+        );
+        assert_eq!(names(children.changed()), ["d running"]);
+        // Nothing changed in the third.
+        assert!(children.changed().is_empty());
+        // The run's end: those that never ended, disconnected; `c` was listed already.
+        assert_eq!(names(children.take()), ["a disconnected", "d disconnected"]);
     }
 
     #[test]

@@ -41,8 +41,8 @@ use tokio_util::sync::CancellationToken;
 
 use self::framing::{Reader, pump};
 use self::permission::{RawPermissionRequest, answer_permission, permission_request};
-pub(crate) use self::shared::Shared;
 use self::shared::handle_update;
+pub(crate) use self::shared::{ResultOf, Shared};
 use crate::lock;
 use crate::permission::PermissionHandler;
 use crate::process::AgentPipes;

@@ -189,6 +189,13 @@ impl<T> Capped<T> {
     }
 }
 
+/// Which result is being settled: a kept session's turn (the agent lives on) or the run's last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ResultOf {
+    Turn,
+    Run,
+}
+
 impl Shared {
     /// The output (taken: called once, when the run settles) and how many bytes were dropped.
     pub(crate) fn take_output(&self) -> (String, Option<u64>) {
@@ -209,9 +216,14 @@ impl Shared {
         lock(&self.session_id).clone()
     }
 
-    /// The child sessions announced (taken: called once, when the run settles).
-    pub(crate) fn take_children(&self) -> Vec<ChildSession> {
-        lock(&self.children).take()
+    /// The child sessions for a result: a kept session's turn lists those that changed in it,
+    /// still tracked; the run's final result takes them (called once, when the run settles).
+    pub(crate) fn children_for(&self, result: ResultOf) -> Vec<ChildSession> {
+        let mut children = lock(&self.children);
+        match result {
+            ResultOf::Turn => children.changed(),
+            ResultOf::Run => children.take(),
+        }
     }
 
     /// What the agent reported spending since the last turn settled (a run's only turn: in

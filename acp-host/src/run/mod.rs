@@ -37,7 +37,7 @@ pub use self::prepare::{PrepareError, Prepared, prepare, resolve_cwd};
 use self::session::{KeptSession, session_turns};
 use self::settle::{record_teardown, settle_turn, spawn_failure_message, unsettled_result};
 use self::supervise::{Drive, Supervised, drive_config, supervise, tear_down};
-use crate::client::{self, Shared};
+use crate::client::{self, ResultOf, Shared};
 use crate::lock;
 use crate::permission::PermissionHandler;
 use crate::process::{AgentProcess, Graces, SpawnSpec, StderrSink};
@@ -282,18 +282,13 @@ async fn run_with(
     record_teardown(&mut result, &teardown, &process);
     settle_turn(
         &mut result,
+        ResultOf::Run,
         end,
         timed_out,
         &request,
         &shared,
         &env.redactor,
     );
-    if shared.garbage_lines() > 0 {
-        tracing::info!(
-            lines = shared.garbage_lines(),
-            "skipped non-JSON lines on the agent's stdout"
-        );
-    }
     finish(result, started, &notifier, true, cancel).await
 }
 

@@ -19,7 +19,7 @@ use protocol::result::{EndedBy, RunResult};
 
 use super::FollowUp;
 use super::settle::{settle_turn, unsettled_result};
-use crate::client::{self, DriveEnd, Shared};
+use crate::client::{self, DriveEnd, ResultOf, Shared};
 use crate::lock;
 
 /// What [`run_session`](super::run_session) hands to the run.
@@ -52,6 +52,7 @@ impl client::Turns for SessionTurns {
         result.agent_exit.ended_by = EndedBy::Alive;
         settle_turn(
             &mut result,
+            ResultOf::Turn,
             Some(end.clone()),
             false,
             &self.request,

@@ -21,7 +21,7 @@ use protocol::result::{AgentExit, EndedBy, ErrorKind, RunResult, Status};
 use protocol::structured;
 use protocol::usage::Overrun;
 
-use crate::client::{DriveEnd, Shared, Stage, Structured};
+use crate::client::{DriveEnd, ResultOf, Shared, Stage, Structured};
 use crate::process::{AgentProcess, SpawnError, Teardown};
 
 /// The result before anything happened: status error until settled, nothing spawned yet.
@@ -255,6 +255,7 @@ pub(super) fn record_teardown(result: &mut RunResult, teardown: &Teardown, proce
 /// of turn go through here, so a new field the drive collects is taken in one place.
 pub(super) fn settle_turn(
     result: &mut RunResult,
+    of: ResultOf,
     end: Option<DriveEnd>,
     timed_out: bool,
     request: &StartRequest,
@@ -268,7 +269,13 @@ pub(super) fn settle_turn(
     // Named only once the fork exists: a refused or failed `session/fork` started nothing.
     result.forked_from = request.fork.clone().filter(|_| result.session_id.is_some());
     result.resumable = shared.resumable();
-    result.children = shared.take_children();
+    result.children = shared.children_for(of);
+    if of == ResultOf::Run && shared.garbage_lines() > 0 {
+        tracing::info!(
+            lines = shared.garbage_lines(),
+            "skipped non-JSON lines on the agent's stdout"
+        );
+    }
     result.persona_delivery = shared.persona_delivery();
     result.usage = shared.take_turn_usage();
     if let Some(warning) = shared.budget_unenforceable() {
