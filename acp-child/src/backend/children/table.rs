@@ -952,6 +952,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_teardown_left_running_is_awaited_by_shutdown_and_one_after_it_at_once() {
+        let tasks = Tasks::default();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let (ended, mut ended_rx) = tokio::sync::oneshot::channel();
+        // The call returns while the teardown waits.
+        tasks
+            .tear_down_later(async move {
+                let _ = released.await;
+                let _ = ended.send(());
+            })
+            .await;
+        assert!(
+            ended_rx.try_recv().is_err(),
+            "awaited before the call returned"
+        );
+        let shutdown = tasks.shutdown();
+        tokio::pin!(shutdown);
+        tokio::select! {
+            biased;
+            () = &mut shutdown => panic!("shutdown did not wait for the teardown"),
+            () = tokio::task::yield_now() => {}
+        }
+        release.send(()).unwrap();
+        shutdown.await;
+        assert!(ended_rx.try_recv().is_ok(), "the teardown did not finish");
+        // Once the table is closed, a teardown is awaited where it is handed over.
+        let (late, mut late_rx) = tokio::sync::oneshot::channel();
+        tasks
+            .tear_down_later(async move {
+                tokio::task::yield_now().await;
+                let _ = late.send(());
+            })
+            .await;
+        assert!(late_rx.try_recv().is_ok());
+    }
+
+    #[tokio::test]
     async fn collected_results_send_no_notice_and_a_closed_table_starts_nothing() {
         let tasks = Arc::new(Tasks::default());
         let (child, gate) = tasks.new_child("echo", "a job").unwrap();
