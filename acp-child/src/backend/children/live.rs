@@ -6,9 +6,11 @@
 //!   first turn and a `send_message` turn alike hold a slot while they run, an idle child none;
 //!   a child ending after its answer holds its slot until its process is gone; waiting for a
 //!   slot observes the turn's cancellation);
-//! - a shown child that answered and is not kept is torn down after its call returned (the
-//!   session's table owns the teardown and closing the session awaits it): its exit is no part
-//!   of the answer's latency; a cancelled turn still waits for its children's teardown;
+//! - a shown child that answered and that nothing can message (the offline `/delegate`, a turn
+//!   without `send_message`) is torn down after its call returned (the session's table owns the
+//!   teardown and closing the session awaits it): its exit is no part of the answer's latency.
+//!   A child that could be continued by a cold resume, and the children of a cancelled turn, are
+//!   gone before the call returns;
 //! - a child is a kept session of the run library ([`LiveChild`]) from its first turn on; its
 //!   observer and permission handler send what its run observes where its [`Route`] points: to
 //!   the turn in flight that shows it, installed by that turn before the turn starts and cleared
@@ -203,10 +205,12 @@ impl Subagents {
 
     /// Runs a validated start (`start`, labelled `description`, on `prompt`) for tool call `call`
     /// of `turn`, to its result ([`LiveChild::drive`] shows it); with an output schema, the
-    /// result is the child's checked JSON answer. With `keep` (and an idle timeout), a child that
-    /// answered stays alive, idle, and is returned; otherwise it is torn down once it answered,
-    /// after this returns (the session's table awaits it, the slot is held until its process is
-    /// gone). When the turn was cancelled, its process is gone when this returns.
+    /// result is the child's checked JSON answer. With `keep` (something could message it) and an
+    /// idle timeout, a child that answered stays alive, idle, and is returned; with `keep` and
+    /// none, its process is gone when this returns (a cold resume must find its session closed);
+    /// without `keep`, it is torn down after this returns (the session's table awaits it, the
+    /// slot is held until its process is gone). When the turn was cancelled, its process is gone
+    /// when this returns.
     pub(super) async fn run(
         &self,
         turn: &Turn,
@@ -221,6 +225,8 @@ impl Subagents {
             Err(refused) => return (refused, None),
         };
         let resume = start.resume;
+        // Something could message it later (by a cold resume of its session, if it is not kept).
+        let continued = keep;
         let keep = keep && self.idle_timeout.is_some();
         let (live, first) = self.spawn(start, Cancel::new(), keep);
         let shown = Shown {
@@ -235,8 +241,10 @@ impl Subagents {
             drop(slot);
             return (cancelled(result.as_ref()), None);
         }
-        let table = Arc::clone(turn.memory().tasks());
-        Self::settle(live, result, resume, keep, (slot, Some(&table))).await
+        // A child nothing can message is torn down after this returns; one that could be
+        // continued is gone first, so a cold resume never finds its session still open.
+        let table = (!continued).then(|| Arc::clone(turn.memory().tasks()));
+        Self::settle(live, result, resume, keep, (slot, table.as_deref())).await
     }
 
     /// Delivers `message` to a child kept alive (`live`) as its next turn, shown on tool call

@@ -34,7 +34,7 @@
 //!   [`MAX_IDLE_CHILDREN`] per session (the oldest is closed), each ending on its own after the
 //!   idle timeout; cancelling the session cancels them, closing it closes and awaits them, so no
 //!   child process outlives its session;
-//! - a child that answered and is not kept is torn down after its call returned
+//! - a child that answered and that nothing can message is torn down after its call returned
 //!   ([`Tasks::tear_down_later`]: its process exiting is no part of the answer's latency); closing
 //!   the session awaits those teardowns too, and each holds its parallel slot until its process
 //!   is gone, so they are bounded by `--max-parallel-subagents`.
