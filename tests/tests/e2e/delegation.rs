@@ -1038,6 +1038,60 @@ fn a_child_that_crashes_is_a_result_with_its_partial_output() {
 }
 
 #[test]
+fn a_delegated_answer_does_not_wait_for_the_child_to_exit_yet_the_child_exits_before_its_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("flushed");
+    // It answers, then takes half a second to exit once its stdin is closed (within the EOF
+    // grace of both its parent and acp-host), leaving the marker as it goes.
+    let agent = format!(
+        "{} flush-on-eof --marker {} --delay-ms 500",
+        mock_path(),
+        marker.display()
+    );
+    write_approved(
+        &dir.path().join("subagents"),
+        "lingerer.md",
+        &format!(
+            "---\ndescription: d\nrun: {{agent: {}}}\n---\nLinger.\n",
+            serde_json::to_string(&agent).unwrap()
+        ),
+    );
+    let mut child = person_run(dir.path())
+        .args(["--json", "--agent", "acp-child", "/delegate lingerer go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = acp_tests::line_channel(child.stdout.take().unwrap());
+    let deadline = std::time::Instant::now() + acp_tests::HANG_GUARD;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("the delegation's call never completed");
+        if line.contains(r#""sessionUpdate":"tool_call_update""#)
+            && line.contains(r#""status":"completed""#)
+        {
+            break;
+        }
+    }
+    // The answer came while the child was still on its way out.
+    assert!(
+        !marker.exists(),
+        "the call's answer waited for the child's process to exit"
+    );
+    let out = acp_tests::wait_output(child);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    // Its teardown was awaited before the parent ended: it exited on its own, not killed.
+    assert!(marker.exists(), "the child did not finish its exit");
+    let result: Value =
+        serde_json::from_str(&lines.iter().last().expect("a result record")).unwrap();
+    assert_eq!(result["status"], "completed", "{result}");
+    assert_none_left(dir.path());
+}
+
+#[test]
 fn when_the_delegating_agent_dies_its_child_dies_too() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;

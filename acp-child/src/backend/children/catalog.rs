@@ -27,6 +27,7 @@
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use acp_host::agents::{self, HostFacts};
@@ -219,7 +220,9 @@ pub struct Subagents {
     dirs: Vec<PathBuf>,
     facts: HostFacts,
     budget: Option<Budget>,
-    pub(super) slots: Semaphore,
+    /// The `--max-parallel-subagents` slots; shared, so a child's teardown can hold its slot
+    /// after the call that ran it returned.
+    pub(super) slots: Arc<Semaphore>,
     permission: RunPermission,
     /// Where "allow always" approvals of repository definitions are kept; `None` when this user
     /// has no state directory (then an approval holds for one start).
@@ -321,7 +324,7 @@ impl Subagents {
             dirs: options.dirs,
             facts,
             budget: options.budget,
-            slots: Semaphore::new(parallel),
+            slots: Arc::new(Semaphore::new(parallel)),
             permission: options.permission,
             trust: TrustStore::from_env()
                 .inspect_err(|error| {

@@ -4,7 +4,13 @@
 //! Invariants:
 //! - at most `--max-parallel-subagents` turns of children run at once ([`Subagents::slot`]: a
 //!   first turn and a `send_message` turn alike hold a slot while they run, an idle child none;
-//!   waiting for a slot observes the turn's cancellation);
+//!   a child ending after its answer holds its slot until its process is gone; waiting for a
+//!   slot observes the turn's cancellation);
+//! - a shown child that answered and that nothing can message (the offline `/delegate`, a turn
+//!   without `send_message`) is torn down after its call returned (the session's table owns the
+//!   teardown and closing the session awaits it): its exit is no part of the answer's latency.
+//!   A child that could be continued by a cold resume, and the children of a cancelled turn, are
+//!   gone before the call returns;
 //! - a child is a kept session of the run library ([`LiveChild`]) from its first turn on; its
 //!   observer and permission handler send what its run observes where its [`Route`] points: to
 //!   the turn in flight that shows it, installed by that turn before the turn starts and cleared
@@ -43,6 +49,7 @@ use protocol::definition::RunPermission;
 
 use super::catalog::{Start, Subagents};
 use super::exposure::{Seen, View};
+use super::table::Tasks;
 use super::{Delegated, label};
 use crate::backend::CANCELLED;
 use crate::backend::Turn;
@@ -55,11 +62,11 @@ impl Subagents {
     async fn slot(
         &self,
         cancelled: impl Future<Output = ()>,
-    ) -> Result<tokio::sync::SemaphorePermit<'_>, Delegated> {
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, Delegated> {
         tokio::select! {
             biased;
             () = cancelled => Err(Delegated::failed(CANCELLED)),
-            slot = self.slots.acquire() => {
+            slot = Arc::clone(&self.slots).acquire_owned() => {
                 slot.map_err(|_| Delegated::failed("subagents are shutting down"))
             }
         }
@@ -135,13 +142,16 @@ impl Subagents {
     }
 
     /// What a first turn leaves: its result for the call, and the child when it stays alive
-    /// (`keep`, the turn completed, the session still open); otherwise the child is closed (its
-    /// process gone) before this returns.
+    /// (`keep`, the turn completed, the session still open); otherwise the child is closed. With
+    /// `later` (the session's table), its teardown goes on after this returns, holding `slot`
+    /// until its process is gone, and closing the session awaits it; without, its process is
+    /// gone before this returns.
     async fn settle(
         live: Arc<LiveChild>,
         result: Option<RunResult>,
         resume: bool,
         keep: bool,
+        (slot, later): (tokio::sync::OwnedSemaphorePermit, Option<&Tasks>),
     ) -> (Delegated, Option<Arc<LiveChild>>) {
         let Some(result) = result else {
             live.close().await;
@@ -150,11 +160,20 @@ impl Subagents {
         let completed = result.status == Status::Completed;
         let delegated = live.redacted(outcome(&live.name, result, resume, live.token_budget));
         if keep && completed && live.is_open() {
-            (delegated, Some(live))
-        } else {
-            live.close().await;
-            (delegated, None)
+            return (delegated, Some(live));
         }
+        match later {
+            Some(table) => {
+                table
+                    .tear_down_later(async move {
+                        live.close().await;
+                        drop(slot);
+                    })
+                    .await;
+            }
+            None => live.close().await,
+        }
+        (delegated, None)
     }
 
     /// Runs a validated start with nobody to ask (a background task): no route is installed, so
@@ -170,7 +189,7 @@ impl Subagents {
         running: &std::sync::atomic::AtomicBool,
         keep: bool,
     ) -> (Delegated, Option<Arc<LiveChild>>) {
-        let _slot = match self.slot(cancel.cancelled()).await {
+        let slot = match self.slot(cancel.cancelled()).await {
             Ok(slot) => slot,
             Err(refused) => return (refused, None),
         };
@@ -179,14 +198,19 @@ impl Subagents {
         let keep = keep && self.idle_timeout.is_some();
         let (live, first) = self.spawn(start, cancel, keep);
         let result = first.await;
-        Self::settle(live, result, resume, keep).await
+        // The task's result waits for the teardown: nobody waits on it, and the table's
+        // shutdown awaits the task.
+        Self::settle(live, result, resume, keep, (slot, None)).await
     }
 
     /// Runs a validated start (`start`, labelled `description`, on `prompt`) for tool call `call`
     /// of `turn`, to its result ([`LiveChild::drive`] shows it); with an output schema, the
-    /// result is the child's checked JSON answer. With `keep` (and an idle timeout), a child that
-    /// answered stays alive, idle, and is returned; otherwise its process is gone when this
-    /// returns, as it is when the turn was cancelled.
+    /// result is the child's checked JSON answer. With `keep` (something could message it) and an
+    /// idle timeout, a child that answered stays alive, idle, and is returned; with `keep` and
+    /// none, its process is gone when this returns (a cold resume must find its session closed);
+    /// without `keep`, it is torn down after this returns (the session's table awaits it, the
+    /// slot is held until its process is gone). When the turn was cancelled, its process is gone
+    /// when this returns.
     pub(super) async fn run(
         &self,
         turn: &Turn,
@@ -196,11 +220,13 @@ impl Subagents {
         description: Option<&str>,
         keep: bool,
     ) -> (Delegated, Option<Arc<LiveChild>>) {
-        let _slot = match self.slot(turn.cancelled()).await {
+        let slot = match self.slot(turn.cancelled()).await {
             Ok(slot) => slot,
             Err(refused) => return (refused, None),
         };
         let resume = start.resume;
+        // Something could message it later (by a cold resume of its session, if it is not kept).
+        let continued = keep;
         let keep = keep && self.idle_timeout.is_some();
         let (live, first) = self.spawn(start, Cancel::new(), keep);
         let shown = Shown {
@@ -212,9 +238,13 @@ impl Subagents {
         let result = live.drive(&shown, first).await;
         if turn.is_cancelled() {
             live.close().await;
+            drop(slot);
             return (cancelled(result.as_ref()), None);
         }
-        Self::settle(live, result, resume, keep).await
+        // A child nothing can message is torn down after this returns; one that could be
+        // continued is gone first, so a cold resume never finds its session still open.
+        let table = (!continued).then(|| Arc::clone(turn.memory().tasks()));
+        Self::settle(live, result, resume, keep, (slot, table.as_deref())).await
     }
 
     /// Delivers `message` to a child kept alive (`live`) as its next turn, shown on tool call

@@ -114,8 +114,8 @@ pub(crate) enum Mode {
     Foreground,
     /// The call returns a task id at once; the session owns the run.
     Background,
-    /// The call waits for its answer and its process ends with it (the offline `/delegate`:
-    /// no table of children to keep it in).
+    /// The call waits for its answer and its process ends right after (the offline `/delegate`:
+    /// no child entry to keep it in; the session's table awaits its teardown).
     OneShot,
 }
 

@@ -33,7 +33,11 @@
 //! - a child that answered (foreground or background) may stay alive, idle ([`LiveChild`]): at most
 //!   [`MAX_IDLE_CHILDREN`] per session (the oldest is closed), each ending on its own after the
 //!   idle timeout; cancelling the session cancels them, closing it closes and awaits them, so no
-//!   child process outlives its session.
+//!   child process outlives its session;
+//! - a child that answered and that nothing can message is torn down after its call returned
+//!   ([`Tasks::tear_down_later`]: its process exiting is no part of the answer's latency); closing
+//!   the session awaits those teardowns too, and each holds its parallel slot until its process
+//!   is gone, so they are bounded by `--max-parallel-subagents`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -152,6 +156,9 @@ struct Inner {
     closed: bool,
     /// Live children closed to make room, until the session closes (it awaits them).
     evicted: Vec<Arc<LiveChild>>,
+    /// Teardowns of children that already answered ([`Tasks::tear_down_later`]), until the
+    /// session closes (it awaits them); finished ones are dropped as new ones come.
+    closing: Vec<JoinHandle<()>>,
 }
 
 /// A session's children and background tasks.
@@ -701,15 +708,41 @@ impl Tasks {
         }
     }
 
+    /// Runs `teardown` (the end of a child whose answer was already taken) on its own, so the call
+    /// that ran the child returns without waiting for its process to exit; the session's
+    /// [`Tasks::shutdown`] awaits it. Once the session is closed it is awaited here instead.
+    pub(crate) async fn tear_down_later(
+        &self,
+        teardown: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let handle = tokio::spawn(teardown);
+        let late = {
+            let mut inner = lock(&self.inner);
+            inner.closing.retain(|closing| !closing.is_finished());
+            if inner.closed {
+                Some(handle)
+            } else {
+                inner.closing.push(handle);
+                None
+            }
+        };
+        if let Some(handle) = late
+            && let Err(error) = handle.await
+        {
+            tracing::warn!(%error, "a child's teardown ended abnormally");
+        }
+    }
+
     /// Closes the session's table: nothing new starts, every running task is cancelled and
-    /// awaited (each run tears its process down before it returns).
+    /// awaited (each run tears its process down before it returns), and the teardowns of children
+    /// that already answered are awaited.
     pub(crate) async fn shutdown(&self) {
         let (handles, live): (Vec<JoinHandle<()>>, Vec<Arc<LiveChild>>) = {
             let mut inner = lock(&self.inner);
             inner.closed = true;
             let mut live: Vec<Arc<LiveChild>> = std::mem::take(&mut inner.evicted);
             live.extend(inner.children.values_mut().filter_map(|c| c.live.take()));
-            let handles = inner
+            let mut handles: Vec<JoinHandle<()>> = inner
                 .tasks
                 .iter_mut()
                 .filter_map(|task| {
@@ -717,11 +750,12 @@ impl Tasks {
                     task.handle.take()
                 })
                 .collect();
+            handles.append(&mut inner.closing);
             (handles, live)
         };
         for handle in handles {
             if let Err(error) = handle.await {
-                tracing::warn!(%error, "a background task ended abnormally");
+                tracing::warn!(%error, "a background task or a child's teardown ended abnormally");
             }
         }
         for live in live {
@@ -915,6 +949,43 @@ mod tests {
             other.child(&child),
             Err(TaskError::NoSuchChild(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_teardown_left_running_is_awaited_by_shutdown_and_one_after_it_at_once() {
+        let tasks = Tasks::default();
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let (ended, mut ended_rx) = tokio::sync::oneshot::channel();
+        // The call returns while the teardown waits.
+        tasks
+            .tear_down_later(async move {
+                let _ = released.await;
+                let _ = ended.send(());
+            })
+            .await;
+        assert!(
+            ended_rx.try_recv().is_err(),
+            "awaited before the call returned"
+        );
+        let shutdown = tasks.shutdown();
+        tokio::pin!(shutdown);
+        tokio::select! {
+            biased;
+            () = &mut shutdown => panic!("shutdown did not wait for the teardown"),
+            () = tokio::task::yield_now() => {}
+        }
+        release.send(()).unwrap();
+        shutdown.await;
+        assert!(ended_rx.try_recv().is_ok(), "the teardown did not finish");
+        // Once the table is closed, a teardown is awaited where it is handed over.
+        let (late, mut late_rx) = tokio::sync::oneshot::channel();
+        tasks
+            .tear_down_later(async move {
+                tokio::task::yield_now().await;
+                let _ = late.send(());
+            })
+            .await;
+        assert!(late_rx.try_recv().is_ok());
     }
 
     #[tokio::test]
