@@ -15,5 +15,7 @@
 //! The decisions (which `--agent` is a URL, token rules, who may listen without a token) are
 //! `protocol::remote`'s.
 
+pub mod backlog;
 pub mod bridge;
 pub mod serve;
+mod websocket;
