@@ -396,6 +396,9 @@ impl ConnectTo<Client> for ServedAgent {
         self,
         client: impl ConnectTo<Agent>,
     ) -> Result<(), agent_client_protocol::Error> {
+        // Over http:// the link counts what the client took; without one (not a connection
+        // started by a POST) nothing can be counted, and the frames are not held back.
+        let backlog = self.link.as_ref().map(|link| Arc::clone(&link.backlog));
         let (shared, link) = (self.shared, self.link.unwrap_or_default());
         let (mut guard, pipes) = match start_agent(&shared) {
             Ok(Some(started)) => started,
@@ -406,7 +409,6 @@ impl ConnectTo<Client> for ServedAgent {
         };
         let id = guard.id;
         let stall = shared.config.stall_timeout;
-        let backlog = Arc::clone(&link.backlog);
         // Each frame waits for room in the connection's backlog before the transport (whose
         // queues are unbounded) takes it: the agent then blocks on its own full pipe.
         let stdout = FramedRead::new(
@@ -419,12 +421,14 @@ impl ConnectTo<Client> for ServedAgent {
             ))
         })
         .and_then(move |line| {
-            let backlog = Arc::clone(&backlog);
+            let backlog = backlog.clone();
             async move {
-                backlog.admit(line.len(), stall).await.map_err(|stalled| {
-                    tracing::warn!(connection = id, "{stalled}: ending it and its agent");
-                    std::io::Error::other(stalled.to_string())
-                })?;
+                if let Some(backlog) = backlog {
+                    backlog.admit(line.len(), stall).await.map_err(|stalled| {
+                        tracing::warn!(connection = id, "{stalled}: ending it and its agent");
+                        std::io::Error::other(stalled.to_string())
+                    })?;
+                }
                 Ok(line)
             }
         })

@@ -778,3 +778,392 @@ fn wss_and_https_through_a_tls_terminator_reach_the_served_agent() {
     }
     serve.assert_no_agents();
 }
+
+/// A WebSocket client of `acp-host serve` that reads only when the test says so: what a client
+/// that stops reading (stuck, or on a link slower than its agent) looks like to the server.
+struct WsClient {
+    socket: tungstenite::WebSocket<std::net::TcpStream>,
+}
+
+impl WsClient {
+    fn connect(serve: &Serve) -> WsClient {
+        let stream = std::net::TcpStream::connect(serve.authority()).unwrap();
+        stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let request = tungstenite::ClientRequestBuilder::new(serve.url.parse().unwrap())
+            .with_header("Authorization", format!("Bearer {TOKEN}"));
+        let (socket, _) = tungstenite::client(request, stream).expect("the upgrade is accepted");
+        WsClient { socket }
+    }
+
+    fn send(&mut self, frame: &Value) {
+        self.socket
+            .send(tungstenite::Message::text(frame.to_string()))
+            .unwrap();
+    }
+
+    /// The next frame from the agent.
+    fn next(&mut self) -> Value {
+        loop {
+            match self.socket.read().expect("the connection is open") {
+                tungstenite::Message::Text(text) => {
+                    return serde_json::from_str(text.as_str()).expect("a frame is JSON");
+                }
+                tungstenite::Message::Close(_) => panic!("the server closed the connection"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Frames up to the answer to request `id`: the notifications before it, and the answer.
+    fn until_answer(&mut self, id: u64) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            let frame = self.next();
+            if frame["id"] == id && frame.get("method").is_none() {
+                return (before, frame);
+            }
+            before.push(frame);
+        }
+    }
+
+    /// `initialize` and `session/new` in `cwd`, then `session/prompt` sent (id 3): its session.
+    fn start_prompt(&mut self, cwd: &Path) -> String {
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": 1, "clientCapabilities": {}}}));
+        self.until_answer(1);
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+            "params": {"cwd": cwd.display().to_string(), "mcpServers": []}}));
+        let (_, new) = self.until_answer(2);
+        let session = new["result"]["sessionId"].as_str().unwrap().to_owned();
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}));
+        session
+    }
+}
+
+/// A `/proc/PID/status` figure in KiB (`VmRSS`, `VmHWM`: the peak resident set).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// Bytes `pid` has written so far (`wchar` of `/proc/PID/io`).
+fn written(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|line| line.strip_prefix("wchar: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
+/// Waits until `pid` has written at least `least` bytes and then nothing for a second: it is
+/// blocked on its full stdout. What it has written.
+fn wait_blocked(pid: u32, least: u64) -> u64 {
+    let quiet = std::time::Duration::from_secs(1);
+    let (mut last, mut since) = (written(pid), std::time::Instant::now());
+    let blocked = wait_until(HANG_GUARD, || {
+        let now = written(pid);
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        }
+        now >= least && since.elapsed() >= quiet
+    });
+    assert!(blocked, "agent {pid} never blocked: {last} bytes written");
+    last
+}
+
+/// The only agent the server runs now.
+fn the_agent(serve: &Serve) -> u32 {
+    let mut agents = Vec::new();
+    assert!(
+        wait_until(HANG_GUARD, || {
+            agents = agents_in(serve.agents.path());
+            agents.len() == 1
+        }),
+        "agents: {agents:?}"
+    );
+    agents[0]
+}
+
+/// What the flood of [`FLOOD_CHUNKS`] chunks of [`FLOOD_BYTES`] sends: 64 MiB.
+const FLOOD_CHUNKS: usize = 1024;
+const FLOOD_BYTES: usize = 64 * 1024;
+
+/// How much the server may grow while its client does not read (one frame in hand, the
+/// transport's buffers; the kernel's socket buffers are not the server's memory).
+const STALLED_GROWTH_KIB: u64 = 16 * 1024;
+
+fn flood_agent() -> String {
+    mock(&[
+        "flood",
+        "--chunks",
+        &FLOOD_CHUNKS.to_string(),
+        "--bytes",
+        &FLOOD_BYTES.to_string(),
+    ])
+}
+
+#[test]
+fn a_client_that_stops_reading_slows_its_agent_down_and_the_server_stays_small() {
+    let mut serve = Serve::start(&flood_agent(), &[]);
+    let server = serve.child.as_ref().unwrap().id();
+    let cwd = temp();
+    let mut client = WsClient::connect(&serve);
+    let session = client.start_prompt(cwd.path());
+    let agent = the_agent(&serve);
+    let before = status_kib(server, "VmRSS");
+    // The client reads nothing: the agent is stopped by its full pipe long before its 64 MiB.
+    let sent = wait_blocked(agent, 1024 * 1024);
+    let total = u64::try_from(FLOOD_CHUNKS * FLOOD_BYTES).unwrap();
+    assert!(sent < total / 2, "the agent wrote {sent} of {total} bytes");
+    let peak = status_kib(server, "VmHWM");
+    assert!(
+        peak < before + STALLED_GROWTH_KIB,
+        "serve peaked at {peak} KiB from {before} KiB while its client did not read"
+    );
+    // The client reads again: the turn ends with every chunk, in order.
+    let (updates, answer) = client.until_answer(3);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let texts: Vec<&str> = updates
+        .iter()
+        .filter(|u| u["params"]["sessionId"] == session.as_str())
+        .filter_map(|u| u["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(texts.len(), FLOOD_CHUNKS);
+    for (index, text) in texts.iter().enumerate() {
+        assert_eq!(
+            *text,
+            acp_tests::mock::cli::flood_chunk(index, FLOOD_BYTES),
+            "chunk {index}"
+        );
+    }
+    let peak = status_kib(server, "VmHWM");
+    assert!(
+        peak < before + STALLED_GROWTH_KIB,
+        "serve peaked at {peak} KiB from {before} KiB relaying 64 MiB"
+    );
+    client.socket.close(None).unwrap();
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn a_stalled_client_is_dropped_after_the_stall_timeout_and_an_abrupt_disconnect_leaves_nothing() {
+    // Taken for dead after a second of taking nothing.
+    let mut serve = Serve::start(&flood_agent(), &["--stall-timeout", "1"]);
+    let cwd = temp();
+    let mut client = WsClient::connect(&serve);
+    client.start_prompt(cwd.path());
+    the_agent(&serve);
+    serve.assert_no_agents();
+    assert!(
+        wait_until(HANG_GUARD, || serve.stderr().contains(
+            "the client took no frame of its agent for 1s (--stall-timeout): ending it and its agent"
+        )),
+        "{}",
+        serve.stderr()
+    );
+    drop(client);
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+
+    // A client that vanishes while its agent is blocked on it: the socket's end is seen, the agent
+    // torn down.
+    let mut serve = Serve::start(&flood_agent(), &[]);
+    let mut client = WsClient::connect(&serve);
+    client.start_prompt(cwd.path());
+    wait_blocked(the_agent(&serve), 1024 * 1024);
+    drop(client);
+    serve.assert_no_agents();
+    // And the server serves the next client.
+    let mut next = WsClient::connect(&serve);
+    next.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {}}}));
+    let (_, init) = next.until_answer(1);
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    drop(next);
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+/// An `http://` client of `acp-host serve` on raw sockets: POSTs, and event streams it reads
+/// only when the test says so.
+struct HttpClient {
+    authority: String,
+    connection: String,
+}
+
+/// One server-sent event stream, read line by line.
+struct EventStream {
+    reader: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl EventStream {
+    /// The next event's frame (keep-alives and chunk sizes skipped).
+    fn next(&mut self) -> Value {
+        use std::io::BufRead as _;
+        loop {
+            let mut line = String::new();
+            let read = self.reader.read_line(&mut line).expect("the stream is open");
+            assert!(read > 0, "the event stream ended");
+            if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                return serde_json::from_str(data).expect("an event is a frame");
+            }
+        }
+    }
+
+    fn until_answer(&mut self, id: u64) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            let frame = self.next();
+            if frame["id"] == id && frame.get("method").is_none() {
+                return (before, frame);
+            }
+            before.push(frame);
+        }
+    }
+}
+
+impl HttpClient {
+    /// `initialize` by POST: the connection it starts.
+    fn connect(serve: &Serve) -> HttpClient {
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#;
+        let response = raw_request(serve.authority(), &post(init, None, None));
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let connection = response
+            .lines()
+            .find_map(|line| line.strip_prefix("acp-connection-id: "))
+            .expect("a connection id")
+            .trim()
+            .to_owned();
+        HttpClient {
+            authority: serve.authority().to_owned(),
+            connection,
+        }
+    }
+
+    fn post(&self, frame: &Value, session: Option<&str>) {
+        let response = raw_request(
+            &self.authority,
+            &post(&frame.to_string(), Some(&self.connection), session),
+        );
+        assert!(response.starts_with("HTTP/1.1 202"), "{response}");
+    }
+
+    /// Opens the connection's event stream, or a session's.
+    fn events(&self, session: Option<&str>) -> EventStream {
+        let mut stream = std::net::TcpStream::connect(&self.authority).unwrap();
+        stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let session = session.map_or_else(String::new, |id| format!("Acp-Session-Id: {id}\r\n"));
+        write!(
+            stream,
+            "GET /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Accept: text/event-stream\r\nAcp-Connection-Id: {}\r\n{session}\r\n",
+            self.connection
+        )
+        .unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut status = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        EventStream { reader }
+    }
+}
+
+/// A POST of `body` with the suite's token.
+fn post(body: &str, connection: Option<&str>, session: Option<&str>) -> String {
+    let mut headers = String::new();
+    if let Some(id) = connection {
+        headers.push_str(&format!("Acp-Connection-Id: {id}\r\n"));
+    }
+    if let Some(id) = session {
+        headers.push_str(&format!("Acp-Session-Id: {id}\r\n"));
+    }
+    format!(
+        "POST /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{headers}\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn an_http_client_that_stops_reading_slows_its_agent_down_and_a_dead_one_is_dropped() {
+    for stall in [None, Some("1")] {
+        let mut extra = vec!["--stream-grace", "1"];
+        extra.extend(stall.iter().flat_map(|s| ["--stall-timeout", s]));
+        let mut serve = Serve::start(&flood_agent(), &extra);
+        let server = serve.child.as_ref().unwrap().id();
+        let cwd = temp();
+        let client = HttpClient::connect(&serve);
+        let mut events = client.events(None);
+        client.post(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                "params": {"cwd": cwd.path().display().to_string(), "mcpServers": []}}),
+            None,
+        );
+        let (_, new) = events.until_answer(2);
+        let session = new["result"]["sessionId"].as_str().unwrap().to_owned();
+        let agent = the_agent(&serve);
+        let before = status_kib(server, "VmRSS");
+        // The prompt's updates go to the session's event stream, which nobody reads yet.
+        client.post(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+            Some(&session),
+        );
+        if stall.is_some() {
+            // Taken for dead: the connection and its agent end.
+            serve.assert_no_agents();
+            assert!(
+                wait_until(HANG_GUARD, || serve.stderr().contains(
+                    "the client took none of its agent's output for 1s (acp-host serve --stall-timeout): ending it and its agent"
+                )),
+                "{}",
+                serve.stderr()
+            );
+            let out = serve.stop();
+            assert_eq!(code(&out), 0, "{}", serve.stderr());
+            continue;
+        }
+        let sent = wait_blocked(agent, 1024 * 1024);
+        let total = u64::try_from(FLOOD_CHUNKS * FLOOD_BYTES).unwrap();
+        assert!(sent < total / 2, "the agent wrote {sent} of {total} bytes");
+        let peak = status_kib(server, "VmHWM");
+        assert!(
+            peak < before + STALLED_GROWTH_KIB,
+            "serve peaked at {peak} KiB from {before} KiB while its client did not read"
+        );
+        // The client opens the session's stream and reads: every chunk, in order.
+        let mut updates = client.events(Some(&session));
+        let (frames, answer) = updates.until_answer(3);
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        let texts: Vec<&str> = frames
+            .iter()
+            .filter_map(|u| u["params"]["update"]["content"]["text"].as_str())
+            .collect();
+        assert_eq!(texts.len(), FLOOD_CHUNKS);
+        for (index, text) in texts.iter().enumerate() {
+            assert_eq!(
+                *text,
+                acp_tests::mock::cli::flood_chunk(index, FLOOD_BYTES),
+                "chunk {index}"
+            );
+        }
+        let peak = status_kib(server, "VmHWM");
+        assert!(
+            peak < before + STALLED_GROWTH_KIB,
+            "serve peaked at {peak} KiB from {before} KiB relaying 64 MiB"
+        );
+        // Both streams dropped: after the grace, the connection and its agent end.
+        drop((events, updates));
+        serve.assert_no_agents();
+        let out = serve.stop();
+        assert_eq!(code(&out), 0, "{}", serve.stderr());
+    }
+}
