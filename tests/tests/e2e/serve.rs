@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use acp_tests::{
-    HANG_GUARD, agents_in, bin, code, host_run, line_channel, processes_in, run_to_end, stderr,
+    HANG_GUARD, agents_in, bin, code, host_run, line_channel, processes_in, run_to_end, stderr, stdout,
     suite_state, wait_for_file, wait_output, wait_until,
 };
 use nix::sys::signal::Signal;
@@ -1166,4 +1166,111 @@ fn an_http_client_that_stops_reading_slows_its_agent_down_and_a_dead_one_is_drop
         let out = serve.stop();
         assert_eq!(code(&out), 0, "{}", serve.stderr());
     }
+}
+
+#[test]
+fn a_batch_runs_its_url_lines_through_serve_with_the_token_and_leaves_nothing() {
+    let (dir, flags) = (temp(), temp());
+    let record = record_of(flags.path());
+    let mut serve = Serve::start(
+        &mock(&["echo-prompt", "--record", &record.display().to_string()]),
+        &["--max-connections", "4"],
+    );
+    let http = serve.url.replacen("ws://", "http://", 1);
+    // Lines without `agent` take --agent's URL; one names the http:// URL, one a local agent
+    // (which gets no token).
+    let mut lines: Vec<Value> = (1..=6)
+        .map(|n| serde_json::json!({"id": format!("r{n}"), "prompt": format!("p{n}")}))
+        .collect();
+    lines[1]["agent"] = Value::from(http.as_str());
+    lines[2]["agent"] = Value::from(mock(&["echo-prompt"]));
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    super::batch::jobs_file(dir.path(), &text);
+    let batch = |token: &[&str]| {
+        let mut cmd = super::batch::batch(dir.path());
+        cmd.args(["--jobs", "3", "--agent", &serve.url])
+            .args(token)
+            .arg("jobs.ndjson");
+        cmd
+    };
+    let token_file = serve.token.display().to_string();
+    for token in [
+        vec!["--token-file", token_file.as_str()],
+        vec!["--token-env", "E2E_BATCH_TOKEN"],
+    ] {
+        let out = run_to_end(batch(&token).env("E2E_BATCH_TOKEN", TOKEN));
+        assert_eq!(code(&out), 0, "{token:?}: {}", stderr(&out));
+        let records = records(&out);
+        super::batch::checked(&records);
+        let mut seen: Vec<(String, String)> = records
+            .iter()
+            .map(|r| {
+                assert_eq!(r["status"], "completed", "{r}");
+                (
+                    r["id"].as_str().unwrap().to_owned(),
+                    r["output"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        seen.sort();
+        let expected: Vec<(String, String)> =
+            (1..=6).map(|n| (format!("r{n}"), format!("p{n}"))).collect();
+        assert_eq!(seen, expected);
+        // Five lines crossed the connection: the server spawned five agents.
+        let starts = std::fs::read_to_string(&record).unwrap();
+        assert_eq!(
+            starts.lines().filter(|l| l.starts_with("start ")).count(),
+            5,
+            "{starts}"
+        );
+        std::fs::remove_file(&record).unwrap();
+        assert!(!stderr(&out).contains(TOKEN) && !stdout(&out).contains(TOKEN));
+        serve.assert_no_agents();
+        super::batch::assert_no_process_left(dir.path());
+    }
+    // Without the token every remote line's record says why; nothing was spawned.
+    let out = run_to_end(&mut batch(&[]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let records = records(&out);
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["status"] == "error")
+        .collect();
+    assert_eq!(refused.len(), 5, "{records:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|r| r["stderrTail"].as_str().unwrap().contains("401 Unauthorized")),
+        "{refused:?}"
+    );
+    assert!(!record.exists());
+    // A token nobody would use, or one that cannot be read, is refused before anything runs.
+    let local = super::batch::batch(dir.path())
+        .args(["--agent", &mock(&["echo-prompt"]), "--token-file"])
+        .arg(&serve.token)
+        .arg("-")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&local), 2);
+    assert!(
+        stderr(&local).contains(
+            "--token-file and --token-env are for lines whose agent is a remote URL"
+        ),
+        "{}",
+        stderr(&local)
+    );
+    let unset = run_to_end(
+        batch(&["--token-env", "E2E_NO_SUCH_TOKEN"]).env_remove("E2E_NO_SUCH_TOKEN"),
+    );
+    assert_eq!(code(&unset), 2);
+    assert!(
+        stderr(&unset).contains("--token-env: the token variable E2E_NO_SUCH_TOKEN is not set"),
+        "{}",
+        stderr(&unset)
+    );
+    assert!(!record.exists());
+    super::batch::assert_no_process_left(dir.path());
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
 }
