@@ -43,7 +43,7 @@ use protocol::remote::Token;
 use protocol::request::AgentCommand;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::codec::{FramedRead, LinesCodec};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -411,16 +411,9 @@ impl ConnectTo<Client> for ServedAgent {
         let stall = shared.config.stall_timeout;
         // Each frame waits for room in the connection's backlog before the transport (whose
         // queues are unbounded) takes it: the agent then blocks on its own full pipe.
-        let stdout = FramedRead::new(
-            pipes.stdout,
-            LinesCodec::new_with_max_length(DEFAULT_MAX_FRAME_BYTES),
-        )
-        .map_err(|err| {
-            std::io::Error::other(format!(
-                "the agent's stdout: {err} (frames are at most {DEFAULT_MAX_FRAME_BYTES} bytes)"
-            ))
-        })
-        .and_then(move |line| {
+        let stdout = agent_frames(pipes.stdout, id)
+            .map_err(|err| std::io::Error::other(err.to_string()))
+            .and_then(move |line| {
             let backlog = backlog.clone();
             async move {
                 if let Some(backlog) = backlog {
@@ -445,6 +438,38 @@ impl ConnectTo<Client> for ServedAgent {
         guard.tear_down().await;
         result
     }
+}
+
+/// The agent's stdout ended a connection: a line past the frame limit, or a read error.
+#[derive(Debug, thiserror::Error)]
+#[error("the agent's stdout: {0} (frames are at most {DEFAULT_MAX_FRAME_BYTES} bytes)")]
+pub(super) struct BadOutput(AnyDelimiterCodecError);
+
+/// The agent's stdout as frames (lines without their line break). A frame that is not UTF-8 is
+/// decoded with replacement characters, as `acp-host run` decodes it, rather than ending the
+/// connection.
+pub(super) fn agent_frames(
+    stdout: tokio::process::ChildStdout,
+    id: u64,
+) -> impl futures::Stream<Item = Result<String, BadOutput>> + Send + Unpin + 'static {
+    FramedRead::new(
+        stdout,
+        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), DEFAULT_MAX_FRAME_BYTES),
+    )
+    .map_err(BadOutput)
+    .map_ok(move |line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        match std::str::from_utf8(line) {
+            Ok(text) => text.to_owned(),
+            Err(_) => {
+                tracing::warn!(
+                    connection = id,
+                    "the agent sent a frame that is not valid UTF-8; relayed it with replacement characters"
+                );
+                String::from_utf8_lossy(line).into_owned()
+            }
+        }
+    })
 }
 
 /// Takes a slot and spawns a connection's agent: `Ok(None)` when the server is stopping, `Err`

@@ -26,9 +26,8 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt as _, StreamExt as _};
-use tokio_util::codec::{FramedRead, LinesCodec};
 
-use super::serve::{Owned, Shared, start_agent};
+use super::serve::{Owned, Shared, agent_frames, start_agent};
 use crate::process::AgentPipes;
 use crate::run::DEFAULT_MAX_FRAME_BYTES;
 
@@ -100,10 +99,7 @@ async fn relay(socket: WebSocket, shared: Arc<Shared>, mut owned: Owned, pipes: 
     let (id, stall) = (owned.id, shared.config.stall_timeout);
     let (mut to_client, mut from_client) = socket.split();
     let AgentPipes { mut stdin, stdout } = pipes;
-    let mut stdout = FramedRead::new(
-        stdout,
-        LinesCodec::new_with_max_length(DEFAULT_MAX_FRAME_BYTES),
-    );
+    let mut stdout = agent_frames(stdout, id);
     // Our own answers to the client (a batch's rejection), sent between the agent's frames.
     let (answer, mut answers) = tokio::sync::mpsc::channel::<&'static str>(1);
     let outbound = async {
@@ -111,9 +107,7 @@ async fn relay(socket: WebSocket, shared: Arc<Shared>, mut owned: Owned, pipes: 
             let message = tokio::select! {
                 line = stdout.next() => match line {
                     Some(Ok(line)) => Message::Text(line.into()),
-                    Some(Err(err)) => return Ending::BadFrame(format!(
-                        "the agent's stdout: {err} (frames are at most {DEFAULT_MAX_FRAME_BYTES} bytes)"
-                    )),
+                    Some(Err(err)) => return Ending::BadFrame(err.to_string()),
                     None => break,
                 },
                 Some(text) = answers.recv() => Message::Text(text.into()),

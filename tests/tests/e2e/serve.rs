@@ -1274,3 +1274,33 @@ fn a_batch_runs_its_url_lines_through_serve_with_the_token_and_leaves_nothing() 
     let out = serve.stop();
     assert_eq!(code(&out), 0, "{}", serve.stderr());
 }
+
+#[test]
+fn an_agent_frame_that_is_not_utf8_is_relayed_as_a_local_run_decodes_it() {
+    let agent = mock(&["bad-utf8"]);
+    let mut serve = Serve::start(&agent, &[]);
+    let dir = temp();
+    let (_, local) = json_run(
+        host_run(dir.path())
+            .args(["--json", "--agent", &agent])
+            .arg("hi"),
+        0,
+    );
+    assert!(
+        local["output"].as_str().unwrap().starts_with("caf\u{fffd}"),
+        "{local}"
+    );
+    for url in [serve.url.clone(), serve.url.replacen("ws://", "http://", 1)] {
+        let (_, remote) = json_run(
+            host_run(dir.path())
+                .args(["--json", "--agent", &url, "--token-file"])
+                .arg(&serve.token)
+                .arg("hi"),
+            0,
+        );
+        assert_eq!(remote["output"], local["output"], "{url}: {remote}");
+    }
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
