@@ -95,7 +95,7 @@ pub(super) struct ServeArgs {
 const STREAM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Default `--stall-timeout`: far beyond any live client's pause, short of holding a slot for ever.
-const STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+const STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(2);
 
 const SERVE_AFTER_HELP: &str = "\
 Examples:

@@ -97,7 +97,7 @@ impl Backlog {
 mod tests {
     use super::*;
 
-    const LONG: Duration = Duration::from_secs(60);
+    const LONG: Duration = Duration::from_mins(1);
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()
@@ -116,7 +116,10 @@ mod tests {
             assert_eq!(backlog.frames(), MAX_QUEUED_FRAMES);
             let admit = backlog.admit(10, LONG);
             futures::pin_mut!(admit);
-            assert!(futures::poll!(&mut admit).is_pending(), "the backlog is full");
+            assert!(
+                futures::poll!(&mut admit).is_pending(),
+                "the backlog is full"
+            );
             backlog.delivered();
             admit.await.unwrap();
             assert_eq!(backlog.frames(), MAX_QUEUED_FRAMES);
@@ -148,7 +151,7 @@ mod tests {
             let stall = Duration::from_millis(20);
             assert_eq!(backlog.admit(1, stall).await, Err(Stalled { stall }));
             assert_eq!(
-                Stalled { stall: Duration::from_secs(120) }.to_string(),
+                Stalled { stall: Duration::from_mins(2) }.to_string(),
                 "the client took none of its agent's output for 120s (acp-host serve --stall-timeout)"
             );
         });

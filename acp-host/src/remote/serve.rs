@@ -414,18 +414,18 @@ impl ConnectTo<Client> for ServedAgent {
         let stdout = agent_frames(pipes.stdout, id)
             .map_err(|err| std::io::Error::other(err.to_string()))
             .and_then(move |line| {
-            let backlog = backlog.clone();
-            async move {
-                if let Some(backlog) = backlog {
-                    backlog.admit(line.len(), stall).await.map_err(|stalled| {
-                        tracing::warn!(connection = id, "{stalled}: ending it and its agent");
-                        std::io::Error::other(stalled.to_string())
-                    })?;
+                let backlog = backlog.clone();
+                async move {
+                    if let Some(backlog) = backlog {
+                        backlog.admit(line.len(), stall).await.map_err(|stalled| {
+                            tracing::warn!(connection = id, "{stalled}: ending it and its agent");
+                            std::io::Error::other(stalled.to_string())
+                        })?;
+                    }
+                    Ok(line)
                 }
-                Ok(line)
-            }
-        })
-        .boxed();
+            })
+            .boxed();
         let relay = ConnectTo::<Client>::connect_to(Lines::new(pipes.stdin, stdout), client);
         let result = tokio::select! {
             result = relay => result,
@@ -459,15 +459,14 @@ pub(super) fn agent_frames(
     .map_err(BadOutput)
     .map_ok(move |line| {
         let line = line.strip_suffix(b"\r").unwrap_or(&line);
-        match std::str::from_utf8(line) {
-            Ok(text) => text.to_owned(),
-            Err(_) => {
-                tracing::warn!(
-                    connection = id,
-                    "the agent sent a frame that is not valid UTF-8; relayed it with replacement characters"
-                );
-                String::from_utf8_lossy(line).into_owned()
-            }
+        if let Ok(text) = std::str::from_utf8(line) {
+            text.to_owned()
+        } else {
+            tracing::warn!(
+                connection = id,
+                "the agent sent a frame that is not valid UTF-8; relayed it with replacement characters"
+            );
+            String::from_utf8_lossy(line).into_owned()
         }
     })
 }

@@ -11,8 +11,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use acp_tests::{
-    HANG_GUARD, agents_in, bin, code, host_run, line_channel, processes_in, run_to_end, stderr, stdout,
-    suite_state, wait_for_file, wait_output, wait_until,
+    HANG_GUARD, agents_in, bin, code, host_run, line_channel, processes_in, run_to_end, stderr,
+    stdout, suite_state, wait_for_file, wait_output, wait_until,
 };
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -828,15 +828,21 @@ impl WsClient {
 
     /// `initialize` and `session/new` in `cwd`, then `session/prompt` sent (id 3): its session.
     fn start_prompt(&mut self, cwd: &Path) -> String {
-        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": 1, "clientCapabilities": {}}}));
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+        );
         self.until_answer(1);
-        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
-            "params": {"cwd": cwd.display().to_string(), "mcpServers": []}}));
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+            "params": {"cwd": cwd.display().to_string(), "mcpServers": []}}),
+        );
         let (_, new) = self.until_answer(2);
         let session = new["result"]["sessionId"].as_str().unwrap().to_owned();
-        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
-            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}));
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+        );
         session
     }
 }
@@ -862,18 +868,18 @@ fn written(pid: u32) -> u64 {
 
 /// Waits until `pid` has written at least `least` bytes and then nothing for a second: it is
 /// blocked on its full stdout. What it has written.
-fn wait_blocked(pid: u32, least: u64) -> u64 {
+fn wait_blocked(pid: u32, at_least: u64) -> u64 {
     let quiet = std::time::Duration::from_secs(1);
-    let (mut last, mut since) = (written(pid), std::time::Instant::now());
+    let (mut seen, mut since) = (written(pid), std::time::Instant::now());
     let blocked = wait_until(HANG_GUARD, || {
         let now = written(pid);
-        if now != last {
-            (last, since) = (now, std::time::Instant::now());
+        if now != seen {
+            (seen, since) = (now, std::time::Instant::now());
         }
-        now >= least && since.elapsed() >= quiet
+        now >= at_least && since.elapsed() >= quiet
     });
-    assert!(blocked, "agent {pid} never blocked: {last} bytes written");
-    last
+    assert!(blocked, "agent {pid} never blocked: {seen} bytes written");
+    seen
 }
 
 /// The only agent the server runs now.
@@ -962,9 +968,11 @@ fn a_stalled_client_is_dropped_after_the_stall_timeout_and_an_abrupt_disconnect_
     the_agent(&serve);
     serve.assert_no_agents();
     assert!(
-        wait_until(HANG_GUARD, || serve.stderr().contains(
+        wait_until(HANG_GUARD, || {
+            serve.stderr().contains(
             "the client took no frame of its agent for 1s (--stall-timeout): ending it and its agent"
-        )),
+        )
+        }),
         "{}",
         serve.stderr()
     );
@@ -982,8 +990,10 @@ fn a_stalled_client_is_dropped_after_the_stall_timeout_and_an_abrupt_disconnect_
     serve.assert_no_agents();
     // And the server serves the next client.
     let mut next = WsClient::connect(&serve);
-    next.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": 1, "clientCapabilities": {}}}));
+    next.send(
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+    );
     let (_, init) = next.until_answer(1);
     assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
     drop(next);
@@ -1010,7 +1020,10 @@ impl EventStream {
         use std::io::BufRead as _;
         loop {
             let mut line = String::new();
-            let read = self.reader.read_line(&mut line).expect("the stream is open");
+            let read = self
+                .reader
+                .read_line(&mut line)
+                .expect("the stream is open");
             assert!(read > 0, "the event stream ended");
             if let Some(data) = line.trim_end().strip_prefix("data: ") {
                 return serde_json::from_str(data).expect("an event is a frame");
@@ -1078,13 +1091,13 @@ impl HttpClient {
 
 /// A POST of `body` with the suite's token.
 fn post(body: &str, connection: Option<&str>, session: Option<&str>) -> String {
-    let mut headers = String::new();
-    if let Some(id) = connection {
-        headers.push_str(&format!("Acp-Connection-Id: {id}\r\n"));
-    }
-    if let Some(id) = session {
-        headers.push_str(&format!("Acp-Session-Id: {id}\r\n"));
-    }
+    let headers: String = [
+        ("Acp-Connection-Id", connection),
+        ("Acp-Session-Id", session),
+    ]
+    .iter()
+    .filter_map(|(name, value)| value.map(|id| format!("{name}: {id}\r\n")))
+    .collect();
     format!(
         "POST /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{headers}\r\n{body}",
@@ -1121,9 +1134,11 @@ fn an_http_client_that_stops_reading_slows_its_agent_down_and_a_dead_one_is_drop
             // Taken for dead: the connection and its agent end.
             serve.assert_no_agents();
             assert!(
-                wait_until(HANG_GUARD, || serve.stderr().contains(
+                wait_until(HANG_GUARD, || {
+                    serve.stderr().contains(
                     "the client took none of its agent's output for 1s (acp-host serve --stall-timeout): ending it and its agent"
-                )),
+                )
+                }),
                 "{}",
                 serve.stderr()
             );
@@ -1213,8 +1228,9 @@ fn a_batch_runs_its_url_lines_through_serve_with_the_token_and_leaves_nothing() 
             })
             .collect();
         seen.sort();
-        let expected: Vec<(String, String)> =
-            (1..=6).map(|n| (format!("r{n}"), format!("p{n}"))).collect();
+        let expected: Vec<(String, String)> = (1..=6)
+            .map(|n| (format!("r{n}"), format!("p{n}")))
+            .collect();
         assert_eq!(seen, expected);
         // Five lines crossed the connection: the server spawned five agents.
         let starts = std::fs::read_to_string(&record).unwrap();
@@ -1232,15 +1248,13 @@ fn a_batch_runs_its_url_lines_through_serve_with_the_token_and_leaves_nothing() 
     let out = run_to_end(&mut batch(&[]));
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     let records = records(&out);
-    let refused: Vec<&Value> = records
-        .iter()
-        .filter(|r| r["status"] == "error")
-        .collect();
+    let refused: Vec<&Value> = records.iter().filter(|r| r["status"] == "error").collect();
     assert_eq!(refused.len(), 5, "{records:?}");
     assert!(
-        refused
-            .iter()
-            .all(|r| r["stderrTail"].as_str().unwrap().contains("401 Unauthorized")),
+        refused.iter().all(|r| r["stderrTail"]
+            .as_str()
+            .unwrap()
+            .contains("401 Unauthorized")),
         "{refused:?}"
     );
     assert!(!record.exists());
@@ -1254,15 +1268,13 @@ fn a_batch_runs_its_url_lines_through_serve_with_the_token_and_leaves_nothing() 
         .unwrap();
     assert_eq!(code(&local), 2);
     assert!(
-        stderr(&local).contains(
-            "--token-file and --token-env are for lines whose agent is a remote URL"
-        ),
+        stderr(&local)
+            .contains("--token-file and --token-env are for lines whose agent is a remote URL"),
         "{}",
         stderr(&local)
     );
-    let unset = run_to_end(
-        batch(&["--token-env", "E2E_NO_SUCH_TOKEN"]).env_remove("E2E_NO_SUCH_TOKEN"),
-    );
+    let unset =
+        run_to_end(batch(&["--token-env", "E2E_NO_SUCH_TOKEN"]).env_remove("E2E_NO_SUCH_TOKEN"));
     assert_eq!(code(&unset), 2);
     assert!(
         stderr(&unset).contains("--token-env: the token variable E2E_NO_SUCH_TOKEN is not set"),
