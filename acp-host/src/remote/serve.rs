@@ -1,10 +1,13 @@
 //! `acp-host serve`: any stdio agent behind ACP's Streamable HTTP / WebSocket transport.
 //!
-//! The SDK's server (`AcpHttpServer`) calls our factory once per connection; the component it
-//! returns (`ServedAgent`) spawns the agent when the connection starts and relays frames
-//! between the connection and the agent's pipes. Around the SDK's router sit two layers of ours:
-//! the bearer token, checked on every request before anything else (401, nothing spawned), and a
-//! fast refusal (503) of a new connection while `max_connections` agents are alive.
+//! Over `http://` the SDK's server (`AcpHttpServer`) calls our factory once per connection; the
+//! component it returns (`ServedAgent`) spawns the agent when the connection starts and relays
+//! frames between the connection and the agent's pipes. A WebSocket upgrade never reaches the
+//! SDK: `super::websocket` relays it itself, so that a client that stops reading slows its agent
+//! down (the SDK's per-connection queues are unbounded). Around the SDK's router sit two layers
+//! of ours: the bearer token, checked on every request before anything else (401, nothing
+//! spawned), and a fast refusal (503) of a new connection while `max_connections` agents are
+//! alive (where WebSocket upgrades are taken aside).
 //!
 //! Invariants:
 //! - each connection's agent is an [`AgentProcess`] spawned with the environment `acp-host run`
@@ -19,8 +22,13 @@
 //!   stopping (every component ends, and [`Server::run`] waits for the
 //!   teardowns before it returns);
 //! - a frame of the agent's stdout longer than `max_frame_bytes` ends its connection (and the
-//!   agent) instead of growing a buffer; frames from a client are bounded by the SDK (POST bodies,
-//!   WebSocket messages);
+//!   agent) instead of growing a buffer; one that is not UTF-8 is decoded with replacement
+//!   characters, as `acp-host run` decodes it; frames from a client are bounded by the SDK (POST
+//!   bodies) and by `super::websocket` (messages);
+//! - over `http://`, the agent's next frame is handed to the transport only while its
+//!   connection's backlog (`super::backlog`) has room (a frame counts until its event left on an
+//!   event stream, or, for the `initialize` answer, its POST's response); a client that takes
+//!   none of it for `stall_timeout` ends the connection;
 //! - the token is compared in constant time and never logged.
 
 use std::collections::HashMap;

@@ -3,7 +3,10 @@
 //! `acp-host run --agent ws://...` (its bridge) drives it: the same result as a local run,
 //! permissions decided by the client, nothing left running after a client vanishes mid-turn or
 //! the server stops, a wrong or missing token refused before anything is spawned, the connection
-//! bound, and the server's refusals to start unsafely.
+//! bound, and the server's refusals to start unsafely. A client that stops reading (a raw
+//! WebSocket client, raw `http://` requests) slows its agent down while the server's peak RSS
+//! stays bounded, and gets every chunk once it reads again; a stalled one is dropped after
+//! `--stall-timeout`; bad frames both ways; a batch whose lines name the server's URLs.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -1315,4 +1318,30 @@ fn an_agent_frame_that_is_not_utf8_is_relayed_as_a_local_run_decodes_it() {
     serve.assert_no_agents();
     let out = serve.stop();
     assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn a_websocket_upgrade_from_a_browser_origin_is_refused_and_nothing_is_spawned() {
+    let flags = temp();
+    let record = record_of(flags.path());
+    let serve = Serve::start(
+        &mock(&["hello", "--record", &record.display().to_string()]),
+        &[],
+    );
+    // A web page's WebSocket carries its Origin; with the right token it is still refused.
+    let response = raw_request(
+        serve.authority(),
+        &format!(
+            "GET /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nUpgrade: websocket\r\n\
+             Connection: close\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\nOrigin: http://page.example\r\n\r\n"
+        ),
+    );
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    assert!(
+        response.contains("WebSocket upgrades from browser origins are refused"),
+        "{response}"
+    );
+    assert!(!record.exists(), "an agent was spawned");
+    assert!(processes_in(serve.agents.path()).is_empty());
 }
