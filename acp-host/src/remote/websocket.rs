@@ -31,6 +31,9 @@ use super::serve::{Owned, Shared, agent_frames, start_agent};
 use crate::process::AgentPipes;
 use crate::run::DEFAULT_MAX_FRAME_BYTES;
 
+/// How long a closing handshake may take before the socket is simply dropped.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 /// The answer to a JSON-RPC batch (not part of ACP), as the SDK's server gives it.
 const BATCH_REJECTION: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid request","data":"JSON-RPC batches are not supported"}}"#;
 
@@ -157,6 +160,11 @@ async fn relay(socket: WebSocket, shared: Arc<Shared>, mut owned: Owned, pipes: 
     match &ending {
         Ending::Stalled(_) | Ending::BadFrame(_) => tracing::warn!(connection = id, "{ending}"),
         other => tracing::info!(connection = id, "connection ended: {other}"),
+    }
+    if matches!(ending, Ending::ClientClosed | Ending::Stopped) {
+        // Completes the closing handshake (the client's, or ours), briefly: a client that reads
+        // nothing does not hold the teardown up.
+        let _ = tokio::time::timeout(CLOSE_GRACE, to_client.close()).await;
     }
     owned.tear_down().await;
 }
