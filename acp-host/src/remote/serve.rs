@@ -377,12 +377,12 @@ fn at_capacity(shared: &Shared) -> String {
     )
 }
 
+/// A WebSocket upgrade (whatever its headers: every upgrade is a new connection, and none may
+/// reach the SDK's unbounded relay), or a POST without a connection id (`initialize`).
 fn starts_connection(request: &Request) -> bool {
-    let headers = request.headers();
-    if headers.contains_key("acp-connection-id") {
-        return false;
-    }
-    is_upgrade(request) || request.method() == axum::http::Method::POST
+    is_upgrade(request)
+        || (request.method() == axum::http::Method::POST
+            && !request.headers().contains_key("acp-connection-id"))
 }
 
 fn is_upgrade(request: &Request) -> bool {
@@ -579,5 +579,38 @@ impl Drop for Owned {
                 &runtime,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, headers: &[(&str, &str)]) -> Request {
+        let mut builder = axum::http::Request::builder().method(method).uri(ENDPOINT);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn every_websocket_upgrade_starts_a_connection_of_ours() {
+        let upgrade = ("upgrade", "WebSocket");
+        assert!(starts_connection(&request("GET", &[upgrade])));
+        // A connection id does not send an upgrade to the SDK's own (unbounded) relay.
+        assert!(starts_connection(&request(
+            "GET",
+            &[upgrade, ("acp-connection-id", "x")]
+        )));
+        assert!(starts_connection(&request("POST", &[])));
+        assert!(!starts_connection(&request(
+            "POST",
+            &[("acp-connection-id", "x")]
+        )));
+        assert!(!starts_connection(&request(
+            "GET",
+            &[("accept", "text/event-stream"), ("acp-connection-id", "x")]
+        )));
     }
 }
