@@ -179,6 +179,9 @@ pub struct Teardown {
     pub survivors: Vec<i32>,
 }
 
+/// Frames waiting for the agent's stdin, at most, before a writer waits.
+const STDIN_QUEUE_FRAMES: usize = 64;
+
 /// The agent's stdin as a line sink: each item is one frame, newline appended by the writer task.
 pub(crate) type LineSink = std::pin::Pin<Box<dyn Sink<String, Error = io::Error> + Send>>;
 
@@ -438,7 +441,9 @@ impl AgentProcess {
 
         let close_stdin = CancellationToken::new();
         let first_write = CancellationToken::new();
-        let (tx, rx) = mpsc::unbounded_channel::<String>();
+        // Bounded: a writer of frames faster than the agent reads them waits (a served agent's
+        // client is slowed down, never queued for without bound).
+        let (tx, rx) = mpsc::channel::<String>(STDIN_QUEUE_FRAMES);
         let writer = tokio::spawn(write_lines(
             stdin,
             rx,
@@ -447,6 +452,7 @@ impl AgentProcess {
         ));
         let sink = futures::sink::unfold(tx, |tx, line: String| async move {
             tx.send(line)
+                .await
                 .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "agent stdin is closed"))?;
             Ok::<_, io::Error>(tx)
         });
@@ -845,7 +851,7 @@ fn watch_pre_exec(command: &mut tokio::process::Command, watchdog: crate::watchd
 /// the agent stops reading.
 async fn write_lines(
     mut stdin: tokio::process::ChildStdin,
-    mut rx: mpsc::UnboundedReceiver<String>,
+    mut rx: mpsc::Receiver<String>,
     close: CancellationToken,
     first_write: CancellationToken,
 ) {

@@ -72,8 +72,18 @@ pub(super) struct BatchArgs {
 
     /// The agent of lines without `agent`: a registry name or a command line [default:
     /// acp-child, or the line's subagent definition's agent].
-    #[arg(long, value_name = "NAME|COMMAND-LINE")]
+    #[arg(long, value_name = "NAME|COMMAND-LINE|URL")]
     agent: Option<String>,
+
+    /// For lines whose agent is a remote URL (the line's `agent`, or --agent ws://HOST:PORT/acp):
+    /// send the token in FILE (one line) as a bearer token. Read once, before anything runs.
+    #[arg(long, value_name = "FILE", conflicts_with = "token_env")]
+    token_file: Option<PathBuf>,
+
+    /// For lines whose agent is a remote URL: send the value of the variable NAME as a bearer
+    /// token (forwarded to the remote agents' bridges only; never printed).
+    #[arg(long, value_name = "NAME")]
+    token_env: Option<String>,
 
     /// How to answer the agents' permission requests (nobody is asked during a batch)
     /// [default: reject, or the line's --subagents folder definition's; relay rejects]. A
@@ -159,6 +169,7 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     let jobs = batch::check_jobs(args.jobs.map(NonZeroUsize::get), cpus, &job_limits())
         .map_err(CliError::Usage)?;
+    check_token(args)?;
     let share = Share::from_args(args)?;
     let (lines, taken) = read_lines(args, &share)?;
     share.note(&taken, args);
@@ -377,6 +388,8 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken)
     let mut ids = std::collections::HashMap::new();
     let mut lines = Vec::new();
     let mut taken = Taken::default();
+    // Whether any line (of every worker's, so all refuse alike) goes to a remote agent.
+    let mut remote = args.agent.as_deref().is_some_and(is_remote);
     for (index, text) in input.lines().enumerate() {
         let number = index + 1;
         let text = text.map_err(|err| {
@@ -394,6 +407,7 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken)
             )));
         }
         taken.lines += 1;
+        remote |= line.agent.as_deref().is_some_and(is_remote);
         if !share.owns(&line.id) {
             continue;
         }
@@ -407,7 +421,32 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken)
         })?;
         lines.push(line);
     }
+    if !remote && (args.token_file.is_some() || args.token_env.is_some()) {
+        return Err(CliError::Usage(format!(
+            "--token-file and --token-env are for lines whose agent is a remote URL (a line's \
+             `agent` or --agent ws://HOST:PORT/acp); no line of {name} has one"
+        )));
+    }
     Ok((lines, taken))
+}
+
+fn is_remote(agent: &str) -> bool {
+    protocol::remote::remote_agent(agent).is_some()
+}
+
+/// The remote agents' token is read once, before any line: a bad one is one usage error, not a
+/// failed record per line.
+fn check_token(args: &BatchArgs) -> Result<(), CliError> {
+    use acp_host::remote::bridge;
+    if let Some(path) = &args.token_file {
+        bridge::token_from_file(path)
+            .map_err(|err| CliError::Usage(format!("--token-file: {err}")))?;
+    } else if let Some(name) = &args.token_env {
+        let value = std::env::var(name).ok();
+        bridge::token_from_var(name, value.as_deref())
+            .map_err(|err| CliError::Usage(format!("--token-env: {err}")))?;
+    }
+    Ok(())
 }
 
 /// Checks a line against the machine, as `acp-host run` would before spawning.
@@ -431,6 +470,10 @@ impl<'a> Checker<'a> {
     /// `run`, where a missing program is the run's spawn error, a batch refuses it up front
     /// rather than fail it once per line.
     fn agent(&mut self, agent: &str) -> Result<(), String> {
+        // A remote agent is the server's to start: its URL is all there is to check here.
+        if is_remote(agent) {
+            return Ok(());
+        }
         let facts = &self.facts;
         self.agents
             .entry(agent.to_owned())
@@ -487,6 +530,8 @@ fn run_args(args: &BatchArgs, line: &BatchLine) -> RunArgs {
         }),
         timeout: args.timeout.map(|s| s.0),
         subagent_dirs: args.subagent_dirs.clone(),
+        token_file: args.token_file.clone(),
+        token_env: args.token_env.clone(),
     };
     RunArgs::for_batch(line, &flags)
 }

@@ -82,10 +82,20 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(STREAM_GRACE))]
     stream_grace: Seconds,
+
+    /// A client that takes none of its agent's output for this long, while output waits for it,
+    /// is taken for dead: its connection and agent end. A slower client only slows its agent
+    /// down (the server stops reading the agent's output while a client lags).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(STALL_TIMEOUT))]
+    stall_timeout: Seconds,
 }
 
 /// Default `--stream-grace`: room for a client to reopen a dropped event stream.
 const STREAM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Default `--stall-timeout`: far beyond any live client's pause, short of holding a slot for ever.
+const STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_mins(2);
 
 const SERVE_AFTER_HELP: &str = "\
 Examples:
@@ -198,6 +208,7 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
             term: args.term_grace.0,
         },
         stream_grace: args.stream_grace.0,
+        stall_timeout: args.stall_timeout.0,
     };
     // The main thread: agents are spawned on it, and it lives as long as the server (see
     // `Server::run`).

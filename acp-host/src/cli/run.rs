@@ -285,11 +285,16 @@ impl RunArgs {
     /// member here.
     pub(super) fn for_batch(line: &BatchLine, batch: &BatchFlags) -> RunArgs {
         let defaults = Timeouts::default();
+        let agent = line.agent.clone().or_else(|| batch.agent.clone());
+        // The token goes to the lines whose agent is a URL; a local agent takes none.
+        let remote = agent
+            .as_deref()
+            .is_some_and(|agent| remote::remote_agent(agent).is_some());
         RunArgs {
             prompt: line.prompt.clone(),
-            agent: line.agent.clone().or_else(|| batch.agent.clone()),
-            token_file: None,
-            token_env: None,
+            agent,
+            token_file: batch.token_file.clone().filter(|_| remote),
+            token_env: batch.token_env.clone().filter(|_| remote),
             subagent: line.subagent.clone(),
             subagent_dirs: batch.subagent_dirs.clone(),
             persona: None,
@@ -325,6 +330,10 @@ pub(super) struct BatchFlags {
     pub(super) permission: Option<PolicyArg>,
     pub(super) timeout: Option<Duration>,
     pub(super) subagent_dirs: Vec<PathBuf>,
+    /// The remote agents' token (`--token-file`, `--token-env`), for the lines whose agent is
+    /// a URL.
+    pub(super) token_file: Option<PathBuf>,
+    pub(super) token_env: Option<String>,
 }
 
 /// Stdout text is written in pieces of at least this size while the agent streams.

@@ -10,10 +10,13 @@
 //!   agent process, owned as `acp-host run` owns one ([`crate::process::AgentProcess`]: scrubbed
 //!   environment, own process group, watchdog, the EOF -> TERM -> KILL ladder over its tree), and
 //!   frames are relayed both ways; a bearer token guards every request, and a bound on live agents
-//!   refuses connections past it.
+//!   refuses connections past it. What waits for a client is bounded ([`backlog`] over `http://`,
+//!   one frame at a time over WebSocket, relayed by `websocket`): a slow client slows its agent.
 //!
 //! The decisions (which `--agent` is a URL, token rules, who may listen without a token) are
 //! `protocol::remote`'s.
 
+pub mod backlog;
 pub mod bridge;
 pub mod serve;
+mod websocket;

@@ -1,10 +1,13 @@
 //! `acp-host serve`: any stdio agent behind ACP's Streamable HTTP / WebSocket transport.
 //!
-//! The SDK's server (`AcpHttpServer`) calls our factory once per connection; the component it
-//! returns (`ServedAgent`) spawns the agent when the connection starts and relays frames
-//! between the connection and the agent's pipes. Around the SDK's router sit two layers of ours:
-//! the bearer token, checked on every request before anything else (401, nothing spawned), and a
-//! fast refusal (503) of a new connection while `max_connections` agents are alive.
+//! Over `http://` the SDK's server (`AcpHttpServer`) calls our factory once per connection; the
+//! component it returns (`ServedAgent`) spawns the agent when the connection starts and relays
+//! frames between the connection and the agent's pipes. A WebSocket upgrade never reaches the
+//! SDK: `super::websocket` relays it itself, so that a client that stops reading slows its agent
+//! down (the SDK's per-connection queues are unbounded). Around the SDK's router sit two layers
+//! of ours: the bearer token, checked on every request before anything else (401, nothing
+//! spawned), and a fast refusal (503) of a new connection while `max_connections` agents are
+//! alive (where WebSocket upgrades are taken aside).
 //!
 //! Invariants:
 //! - each connection's agent is an [`AgentProcess`] spawned with the environment `acp-host run`
@@ -19,8 +22,13 @@
 //!   stopping (every component ends, and [`Server::run`] waits for the
 //!   teardowns before it returns);
 //! - a frame of the agent's stdout longer than `max_frame_bytes` ends its connection (and the
-//!   agent) instead of growing a buffer; frames from a client are bounded by the SDK (POST bodies,
-//!   WebSocket messages);
+//!   agent) instead of growing a buffer; one that is not UTF-8 is decoded with replacement
+//!   characters, as `acp-host run` decodes it; frames from a client are bounded by the SDK (POST
+//!   bodies) and by `super::websocket` (messages);
+//! - over `http://`, the agent's next frame is handed to the transport only while its
+//!   connection's backlog (`super::backlog`) has room (a frame counts until its event left on an
+//!   event stream, or, for the `initialize` answer, its POST's response); a client that takes
+//!   none of it for `stall_timeout` ends the connection;
 //! - the token is compared in constant time and never logged.
 
 use std::collections::HashMap;
@@ -43,12 +51,13 @@ use protocol::remote::Token;
 use protocol::request::AgentCommand;
 use tokio::net::TcpListener;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::codec::{FramedRead, LinesCodec};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
-use crate::process::{AgentProcess, Graces, SpawnSpec, StderrSink};
+use super::backlog::Backlog;
+use crate::process::{AgentPipes, AgentProcess, Graces, SpawnSpec, StderrSink};
 use crate::run::{DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYTES, Prepared};
 
 /// The endpoint path: the transport's default, which a client given a bare `ws://HOST:PORT`
@@ -74,6 +83,9 @@ pub struct ServeConfig {
     /// down: an HTTP client that vanishes sends no `DELETE`, and the transport keeps such a
     /// connection for a reconnect that never comes.
     pub stream_grace: Duration,
+    /// How long the agent's output may wait for a client that takes none of it before the
+    /// client is taken for dead and its connection and agent end.
+    pub stall_timeout: Duration,
 }
 
 /// The server could not start.
@@ -176,13 +188,13 @@ async fn health() -> &'static str {
     "ok"
 }
 
-struct Shared {
-    config: Arc<ServeConfig>,
+pub(super) struct Shared {
+    pub(super) config: Arc<ServeConfig>,
     /// One permit per live agent, held until its teardown has ended.
     slots: Arc<Semaphore>,
     /// Teardowns of agents whose connection went away; awaited when the server stops.
     teardowns: TaskTracker,
-    stop: CancellationToken,
+    pub(super) stop: CancellationToken,
     /// Connection numbers for the log.
     next_id: AtomicU64,
     /// HTTP connections by the transport's `Acp-Connection-Id`: their event streams are counted.
@@ -199,6 +211,8 @@ tokio::task_local! {
 #[derive(Default)]
 struct Link {
     end: CancellationToken,
+    /// The agent's frames the transport holds for this connection's event streams.
+    backlog: Arc<Backlog>,
     streams: AtomicUsize,
     /// Bumped on every stream opened or closed: a grace timer armed before acts on nothing.
     generation: AtomicU64,
@@ -299,12 +313,17 @@ async fn admit_connection(
         );
         return (StatusCode::SERVICE_UNAVAILABLE, at_capacity(&shared)).into_response();
     }
+    if starts && is_upgrade(&request) {
+        return super::websocket::upgrade(shared, request).await;
+    }
     if starts && request.method() == axum::http::Method::POST {
         let link = Arc::new(Link::default());
         let response = PENDING_LINK
             .scope(Arc::clone(&link), next.run(request))
             .await;
         if let Some(id) = connection_id(response.headers()) {
+            // The answer to `initialize` is the one frame a POST's response carries.
+            link.backlog.delivered();
             let mut links = crate::lock(&shared.links);
             links.retain(|_, link| link.strong_count() > 0);
             links.insert(id.to_owned(), Arc::downgrade(&link));
@@ -330,7 +349,13 @@ async fn admit_connection(
             let guard = StreamGuard::open(Arc::clone(&shared), link);
             response.map(|body| {
                 axum::body::Body::from_stream(body.into_data_stream().map(move |chunk| {
-                    let _held = &guard;
+                    // One chunk is one event; an event with data is one of the agent's frames
+                    // (the others are keep-alive comments).
+                    if let Ok(chunk) = &chunk
+                        && chunk.starts_with(b"data:")
+                    {
+                        guard.link.backlog.delivered();
+                    }
                     chunk
                 }))
             })
@@ -352,15 +377,19 @@ fn at_capacity(shared: &Shared) -> String {
     )
 }
 
+/// A WebSocket upgrade (whatever its headers: every upgrade is a new connection, and none may
+/// reach the SDK's unbounded relay), or a POST without a connection id (`initialize`).
 fn starts_connection(request: &Request) -> bool {
-    let headers = request.headers();
-    if headers.contains_key("acp-connection-id") {
-        return false;
-    }
-    let upgrade = headers
+    is_upgrade(request)
+        || (request.method() == axum::http::Method::POST
+            && !request.headers().contains_key("acp-connection-id"))
+}
+
+fn is_upgrade(request: &Request) -> bool {
+    request
+        .headers()
         .get(header::UPGRADE)
-        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"websocket"));
-    upgrade || request.method() == axum::http::Method::POST
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"websocket"))
 }
 
 /// One connection's agent: spawned when the SDK connects it, torn down when it ends.
@@ -375,54 +404,36 @@ impl ConnectTo<Client> for ServedAgent {
         self,
         client: impl ConnectTo<Agent>,
     ) -> Result<(), agent_client_protocol::Error> {
+        // Over http:// the link counts what the client took; without one (not a connection
+        // started by a POST) nothing can be counted, and the frames are not held back.
+        let backlog = self.link.as_ref().map(|link| Arc::clone(&link.backlog));
         let (shared, link) = (self.shared, self.link.unwrap_or_default());
-        // Counted before anything else, so a stopping server waits for this connection too.
-        let tracked = shared.teardowns.token();
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let Ok(slot) = Arc::clone(&shared.slots).try_acquire_owned() else {
-            tracing::warn!(connection = id, "refused a connection: every slot is taken");
-            return Err(agent_client_protocol::Error::internal_error().data(at_capacity(&shared)));
-        };
-        if shared.stop.is_cancelled() {
-            return Ok(());
-        }
-        let config = &shared.config;
-        let spec = SpawnSpec {
-            program: config.agent.program.clone(),
-            args: config.agent.args.clone(),
-            cwd: config.cwd.clone(),
-            env: config.prepared.agent_env().env.clone(),
-            stderr_tail_bytes: DEFAULT_STDERR_TAIL_BYTES,
-            stderr_lines: Some(stderr_log(id, &config.prepared)),
-        };
-        // On the thread polling the connection, waiting (briefly: the watchdog's word that the
-        // agent started) as `acp-host run` does; see [`Server::run`] for which thread that is.
-        let (process, pipes) = match AgentProcess::spawn(&spec) {
-            Ok(spawned) => spawned,
-            Err(err) => {
-                tracing::error!(connection = id, "{}", protocol::report::describe(&err));
-                return Err(agent_client_protocol::Error::internal_error()
-                    .data(format!("acp-host serve: {err}")));
+        let (mut guard, pipes) = match start_agent(&shared) {
+            Ok(Some(started)) => started,
+            Ok(None) => return Ok(()),
+            Err(message) => {
+                return Err(agent_client_protocol::Error::internal_error().data(message));
             }
         };
-        tracing::info!(connection = id, pid = process.pid(), "agent started");
-        let mut guard = Owned {
-            process: Some(process),
-            slot: Some(slot),
-            shared: Arc::clone(&shared),
-            id,
-            tracked: Some(tracked),
-        };
-        let stdout = FramedRead::new(
-            pipes.stdout,
-            LinesCodec::new_with_max_length(DEFAULT_MAX_FRAME_BYTES),
-        )
-        .map_err(|err| {
-            std::io::Error::other(format!(
-                "the agent's stdout: {err} (frames are at most {DEFAULT_MAX_FRAME_BYTES} bytes)"
-            ))
-        })
-        .boxed();
+        let id = guard.id;
+        let stall = shared.config.stall_timeout;
+        // Each frame waits for room in the connection's backlog before the transport (whose
+        // queues are unbounded) takes it: the agent then blocks on its own full pipe.
+        let stdout = agent_frames(pipes.stdout, id)
+            .map_err(|err| std::io::Error::other(err.to_string()))
+            .and_then(move |line| {
+                let backlog = backlog.clone();
+                async move {
+                    if let Some(backlog) = backlog {
+                        backlog.admit(line.len(), stall).await.map_err(|stalled| {
+                            tracing::warn!(connection = id, "{stalled}: ending it and its agent");
+                            std::io::Error::other(stalled.to_string())
+                        })?;
+                    }
+                    Ok(line)
+                }
+            })
+            .boxed();
         let relay = ConnectTo::<Client>::connect_to(Lines::new(pipes.stdin, stdout), client);
         let result = tokio::select! {
             result = relay => result,
@@ -437,6 +448,80 @@ impl ConnectTo<Client> for ServedAgent {
     }
 }
 
+/// The agent's stdout ended a connection: a line past the frame limit, or a read error.
+#[derive(Debug, thiserror::Error)]
+#[error("the agent's stdout: {0} (frames are at most {DEFAULT_MAX_FRAME_BYTES} bytes)")]
+pub(super) struct BadOutput(AnyDelimiterCodecError);
+
+/// The agent's stdout as frames (lines without their line break). A frame that is not UTF-8 is
+/// decoded with replacement characters, as `acp-host run` decodes it, rather than ending the
+/// connection.
+pub(super) fn agent_frames(
+    stdout: tokio::process::ChildStdout,
+    id: u64,
+) -> impl futures::Stream<Item = Result<String, BadOutput>> + Send + Unpin + 'static {
+    FramedRead::new(
+        stdout,
+        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), DEFAULT_MAX_FRAME_BYTES),
+    )
+    .map_err(BadOutput)
+    .map_ok(move |line| {
+        let line = line.strip_suffix(b"\r").unwrap_or(&line);
+        if let Ok(text) = std::str::from_utf8(line) {
+            text.to_owned()
+        } else {
+            tracing::warn!(
+                connection = id,
+                "the agent sent a frame that is not valid UTF-8; relayed it with replacement characters"
+            );
+            String::from_utf8_lossy(line).into_owned()
+        }
+    })
+}
+
+/// Takes a slot and spawns a connection's agent: `Ok(None)` when the server is stopping, `Err`
+/// (the client's message, already logged) when every slot is taken or the spawn failed.
+///
+/// On the thread polling the connection, waiting (briefly: the watchdog's word that the agent
+/// started) as `acp-host run` does; see [`Server::run`] for which thread that is.
+pub(super) fn start_agent(shared: &Arc<Shared>) -> Result<Option<(Owned, AgentPipes)>, String> {
+    // Counted before anything else, so a stopping server waits for this connection too.
+    let tracked = shared.teardowns.token();
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let Ok(slot) = Arc::clone(&shared.slots).try_acquire_owned() else {
+        tracing::warn!(connection = id, "refused a connection: every slot is taken");
+        return Err(at_capacity(shared));
+    };
+    if shared.stop.is_cancelled() {
+        return Ok(None);
+    }
+    let config = &shared.config;
+    let spec = SpawnSpec {
+        program: config.agent.program.clone(),
+        args: config.agent.args.clone(),
+        cwd: config.cwd.clone(),
+        env: config.prepared.agent_env().env.clone(),
+        stderr_tail_bytes: DEFAULT_STDERR_TAIL_BYTES,
+        stderr_lines: Some(stderr_log(id, &config.prepared)),
+    };
+    let (process, pipes) = match AgentProcess::spawn(&spec) {
+        Ok(spawned) => spawned,
+        Err(err) => {
+            tracing::error!(connection = id, "{}", protocol::report::describe(&err));
+            return Err(format!("acp-host serve: {err}"));
+        }
+    };
+    tracing::info!(connection = id, pid = process.pid(), "agent started");
+    let owned = Owned {
+        process: Some(process),
+        slot: Some(slot),
+        shared: Arc::clone(shared),
+        id,
+        tracked: Some(tracked),
+    };
+    Ok(Some((owned, pipes)))
+}
+
 /// The agent's stderr goes to the server's log (debug), credential values redacted; it does not
 /// cross the connection.
 fn stderr_log(id: u64, prepared: &Prepared) -> StderrSink {
@@ -448,17 +533,17 @@ fn stderr_log(id: u64, prepared: &Prepared) -> StderrSink {
 
 /// A connection's agent and its slot: torn down in place when the relay ends, or on a tracked
 /// task when the SDK drops the connection (a client gone, a `DELETE`).
-struct Owned {
+pub(super) struct Owned {
     process: Option<AgentProcess>,
     slot: Option<OwnedSemaphorePermit>,
     shared: Arc<Shared>,
-    id: u64,
+    pub(super) id: u64,
     /// Keeps [`Server::run`] waiting until the teardown has ended.
     tracked: Option<TaskTrackerToken>,
 }
 
 impl Owned {
-    async fn tear_down(&mut self) {
+    pub(super) async fn tear_down(&mut self) {
         if let Some(process) = self.process.take() {
             finish(process, self.shared.config.graces, self.id).await;
         }
@@ -494,5 +579,38 @@ impl Drop for Owned {
                 &runtime,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: &str, headers: &[(&str, &str)]) -> Request {
+        let mut builder = axum::http::Request::builder().method(method).uri(ENDPOINT);
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(axum::body::Body::empty()).unwrap()
+    }
+
+    #[test]
+    fn every_websocket_upgrade_starts_a_connection_of_ours() {
+        let upgrade = ("upgrade", "WebSocket");
+        assert!(starts_connection(&request("GET", &[upgrade])));
+        // A connection id does not send an upgrade to the SDK's own (unbounded) relay.
+        assert!(starts_connection(&request(
+            "GET",
+            &[upgrade, ("acp-connection-id", "x")]
+        )));
+        assert!(starts_connection(&request("POST", &[])));
+        assert!(!starts_connection(&request(
+            "POST",
+            &[("acp-connection-id", "x")]
+        )));
+        assert!(!starts_connection(&request(
+            "GET",
+            &[("accept", "text/event-stream"), ("acp-connection-id", "x")]
+        )));
     }
 }

@@ -3,7 +3,10 @@
 //! `acp-host run --agent ws://...` (its bridge) drives it: the same result as a local run,
 //! permissions decided by the client, nothing left running after a client vanishes mid-turn or
 //! the server stops, a wrong or missing token refused before anything is spawned, the connection
-//! bound, and the server's refusals to start unsafely.
+//! bound, and the server's refusals to start unsafely. A client that stops reading (a raw
+//! WebSocket client, raw `http://` requests) slows its agent down while the server's peak RSS
+//! stays bounded, and gets every chunk once it reads again; a stalled one is dropped after
+//! `--stall-timeout`; bad frames both ways; a batch whose lines name the server's URLs.
 
 use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -12,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use acp_tests::{
     HANG_GUARD, agents_in, bin, code, host_run, line_channel, processes_in, run_to_end, stderr,
-    suite_state, wait_for_file, wait_output, wait_until,
+    stdout, suite_state, wait_for_file, wait_output, wait_until,
 };
 use nix::sys::signal::Signal;
 use serde_json::Value;
@@ -777,4 +780,568 @@ fn wss_and_https_through_a_tls_terminator_reach_the_served_agent() {
         assert_eq!(result_record(&out)["status"], "error");
     }
     serve.assert_no_agents();
+}
+
+/// A WebSocket client of `acp-host serve` that reads only when the test says so: what a client
+/// that stops reading (stuck, or on a link slower than its agent) looks like to the server.
+struct WsClient {
+    socket: tungstenite::WebSocket<std::net::TcpStream>,
+}
+
+impl WsClient {
+    fn connect(serve: &Serve) -> WsClient {
+        let stream = std::net::TcpStream::connect(serve.authority()).unwrap();
+        stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let request = tungstenite::ClientRequestBuilder::new(serve.url.parse().unwrap())
+            .with_header("Authorization", format!("Bearer {TOKEN}"));
+        let (socket, _) = tungstenite::client(request, stream).expect("the upgrade is accepted");
+        WsClient { socket }
+    }
+
+    fn send(&mut self, frame: &Value) {
+        self.socket
+            .send(tungstenite::Message::text(frame.to_string()))
+            .unwrap();
+    }
+
+    /// The next frame from the agent.
+    fn next(&mut self) -> Value {
+        loop {
+            match self.socket.read().expect("the connection is open") {
+                tungstenite::Message::Text(text) => {
+                    return serde_json::from_str(text.as_str()).expect("a frame is JSON");
+                }
+                tungstenite::Message::Close(_) => panic!("the server closed the connection"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Frames up to the answer to request `id`: the notifications before it, and the answer.
+    fn until_answer(&mut self, id: u64) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            let frame = self.next();
+            if frame["id"] == id && frame.get("method").is_none() {
+                return (before, frame);
+            }
+            before.push(frame);
+        }
+    }
+
+    /// `initialize` and `session/new` in `cwd`, then `session/prompt` sent (id 3): its session.
+    fn start_prompt(&mut self, cwd: &Path) -> String {
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+        );
+        self.until_answer(1);
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+            "params": {"cwd": cwd.display().to_string(), "mcpServers": []}}),
+        );
+        let (_, new) = self.until_answer(2);
+        let session = new["result"]["sessionId"].as_str().unwrap().to_owned();
+        self.send(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+        );
+        session
+    }
+}
+
+/// A `/proc/PID/status` figure in KiB (`VmRSS`, `VmHWM`: the peak resident set).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// Bytes `pid` has written so far (`wchar` of `/proc/PID/io`).
+fn written(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|line| line.strip_prefix("wchar: "))
+        .and_then(|n| n.parse().ok())
+        .unwrap()
+}
+
+/// Waits until `pid` has written at least `least` bytes and then nothing for a second: it is
+/// blocked on its full stdout. What it has written.
+fn wait_blocked(pid: u32, at_least: u64) -> u64 {
+    let quiet = std::time::Duration::from_secs(1);
+    let (mut seen, mut since) = (written(pid), std::time::Instant::now());
+    let blocked = wait_until(HANG_GUARD, || {
+        let now = written(pid);
+        if now != seen {
+            (seen, since) = (now, std::time::Instant::now());
+        }
+        now >= at_least && since.elapsed() >= quiet
+    });
+    assert!(blocked, "agent {pid} never blocked: {seen} bytes written");
+    seen
+}
+
+/// The only agent the server runs now.
+fn the_agent(serve: &Serve) -> u32 {
+    let mut agents = Vec::new();
+    assert!(
+        wait_until(HANG_GUARD, || {
+            agents = agents_in(serve.agents.path());
+            agents.len() == 1
+        }),
+        "agents: {agents:?}"
+    );
+    agents[0]
+}
+
+/// What the flood of [`FLOOD_CHUNKS`] chunks of [`FLOOD_BYTES`] sends: 64 MiB.
+const FLOOD_CHUNKS: usize = 1024;
+const FLOOD_BYTES: usize = 64 * 1024;
+
+/// How much the server may grow while its client does not read (one frame in hand, the
+/// transport's buffers; the kernel's socket buffers are not the server's memory).
+const STALLED_GROWTH_KIB: u64 = 16 * 1024;
+
+fn flood_agent() -> String {
+    mock(&[
+        "flood",
+        "--chunks",
+        &FLOOD_CHUNKS.to_string(),
+        "--bytes",
+        &FLOOD_BYTES.to_string(),
+    ])
+}
+
+#[test]
+fn a_client_that_stops_reading_slows_its_agent_down_and_the_server_stays_small() {
+    let mut serve = Serve::start(&flood_agent(), &[]);
+    let server = serve.child.as_ref().unwrap().id();
+    let cwd = temp();
+    let mut client = WsClient::connect(&serve);
+    let session = client.start_prompt(cwd.path());
+    let agent = the_agent(&serve);
+    let before = status_kib(server, "VmRSS");
+    // The client reads nothing: the agent is stopped by its full pipe long before its 64 MiB.
+    let sent = wait_blocked(agent, 1024 * 1024);
+    let total = u64::try_from(FLOOD_CHUNKS * FLOOD_BYTES).unwrap();
+    assert!(sent < total / 2, "the agent wrote {sent} of {total} bytes");
+    let peak = status_kib(server, "VmHWM");
+    assert!(
+        peak < before + STALLED_GROWTH_KIB,
+        "serve peaked at {peak} KiB from {before} KiB while its client did not read"
+    );
+    // The client reads again: the turn ends with every chunk, in order.
+    let (updates, answer) = client.until_answer(3);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let texts: Vec<&str> = updates
+        .iter()
+        .filter(|u| u["params"]["sessionId"] == session.as_str())
+        .filter_map(|u| u["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(texts.len(), FLOOD_CHUNKS);
+    for (index, text) in texts.iter().enumerate() {
+        assert_eq!(
+            *text,
+            acp_tests::mock::cli::flood_chunk(index, FLOOD_BYTES),
+            "chunk {index}"
+        );
+    }
+    let peak = status_kib(server, "VmHWM");
+    assert!(
+        peak < before + STALLED_GROWTH_KIB,
+        "serve peaked at {peak} KiB from {before} KiB relaying 64 MiB"
+    );
+    client.socket.close(None).unwrap();
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn a_stalled_client_is_dropped_after_the_stall_timeout_and_an_abrupt_disconnect_leaves_nothing() {
+    // Taken for dead after a second of taking nothing.
+    let mut serve = Serve::start(&flood_agent(), &["--stall-timeout", "1"]);
+    let cwd = temp();
+    let mut client = WsClient::connect(&serve);
+    client.start_prompt(cwd.path());
+    the_agent(&serve);
+    serve.assert_no_agents();
+    assert!(
+        wait_until(HANG_GUARD, || {
+            serve.stderr().contains(
+            "the client took no frame of its agent for 1s (--stall-timeout): ending it and its agent"
+        )
+        }),
+        "{}",
+        serve.stderr()
+    );
+    drop(client);
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+
+    // A client that vanishes while its agent is blocked on it: the socket's end is seen, the agent
+    // torn down.
+    let mut serve = Serve::start(&flood_agent(), &[]);
+    let mut client = WsClient::connect(&serve);
+    client.start_prompt(cwd.path());
+    wait_blocked(the_agent(&serve), 1024 * 1024);
+    drop(client);
+    serve.assert_no_agents();
+    // And the server serves the next client.
+    let mut next = WsClient::connect(&serve);
+    next.send(
+        &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": 1, "clientCapabilities": {}}}),
+    );
+    let (_, init) = next.until_answer(1);
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    drop(next);
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+/// An `http://` client of `acp-host serve` on raw sockets: POSTs, and event streams it reads
+/// only when the test says so.
+struct HttpClient {
+    authority: String,
+    connection: String,
+}
+
+/// One server-sent event stream, read line by line.
+struct EventStream {
+    reader: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl EventStream {
+    /// The next event's frame (keep-alives and chunk sizes skipped).
+    fn next(&mut self) -> Value {
+        use std::io::BufRead as _;
+        loop {
+            let mut line = String::new();
+            let read = self
+                .reader
+                .read_line(&mut line)
+                .expect("the stream is open");
+            assert!(read > 0, "the event stream ended");
+            if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                return serde_json::from_str(data).expect("an event is a frame");
+            }
+        }
+    }
+
+    fn until_answer(&mut self, id: u64) -> (Vec<Value>, Value) {
+        let mut before = Vec::new();
+        loop {
+            let frame = self.next();
+            if frame["id"] == id && frame.get("method").is_none() {
+                return (before, frame);
+            }
+            before.push(frame);
+        }
+    }
+}
+
+impl HttpClient {
+    /// `initialize` by POST: the connection it starts.
+    fn connect(serve: &Serve) -> HttpClient {
+        let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#;
+        let response = raw_request(serve.authority(), &post(init, None, None));
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let connection = response
+            .lines()
+            .find_map(|line| line.strip_prefix("acp-connection-id: "))
+            .expect("a connection id")
+            .trim()
+            .to_owned();
+        HttpClient {
+            authority: serve.authority().to_owned(),
+            connection,
+        }
+    }
+
+    fn post(&self, frame: &Value, session: Option<&str>) {
+        let response = raw_request(
+            &self.authority,
+            &post(&frame.to_string(), Some(&self.connection), session),
+        );
+        assert!(response.starts_with("HTTP/1.1 202"), "{response}");
+    }
+
+    /// Opens the connection's event stream, or a session's.
+    fn events(&self, session: Option<&str>) -> EventStream {
+        let mut stream = std::net::TcpStream::connect(&self.authority).unwrap();
+        stream.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let session = session.map_or_else(String::new, |id| format!("Acp-Session-Id: {id}\r\n"));
+        write!(
+            stream,
+            "GET /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Accept: text/event-stream\r\nAcp-Connection-Id: {}\r\n{session}\r\n",
+            self.connection
+        )
+        .unwrap();
+        let mut reader = std::io::BufReader::new(stream);
+        let mut status = String::new();
+        std::io::BufRead::read_line(&mut reader, &mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        EventStream { reader }
+    }
+}
+
+/// A POST of `body` with the suite's token.
+fn post(body: &str, connection: Option<&str>, session: Option<&str>) -> String {
+    let headers: String = [
+        ("Acp-Connection-Id", connection),
+        ("Acp-Session-Id", session),
+    ]
+    .iter()
+    .filter_map(|(name, value)| value.map(|id| format!("{name}: {id}\r\n")))
+    .collect();
+    format!(
+        "POST /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{headers}\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn an_http_client_that_stops_reading_slows_its_agent_down_and_a_dead_one_is_dropped() {
+    for stall in [None, Some("1")] {
+        let mut extra = vec!["--stream-grace", "1"];
+        extra.extend(stall.iter().flat_map(|s| ["--stall-timeout", s]));
+        let mut serve = Serve::start(&flood_agent(), &extra);
+        let server = serve.child.as_ref().unwrap().id();
+        let cwd = temp();
+        let client = HttpClient::connect(&serve);
+        let mut events = client.events(None);
+        client.post(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "session/new",
+                "params": {"cwd": cwd.path().display().to_string(), "mcpServers": []}}),
+            None,
+        );
+        let (_, new) = events.until_answer(2);
+        let session = new["result"]["sessionId"].as_str().unwrap().to_owned();
+        let agent = the_agent(&serve);
+        let before = status_kib(server, "VmRSS");
+        // The prompt's updates go to the session's event stream, which nobody reads yet.
+        client.post(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "session/prompt",
+                "params": {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}}),
+            Some(&session),
+        );
+        if stall.is_some() {
+            // Taken for dead: the connection and its agent end.
+            serve.assert_no_agents();
+            assert!(
+                wait_until(HANG_GUARD, || {
+                    serve.stderr().contains(
+                    "the client took none of its agent's output for 1s (acp-host serve --stall-timeout): ending it and its agent"
+                )
+                }),
+                "{}",
+                serve.stderr()
+            );
+            let out = serve.stop();
+            assert_eq!(code(&out), 0, "{}", serve.stderr());
+            continue;
+        }
+        let sent = wait_blocked(agent, 1024 * 1024);
+        let total = u64::try_from(FLOOD_CHUNKS * FLOOD_BYTES).unwrap();
+        assert!(sent < total / 2, "the agent wrote {sent} of {total} bytes");
+        let peak = status_kib(server, "VmHWM");
+        assert!(
+            peak < before + STALLED_GROWTH_KIB,
+            "serve peaked at {peak} KiB from {before} KiB while its client did not read"
+        );
+        // The client opens the session's stream and reads: every chunk, in order.
+        let mut updates = client.events(Some(&session));
+        let (frames, answer) = updates.until_answer(3);
+        assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+        let texts: Vec<&str> = frames
+            .iter()
+            .filter_map(|u| u["params"]["update"]["content"]["text"].as_str())
+            .collect();
+        assert_eq!(texts.len(), FLOOD_CHUNKS);
+        for (index, text) in texts.iter().enumerate() {
+            assert_eq!(
+                *text,
+                acp_tests::mock::cli::flood_chunk(index, FLOOD_BYTES),
+                "chunk {index}"
+            );
+        }
+        let peak = status_kib(server, "VmHWM");
+        assert!(
+            peak < before + STALLED_GROWTH_KIB,
+            "serve peaked at {peak} KiB from {before} KiB relaying 64 MiB"
+        );
+        // Both streams dropped: after the grace, the connection and its agent end.
+        drop((events, updates));
+        serve.assert_no_agents();
+        let out = serve.stop();
+        assert_eq!(code(&out), 0, "{}", serve.stderr());
+    }
+}
+
+#[test]
+fn a_batch_runs_its_url_lines_through_serve_with_the_token_and_leaves_nothing() {
+    let (dir, flags) = (temp(), temp());
+    let record = record_of(flags.path());
+    let mut serve = Serve::start(
+        &mock(&["echo-prompt", "--record", &record.display().to_string()]),
+        &["--max-connections", "4"],
+    );
+    let http = serve.url.replacen("ws://", "http://", 1);
+    // Lines without `agent` take --agent's URL; one names the http:// URL, one a local agent
+    // (which gets no token).
+    let mut lines: Vec<Value> = (1..=6)
+        .map(|n| serde_json::json!({"id": format!("r{n}"), "prompt": format!("p{n}")}))
+        .collect();
+    lines[1]["agent"] = Value::from(http.as_str());
+    lines[2]["agent"] = Value::from(mock(&["echo-prompt"]));
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    super::batch::jobs_file(dir.path(), &text);
+    let batch = |token: &[&str]| {
+        let mut cmd = super::batch::batch(dir.path());
+        cmd.args(["--jobs", "3", "--agent", &serve.url])
+            .args(token)
+            .arg("jobs.ndjson");
+        cmd
+    };
+    let token_file = serve.token.display().to_string();
+    for token in [
+        vec!["--token-file", token_file.as_str()],
+        vec!["--token-env", "E2E_BATCH_TOKEN"],
+    ] {
+        let out = run_to_end(batch(&token).env("E2E_BATCH_TOKEN", TOKEN));
+        assert_eq!(code(&out), 0, "{token:?}: {}", stderr(&out));
+        let records = records(&out);
+        super::batch::checked(&records);
+        let mut seen: Vec<(String, String)> = records
+            .iter()
+            .map(|r| {
+                assert_eq!(r["status"], "completed", "{r}");
+                (
+                    r["id"].as_str().unwrap().to_owned(),
+                    r["output"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        seen.sort();
+        let expected: Vec<(String, String)> = (1..=6)
+            .map(|n| (format!("r{n}"), format!("p{n}")))
+            .collect();
+        assert_eq!(seen, expected);
+        // Five lines crossed the connection: the server spawned five agents.
+        let starts = std::fs::read_to_string(&record).unwrap();
+        assert_eq!(
+            starts.lines().filter(|l| l.starts_with("start ")).count(),
+            5,
+            "{starts}"
+        );
+        std::fs::remove_file(&record).unwrap();
+        assert!(!stderr(&out).contains(TOKEN) && !stdout(&out).contains(TOKEN));
+        serve.assert_no_agents();
+        super::batch::assert_no_process_left(dir.path());
+    }
+    // Without the token every remote line's record says why; nothing was spawned.
+    let out = run_to_end(&mut batch(&[]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let records = records(&out);
+    let refused: Vec<&Value> = records.iter().filter(|r| r["status"] == "error").collect();
+    assert_eq!(refused.len(), 5, "{records:?}");
+    assert!(
+        refused.iter().all(|r| r["stderrTail"]
+            .as_str()
+            .unwrap()
+            .contains("401 Unauthorized")),
+        "{refused:?}"
+    );
+    assert!(!record.exists());
+    // A token nobody would use, or one that cannot be read, is refused before anything runs.
+    let local = super::batch::batch(dir.path())
+        .args(["--agent", &mock(&["echo-prompt"]), "--token-file"])
+        .arg(&serve.token)
+        .arg("-")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&local), 2);
+    assert!(
+        stderr(&local)
+            .contains("--token-file and --token-env are for lines whose agent is a remote URL"),
+        "{}",
+        stderr(&local)
+    );
+    let unset =
+        run_to_end(batch(&["--token-env", "E2E_NO_SUCH_TOKEN"]).env_remove("E2E_NO_SUCH_TOKEN"));
+    assert_eq!(code(&unset), 2);
+    assert!(
+        stderr(&unset).contains("--token-env: the token variable E2E_NO_SUCH_TOKEN is not set"),
+        "{}",
+        stderr(&unset)
+    );
+    assert!(!record.exists());
+    super::batch::assert_no_process_left(dir.path());
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn an_agent_frame_that_is_not_utf8_is_relayed_as_a_local_run_decodes_it() {
+    let agent = mock(&["bad-utf8"]);
+    let mut serve = Serve::start(&agent, &[]);
+    let dir = temp();
+    let (_, local) = json_run(
+        host_run(dir.path())
+            .args(["--json", "--agent", &agent])
+            .arg("hi"),
+        0,
+    );
+    assert!(
+        local["output"].as_str().unwrap().starts_with("caf\u{fffd}"),
+        "{local}"
+    );
+    for url in [serve.url.clone(), serve.url.replacen("ws://", "http://", 1)] {
+        let (_, remote) = json_run(
+            host_run(dir.path())
+                .args(["--json", "--agent", &url, "--token-file"])
+                .arg(&serve.token)
+                .arg("hi"),
+            0,
+        );
+        assert_eq!(remote["output"], local["output"], "{url}: {remote}");
+    }
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
+
+#[test]
+fn a_websocket_upgrade_from_a_browser_origin_is_refused_and_nothing_is_spawned() {
+    let flags = temp();
+    let record = record_of(flags.path());
+    let serve = Serve::start(
+        &mock(&["hello", "--record", &record.display().to_string()]),
+        &[],
+    );
+    // A web page's WebSocket carries its Origin; with the right token it is still refused.
+    let response = raw_request(
+        serve.authority(),
+        &format!(
+            "GET /acp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nUpgrade: websocket\r\n\
+             Connection: close\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Version: 13\r\nOrigin: http://page.example\r\n\r\n"
+        ),
+    );
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    assert!(
+        response.contains("WebSocket upgrades from browser origins are refused"),
+        "{response}"
+    );
+    assert!(!record.exists(), "an agent was spawned");
+    assert!(processes_in(serve.agents.path()).is_empty());
 }

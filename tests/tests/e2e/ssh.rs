@@ -327,7 +327,8 @@ fn ctrl_c_cancels_the_remote_turn_and_the_remote_agent_ends() {
 #[test]
 fn a_timeout_ends_the_remote_turn_and_the_remote_agent() {
     let Some(sshd) = Sshd::start() else { return };
-    let (host, local, remote) = hanging(&sshd, &["--timeout", "1"]);
+    // Room for ssh's own start on a loaded machine: the turn must have begun before it is up.
+    let (host, local, remote) = hanging(&sshd, &["--timeout", "3"]);
     let out = wait_output(host);
     assert_eq!(code(&out), 124, "{}", stderr(&out));
     let result = result_record(&out);
