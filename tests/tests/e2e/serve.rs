@@ -1242,10 +1242,11 @@ fn a_batch_runs_its_url_lines_through_serve_with_the_token_and_leaves_nothing() 
             5,
             "{starts}"
         );
-        std::fs::remove_file(&record).unwrap();
         assert!(!stderr(&out).contains(TOKEN) && !stdout(&out).contains(TOKEN));
         serve.assert_no_agents();
         super::batch::assert_no_process_left(dir.path());
+        // Removed once every served agent is gone: each writes `end` to it as it exits.
+        std::fs::remove_file(&record).unwrap();
     }
     // Without the token every remote line's record says why; nothing was spawned.
     let out = run_to_end(&mut batch(&[]));
