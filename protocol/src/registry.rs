@@ -762,10 +762,7 @@ mod tests {
             (StringOrTable, "a non-empty string or a table"),
             (PositiveInt, "a positive integer (unquoted)"),
             (OneOf(&["a", "b"]), "one of: a, b"),
-            (
-                DepthCap,
-                "a whole number (unquoted) or provider-managed",
-            ),
+            (DepthCap, "a whole number (unquoted) or provider-managed"),
         ] {
             assert_eq!(kind.describe(), described);
         }
@@ -794,7 +791,10 @@ mod tests {
             AgentRow::new(codex, AgentAvailability::NotInstalled, false).acp_command_found,
             Some(false)
         );
-        let without = AGENTS.iter().find(|spec| spec.acp_command.is_none()).unwrap();
+        let without = AGENTS
+            .iter()
+            .find(|spec| spec.acp_command.is_none())
+            .unwrap();
         let row = AgentRow::new(without, AgentAvailability::NotInstalled, true);
         assert!(!row.installed);
         assert_eq!(row.acp_command_found, None, "{}: no ACP command", row.name);

@@ -596,11 +596,9 @@ mod tests {
             Err(ForceTargetError::Wildcard(_))
         ));
         for shape in ["claude-code", "a/b/c", "claude-code:x"] {
+            let refused = shape.parse::<ForceTarget>();
             assert!(
-                matches!(
-                    shape.parse::<ForceTarget>(),
-                    Err(ForceTargetError::Shape(_))
-                ),
+                matches!(refused, Err(ForceTargetError::Shape(_))),
                 "{shape}"
             );
         }
@@ -778,8 +776,14 @@ mod tests {
             plan.resting_outcome(&file(vec![0, 2], None)),
             Outcome::Conflicted
         );
-        assert_eq!(plan.resting_outcome(&file(vec![5], None)), Outcome::Conflicted);
-        assert_eq!(plan.resting_outcome(&file(vec![2, 3], None)), Outcome::Skipped);
+        assert_eq!(
+            plan.resting_outcome(&file(vec![5], None)),
+            Outcome::Conflicted
+        );
+        assert_eq!(
+            plan.resting_outcome(&file(vec![2, 3], None)),
+            Outcome::Skipped
+        );
         assert_eq!(plan.resting_outcome(&file(vec![1, 2], None)), Outcome::Noop);
         assert_eq!(plan.resting_outcome(&file(vec![4], None)), Outcome::Noop);
     }

@@ -43,17 +43,15 @@ pub fn dsh_id(name: &str) -> String {
     format!("{DSH_ID_PREFIX}{name}")
 }
 
-/// Renders one dedicated file (Markdown or codex TOML) for `agent`.
-///
-/// # Panics
-/// On [`TargetFormat::DshShared`]: shared items are rendered by [`render_dsh_item`].
+/// Renders one dedicated file (Markdown or codex TOML) for `agent`; for
+/// [`TargetFormat::DshShared`], the item as the shared file holds it ([`render_dsh_item`]).
 #[must_use]
 pub fn render_file(format: TargetFormat, agent: &str, definition: &Definition) -> String {
     let options = definition.options_for(agent);
     match format {
         TargetFormat::Markdown(style) => render_markdown(style, definition, options),
         TargetFormat::CodexToml => render_codex(definition, options),
-        TargetFormat::DshShared => unreachable!("dsh items are rendered by render_dsh_item"),
+        TargetFormat::DshShared => render_dsh_item(definition),
     }
 }
 
@@ -407,6 +405,32 @@ mod tests {
             render_file(codex, "codex", &d).as_bytes()
         ));
         assert!(!is_managed(codex, "review", b"name = \"review\"\n"));
+        assert!(!is_managed(codex, "review", b"\xff# not text"), "not UTF-8");
+        let unclosed = format!("---\nname: x\n<!-- {} -->\n", marker("review"));
+        assert!(
+            !is_managed(md, "review", unclosed.as_bytes()),
+            "no closing fence"
+        );
+        // A shared file's ownership is its items' (`dsh::Item::managed_for`), never the file's.
+        let shared = TargetFormat::DshShared;
+        let item = render_file(shared, "dsh", &d);
+        assert_eq!(item, render_dsh_item(&d));
+        assert!(!is_managed(shared, "review", item.as_bytes()));
+    }
+
+    #[test]
+    fn inline_values_are_valid_yaml_and_toml() {
+        assert_eq!(inline(&OptionValue::Int(4096)), "4096");
+        assert_eq!(inline(&OptionValue::Bool(true)), "true");
+        let table = serde_json::json!({"b": [1, null], "a": {"x": false}, "c": "s"});
+        let rendered = inline(&OptionValue::Table(table.as_object().unwrap().clone()));
+        assert_eq!(rendered, r#"{"a": {"x": false}, "b": [1, null], "c": "s"}"#);
+        let parsed: Value = serde_saphyr::from_str(&rendered).unwrap();
+        assert_eq!(parsed["b"][0], 1);
+        let toml: toml::Table = format!("k = {}", inline(&OptionValue::Int(7)))
+            .parse()
+            .unwrap();
+        assert_eq!(toml["k"].as_integer(), Some(7));
     }
 
     #[test]
