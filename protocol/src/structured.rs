@@ -811,8 +811,14 @@ mod tests {
     #[test]
     fn the_scanner_reads_each_json_token_and_breaks_where_one_is_wrong() {
         for (text, value) in [
-            (r#"got {"a": 1, "b": [true, false, null]} done"#, json!({"a": 1, "b": [true, false, null]})),
-            (r#"got [-0.5e+3, 2E-2, 10, "\u00e9\n"] done"#, json!([-500.0, 0.02, 10, "é\n"])),
+            (
+                r#"got {"a": 1, "b": [true, false, null]} done"#,
+                json!({"a": 1, "b": [true, false, null]}),
+            ),
+            (
+                r#"got [-0.5e+3, 2E-2, 10, "\u00e9\n"] done"#,
+                json!([-500.0, 0.02, 10, "é\n"]),
+            ),
         ] {
             assert_eq!(extract(text), Some(value), "{text}");
         }
@@ -821,7 +827,11 @@ mod tests {
             Scan::Complete { .. } => None,
         };
         assert_eq!(broken_at(r#"["\u12x4"]"#), Some(6), "a bad hex digit");
-        assert_eq!(broken_at(r#"["\u12"#), Some(6), "an escape cut short: the end");
+        assert_eq!(
+            broken_at(r#"["\u12"#),
+            Some(6),
+            "an escape cut short: the end"
+        );
         assert_eq!(broken_at(r#"["open"#), Some(6), "an unterminated string");
         assert_eq!(broken_at("[-x]"), Some(2), "a minus without digits");
         assert_eq!(broken_at("[1e]"), Some(3), "an exponent without digits");
@@ -833,8 +843,16 @@ mod tests {
 
     #[test]
     fn only_a_closed_json_fence_on_its_own_line_is_a_block() {
-        assert_eq!(last_fenced_json("text ```json"), None, "a fence at the very end");
-        assert_eq!(last_fenced_json("```json\n{\"a\": 1}"), None, "never closed");
+        assert_eq!(
+            last_fenced_json("text ```json"),
+            None,
+            "a fence at the very end"
+        );
+        assert_eq!(
+            last_fenced_json("```json\n{\"a\": 1}"),
+            None,
+            "never closed"
+        );
         assert_eq!(
             last_fenced_json("```json\n[1]\n```\nthen ```json\n[2"),
             Some("[1]\n"),

@@ -83,10 +83,10 @@ impl SessionStart {
     /// The `_meta` object carrying it, with this side's version.
     #[must_use]
     pub fn to_meta(&self) -> Map<String, Value> {
-        let mut fields = match serde_json::to_value(self) {
-            Ok(Value::Object(fields)) => fields,
-            _ => Map::new(),
-        };
+        // A struct serializes to an object; were it anything else, only the version would go.
+        let mut fields = serde_json::to_value(self)
+            .and_then(serde_json::from_value::<Map<String, Value>>)
+            .unwrap_or_default();
         fields.insert("version".into(), Value::from(EXTENSION_VERSION));
         meta(Value::Object(fields))
     }

@@ -413,9 +413,14 @@ mod tests {
     fn edge_values_of_each_rule() {
         // A user of a URL that starts like a JWT but is none.
         assert!(!value_is_credential("https://eyJa!bc.de.fg@example.com/"));
-        assert!(!value_is_credential("eyJhbGciOi.eyJzdWIiOi.c2ln.ZXh0cmE"), "4 parts");
+        assert!(
+            !value_is_credential("eyJhbGciOi.eyJzdWIiOi.c2ln.ZXh0cmE"),
+            "4 parts"
+        );
         // A query item without `=` is skipped, the next one still counts.
-        assert!(value_is_credential("https://h.example/x?flag&token=abcdefgh12"));
+        assert!(value_is_credential(
+            "https://h.example/x?flag&token=abcdefgh12"
+        ));
         assert!(!value_is_credential("https://h.example/x?flag&page=2"));
         // Letters and punctuation, no digit: a credential only from 16 characters on.
         assert!(value_is_credential("Bearer abcdefghij-klmnopq"));
