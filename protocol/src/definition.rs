@@ -350,11 +350,9 @@ pub struct DefinitionErrors(pub Vec<DefinitionError>);
 impl fmt::Display for DefinitionErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        write!(
-            f,
-            "{n} invalid subagent definition{}; nothing was written (fix and re-run):",
-            if n == 1 { "" } else { "s" }
-        )?;
+        let s = if n == 1 { "" } else { "s" };
+        let what = "invalid subagent definition";
+        write!(f, "{n} {what}{s}; nothing was written (fix and re-run):")?;
         for error in &self.0 {
             write!(f, "\n  {error}")?;
         }
@@ -1177,6 +1175,26 @@ mod tests {
                 "field `dsh.maxDepth`: a number (3) must be enforced by the provider: set dsh.providerHonoursDepth: true if provider spawn enforces it, or write maxDepth: provider-managed",
             ),
             ("---\n---\nx", "field `description`: missing"),
+            (
+                "---\ndescription: d\nrun: {env: OPENAI_API_KEY}\n---\nx",
+                "field `run.env`: must be a list of variable names, got the string \"OPENAI_API_KEY\"",
+            ),
+            (
+                "---\ndescription: d\nrun: {denyTools: [1]}\n---\nx",
+                "field `run.denyTools`: must be a list of tool names, got a list",
+            ),
+            (
+                "---\ndescription: d\nrun: {maxDepth: -1}\n---\nx",
+                "field `run.maxDepth`: must be a whole number, got the number -1",
+            ),
+            (
+                "---\ndescription: d\nrun: {tokenBudget: 0}\n---\nx",
+                "field `run.tokenBudget`: must be a whole number of tokens, at least 1, got the number 0",
+            ),
+            (
+                "---\ndescription: d\nrun: {costBudget: 0}\n---\nx",
+                "field `run.costBudget`: must be an amount above zero, in the agent's currency, got the number 0",
+            ),
             (
                 "---\ndescription: [\n---\nx",
                 "frontmatter is not valid YAML",

@@ -590,6 +590,15 @@ pub fn availability(
     locate: impl Fn(&str) -> Location,
     home_dir_exists: impl Fn(&str) -> bool,
 ) -> AgentAvailability {
+    availability_with(spec, &locate, &home_dir_exists)
+}
+
+/// [`availability`], compiled once (not once per caller's closures).
+fn availability_with(
+    spec: &AgentSpec,
+    locate: &dyn Fn(&str) -> Location,
+    home_dir_exists: &dyn Fn(&str) -> bool,
+) -> AgentAvailability {
     for binary in spec.binaries {
         match locate(binary) {
             Location::OnPath(_) | Location::Given(_) => {

@@ -210,6 +210,11 @@ mod tests {
                 .unwrap_err()
                 .contains("surprise")
         );
+        let unknown = serde_json::json!({"type": "later", "runId": "r"});
+        assert_eq!(
+            check_keys(&schema, &unknown).unwrap_err(),
+            r#"no schema variant for type Some(String("later"))"#
+        );
         let missing = serde_json::json!({"type": "end", "runId": "r"});
         assert!(
             check_keys(&schema, &missing)

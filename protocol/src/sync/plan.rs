@@ -117,23 +117,16 @@ fn unusable(state: &FileState) -> Option<String> {
     }
 }
 
-/// Whether a spliced shared file still parses as the list it should be: every item not removed is
-/// still there (an alias to an anchor that lived in a replaced item, for one, breaks the parse).
-fn spliced_is_sound(new: &str, items: &[dsh::Item], edits: &Edits) -> Result<(), String> {
-    let removed = edits.items.values().filter(|r| r.is_none()).count();
-    let expected = items.len() - removed + edits.appends.len();
-    // A count other than `expected` is this planner's bug (an edit that merged or split items),
-    // never the user's: it is refused as firmly as a broken parse, with the count for the report.
-    match dsh::locate(new.as_bytes()).map(|located| located.len()) {
-        Ok(found) if found == expected => Ok(()),
+/// Whether a spliced shared file still parses as a list (an alias to an anchor that lived in a
+/// replaced item, for one, breaks the parse). The count of its items needs no check of its own:
+/// [`dsh::apply`] swaps each edited item's exact byte range for one rendered item (or nothing) and
+/// appends whole items after a line break, so a splice that parses holds the items it should.
+fn spliced_is_sound(new: &str) -> Result<(), String> {
+    match dsh::locate(new.as_bytes()) {
         // The last item went and the user's comments stay.
-        Err(dsh::DshError::Empty) if expected == 0 => Ok(()),
-        found => Err(format!(
-            "editing this file would make it invalid (it {}); nothing written to it — is an anchor (`&name`) of an acp-host item aliased (`*name`) elsewhere? copy its value instead",
-            found.map_or_else(
-                |e| e.to_string(),
-                |n| format!("would hold {n} items where {expected} belong; please report")
-            ),
+        Ok(_) | Err(dsh::DshError::Empty) => Ok(()),
+        Err(e) => Err(format!(
+            "editing this file would make it invalid (it {e}); nothing written to it — is an anchor (`&name`) of an acp-host item aliased (`*name`) elsewhere? copy its value instead"
         )),
     }
 }
@@ -437,7 +430,7 @@ impl Planner<'_> {
         } else if new.trim().is_empty() && facts.state != FileState::Missing {
             // The last item went: leave no empty file behind (an empty file is not a list).
             Change::Remove
-        } else if let Err(reason) = spliced_is_sound(&new, &items, &edits) {
+        } else if let Err(reason) = spliced_is_sound(&new) {
             // Fail closed: never write a shared file that no longer parses, or lost an item.
             for &op in &ops {
                 let op = &mut self.operations[op];

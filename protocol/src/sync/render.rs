@@ -373,7 +373,7 @@ mod tests {
         for body in ["a ''' b", "it's'", "x\u{7}y", "'''", "a\\b \"q\" '''\n'"] {
             let d = definition(body);
             let text = render_file(registry::find_sync("codex").unwrap().1.format, "codex", &d);
-            let table: toml::Table = text.parse().unwrap_or_else(|e| panic!("{text}\n{e}"));
+            let table: toml::Table = text.parse().expect("the rendering parses as TOML");
             assert_eq!(
                 table["developer_instructions"].as_str(),
                 Some(d.body.as_str())
@@ -550,5 +550,30 @@ mod tests {
             dsh("dsh: {tools: read}\n")["toolFilter"],
             serde_json::json!({"allow": ["read"]})
         );
+    }
+
+    /// The golden files' example (`tests/golden/`, the format contract) through the unit build:
+    /// every option kind, each frontmatter style, a persona with a blank line.
+    #[test]
+    fn the_documented_example_renders_as_its_goldens() {
+        let source = include_str!("../../tests/golden/source/review.md");
+        let d = crate::definition::parse("review.md", source.as_bytes()).unwrap();
+        for (agent, golden) in [
+            (
+                "claude-code",
+                include_str!("../../tests/golden/claude-code.md"),
+            ),
+            ("codex", include_str!("../../tests/golden/codex.toml")),
+            ("opencode", include_str!("../../tests/golden/opencode.md")),
+            (
+                "github-copilot",
+                include_str!("../../tests/golden/github-copilot.agent.md"),
+            ),
+            ("pi", include_str!("../../tests/golden/pi.md")),
+            ("dsh", include_str!("../../tests/golden/dsh.yml")),
+        ] {
+            let format = registry::find_sync(agent).unwrap().1.format;
+            assert_eq!(render_file(format, agent, &d), golden, "{agent}");
+        }
     }
 }

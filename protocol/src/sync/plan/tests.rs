@@ -651,15 +651,15 @@ mod properties {
                 return Ok(());
             };
             prop_assert_eq!(&d.description, &description);
-            let codex: toml::Table = rendered("codex", &d).parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            let codex: toml::Table = rendered("codex", &d).parse().unwrap();
             prop_assert_eq!(codex["description"].as_str(), Some(description.as_str()));
             prop_assert_eq!(codex["developer_instructions"].as_str(), Some(d.body.as_str()));
             let md = rendered("claude-code", &d);
             let (yaml, _) = md.strip_prefix("---\n").unwrap().split_once("\n---\n").unwrap();
-            let fields: Value = serde_saphyr::from_str(yaml).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            let fields: Value = serde_saphyr::from_str(yaml).unwrap();
             prop_assert_eq!(fields["description"].as_str(), Some(description.as_str()));
             prop_assert!(render::is_managed(registry::find_sync("claude-code").unwrap().1.format, "x", md.as_bytes()));
-            let dsh: Value = serde_saphyr::from_str(&dsh_item(&d)).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            let dsh: Value = serde_saphyr::from_str(&dsh_item(&d)).unwrap();
             prop_assert_eq!(dsh[0]["config"]["persona"].as_str(), Some(d.body.as_str()));
         }
     }
@@ -959,5 +959,34 @@ fn an_item_appended_to_a_file_without_a_final_newline_starts_on_its_own_line() {
     assert_eq!(
         p.files[0].change,
         Change::Write((alpha + &dsh_item(&defs[1])).into_bytes())
+    );
+}
+
+#[test]
+fn a_shared_file_that_is_not_utf8_is_an_error() {
+    let defs = [def("alpha", "dsh")];
+    let v = view(&["dsh"]);
+    let mut s = snapshot(&v, &defs, &BTreeMap::new());
+    let path = PathBuf::from(format!("{HOME}/{DSH}"));
+    s.files.get_mut(&path).unwrap().state = FileState::File(vec![b'-', b' ', 0xff, b'\n']);
+    let p = plan(&defs, &v, &s, &Authorization::default());
+    assert_eq!(actions(&p), [(Action::Error, "dsh/alpha".into())]);
+    assert_eq!(p.operations[0].reason, "is not UTF-8 text");
+}
+
+#[test]
+fn an_unmarked_plugin_item_without_an_id_is_named_by_its_tool() {
+    let defs = [def("alpha", "dsh")];
+    let foreign = "- name: '@deepseek-ai/dsh-tool-subagent'\n  config:\n    toolName: alpha\n";
+    let p = run(
+        &defs,
+        &["dsh"],
+        &[(DSH, foreign.to_owned())],
+        &Authorization::default(),
+    );
+    assert_eq!(actions(&p), [(Action::Conflict, "dsh/alpha".into())]);
+    assert_eq!(
+        p.operations[0].reason,
+        "item at line 1 (toolName alpha) has no acp-host marker (not ours); preserved"
     );
 }
