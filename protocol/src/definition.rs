@@ -1135,6 +1135,21 @@ mod tests {
             ("---\ndescription: d\n", "has no YAML frontmatter"),
             ("---\n- a\n---\nx", "frontmatter must be a mapping"),
             (
+                "---\ndescription: [\n---\nx",
+                "frontmatter is not valid YAML",
+            ),
+        ];
+        for (text, expected) in cases {
+            let message = err(text);
+            assert!(message.starts_with("subagents/review.md: "), "{message}");
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
+    fn wrong_kinds_of_value_are_named_in_the_error() {
+        let cases = [
+            (
                 "---\ndescription: null\nagents: [codex]\n---\nx",
                 "field `description`: must be a non-empty string, got nothing (null)",
             ),
@@ -1194,10 +1209,6 @@ mod tests {
             (
                 "---\ndescription: d\nrun: {costBudget: 0}\n---\nx",
                 "field `run.costBudget`: must be an amount above zero, in the agent's currency, got the number 0",
-            ),
-            (
-                "---\ndescription: [\n---\nx",
-                "frontmatter is not valid YAML",
             ),
         ];
         for (text, expected) in cases {

@@ -108,7 +108,7 @@ mod tests {
             install_hint: None,
         };
         let line = command.command_line();
-        assert_eq!(line, r#"'/opt/my agents/run' --acp 'it'\''s' ''"#);
+        assert_eq!(line, r"'/opt/my agents/run' --acp 'it'\''s' ''");
         assert_eq!(
             shell_words::split(&line).unwrap(),
             ["/opt/my agents/run", "--acp", "it's", ""]
@@ -121,7 +121,7 @@ mod tests {
             Timeouts::default(),
             Timeouts {
                 overall: None,
-                handshake: Duration::from_secs(60),
+                handshake: Duration::from_mins(1),
                 cancel_grace: Duration::from_secs(3),
                 eof_grace: Duration::from_secs(1),
                 term_grace: Duration::from_secs(2),
