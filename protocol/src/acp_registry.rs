@@ -451,6 +451,98 @@ impl RegistryRow {
 mod tests {
     use super::*;
 
+    #[test]
+    fn every_platform_this_host_may_be_has_its_registry_name() {
+        for (os, arch, name) in [
+            ("linux", "x86_64", "linux-x86_64"),
+            ("linux", "aarch64", "linux-aarch64"),
+            ("macos", "x86_64", "darwin-x86_64"),
+            ("macos", "aarch64", "darwin-aarch64"),
+            ("windows", "x86_64", "windows-x86_64"),
+            ("windows", "aarch64", "windows-aarch64"),
+        ] {
+            assert_eq!(platform(os, arch), Some(name));
+        }
+        assert_eq!(platform("freebsd", "x86_64"), None);
+        assert_eq!(platform("linux", "riscv64"), None);
+    }
+
+    #[test]
+    fn a_choice_has_its_kind_variables_and_command() {
+        let env = BTreeMap::from([("MODE".to_owned(), "acp".to_owned())]);
+        let target = BinaryTarget {
+            archive: "https://x/a.tar.gz".into(),
+            sha256: None,
+            cmd: "./a".into(),
+            args: Vec::new(),
+            env: env.clone(),
+        };
+        let binary = Choice::Binary {
+            platform: "linux-x86_64",
+            target: &target,
+        };
+        assert_eq!(binary.kind(), "binary");
+        assert_eq!(binary.env(), &env);
+        assert_eq!(
+            binary.package_command(),
+            None,
+            "its program is in the cache"
+        );
+        let package = Package {
+            package: "p".into(),
+            cmd: None,
+            args: Vec::new(),
+            env: BTreeMap::new(),
+        };
+        assert_eq!(Choice::Uvx(&package).kind(), "uvx");
+        assert!(Choice::Npx(&package).env().is_empty());
+    }
+
+    #[test]
+    fn a_registry_row_shows_what_runs_here_and_how_it_relates_to_our_table() {
+        let registry = registry(CODEX).unwrap();
+        let codex = registry.find("codex-acp").unwrap();
+        let row = RegistryRow::new(codex, Some("linux-x86_64"), true);
+        assert_eq!(row.id, "codex-acp");
+        assert_eq!(
+            (row.name.as_str(), row.version.as_str()),
+            ("Codex CLI", "0.9.2")
+        );
+        assert_eq!(row.distribution.as_deref(), Some("binary"));
+        assert_eq!(row.command, ["./codex-acp"]);
+        assert!(row.cached);
+        assert_eq!(row.shadowed_by, None);
+        assert_eq!(row.linked_from.as_deref(), Some("codex"));
+        let mac = RegistryRow::new(codex, Some("darwin-aarch64"), false);
+        assert_eq!(mac.command, ["./codex-acp", "acp"]);
+        assert!(!mac.cached);
+        let npx = RegistryRow::new(codex, Some("linux-aarch64"), true);
+        assert_eq!(npx.distribution.as_deref(), Some("npx"));
+        assert_eq!(
+            npx.command,
+            ["npx", "--yes", "@zed-industries/codex-acp@0.9.2"]
+        );
+        assert!(!npx.cached, "only a binary is cached");
+
+        let gemini = registry_of(
+            r#"{"id": "gemini", "name": "Gemini", "version": "1.0.0", "description": "d",
+            "distribution": {"binary": {"windows-x86_64": {"archive": "https://x/g.zip", "cmd": "g.exe"}}}}"#,
+        );
+        let row = RegistryRow::new(gemini.find("gemini").unwrap(), Some("linux-x86_64"), false);
+        assert_eq!(row.distribution, None, "nothing runs it on this platform");
+        assert!(row.command.is_empty());
+        assert_eq!(
+            row.shadowed_by.as_deref(),
+            Some("gemini"),
+            "our table names it first"
+        );
+        assert_eq!(row.linked_from.as_deref(), Some("gemini"));
+    }
+
+    fn registry_of(agent: &str) -> Registry {
+        registry(agent).unwrap()
+    }
+
     fn registry(agents: &str) -> Result<Registry, RegistryError> {
         Registry::parse(
             format!(r#"{{"version": "1.0.0", "agents": [{agents}], "extensions": []}}"#).as_bytes(),
@@ -469,13 +561,15 @@ mod tests {
     fn a_binary_for_this_platform_wins_then_npx_then_uvx() {
         let registry = registry(CODEX).unwrap();
         let codex = registry.find("codex-acp").unwrap();
-        let Some(Choice::Binary { platform, target }) = codex.choose(Some("linux-x86_64")) else {
-            panic!("binary");
-        };
+        let binary = &codex.distribution.binary["linux-x86_64"];
         assert_eq!(
-            (platform, target.cmd.as_str()),
-            ("linux-x86_64", "./codex-acp")
+            codex.choose(Some("linux-x86_64")),
+            Some(Choice::Binary {
+                platform: "linux-x86_64",
+                target: binary
+            })
         );
+        assert_eq!(binary.cmd, "./codex-acp");
         let npx = codex.choose(Some("linux-aarch64")).unwrap();
         assert_eq!(
             npx.package_command().unwrap(),
@@ -512,20 +606,13 @@ mod tests {
         };
         assert!(registry(&agent("ok-1", "1.2.3-beta+4")).is_ok());
         for id in ["../x", "X", "1a", "", "a/b", "a.b"] {
-            assert!(
-                matches!(
-                    registry(&agent(id, "1.0.0")),
-                    Err(RegistryError::BadId { .. })
-                ),
-                "{id}"
-            );
+            let refused = registry(&agent(id, "1.0.0"));
+            assert!(matches!(refused, Err(RegistryError::BadId { .. })), "{id}");
         }
         for version in ["../1", "1/2", ".1", "", "1 2"] {
+            let refused = registry(&agent("a", version));
             assert!(
-                matches!(
-                    registry(&agent("a", version)),
-                    Err(RegistryError::BadVersion { .. })
-                ),
+                matches!(refused, Err(RegistryError::BadVersion { .. })),
                 "{version}"
             );
         }

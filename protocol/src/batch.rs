@@ -606,6 +606,53 @@ mod tests {
             "line 7: not a JSON object; each line is {\"prompt\": \"...\", ...}"
         );
         assert!(refused("{").starts_with("line 7: not valid JSON ("));
+        assert_eq!(
+            refused(r#"{"prompt":"p","cwd":null}"#),
+            "line 7, field `cwd`: expected a string, got null"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","env":[""]}"#),
+            "line 7, field `env`: an empty or malformed variable name"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","env":[["K"]]}"#),
+            "line 7, field `env`: expected a variable name, got an array"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","agent":{"name":"x"}}"#),
+            "line 7, field `agent`: expected a string, got an object"
+        );
+    }
+
+    #[test]
+    fn budgets_are_a_whole_number_of_tokens_and_a_non_negative_amount() {
+        let line = parse(r#"{"prompt":"p","tokenBudget":5000,"costBudget":0.25}"#).unwrap();
+        assert_eq!(
+            (line.token_budget, line.cost_budget),
+            (Some(5000), Some(0.25))
+        );
+        assert_eq!(
+            parse(r#"{"prompt":"p","costBudget":0}"#)
+                .unwrap()
+                .cost_budget,
+            Some(0.0)
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","tokenBudget":1.5}"#),
+            "line 7, field `tokenBudget`: expected a whole number of tokens, got a number"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","tokenBudget":"5000"}"#),
+            "line 7, field `tokenBudget`: expected a whole number of tokens, got a string"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","costBudget":-0.5}"#),
+            "line 7, field `costBudget`: expected a non-negative amount, got a number"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","costBudget":true}"#),
+            "line 7, field `costBudget`: expected a non-negative amount, got a boolean"
+        );
     }
 
     #[test]
@@ -637,6 +684,20 @@ mod tests {
         assert_eq!(
             refused(r#"{"prompt":"a","outputSchema":{"type":"object","type":"array"}}"#),
             "line 7, field `outputSchema`: key \"type\" is given twice"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"a","prompt":"b","agent":"x","agent":"y"}"#),
+            "line 7, field `prompt`: given twice; a line has each field once",
+            "the first repeated key is named"
+        );
+        // Only JSON reaches the duplicate check; another input type is named as unexpected.
+        let bytes = serde::de::value::BytesDeserializer::<serde::de::value::Error>::new(b"x");
+        assert_eq!(
+            FirstDuplicate::deserialize(bytes)
+                .err()
+                .unwrap()
+                .to_string(),
+            "invalid type: byte array, expected a JSON value"
         );
         assert_eq!(
             refused(

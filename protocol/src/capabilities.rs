@@ -628,6 +628,13 @@ mod tests {
                 .to_string()
                 .starts_with("capability model: agent codex offers no session config option")
         );
+        let empty = json!([{"id": "llm", "category": "model", "type": "select", "options": []}]);
+        assert_eq!(
+            plan_model("m1", Some(&empty), "mock")
+                .unwrap_err()
+                .to_string(),
+            "capability model: agent mock does not offer model m1; it offers: none"
+        );
     }
 
     #[test]

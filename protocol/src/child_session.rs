@@ -131,22 +131,13 @@ fn stop_reason_of(name: &str) -> IdleStopReason {
     }
 }
 
-/// The wire name of a stop reason (`end_turn`, `error`, a custom one as sent).
+/// The wire name of a stop reason (`end_turn`, `error`, a custom one as sent): its serialized
+/// `stopReason` tag, as serde writes it, so a variant of a later schema is named too.
 fn stop_reason_name(reason: &IdleStopReason) -> String {
-    match reason {
-        IdleStopReason::EndTurn => "end_turn".to_owned(),
-        IdleStopReason::MaxTokens => "max_tokens".to_owned(),
-        IdleStopReason::MaxTurnRequests => "max_turn_requests".to_owned(),
-        IdleStopReason::Refusal => "refusal".to_owned(),
-        IdleStopReason::Cancelled => "cancelled".to_owned(),
-        IdleStopReason::Error(_) => "error".to_owned(),
-        IdleStopReason::Other(other) => other.stop_reason.clone(),
-        // A variant of a later schema: the name is its serialized tag.
-        future => serde_json::to_value(future)
-            .ok()
-            .and_then(|value| Some(value.get("stopReason")?.as_str()?.to_owned()))
-            .unwrap_or_default(),
-    }
+    serde_json::to_value(reason)
+        .ok()
+        .and_then(|value| Some(value.get("stopReason")?.as_str()?.to_owned()))
+        .unwrap_or_default()
 }
 
 /// The key of a failed child's stderr tail in its final snapshot's error `data`.
@@ -308,6 +299,26 @@ mod tests {
         assert_eq!(read(custom), None);
         assert!(!ChildState::Running.is_final());
         assert_eq!(ChildState::Disconnected.idle_stop_reason(None), None);
+        assert_eq!(
+            Failure::of(&StateUpdate::Running(RunningStateUpdate::new())),
+            None,
+            "only an idle snapshot reports a failure"
+        );
+    }
+
+    #[test]
+    fn a_states_name_is_its_serialized_name() {
+        for (state, name) in [
+            (ChildState::Running, "running"),
+            (ChildState::Completed, "completed"),
+            (ChildState::Failed, "failed"),
+            (ChildState::Cancelled, "cancelled"),
+            (ChildState::Disconnected, "disconnected"),
+        ] {
+            assert_eq!(state.as_str(), name);
+            assert_eq!(state.to_string(), name);
+            assert_eq!(serde_json::to_value(state).unwrap(), json!(name));
+        }
     }
 
     #[test]

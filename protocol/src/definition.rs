@@ -343,17 +343,6 @@ pub struct DefinitionError {
     pub problem: Problem,
 }
 
-impl DefinitionError {
-    /// The field at fault, when the problem is about one field.
-    #[must_use]
-    pub fn field(&self) -> Option<&str> {
-        match &self.problem {
-            Problem::Field { field, .. } => Some(field),
-            _ => None,
-        }
-    }
-}
-
 /// Every problem found in the canonical folder (never empty).
 #[derive(Debug, thiserror::Error)]
 pub struct DefinitionErrors(pub Vec<DefinitionError>);
@@ -361,11 +350,9 @@ pub struct DefinitionErrors(pub Vec<DefinitionError>);
 impl fmt::Display for DefinitionErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0.len();
-        write!(
-            f,
-            "{n} invalid subagent definition{}; nothing was written (fix and re-run):",
-            if n == 1 { "" } else { "s" }
-        )?;
+        let s = if n == 1 { "" } else { "s" };
+        let what = "invalid subagent definition";
+        write!(f, "{n} {what}{s}; nothing was written (fix and re-run):")?;
         for error in &self.0 {
             write!(f, "\n  {error}")?;
         }
@@ -1160,6 +1147,78 @@ mod tests {
     }
 
     #[test]
+    fn wrong_kinds_of_value_are_named_in_the_error() {
+        let cases = [
+            (
+                "---\ndescription: null\nagents: [codex]\n---\nx",
+                "field `description`: must be a non-empty string, got nothing (null)",
+            ),
+            (
+                "---\ndescription: true\nagents: [codex]\n---\nx",
+                "field `description`: must be a non-empty string, got a boolean",
+            ),
+            (
+                "---\ndescription: 7\nagents: [codex]\n---\nx",
+                "field `description`: must be a non-empty string, got a number",
+            ),
+            (
+                "---\ndescription: {a: b}\nagents: [codex]\n---\nx",
+                "field `description`: must be a non-empty string, got a table",
+            ),
+            (
+                "---\ndescription: d\nagents: codex\n---\nx",
+                "field `agents`: must be a list of agent names, got a string; e.g. agents: [\"claude-code\"]",
+            ),
+            (
+                "---\ndescription: d\nagents: [[codex]]\n---\nx",
+                "field `agents`: each item must be an agent name, got a list",
+            ),
+            (
+                "---\ndescription: d\nrun: {agent: 3}\n---\nx",
+                "field `run.agent`: must be a non-empty string, got the number 3",
+            ),
+            (
+                "---\ndescription: d\nrun: {tools: nope}\n---\nx",
+                "field `run.tools`: must be a list of tool names, got the string \"nope\"",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {tools: []}\n---\nx",
+                "field `dsh.tools`",
+            ),
+            (
+                "---\ndescription: d\nagents: [dsh]\ndsh: {maxDepth: 3}\n---\nx",
+                "field `dsh.maxDepth`: a number (3) must be enforced by the provider: set dsh.providerHonoursDepth: true if provider spawn enforces it, or write maxDepth: provider-managed",
+            ),
+            ("---\n---\nx", "field `description`: missing"),
+            (
+                "---\ndescription: d\nrun: {env: OPENAI_API_KEY}\n---\nx",
+                "field `run.env`: must be a list of variable names, got the string \"OPENAI_API_KEY\"",
+            ),
+            (
+                "---\ndescription: d\nrun: {denyTools: [1]}\n---\nx",
+                "field `run.denyTools`: must be a list of tool names, got a list",
+            ),
+            (
+                "---\ndescription: d\nrun: {maxDepth: -1}\n---\nx",
+                "field `run.maxDepth`: must be a whole number, got the number -1",
+            ),
+            (
+                "---\ndescription: d\nrun: {tokenBudget: 0}\n---\nx",
+                "field `run.tokenBudget`: must be a whole number of tokens, at least 1, got the number 0",
+            ),
+            (
+                "---\ndescription: d\nrun: {costBudget: 0}\n---\nx",
+                "field `run.costBudget`: must be an amount above zero, in the agent's currency, got the number 0",
+            ),
+        ];
+        for (text, expected) in cases {
+            let message = err(text);
+            assert!(message.starts_with("subagents/review.md: "), "{message}");
+            assert!(message.contains(expected), "{text:?}: {message}");
+        }
+    }
+
+    #[test]
     fn option_coercions() {
         let d = ok(
             "---\ndescription: d\nagents: [dsh, grok]\ndsh: {tools: x, maxTokens: 4096, backgroundMode: continuable}\ngrok: {mcpInheritance: {a: 1}, agents_md: true}\n---\nx",
@@ -1210,14 +1269,42 @@ mod tests {
                 name: "notes.txt".into(),
                 contents: vec![],
             },
+            SourceEntry::Other {
+                name: "pipe.md".into(),
+            },
         ];
         let errors = load_set(entries).unwrap_err();
         let files: Vec<_> = errors.0.iter().map(|e| e.file.as_str()).collect();
-        assert_eq!(files, ["link.md", "nested", "notes.txt"]);
+        assert_eq!(files, ["link.md", "nested", "notes.txt", "pipe.md"]);
         assert!(
             errors
                 .to_string()
-                .starts_with("3 invalid subagent definitions; nothing was written")
+                .starts_with("4 invalid subagent definitions; nothing was written")
         );
+        assert_eq!(
+            errors.0[3].problem.to_string(),
+            Problem::NotAFile.to_string()
+        );
+        let one = load_set(vec![SourceEntry::Symlink {
+            name: "link.md".into(),
+        }])
+        .unwrap_err();
+        assert!(
+            one.to_string()
+                .starts_with("1 invalid subagent definition; nothing was written"),
+            "{one}"
+        );
+    }
+
+    #[test]
+    fn a_run_permissions_name_is_its_serialized_name() {
+        for (permission, name) in [
+            (RunPermission::Relay, "relay"),
+            (RunPermission::Reject, "reject"),
+            (RunPermission::Allow, "allow"),
+        ] {
+            assert_eq!(permission.as_str(), name);
+            assert_eq!(serde_json::to_value(permission).unwrap(), Value::from(name));
+        }
     }
 }

@@ -92,18 +92,6 @@ pub enum Event {
     End(EndEvent),
 }
 
-impl Event {
-    /// The lifecycle name of the event (`subagent/start`, `subagent/end`), if it is one.
-    #[must_use]
-    pub fn lifecycle_name(&self) -> Option<&'static str> {
-        match self {
-            Event::Start(_) => Some("subagent/start"),
-            Event::End(_) => Some("subagent/end"),
-            Event::Update { .. } | Event::Permission { .. } | Event::Stderr { .. } => None,
-        }
-    }
-}
-
 /// The last line of `--json`: `{"type":"result", ...RunResult}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "camelCase")]
@@ -158,7 +146,7 @@ mod tests {
     }
 
     #[test]
-    fn lifecycle_events_are_named() {
+    fn an_end_event_is_typed_and_keeps_an_empty_message() {
         let end = Event::End(EndEvent {
             run_id: "r".into(),
             provider: "acp-child".into(),
@@ -168,7 +156,6 @@ mod tests {
         });
         let value = serde_json::to_value(&end).unwrap();
         assert_eq!(value["type"], "end");
-        assert_eq!(end.lifecycle_name(), Some("subagent/end"));
         assert_eq!(value["lastAssistantMessage"], "");
     }
 }

@@ -287,6 +287,27 @@ pub struct PermissionDecision {
 mod tests {
     use super::*;
 
+    #[test]
+    fn names_are_the_serialized_ones_and_a_verdict_answers_as_itself() {
+        for (verdict, name) in [
+            (Verdict::Allow, "allow"),
+            (Verdict::Reject, "reject"),
+            (Verdict::Cancelled, "cancelled"),
+        ] {
+            assert_eq!(verdict.as_str(), name);
+            assert_eq!(serde_json::to_value(verdict).unwrap(), name);
+            assert_eq!(Answer::from(verdict).verdict(), verdict);
+        }
+        for (decided_by, name) in [
+            (DecidedBy::Policy, "policy"),
+            (DecidedBy::User, "user"),
+            (DecidedBy::Cancel, "cancel"),
+        ] {
+            assert_eq!(decided_by.as_str(), name);
+            assert_eq!(serde_json::to_value(decided_by).unwrap(), name);
+        }
+    }
+
     fn opt(id: &str, kind: OptionKind) -> OfferedOption {
         OfferedOption {
             option_id: id.into(),

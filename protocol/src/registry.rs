@@ -590,6 +590,15 @@ pub fn availability(
     locate: impl Fn(&str) -> Location,
     home_dir_exists: impl Fn(&str) -> bool,
 ) -> AgentAvailability {
+    availability_with(spec, &locate, &home_dir_exists)
+}
+
+/// [`availability`], compiled once (not once per caller's closures).
+fn availability_with(
+    spec: &AgentSpec,
+    locate: &dyn Fn(&str) -> Location,
+    home_dir_exists: &dyn Fn(&str) -> bool,
+) -> AgentAvailability {
     for binary in spec.binaries {
         match locate(binary) {
             Location::OnPath(_) | Location::Given(_) => {
@@ -743,6 +752,75 @@ pub fn locate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_agents_sync_options_are_the_table_its_definitions_are_checked_against() {
+        let codex = find("codex").and_then(|spec| spec.sync).unwrap();
+        assert_eq!(
+            codex.options,
+            [
+                opt("model", OptionKind::String),
+                opt("model_reasoning_effort", OptionKind::String)
+            ]
+        );
+        for (kind, described) in [
+            (OptionKind::String, "a non-empty string"),
+            (Bool, "true or false"),
+            (List, "a list of non-empty strings"),
+            (StringOrList, "a non-empty string or a list of them"),
+            (StringOrTable, "a non-empty string or a table"),
+            (PositiveInt, "a positive integer (unquoted)"),
+            (OneOf(&["a", "b"]), "one of: a, b"),
+            (DepthCap, "a whole number (unquoted) or provider-managed"),
+        ] {
+            assert_eq!(kind.describe(), described);
+        }
+    }
+
+    #[test]
+    fn the_known_names_are_every_canonical_name_in_table_order() {
+        let names = names();
+        assert_eq!(names.len(), AGENTS.len());
+        assert_eq!(names[0], AGENTS[0].name);
+        assert!(names.contains(&ACP_CHILD) && names.contains(&"codex"));
+        for name in &names {
+            assert_eq!(find_canonical(name).map(|spec| spec.name), Some(*name));
+        }
+    }
+
+    #[test]
+    fn a_listing_row_says_found_only_for_an_agent_with_an_acp_command() {
+        let codex = find("codex").unwrap();
+        let row = AgentRow::new(codex, AgentAvailability::OnPath("codex".into()), true);
+        assert_eq!(row.name, "codex");
+        assert!(row.installed);
+        assert_eq!(row.acp_command, Some(&["codex-acp"][..]));
+        assert_eq!(row.acp_command_found, Some(true));
+        assert_eq!(
+            AgentRow::new(codex, AgentAvailability::NotInstalled, false).acp_command_found,
+            Some(false)
+        );
+        let without = AGENTS
+            .iter()
+            .find(|spec| spec.acp_command.is_none())
+            .unwrap();
+        let row = AgentRow::new(without, AgentAvailability::NotInstalled, true);
+        assert!(!row.installed);
+        assert_eq!(row.acp_command_found, None, "{}: no ACP command", row.name);
+    }
+
+    #[test]
+    fn a_location_says_where_it_is() {
+        for (location, found, said) in [
+            (Location::BesideHost("/a".into()), true, "beside acp-host"),
+            (Location::OnPath("/b".into()), true, "on PATH"),
+            (Location::Given("/c".into()), true, "at the given path"),
+            (Location::NotFound, false, "not found"),
+        ] {
+            assert_eq!(location.is_found(), found);
+            assert_eq!(location.describe(), said);
+        }
+    }
 
     #[test]
     fn likely_keys_prefer_the_agents_own_then_key_shaped_names() {

@@ -94,3 +94,38 @@ pub struct StartRequest {
     /// (status `over-budget`). Held only against what the agent reports (`crate::usage`).
     pub budget: crate::usage::Budget,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_quoted_as_a_shell_reads_it_back() {
+        let command = AgentCommand {
+            program: PathBuf::from("/opt/my agents/run"),
+            args: vec!["--acp".into(), "it's".into(), String::new()],
+            display: "run".into(),
+            install_hint: None,
+        };
+        let line = command.command_line();
+        assert_eq!(line, r"'/opt/my agents/run' --acp 'it'\''s' ''");
+        assert_eq!(
+            shell_words::split(&line).unwrap(),
+            ["/opt/my agents/run", "--acp", "it's", ""]
+        );
+    }
+
+    #[test]
+    fn the_default_timeouts_are_the_documented_ones() {
+        assert_eq!(
+            Timeouts::default(),
+            Timeouts {
+                overall: None,
+                handshake: Duration::from_mins(1),
+                cancel_grace: Duration::from_secs(3),
+                eof_grace: Duration::from_secs(1),
+                term_grace: Duration::from_secs(2),
+            }
+        );
+    }
+}

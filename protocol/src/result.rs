@@ -411,7 +411,9 @@ mod tests {
                 serde_json::to_value(kind).unwrap(),
                 serde_json::Value::String(kind.as_str().to_owned())
             );
+            assert_eq!(kind.to_string(), kind.as_str());
         }
+        assert_eq!(ErrorKind::DepthLimit.to_string(), "depth-limit");
     }
 
     #[test]
@@ -428,7 +430,10 @@ mod tests {
             assert_eq!(serde_json::to_value(ended_by).unwrap(), wire);
             assert_eq!(serde_json::from_value::<EndedBy>(wire).unwrap(), ended_by);
             assert_eq!(ended_by.as_str(), name);
+            assert_eq!(ended_by.to_string(), name);
+            assert!(ended_by == name, "{ended_by:?} reads as {name}");
         }
+        assert!(EndedBy::Kill != "term");
     }
 
     #[test]
@@ -438,6 +443,7 @@ mod tests {
                 serde_json::to_value(status).unwrap(),
                 serde_json::Value::String(status.as_str().to_owned())
             );
+            assert_eq!(status.to_string(), status.as_str());
             assert_eq!(
                 Status::from_stop_reason(status.stop_reason().unwrap_or("x")),
                 if status.stop_reason().is_some() {
@@ -447,5 +453,36 @@ mod tests {
                 }
             );
         }
+    }
+
+    #[test]
+    fn a_results_exit_code_is_its_status_code() {
+        let result = |status| RunResult {
+            run_id: "r".into(),
+            status,
+            stop_reason: None,
+            output: String::new(),
+            output_truncated_bytes: None,
+            error: None,
+            error_kind: None,
+            scrubbed_env: Vec::new(),
+            agent_exit: AgentExit::default(),
+            stderr_tail: String::new(),
+            duration_ms: 0,
+            permissions: Vec::new(),
+            permissions_dropped: None,
+            session_id: None,
+            forked_from: None,
+            children: Vec::new(),
+            persona_delivery: None,
+            structured: None,
+            structured_via: None,
+            resumable: None,
+            usage: None,
+            warnings: Vec::new(),
+        };
+        assert_eq!(result(Status::Completed).exit_code(), 0);
+        assert_eq!(result(Status::Timeout).exit_code(), 124);
+        assert_eq!(result(Status::Aborted).exit_code(), 130);
     }
 }

@@ -411,12 +411,12 @@ fn scan(bytes: &[u8], start: usize) -> Scan {
             (Expect::ValueOrClose, b']')
             | (Expect::KeyOrClose, b'}')
             | (Expect::CommaOrClose, b']' | b'}') => {
-                let Some((open, opened)) = stack.pop() else {
-                    return broken(at, inner);
+                // A close that matches no open container (the stack is never empty here: the
+                // scan starts at a bracket and returns when it closes) breaks the candidate.
+                let opened = match stack.pop() {
+                    Some((open, opened)) if (open == b'[') == (byte == b']') => opened,
+                    _ => return broken(at, inner),
                 };
-                if (open == b'[') != (byte == b']') {
-                    return broken(at, inner);
-                }
                 at += 1;
                 if stack.is_empty() {
                     return Scan::Complete { end: at };
@@ -805,6 +805,84 @@ mod tests {
         assert!(
             text.contains("```json\n{\n  \"type\": \"object\"\n}\n```"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn the_scanner_reads_each_json_token_and_breaks_where_one_is_wrong() {
+        for (text, value) in [
+            (
+                r#"got {"a": 1, "b": [true, false, null]} done"#,
+                json!({"a": 1, "b": [true, false, null]}),
+            ),
+            (
+                r#"got [-0.5e+3, 2E-2, 10, "\u00e9\n"] done"#,
+                json!([-500.0, 0.02, 10, "é\n"]),
+            ),
+        ] {
+            assert_eq!(extract(text), Some(value), "{text}");
+        }
+        let broken_at = |text: &str| match scan(text.as_bytes(), 0) {
+            Scan::Broken { at, .. } => Some(at),
+            Scan::Complete { .. } => None,
+        };
+        assert_eq!(broken_at(r#"["\u12x4"]"#), Some(6), "a bad hex digit");
+        assert_eq!(
+            broken_at(r#"["\u12"#),
+            Some(6),
+            "an escape cut short: the end"
+        );
+        assert_eq!(broken_at(r#"["open"#), Some(6), "an unterminated string");
+        assert_eq!(broken_at("[-x]"), Some(2), "a minus without digits");
+        assert_eq!(broken_at("[1e]"), Some(3), "an exponent without digits");
+        assert_eq!(broken_at("[1.]"), Some(3), "a fraction without digits");
+        assert_eq!(broken_at("[fals]"), Some(1), "a broken literal");
+        assert_eq!(broken_at("[1}"), Some(2), "a close of the other kind");
+        assert_eq!(broken_at("[1]"), None);
+    }
+
+    #[test]
+    fn only_a_closed_json_fence_on_its_own_line_is_a_block() {
+        assert_eq!(
+            last_fenced_json("text ```json"),
+            None,
+            "a fence at the very end"
+        );
+        assert_eq!(
+            last_fenced_json("```json\n{\"a\": 1}"),
+            None,
+            "never closed"
+        );
+        assert_eq!(
+            last_fenced_json("```json\n[1]\n```\nthen ```json\n[2"),
+            Some("[1]\n"),
+            "an unclosed later fence leaves the closed one"
+        );
+        assert_eq!(extract("no json at all"), None);
+    }
+
+    #[test]
+    fn an_answer_without_a_value_keeps_the_expected_route() {
+        let schema = schema();
+        let answer = Answer {
+            captured: None,
+            text: "I could not do it.".into(),
+            dropped: None,
+            limit: 1024,
+        };
+        let checked = schema.check_answer(&answer, StructuredVia::CaptureTool);
+        assert_eq!(checked.via, StructuredVia::CaptureTool);
+        assert!(checked.value.is_err());
+    }
+
+    #[test]
+    fn a_compiled_schema_keeps_and_shows_its_source() {
+        let source = json!({"type": "object"});
+        let schema = OutputSchema::compile(source.clone()).unwrap();
+        assert_eq!(schema.schema(), &source);
+        assert_eq!(
+            format!("{schema:?}"),
+            r#"OutputSchema { schema: Object {"type": String("object")}, .. }"#
         );
     }
 }

@@ -225,6 +225,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_trust_state_says_whether_it_starts_and_how_it_is_listed() {
+        for (state, starts, shown) in [
+            (TrustState::Trusted, true, "trusted"),
+            (TrustState::Approved, true, "approved"),
+            (TrustState::Changed, false, "changed since approved"),
+            (TrustState::NotApproved, false, "not approved"),
+        ] {
+            assert_eq!(state.may_start(), starts, "{state:?}");
+            assert_eq!(state.as_str(), shown);
+        }
+    }
+
+    #[test]
     fn the_digest_is_sha256_hex() {
         assert_eq!(
             Digest::of(b"abc").as_str(),

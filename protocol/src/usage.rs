@@ -440,6 +440,83 @@ pub fn left(budget: Option<u64>, spent: u64) -> Option<u64> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn spending_since_an_earlier_figure_keeps_a_cost_only_in_one_currency() {
+        let now = priced(30, 10, 0.5, "USD");
+        assert_eq!(
+            now.since(&usage(10, 5)),
+            priced(20, 5, 0.5, "USD"),
+            "no earlier cost: all of it is new"
+        );
+        assert_eq!(now.since(&priced(10, 5, 0.2, "EUR")).cost, None);
+        assert_eq!(usage(3, 3).since(&priced(1, 1, 0.1, "USD")).cost, None);
+    }
+
+    #[test]
+    fn a_prompt_responses_usage_round_trips_without_a_cost() {
+        let spent = Usage {
+            thought_tokens: Some(4),
+            cached_read_tokens: Some(2),
+            cached_write_tokens: Some(1),
+            ..priced(10, 5, 0.3, "USD")
+        };
+        let wire = spent.to_acp();
+        assert_eq!(
+            (wire.total_tokens, wire.input_tokens, wire.output_tokens),
+            (15, 10, 5)
+        );
+        assert_eq!(
+            Usage::from_acp(&wire),
+            Usage {
+                cost: None,
+                ..spent
+            }
+        );
+    }
+
+    #[test]
+    fn a_breakdown_lists_children_while_there_is_room_and_counts_the_rest() {
+        let mut breakdown = Breakdown {
+            own: usage(1, 1),
+            ..Breakdown::default()
+        };
+        for n in 0..MAX_BREAKDOWN_CHILDREN + 2 {
+            breakdown.push_child(&format!("child-{n}"), usage(2, 2));
+        }
+        assert_eq!(breakdown.children.len(), MAX_BREAKDOWN_CHILDREN);
+        assert_eq!(breakdown.children[0].name, "child-0");
+        assert_eq!(breakdown.children_dropped, Some(2));
+        let meta = breakdown.to_meta();
+        let value = &meta[META_KEY];
+        assert_eq!(value["version"], META_VERSION);
+        assert_eq!(value["own"]["inputTokens"], 1);
+        assert_eq!(value["childrenDropped"], 2);
+        assert_eq!(
+            value["children"].as_array().map(Vec::len),
+            Some(MAX_BREAKDOWN_CHILDREN)
+        );
+    }
+
+    #[test]
+    fn a_cost_limit_keeps_its_amount_and_a_lowered_budget_takes_the_smaller_figure() {
+        assert_eq!(CostLimit::new(0.25).map(CostLimit::amount), Some(0.25));
+        let lowered = Budget {
+            tokens: Some(100),
+            cost: Some(0.5),
+        }
+        .lowered(Budget {
+            tokens: None,
+            cost: Some(0.2),
+        });
+        assert_eq!(
+            lowered,
+            Budget {
+                tokens: Some(100),
+                cost: Some(0.2)
+            }
+        );
+    }
+
     fn usage(input: u64, output: u64) -> Usage {
         Usage {
             input_tokens: input,

@@ -42,6 +42,17 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Where an instrumented build (`scripts/coverage`) writes its profile. A test that clears a
+/// binary's environment passes it on ([`instrumentation_env`]), or that binary's lines go uncounted.
+pub const LLVM_PROFILE_FILE: &str = "LLVM_PROFILE_FILE";
+
+/// [`LLVM_PROFILE_FILE`] with its value when this test run is instrumented, else nothing: what a
+/// command whose environment a test cleared gets back (`.env_clear().envs(instrumentation_env())`).
+#[must_use]
+pub fn instrumentation_env() -> Option<(&'static str, std::ffi::OsString)> {
+    std::env::var_os(LLVM_PROFILE_FILE).map(|value| (LLVM_PROFILE_FILE, value))
+}
+
 /// Guards every wait of the end-to-end suites against a hang; never expected to elapse.
 pub const HANG_GUARD: Duration = Duration::from_secs(30);
 

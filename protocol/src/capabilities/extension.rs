@@ -83,10 +83,10 @@ impl SessionStart {
     /// The `_meta` object carrying it, with this side's version.
     #[must_use]
     pub fn to_meta(&self) -> Map<String, Value> {
-        let mut fields = match serde_json::to_value(self) {
-            Ok(Value::Object(fields)) => fields,
-            _ => Map::new(),
-        };
+        // A struct serializes to an object; were it anything else, only the version would go.
+        let mut fields = serde_json::to_value(self)
+            .and_then(serde_json::from_value::<Map<String, Value>>)
+            .unwrap_or_default();
         fields.insert("version".into(), Value::from(EXTENSION_VERSION));
         meta(Value::Object(fields))
     }
@@ -94,6 +94,11 @@ impl SessionStart {
     /// Reads a session's request (`extension`, the value under the key) strictly, taking only the
     /// fields `honours` names; `Err` is an invalid-params message naming the field.
     pub fn read(extension: &Value, honours: impl Fn(&str) -> bool) -> Result<Self, String> {
+        Self::read_with(extension, &honours)
+    }
+
+    /// [`SessionStart::read`], compiled once (not once per caller's closure).
+    fn read_with(extension: &Value, honours: &dyn Fn(&str) -> bool) -> Result<Self, String> {
         let key = EXTENSION;
         let Some(fields) = extension.as_object() else {
             return Err(format!("_meta.{key}: must be an object"));
@@ -217,6 +222,11 @@ mod tests {
         assert_eq!(
             read(json!({"version": 1, "maxDepth": -1})),
             Err("_meta.acp-host/start.maxDepth: must be a whole number, not -1".into())
+        );
+        let tools = SessionStart::read(&json!({"version": 1, "tools": 7}), |_| true).unwrap_err();
+        assert!(
+            tools.starts_with("_meta.acp-host/start.tools: invalid type: integer `7`"),
+            "{tools}"
         );
         assert_eq!(
             read(json!({"version": 1, "tools": {}})),

@@ -142,6 +142,12 @@ impl Template {
 mod tests {
     use super::*;
 
+    #[test]
+    fn each_variable_has_its_reference() {
+        assert_eq!(Variable::Model.reference(), "{{model}}");
+        assert_eq!(Variable::Cwd.reference(), "{{cwd}}");
+    }
+
     fn values() -> Values<'static> {
         Values {
             model: Some("deepseek-chat"),

@@ -206,6 +206,18 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn a_forwards_debug_form_never_shows_its_value() {
+        assert_eq!(
+            format!("{:?}", EnvForward::Inherit("HOME".into())),
+            r#"Inherit("HOME")"#
+        );
+        assert_eq!(
+            format!("{:?}", EnvForward::Set("TOKEN".into(), "sk-secret".into())),
+            r#"Set("TOKEN", "…")"#
+        );
+    }
+
     fn names(pairs: &[(&str, &str)], forwards: &[EnvForward]) -> (Vec<String>, Vec<String>) {
         let s = scrub(pairs.iter().copied(), forwards).unwrap();
         let env = s

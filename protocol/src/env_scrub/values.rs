@@ -223,16 +223,15 @@ fn private_key_block(v: &str) -> bool {
     v.contains("-----BEGIN") && v.contains("PRIVATE KEY")
 }
 
-/// Pieces of a value that may be URLs: a value may hold several (`NO_PROXY`-like lists).
+/// Pieces of a value that may be URLs, each after its `scheme://`: a value may hold several
+/// (`NO_PROXY`-like lists).
 fn url_candidates(v: &str) -> impl Iterator<Item = &str> {
     v.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '"' | '\'' | '<' | '>'))
-        .filter(|token| token.contains("://"))
+        .filter_map(|token| Some(token.split_once("://")?.1))
 }
 
-fn url_is_credential(url: &str) -> bool {
-    let Some((_, rest)) = url.split_once("://") else {
-        return false;
-    };
+/// Whether a URL (`rest`: what follows its `scheme://`) carries a credential.
+fn url_is_credential(rest: &str) -> bool {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, tail) = rest.split_at(end);
     let host = match authority.rsplit_once('@') {
@@ -401,7 +400,41 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_table_is_built_by_its_constructor() {
+        let ghp = shape("ghp_", Alphabet::Base62, 36, 251);
+        let found = token_shape(&format!("ghp_{}", "a1".repeat(18))).unwrap();
+        assert_eq!(
+            (found.prefix, found.alphabet, found.min, found.max),
+            (ghp.prefix, ghp.alphabet, ghp.min, ghp.max)
+        );
+    }
+
+    #[test]
+    fn edge_values_of_each_rule() {
+        // A user of a URL that starts like a JWT but is none.
+        assert!(!value_is_credential("https://eyJa!bc.de.fg@example.com/"));
+        assert!(
+            !value_is_credential("eyJhbGciOi.eyJzdWIiOi.c2ln.ZXh0cmE"),
+            "4 parts"
+        );
+        // A query item without `=` is skipped, the next one still counts.
+        assert!(value_is_credential(
+            "https://h.example/x?flag&token=abcdefgh12"
+        ));
+        assert!(!value_is_credential("https://h.example/x?flag&page=2"));
+        // Letters and punctuation, no digit: a credential only from 16 characters on.
+        assert!(value_is_credential("Bearer abcdefghij-klmnopq"));
+        assert!(!value_is_credential("Bearer abcd-efg"));
+        // A quoted `user:password` pair in base64.
+        assert!(value_is_credential("\"dXNlcjpwYXNz\""));
+        assert_eq!(unquote(" 'x' "), "x");
+        assert_eq!(unquote("\"y"), "\"y", "one quote is no pair");
+    }
+
+    #[test]
     fn base64_decoding() {
+        assert_eq!(decode_base64("Pj4+").unwrap(), b">>>");
+        assert_eq!(decode_base64("Pz8/").unwrap(), b"???");
         assert_eq!(decode_base64("dXNlcjpwYXNz").unwrap(), b"user:pass");
         assert_eq!(decode_base64("YTpi").unwrap(), b"a:b");
         assert_eq!(decode_base64("YWI=").unwrap(), b"ab");

@@ -319,6 +319,7 @@ mod tests {
                 "n": {"type": "integer", "minimun": 1},
                 "mail": {"type": "string", "format": "idn-email"},
                 "a/b": {"type": "integr"},
+                "c~d": {"maxLenght": 1},
                 "m": {"maximum": "five"},
             },
             "items": {"$ref": "https://example.com/s.json"},
@@ -334,6 +335,7 @@ mod tests {
                  uri-reference, uuid, regex, json-pointer",
                 "/properties/a~1b/type: type \"integr\" is not a JSON type; the types are array, \
                  boolean, integer, null, number, object, string",
+                "/properties/c~0d/maxLenght: unknown keyword \"maxLenght\" (did you mean \"maxLength\"?)",
                 "/items/$ref: \"https://example.com/s.json\" is not a local reference; only \
                  references into the schema itself (\"#/$defs/...\") are resolved, nothing is \
                  fetched",

@@ -123,22 +123,12 @@ impl Operation {
             _ => false,
         }
     }
-
-    /// Whether the operation mutates its target when executed.
-    #[must_use]
-    pub fn mutates(&self) -> bool {
-        matches!(
-            self.action,
-            Action::Create | Action::Update | Action::Remove
-        )
-    }
 }
 
 /// What the caller found at one target path. The caller resolves symlinks: a symlink that stays
 /// in its folder is followed (`physical` is where it points), one that leaves it is
 /// [`FileState::Unwritable`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileFacts {
     /// The file that would be written.
     pub physical: PathBuf,
@@ -148,20 +138,14 @@ pub struct FileFacts {
 }
 
 /// The content side of [`FileFacts`]: the pre-image compared again just before writing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "kind", content = "detail")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FileState {
     Missing,
-    #[serde(serialize_with = "serialize_len")]
     File(Vec<u8>),
     /// A folder, socket, device…
     NotAFile,
     /// It cannot be read or written safely (the reason, e.g. a symlink out of its folder).
     Unwritable(String),
-}
-
-fn serialize_len<S: serde::Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_u64(bytes.len() as u64)
 }
 
 /// The current state of every path the plan needs (see [`ScanRequest`]).
@@ -612,11 +596,9 @@ mod tests {
             Err(ForceTargetError::Wildcard(_))
         ));
         for shape in ["claude-code", "a/b/c", "claude-code:x"] {
+            let refused = shape.parse::<ForceTarget>();
             assert!(
-                matches!(
-                    shape.parse::<ForceTarget>(),
-                    Err(ForceTargetError::Shape(_))
-                ),
+                matches!(refused, Err(ForceTargetError::Shape(_))),
                 "{shape}"
             );
         }
@@ -711,6 +693,147 @@ mod tests {
         assert_eq!(
             readiness(codex, Scope::User, &on_path, true, Some("")),
             Readiness::Ready
+        );
+    }
+
+    #[test]
+    fn an_actions_name_is_its_serialized_name() {
+        for (action, name) in [
+            (Action::Create, "create"),
+            (Action::Update, "update"),
+            (Action::Noop, "noop"),
+            (Action::Conflict, "conflict"),
+            (Action::Orphan, "orphan"),
+            (Action::Remove, "remove"),
+            (Action::Skip, "skip"),
+            (Action::Error, "error"),
+        ] {
+            assert_eq!(action.as_str(), name);
+            assert_eq!(serde_json::to_value(action).unwrap(), name);
+        }
+    }
+
+    fn op(action: Action, authorized: bool) -> Operation {
+        Operation {
+            action,
+            agent: "codex",
+            name: "review".into(),
+            path: None,
+            reason: String::new(),
+            requires_force: action == Action::Conflict,
+            requires_prune: action == Action::Orphan,
+            authorized,
+        }
+    }
+
+    #[test]
+    fn a_held_back_operation_names_the_flag_that_resolves_it() {
+        assert_eq!(
+            op(Action::Conflict, false).resolution().as_deref(),
+            Some("--force codex/review")
+        );
+        assert_eq!(
+            op(Action::Orphan, false).resolution().as_deref(),
+            Some("--prune")
+        );
+        for action in [Action::Create, Action::Skip, Action::Error] {
+            assert_eq!(op(action, true).resolution(), None, "{action:?}");
+        }
+    }
+
+    fn file(operations: Vec<usize>, pre_image: Option<FileState>) -> FilePlan {
+        FilePlan {
+            path: PathBuf::from("/h/a.md"),
+            target: PathBuf::from("/h/a.md"),
+            pre_image: pre_image.map(|state| FileFacts {
+                physical: PathBuf::from("/h/a.md"),
+                link: None,
+                state,
+            }),
+            change: Change::Keep,
+            operations,
+        }
+    }
+
+    #[test]
+    fn a_plan_counts_its_blockers_and_the_resting_outcome_of_each_file() {
+        let plan = Plan {
+            operations: vec![
+                op(Action::Conflict, false),
+                op(Action::Conflict, true),
+                op(Action::Skip, true),
+                op(Action::Skip, true),
+                op(Action::Noop, true),
+                op(Action::Error, true),
+            ],
+            files: Vec::new(),
+            errors: vec!["two definitions write one file".into()],
+        };
+        assert_eq!(plan.unauthorized_conflicts(), 1);
+        assert_eq!(plan.error_count(), 2, "one error operation, one plan error");
+        assert!(!plan.can_apply());
+        assert_eq!(
+            plan.resting_outcome(&file(vec![0, 2], None)),
+            Outcome::Conflicted
+        );
+        assert_eq!(
+            plan.resting_outcome(&file(vec![5], None)),
+            Outcome::Conflicted
+        );
+        assert_eq!(
+            plan.resting_outcome(&file(vec![2, 3], None)),
+            Outcome::Skipped
+        );
+        assert_eq!(plan.resting_outcome(&file(vec![1, 2], None)), Outcome::Noop);
+        assert_eq!(plan.resting_outcome(&file(vec![4], None)), Outcome::Noop);
+    }
+
+    #[test]
+    fn a_files_current_bytes_are_empty_unless_it_was_read_as_a_file() {
+        let read = file(vec![], Some(FileState::File(b"old".to_vec())));
+        assert_eq!(read.current(), b"old");
+        assert_eq!(file(vec![], Some(FileState::Missing)).current(), b"");
+        assert_eq!(file(vec![], Some(FileState::NotAFile)).current(), b"");
+        assert_eq!(file(vec![], None).current(), b"");
+    }
+
+    #[test]
+    fn a_change_has_the_kind_the_report_shows() {
+        assert_eq!(Change::Keep.kind(), ChangeKind::Keep);
+        assert_eq!(Change::Write(b"x".to_vec()).kind(), ChangeKind::Write);
+        assert_eq!(Change::Remove.kind(), ChangeKind::Remove);
+    }
+
+    #[test]
+    fn an_unreadable_config_switch_blocks_the_agent() {
+        let codex = registry::find_sync("codex").unwrap();
+        let on_path = AgentAvailability::OnPath("codex".into());
+        let blocked = readiness(codex, Scope::User, &on_path, true, Some("[agents\n"));
+        assert!(
+            matches!(&blocked, Readiness::Blocked(reason) if reason.contains(".codex/config.toml")),
+            "{blocked:?}"
+        );
+    }
+
+    #[test]
+    fn an_agent_without_a_path_in_the_scope_is_not_scanned() {
+        let (spec, target) = registry::find_sync("pi").unwrap();
+        let view = RegistryView {
+            scope: Scope::Project,
+            base: PathBuf::from("/p"),
+            agents: vec![AgentView {
+                spec,
+                target,
+                availability: AgentAvailability::MarkerDir(".pi".into()),
+                readiness: Readiness::Ready,
+            }],
+        };
+        assert_eq!(view.location(&view.agents[0]), None);
+        assert_eq!(view.scan_request(&[]), ScanRequest::default());
+        assert_eq!(
+            ScanRequest::default().candidates(Path::new("/p/.pi"), &["a.md".into()]),
+            Vec::<PathBuf>::new(),
+            "a folder that was not asked for has no candidates"
         );
     }
 }

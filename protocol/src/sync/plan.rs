@@ -56,13 +56,10 @@ pub fn plan(
             .filter(|d| d.targets(agent.spec.name))
             .collect();
         match (&agent.readiness, location) {
-            (Readiness::Ready, Some(location)) => {
-                if location.folder().is_some() {
-                    planner.dedicated(&location, &defined, snapshot);
-                } else {
-                    planner.shared(&location, &defined, snapshot);
-                }
-            }
+            (Readiness::Ready, Some(location)) => match location.folder() {
+                Some(folder) => planner.dedicated(&location, &folder, &defined, snapshot),
+                None => planner.shared(&location, &defined, snapshot),
+            },
             (readiness, location) => planner.held(agent, readiness, location.as_ref(), &defined),
         }
     }
@@ -120,19 +117,14 @@ fn unusable(state: &FileState) -> Option<String> {
     }
 }
 
-/// Whether a spliced shared file still parses as the list it should be: every item not removed is
-/// still there (an alias to an anchor that lived in a replaced item, for one, breaks the parse).
-fn spliced_is_sound(new: &str, items: &[dsh::Item], edits: &Edits) -> Result<(), String> {
-    let removed = edits.items.values().filter(|r| r.is_none()).count();
-    let expected = items.len() - removed + edits.appends.len();
+/// Whether a spliced shared file still parses as a list (an alias to an anchor that lived in a
+/// replaced item, for one, breaks the parse). The count of its items needs no check of its own:
+/// [`dsh::apply`] swaps each edited item's exact byte range for one rendered item (or nothing) and
+/// appends whole items after a line break, so a splice that parses holds the items it should.
+fn spliced_is_sound(new: &str) -> Result<(), String> {
     match dsh::locate(new.as_bytes()) {
-        Ok(located) if located.len() == expected => Ok(()),
         // The last item went and the user's comments stay.
-        Err(dsh::DshError::Empty) if expected == 0 => Ok(()),
-        Ok(located) => Err(format!(
-            "editing this file would leave {} items where {expected} belong; nothing written to it (please report)",
-            located.len()
-        )),
+        Ok(_) | Err(dsh::DshError::Empty) => Ok(()),
         Err(e) => Err(format!(
             "editing this file would make it invalid (it {e}); nothing written to it — is an anchor (`&name`) of an acp-host item aliased (`*name`) elsewhere? copy its value instead"
         )),
@@ -254,7 +246,13 @@ impl Planner<'_> {
     }
 
     /// One file per subagent (Markdown, codex TOML): the defined targets, then the orphans.
-    fn dedicated(&mut self, location: &Location, defined: &[&Definition], snapshot: &Snapshot) {
+    fn dedicated(
+        &mut self,
+        location: &Location,
+        folder: &Path,
+        defined: &[&Definition],
+        snapshot: &Snapshot,
+    ) {
         let agent = location.agent;
         for definition in defined {
             let name = definition.name.as_str();
@@ -311,21 +309,20 @@ impl Planner<'_> {
             let index = self.push(op);
             self.intent(agent, path, Some(facts.clone()), change, vec![index]);
         }
-        self.dedicated_orphans(location, defined, snapshot);
+        self.dedicated_orphans(location, folder, defined, snapshot);
     }
 
-    /// Managed files in the agent's folder whose subagent is no longer defined for the agent.
+    /// Managed files in the agent's folder (`folder`, [`Location::folder`]) whose subagent is no
+    /// longer defined for the agent.
     fn dedicated_orphans(
         &mut self,
         location: &Location,
+        folder: &Path,
         defined: &[&Definition],
         snapshot: &Snapshot,
     ) {
-        let Some(folder) = location.folder() else {
-            return;
-        };
         let defined: BTreeSet<&str> = defined.iter().map(|d| d.name.as_str()).collect();
-        let entries = snapshot.folders.get(&folder).map_or(&[][..], Vec::as_slice);
+        let entries = snapshot.folders.get(folder).map_or(&[][..], Vec::as_slice);
         let names: BTreeSet<String> = entries
             .iter()
             .filter_map(|entry| location.name_of_entry(entry))
@@ -426,27 +423,24 @@ impl Planner<'_> {
         if ops.is_empty() {
             return;
         }
-        let change = if edits.is_empty() {
+        // No edit leaves the text as it is.
+        let new = dsh::apply(&text, &items, &edits);
+        let change = if new == text {
+            Change::Keep
+        } else if new.trim().is_empty() && facts.state != FileState::Missing {
+            // The last item went: leave no empty file behind (an empty file is not a list).
+            Change::Remove
+        } else if let Err(reason) = spliced_is_sound(&new) {
+            // Fail closed: never write a shared file that no longer parses, or lost an item.
+            for &op in &ops {
+                let op = &mut self.operations[op];
+                op.action = Action::Error;
+                op.authorized = false;
+                op.reason.clone_from(&reason);
+            }
             Change::Keep
         } else {
-            let new = dsh::apply(&text, &items, &edits);
-            if new.trim().is_empty() && facts.state != FileState::Missing {
-                // The last item went: leave no empty file behind (an empty file is not a list).
-                Change::Remove
-            } else if new == text {
-                Change::Keep
-            } else if let Err(reason) = spliced_is_sound(&new, &items, &edits) {
-                // Fail closed: never write a shared file that no longer parses, or lost an item.
-                for &op in &ops {
-                    let op = &mut self.operations[op];
-                    op.action = Action::Error;
-                    op.authorized = false;
-                    op.reason.clone_from(&reason);
-                }
-                Change::Keep
-            } else {
-                Change::Write(new.into_bytes())
-            }
+            Change::Write(new.into_bytes())
         };
         self.intent(agent, path, Some(facts.clone()), change, ops);
     }

@@ -43,17 +43,15 @@ pub fn dsh_id(name: &str) -> String {
     format!("{DSH_ID_PREFIX}{name}")
 }
 
-/// Renders one dedicated file (Markdown or codex TOML) for `agent`.
-///
-/// # Panics
-/// On [`TargetFormat::DshShared`]: shared items are rendered by [`render_dsh_item`].
+/// Renders one dedicated file (Markdown or codex TOML) for `agent`; for
+/// [`TargetFormat::DshShared`], the item as the shared file holds it ([`render_dsh_item`]).
 #[must_use]
 pub fn render_file(format: TargetFormat, agent: &str, definition: &Definition) -> String {
     let options = definition.options_for(agent);
     match format {
         TargetFormat::Markdown(style) => render_markdown(style, definition, options),
         TargetFormat::CodexToml => render_codex(definition, options),
-        TargetFormat::DshShared => unreachable!("dsh items are rendered by render_dsh_item"),
+        TargetFormat::DshShared => render_dsh_item(definition),
     }
 }
 
@@ -375,7 +373,7 @@ mod tests {
         for body in ["a ''' b", "it's'", "x\u{7}y", "'''", "a\\b \"q\" '''\n'"] {
             let d = definition(body);
             let text = render_file(registry::find_sync("codex").unwrap().1.format, "codex", &d);
-            let table: toml::Table = text.parse().unwrap_or_else(|e| panic!("{text}\n{e}"));
+            let table: toml::Table = text.parse().expect("the rendering parses as TOML");
             assert_eq!(
                 table["developer_instructions"].as_str(),
                 Some(d.body.as_str())
@@ -407,6 +405,32 @@ mod tests {
             render_file(codex, "codex", &d).as_bytes()
         ));
         assert!(!is_managed(codex, "review", b"name = \"review\"\n"));
+        assert!(!is_managed(codex, "review", b"\xff# not text"), "not UTF-8");
+        let unclosed = format!("---\nname: x\n<!-- {} -->\n", marker("review"));
+        assert!(
+            !is_managed(md, "review", unclosed.as_bytes()),
+            "no closing fence"
+        );
+        // A shared file's ownership is its items' (`dsh::Item::managed_for`), never the file's.
+        let shared = TargetFormat::DshShared;
+        let item = render_file(shared, "dsh", &d);
+        assert_eq!(item, render_dsh_item(&d));
+        assert!(!is_managed(shared, "review", item.as_bytes()));
+    }
+
+    #[test]
+    fn inline_values_are_valid_yaml_and_toml() {
+        assert_eq!(inline(&OptionValue::Int(4096)), "4096");
+        assert_eq!(inline(&OptionValue::Bool(true)), "true");
+        let table = serde_json::json!({"b": [1, null], "a": {"x": false}, "c": "s"});
+        let rendered = inline(&OptionValue::Table(table.as_object().unwrap().clone()));
+        assert_eq!(rendered, r#"{"a": {"x": false}, "b": [1, null], "c": "s"}"#);
+        let parsed: Value = serde_saphyr::from_str(&rendered).unwrap();
+        assert_eq!(parsed["b"][0], 1);
+        let toml: toml::Table = format!("k = {}", inline(&OptionValue::Int(7)))
+            .parse()
+            .unwrap();
+        assert_eq!(toml["k"].as_integer(), Some(7));
     }
 
     #[test]
@@ -526,5 +550,30 @@ mod tests {
             dsh("dsh: {tools: read}\n")["toolFilter"],
             serde_json::json!({"allow": ["read"]})
         );
+    }
+
+    /// The golden files' example (`tests/golden/`, the format contract) through the unit build:
+    /// every option kind, each frontmatter style, a persona with a blank line.
+    #[test]
+    fn the_documented_example_renders_as_its_goldens() {
+        let source = include_str!("../../tests/golden/source/review.md");
+        let d = crate::definition::parse("review.md", source.as_bytes()).unwrap();
+        for (agent, golden) in [
+            (
+                "claude-code",
+                include_str!("../../tests/golden/claude-code.md"),
+            ),
+            ("codex", include_str!("../../tests/golden/codex.toml")),
+            ("opencode", include_str!("../../tests/golden/opencode.md")),
+            (
+                "github-copilot",
+                include_str!("../../tests/golden/github-copilot.agent.md"),
+            ),
+            ("pi", include_str!("../../tests/golden/pi.md")),
+            ("dsh", include_str!("../../tests/golden/dsh.yml")),
+        ] {
+            let format = registry::find_sync(agent).unwrap().1.format;
+            assert_eq!(render_file(format, agent, &d), golden, "{agent}");
+        }
     }
 }

@@ -205,4 +205,70 @@ mod tests {
         let schema = serde_json::to_value(schemars::schema_for!(SyncOutput)).unwrap();
         assert!(schema["anyOf"].is_array(), "{schema}");
     }
+
+    #[test]
+    fn a_report_lists_each_planned_file_with_its_change_and_the_run_counts_outcomes() {
+        let plan = Plan {
+            operations: Vec::new(),
+            files: vec![
+                super::super::FilePlan {
+                    path: PathBuf::from("/h/a.md"),
+                    target: PathBuf::from("/h/a.md"),
+                    pre_image: None,
+                    change: Change::Write(b"new".to_vec()),
+                    operations: vec![0],
+                },
+                super::super::FilePlan {
+                    path: PathBuf::from("/h/b.md"),
+                    target: PathBuf::from("/h/b.md"),
+                    pre_image: None,
+                    change: Change::Remove,
+                    operations: vec![1, 2],
+                },
+            ],
+            errors: Vec::new(),
+        };
+        let file = |path: &str, outcome| FileResult {
+            path: PathBuf::from(path),
+            outcome,
+            change: ChangeKind::Write,
+            detail: None,
+            backup: None,
+        };
+        let result = ExecutionResult {
+            success: false,
+            files: vec![
+                file("/h/a.md", Outcome::Applied),
+                file("/h/b.md", Outcome::Failed),
+            ],
+            error: Some("disk full".into()),
+            failed_files: vec![PathBuf::from("/h/b.md")],
+            partial: true,
+            backup_dir: None,
+        };
+        assert_eq!(result.count(Outcome::Applied), 1);
+        assert_eq!(result.count(Outcome::Failed), 1);
+        assert_eq!(result.count(Outcome::Skipped), 0);
+        assert!(result.recovery_required());
+        let report = SyncReport::new(&plan, Some(result), None);
+        assert!(!report.success, "the execution decides, not the plan");
+        assert!(!report.dry_run);
+        assert!(report.can_apply);
+        assert_eq!(report.changes, 2);
+        assert_eq!(
+            report.files,
+            [
+                PlannedFile {
+                    path: PathBuf::from("/h/a.md"),
+                    change: ChangeKind::Write,
+                    operations: vec![0],
+                },
+                PlannedFile {
+                    path: PathBuf::from("/h/b.md"),
+                    change: ChangeKind::Remove,
+                    operations: vec![1, 2],
+                },
+            ]
+        );
+    }
 }

@@ -49,6 +49,7 @@ impl Machine {
         let mut cmd = Command::new(bin("acp-host"));
         cmd.current_dir(self.path("work"))
             .env_clear()
+            .envs(acp_tests::instrumentation_env())
             .env(env_vars::HOME, self.path("home"))
             .env(env_vars::XDG_CACHE_HOME, self.path("cache"))
             .env(env_vars::XDG_STATE_HOME, self.path("home/state"))

@@ -163,6 +163,7 @@ fn sync_logs_like_every_subcommand() {
             .args(args)
             .current_dir(&project)
             .env_clear()
+            .envs(acp_tests::instrumentation_env())
             .env(env_vars::HOME, &home)
             .env(env_vars::PATH, root.path())
             .env(env_vars::XDG_STATE_HOME, &state)

@@ -151,6 +151,7 @@ fn updates_for_another_session_are_ignored() {
 fn clean_env_run(dir: &Path, extra: &[(&str, &str)], args: &[&str]) -> Output {
     let mut cmd = acp_tests::host_run(dir);
     cmd.env_clear()
+        .envs(acp_tests::instrumentation_env())
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .envs(extra.iter().copied())
         .arg("--json")

@@ -1031,6 +1031,7 @@ fn an_agent_requiring_authentication_says_how_to_get_past_it() {
     let out = run_to_end(
         host(dir.path())
             .env_clear()
+            .envs(acp_tests::instrumentation_env())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .args(["--json", "--agent", &mock(&["auth-required"]), "x"]),
     );

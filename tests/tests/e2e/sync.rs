@@ -111,6 +111,7 @@ impl Env {
             .args(args)
             .current_dir(&self.project)
             .env_clear()
+            .envs(acp_tests::instrumentation_env())
             .env("HOME", &self.home)
             .env("PATH", &self.path_dir)
             .env("XDG_STATE_HOME", &self.state);

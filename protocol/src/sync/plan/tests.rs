@@ -651,15 +651,15 @@ mod properties {
                 return Ok(());
             };
             prop_assert_eq!(&d.description, &description);
-            let codex: toml::Table = rendered("codex", &d).parse().map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            let codex: toml::Table = rendered("codex", &d).parse().unwrap();
             prop_assert_eq!(codex["description"].as_str(), Some(description.as_str()));
             prop_assert_eq!(codex["developer_instructions"].as_str(), Some(d.body.as_str()));
             let md = rendered("claude-code", &d);
             let (yaml, _) = md.strip_prefix("---\n").unwrap().split_once("\n---\n").unwrap();
-            let fields: Value = serde_saphyr::from_str(yaml).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            let fields: Value = serde_saphyr::from_str(yaml).unwrap();
             prop_assert_eq!(fields["description"].as_str(), Some(description.as_str()));
             prop_assert!(render::is_managed(registry::find_sync("claude-code").unwrap().1.format, "x", md.as_bytes()));
-            let dsh: Value = serde_saphyr::from_str(&dsh_item(&d)).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+            let dsh: Value = serde_saphyr::from_str(&dsh_item(&d)).unwrap();
             prop_assert_eq!(dsh[0]["config"]["persona"].as_str(), Some(d.body.as_str()));
         }
     }
@@ -825,4 +825,168 @@ fn adopt_takes_over_only_files_with_the_tools_exact_marker_for_the_same_name() {
         },
     );
     assert_eq!(p.count(Action::Remove), 0);
+}
+
+#[test]
+fn a_target_that_is_not_a_file_is_an_error_dedicated_or_shared() {
+    for (agents, path) in [
+        ("claude-code", format!("{HOME}/.claude/agents/review.md")),
+        ("dsh", format!("{HOME}/{DSH}")),
+    ] {
+        let defs = [def("review", agents)];
+        let v = view(&[agents]);
+        let mut s = snapshot(&v, &defs, &BTreeMap::new());
+        s.files.get_mut(Path::new(&path)).unwrap().state = FileState::NotAFile;
+        let p = plan(&defs, &v, &s, &Authorization::default());
+        assert_eq!(actions(&p), [(Action::Error, format!("{agents}/review"))]);
+        assert_eq!(
+            p.operations[0].reason,
+            "is a folder or special file where a file belongs; move it away"
+        );
+        assert!(!p.can_apply());
+    }
+}
+
+#[test]
+fn a_target_the_caller_did_not_read_is_an_error_not_a_guess() {
+    for agents in ["claude-code", "dsh"] {
+        let defs = [def("review", agents), def("audit", agents)];
+        let v = view(&[agents]);
+        let p = plan(&defs, &v, &Snapshot::default(), &Authorization::default());
+        assert_eq!(
+            actions(&p),
+            [
+                (Action::Error, format!("{agents}/audit")),
+                (Action::Error, format!("{agents}/review"))
+            ]
+        );
+        assert!(p.operations.iter().all(|op| op.reason == NOT_READ));
+        assert!(p.files.is_empty(), "nothing to write");
+    }
+}
+
+#[test]
+fn a_name_too_long_for_the_file_system_is_refused_at_planning() {
+    let long = format!("r{}", "e".repeat(254));
+    let defs = [def(&long, "claude-code")];
+    let p = run(&defs, &["claude-code"], &[], &Authorization::default());
+    assert_eq!(p.operations[0].action, Action::Error);
+    assert!(
+        p.operations[0]
+            .reason
+            .starts_with("a file name of 258 bytes"),
+        "{}",
+        p.operations[0].reason
+    );
+    assert!(p.files.is_empty());
+}
+
+#[test]
+fn a_ready_agent_without_a_path_in_the_scope_is_skipped() {
+    let (spec, target) = registry::find_sync("pi").unwrap();
+    let v = RegistryView {
+        scope: Scope::Project,
+        base: PathBuf::from(HOME),
+        agents: vec![AgentView {
+            spec,
+            target,
+            availability: AgentAvailability::MarkerDir(".pi".into()),
+            readiness: Readiness::Ready,
+        }],
+    };
+    let defs = [def("review", "pi")];
+    let p = plan(&defs, &v, &Snapshot::default(), &Authorization::default());
+    assert_eq!(actions(&p), [(Action::Skip, "pi/review".into())]);
+    assert_eq!(p.operations[0].reason, "pi has no path in this scope");
+    assert_eq!(p.operations[0].path, None);
+}
+
+#[test]
+fn orphan_candidates_that_are_unread_or_not_files_are_left_alone() {
+    let gone = def("gone", "claude-code");
+    let v = view(&["claude-code"]);
+    let managed = rendered("claude-code", &gone);
+    let files = BTreeMap::from([(".claude/agents/gone.md", managed)]);
+    let mut s = snapshot(&v, &[], &files);
+    let path = PathBuf::from(format!("{HOME}/.claude/agents/gone.md"));
+    assert!(s.files.contains_key(&path), "a candidate is read");
+    s.files.get_mut(&path).unwrap().state = FileState::NotAFile;
+    let p = plan(&[], &v, &s, &prune());
+    assert!(p.operations.is_empty(), "{:?}", p.operations);
+    s.files.remove(&path);
+    let p = plan(&[], &v, &s, &prune());
+    assert!(p.operations.is_empty(), "{:?}", p.operations);
+}
+
+#[test]
+fn skipped_definitions_of_one_shared_file_share_its_plan() {
+    let defs = [def("alpha", "dsh"), def("beta", "dsh")];
+    let p = run(&defs, &[], &[], &Authorization::default());
+    assert_eq!(
+        actions(&p),
+        [
+            (Action::Skip, "dsh/alpha".into()),
+            (Action::Skip, "dsh/beta".into())
+        ]
+    );
+    assert_eq!(p.files.len(), 1);
+    assert_eq!(p.files[0].operations, [0, 1]);
+    assert_eq!(p.files[0].change, Change::Keep);
+    assert!(p.errors.is_empty(), "one target, no collision");
+    assert_eq!(
+        p.resting_outcome(&p.files[0]),
+        crate::sync::Outcome::Skipped
+    );
+}
+
+#[test]
+fn an_item_appended_to_a_file_without_a_final_newline_starts_on_its_own_line() {
+    let defs = [def("alpha", "dsh"), def("beta", "dsh")];
+    let alpha = dsh_item(&defs[0]);
+    let p = run(
+        &defs,
+        &["dsh"],
+        &[(DSH, alpha.trim_end().to_owned())],
+        &Authorization::default(),
+    );
+    assert_eq!(
+        actions(&p),
+        [
+            (Action::Noop, "dsh/alpha".into()),
+            (Action::Create, "dsh/beta".into())
+        ]
+    );
+    assert_eq!(
+        p.files[0].change,
+        Change::Write((alpha + &dsh_item(&defs[1])).into_bytes())
+    );
+}
+
+#[test]
+fn a_shared_file_that_is_not_utf8_is_an_error() {
+    let defs = [def("alpha", "dsh")];
+    let v = view(&["dsh"]);
+    let mut s = snapshot(&v, &defs, &BTreeMap::new());
+    let path = PathBuf::from(format!("{HOME}/{DSH}"));
+    s.files.get_mut(&path).unwrap().state = FileState::File(vec![b'-', b' ', 0xff, b'\n']);
+    let p = plan(&defs, &v, &s, &Authorization::default());
+    assert_eq!(actions(&p), [(Action::Error, "dsh/alpha".into())]);
+    assert_eq!(p.operations[0].reason, "is not UTF-8 text");
+}
+
+#[test]
+fn an_unmarked_plugin_item_without_an_id_is_named_by_its_tool() {
+    let defs = [def("alpha", "dsh")];
+    let foreign = "- name: '@deepseek-ai/dsh-tool-subagent'\n  config:\n    toolName: alpha\n";
+    let p = run(
+        &defs,
+        &["dsh"],
+        &[(DSH, foreign.to_owned())],
+        &Authorization::default(),
+    );
+    assert_eq!(actions(&p), [(Action::Conflict, "dsh/alpha".into())]);
+    assert_eq!(
+        p.operations[0].reason,
+        "item at line 1 (toolName alpha) has no acp-host marker (not ours); preserved"
+    );
 }
