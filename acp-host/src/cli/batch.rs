@@ -9,8 +9,6 @@
 //! - lines asking for the same run (their prompt and id aside) share one check and, in a row,
 //!   one preparation (the agent resolved, the environment scrubbed, the schema compiled); each
 //!   start still checks its working directory, and a `subagent` line its definition's trust;
-//! - an agent starts on a blocking thread (`RunOptions::spawn_blocking`): the one thread that
-//!   drives every run never waits for a start;
 //! - at most `--jobs` agents run at once (`protocol::batch::check_jobs`: a fixed cap and the
 //!   process's open-file and process limits; above, a usage error before any line is read); each
 //!   result is written (one `BatchRecord` line) as its run ends, by a writer thread behind a
@@ -616,8 +614,6 @@ async fn drive(
     let options = Arc::new(RunOptions {
         max_output_bytes: Some(args.max_output),
         max_answer_bytes: Some(args.max_output),
-        // One thread drives every run: an agent's start must not hold the others up.
-        spawn_blocking: true,
         ..RunOptions::default()
     });
     let mut templates = Templates::default();

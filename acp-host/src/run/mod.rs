@@ -127,12 +127,6 @@ pub struct RunOptions {
     /// The most bytes of a turn's text a structured answer is read from (a longer answer is a
     /// violation naming this limit); `None` uses [`DEFAULT_MAX_OUTPUT_BYTES`].
     pub max_answer_bytes: Option<usize>,
-    /// Start the agent on one of the runtime's blocking threads, not on the thread driving the
-    /// run. Starting one (forking its watchdog, which returns once the agent is running) blocks
-    /// its thread for a while, longer on a busy machine: a caller driving many runs on one
-    /// thread (`acp-host batch`) sets it, so the other runs go on meanwhile. A single run leaves
-    /// it off (a thread hand-off is then only a cost).
-    pub spawn_blocking: bool,
 }
 
 /// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.
@@ -238,7 +232,7 @@ async fn run_with(
             Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink
         }),
     };
-    let (mut process, pipes) = match spawn(spec, options.spawn_blocking).await {
+    let (mut process, pipes) = match AgentProcess::spawn_unconfirmed(&spec) {
         Ok(spawned) => spawned,
         Err(err) => {
             result.error = Some(spawn_failure_message(&err, &request));
@@ -301,25 +295,6 @@ async fn run_with(
         );
     }
     finish(result, started, &notifier, true, cancel).await
-}
-
-/// Starts the agent, on a blocking thread when `blocking` ([`RunOptions::spawn_blocking`]).
-async fn spawn(
-    spec: SpawnSpec,
-    blocking: bool,
-) -> Result<(AgentProcess, crate::process::AgentPipes), crate::process::SpawnError> {
-    if !blocking {
-        return AgentProcess::spawn_unconfirmed(&spec);
-    }
-    let program = spec.program.display().to_string();
-    tokio::task::spawn_blocking(move || AgentProcess::spawn_unconfirmed(&spec))
-        .await
-        .unwrap_or_else(|err| {
-            Err(crate::process::SpawnError::Io {
-                program,
-                source: std::io::Error::other(format!("the agent's start failed: {err}")),
-            })
-        })
 }
 
 /// Delivers the end event (with the output as its last message when `with_output`) and waits
