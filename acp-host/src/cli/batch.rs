@@ -4,7 +4,11 @@
 //! Invariants:
 //! - every line is read and checked (its fields, its agent, its cwd, its subagent definition, its
 //!   env names) before anything is spawned; a bad line is a usage error (exit 2) naming the line
-//!   and the field. Only the parsed lines are kept (their prompts), never a run's output;
+//!   and the field. Only the text of the lines to run is kept (each is parsed again as it
+//!   starts) and a 16-byte key of each id, never a run's output;
+//! - lines asking for the same run (their prompt and id aside) share one check and, in a row,
+//!   one preparation (the agent resolved, the environment scrubbed, the schema compiled); each
+//!   start still checks its working directory, and a `subagent` line its definition's trust;
 //! - at most `--jobs` agents run at once (`protocol::batch::check_jobs`: a fixed cap and the
 //!   process's open-file and process limits; above, a usage error before any line is read); each
 //!   result is written (one `BatchRecord` line) as its run ends, by a writer thread behind a
@@ -193,7 +197,7 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
         if let Some(signals) = signals {
             tokio::spawn(signals.watch(cancel.clone(), seen_tx));
         }
-        let summary = drive(lines, args, jobs, &cancel, &mut output, &mut progress).await;
+        let summary = drive(&lines, args, jobs, &cancel, &mut output, &mut progress).await;
         if args.json_summary {
             output.write(&summary.record()).await;
         }
@@ -368,10 +372,58 @@ fn read_done(path: &Path) -> Result<HashSet<String>, CliError> {
     }
 }
 
-/// Reads and checks every line; keeps only the parsed lines this batch runs (its shard, less
-/// those done). Every line is read (so every worker refuses the same bad input and the same
-/// repeated id), but only the lines it runs are checked against the machine.
-fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken), CliError> {
+/// The lines a batch runs, kept as their text (each is parsed again when it starts): a line
+/// costs its bytes and its number, not its parsed fields (about ten times as much for a short
+/// prompt), so 100,000 lines fit in a few MiB.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Each line's text (trimmed), followed by a newline (a line read by `lines()` has none).
+    text: String,
+    /// Each line's number in the input (a line without `id` is named by it).
+    numbers: Vec<usize>,
+}
+
+impl Pending {
+    fn push(&mut self, number: usize, text: &str) {
+        self.text.push_str(text.trim());
+        self.text.push('\n');
+        self.numbers.push(number);
+    }
+
+    fn len(&self) -> usize {
+        self.numbers.len()
+    }
+
+    /// The lines, parsed again, in input order. Each was parsed and checked when it was read,
+    /// so an error here cannot happen; it would be that line's `not-started` record.
+    fn lines(&self) -> impl Iterator<Item = Result<BatchLine, (String, String)>> + '_ {
+        self.numbers
+            .iter()
+            .zip(self.text.split_terminator('\n'))
+            .map(|(&number, text)| match batch::parse_line(number, text) {
+                Some(Ok(line)) => Ok(line),
+                Some(Err(err)) => Err((number.to_string(), err.to_string())),
+                None => Err((number.to_string(), format!("line {number} is blank"))),
+            })
+    }
+}
+
+/// The key a line's id is remembered by while the input is read, to refuse a repeated one: the
+/// first 12 bytes of its SHA-256 digest (16 bytes a line with its line number, whatever the id's
+/// length; two different ids share one with a probability of about n^2 / 2^97, nil for any
+/// input that fits on a disk).
+fn id_key(id: &str) -> [u8; 12] {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let mut key = [0; 12];
+    key.copy_from_slice(&digest[..12]);
+    key
+}
+
+/// Reads and checks every line; keeps only the lines this batch runs (its shard, less those
+/// done), as their text. Every line is read (so every worker refuses the same bad input and the
+/// same repeated id), but only the lines it runs are checked against the machine.
+fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Pending, Taken), CliError> {
     let (input, name): (Box<dyn BufRead>, String) = if args.input == "-" {
         (Box::new(std::io::stdin().lock()), "stdin".into())
     } else {
@@ -385,8 +437,9 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken)
             .agent(agent)
             .map_err(|problem| CliError::Usage(format!("--agent {agent}: {problem}")))?;
     }
-    let mut ids = std::collections::HashMap::new();
-    let mut lines = Vec::new();
+    // The first line of each id, by its key.
+    let mut ids: std::collections::HashMap<[u8; 12], u32> = std::collections::HashMap::new();
+    let mut lines = Pending::default();
     let mut taken = Taken::default();
     // Whether any line (of every worker's, so all refuse alike) goes to a remote agent.
     let mut remote = args.agent.as_deref().is_some_and(is_remote);
@@ -399,7 +452,8 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken)
             continue;
         };
         let line = line.map_err(|err| CliError::Usage(format!("{name}: {err}")))?;
-        if let Some(first) = ids.insert(line.id.clone(), number) {
+        if let Some(first) = ids.insert(id_key(&line.id), u32::try_from(number).unwrap_or(u32::MAX))
+        {
             return Err(CliError::Usage(format!(
                 "{name}: line {number}, field `id`: {:?} is already the id of line {first}; ids \
                  must be unique",
@@ -419,7 +473,7 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Vec<BatchLine>, Taken)
         checker.check(&line).map_err(|(field, problem)| {
             CliError::Usage(format!("{name}: line {number}, field `{field}`: {problem}"))
         })?;
-        lines.push(line);
+        lines.push(number, &text);
     }
     if !remote && (args.token_file.is_some() || args.token_env.is_some()) {
         return Err(CliError::Usage(format!(
@@ -455,6 +509,37 @@ struct Checker<'a> {
     facts: HostFacts,
     /// Each agent is looked up once, however many lines name it.
     agents: std::collections::HashMap<String, Result<(), String>>,
+    /// The last line checked whole: a line asking for the same run (its prompt and id aside)
+    /// passes as it did, since nothing checked depends on those two.
+    last: Option<BatchLine>,
+}
+
+/// Whether two lines ask for the same run but for their prompt and id: then everything built
+/// from them besides the prompt is the same. (Every field is named, so a new one is not
+/// forgotten here.)
+fn same_run(a: &BatchLine, b: &BatchLine) -> bool {
+    let BatchLine {
+        id: _,
+        prompt: _,
+        agent,
+        subagent,
+        cwd,
+        timeout,
+        env,
+        output_schema,
+        fork,
+        token_budget,
+        cost_budget,
+    } = a;
+    *agent == b.agent
+        && *subagent == b.subagent
+        && *cwd == b.cwd
+        && *timeout == b.timeout
+        && *env == b.env
+        && *output_schema == b.output_schema
+        && *fork == b.fork
+        && *token_budget == b.token_budget
+        && cost_budget.map(f64::to_bits) == b.cost_budget.map(f64::to_bits)
 }
 
 impl<'a> Checker<'a> {
@@ -463,6 +548,7 @@ impl<'a> Checker<'a> {
             args,
             facts: HostFacts::from_env(),
             agents: std::collections::HashMap::new(),
+            last: None,
         }
     }
 
@@ -495,6 +581,15 @@ impl<'a> Checker<'a> {
 
     /// `(field, problem)` for the first thing wrong with the line.
     fn check(&mut self, line: &BatchLine) -> Result<(), (&'static str, String)> {
+        if self.last.as_ref().is_some_and(|last| same_run(last, line)) {
+            return Ok(());
+        }
+        self.check_whole(line)?;
+        self.last = Some(line.clone());
+        Ok(())
+    }
+
+    fn check_whole(&mut self, line: &BatchLine) -> Result<(), (&'static str, String)> {
         if let Some(agent) = &line.agent {
             self.agent(agent).map_err(|problem| ("agent", problem))?;
         }
@@ -549,7 +644,7 @@ struct Summary {
 
 /// Starts runs while fewer than `jobs` run and no cancel came; writes each record as it ends.
 async fn drive(
-    lines: Vec<BatchLine>,
+    lines: &Pending,
     args: &BatchArgs,
     jobs: usize,
     cancel: &Cancel,
@@ -557,23 +652,31 @@ async fn drive(
     progress: &mut Progress,
 ) -> Summary {
     let mut summary = Summary::default();
-    let mut pending = lines.into_iter();
+    let mut pending = lines.lines();
     let mut running = tokio::task::JoinSet::new();
     // The line id of each task, for a task that fails (panics) instead of returning its record.
     let mut ids = std::collections::HashMap::new();
+    let options = Arc::new(RunOptions {
+        max_output_bytes: Some(args.max_output),
+        max_answer_bytes: Some(args.max_output),
+        ..RunOptions::default()
+    });
+    let mut templates = Templates::default();
     loop {
         while running.len() < jobs && !cancel.is_cancelled() {
             let Some(line) = pending.next() else {
                 break;
             };
-            let run_args = run_args(args, &line);
-            let id = line.id.clone();
-            let options = RunOptions {
-                max_output_bytes: Some(args.max_output),
-                max_answer_bytes: Some(args.max_output),
-                ..RunOptions::default()
+            let (id, prepared) = match line {
+                Ok(line) => (line.id.clone(), templates.prepare(args, line)),
+                Err((id, error)) => (id, Err(error)),
             };
-            let task = running.spawn(run_line(line, run_args, options, cancel.clone()));
+            let task = running.spawn(run_line(
+                id.clone(),
+                prepared,
+                Arc::clone(&options),
+                cancel.clone(),
+            ));
             ids.insert(task.id(), id);
             progress.started();
         }
@@ -597,7 +700,7 @@ async fn drive(
     }
     for line in pending {
         let record = BatchRecord::NotStarted {
-            id: line.id,
+            id: line.map_or_else(|(id, _)| id, |line| line.id),
             status: NotStarted::NotStarted,
             error: None,
         };
@@ -654,31 +757,70 @@ fn line_request(args: &RunArgs, line: &BatchLine) -> Result<StartRequest, String
     Ok(request)
 }
 
-/// One line's run: the same request building, preparation and library run as `acp-host run`.
+/// One line's run: the library run of its prepared request, or the record of why it could not
+/// be prepared (checked before the batch started, a failure now means the machine changed
+/// meanwhile).
 async fn run_line(
-    line: BatchLine,
-    args: RunArgs,
-    options: RunOptions,
+    id: String,
+    prepared: Result<library::Prepared, String>,
+    options: Arc<RunOptions>,
     cancel: Cancel,
 ) -> BatchRecord {
-    let not_started = |error: String| BatchRecord::NotStarted {
-        id: line.id.clone(),
-        status: NotStarted::NotStarted,
-        error: Some(error),
-    };
-    // Checked before the batch started; a failure now means the machine changed meanwhile.
-    let request = match line_request(&args, &line) {
-        Ok(built) => built,
-        Err(error) => return not_started(error),
-    };
-    let prepared = match library::prepare(request, std::env::vars_os()) {
+    let prepared = match prepared {
         Ok(prepared) => prepared,
-        Err(error) => return not_started(error.to_string()),
+        Err(error) => {
+            return BatchRecord::NotStarted {
+                id,
+                status: NotStarted::NotStarted,
+                error: Some(error),
+            };
+        }
     };
     let result = library::run(prepared, &options, &cancel).await;
     BatchRecord::Result {
-        id: line.id,
+        id,
         result: Box::new(result),
+    }
+}
+
+/// The prepared run of the last line, kept for the next lines asking for the same run (their
+/// prompt and id aside): a line's request is built (its agent resolved, its env forwards parsed)
+/// and prepared (the environment scrubbed, its schema compiled) once, not once per line, and
+/// each run is that with its own prompt and its working directory checked again. A line with a
+/// `subagent` is built whole every time: its definition's trust is checked at each start, as
+/// `acp-host run --subagent` does.
+#[derive(Default)]
+struct Templates {
+    last: Option<(BatchLine, library::Prepared)>,
+}
+
+impl Templates {
+    /// The same request building and preparation as `acp-host run`, or why the line cannot run.
+    fn prepare(&mut self, args: &BatchArgs, line: BatchLine) -> Result<library::Prepared, String> {
+        if line.subagent.is_none()
+            && let Some((last, template)) = &self.last
+            && same_run(last, &line)
+        {
+            return template
+                .for_prompt(line.prompt)
+                .map_err(|err| err.to_string());
+        }
+        let request = line_request(&run_args(args, &line), &line)?;
+        let prepared =
+            library::prepare(request, std::env::vars_os()).map_err(|err| err.to_string())?;
+        self.last = match line.subagent {
+            Some(_) => None,
+            None => prepared.for_prompt(String::new()).ok().map(|template| {
+                (
+                    BatchLine {
+                        prompt: String::new(),
+                        ..line
+                    },
+                    template,
+                )
+            }),
+        };
+        Ok(prepared)
     }
 }
 

@@ -95,6 +95,17 @@ impl Prepared {
     pub fn budget(&self) -> Result<Budget, &DepthError> {
         self.budget.as_ref().copied()
     }
+
+    /// This run with another prompt, its working directory checked again (it may have gone
+    /// since): what a caller starting many runs of the same request builds each one from, so
+    /// the environment is scrubbed and the schema compiled once (`acp-host batch`). Nothing
+    /// else of a prepared run depends on its prompt.
+    pub fn for_prompt(&self, prompt: String) -> Result<Prepared, PrepareError> {
+        check_cwd(&self.request.cwd)?;
+        let mut prepared = self.clone();
+        prepared.request.prompt = prompt;
+        Ok(prepared)
+    }
 }
 
 /// Validates the request against the machine (cwd) and computes the agent's environment from

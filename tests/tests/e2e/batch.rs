@@ -741,3 +741,120 @@ fn max_output_bounds_each_record_and_the_answers_its_lines_read() {
         record["error"]
     );
 }
+
+#[test]
+fn lines_asking_for_the_same_run_still_get_their_own_prompt_agent_cwd_and_env() {
+    // A batch prepares a run once for the lines that ask for the same one (their prompt and id
+    // aside): every line in between that asks for another must be run as it asks.
+    let dir = temp();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let echo_env = mock(&["echo-env", "BATCH_TEST_TOKEN"]);
+    let lines = [
+        serde_json::json!({"id": "a", "prompt": "one"}).to_string(),
+        serde_json::json!({"id": "b", "prompt": "two"}).to_string(),
+        serde_json::json!({"id": "c", "prompt": "x", "agent": mock(&["echo-cwd"]), "cwd": "sub"})
+            .to_string(),
+        serde_json::json!({"id": "d", "prompt": "three"}).to_string(),
+        serde_json::json!({"id": "e", "prompt": "y", "agent": echo_env, "env": ["BATCH_TEST_TOKEN"]})
+            .to_string(),
+        serde_json::json!({"id": "f", "prompt": "z", "agent": echo_env}).to_string(),
+        serde_json::json!({"id": "g", "prompt": "four"}).to_string(),
+    ];
+    jobs_file(dir.path(), &lines);
+    let out = run_to_end(batch(dir.path()).env("BATCH_TEST_TOKEN", "tok-123").args([
+        "--jobs",
+        "2",
+        "--agent",
+        &mock(&["echo-prompt"]),
+        "jobs.ndjson",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = records(&out);
+    checked(&records);
+    let mut outputs: Vec<(String, String)> = records
+        .iter()
+        .map(|record| {
+            assert_eq!(record["status"], "completed", "{record}");
+            let id = record["id"].as_str().unwrap().to_owned();
+            (id, record["output"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    outputs.sort();
+    let sub = std::fs::canonicalize(&sub).unwrap();
+    let by_id = |id: &str| outputs.iter().find(|(i, _)| i == id).unwrap().1.clone();
+    assert_eq!(by_id("a"), "one");
+    assert_eq!(by_id("b"), "two");
+    assert!(
+        by_id("c").starts_with(&format!("process: {}\n", sub.display())),
+        "{}",
+        by_id("c")
+    );
+    assert_eq!(by_id("d"), "three");
+    // A credential-shaped name: forwarded by its line, withheld from the next one.
+    assert_eq!(by_id("e"), "BATCH_TEST_TOKEN=tok-123");
+    assert_eq!(by_id("f"), "BATCH_TEST_TOKEN unset");
+    assert_eq!(by_id("g"), "four");
+    assert_eq!(outputs.len(), 7);
+    assert_no_process_left(dir.path());
+}
+
+#[test]
+fn a_working_directory_gone_since_the_check_leaves_its_line_not_started() {
+    // Lines asking for the same run share its preparation, but each start checks its working
+    // directory again: the second line, checked with the first before anything started, finds
+    // it gone and gets a `not-started` record naming it; the others run.
+    let dir = temp();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    let gated = mock(&[
+        "gated-session",
+        "--go",
+        path_str(&go),
+        "--ready",
+        path_str(&ready),
+    ]);
+    let lines = [
+        serde_json::json!({"id": "first", "prompt": "x", "agent": gated, "cwd": "sub"}).to_string(),
+        serde_json::json!({"id": "second", "prompt": "y", "agent": gated, "cwd": "sub"})
+            .to_string(),
+        serde_json::json!({"id": "third", "prompt": "z"}).to_string(),
+    ];
+    jobs_file(dir.path(), &lines);
+    let child = batch(dir.path())
+        .args(["--jobs", "1", "--agent", &mock(&["hello"]), "jobs.ndjson"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        acp_tests::wait_for_file(&ready, HANG_GUARD),
+        "the first run never reached session/new"
+    );
+    std::fs::remove_dir(&sub).unwrap();
+    std::fs::write(&go, "").unwrap();
+    let out = wait_output(child);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let records = records(&out);
+    checked(&records);
+    let status: Vec<(&str, &str)> = records
+        .iter()
+        .map(|r| (r["id"].as_str().unwrap(), r["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        status,
+        [
+            ("first", "completed"),
+            ("second", "not-started"),
+            ("third", "completed")
+        ]
+    );
+    let error = records[1]["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("working directory is not an accessible directory: ")
+            && error.contains("sub"),
+        "{error}"
+    );
+    assert_no_process_left(dir.path());
+}
