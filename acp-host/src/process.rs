@@ -411,7 +411,7 @@ impl AgentProcess {
         })?;
         // The program is never executed by this command: the forked child becomes the watchdog
         // and starts the agent itself (see `watchdog`).
-        let mut command = command(spec, spec.program.as_os_str(), std::iter::empty());
+        let mut command = watchdog_command(spec, spec.program.as_os_str());
         watch_pre_exec(&mut command, watchdog);
         let child = command.spawn().map_err(|e| unavailable("spawn", &e))?;
         // Our copies of the watchdog's ends must go, or EOF could never be seen on either side.
@@ -723,18 +723,29 @@ impl Drop for AgentProcess {
     }
 }
 
-/// The agent's (or the watchdog's) command: exact environment, cwd, piped stdio, own group.
+/// The agent's command: exact environment, cwd, piped stdio, own group.
 fn command(
     spec: &SpawnSpec,
     program: &std::ffi::OsStr,
     args: impl IntoIterator<Item = OsString>,
 ) -> tokio::process::Command {
+    let mut command = process_command(spec, program);
+    command.args(args).env_clear().envs(&spec.env);
+    command
+}
+
+/// The watchdog's command: cwd, piped stdio, own group. No environment: it never execs, and it
+/// starts the agent with the exact environment itself (`Watchdog::new`), so std need not copy
+/// the environment once more for it.
+fn watchdog_command(spec: &SpawnSpec, program: &std::ffi::OsStr) -> tokio::process::Command {
+    process_command(spec, program)
+}
+
+/// What the agent's and the watchdog's commands share.
+fn process_command(spec: &SpawnSpec, program: &std::ffi::OsStr) -> tokio::process::Command {
     let mut command = tokio::process::Command::new(program);
     command
-        .args(args)
         .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(&spec.env)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -891,10 +902,12 @@ async fn drain_stderr(
     tail: Arc<Mutex<StderrTail>>,
     sink: Option<StderrSink>,
 ) {
-    let mut buf = vec![0u8; 8192];
+    // Read into its capacity, never zeroed first: most agents write nothing to stderr.
+    let mut buf = Vec::with_capacity(8192);
     let mut lines = StderrLines::default();
     loop {
-        match stderr.read(&mut buf).await {
+        buf.clear();
+        match stderr.read_buf(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 lock(&tail).push(&buf[..n]);

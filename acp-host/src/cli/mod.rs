@@ -53,6 +53,36 @@ pub(crate) struct Cli {
     command: Command,
 }
 
+/// The command line of `acp-host run ...` alone: [`Cli`] with its one subcommand `run`, declared
+/// like it (a test holds the two to the same help and errors). A one-shot run parses with it, so it
+/// does not build the arguments of every other subcommand first (clap builds the whole tree before
+/// it parses: about a tenth of a one-shot run's instructions in the host).
+#[derive(Debug, Parser)]
+#[command(name = "acp-host", version = VERSION.as_str(), propagate_version = true)]
+struct RunOnly {
+    #[command(subcommand)]
+    command: RunCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunCommand {
+    // As in `Command`.
+    #[command(args_override_self = true)]
+    Run(Box<run::RunArgs>),
+}
+
+/// Parses argv: with [`RunOnly`] when it names `run` (what it parses is then exactly what [`Cli`]
+/// would), else with the whole [`Cli`].
+fn parse() -> Result<Command, clap::Error> {
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "run") {
+        let RunOnly {
+            command: RunCommand::Run(args),
+        } = RunOnly::try_parse()?;
+        return Ok(Command::Run(args));
+    }
+    Cli::try_parse().map(|cli| cli.command)
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     // A flag given twice takes its last value, so wrappers can append overrides.
@@ -109,8 +139,8 @@ impl CliError {
 }
 
 pub(crate) fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let command = match parse() {
+        Ok(command) => command,
         Err(err) => {
             // clap prints help/version to stdout and usage errors to stderr; map its codes onto ours.
             let _ = err.print();
@@ -121,8 +151,8 @@ pub(crate) fn main() -> ExitCode {
             };
         }
     };
-    init_logging(cli.command.verbose());
-    let outcome = match cli.command {
+    init_logging(command.verbose());
+    let outcome = match command {
         Command::Run(args) => run::execute(&args),
         Command::Batch(args) => batch::execute(&args),
         Command::Sync(args) => sync::execute(args),
@@ -186,5 +216,57 @@ pub(crate) fn write_stdout(bytes: &[u8]) -> Result<Written, CliError> {
         Ok(()) => Ok(Written::Done),
         Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::Closed),
         Err(err) => Err(CliError::Failed(format!("cannot write to stdout: {err}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::{Cli, RunOnly};
+
+    /// `run` parsed alone must be `run` parsed with the whole tree: same help, same errors, same
+    /// version.
+    #[test]
+    fn the_run_only_parser_is_the_whole_trees_run() {
+        let whole = || Cli::command();
+        let alone = || RunOnly::command();
+        let run_of = |mut command: clap::Command| {
+            command.build();
+            command
+                .find_subcommand_mut("run")
+                .expect("a run subcommand")
+                .clone()
+        };
+        let (mut a, mut b) = (run_of(whole()), run_of(alone()));
+        assert_eq!(
+            a.render_long_help().to_string(),
+            b.render_long_help().to_string()
+        );
+        assert_eq!(a.render_help().to_string(), b.render_help().to_string());
+        assert_eq!(a.render_usage().to_string(), b.render_usage().to_string());
+        assert_eq!(a.get_version(), b.get_version());
+        for argv in [
+            &["acp-host", "run"][..],
+            &["acp-host", "run", "--nope", "hi"],
+            &["acp-host", "run", "--timeout", "x", "hi"],
+            &["acp-host", "run", "--help"],
+            &["acp-host", "run", "-h"],
+            &["acp-host", "run", "--version"],
+            &["acp-host", "run", "--json", "--json", "hi"],
+            &["acp-host", "run", "--resume", "a", "--fork", "b", "hi"],
+            &["acp-host", "run", "--schema-retries", "2", "hi"],
+        ] {
+            let render = |result: Result<clap::ArgMatches, clap::Error>| match result {
+                // The run subcommand's matches (the top level's list every subcommand it knows).
+                Ok(matches) => format!("{:?}", matches.subcommand()),
+                Err(err) => format!("{:?}: {}", err.kind(), err.render()),
+            };
+            assert_eq!(
+                render(whole().try_get_matches_from(argv)),
+                render(alone().try_get_matches_from(argv)),
+                "{argv:?}"
+            );
+        }
     }
 }

@@ -94,7 +94,9 @@ fn batch_error() -> String {
 /// it lies, not copied; a line spread over reads is put together in `joined`.
 pub(super) struct Reader {
     stdout: ChildStdout,
-    data: Box<[u8]>,
+    /// What the last read got (its length); [`READ_BUFFER_BYTES`] of capacity, read into without
+    /// zeroing it first, so a run of small frames touches one page of it, not sixteen.
+    data: Vec<u8>,
     /// The unread part of `data` is `start..end`.
     start: usize,
     end: usize,
@@ -120,7 +122,7 @@ impl Reader {
     pub(super) fn new(stdout: ChildStdout, max: usize) -> Self {
         Reader {
             stdout,
-            data: vec![0; READ_BUFFER_BYTES].into_boxed_slice(),
+            data: Vec::with_capacity(READ_BUFFER_BYTES),
             start: 0,
             end: 0,
             joined: Vec::new(),
@@ -139,7 +141,9 @@ impl Reader {
             if self.start == self.end {
                 before_read();
                 (self.start, self.end) = (0, 0);
-                let n = self.stdout.read(&mut self.data).await?;
+                self.data.clear();
+                // Into the capacity (never beyond it: the buffer does not grow).
+                let n = self.stdout.read_buf(&mut self.data).await?;
                 if n == 0 {
                     return Ok(!self.joined.is_empty());
                 }

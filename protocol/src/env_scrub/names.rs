@@ -87,9 +87,13 @@ pub fn name_is_credential(name: &str) -> bool {
 /// found inside values, where the allow-list of variable names does not apply.
 pub(crate) fn has_secret_segment(name: &str) -> bool {
     segments(name).any(|segment| {
-        SECRET_SEGMENTS.contains(&segment.as_str())
-            || (!HARMLESS_SEGMENTS.contains(&segment.as_str())
-                && SECRET_SUFFIXES.iter().any(|s| segment.ends_with(s)))
+        let is = |word: &&str| segment.eq_ignore_ascii_case(word);
+        SECRET_SEGMENTS.iter().any(is)
+            || (!HARMLESS_SEGMENTS.iter().any(is)
+                && SECRET_SUFFIXES.iter().any(|suffix| {
+                    segment.len() >= suffix.len()
+                        && segment[segment.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                }))
     })
 }
 
@@ -104,33 +108,34 @@ fn is_harmless_name(name: &str) -> bool {
         })
 }
 
-/// The upper-cased segments of a name (see the module doc).
-pub(crate) fn segments(name: &str) -> impl Iterator<Item = String> + '_ {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    let mut previous: Option<char> = None;
-    for c in name.chars() {
-        if !c.is_ascii_alphanumeric() {
-            if !current.is_empty() {
-                out.push(std::mem::take(&mut current));
+/// The segments of a name (see the module doc), as they are written: compare them ignoring ASCII
+/// case. Every segment is a run of ASCII letters and digits, so it is a slice of `name`; nothing
+/// is allocated (the rule runs over every variable of the environment at each start).
+pub(crate) fn segments(name: &str) -> impl Iterator<Item = &str> + '_ {
+    let bytes = name.as_bytes();
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        while at < bytes.len() && !bytes[at].is_ascii_alphanumeric() {
+            at += 1;
+        }
+        if at == bytes.len() {
+            return None;
+        }
+        let start = at;
+        at += 1;
+        while at < bytes.len() {
+            let (p, c) = (bytes[at - 1], bytes[at]);
+            let boundary = !c.is_ascii_alphanumeric()
+                || (p.is_ascii_lowercase() && c.is_ascii_uppercase())
+                || (p.is_ascii_alphabetic() != c.is_ascii_alphabetic());
+            if boundary {
+                break;
             }
-            previous = None;
-            continue;
+            at += 1;
         }
-        let boundary = previous.is_some_and(|p| {
-            (p.is_ascii_lowercase() && c.is_ascii_uppercase())
-                || (p.is_ascii_alphabetic() != c.is_ascii_alphabetic())
-        });
-        if boundary && !current.is_empty() {
-            out.push(std::mem::take(&mut current));
-        }
-        current.push(c.to_ascii_uppercase());
-        previous = Some(c);
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out.into_iter()
+        // Both ends sit next to ASCII bytes (or the ends of the name): char boundaries.
+        Some(&name[start..at])
+    })
 }
 
 #[cfg(test)]
@@ -139,7 +144,11 @@ mod tests {
 
     #[test]
     fn segments_split_on_separators_case_steps_and_digits() {
-        let cut = |name| segments(name).collect::<Vec<_>>();
+        let cut = |name| {
+            segments(name)
+                .map(str::to_ascii_uppercase)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(cut("OPENAI_API_KEY"), ["OPENAI", "API", "KEY"]);
         assert_eq!(
             cut("npm_config__authToken"),

@@ -297,24 +297,31 @@ fn assignments(v: &str) -> bool {
             let value = unquote(value);
             value.len() >= MIN_ASSIGNED_LEN
                 && !value.bytes().all(|c| c.is_ascii_digit())
-                && !matches!(
-                    value.to_ascii_lowercase().as_str(),
-                    "true" | "false" | "none" | "null" | "never" | "always"
-                )
+                && !["true", "false", "none", "null", "never", "always"]
+                    .iter()
+                    .any(|word| value.eq_ignore_ascii_case(word))
                 && has_secret_segment(name)
         })
 }
 
 /// `Bearer <credential>`, `Basic <credential>`, `Token <credential>` or `Authorization: <anything>`.
 fn authorization(v: &str) -> bool {
-    let words: Vec<&str> = v.split_whitespace().map(unquote).collect();
-    words.windows(2).any(|pair| {
-        let (word, next) = (pair[0], pair[1]);
-        match word.trim_end_matches(':').to_ascii_lowercase().as_str() {
-            "authorization" | "proxy-authorization" => word.ends_with(':') && !next.is_empty(),
-            "bearer" | "basic" | "token" => credential_word(next),
-            _ => false,
-        }
+    let mut words = v.split_whitespace().map(unquote);
+    let Some(mut word) = words.next() else {
+        return false;
+    };
+    words.any(|next| {
+        let label = word.trim_end_matches(':');
+        let is = |name: &str| label.eq_ignore_ascii_case(name);
+        let found = if is("authorization") || is("proxy-authorization") {
+            word.ends_with(':') && !next.is_empty()
+        } else if is("bearer") || is("basic") || is("token") {
+            credential_word(next)
+        } else {
+            false
+        };
+        word = next;
+        found
     })
 }
 
@@ -331,14 +338,15 @@ fn credential_word(word: &str) -> bool {
 
 /// netrc text: a `machine`, `default` or `login` entry with a `password`.
 fn netrc(v: &str) -> bool {
-    let words: Vec<&str> = v.split_whitespace().collect();
-    let entry = words
-        .iter()
-        .any(|w| matches!(*w, "machine" | "default" | "login"));
-    entry
-        && words
-            .windows(2)
-            .any(|pair| matches!(pair[0], "password" | "passwd") && !pair[1].is_empty())
+    let (mut entry, mut password) = (false, false);
+    let mut after_password = false;
+    for word in v.split_whitespace() {
+        // Words are never empty: a word after `password` is its value.
+        password |= after_password;
+        after_password = matches!(word, "password" | "passwd");
+        entry |= matches!(word, "machine" | "default" | "login");
+    }
+    entry && password
 }
 
 /// The whole value is base64 of `user:password` (printable, no spaces, both sides non-empty).
