@@ -80,15 +80,6 @@ fn order_startup(release: bool) {
     if target != "x86_64-unknown-linux-gnu" || !release || other_linker {
         return;
     }
-    // Packed relative relocations (DT_RELR): the loader reads about 8 KB of relocation records
-    // instead of about 630 KB (26,000 records) at every start. Only a glibc of 2.36 or later
-    // applies them, and the linker then marks the binary as needing one (`GLIBC_ABI_DT_RELR`, a
-    // clear error at start on an older glibc, never a crash). A binary built against a glibc
-    // this recent needs it anyway for its other symbols, so this is passed only when the glibc
-    // the build links against (a native build's own) is 2.36 or later.
-    if env::var("HOST").is_ok_and(|host| host == target) && glibc_at_least(2, 36) {
-        println!("cargo:rustc-link-arg-bin=acp-host=-Wl,-z,pack-relative-relocs");
-    }
     let Some(dir) = env::var_os("CARGO_MANIFEST_DIR") else {
         return;
     };
@@ -100,24 +91,5 @@ fn order_startup(release: bool) {
     ] {
         println!("cargo:rustc-link-arg-bin=acp-host=-Xlinker");
         println!("cargo:rustc-link-arg-bin=acp-host={arg}");
-    }
-}
-
-/// Whether this machine's glibc (`getconf GNU_LIBC_VERSION`: `glibc 2.36`) is at least
-/// `major.minor`; false when it cannot be told.
-fn glibc_at_least(major: u32, minor: u32) -> bool {
-    let Ok(out) = Command::new("getconf").arg("GNU_LIBC_VERSION").output() else {
-        return false;
-    };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let Some(version) = text.trim().strip_prefix("glibc ") else {
-        return false;
-    };
-    let mut parts = version.split('.').map(str::parse::<u32>);
-    match (parts.next(), parts.next()) {
-        (Some(Ok(found_major)), Some(Ok(found_minor))) => {
-            (found_major, found_minor) >= (major, minor)
-        }
-        _ => false,
     }
 }
