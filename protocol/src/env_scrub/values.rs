@@ -307,9 +307,8 @@ fn assignments(v: &str) -> bool {
 /// `Bearer <credential>`, `Basic <credential>`, `Token <credential>` or `Authorization: <anything>`.
 fn authorization(v: &str) -> bool {
     let mut words = v.split_whitespace().map(unquote);
-    let Some(mut word) = words.next() else {
-        return false;
-    };
+    // No word at all: "" names no scheme, and there is no next word to judge.
+    let mut word = words.next().unwrap_or_default();
     words.any(|next| {
         let label = word.trim_end_matches(':');
         let is = |name: &str| label.eq_ignore_ascii_case(name);
