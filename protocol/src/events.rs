@@ -107,28 +107,12 @@ mod tests {
     #[test]
     fn result_record_has_type_and_camel_case_fields() {
         let record = ResultRecord::Result(RunResult {
-            run_id: "r".into(),
             status: Status::Completed,
             stop_reason: Some("end_turn".into()),
             output: "hi".into(),
-            output_truncated_bytes: None,
-            error: None,
-            error_kind: None,
-            scrubbed_env: vec!["OPENAI_API_KEY".into()],
             agent_exit: AgentExit::default(),
-            stderr_tail: String::new(),
             duration_ms: 5,
-            permissions: vec![],
-            permissions_dropped: None,
-            session_id: None,
-            forked_from: None,
-            children: vec![],
-            persona_delivery: None,
-            structured: None,
-            structured_via: None,
-            resumable: None,
-            usage: None,
-            warnings: Vec::new(),
+            ..RunResult::unsettled("r".into(), vec!["OPENAI_API_KEY".into()])
         });
         let value = serde_json::to_value(&record).unwrap();
         let schema = crate::schema::output("run-result.json").unwrap();

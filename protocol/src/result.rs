@@ -368,6 +368,39 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// The result of run `run_id` before anything happened: status `error` until it is settled,
+    /// nothing spawned, nothing recorded; `scrubbed_env` names what the scrub withheld.
+    #[must_use]
+    pub fn unsettled(run_id: String, scrubbed_env: Vec<String>) -> Self {
+        Self {
+            run_id,
+            status: Status::Error,
+            stop_reason: None,
+            output: String::new(),
+            output_truncated_bytes: None,
+            error: None,
+            error_kind: None,
+            scrubbed_env,
+            agent_exit: AgentExit {
+                ended_by: EndedBy::NotSpawned,
+                ..AgentExit::default()
+            },
+            stderr_tail: String::new(),
+            duration_ms: 0,
+            permissions: Vec::new(),
+            permissions_dropped: None,
+            session_id: None,
+            forked_from: None,
+            children: Vec::new(),
+            persona_delivery: None,
+            structured: None,
+            structured_via: None,
+            resumable: None,
+            usage: None,
+            warnings: Vec::new(),
+        }
+    }
+
     #[must_use]
     pub fn exit_code(&self) -> u8 {
         self.status.exit_code()
@@ -458,28 +491,8 @@ mod tests {
     #[test]
     fn a_results_exit_code_is_its_status_code() {
         let result = |status| RunResult {
-            run_id: "r".into(),
             status,
-            stop_reason: None,
-            output: String::new(),
-            output_truncated_bytes: None,
-            error: None,
-            error_kind: None,
-            scrubbed_env: Vec::new(),
-            agent_exit: AgentExit::default(),
-            stderr_tail: String::new(),
-            duration_ms: 0,
-            permissions: Vec::new(),
-            permissions_dropped: None,
-            session_id: None,
-            forked_from: None,
-            children: Vec::new(),
-            persona_delivery: None,
-            structured: None,
-            structured_via: None,
-            resumable: None,
-            usage: None,
-            warnings: Vec::new(),
+            ..RunResult::unsettled("r".into(), Vec::new())
         };
         assert_eq!(result(Status::Completed).exit_code(), 0);
         assert_eq!(result(Status::Timeout).exit_code(), 124);

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use self::observers::Notifier;
 pub use self::prepare::{PrepareError, Prepared, prepare, resolve_cwd};
 use self::session::{KeptSession, session_turns};
-use self::settle::{record_teardown, settle_turn, spawn_failure_message, unsettled_result};
+use self::settle::{record_teardown, settle_turn, spawn_failure_message};
 use self::supervise::{Drive, Supervised, drive_config, supervise, tear_down};
 use crate::client::{self, ResultOf, Shared};
 use crate::lock;
@@ -202,7 +202,7 @@ async fn run_with(
         request.cwd.display().to_string(),
         env.scrubbed.clone(),
     ));
-    let mut result = unsettled_result(run_id, env.scrubbed.clone());
+    let mut result = RunResult::unsettled(run_id, env.scrubbed.clone());
 
     let budget = match budget {
         Ok(budget) => budget,

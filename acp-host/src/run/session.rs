@@ -18,7 +18,7 @@ use protocol::request::StartRequest;
 use protocol::result::{EndedBy, RunResult};
 
 use super::FollowUp;
-use super::settle::{settle_turn, unsettled_result};
+use super::settle::settle_turn;
 use crate::client::{self, DriveEnd, ResultOf, Shared};
 use crate::lock;
 
@@ -48,7 +48,7 @@ impl client::Turns for SessionTurns {
         &self,
         end: &DriveEnd,
     ) -> std::pin::Pin<Box<dyn Future<Output = Option<String>> + Send + '_>> {
-        let mut result = unsettled_result(self.run_id.clone(), self.scrubbed.clone());
+        let mut result = RunResult::unsettled(self.run_id.clone(), self.scrubbed.clone());
         result.agent_exit.ended_by = EndedBy::Alive;
         settle_turn(
             &mut result,

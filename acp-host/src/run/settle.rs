@@ -17,43 +17,12 @@ use std::time::Duration;
 
 use protocol::env_scrub::Redactor;
 use protocol::request::StartRequest;
-use protocol::result::{AgentExit, EndedBy, ErrorKind, RunResult, Status};
+use protocol::result::{AgentExit, ErrorKind, RunResult, Status};
 use protocol::structured;
 use protocol::usage::Overrun;
 
 use crate::client::{DriveEnd, ResultOf, Shared, Stage, Structured};
 use crate::process::{AgentProcess, SpawnError, Teardown};
-
-/// The result before anything happened: status error until settled, nothing spawned yet.
-pub(super) fn unsettled_result(run_id: String, scrubbed_env: Vec<String>) -> RunResult {
-    RunResult {
-        run_id,
-        status: Status::Error,
-        stop_reason: None,
-        output: String::new(),
-        output_truncated_bytes: None,
-        error: None,
-        error_kind: None,
-        scrubbed_env,
-        agent_exit: AgentExit {
-            ended_by: EndedBy::NotSpawned,
-            ..AgentExit::default()
-        },
-        stderr_tail: String::new(),
-        duration_ms: 0,
-        permissions: Vec::new(),
-        permissions_dropped: None,
-        session_id: None,
-        forked_from: None,
-        children: Vec::new(),
-        persona_delivery: None,
-        structured: None,
-        structured_via: None,
-        resumable: None,
-        usage: None,
-        warnings: Vec::new(),
-    }
-}
 
 /// Maps how the drive ended onto status, stop reason, error message and error kind.
 fn settle(
@@ -644,7 +613,7 @@ mod tests {
     #[test]
     fn every_way_the_drive_ends_settles_into_one_status_and_error() {
         for case in cases() {
-            let mut result = unsettled_result(
+            let mut result = RunResult::unsettled(
                 "run".into(),
                 case.withheld.iter().map(ToString::to_string).collect(),
             );
@@ -688,7 +657,7 @@ mod tests {
             ),
             (stopped("end_turn"), Some("end_turn")),
         ] {
-            let mut result = unsettled_result("run".into(), Vec::new());
+            let mut result = RunResult::unsettled("run".into(), Vec::new());
             settle(&mut result, Some(end), false, Some(&overrun), &request());
             assert_eq!(result.status, Status::OverBudget);
             assert_eq!(result.exit_code(), 7);
@@ -700,7 +669,7 @@ mod tests {
             );
         }
         // The deadline came first: a timeout.
-        let mut result = unsettled_result("run".into(), Vec::new());
+        let mut result = RunResult::unsettled("run".into(), Vec::new());
         settle(
             &mut result,
             Some(stopped("end_turn")),
@@ -722,7 +691,7 @@ mod tests {
                 }],
             })
         };
-        let mut completed = unsettled_result("run".into(), Vec::new());
+        let mut completed = RunResult::unsettled("run".into(), Vec::new());
         settle(
             &mut completed,
             Some(stopped("end_turn")),
@@ -739,7 +708,7 @@ mod tests {
         );
         assert_eq!(completed.structured_via, Some(StructuredVia::Text));
 
-        let mut refused = unsettled_result("run".into(), Vec::new());
+        let mut refused = RunResult::unsettled("run".into(), Vec::new());
         settle(
             &mut refused,
             Some(stopped("refusal")),
@@ -752,7 +721,7 @@ mod tests {
         assert_eq!(refused.error, None);
         assert_eq!(refused.structured_via, Some(StructuredVia::Text));
 
-        let mut matched = unsettled_result("run".into(), Vec::new());
+        let mut matched = RunResult::unsettled("run".into(), Vec::new());
         settle(
             &mut matched,
             Some(stopped("end_turn")),
