@@ -65,6 +65,19 @@ fn editor(state: &Path, extra: &[&str]) -> Launch {
     launch
 }
 
+/// `acp-host trust ARGS` in `dir` with approvals kept in `state`: its stdout, once it exited 0.
+fn trust_in(dir: &Path, state: &Path, args: &[&str]) -> String {
+    let out = run_to_end(
+        Command::new(acp_tests::bin("acp-host"))
+            .current_dir(dir)
+            .env(XDG_STATE_HOME, state)
+            .arg("trust")
+            .args(args),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    stdout(&out)
+}
+
 /// The refusal a repository definition gets when the person did not approve it.
 fn refusal(name: &str, command: &str, file: &Path) -> String {
     format!(
@@ -230,17 +243,7 @@ async fn a_forking_definitions_approval_says_the_child_starts_from_this_conversa
         "{text}"
     );
     // `acp-host trust` says it too, before anything asks.
-    let trust = |args: &[&str]| {
-        let out = run_to_end(
-            Command::new(acp_tests::bin("acp-host"))
-                .current_dir(dir.path())
-                .env(XDG_STATE_HOME, state.path())
-                .arg("trust")
-                .args(args),
-        );
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        stdout(&out)
-    };
+    let trust = |args: &[&str]| trust_in(dir.path(), state.path(), args);
     let listing: Value = serde_json::from_str(&trust(&["--json"])).unwrap();
     assert_eq!(listing["definitions"][0]["context"], "fork");
     let listed = trust(&[]);
@@ -446,17 +449,7 @@ fn acp_host_trust_lists_approves_notices_changes_and_revokes() {
         "---\ndescription: d\nagents: [codex]\n---\nB\n",
     );
     write_definition(&dir.path().join("subagents"), "bad.md", "no frontmatter\n");
-    let trust = |args: &[&str]| {
-        let out = run_to_end(
-            Command::new(acp_tests::bin("acp-host"))
-                .current_dir(dir.path())
-                .env(XDG_STATE_HOME, state.path())
-                .arg("trust")
-                .args(args),
-        );
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        stdout(&out)
-    };
+    let trust = |args: &[&str]| trust_in(dir.path(), state.path(), args);
     let shown = |state: &str| {
         format!(
             "x: {state}: runs {PWN_COMMAND}; forwards ACP_TEST_KEY; permission allow\n  {}\n",
