@@ -860,6 +860,24 @@ fn status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
+/// Every chunk of the flood arrived, in order, and `server` (at `before` KiB when the flood
+/// began) peaked under its bound while relaying it.
+fn assert_flood_relayed(texts: &[&str], server: u32, before: u64) {
+    assert_eq!(texts.len(), FLOOD_CHUNKS);
+    for (index, text) in texts.iter().enumerate() {
+        assert_eq!(
+            *text,
+            acp_tests::mock::cli::flood_chunk(index, FLOOD_BYTES),
+            "chunk {index}"
+        );
+    }
+    let peak = status_kib(server, "VmHWM");
+    assert!(
+        peak < before + STALLED_GROWTH_KIB,
+        "serve peaked at {peak} KiB from {before} KiB relaying 64 MiB"
+    );
+}
+
 /// Bytes `pid` has written so far (`wchar` of `/proc/PID/io`).
 fn written(pid: u32) -> u64 {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
@@ -942,19 +960,7 @@ fn a_client_that_stops_reading_slows_its_agent_down_and_the_server_stays_small()
         .filter(|u| u["params"]["sessionId"] == session.as_str())
         .filter_map(|u| u["params"]["update"]["content"]["text"].as_str())
         .collect();
-    assert_eq!(texts.len(), FLOOD_CHUNKS);
-    for (index, text) in texts.iter().enumerate() {
-        assert_eq!(
-            *text,
-            acp_tests::mock::cli::flood_chunk(index, FLOOD_BYTES),
-            "chunk {index}"
-        );
-    }
-    let peak = status_kib(server, "VmHWM");
-    assert!(
-        peak < before + STALLED_GROWTH_KIB,
-        "serve peaked at {peak} KiB from {before} KiB relaying 64 MiB"
-    );
+    assert_flood_relayed(&texts, server, before);
     client.socket.close(None).unwrap();
     serve.assert_no_agents();
     let out = serve.stop();
@@ -1165,19 +1171,7 @@ fn an_http_client_that_stops_reading_slows_its_agent_down_and_a_dead_one_is_drop
             .iter()
             .filter_map(|u| u["params"]["update"]["content"]["text"].as_str())
             .collect();
-        assert_eq!(texts.len(), FLOOD_CHUNKS);
-        for (index, text) in texts.iter().enumerate() {
-            assert_eq!(
-                *text,
-                acp_tests::mock::cli::flood_chunk(index, FLOOD_BYTES),
-                "chunk {index}"
-            );
-        }
-        let peak = status_kib(server, "VmHWM");
-        assert!(
-            peak < before + STALLED_GROWTH_KIB,
-            "serve peaked at {peak} KiB from {before} KiB relaying 64 MiB"
-        );
+        assert_flood_relayed(&texts, server, before);
         // Both streams dropped: after the grace, the connection and its agent end.
         drop((events, updates));
         serve.assert_no_agents();
