@@ -168,9 +168,13 @@ impl Server {
         let app = acp.merge(axum::Router::new().route("/health", axum::routing::get(health)));
         // Frames are small and interactive: without TCP_NODELAY an update followed by its
         // answer waits out the client's delayed ACK (40 ms a turn).
-        let listener = self.listener.tap_io(|tcp| {
+        let keepalive = keepalive(shared.config.stall_timeout);
+        let listener = self.listener.tap_io(move |tcp| {
             if let Err(err) = tcp.set_nodelay(true) {
                 tracing::debug!("cannot set TCP_NODELAY: {err}");
+            }
+            if let Err(err) = socket2::SockRef::from(&*tcp).set_tcp_keepalive(&keepalive) {
+                tracing::debug!("cannot set TCP keepalive: {err}");
             }
         });
         let served = axum::serve(listener, app)
@@ -182,6 +186,19 @@ impl Server {
         shared.teardowns.wait().await;
         served.map_err(ServeError::Serve)
     }
+}
+
+/// TCP keepalive for every connection: a client that vanished without closing (its machine gone,
+/// a NAT that forgot the flow) sends nothing and reads nothing, so on an idle connection no
+/// timeout of ours fires and it would hold its slot for good. The kernel probes a connection
+/// quiet for `stall` (`--stall-timeout`), four times at a quarter of it (at least a second
+/// apart); unanswered, the connection fails and its agent is torn down: about twice `stall`.
+fn keepalive(stall: Duration) -> socket2::TcpKeepalive {
+    let interval = (stall / 4).max(Duration::from_secs(1));
+    socket2::TcpKeepalive::new()
+        .with_time(stall.max(Duration::from_secs(1)))
+        .with_interval(interval)
+        .with_retries(4)
 }
 
 async fn health() -> &'static str {

@@ -1340,3 +1340,53 @@ fn a_websocket_upgrade_from_a_browser_origin_is_refused_and_nothing_is_spawned()
     assert!(!record.exists(), "an agent was spawned");
     assert!(processes_in(serve.agents.path()).is_empty());
 }
+
+/// The kernel's timer on the server's side of the TCP connection from `client` to
+/// `server` (both on 127.0.0.1), from `/proc/net/tcp`: its kind (`tr`: 2 is keepalive) and the
+/// seconds left on it.
+fn server_side_timer(server: &str, client: std::net::SocketAddr) -> Option<(u32, f64)> {
+    let port = |authority: &str| u16::from_str_radix(authority.rsplit(':').next()?, 16).ok();
+    let server_port: u16 = server.rsplit(':').next()?.parse().ok()?;
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // local address, remote address, state 01 = ESTABLISHED, then tr:tm->when.
+        let ours = port(fields.get(1)?)? == server_port
+            && port(fields.get(2)?)? == client.port()
+            && *fields.get(3)? == "01";
+        let (kind, when) = fields.get(5)?.split_once(':')?;
+        let ticks = u64::from_str_radix(when, 16).ok()?;
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "ticks left on a timer of seconds"
+        )]
+        ours.then(|| (u32::from_str_radix(kind, 16).ok(), ticks as f64 / 100.0))
+            .and_then(|(kind, left)| Some((kind?, left)))
+    })
+}
+
+#[test]
+fn an_idle_connection_is_probed_so_a_vanished_client_cannot_hold_its_slot() {
+    // The kernel probes a quiet connection after --stall-timeout: a client gone without a FIN
+    // (its machine off, a NAT that forgot it) fails its probes and its agent is torn down.
+    let mut serve = Serve::start(&mock(&["echo-prompt"]), &["--stall-timeout", "30"]);
+    let client = WsClient::connect(&serve);
+    let local = client.socket.get_ref().local_addr().unwrap();
+    let mut seen = None;
+    assert!(
+        wait_until(HANG_GUARD, || {
+            seen = server_side_timer(serve.authority(), local);
+            seen.is_some_and(|(kind, _)| kind == 2)
+        }),
+        "no keepalive timer on the server's side of {local}: {seen:?}"
+    );
+    let (_, left) = seen.unwrap();
+    assert!(
+        left > 0.0 && left <= 30.0,
+        "the first probe is due in {left}s"
+    );
+    drop(client);
+    serve.assert_no_agents();
+    let out = serve.stop();
+    assert_eq!(code(&out), 0, "{}", serve.stderr());
+}
