@@ -601,14 +601,21 @@ fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
             .spawn()
             .unwrap();
         // acp-host and the parent run in `dir` beside the children: watch how many children
-        // run at once until the run ends.
+        // run at once until the run ends. A pass over /proc is not atomic (under load it can see
+        // a child that is exiting and the one started in its slot), and a watchdog is counted
+        // until it names itself, so only processes seen in two passes in a row count: each child
+        // sleeps 2 s, far longer than a pass.
         let pid = child.id();
         let mut most = 0;
+        let mut before = std::collections::HashSet::new();
         while acp_tests::process_alive(pid) {
-            most = most.max(acp_tests::agents_in(dir.path()).len().saturating_sub(2));
+            let now: std::collections::HashSet<u32> =
+                acp_tests::agents_in(dir.path()).into_iter().collect();
+            most = most.max(now.intersection(&before).count().saturating_sub(2));
             if most > expected_max {
                 break;
             }
+            before = now;
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         let out = acp_tests::wait_output(child);
