@@ -4,9 +4,10 @@
 //! Invariants:
 //! - a child is announced by the first `subagent_update` naming its session id, sent on our
 //!   session or on a child already announced (nesting); our own id or the sender's is never one;
-//! - a child is never re-parented, and one that reached a final state stays there;
-//! - at most [`MAX_CHILDREN`] are tracked: later announcements are ignored (and their sessions
-//!   are foreign);
+//! - a child is never re-parented, and one that reached a final state stays there until a
+//!   result listed it (then it is let go);
+//! - at most [`MAX_CHILDREN`] are tracked at once: later announcements are ignored (and their
+//!   sessions are foreign);
 //! - a result lists the children announced or updated since the result before it: a kept
 //!   session's turn lists its own, with running ones still `running` and still tracked (their
 //!   updates and requests keep their routing in later turns); the run's final result marks a
@@ -142,14 +143,21 @@ impl Children {
     }
 
     /// A kept session's turn's list: the children that changed since the last list, as they
-    /// are now; all stay tracked.
+    /// are now. Those still running stay tracked; an ended one, listed, is let go, so a session
+    /// of many turns holds its live children only, never [`MAX_CHILDREN`] of its past.
     pub(super) fn changed(&mut self) -> Vec<ChildSession> {
-        self.list
+        let listed = self
+            .list
             .iter_mut()
             .filter_map(|tracked| {
                 std::mem::take(&mut tracked.changed).then(|| tracked.child.clone())
             })
-            .collect()
+            .collect();
+        self.list.retain(|tracked| !tracked.child.state.is_final());
+        self.index = (self.list.iter().enumerate())
+            .map(|(i, tracked)| (tracked.child.session_id.clone(), i))
+            .collect();
+        listed
     }
 
     /// The run's final list: the children that changed since the last list, and every one that
@@ -255,7 +263,9 @@ mod tests {
         };
         // The first turn: both, `a` still running.
         assert_eq!(names(children.changed()), ["a running", "c completed"]);
-        // The second: `a` is still known, so a child nested on it is routed and listed.
+        // The second: `a` is still known, so a child nested on it is routed and listed; `c`,
+        // ended and listed, is let go.
+        assert!(children.get("c").is_none());
         children.apply("a", "root", &subagent(json!({"sessionId": "d"})));
         assert_eq!(
             children.get("d").map(|d| d.parent_session_id.as_str()),
@@ -266,6 +276,23 @@ mod tests {
         assert!(children.changed().is_empty());
         // The run's end: those that never ended, disconnected; `c` was listed already.
         assert_eq!(names(children.take()), ["a disconnected", "d disconnected"]);
+    }
+
+    #[test]
+    fn a_kept_session_of_many_turns_tracks_its_live_children_only() {
+        let mut children = Children::default();
+        for turn in 0..=MAX_CHILDREN {
+            let id = format!("c{turn}");
+            children.apply(
+                "root",
+                "root",
+                &subagent(
+                    json!({"sessionId": id, "state": {"state": "idle", "stopReason": "end_turn"}}),
+                ),
+            );
+            assert_eq!(children.changed().len(), 1, "turn {turn}");
+        }
+        assert!(children.take().is_empty());
     }
 
     #[test]
