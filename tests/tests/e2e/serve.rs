@@ -121,6 +121,14 @@ impl Serve {
         wait_output(child)
     }
 
+    /// The end of a test's serving: every served agent gone, then a SIGTERM the server exits 0
+    /// on.
+    fn finish(&mut self) {
+        self.assert_no_agents();
+        let out = self.stop();
+        assert_eq!(code(&out), 0, "{}", self.stderr());
+    }
+
     fn stderr(&self) -> String {
         self.lines.lock().unwrap().join("\n")
     }
@@ -198,9 +206,7 @@ fn a_run_through_serve_gives_the_local_result_with_permissions_decided_by_the_cl
         );
         assert_eq!(remote_records[0]["agent"], serve.url.as_str());
     }
-    serve.assert_no_agents();
-    let out = serve.stop();
-    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    serve.finish();
 }
 
 #[test]
@@ -252,9 +258,7 @@ fn a_client_vanishing_mid_turn_leaves_nothing_running_and_the_server_serves_on()
     let out = wait_output(next);
     assert_eq!(code(&out), 124, "{}", stderr(&out));
     assert_eq!(result_record(&out)["output"], "partial ");
-    serve.assert_no_agents();
-    let out = serve.stop();
-    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    serve.finish();
 }
 
 #[test]
@@ -414,9 +418,7 @@ fn connections_past_max_connections_are_refused_without_a_spawn() {
     signal(&first, Signal::SIGINT);
     let out = wait_output(first);
     assert_eq!(code(&out), 130, "{}", stderr(&out));
-    serve.assert_no_agents();
-    let out = serve.stop();
-    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    serve.finish();
 }
 
 #[test]
@@ -962,9 +964,7 @@ fn a_client_that_stops_reading_slows_its_agent_down_and_the_server_stays_small()
         .collect();
     assert_flood_relayed(&texts, server, before);
     client.socket.close(None).unwrap();
-    serve.assert_no_agents();
-    let out = serve.stop();
-    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    serve.finish();
 }
 
 #[test]
@@ -1006,9 +1006,7 @@ fn a_stalled_client_is_dropped_after_the_stall_timeout_and_an_abrupt_disconnect_
     let (_, init) = next.until_answer(1);
     assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
     drop(next);
-    serve.assert_no_agents();
-    let out = serve.stop();
-    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    serve.finish();
 }
 
 /// An `http://` client of `acp-host serve` on raw sockets: POSTs, and event streams it reads
@@ -1174,9 +1172,7 @@ fn an_http_client_that_stops_reading_slows_its_agent_down_and_a_dead_one_is_drop
         assert_flood_relayed(&texts, server, before);
         // Both streams dropped: after the grace, the connection and its agent end.
         drop((events, updates));
-        serve.assert_no_agents();
-        let out = serve.stop();
-        assert_eq!(code(&out), 0, "{}", serve.stderr());
+        serve.finish();
     }
 }
 
@@ -1310,9 +1306,7 @@ fn an_agent_frame_that_is_not_utf8_is_relayed_as_a_local_run_decodes_it() {
         );
         assert_eq!(remote["output"], local["output"], "{url}: {remote}");
     }
-    serve.assert_no_agents();
-    let out = serve.stop();
-    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    serve.finish();
 }
 
 #[test]
@@ -1386,7 +1380,5 @@ fn an_idle_connection_is_probed_so_a_vanished_client_cannot_hold_its_slot() {
         "the first probe is due in {left}s"
     );
     drop(client);
-    serve.assert_no_agents();
-    let out = serve.stop();
-    assert_eq!(code(&out), 0, "{}", serve.stderr());
+    serve.finish();
 }
