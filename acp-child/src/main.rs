@@ -419,6 +419,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Before the serving thread exists: each child's watchdog is then forked from this small
+    // copy of acp-child, never from acp-child itself while it serves.
+    if let Err(error) = acp_host::spawner::start() {
+        tracing::warn!(
+            "{}; watchdogs are forked from acp-child itself",
+            describe(&error)
+        );
+    }
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
@@ -464,6 +472,8 @@ struct EndAll;
 
 impl Drop for EndAll {
     fn drop(&mut self) {
+        // The spawner first: it is a child too, and the sweep would wait a poll for its end.
+        acp_host::spawner::stop();
         orphans::end_all();
     }
 }

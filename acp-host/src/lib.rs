@@ -105,6 +105,7 @@ pub mod process;
 mod reaper;
 pub mod remote;
 pub mod run;
+pub mod spawner;
 pub mod sync_exec;
 pub mod trust;
 pub mod watchdog;

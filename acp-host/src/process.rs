@@ -22,9 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::OsString;
-use std::fs::File;
 use std::io;
-use std::io::Read as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -36,7 +34,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use protocol::result::EndedBy;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdout};
+use tokio::net::unix::pipe;
+use tokio::process::Child;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -188,13 +187,13 @@ pub(crate) type LineSink = std::pin::Pin<Box<dyn Sink<String, Error = io::Error>
 /// The agent's pipes, handed to the protocol layer (stdin stays open until teardown closes it).
 pub struct AgentPipes {
     pub(crate) stdin: LineSink,
-    pub(crate) stdout: ChildStdout,
+    pub(crate) stdout: pipe::Receiver,
 }
 
 /// A running (or finished) agent process and its process tree.
 pub struct AgentProcess {
     /// The leader of the agent's process group: the watchdog, or the agent itself.
-    child: Child,
+    child: Leader,
     leader: u32,
     /// The agent's own pid (the watchdog's child when there is one).
     pid: u32,
@@ -211,19 +210,37 @@ pub struct AgentProcess {
     outcome: Option<Teardown>,
 }
 
+/// The leader of the agent's group, as far as waiting for it goes.
+#[derive(Debug)]
+enum Leader {
+    /// Our child: the agent itself, or a watchdog forked from this process.
+    Child(Child),
+    /// A watchdog forked by the spawner (`crate::spawner`): not our child, so never ours to
+    /// reap; the spawner reaped it once its report pipe is at EOF, with the status its `exit`
+    /// line said.
+    Spawned,
+}
+
 /// The host's ends of the watchdog's pipes.
 struct Watch {
     /// Only we hold the write end: closing it (or dying) tells the watchdog to kill the tree.
     _life: OwnedFd,
-    /// `ok <pid>` / `err <errno>`, then `left <pid>...` when the agent exits. Non-blocking once
-    /// the first line was read.
-    report: File,
+    /// `ok <pid>` / `err <errno>` / `cwd <errno>`, then `left <pid>...` when the agent exits and,
+    /// from the spawner, `exit <status>` once it reaped the watchdog. Non-blocking.
+    report: pipe::Receiver,
     /// Bytes read from `report` not yet consumed as a line.
     pending: Vec<u8>,
     /// The first line's verdict, once read: the agent's pid, or why it did not start.
     started: Option<Result<u32, StartFailed>>,
-    /// The agent's program, for a spawn error.
+    /// The `left` lines' pids, until the sweep takes them.
+    left: Vec<i32>,
+    /// The `exit` line's wait status.
+    exit: Option<i32>,
+    /// The report pipe is at EOF: the watchdog is gone.
+    eof: bool,
+    /// The agent's program and working directory, for a spawn error.
     program: PathBuf,
+    cwd: PathBuf,
 }
 
 /// Why the watchdog's first report says the agent is not running.
@@ -231,8 +248,33 @@ struct Watch {
 enum StartFailed {
     /// `err <errno>`: the agent's exec failed.
     Errno(i32),
+    /// `cwd <errno>`: the agent's working directory could not be entered.
+    Cwd(i32),
     /// No usable first line: the watchdog itself failed.
     Unavailable(String),
+}
+
+impl StartFailed {
+    fn into_spawn_error(self, program: &Path, cwd: &Path) -> SpawnError {
+        match self {
+            StartFailed::Errno(code) => spawn_error(program, io::Error::from_raw_os_error(code)),
+            StartFailed::Cwd(code) => SpawnError::Io {
+                program: program.display().to_string(),
+                source: io::Error::new(
+                    io::Error::from_raw_os_error(code).kind(),
+                    format!(
+                        "cannot enter its working directory {}: {}",
+                        cwd.display(),
+                        io::Error::from_raw_os_error(code)
+                    ),
+                ),
+            },
+            StartFailed::Unavailable(reason) => SpawnError::Io {
+                program: program.display().to_string(),
+                source: io::Error::other(format!("the watchdog failed to start: {reason}")),
+            },
+        }
+    }
 }
 
 impl std::fmt::Debug for AgentProcess {
@@ -292,17 +334,10 @@ impl AgentProcess {
             match Self::spawn_watched(spec) {
                 Ok((mut process, pipes)) => match process.confirm_watched() {
                     Ok(_) => return Ok((process, pipes)),
-                    Err(StartFailed::Errno(code)) => {
-                        let _ = process.child.start_kill();
-                        return Err(spawn_error(
-                            &spec.program,
-                            io::Error::from_raw_os_error(code),
-                        ));
-                    }
                     Err(StartFailed::Unavailable(reason)) => {
-                        let _ = process.child.start_kill();
                         tracing::warn!(reason, "watchdog unavailable; spawning the agent directly");
                     }
+                    Err(failed) => return Err(failed.into_spawn_error(&spec.program, &spec.cwd)),
                 },
                 Err(Watched::Agent(err)) => return Err(err),
                 // Not working: the tree no longer dies with the host; say so.
@@ -340,47 +375,40 @@ impl AgentProcess {
             spec.program.as_os_str(),
             spec.args.iter().map(OsString::from),
         );
-        let child = spawn_command(command, &spec.program)?;
+        let mut child = spawn_command(command, &spec.program)?;
         let pid = child.id().unwrap_or_default();
-        Ok(Self::start(child, pid, None, spec))
+        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
+            unreachable!("all three pipes were requested")
+        };
+        let ends = (|| {
+            Ok::<_, io::Error>(HostEnds {
+                stdin: stdin.into_owned_fd()?,
+                stdout: stdout.into_owned_fd()?,
+                stderr: stderr.into_owned_fd()?,
+            })
+        })()
+        .map_err(|source| spawn_error(&spec.program, source))?;
+        Self::start(Leader::Child(child), pid, pid, ends, None, spec)
+            .map_err(|source| spawn_error(&spec.program, source))
     }
 
     /// Whether the agent started (waiting, at most [`WATCHDOG_HANDSHAKE`], for the watchdog's
     /// first report if it has not been read yet): its pid, or the spawn error. Idempotent.
     pub(crate) fn confirm(&mut self) -> Result<u32, SpawnError> {
-        let program = match &self.watch {
-            Some(watch) => watch.program.clone(),
+        let (program, cwd) = match &self.watch {
+            Some(watch) => (watch.program.clone(), watch.cwd.clone()),
             None => return Ok(self.pid),
         };
-        self.confirm_watched().map_err(|failed| match failed {
-            StartFailed::Errno(code) => spawn_error(&program, io::Error::from_raw_os_error(code)),
-            StartFailed::Unavailable(reason) => SpawnError::Io {
-                program: program.display().to_string(),
-                source: io::Error::other(format!("the watchdog failed to start: {reason}")),
-            },
-        })
+        self.confirm_watched()
+            .map_err(|failed| failed.into_spawn_error(&program, &cwd))
     }
 
     fn confirm_watched(&mut self) -> Result<u32, StartFailed> {
         let Some(watch) = &mut self.watch else {
             return Ok(self.pid);
         };
-        if let Some(started) = &watch.started {
-            return started.clone();
-        }
-        let first = watch.handshake();
-        let started = match first.as_deref().and_then(|l| l.split_once(' ')) {
-            Some(("ok", pid)) => pid
-                .trim()
-                .parse::<u32>()
-                .map_err(|_| StartFailed::Unavailable(format!("bad handshake {first:?}"))),
-            Some(("err", code)) => Err(StartFailed::Errno(code.trim().parse().unwrap_or(0))),
-            _ => Err(StartFailed::Unavailable(format!(
-                "no handshake (got {first:?})"
-            ))),
-        };
-        set_nonblocking(&watch.report);
-        watch.started = Some(started.clone());
+        let started = watch.handshake();
         if let Ok(pid) = started {
             self.pid = pid;
         }
@@ -391,53 +419,88 @@ impl AgentProcess {
         let unavailable = |what: &str, err: &dyn std::fmt::Display| {
             Watched::Unavailable(format!("{what}: {err}"))
         };
-        let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
-        let (life_read, life) =
-            nix::unistd::pipe2(cloexec).map_err(|e| unavailable("life pipe", &e))?;
-        let (report_read, report_write) =
-            nix::unistd::pipe2(cloexec).map_err(|e| unavailable("report pipe", &e))?;
-        let watchdog = crate::watchdog::Watchdog::new(
-            spec.program.as_os_str(),
-            spec.args.iter().map(std::ffi::OsStr::new),
-            spec.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
-            life_read.as_raw_fd(),
-            report_write.as_raw_fd(),
-        )
-        .map_err(|e| {
+        let nul = |err: crate::watchdog::NulError| {
             Watched::Agent(SpawnError::Io {
                 program: spec.program.display().to_string(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, e),
+                source: io::Error::new(io::ErrorKind::InvalidInput, err),
             })
-        })?;
-        // The program is never executed by this command: the forked child becomes the watchdog
-        // and starts the agent itself (see `watchdog`).
-        let mut command = watchdog_command(spec, spec.program.as_os_str());
-        watch_pre_exec(&mut command, watchdog);
-        let child = command.spawn().map_err(|e| unavailable("spawn", &e))?;
-        // Our copies of the watchdog's ends must go, or EOF could never be seen on either side.
+        };
+        let pipe = |what: &str| {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| unavailable(what, &e))
+        };
+        let (life_read, life) = pipe("life pipe")?;
+        let (report_read, report_write) = pipe("report pipe")?;
+        let (stdin_read, stdin) = pipe("stdin pipe")?;
+        let (stdout, stdout_write) = pipe("stdout pipe")?;
+        let (stderr, stderr_write) = pipe("stderr pipe")?;
+        let agent_ends = [
+            &stdin_read,
+            &stdout_write,
+            &stderr_write,
+            &life_read,
+            &report_write,
+        ]
+        .map(AsRawFd::as_raw_fd);
+        let (child, leader) = match crate::spawner::spawn(spec, agent_ends) {
+            crate::spawner::Spawned::Watchdog(pid) => (Leader::Spawned, pid),
+            crate::spawner::Spawned::Nul(err) => return Err(nul(err)),
+            crate::spawner::Spawned::Unavailable => {
+                let watchdog = crate::watchdog::Watchdog::new(
+                    spec.program.as_os_str(),
+                    spec.args.iter().map(std::ffi::OsStr::new),
+                    spec.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
+                    life_read.as_raw_fd(),
+                    report_write.as_raw_fd(),
+                )
+                .map_err(nul)?;
+                // The program is never executed by this command: the forked child becomes the
+                // watchdog and starts the agent itself (see `watchdog`).
+                let mut command = process_command(spec, spec.program.as_os_str());
+                command
+                    .stdin(Stdio::from(stdin_read))
+                    .stdout(Stdio::from(stdout_write))
+                    .stderr(Stdio::from(stderr_write));
+                watch_pre_exec(&mut command, watchdog);
+                let child = command.spawn().map_err(|e| unavailable("spawn", &e))?;
+                let leader = child.id().unwrap_or_default();
+                (Leader::Child(child), leader)
+            }
+        };
+        // Our copies of the watchdog's ends must go, or EOF could never be seen on either side
+        // (the command, which held the fallback's, is gone already).
         drop((life_read, report_write));
+        let report = pipe::Receiver::from_owned_fd(report_read)
+            .map_err(|e| unavailable("report pipe", &e))?;
         let watch = Watch {
             _life: life,
-            report: File::from(report_read),
+            report,
             pending: Vec::new(),
             started: None,
+            left: Vec::new(),
+            exit: None,
+            eof: false,
             program: spec.program.clone(),
+            cwd: spec.cwd.clone(),
         };
-        Ok(Self::start(child, 0, Some(watch), spec))
+        let ends = HostEnds {
+            stdin,
+            stdout,
+            stderr,
+        };
+        Self::start(child, leader, 0, ends, Some(watch), spec).map_err(|e| unavailable("pipes", &e))
     }
 
     fn start(
-        mut child: Child,
+        child: Leader,
+        leader: u32,
         pid: u32,
+        ends: HostEnds,
         watch: Option<Watch>,
         spec: &SpawnSpec,
-    ) -> (AgentProcess, AgentPipes) {
-        let leader = child.id().unwrap_or_default();
-        let (Some(stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
-            unreachable!("all three pipes were requested")
-        };
+    ) -> io::Result<(AgentProcess, AgentPipes)> {
+        let stdin = pipe::Sender::from_owned_fd(ends.stdin)?;
+        let stdout = pipe::Receiver::from_owned_fd(ends.stdout)?;
+        let stderr = pipe::Receiver::from_owned_fd(ends.stderr)?;
 
         let close_stdin = CancellationToken::new();
         let first_write = CancellationToken::new();
@@ -465,7 +528,7 @@ impl AgentProcess {
         ));
 
         tracing::debug!(pid, leader, program = %spec.program.display(), watched = watch.is_some(), "agent spawned");
-        (
+        Ok((
             AgentProcess {
                 child,
                 leader,
@@ -483,7 +546,7 @@ impl AgentProcess {
                 stdin: Box::pin(sink),
                 stdout,
             },
-        )
+        ))
     }
 
     /// The agent's pid (not the watchdog's).
@@ -506,7 +569,27 @@ impl AgentProcess {
 
     /// Resolves when the leader has exited (without reaping the rest of the tree).
     pub async fn exited(&mut self) -> io::Result<ExitStatus> {
-        self.child.wait().await
+        match &mut self.child {
+            Leader::Child(child) => child.wait().await,
+            Leader::Spawned => match &mut self.watch {
+                Some(watch) => watch.exited().await,
+                None => unreachable!("a spawned leader is always watched"),
+            },
+        }
+    }
+
+    /// The leader's status if it has exited, without waiting.
+    fn try_exited(&mut self) -> io::Result<Option<ExitStatus>> {
+        match &mut self.child {
+            Leader::Child(child) => child.try_wait(),
+            Leader::Spawned => match &mut self.watch {
+                Some(watch) => {
+                    watch.read_available();
+                    Ok(watch.eof.then(|| watch.status()))
+                }
+                None => unreachable!("a spawned leader is always watched"),
+            },
+        }
     }
 
     /// Tears the process tree down with the ladder and returns what happened. Idempotent.
@@ -543,23 +626,23 @@ impl AgentProcess {
         if self.watch.is_none() {
             self.track();
         }
-        if let Ok(Some(status)) = self.child.try_wait() {
+        if let Ok(Some(status)) = self.try_exited() {
             self.close_stdin.cancel();
             return (Some(status), Rung::Exited);
         }
         self.close_stdin.cancel();
-        if let Ok(Ok(status)) = tokio::time::timeout(graces.eof, self.child.wait()).await {
+        if let Ok(Ok(status)) = tokio::time::timeout(graces.eof, self.exited()).await {
             return (Some(status), Rung::Eof);
         }
         self.track();
         self.signal_group(Signal::SIGTERM);
-        if let Ok(Ok(status)) = tokio::time::timeout(graces.term, self.child.wait()).await {
+        if let Ok(Ok(status)) = tokio::time::timeout(graces.term, self.exited()).await {
             return (Some(status), Rung::Term);
         }
         // The last chance to see the tree whole: SIGKILL ends the watchdog with the agent.
         self.track();
         self.signal_group(Signal::SIGKILL);
-        (self.child.wait().await.ok(), Rung::Kill)
+        (self.exited().await.ok(), Rung::Kill)
     }
 
     /// Adds everything now below the leader (or below a tracked process) to `tracked`.
@@ -577,20 +660,8 @@ impl AgentProcess {
         let Some(watch) = &mut self.watch else {
             return;
         };
-        let mut buf = [0u8; 4096];
-        while let Ok(n @ 1..) = watch.report.read(&mut buf) {
-            watch.pending.extend_from_slice(&buf[..n]);
-        }
-        let text = String::from_utf8_lossy(&watch.pending);
-        for line in text.lines() {
-            if let Some(pids) = line.strip_prefix("left") {
-                self.tracked.extend(
-                    pids.split_whitespace()
-                        .filter_map(|p| p.parse::<i32>().ok()),
-                );
-            }
-        }
-        watch.pending.clear();
+        watch.read_available();
+        self.tracked.extend(watch.left.drain(..));
     }
 
     /// Everything of the agent's still alive: its group's members and the tracked tree (with
@@ -673,34 +744,125 @@ impl AgentProcess {
 }
 
 impl Watch {
-    /// The watchdog's first line, waiting at most [`WATCHDOG_HANDSHAKE`]; `None` on EOF (it
-    /// exited without one) or timeout.
-    fn handshake(&mut self) -> Option<String> {
+    /// The first line's verdict, waiting for it at most [`WATCHDOG_HANDSHAKE`]; no line (EOF or
+    /// the timeout) is `Unavailable`. Idempotent.
+    fn handshake(&mut self) -> Result<u32, StartFailed> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         let deadline = std::time::Instant::now() + WATCHDOG_HANDSHAKE;
-        let mut buf = [0u8; 256];
         loop {
-            if let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.pending.drain(..=end).collect();
-                return Some(String::from_utf8_lossy(&line).trim_end().to_owned());
+            self.read_available();
+            if let Some(started) = &self.started {
+                return started.clone();
             }
-            let left = deadline.checked_duration_since(std::time::Instant::now())?;
-            let timeout = PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX);
+            let left = deadline.checked_duration_since(std::time::Instant::now());
+            if self.eof || left.is_none() {
+                let why = if self.eof { "it exited" } else { "timed out" };
+                let started = Err(StartFailed::Unavailable(format!("no handshake ({why})")));
+                self.started = Some(started.clone());
+                return started;
+            }
+            let timeout = left
+                .and_then(|left| PollTimeout::try_from(left).ok())
+                .unwrap_or(PollTimeout::MAX);
             let mut fds = [PollFd::new(self.report.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, timeout) {
-                Ok(0) => return None,
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(_) => return None,
-            }
-            match self.report.read(&mut buf) {
-                Ok(0) => return None,
-                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return None,
+            if let Err(err) = poll(&mut fds, timeout)
+                && err != nix::errno::Errno::EINTR
+            {
+                self.eof = true;
             }
         }
     }
+
+    /// Reads what the report pipe holds now (it never blocks) and takes in its whole lines.
+    fn read_available(&mut self) {
+        let mut buf = [0u8; 4096];
+        while !self.eof {
+            // A plain read, not the runtime's `try_read`: that trusts the reactor's readiness,
+            // which nobody updates while this thread is blocked in `handshake`.
+            match nix::unistd::read(&self.report, &mut buf) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(nix::errno::Errno::EAGAIN) => break,
+                Err(_) => self.eof = true,
+            }
+        }
+        self.take_lines();
+    }
+
+    /// Takes in the whole lines of `pending`: the first line's verdict, `left` pids, the `exit`
+    /// status.
+    fn take_lines(&mut self) {
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let line = String::from_utf8_lossy(&line);
+            let (word, rest) = line
+                .trim_end()
+                .split_once(' ')
+                .unwrap_or((line.trim_end(), ""));
+            let number = || rest.trim().parse::<i32>();
+            match word {
+                "left" => self.left.extend(
+                    rest.split_whitespace()
+                        .filter_map(|p| p.parse::<i32>().ok()),
+                ),
+                "exit" => self.exit = number().ok(),
+                _ if self.started.is_some() => {}
+                "ok" => {
+                    self.started =
+                        Some(rest.trim().parse::<u32>().map_err(|_| {
+                            StartFailed::Unavailable(format!("bad handshake {line:?}"))
+                        }));
+                }
+                "err" => self.started = Some(Err(StartFailed::Errno(number().unwrap_or(0)))),
+                "cwd" => self.started = Some(Err(StartFailed::Cwd(number().unwrap_or(0)))),
+                _ => {
+                    self.started = Some(Err(StartFailed::Unavailable(format!(
+                        "bad handshake {line:?}"
+                    ))));
+                }
+            }
+        }
+        // A partial last line waits for its end, bounded: report lines are at most 16 KiB.
+        if self.eof {
+            self.pending.clear();
+        }
+    }
+
+    /// Resolves once the watchdog is gone (its report pipe at EOF): its status.
+    async fn exited(&mut self) -> io::Result<ExitStatus> {
+        let mut buf = [0u8; 4096];
+        while !self.eof {
+            self.report.readable().await?;
+            // A read that would block clears the readiness: the next wait then sleeps until the
+            // watchdog writes or exits.
+            match self.report.try_read(&mut buf) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+                Err(err)
+                    if matches!(
+                        err.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                    ) => {}
+                Err(_) => self.eof = true,
+            }
+        }
+        self.take_lines();
+        Ok(self.status())
+    }
+
+    /// The watchdog's wait status, from the spawner's `exit` line (the agent's, which the watchdog
+    /// mirrors); without one (the spawner gone too), death by SIGKILL.
+    fn status(&self) -> ExitStatus {
+        std::os::unix::process::ExitStatusExt::from_raw(self.exit.unwrap_or(nix::libc::SIGKILL))
+    }
+}
+
+/// The host's ends of the agent's stdio.
+struct HostEnds {
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
 }
 
 impl Drop for AgentProcess {
@@ -718,7 +880,9 @@ impl Drop for AgentProcess {
                 return;
             }
             self.signal_group(Signal::SIGKILL);
-            let _ = self.child.start_kill();
+            if let Leader::Child(child) = &mut self.child {
+                let _ = child.start_kill();
+            }
         }
     }
 }
@@ -732,13 +896,6 @@ fn command(
     let mut command = process_command(spec, program);
     command.args(args).env_clear().envs(&spec.env);
     command
-}
-
-/// The watchdog's command: cwd, piped stdio, own group. No environment: it never execs, and it
-/// starts the agent with the exact environment itself (`Watchdog::new`), so std need not copy
-/// the environment once more for it.
-fn watchdog_command(spec: &SpawnSpec, program: &std::ffi::OsStr) -> tokio::process::Command {
-    process_command(spec, program)
 }
 
 /// What the agent's and the watchdog's commands share.
@@ -772,16 +929,6 @@ fn spawn_error(program: &Path, source: io::Error) -> SpawnError {
         io::ErrorKind::NotFound => SpawnError::NotFound { program, source },
         io::ErrorKind::PermissionDenied => SpawnError::PermissionDenied { program, source },
         _ => SpawnError::Io { program, source },
-    }
-}
-
-fn set_nonblocking(file: &File) {
-    use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    if let Ok(flags) = fcntl(file, FcntlArg::F_GETFL) {
-        let _ = fcntl(
-            file,
-            FcntlArg::F_SETFL(OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK),
-        );
     }
 }
 
@@ -861,7 +1008,7 @@ fn watch_pre_exec(command: &mut tokio::process::Command, watchdog: crate::watchd
 /// Writes each line plus `\n`; drops the pipe (EOF for the agent) only when teardown says so or
 /// the agent stops reading.
 async fn write_lines(
-    mut stdin: tokio::process::ChildStdin,
+    mut stdin: pipe::Sender,
     mut rx: mpsc::Receiver<String>,
     close: CancellationToken,
     first_write: CancellationToken,
@@ -898,7 +1045,7 @@ async fn write_lines(
 }
 
 async fn drain_stderr(
-    mut stderr: tokio::process::ChildStderr,
+    mut stderr: pipe::Receiver,
     tail: Arc<Mutex<StderrTail>>,
     sink: Option<StderrSink>,
 ) {
@@ -1025,6 +1172,88 @@ fn group_members(pgid: u32) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `Watch` whose report pipe already holds `report` and is closed (the watchdog gone).
+    fn watch_reading(report: &[u8]) -> Watch {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        nix::unistd::write(&write, report).unwrap();
+        drop(write);
+        let (_, life) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        Watch {
+            _life: life,
+            report: pipe::Receiver::from_owned_fd(read).unwrap(),
+            pending: Vec::new(),
+            started: None,
+            left: Vec::new(),
+            exit: None,
+            eof: false,
+            program: PathBuf::from("agent"),
+            cwd: PathBuf::from("/gone"),
+        }
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_spawned_watchdogs_report_gives_the_agent_its_leftovers_and_its_status() {
+        runtime().block_on(async {
+            let mut watch = watch_reading(b"ok 42\nleft 7 8\nexit 256\n");
+            assert!(matches!(watch.handshake(), Ok(42)));
+            let status = watch.exited().await.unwrap();
+            assert_eq!(status.code(), Some(1));
+            assert_eq!(watch.left, [7, 8]);
+            // The agent killed by a signal: the watchdog's status says so.
+            let mut watch = watch_reading(b"ok 42\nleft\nexit 15\n");
+            let status = watch.exited().await.unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(15)
+            );
+            assert!(watch.left.is_empty());
+            // No `exit` line: the watchdog itself was killed (the ladder's last rung).
+            let mut watch = watch_reading(b"ok 42\n");
+            let status = watch.exited().await.unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(9)
+            );
+        });
+    }
+
+    #[test]
+    fn a_working_directory_the_watchdog_could_not_enter_is_named_in_the_spawn_error() {
+        runtime().block_on(async {
+            let mut watch = watch_reading(b"cwd 2\n");
+            let failed = watch.handshake().unwrap_err();
+            let err = failed.into_spawn_error(Path::new("agent"), Path::new("/gone"));
+            let text = protocol::report::describe(&err);
+            assert_eq!(
+                text,
+                "could not start agent agent: cannot enter its working directory /gone: No such \
+                 file or directory (os error 2)"
+            );
+            let mut watch = watch_reading(b"err 13\n");
+            let err = watch
+                .handshake()
+                .unwrap_err()
+                .into_spawn_error(Path::new("agent"), Path::new("/"));
+            assert!(matches!(err, SpawnError::PermissionDenied { .. }), "{err:?}");
+            let mut watch = watch_reading(b"");
+            let err = watch
+                .handshake()
+                .unwrap_err()
+                .into_spawn_error(Path::new("agent"), Path::new("/"));
+            assert_eq!(
+                protocol::report::describe(&err),
+                "could not start agent agent: the watchdog failed to start: no handshake (it exited)"
+            );
+        });
+    }
 
     #[test]
     fn stderr_tail_keeps_the_last_bytes() {

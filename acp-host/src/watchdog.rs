@@ -1,10 +1,12 @@
 //! The watchdog: the agent's whole process tree dies with the host, even when the host is
 //! killed with SIGKILL (Linux).
 //!
-//! Shape: host -> watchdog -> agent. The watchdog is a fork of the host that never execs: the
-//! host's spawn of it runs `Watchdog::serve` in the forked child (as std's pre-exec hook, after
-//! std has set the child's stdio, working directory, process group and signal mask), so it costs
-//! one fork, not a second program's start-up, and serves the binary and library users alike. It
+//! Shape: host -> watchdog -> agent. The watchdog is a fork that never execs, so it costs one
+//! fork, not a second program's start-up, and serves the binary and library users alike: a fork
+//! of the host's spawner ([`crate::spawner`], a small process forked at the host's start) when
+//! the host started one, which then sets the child's stdio, working directory and process group
+//! and runs `Watchdog::serve`; else a fork of the host itself, whose spawn runs `Watchdog::serve`
+//! as std's pre-exec hook (after std has set the same). It
 //! is the process-group leader the host signals, and a child subreaper, so every descendant that
 //! escapes the group (`setsid()`) or loses its parent re-parents to it and stays findable. It is
 //! transparent: the agent inherits its stdio, working directory and the scrubbed environment,
@@ -17,7 +19,8 @@
 //! SIGKILLs every process below it until none is left, and exits. The report pipe: `ok <pid>` or
 //! `err <errno>` once the agent is (not) started, and, when the agent exits, `left <pid>...`:
 //! its children still alive (everything else of the tree is below them), which re-parent away as
-//! the watchdog exits and which the host's sweep then ends.
+//! the watchdog exits and which the host's sweep then ends. A watchdog forked by the spawner
+//! is not the host's child: the spawner reaps it and adds `exit <status>`, its wait status.
 //!
 //! Why this and not the alternatives: a parent-death signal reaches only the direct child (not a
 //! wrapper's real agent, not grandchildren); a cgroup is writable only under a delegating
@@ -50,7 +53,7 @@ pub const PROCESS_NAME: &str = "acp-watchdog";
 /// Exit status after killing the tree because the host went away.
 const HOST_GONE: c_int = 137;
 /// Exit status when the agent could not be started (as a shell says for a command not run).
-const NOT_STARTED: c_int = 127;
+pub(crate) const NOT_STARTED: c_int = 127;
 
 /// How long the watchdog keeps killing after the host died (a tree that forks under SIGKILL
 /// converges quickly; this only bounds a pathological case).
@@ -108,6 +111,12 @@ unsafe impl Sync for Watchdog {}
 #[error("agent argument or environment variable contains a NUL byte: {0:?}")]
 pub(crate) struct NulError(OsString);
 
+impl NulError {
+    pub(crate) fn new(text: &OsStr) -> NulError {
+        NulError(text.to_owned())
+    }
+}
+
 impl Watchdog {
     /// Prepares the watchdog of one agent: `program` with `args` and exactly `env`, joined to
     /// the host by the pipe ends `life` (read) and `report` (write).
@@ -118,19 +127,46 @@ impl Watchdog {
         life: RawFd,
         report: RawFd,
     ) -> Result<Watchdog, NulError> {
-        let c = |bytes: &[u8]| {
-            CString::new(bytes).map_err(|_| NulError(OsStr::from_bytes(bytes).to_owned()))
-        };
-        let mut strings = vec![c(program.as_bytes())?];
-        for arg in args {
-            strings.push(c(arg.as_bytes())?);
-        }
-        let words = strings.len();
-        for (key, value) in env {
+        let entries = env.into_iter().map(|(key, value)| {
             let mut pair = key.as_bytes().to_vec();
             pair.push(b'=');
             pair.extend_from_slice(value.as_bytes());
-            strings.push(c(&pair)?);
+            pair
+        });
+        Watchdog::from_entries(
+            program.as_bytes(),
+            args.into_iter().map(OsStrExt::as_bytes),
+            entries,
+            life,
+            report,
+        )
+    }
+
+    /// [`Watchdog::new`] with the environment as `NAME=VALUE` entries (as the spawner receives
+    /// it).
+    pub(crate) fn from_entries<A: AsRef<[u8]>, E: Into<Vec<u8>>>(
+        program: &[u8],
+        args: impl IntoIterator<Item = A>,
+        env: impl IntoIterator<Item = E>,
+        life: RawFd,
+        report: RawFd,
+    ) -> Result<Watchdog, NulError> {
+        let c = |bytes: Vec<u8>| {
+            CString::new(bytes)
+                .map_err(|err| NulError(OsStr::from_bytes(&err.into_vec()).to_owned()))
+        };
+        let mut strings = vec![c(program.to_vec())?];
+        for arg in args {
+            strings.push(c(arg.as_ref().to_vec())?);
+        }
+        let words = strings.len();
+        for entry in env {
+            // A variable is named by its name alone (up to its `=`): its value may be a secret.
+            strings.push(CString::new(entry.into()).map_err(|err| {
+                let entry = err.into_vec();
+                let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
+                NulError(OsStr::from_bytes(name).to_owned())
+            })?);
         }
         let program = strings[0].as_ptr();
         let mut argv_ptrs: Vec<*const c_char> =
@@ -481,9 +517,14 @@ fn say(message: &[u8]) {
     unsafe { libc::write(2, message.as_ptr().cast(), message.len()) };
 }
 
-fn report_err(report: RawFd, code: c_int) {
-    let mut line = Line::<SHORT_LINE_BYTES>::new(b"err ");
-    line.number(i64::from(code));
+pub(crate) fn report_err(report: RawFd, code: c_int) {
+    report_line(report, b"err ", i64::from(code));
+}
+
+/// One short report line: `word` (with its trailing space) and a number.
+pub(crate) fn report_line(report: RawFd, word: &[u8], value: i64) {
+    let mut line = Line::<SHORT_LINE_BYTES>::new(word);
+    line.number(value);
     line.end(report);
 }
 
@@ -591,6 +632,20 @@ mod tests {
             line.number(pid);
         }
         assert_eq!(line.text(), b"left 7 12345 0 -3");
+    }
+
+    #[test]
+    fn a_nul_in_a_variable_names_the_variable_not_its_value() {
+        let err = Watchdog::new(
+            OsStr::new("sh"),
+            [],
+            [(OsStr::new("TOKEN"), OsStr::new("se\0cret"))],
+            5,
+            6,
+        )
+        .err()
+        .expect("a NUL byte must be rejected");
+        assert!(err.to_string().ends_with(": \"TOKEN\""), "{err}");
     }
 
     #[test]

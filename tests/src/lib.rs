@@ -291,7 +291,8 @@ pub fn processes_in(dir: &Path) -> Vec<u32> {
 }
 
 /// [`processes_in`] without the watchdogs acp-host puts between itself and each agent: the
-/// processes a test reasons about (acp-host, agents, their children).
+/// processes a test reasons about (acp-host, agents, their children). (A spawner, which forks
+/// the watchdogs, works in `/` and is never among them.)
 #[must_use]
 pub fn agents_in(dir: &Path) -> Vec<u32> {
     processes_in(dir)
@@ -303,24 +304,40 @@ pub fn agents_in(dir: &Path) -> Vec<u32> {
 /// Whether `pid` is an acp-host watchdog (by its process name: its command line is its host's).
 #[must_use]
 pub fn is_watchdog(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .is_ok_and(|comm| comm.trim_end() == acp_host::watchdog::PROCESS_NAME)
+    comm_is(pid, acp_host::watchdog::PROCESS_NAME)
 }
 
-/// The parent of `pid`, skipping a watchdog in between (the agent's logical parent).
+/// Whether `pid` is a spawner, the small copy of acp-host (or acp-child) that forks the
+/// watchdogs (by its process name).
+#[must_use]
+pub fn is_spawner(pid: u32) -> bool {
+    comm_is(pid, acp_host::spawner::PROCESS_NAME)
+}
+
+fn comm_is(pid: u32, name: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == name)
+}
+
+/// The parent of `pid` (from `/proc/<pid>/stat`).
+#[must_use]
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The parent of `pid`, skipping the watchdog and the spawner in between (the agent's logical
+/// parent: the acp-host or acp-child that started it).
 #[must_use]
 pub fn logical_parent(pid: u32) -> Option<u32> {
-    let parent = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (_, rest) = stat.rsplit_once(')')?;
-        rest.split_whitespace().nth(1)?.parse().ok()
-    };
-    let direct = parent(pid)?;
-    if is_watchdog(direct) {
-        parent(direct)
-    } else {
-        Some(direct)
+    let mut parent = parent_of(pid)?;
+    if is_watchdog(parent) {
+        parent = parent_of(parent)?;
+        if is_spawner(parent) {
+            parent = parent_of(parent)?;
+        }
     }
+    Some(parent)
 }
 
 #[cfg(test)]

@@ -152,6 +152,18 @@ pub(crate) fn main() -> ExitCode {
         }
     };
     init_logging(command.verbose());
+    // Before the runtime and any thread: the commands that run many agents fork each one's
+    // watchdog from this small copy of acp-host, never from acp-host itself while it works. A
+    // one-shot `run` forks its one watchdog itself: a spawner would add a round trip to its
+    // start and save it nothing (docs/benchmarks.md).
+    let spawner =
+        matches!(command, Command::Batch(_) | Command::Serve(_)).then(acp_host::spawner::start);
+    if let Some(Err(err)) = spawner {
+        tracing::warn!(
+            "{}; watchdogs are forked from acp-host itself",
+            protocol::report::describe(&err)
+        );
+    }
     let outcome = match command {
         Command::Run(args) => run::execute(&args),
         Command::Batch(args) => batch::execute(&args),

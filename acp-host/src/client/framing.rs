@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use futures::SinkExt;
 use tokio::io::AsyncReadExt;
-use tokio::process::ChildStdout;
+use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
 use super::shared::{Shared, handle_update};
@@ -93,7 +93,7 @@ fn batch_error() -> String {
 /// The agent's stdout, split into lines. A line that lies whole in one read is handed out where
 /// it lies, not copied; a line spread over reads is put together in `joined`.
 pub(super) struct Reader {
-    stdout: ChildStdout,
+    stdout: pipe::Receiver,
     /// What the last read got (its length); [`READ_BUFFER_BYTES`] of capacity, read into without
     /// zeroing it first, so a run of small frames touches one page of it, not sixteen.
     data: Vec<u8>,
@@ -119,7 +119,7 @@ fn find_newline(bytes: &[u8]) -> Option<usize> {
 }
 
 impl Reader {
-    pub(super) fn new(stdout: ChildStdout, max: usize) -> Self {
+    pub(super) fn new(stdout: pipe::Receiver, max: usize) -> Self {
         Reader {
             stdout,
             data: Vec::with_capacity(READ_BUFFER_BYTES),

@@ -474,7 +474,7 @@ pub(super) struct BadOutput(AnyDelimiterCodecError);
 /// decoded with replacement characters, as `acp-host run` decodes it, rather than ending the
 /// connection.
 pub(super) fn agent_frames(
-    stdout: tokio::process::ChildStdout,
+    stdout: tokio::net::unix::pipe::Receiver,
     id: u64,
 ) -> impl futures::Stream<Item = Result<String, BadOutput>> + Send + Unpin + 'static {
     FramedRead::new(

@@ -9,15 +9,15 @@
 //! "Gone" means every descendant the test saw (walking `/proc`) or the mock reported, not only
 //! the agent's process group. Waits poll with deadlines; nothing sleeps a fixed time.
 
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use acp_tests::acp_client::{Launch, Permission, new_session, prompt_ends, with_launch};
 use acp_tests::mock_llm::{MockLlm, Reply};
 use acp_tests::{
-    HANG_GUARD, bin, code, process_alive, read_pid, run_to_end, stderr, stdout, wait_for_file,
-    wait_output, wait_until, wait_until_dead,
+    HANG_GUARD, bin, code, parent_of, process_alive, read_pid, run_to_end, stderr, stdout,
+    wait_for_file, wait_output, wait_until, wait_until_dead,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -203,13 +203,6 @@ fn a_subagent_cannot_read_acp_childs_environment_through_proc() {
     for line in &lines[..=host_at] {
         assert!(line.contains("unreadable"), "{line}\nin: {text}");
     }
-}
-
-/// The parent of `pid` (the ppid field of `/proc/<pid>/stat`).
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Kills `pid` if it is still alive after a failed wait, so a failing test leaves nothing.
@@ -467,4 +460,84 @@ fn the_inherited_fd_test_would_see_a_leak() {
         "{}",
         stdout(&out)
     );
+}
+
+/// The tree of a batch: acp-host -> its spawner -> each agent's watchdog -> the agent. The
+/// spawner (forked at acp-host's start) works in `/` and holds none of acp-host's stdio or other
+/// files, so a reader of acp-host's stdout sees EOF when acp-host exits; and it is gone, with the
+/// whole tree, once acp-host is, even killed with SIGKILL.
+#[test]
+fn each_watchdog_of_a_batch_is_forked_by_a_spawner_that_holds_none_of_the_hosts_files() {
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    super::batch::jobs_file(dir.path(), &[r#"{"prompt":"x"}"#.to_owned()]);
+    let child = super::batch::batch(dir.path())
+        .args([
+            "--agent",
+            &mock(&["hang", "--ready", path_str(&ready)]),
+            "jobs.ndjson",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("acp-host starts");
+    assert!(
+        wait_for_file(&ready, HANG_GUARD),
+        "the mock never became ready"
+    );
+    let host = child.id();
+    let below = descendants(host);
+    let spawners: Vec<u32> = below
+        .iter()
+        .copied()
+        .filter(|pid| acp_tests::is_spawner(*pid))
+        .collect();
+    let [spawner] = spawners[..] else {
+        panic!("one spawner below acp-host: {below:?}");
+    };
+    assert_eq!(parent_of(spawner), Some(host));
+    let watchdogs: Vec<u32> = below
+        .iter()
+        .copied()
+        .filter(|pid| acp_tests::is_watchdog(*pid))
+        .collect();
+    let [watchdog] = watchdogs[..] else {
+        panic!("one watchdog below acp-host: {below:?}");
+    };
+    assert_eq!(parent_of(watchdog), Some(spawner));
+    let agent = below
+        .iter()
+        .copied()
+        .find(|pid| parent_of(*pid) == Some(watchdog))
+        .expect("the agent below its watchdog");
+    assert_eq!(acp_tests::logical_parent(agent), Some(host));
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{spawner}/cwd")).unwrap(),
+        Path::new("/")
+    );
+    let files: Vec<(String, String)> = std::fs::read_dir(format!("/proc/{spawner}/fd"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|entry| {
+            let target = std::fs::read_link(entry.path())
+                .map_or_else(|_| "?".to_owned(), |target| target.display().to_string());
+            (entry.file_name().to_string_lossy().into_owned(), target)
+        })
+        .collect();
+    let mut others: Vec<&str> = Vec::new();
+    for (fd, target) in &files {
+        match fd.as_str() {
+            "0" | "1" | "2" => assert_eq!(target, "/dev/null", "the spawner's fd {fd}"),
+            _ => others.push(target.split(':').next().unwrap_or_default()),
+        }
+    }
+    others.sort_unstable();
+    // Its socket to acp-host, its signalfd, and the write end of the one live watchdog's report
+    // pipe (held until it reaps the watchdog).
+    assert_eq!(others, ["anon_inode", "pipe", "socket"], "{files:?}");
+    kill(Pid::from_raw(host.cast_signed()), Signal::SIGKILL).expect("SIGKILL acp-host");
+    let out = wait_output(child);
+    assert_eq!(out.status.signal(), Some(9));
+    assert_all_dead(&[spawner, watchdog, agent], "below the SIGKILLed acp-host");
 }
