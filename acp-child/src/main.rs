@@ -399,6 +399,7 @@ fn main() -> ExitCode {
     let config = match ModelConfig::resolve(cli.model_options(), |name| std::env::var(name).ok()) {
         Ok(None) => AgentConfig::offline_with(subagents),
         Ok(Some(model)) => {
+            start_spawner();
             tracing::info!(
                 model = model.model,
                 base_url = model.base_url,
@@ -419,20 +420,26 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Before the serving thread exists: each child's watchdog is then forked from this small
-    // copy of acp-child, never from acp-child itself while it serves.
-    if let Err(error) = acp_host::spawner::start() {
-        tracing::warn!(
-            "{}; watchdogs are forked from acp-child itself",
-            describe(&error)
-        );
-    }
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("{AGENT_NAME}: error: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Starts the spawner while acp-child has one thread (before the serving thread exists): each
+/// child's watchdog is then forked from this small copy of acp-child, never from acp-child
+/// itself while it serves. Only a model backend does it: its turns fan out to many children at
+/// once over a long session, where that pays (docs/benchmarks.md); the offline backend delegates
+/// one `/delegate` at a time, and a spawner would only add a fork to every start.
+fn start_spawner() {
+    if let Err(error) = acp_host::spawner::start() {
+        tracing::warn!(
+            "{}; watchdogs are forked from acp-child itself",
+            describe(&error)
+        );
     }
 }
 

@@ -103,10 +103,10 @@ pub fn start() -> Result<(), StartError> {
     }
 }
 
-/// Ends this process's spawner and reaps it, for a program that reaps every child it has left
-/// at its end (acp-child): the spawner would otherwise be one of them, and waiting for its own
-/// exit on EOF is a poll away. Call it once no agent is running (a watchdog that is still alive
-/// ends its tree when this process exits, as ever). Without a spawner it does nothing.
+/// Ends this process's spawner and reaps it: a program's last step once no agent runs (a
+/// watchdog still alive ends its tree when this process exits, as ever). Without it the spawner
+/// ends on its own once this process has exited, and is reaped by whoever adopts it. Without a
+/// spawner it does nothing.
 pub fn stop() {
     let Some(Channel { socket, pid }) = lock(&CHANNEL).take() else {
         return;

@@ -175,6 +175,9 @@ pub(crate) fn main() -> ExitCode {
         Command::Serve(args) => remote::execute_serve(&args),
         Command::Bridge(args) => remote::execute_bridge(&args),
     };
+    // Every agent is torn down by now: the spawner is reaped here, like every other child, not
+    // left to whoever adopts it.
+    acp_host::spawner::stop();
     outcome.unwrap_or_else(|err| {
         note!("acp-host: error: {err}");
         err.exit_code()

@@ -608,9 +608,17 @@ fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
         let pid = child.id();
         let mut most = 0;
         let mut before = std::collections::HashSet::new();
+        // A parent on a model forks its children's watchdogs from its spawner.
+        let mut under_spawner = false;
         while acp_tests::process_alive(pid) {
             let now: std::collections::HashSet<u32> =
                 acp_tests::agents_in(dir.path()).into_iter().collect();
+            under_spawner |= now.iter().any(|agent| {
+                acp_tests::parent_of(*agent).is_some_and(|watchdog| {
+                    acp_tests::is_watchdog(watchdog)
+                        && acp_tests::parent_of(watchdog).is_some_and(acp_tests::is_spawner)
+                })
+            });
             most = most.max(now.intersection(&before).count().saturating_sub(2));
             if most > expected_max {
                 break;
@@ -622,6 +630,10 @@ fn subagent_calls_of_one_reply_run_together_up_to_the_limit() {
         assert_eq!(code(&out), 0, "{}", stderr(&out));
         assert_eq!(stdout(&out), "all done");
         assert_eq!(most, expected_max, "limit {limit:?}");
+        assert!(
+            under_spawner,
+            "no child ran under a watchdog of the parent's spawner"
+        );
         let requests = llm.requests();
         assert_eq!(requests.len(), 2);
         for index in 0..4 {
