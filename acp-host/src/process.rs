@@ -444,6 +444,12 @@ impl AgentProcess {
         let (child, leader) = match crate::spawner::spawn(spec, agent_ends) {
             crate::spawner::Spawned::Watchdog(pid) => (Leader::Spawned, pid),
             crate::spawner::Spawned::Nul(err) => return Err(nul(err)),
+            crate::spawner::Spawned::Failed(source) => {
+                return Err(Watched::Agent(SpawnError::Io {
+                    program: spec.program.display().to_string(),
+                    source,
+                }));
+            }
             crate::spawner::Spawned::Unavailable => {
                 let watchdog = crate::watchdog::Watchdog::new(
                     spec.program.as_os_str(),

@@ -130,6 +130,8 @@ pub(crate) enum Spawned {
     Watchdog(u32),
     /// An argument, variable or the working directory has a NUL byte: nothing was asked.
     Nul(NulError),
+    /// The spawner could not fork the watchdog (say, at the user's process limit).
+    Failed(io::Error),
     /// No spawner (never started, or gone): fork the watchdog here.
     Unavailable,
 }
@@ -147,7 +149,8 @@ pub(crate) fn spawn(spec: &SpawnSpec, fds: [RawFd; FDS]) -> Spawned {
         Err(err) => return Spawned::Nul(err),
     };
     match exchange(socket, &header, &payload, &fds) {
-        Ok(pid) => Spawned::Watchdog(pid),
+        Ok(Ok(pid)) => Spawned::Watchdog(pid),
+        Ok(Err(err)) => Spawned::Failed(err),
         Err(err) => {
             // Gone (killed, out of memory): every later start forks here, said once.
             tracing::warn!(%err, "the spawner is gone; watchdogs are forked from this process");
@@ -188,13 +191,14 @@ fn encode(spec: &SpawnSpec) -> Result<([u8; HEADER], Vec<u8>), NulError> {
     Ok((header, payload))
 }
 
-/// One request and its answer: the watchdog's pid, or the spawner's `fork` error.
+/// One request and its answer: the watchdog's pid, or the spawner's `fork` error (inside); the
+/// outer error is the socket's (the spawner is gone).
 fn exchange(
     socket: &mut UnixStream,
     header: &[u8; HEADER],
     payload: &[u8],
     fds: &[RawFd; FDS],
-) -> io::Result<u32> {
+) -> io::Result<io::Result<u32>> {
     let total = HEADER + payload.len();
     let sent = sendmsg::<()>(
         socket.as_raw_fd(),
@@ -212,7 +216,7 @@ fn exchange(
     let mut answer = [0u8; 4];
     socket.read_exact(&mut answer)?;
     let answer = i32::from_ne_bytes(answer);
-    u32::try_from(answer).map_err(|_| io::Error::from_raw_os_error(-answer))
+    Ok(u32::try_from(answer).map_err(|_| io::Error::from_raw_os_error(-answer)))
 }
 
 /// This process's thread count (`/proc/self/stat`, field 20).

@@ -488,23 +488,16 @@ fn each_watchdog_of_a_batch_is_forked_by_a_spawner_that_holds_none_of_the_hosts_
     );
     let host = child.id();
     let below = descendants(host);
-    let spawners: Vec<u32> = below
-        .iter()
-        .copied()
-        .filter(|pid| acp_tests::is_spawner(*pid))
-        .collect();
-    let [spawner] = spawners[..] else {
-        panic!("one spawner below acp-host: {below:?}");
+    let only = |what: &str, is: fn(u32) -> bool| {
+        let found: Vec<u32> = below.iter().copied().filter(|pid| is(*pid)).collect();
+        match found[..] {
+            [pid] => pid,
+            _ => panic!("one {what} below acp-host: {found:?} of {below:?}"),
+        }
     };
+    let spawner = only("spawner", acp_tests::is_spawner);
     assert_eq!(parent_of(spawner), Some(host));
-    let watchdogs: Vec<u32> = below
-        .iter()
-        .copied()
-        .filter(|pid| acp_tests::is_watchdog(*pid))
-        .collect();
-    let [watchdog] = watchdogs[..] else {
-        panic!("one watchdog below acp-host: {below:?}");
-    };
+    let watchdog = only("watchdog", acp_tests::is_watchdog);
     assert_eq!(parent_of(watchdog), Some(spawner));
     let agent = below
         .iter()
