@@ -27,9 +27,10 @@
 //! Lower level: [`process::AgentProcess`] is the one owner of a child process (group,
 //! parent-death signal, stderr lines and tail, the EOF -> TERM -> KILL ladder over the whole
 //! tree); nothing else sends signals. [`process::harden_host`] is the process-wide hardening a
-//! program running agents calls once (non-dumpable, child subreaper). [`watchdog`] is the fork of
-//! the host (no exec) that sits between host and agent and kills the agent's whole tree when the
-//! host dies. [`fs_atomic`] is the one place that writes files; [`installed`] gathers
+//! program running agents calls once (non-dumpable, child subreaper). [`watchdog`] is the fork
+//! (no exec) that sits between host and agent and kills the agent's whole tree when the host
+//! dies; [`spawner::start`], called first thing in `main`, makes each watchdog a fork of a small
+//! copy of the program instead of the whole program. [`fs_atomic`] is the one place that writes files; [`installed`] gathers
 //! PATH/$HOME facts.
 //!
 //! # Example: run an agent from a library

@@ -25,8 +25,13 @@
 //! terminal's group is the host's to handle), reaps only its own children (the watchdogs), and is
 //! not dumpable (its memory is a copy of the host's at start, environment included).
 //!
+//! Who starts one: `acp-host batch` and `serve`, and acp-child on a model backend, the programs
+//! that start many agents while they work. A one-shot `acp-host run` does not: for its only
+//! agent a spawner adds a round trip and saves nothing (measured in docs/benchmarks.md).
+//!
 //! Invariants: the spawner is forked only from a process with one thread (checked), so it may
-//! run ordinary code; the socket carries one request and its answer at a time (a lock); when
+//! run ordinary code; the socket carries one request and its answer at a time (a lock); the
+//! spawner holds one descriptor per live watchdog (its report pipe, until it reaps it); when
 //! there is no spawner (never started, not Linux, or gone), `process` forks the watchdog from the
 //! host as before.
 
