@@ -1198,67 +1198,59 @@ mod tests {
         }
     }
 
-    fn runtime() -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
+    #[tokio::test]
+    async fn a_spawned_watchdogs_report_gives_the_agent_its_leftovers_and_its_status() {
+        let mut watch = watch_reading(b"ok 42\nleft 7 8\nexit 256\n");
+        assert!(matches!(watch.handshake(), Ok(42)));
+        let status = watch.exited().await.unwrap();
+        assert_eq!(status.code(), Some(1));
+        assert_eq!(watch.left, [7, 8]);
+        // The agent killed by a signal: the watchdog's status says so.
+        let mut watch = watch_reading(b"ok 42\nleft\nexit 15\n");
+        let status = watch.exited().await.unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(15)
+        );
+        assert!(watch.left.is_empty());
+        // No `exit` line: the watchdog itself was killed (the ladder's last rung).
+        let mut watch = watch_reading(b"ok 42\n");
+        let status = watch.exited().await.unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
     }
 
-    #[test]
-    fn a_spawned_watchdogs_report_gives_the_agent_its_leftovers_and_its_status() {
-        runtime().block_on(async {
-            let mut watch = watch_reading(b"ok 42\nleft 7 8\nexit 256\n");
-            assert!(matches!(watch.handshake(), Ok(42)));
-            let status = watch.exited().await.unwrap();
-            assert_eq!(status.code(), Some(1));
-            assert_eq!(watch.left, [7, 8]);
-            // The agent killed by a signal: the watchdog's status says so.
-            let mut watch = watch_reading(b"ok 42\nleft\nexit 15\n");
-            let status = watch.exited().await.unwrap();
-            assert_eq!(
-                std::os::unix::process::ExitStatusExt::signal(&status),
-                Some(15)
-            );
-            assert!(watch.left.is_empty());
-            // No `exit` line: the watchdog itself was killed (the ladder's last rung).
-            let mut watch = watch_reading(b"ok 42\n");
-            let status = watch.exited().await.unwrap();
-            assert_eq!(
-                std::os::unix::process::ExitStatusExt::signal(&status),
-                Some(9)
-            );
-        });
-    }
-
-    #[test]
-    fn a_working_directory_the_watchdog_could_not_enter_is_named_in_the_spawn_error() {
-        runtime().block_on(async {
-            let mut watch = watch_reading(b"cwd 2\n");
-            let failed = watch.handshake().unwrap_err();
-            let err = failed.into_spawn_error(Path::new("agent"), Path::new("/gone"));
-            let text = protocol::report::describe(&err);
-            assert_eq!(
-                text,
-                "could not start agent agent: cannot enter its working directory /gone: No such \
-                 file or directory (os error 2)"
-            );
-            let mut watch = watch_reading(b"err 13\n");
-            let err = watch
-                .handshake()
-                .unwrap_err()
-                .into_spawn_error(Path::new("agent"), Path::new("/"));
-            assert!(matches!(err, SpawnError::PermissionDenied { .. }), "{err:?}");
-            let mut watch = watch_reading(b"");
-            let err = watch
-                .handshake()
-                .unwrap_err()
-                .into_spawn_error(Path::new("agent"), Path::new("/"));
-            assert_eq!(
-                protocol::report::describe(&err),
-                "could not start agent agent: the watchdog failed to start: no handshake (it exited)"
-            );
-        });
+    #[tokio::test]
+    async fn a_working_directory_the_watchdog_could_not_enter_is_named_in_the_spawn_error() {
+        let mut watch = watch_reading(b"cwd 2\n");
+        let failed = watch.handshake().unwrap_err();
+        let err = failed.into_spawn_error(Path::new("agent"), Path::new("/gone"));
+        let text = protocol::report::describe(&err);
+        assert_eq!(
+            text,
+            "could not start agent agent: cannot enter its working directory /gone: No such \
+             file or directory (os error 2)"
+        );
+        let mut watch = watch_reading(b"err 13\n");
+        let err = watch
+            .handshake()
+            .unwrap_err()
+            .into_spawn_error(Path::new("agent"), Path::new("/"));
+        assert!(
+            matches!(err, SpawnError::PermissionDenied { .. }),
+            "{err:?}"
+        );
+        let mut watch = watch_reading(b"");
+        let err = watch
+            .handshake()
+            .unwrap_err()
+            .into_spawn_error(Path::new("agent"), Path::new("/"));
+        assert_eq!(
+            protocol::report::describe(&err),
+            "could not start agent agent: the watchdog failed to start: no handshake (it exited)"
+        );
     }
 
     #[test]
