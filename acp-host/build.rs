@@ -10,6 +10,9 @@
 //! chooses the linker. Names the binary no longer has are skipped silently: a stale file costs
 //! the gain, never the build.
 //!
+//! Builds on Linux (GNU) link libgcc's unwinder in (`static_unwinder`): no `libgcc_s.so.1` to
+//! load, nor its constructor to run, at every start.
+//!
 //! Release builds also learn the git commit they are built from, for `--version`
 //! (`ACP_HOST_BUILD_COMMIT`, read by `acp_host::BUILD_COMMIT`): from `.cargo_vcs_info.json` in a
 //! package from crates.io, else from `git` in a checkout. No git, no checkout, no commit: the
@@ -30,7 +33,20 @@ fn main() {
     if release && let Some(commit) = commit() {
         println!("cargo:rustc-env={COMMIT_VAR}={commit}");
     }
-    order_startup(release);
+    let linker_chosen = linker_chosen();
+    order_startup(release, linker_chosen);
+    static_unwinder(linker_chosen);
+}
+
+/// Whether something other than the target's default (`cc` with rust-lld) links: the options
+/// below are then left to whoever chose it.
+fn linker_chosen() -> bool {
+    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
+    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
+    env::var_os("RUSTC_LINKER").is_some()
+        || ["linker", "link-self-contained", "fuse-ld"]
+            .iter()
+            .any(|choice| flags.contains(choice))
 }
 
 /// The commit this package was built from: the one cargo recorded when packaging it, else the
@@ -68,16 +84,10 @@ fn commit() -> Option<String> {
     Some(head)
 }
 
-fn order_startup(release: bool) {
+fn order_startup(release: bool, linker_chosen: bool) {
     println!("cargo:rerun-if-changed=startup-order.txt");
-    println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let target = env::var("TARGET").unwrap_or_default();
-    let flags = env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
-    let other_linker = env::var_os("RUSTC_LINKER").is_some()
-        || ["linker", "link-self-contained", "fuse-ld"]
-            .iter()
-            .any(|choice| flags.contains(choice));
-    if target != "x86_64-unknown-linux-gnu" || !release || other_linker {
+    if target != "x86_64-unknown-linux-gnu" || !release || linker_chosen {
         return;
     }
     let Some(dir) = env::var_os("CARGO_MANIFEST_DIR") else {
@@ -91,5 +101,51 @@ fn order_startup(release: bool) {
     ] {
         println!("cargo:rustc-link-arg-bin=acp-host=-Xlinker");
         println!("cargo:rustc-link-arg-bin=acp-host={arg}");
+    }
+}
+
+/// Links libgcc's unwinder into the binaries (from `libgcc_eh.a`) instead of loading
+/// `libgcc_s.so.1`, as `gcc -static-libgcc` does: rustc asks for `-lgcc_s`, and a linker script
+/// of that name, found first, names the static archive instead. Loading `libgcc_s.so.1` runs its
+/// constructor, `__cpu_indicator_init`: 13 `cpuid` instructions, each a trap to the hypervisor
+/// on a virtual machine (about 6 us on the machine of docs/benchmarks.md, "One unwinder, linked
+/// in"), paid by every start. Linux (GNU) builds for the machine they are built on, with the
+/// default linker; anywhere else, or without a `libgcc_eh.a` where `cc` looks, nothing changes.
+/// The same in acp-child's `build.rs`.
+fn static_unwinder(linker_chosen: bool) {
+    let cfg = |name: &str| env::var(format!("CARGO_CFG_TARGET_{name}")).unwrap_or_default();
+    let native = env::var("TARGET").ok() == env::var("HOST").ok();
+    if linker_chosen || !native || cfg("OS") != "linux" || cfg("ENV") != "gnu" {
+        return;
+    }
+    if cfg("FEATURE")
+        .split(',')
+        .any(|feature| feature == "crt-static")
+    {
+        return;
+    }
+    let Some(archive) = Command::new("cc")
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        // Without the file, cc prints the bare name back.
+        .filter(|path| Path::new(path).is_absolute() && Path::new(path).is_file())
+        // A linker script's quoted name has no escapes.
+        .filter(|path| !path.contains('"'))
+    else {
+        return;
+    };
+    let Some(out) = env::var_os("OUT_DIR") else {
+        return;
+    };
+    let dir = Path::new(&out).join("static-unwinder");
+    let script = format!("INPUT(\"{archive}\")\n");
+    if std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join("libgcc_s.so"), script))
+        .is_ok()
+    {
+        println!("cargo:rustc-link-search=native={}", dir.display());
     }
 }

@@ -17,6 +17,7 @@ mod outbox;
 mod persona;
 mod server;
 mod session;
+mod stdio;
 mod store;
 mod workspace;
 

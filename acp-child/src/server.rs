@@ -62,6 +62,7 @@ use crate::backend::{Backend, ClientFs, ClientLink, Offers, Turn};
 use crate::outbox::{self, Backlog, Metered};
 use crate::persona::{Persona, SessionPersona};
 use crate::session::{Memory, SessionError, Sessions, Settings};
+use crate::stdio::Stdio;
 use crate::store::{SavedSettings, StoreError};
 use crate::workspace::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION};
@@ -126,18 +127,24 @@ pub enum ServeError {
 
 /// Serves ACP on the process's stdin/stdout until stdin reaches EOF.
 ///
-/// Transport choice: tokio's stdin/stdout adapted with `tokio_util::compat` into the SDK's
-/// `ByteStreams`, rather than the SDK's `stdio` feature. That feature wraps std's blocking handles
-/// with the `blocking` crate, a second thread pool beside tokio's; going through tokio keeps all
-/// I/O on the one runtime the turns (timers, cancellation) already need.
+/// Transport choice: stdin and stdout on the runtime the turns (timers, cancellation) already
+/// need, adapted with `tokio_util::compat` into the SDK's `ByteStreams`, rather than the SDK's
+/// `stdio` feature, which wraps std's blocking handles with the `blocking` crate, a second thread
+/// pool beside tokio's. Pipes and Unix sockets are polled, anything else goes through tokio's
+/// blocking threads (`stdio`).
 ///
 /// Stdout is metered (`outbox::Metered`): what a child relays waits while the client
 /// is behind.
 pub async fn serve_stdio(config: AgentConfig) -> Result<(), ServeError> {
     let backlog = Arc::new(Backlog::default());
+    let Stdio {
+        reader,
+        writer,
+        restore: _restore,
+    } = Stdio::take();
     let transport = ByteStreams::new(
-        Metered::new(tokio::io::stdout(), Arc::clone(&backlog)).compat_write(),
-        tokio::io::stdin().compat(),
+        Metered::new(writer, Arc::clone(&backlog)).compat_write(),
+        reader.compat(),
     );
     serve(config, transport, backlog).await
 }

@@ -611,3 +611,114 @@ async fn read_and_write_go_through_a_client_that_offers_fs() {
         "on-disk text"
     );
 }
+
+/// Drives one turn over raw NDJSON on `stdin` (acp-child's stdin pipe), reading `lines` (its
+/// stdout): initialize, session/new in `dir`, the offline reply to `hello`; returns once the
+/// prompt is answered.
+fn one_raw_turn(
+    stdin: &mut impl std::io::Write,
+    lines: &std::sync::mpsc::Receiver<String>,
+    dir: &Path,
+) {
+    let cwd = serde_json::to_string(&canonical(dir)).unwrap();
+    let frames = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1}}"#.to_owned(),
+        format!(r#"{{"jsonrpc":"2.0","id":2,"method":"session/new","params":{{"cwd":{cwd},"mcpServers":[]}}}}"#),
+        r#"{"jsonrpc":"2.0","id":3,"method":"session/prompt","params":{"sessionId":"sess-1","prompt":[{"type":"text","text":"hello"}]}}"#.to_owned(),
+    ];
+    for (id, frame) in (1..).zip(frames) {
+        writeln!(stdin, "{frame}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let line = lines.recv_timeout(TIMEOUT).expect("an answer in time");
+            let frame: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if frame["id"] == id {
+                assert!(frame.get("result").is_some(), "{frame}");
+                break;
+            }
+        }
+    }
+}
+
+/// The names of a process's threads, sorted.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|task| {
+            let comm = task.unwrap().path().join("comm");
+            std::fs::read_to_string(comm).unwrap().trim().to_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn nonblocking(fd: &impl std::os::fd::AsFd) -> bool {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = fcntl(fd, FcntlArg::F_GETFL).unwrap();
+    OFlag::from_bits_truncate(flags).contains(OFlag::O_NONBLOCK)
+}
+
+/// Over pipes (as acp-host and editors start it), acp-child polls its stdin and stdout on its
+/// runtime: no thread besides the main one and the one that serves. The non-blocking flag it set
+/// on the pipes' shared file descriptions is put back when it ends.
+#[test]
+fn over_pipes_stdio_is_polled_on_the_runtime_and_the_flags_are_put_back() {
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let (stdin_read, mut stdin) = std::io::pipe().unwrap();
+    let (stdout, stdout_write) = std::io::pipe().unwrap();
+    // The test keeps a copy of each of the child's ends: one file description each, shared.
+    let (stdin_kept, stdout_kept) = (
+        stdin_read.try_clone().unwrap(),
+        stdout_write.try_clone().unwrap(),
+    );
+    let child = std::process::Command::new(bin("acp-child"))
+        .stdin(stdin_read)
+        .stdout(stdout_write)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = acp_tests::line_channel(stdout);
+    one_raw_turn(&mut stdin, &lines, dir.path());
+    assert_eq!(thread_names(child.id()), ["acp-child", "serve"]);
+    assert!(nonblocking(&stdin_kept) && nonblocking(&stdout_kept));
+    drop(stdin);
+    let finished = acp_tests::wait_output(child);
+    assert!(
+        finished.status.success(),
+        "{}",
+        acp_tests::stderr(&finished)
+    );
+    assert!(!nonblocking(&stdin_kept) && !nonblocking(&stdout_kept));
+}
+
+/// With stderr on the same pipe as stdout (`2>&1`), stdout stays blocking: a non-blocking write
+/// end would make stderr's writes fail once the pipe is full. The session works all the same.
+#[test]
+fn with_stderr_on_the_stdout_pipe_stdio_stays_blocking_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stdin_read, mut stdin) = std::io::pipe().unwrap();
+    let (stdout, stdout_write) = std::io::pipe().unwrap();
+    let kept = stdout_write.try_clone().unwrap();
+    let child = std::process::Command::new(bin("acp-child"))
+        .stdin(stdin_read)
+        .stderr(stdout_write.try_clone().unwrap())
+        .stdout(stdout_write)
+        .spawn()
+        .unwrap();
+    // stderr's log lines are not JSON; `one_raw_turn` reads past them.
+    let frames = acp_tests::line_channel(stdout);
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in frames.iter().filter(|line| line.starts_with('{')) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    one_raw_turn(&mut stdin, &lines, dir.path());
+    assert!(!nonblocking(&kept));
+    drop(stdin);
+    assert!(acp_tests::wait_output(child).status.success());
+}
