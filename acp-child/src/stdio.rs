@@ -123,29 +123,28 @@ fn pollable(
     stdout: BorrowedFd<'_>,
     stderr: BorrowedFd<'_>,
 ) -> Option<(Kind, Kind)> {
-    let input = kind(stdin)?;
-    let output = kind(stdout)?;
-    if let Ok(err) = fstat(stderr) {
-        for fd in [stdin, stdout] {
-            let stat = fstat(fd).ok()?;
-            if (stat.st_dev, stat.st_ino) == (err.st_dev, err.st_ino) {
-                return None;
-            }
-        }
+    let (input, in_file) = kind(stdin)?;
+    let (output, out_file) = kind(stdout)?;
+    if let Ok(err) = fstat(stderr)
+        && [in_file, out_file].contains(&(err.st_dev, err.st_ino))
+    {
+        return None;
     }
     Some((input, output))
 }
 
-fn kind(fd: BorrowedFd<'_>) -> Option<Kind> {
+/// How `fd` can be polled, if it can, and which file it is (device and inode).
+fn kind(fd: BorrowedFd<'_>) -> Option<(Kind, (nix::libc::dev_t, nix::libc::ino_t))> {
     let stat = fstat(fd).ok()?;
+    let file = (stat.st_dev, stat.st_ino);
     let format = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT;
     if format == SFlag::S_IFIFO {
-        return Some(Kind::Fifo);
+        return Some((Kind::Fifo, file));
     }
     let stream = format == SFlag::S_IFSOCK
         && getsockopt(&fd, sockopt::SockType).ok()? == SockType::Stream
         && getsockname::<UnixAddr>(fd.as_raw_fd()).is_ok();
-    stream.then_some(Kind::UnixStream)
+    stream.then_some((Kind::UnixStream, file))
 }
 
 #[cfg(test)]

@@ -192,12 +192,12 @@ pub struct AgentPipes {
 
 /// A running (or finished) agent process and its process tree.
 pub struct AgentProcess {
-    /// The leader of the agent's process group: the watchdog, or the agent itself.
+    /// The leader of the agent's process group: the watchdog (with our ends of its pipes), or
+    /// the agent itself.
     child: Leader,
     leader: u32,
     /// The agent's own pid (the watchdog's child when there is one).
     pid: u32,
-    watch: Option<Watch>,
     /// Processes found below the leader; they may have left its group.
     tracked: BTreeSet<i32>,
     /// Cancelling it makes the stdin writer drop the pipe: the agent sees EOF.
@@ -210,15 +210,18 @@ pub struct AgentProcess {
     outcome: Option<Teardown>,
 }
 
-/// The leader of the agent's group, as far as waiting for it goes.
-#[derive(Debug)]
+/// The leader of the agent's group, and how its end is learnt.
 enum Leader {
-    /// Our child: the agent itself, or a watchdog forked from this process.
-    Child(Child),
-    /// A watchdog forked by the spawner (`crate::spawner`): not our child, so never ours to
-    /// reap; the spawner reaped it once its report pipe is at EOF, with the status its `exit`
-    /// line said.
-    Spawned,
+    /// The agent itself, our child: no watchdog could run.
+    Agent(Child),
+    /// The agent's watchdog, and our ends of its pipes.
+    Watchdog {
+        /// Forked from this process: our child, reaped by us. `None`: forked by the spawner
+        /// (`crate::spawner`), so never ours to reap; the spawner reaped it once its report
+        /// pipe is at EOF, with the status its `exit` line said.
+        child: Option<Child>,
+        watch: Watch,
+    },
 }
 
 /// The host's ends of the watchdog's pipes.
@@ -389,14 +392,14 @@ impl AgentProcess {
             })
         })()
         .map_err(|source| spawn_error(&spec.program, source))?;
-        Self::start(Leader::Child(child), pid, pid, ends, None, spec)
+        Self::start(Leader::Agent(child), pid, pid, ends, spec)
             .map_err(|source| spawn_error(&spec.program, source))
     }
 
     /// Whether the agent started (waiting, at most [`WATCHDOG_HANDSHAKE`], for the watchdog's
     /// first report if it has not been read yet): its pid, or the spawn error. Idempotent.
     pub(crate) fn confirm(&mut self) -> Result<u32, SpawnError> {
-        let (program, cwd) = match &self.watch {
+        let (program, cwd) = match self.watch() {
             Some(watch) => (watch.program.clone(), watch.cwd.clone()),
             None => return Ok(self.pid),
         };
@@ -405,7 +408,7 @@ impl AgentProcess {
     }
 
     fn confirm_watched(&mut self) -> Result<u32, StartFailed> {
-        let Some(watch) = &mut self.watch else {
+        let Some(watch) = self.watch_mut() else {
             return Ok(self.pid);
         };
         let started = watch.handshake();
@@ -442,7 +445,7 @@ impl AgentProcess {
         ]
         .map(AsRawFd::as_raw_fd);
         let (child, leader) = match crate::spawner::spawn(spec, agent_ends) {
-            crate::spawner::Spawned::Watchdog(pid) => (Leader::Spawned, pid),
+            crate::spawner::Spawned::Watchdog(pid) => (None, pid),
             crate::spawner::Spawned::Nul(err) => return Err(nul(err)),
             crate::spawner::Spawned::Failed(source) => {
                 return Err(Watched::Agent(SpawnError::Io {
@@ -469,7 +472,7 @@ impl AgentProcess {
                 watch_pre_exec(&mut command, watchdog);
                 let child = command.spawn().map_err(|e| unavailable("spawn", &e))?;
                 let leader = child.id().unwrap_or_default();
-                (Leader::Child(child), leader)
+                (Some(child), leader)
             }
         };
         // Our copies of the watchdog's ends must go, or EOF could never be seen on either side
@@ -493,7 +496,8 @@ impl AgentProcess {
             stdout,
             stderr,
         };
-        Self::start(child, leader, 0, ends, Some(watch), spec).map_err(|e| unavailable("pipes", &e))
+        Self::start(Leader::Watchdog { child, watch }, leader, 0, ends, spec)
+            .map_err(|e| unavailable("pipes", &e))
     }
 
     fn start(
@@ -501,7 +505,6 @@ impl AgentProcess {
         leader: u32,
         pid: u32,
         ends: HostEnds,
-        watch: Option<Watch>,
         spec: &SpawnSpec,
     ) -> io::Result<(AgentProcess, AgentPipes)> {
         let stdin = pipe::Sender::from_owned_fd(ends.stdin)?;
@@ -533,13 +536,12 @@ impl AgentProcess {
             spec.stderr_lines.clone(),
         ));
 
-        tracing::debug!(pid, leader, program = %spec.program.display(), watched = watch.is_some(), "agent spawned");
+        tracing::debug!(pid, leader, program = %spec.program.display(), watched = matches!(child, Leader::Watchdog { .. }), "agent spawned");
         Ok((
             AgentProcess {
                 child,
                 leader,
                 pid,
-                watch,
                 tracked: BTreeSet::new(),
                 close_stdin,
                 first_write,
@@ -561,6 +563,20 @@ impl AgentProcess {
         self.pid
     }
 
+    fn watch(&self) -> Option<&Watch> {
+        match &self.child {
+            Leader::Watchdog { watch, .. } => Some(watch),
+            Leader::Agent(_) => None,
+        }
+    }
+
+    fn watch_mut(&mut self) -> Option<&mut Watch> {
+        match &mut self.child {
+            Leader::Watchdog { watch, .. } => Some(watch),
+            Leader::Agent(_) => None,
+        }
+    }
+
     /// Fires once the first line was written to the agent's stdin (or teardown began): from then
     /// on the agent has what it needs to answer, and the host's own set-up can run beside it.
     pub(crate) fn first_write(&self) -> CancellationToken {
@@ -576,25 +592,25 @@ impl AgentProcess {
     /// Resolves when the leader has exited (without reaping the rest of the tree).
     pub async fn exited(&mut self) -> io::Result<ExitStatus> {
         match &mut self.child {
-            Leader::Child(child) => child.wait().await,
-            Leader::Spawned => match &mut self.watch {
-                Some(watch) => watch.exited().await,
-                None => unreachable!("a spawned leader is always watched"),
-            },
+            Leader::Agent(child)
+            | Leader::Watchdog {
+                child: Some(child), ..
+            } => child.wait().await,
+            Leader::Watchdog { child: None, watch } => watch.exited().await,
         }
     }
 
     /// The leader's status if it has exited, without waiting.
     fn try_exited(&mut self) -> io::Result<Option<ExitStatus>> {
         match &mut self.child {
-            Leader::Child(child) => child.try_wait(),
-            Leader::Spawned => match &mut self.watch {
-                Some(watch) => {
-                    watch.read_available();
-                    Ok(watch.eof.then(|| watch.status()))
-                }
-                None => unreachable!("a spawned leader is always watched"),
-            },
+            Leader::Agent(child)
+            | Leader::Watchdog {
+                child: Some(child), ..
+            } => child.try_wait(),
+            Leader::Watchdog { child: None, watch } => {
+                watch.read_available();
+                Ok(watch.eof.then(|| watch.status()))
+            }
         }
     }
 
@@ -629,7 +645,7 @@ impl AgentProcess {
     async fn stop_leader(&mut self, graces: Graces) -> (Option<ExitStatus>, Rung) {
         // Under the watchdog, what the agent leaves when it exits on EOF is in its report; a
         // walk of the tree is needed only before a signal.
-        if self.watch.is_none() {
+        if self.watch().is_none() {
             self.track();
         }
         if let Ok(Some(status)) = self.try_exited() {
@@ -663,11 +679,12 @@ impl AgentProcess {
 
     /// The watchdog's last word: the descendants still alive when the agent exited.
     fn read_report(&mut self) {
-        let Some(watch) = &mut self.watch else {
+        let Some(watch) = self.watch_mut() else {
             return;
         };
         watch.read_available();
-        self.tracked.extend(watch.left.drain(..));
+        let left = std::mem::take(&mut watch.left);
+        self.tracked.extend(left);
     }
 
     /// Everything of the agent's still alive: its group's members and the tracked tree (with
@@ -880,15 +897,15 @@ impl Drop for AgentProcess {
             for pid in &self.tracked {
                 let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
             }
-            if self.watch.take().is_some() {
-                // Closing the life pipe makes the watchdog SIGKILL its whole tree, escapees
-                // included; killing its group here could end it before it acts.
-                return;
+            if matches!(self.child, Leader::Agent(_)) {
+                self.signal_group(Signal::SIGKILL);
             }
-            self.signal_group(Signal::SIGKILL);
-            if let Leader::Child(child) = &mut self.child {
+            if let Leader::Agent(child) = &mut self.child {
                 let _ = child.start_kill();
             }
+            // A watchdog: dropping our ends of its pipes right after this (the leader is the
+            // first field dropped) closes the life pipe, and it SIGKILLs its whole tree,
+            // escapees included; killing its group here could end it before it acts.
         }
     }
 }
