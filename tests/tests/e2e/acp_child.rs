@@ -722,3 +722,34 @@ fn with_stderr_on_the_stdout_pipe_stdio_stays_blocking_and_serves() {
     drop(stdin);
     assert!(acp_tests::wait_output(child).status.success());
 }
+
+/// Over Unix sockets (libuv, hence Neovim, hands a child one socketpair per stdio stream), stdin
+/// and stdout are polled too, and a turn works.
+#[test]
+fn over_unix_sockets_stdio_is_polled_on_the_runtime() {
+    use std::os::unix::net::UnixStream;
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let (mut stdin, child_stdin) = UnixStream::pair().unwrap();
+    let (stdout, child_stdout) = UnixStream::pair().unwrap();
+    let kept = child_stdout.try_clone().unwrap();
+    let child = std::process::Command::new(bin("acp-child"))
+        .stdin(std::os::fd::OwnedFd::from(child_stdin))
+        .stdout(std::os::fd::OwnedFd::from(child_stdout))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = acp_tests::line_channel(stdout);
+    one_raw_turn(&mut stdin, &lines, dir.path());
+    assert_eq!(thread_names(child.id()), ["acp-child", "serve"]);
+    assert!(nonblocking(&kept));
+    // EOF on the socket ends the connection, as on a pipe.
+    stdin.shutdown(std::net::Shutdown::Write).unwrap();
+    let finished = acp_tests::wait_output(child);
+    assert!(
+        finished.status.success(),
+        "{}",
+        acp_tests::stderr(&finished)
+    );
+    assert!(!nonblocking(&kept));
+}
