@@ -653,6 +653,28 @@ fn thread_names(pid: u32) -> Vec<String> {
     names
 }
 
+/// Starts acp-child on `child_stdin` and `child_stdout` (stderr piped), drives one turn through
+/// `stdin` and `stdout` (the test's ends), and checks it serves on two threads: its stdio polled,
+/// with no blocking thread of tokio's. The lines channel stays, so stdout is read to its end.
+fn polled_turn(
+    child_stdin: impl Into<std::process::Stdio>,
+    child_stdout: impl Into<std::process::Stdio>,
+    stdout: impl std::io::Read + Send + 'static,
+    stdin: &mut impl std::io::Write,
+    dir: &Path,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let child = std::process::Command::new(bin("acp-child"))
+        .stdin(child_stdin)
+        .stdout(child_stdout)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = acp_tests::line_channel(stdout);
+    one_raw_turn(stdin, &lines, dir);
+    assert_eq!(thread_names(child.id()), ["acp-child", "serve"]);
+    (child, lines)
+}
+
 fn nonblocking(fd: &impl std::os::fd::AsFd) -> bool {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
     let flags = fcntl(fd, FcntlArg::F_GETFL).unwrap();
@@ -664,7 +686,6 @@ fn nonblocking(fd: &impl std::os::fd::AsFd) -> bool {
 /// on the pipes' shared file descriptions is put back when it ends.
 #[test]
 fn over_pipes_stdio_is_polled_on_the_runtime_and_the_flags_are_put_back() {
-    use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
     let (stdin_read, mut stdin) = std::io::pipe().unwrap();
     let (stdout, stdout_write) = std::io::pipe().unwrap();
@@ -673,15 +694,7 @@ fn over_pipes_stdio_is_polled_on_the_runtime_and_the_flags_are_put_back() {
         stdin_read.try_clone().unwrap(),
         stdout_write.try_clone().unwrap(),
     );
-    let child = std::process::Command::new(bin("acp-child"))
-        .stdin(stdin_read)
-        .stdout(stdout_write)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = acp_tests::line_channel(stdout);
-    one_raw_turn(&mut stdin, &lines, dir.path());
-    assert_eq!(thread_names(child.id()), ["acp-child", "serve"]);
+    let (child, _lines) = polled_turn(stdin_read, stdout_write, stdout, &mut stdin, dir.path());
     assert!(nonblocking(&stdin_kept) && nonblocking(&stdout_kept));
     drop(stdin);
     let finished = acp_tests::wait_output(child);
@@ -728,20 +741,17 @@ fn with_stderr_on_the_stdout_pipe_stdio_stays_blocking_and_serves() {
 #[test]
 fn over_unix_sockets_stdio_is_polled_on_the_runtime() {
     use std::os::unix::net::UnixStream;
-    use std::process::Stdio;
     let dir = tempfile::tempdir().unwrap();
     let (mut stdin, child_stdin) = UnixStream::pair().unwrap();
     let (stdout, child_stdout) = UnixStream::pair().unwrap();
     let kept = child_stdout.try_clone().unwrap();
-    let child = std::process::Command::new(bin("acp-child"))
-        .stdin(std::os::fd::OwnedFd::from(child_stdin))
-        .stdout(std::os::fd::OwnedFd::from(child_stdout))
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = acp_tests::line_channel(stdout);
-    one_raw_turn(&mut stdin, &lines, dir.path());
-    assert_eq!(thread_names(child.id()), ["acp-child", "serve"]);
+    let (child, _lines) = polled_turn(
+        std::os::fd::OwnedFd::from(child_stdin),
+        std::os::fd::OwnedFd::from(child_stdout),
+        stdout,
+        &mut stdin,
+        dir.path(),
+    );
     assert!(nonblocking(&kept));
     // EOF on the socket ends the connection, as on a pipe.
     stdin.shutdown(std::net::Shutdown::Write).unwrap();
