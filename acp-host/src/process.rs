@@ -478,8 +478,16 @@ impl AgentProcess {
         // Our copies of the watchdog's ends must go, or EOF could never be seen on either side
         // (the command, which held the fallback's, is gone already).
         drop((life_read, report_write));
-        let report = pipe::Receiver::from_owned_fd(report_read)
-            .map_err(|e| unavailable("report pipe", &e))?;
+        // From here on a watchdog runs and has started the agent: a failure is this run's spawn
+        // error, never a reason to start the agent a second time without one. (Returning drops
+        // the life pipe, and the watchdog ends what it started.)
+        let started_but = |source: io::Error| {
+            Watched::Agent(SpawnError::Io {
+                program: spec.program.display().to_string(),
+                source,
+            })
+        };
+        let report = pipe::Receiver::from_owned_fd(report_read).map_err(started_but)?;
         let watch = Watch {
             _life: life,
             report,
@@ -496,8 +504,7 @@ impl AgentProcess {
             stdout,
             stderr,
         };
-        Self::start(Leader::Watchdog { child, watch }, leader, 0, ends, spec)
-            .map_err(|e| unavailable("pipes", &e))
+        Self::start(Leader::Watchdog { child, watch }, leader, 0, ends, spec).map_err(started_but)
     }
 
     fn start(

@@ -356,7 +356,7 @@ fn receive(socket: &UnixStream) -> io::Result<Option<Request>> {
         let mut fds = Vec::with_capacity(FDS);
         for message in message.cmsgs()? {
             if let ControlMessageOwned::ScmRights(received) = message {
-                // SAFETY-free: each received descriptor is new in this process and ours alone.
+                // Each received descriptor is new in this process and ours alone (`owned`).
                 fds.extend(received.into_iter().map(owned));
             }
         }
