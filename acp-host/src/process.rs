@@ -1246,33 +1246,28 @@ mod tests {
         );
     }
 
+    /// The spawn error a watchdog's first report line makes, for agent `agent` in `cwd`.
+    fn start_error(report: &[u8], cwd: &str) -> SpawnError {
+        watch_reading(report)
+            .handshake()
+            .unwrap_err()
+            .into_spawn_error(Path::new("agent"), Path::new(cwd))
+    }
+
     #[tokio::test]
     async fn a_working_directory_the_watchdog_could_not_enter_is_named_in_the_spawn_error() {
-        let mut watch = watch_reading(b"cwd 2\n");
-        let failed = watch.handshake().unwrap_err();
-        let err = failed.into_spawn_error(Path::new("agent"), Path::new("/gone"));
-        let text = protocol::report::describe(&err);
         assert_eq!(
-            text,
+            protocol::report::describe(&start_error(b"cwd 2\n", "/gone")),
             "could not start agent agent: cannot enter its working directory /gone: No such \
              file or directory (os error 2)"
         );
-        let mut watch = watch_reading(b"err 13\n");
-        let err = watch
-            .handshake()
-            .unwrap_err()
-            .into_spawn_error(Path::new("agent"), Path::new("/"));
+        let err = start_error(b"err 13\n", "/");
         assert!(
             matches!(err, SpawnError::PermissionDenied { .. }),
             "{err:?}"
         );
-        let mut watch = watch_reading(b"");
-        let err = watch
-            .handshake()
-            .unwrap_err()
-            .into_spawn_error(Path::new("agent"), Path::new("/"));
         assert_eq!(
-            protocol::report::describe(&err),
+            protocol::report::describe(&start_error(b"", "/")),
             "could not start agent agent: the watchdog failed to start: no handshake (it exited)"
         );
     }

@@ -216,6 +216,33 @@ pub fn wait_for_file(path: impl AsRef<Path>, timeout: Duration) -> bool {
     wait_until(timeout, || path.exists())
 }
 
+/// Starts `cmd` (stdin closed, stdout and stderr piped) and waits, within [`HANG_GUARD`], for
+/// `ready` to exist (the agent it runs writes it once it is up).
+///
+/// # Panics
+///
+/// When the command cannot start, or `ready` does not appear in time ("{what} never became
+/// ready").
+#[must_use]
+pub fn spawn_until_ready(
+    cmd: &mut std::process::Command,
+    ready: &Path,
+    what: &str,
+) -> std::process::Child {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    assert!(
+        wait_for_file(ready, HANG_GUARD),
+        "{what} never became ready"
+    );
+    child
+}
+
 /// Whether process `pid` is alive. A zombie (exited, not yet reaped) counts as dead: it runs no
 /// code and holds no resources a test cares about. Pid 0 and pids beyond `i32` are never alive.
 #[must_use]

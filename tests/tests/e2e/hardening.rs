@@ -393,16 +393,10 @@ fn the_whole_tree_dies_when_the_host_is_sigkilled_even_under_a_wrapper() {
     // A wrapper launcher (like npx) between host and agent: the parent-death signal alone
     // would reach only the wrapper.
     let wrapped = shell_words::join(&["sh".to_owned(), "-c".to_owned(), format!("{agent}; true")]);
-    let child = acp_tests::host_run(dir.path())
-        .args(["--agent", &wrapped, "x"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("acp-host starts");
-    assert!(
-        wait_for_file(&ready, HANG_GUARD),
-        "the mock never became ready"
+    let child = acp_tests::spawn_until_ready(
+        acp_tests::host_run(dir.path()).args(["--agent", &wrapped, "x"]),
+        &ready,
+        "the mock",
     );
     let host = child.id();
     let mut tree = descendants(host);
@@ -471,20 +465,14 @@ fn each_watchdog_of_a_batch_is_forked_by_a_spawner_that_holds_none_of_the_hosts_
     let dir = temp();
     let ready = dir.path().join("ready");
     super::batch::jobs_file(dir.path(), &[r#"{"prompt":"x"}"#.to_owned()]);
-    let child = super::batch::batch(dir.path())
-        .args([
+    let child = acp_tests::spawn_until_ready(
+        super::batch::batch(dir.path()).args([
             "--agent",
             &mock(&["hang", "--ready", path_str(&ready)]),
             "jobs.ndjson",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("acp-host starts");
-    assert!(
-        wait_for_file(&ready, HANG_GUARD),
-        "the mock never became ready"
+        ]),
+        &ready,
+        "the mock",
     );
     let host = child.id();
     let below = descendants(host);

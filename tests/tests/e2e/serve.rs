@@ -220,18 +220,13 @@ fn a_client_vanishing_mid_turn_leaves_nothing_running_and_the_server_serves_on()
     );
     // Over one WebSocket, and over POSTs with a server-sent event stream.
     for url in [serve.url.clone(), serve.url.replacen("ws://", "http://", 1)] {
-        let host = host_run(dir.path())
-            .args(["--json", "--agent", &url, "--token-file"])
-            .arg(&serve.token)
-            .arg("go")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("acp-host starts");
-        assert!(
-            wait_for_file(&ready, HANG_GUARD),
-            "{url}: the served agent never became ready"
+        let host = acp_tests::spawn_until_ready(
+            host_run(dir.path())
+                .args(["--json", "--agent", &url, "--token-file"])
+                .arg(&serve.token)
+                .arg("go"),
+            &ready,
+            &format!("{url}: the served agent"),
         );
         assert_eq!(agents_in(serve.agents.path()).len(), 1, "{url}");
         // The client dies mid-turn: its watchdog ends the bridge, and the connection drops.
@@ -269,18 +264,8 @@ fn stopping_the_server_mid_turn_tears_its_agents_down_and_the_client_sees_the_en
         &mock(&["hang", "--ready", &ready.display().to_string()]),
         &[],
     );
-    let host = serve
-        .run(dir.path())
-        .arg("go")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("acp-host starts");
-    assert!(
-        wait_for_file(&ready, HANG_GUARD),
-        "the served agent never became ready"
-    );
+    let host =
+        acp_tests::spawn_until_ready(serve.run(dir.path()).arg("go"), &ready, "the served agent");
     let out = serve.stop();
     assert_eq!(code(&out), 0, "{}", serve.stderr());
     // The server exits only after its agents are gone.

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 
 use acp_tests::{
     HANG_GUARD, agents_in, bin, code, host_run, line_channel, logical_parent, process_alive,
-    processes_in, run_to_end, stderr, stdout, suite_state, wait_for_file, wait_output, wait_until,
+    processes_in, run_to_end, stderr, stdout, suite_state, wait_output, wait_until,
 };
 use nix::sys::signal::Signal;
 use protocol::env_vars;
@@ -293,18 +293,13 @@ fn hanging(sshd: &Sshd, host_args: &[&str]) -> (Child, tempfile::TempDir, tempfi
     let ready = remote.path().join("ready");
     let command = shell_words::join([mock_path(), "hang", "--ready", &ready.display().to_string()]);
     let agent = sshd.agent(&remote_command(remote.path(), &command));
-    let child = host_run(local.path())
-        .args(["--json", "--agent", &agent])
-        .args(host_args)
-        .arg("go")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("acp-host starts");
-    assert!(
-        wait_for_file(&ready, HANG_GUARD),
-        "the remote agent never became ready"
+    let child = acp_tests::spawn_until_ready(
+        host_run(local.path())
+            .args(["--json", "--agent", &agent])
+            .args(host_args)
+            .arg("go"),
+        &ready,
+        "the remote agent",
     );
     (child, local, remote)
 }
