@@ -522,3 +522,74 @@ fn each_watchdog_of_a_batch_is_forked_by_a_spawner_that_holds_none_of_the_hosts_
     assert_eq!(out.status.signal(), Some(9));
     assert_all_dead(&[spawner, watchdog, agent], "below the SIGKILLed acp-host");
 }
+
+/// Whether this machine's C compiler has libgcc's static unwinder, which the build scripts link
+/// into acp-host and acp-child when it does (`static_unwinder`).
+fn static_unwinder_available() -> bool {
+    Command::new("cc")
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .is_some_and(|path| Path::new(&path).is_absolute() && Path::new(&path).is_file())
+}
+
+fn maps_libgcc_s(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .expect("the process is alive")
+        .contains("libgcc_s")
+}
+
+/// Neither binary loads `libgcc_s.so.1` (whose constructor runs `cpuid` at every start): the
+/// unwinder is linked in. Checked on running processes, where the dynamic loader has done its
+/// work.
+#[test]
+fn neither_binary_loads_libgcc_s_when_the_static_unwinder_is_there() {
+    if !cfg!(all(target_os = "linux", target_env = "gnu")) || !static_unwinder_available() {
+        #[expect(clippy::print_stderr, reason = "a skipped test says why")]
+        {
+            eprintln!("skipped: no libgcc_eh.a here, so the binaries link libgcc_s as before");
+        }
+        return;
+    }
+    let dir = temp();
+    let ready = dir.path().join("ready");
+    let host = acp_tests::spawn_until_ready(
+        acp_tests::host_run(dir.path()).args([
+            "--agent",
+            &mock(&["hang", "--ready", path_str(&ready)]),
+            "x",
+        ]),
+        &ready,
+        "the mock",
+    );
+    let mut child = Command::new(bin("acp-child"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("acp-child starts");
+    // acp-child is up once it answers: the loader is long done by then.
+    let mut stdin = child.stdin.take().expect("stdin piped");
+    let lines = acp_tests::line_channel(child.stdout.take().expect("stdout piped"));
+    std::io::Write::write_all(
+        &mut stdin,
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n",
+    )
+    .unwrap();
+    lines
+        .recv_timeout(HANG_GUARD)
+        .expect("acp-child answers initialize");
+    let (host_maps, child_maps) = (maps_libgcc_s(host.id()), maps_libgcc_s(child.id()));
+    // Both end as users end them: acp-host on SIGTERM (it tears its agent down), acp-child on EOF.
+    kill(
+        Pid::from_raw(host.id().try_into().unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let _ = wait_output(host);
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert!(!host_maps, "acp-host loaded libgcc_s");
+    assert!(!child_maps, "acp-child loaded libgcc_s");
+}
