@@ -129,14 +129,22 @@ pub fn approve_definition_in(file: &Path, state: &Path) {
 /// When the command cannot start or does not exit in time (it is then killed).
 #[must_use]
 pub fn run_to_end(cmd: &mut std::process::Command) -> std::process::Output {
+    wait_output(spawn_captured(cmd))
+}
+
+/// Starts `cmd` with stdin closed and stdout and stderr captured.
+///
+/// # Panics
+///
+/// When the command cannot start.
+#[must_use]
+pub fn spawn_captured(cmd: &mut std::process::Command) -> std::process::Child {
     use std::process::Stdio;
-    let child = cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("the command starts");
-    wait_output(child)
+        .expect("the command starts")
 }
 
 /// Waits for a spawned process and collects its output, with a hang guard: a hang fails the
@@ -229,13 +237,7 @@ pub fn spawn_until_ready(
     ready: &Path,
     what: &str,
 ) -> std::process::Child {
-    use std::process::Stdio;
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the command starts");
+    let child = spawn_captured(cmd);
     assert!(
         wait_for_file(ready, HANG_GUARD),
         "{what} never became ready"
