@@ -291,27 +291,12 @@ impl Watchdog {
             }
 
             let status = self.wait_agent(agent, sfd);
-            // Room for every pid a line can carry (the rest stay in the group or below these).
-            let mut left = [0 as libc::pid_t; LEFT_MAX];
-            let count = self.children(&mut left);
-            // An agent that exits because the host died (its stdin closed as the host's files
-            // were released) may be reaped before the host's other files, the life pipe among
-            // them, are: check the host ourselves, and when something would be left behind give
-            // its death a moment to show, since leaving is final. Nothing left: no wait.
-            let confirm = if count == 0 {
-                Duration::ZERO
+            if reap() {
+                self.report_left();
             } else {
-                LEFTOVER_CONFIRM
-            };
-            if libc::getppid() != self.host || readable(self.life, confirm) {
-                self.kill_tree_and_exit();
+                self.exit_if_host_gone(Duration::ZERO);
+                Line::<SHORT_LINE_BYTES>::new(b"left").end(self.report);
             }
-            let mut line = Line::<LINE_BYTES>::new(b"left");
-            for pid in &left[..count] {
-                line.push(b" ");
-                line.number(i64::from(*pid));
-            }
-            line.end(self.report);
             libc::close(self.report);
             mirror(status)
         }
@@ -360,22 +345,53 @@ impl Watchdog {
         }
     }
 
+    /// The agent's children still alive after it (`left <pid>...`), once the host is known to be
+    /// alive. Out of line, and only called when a child is left: its pid list and long line are
+    /// most of a page of stack each, and every page the watchdog touches is a fault (a copy of
+    /// the host's page, or a fresh one), which a run that leaves nothing behind should not pay.
+    #[inline(never)]
+    #[cold]
+    fn report_left(&self) {
+        // Room for every pid a line can carry (the rest stay in the group or below these).
+        let mut left = [0 as libc::pid_t; LEFT_MAX];
+        let count = self.list_children(&mut left);
+        // An agent that exits because the host died (its stdin closed as the host's files
+        // were released) may be reaped before the host's other files, the life pipe among
+        // them, are: when something would be left behind, give the host's death a moment to
+        // show, since leaving is final.
+        self.exit_if_host_gone(if count == 0 {
+            Duration::ZERO
+        } else {
+            LEFTOVER_CONFIRM
+        });
+        let mut line = Line::<LINE_BYTES>::new(b"left");
+        for pid in &left[..count] {
+            line.push(b" ");
+            line.number(i64::from(*pid));
+        }
+        line.end(self.report);
+    }
+
+    /// Kills the tree and exits when the host is gone: no longer our parent, or its life pipe
+    /// readable (at EOF) within `within`.
+    #[expect(unsafe_code, reason = "a raw system call in the forked watchdog")]
+    fn exit_if_host_gone(&self, within: Duration) {
+        // SAFETY: getppid has no arguments and cannot fail.
+        if unsafe { libc::getppid() } != self.host || readable(self.life, within) {
+            self.kill_tree_and_exit();
+        }
+    }
+
     /// Our live children (into `out`, as many as fit); reaps the dead ones.
-    #[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
     fn children(&self, out: &mut [libc::pid_t]) -> usize {
+        if reap() { self.list_children(out) } else { 0 }
+    }
+
+    /// Our children as `/proc` lists them (into `out`, as many as fit).
+    #[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+    fn list_children(&self, out: &mut [libc::pid_t]) -> usize {
         // SAFETY: as in `serve`: system calls on integers and stack buffers.
         unsafe {
-            let mut status = 0;
-            let last = loop {
-                let pid = libc::waitpid(-1, &raw mut status, libc::WNOHANG);
-                if pid <= 0 {
-                    break pid;
-                }
-            };
-            // ECHILD: no child at all, live or zombie (the usual end of a run): nothing to list.
-            if last < 0 && errno() == libc::ECHILD {
-                return 0;
-            }
             let fd = libc::open(
                 self.children_path.as_ptr(),
                 libc::O_RDONLY | libc::O_CLOEXEC,
@@ -440,6 +456,21 @@ impl Watchdog {
             libc::_exit(HOST_GONE)
         }
     }
+}
+
+/// Reaps every dead child; whether any child (live, or a zombie reaped since) is still
+/// there. None (ECHILD) is the usual end of a run.
+#[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
+fn reap() -> bool {
+    let mut status = 0;
+    // SAFETY: waitpid with a stack status word.
+    let last = loop {
+        let pid = unsafe { libc::waitpid(-1, &raw mut status, libc::WNOHANG) };
+        if pid <= 0 {
+            break pid;
+        }
+    };
+    !(last < 0 && errno() == libc::ECHILD)
 }
 
 /// Closes every fd but 0, 1, 2 and `keep`.
