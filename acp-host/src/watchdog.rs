@@ -346,9 +346,10 @@ impl Watchdog {
     }
 
     /// The agent's children still alive after it (`left <pid>...`), once the host is known to be
-    /// alive. Out of line, and only called when a child is left: its pid list and long line are
-    /// most of a page of stack each, and every page the watchdog touches is a fault (a copy of
-    /// the host's page, or a fresh one), which a run that leaves nothing behind should not pay.
+    /// alive. Out of line, and only called when a child is left: its pid list (4 KiB) and long
+    /// line (16 KiB) are five pages of stack, and every page the watchdog touches is a fault (a
+    /// copy of the host's page, or a fresh one), which a run that leaves nothing behind should
+    /// not pay.
     #[inline(never)]
     #[cold]
     fn report_left(&self) {
@@ -458,8 +459,8 @@ impl Watchdog {
     }
 }
 
-/// Reaps every dead child; whether any child (live, or a zombie reaped since) is still
-/// there. None (ECHILD) is the usual end of a run.
+/// Reaps every dead child; whether a live child is left. None (ECHILD) is the usual end of a
+/// run.
 #[expect(unsafe_code, reason = "raw system calls in the forked watchdog")]
 fn reap() -> bool {
     let mut status = 0;
