@@ -5,7 +5,9 @@
 //! - every line is read and checked (its fields, its agent, its cwd, its subagent definition, its
 //!   env names) before anything is spawned; a bad line is a usage error (exit 2) naming the line
 //!   and the field. Only the text of the lines to run is kept (each is parsed again as it
-//!   starts) and a 16-byte key of each id, never a run's output;
+//!   starts) and a 12-byte key of each id, never a run's output, and in memory only up to a
+//!   fixed size: beyond it they go to unnamed temporary files (`lines`), so memory stays flat
+//!   however many lines there are;
 //! - lines asking for the same run (their prompt and id aside) share one check and, in a row,
 //!   one preparation (the agent resolved, the environment scrubbed, the schema compiled); each
 //!   start still checks its working directory, and a `subagent` line its definition's trust;
@@ -50,8 +52,11 @@ use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
 use protocol::shard::{self, Shard, ShardFromEnv};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
+use self::lines::{IDS_IN_MEMORY, IdKey, Ids, Pending, SPOOL_IN_MEMORY, id_key};
 use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
 use super::{CliError, Written, subagent};
+
+mod lines;
 
 /// Run many prompts, one agent each, up to --jobs at once.
 ///
@@ -197,7 +202,7 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
         if let Some(signals) = signals {
             tokio::spawn(signals.watch(cancel.clone(), seen_tx));
         }
-        let summary = drive(&lines, args, jobs, &cancel, &mut output, &mut progress).await;
+        let summary = drive(lines, args, jobs, &cancel, &mut output, &mut progress).await;
         if args.json_summary {
             output.write(&summary.record()).await;
         }
@@ -245,8 +250,8 @@ fn job_limits() -> JobLimits {
 /// Which lines this batch runs: its shard of the input, less those already done.
 struct Share {
     shard: Option<Shard>,
-    /// The ids with a `completed` record in `--skip-done`'s file.
-    done: HashSet<String>,
+    /// The keys of the ids with a `completed` record in `--skip-done`'s file.
+    done: HashSet<IdKey>,
 }
 
 /// How the input's lines were shared out, for the note on stderr.
@@ -342,7 +347,7 @@ fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
 /// The ids with a `completed` record in `path`. Any other line (another status, a record cut
 /// short by a batch killed while writing it, text that is not a record) marks nothing: at worst
 /// a line runs again, never is one skipped that did not complete.
-fn read_done(path: &Path) -> Result<HashSet<String>, CliError> {
+fn read_done(path: &Path) -> Result<HashSet<IdKey>, CliError> {
     let file = std::fs::File::open(path).map_err(|err| {
         CliError::Usage(format!(
             "--skip-done {}: cannot read it: {err} (an empty file skips nothing)",
@@ -367,57 +372,9 @@ fn read_done(path: &Path) -> Result<HashSet<String>, CliError> {
             .ok()
             .and_then(shard::completed_id)
         {
-            done.insert(id);
+            done.insert(id_key(&id));
         }
     }
-}
-
-/// The lines a batch runs, kept as their text (each is parsed again when it starts): a line
-/// costs its bytes and its number, not its parsed fields (about ten times as much for a short
-/// prompt), so 100,000 lines fit in a few MiB.
-#[derive(Debug, Default)]
-struct Pending {
-    /// Each line's text (trimmed), followed by a newline (a line read by `lines()` has none).
-    text: String,
-    /// Each line's number in the input (a line without `id` is named by it).
-    numbers: Vec<usize>,
-}
-
-impl Pending {
-    fn push(&mut self, number: usize, text: &str) {
-        self.text.push_str(text.trim());
-        self.text.push('\n');
-        self.numbers.push(number);
-    }
-
-    fn len(&self) -> usize {
-        self.numbers.len()
-    }
-
-    /// The lines, parsed again, in input order. Each was parsed and checked when it was read,
-    /// so an error here cannot happen; it would be that line's `not-started` record.
-    fn lines(&self) -> impl Iterator<Item = Result<BatchLine, (String, String)>> + '_ {
-        self.numbers
-            .iter()
-            .zip(self.text.split_terminator('\n'))
-            .map(|(&number, text)| match batch::parse_line(number, text) {
-                Some(Ok(line)) => Ok(line),
-                Some(Err(err)) => Err((number.to_string(), err.to_string())),
-                None => Err((number.to_string(), format!("line {number} is blank"))),
-            })
-    }
-}
-
-/// The key a line's id is remembered by while the input is read, to refuse a repeated one: the
-/// first 12 bytes of its SHA-256 digest (16 bytes a line with its line number, whatever the id's
-/// length; two different ids share one with a probability of about n^2 / 2^97, nil for any
-/// input that fits on a disk).
-fn id_key(id: &str) -> [u8; 12] {
-    use sha2::Digest as _;
-    let digest = sha2::Sha256::digest(id.as_bytes());
-    let mut key = [0; 12];
-    key.copy_from_slice(&digest[..12]);
-    key
 }
 
 /// Reads and checks every line; keeps only the lines this batch runs (its shard, less those
@@ -437,12 +394,17 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Pending, Taken), CliEr
             .agent(agent)
             .map_err(|problem| CliError::Usage(format!("--agent {agent}: {problem}")))?;
     }
-    // The first line of each id, by its key.
-    let mut ids: std::collections::HashMap<[u8; 12], u32> = std::collections::HashMap::new();
-    let mut lines = Pending::default();
+    let mut ids = Ids::new(IDS_IN_MEMORY);
+    let mut lines = Pending::new(SPOOL_IN_MEMORY);
     let mut taken = Taken::default();
     // Whether any line (of every worker's, so all refuse alike) goes to a remote agent.
     let mut remote = args.agent.as_deref().is_some_and(is_remote);
+    let repeated = |repeat: lines::Repeat, id: &str| {
+        CliError::Usage(format!(
+            "{name}: line {}, field `id`: {id:?} is already the id of line {}; ids must be unique",
+            repeat.line, repeat.first
+        ))
+    };
     for (index, text) in input.lines().enumerate() {
         let number = index + 1;
         let text = text.map_err(|err| {
@@ -452,28 +414,36 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Pending, Taken), CliEr
             continue;
         };
         let line = line.map_err(|err| CliError::Usage(format!("{name}: {err}")))?;
-        if let Some(first) = ids.insert(id_key(&line.id), u32::try_from(number).unwrap_or(u32::MAX))
+        let key = id_key(&line.id);
+        if let Some(repeat) = ids
+            .insert(key, number as u64)
+            .map_err(|err| spool_error(&err))?
         {
-            return Err(CliError::Usage(format!(
-                "{name}: line {number}, field `id`: {:?} is already the id of line {first}; ids \
-                 must be unique",
-                line.id
-            )));
+            return Err(repeated(repeat, &line.id));
         }
         taken.lines += 1;
         remote |= line.agent.as_deref().is_some_and(is_remote);
-        if !share.owns(&line.id) {
-            continue;
-        }
-        taken.shard += 1;
-        if share.done.contains(&line.id) {
-            taken.skipped += 1;
+        let runs = share.owns(&line.id) && {
+            taken.shard += 1;
+            let done = share.done.contains(&key);
+            taken.skipped += usize::from(done);
+            !done
+        };
+        if !runs {
+            lines
+                .skip(number, &line.id)
+                .map_err(|err| spool_error(&err))?;
             continue;
         }
         checker.check(&line).map_err(|(field, problem)| {
             CliError::Usage(format!("{name}: line {number}, field `{field}`: {problem}"))
         })?;
-        lines.push(number, &text);
+        lines.push(number, &text).map_err(|err| spool_error(&err))?;
+    }
+    // A repeat of a line read before the last table of ids was written out.
+    if let Some(repeat) = ids.finish().map_err(|err| spool_error(&err))? {
+        let id = lines.id_of(repeat.line).unwrap_or_default();
+        return Err(repeated(repeat, &id));
     }
     if !remote && (args.token_file.is_some() || args.token_env.is_some()) {
         return Err(CliError::Usage(format!(
@@ -482,6 +452,16 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Pending, Taken), CliEr
         )));
     }
     Ok((lines, taken))
+}
+
+/// A batch whose input does not fit in memory keeps it in `TMPDIR`: failing that is the
+/// machine's, not the input's.
+fn spool_error(err: &std::io::Error) -> CliError {
+    CliError::Failed(format!(
+        "cannot keep the input's lines in a temporary file in {}: {err} (set TMPDIR to a \
+         writable folder with room for about the input's size)",
+        std::env::temp_dir().display()
+    ))
 }
 
 fn is_remote(agent: &str) -> bool {
@@ -644,7 +624,7 @@ struct Summary {
 
 /// Starts runs while fewer than `jobs` run and no cancel came; writes each record as it ends.
 async fn drive(
-    lines: &Pending,
+    lines: Pending,
     args: &BatchArgs,
     jobs: usize,
     cancel: &Cancel,

@@ -858,3 +858,123 @@ fn a_working_directory_gone_since_the_check_leaves_its_line_not_started() {
     );
     assert_no_process_left(dir.path());
 }
+
+/// `lines` as `jobs.ndjson`, and the folder a batch may keep them in (its `TMPDIR`).
+fn long_input(dir: &Path, lines: &[String]) -> std::path::PathBuf {
+    jobs_file(dir, lines);
+    let spool = dir.join("tmp");
+    std::fs::create_dir(&spool).unwrap();
+    spool
+}
+
+fn assert_empty(folder: &Path) {
+    let left: Vec<_> = std::fs::read_dir(folder).unwrap().collect();
+    assert!(left.is_empty(), "{} holds {left:?}", folder.display());
+}
+
+#[test]
+fn lines_beyond_what_memory_keeps_run_from_the_temporary_file_each_with_its_own_prompt() {
+    // 24 prompts of 64 KiB: 1.5 MiB of lines, past the 1 MiB a batch keeps in memory.
+    let dir = temp();
+    let lines: Vec<String> = (0..24)
+        .map(|i| {
+            line(
+                &format!("big{i}"),
+                &format!("{i}:{}", "x".repeat(64 * 1024)),
+            )
+        })
+        .collect();
+    let spool = long_input(dir.path(), &lines);
+    let out = run_to_end(batch(dir.path()).env("TMPDIR", &spool).args([
+        "--jobs",
+        "4",
+        "--agent",
+        &mock(&["echo-prompt"]),
+        "jobs.ndjson",
+    ]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = records(&out);
+    checked(&records);
+    let mut got: Vec<(String, String)> = records
+        .iter()
+        .map(|record| {
+            assert_eq!(record["status"], "completed", "{}", record["id"]);
+            let id = record["id"].as_str().unwrap().to_owned();
+            (id, record["output"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    got.sort();
+    let mut expected: Vec<(String, String)> = (0..24)
+        .map(|i| (format!("big{i}"), format!("{i}:{}", "x".repeat(64 * 1024))))
+        .collect();
+    expected.sort();
+    assert!(got == expected, "each record echoes its own line's prompt");
+    // The temporary file had no name there, and nothing is left of it.
+    assert_empty(&spool);
+    assert_no_process_left(dir.path());
+}
+
+#[test]
+fn a_repeated_id_far_apart_in_a_long_input_is_refused_before_anything_is_spawned() {
+    // 70,000 lines: line 69,001 repeats line 7's id, 65,536 ids (one table of them) apart,
+    // so the repeat is found once the whole input is read. Every worker of a shard finds it,
+    // whether the repeating line is its own or not.
+    let dir = temp();
+    let log = dir.path().join("log");
+    let lines: Vec<String> = (1..=70_000)
+        .map(|n| {
+            let id = if n == 69_001 { 7 } else { n };
+            format!(r#"{{"id":"k{id}","prompt":"p"}}"#)
+        })
+        .collect();
+    let spool = long_input(dir.path(), &lines);
+    let agent = mock(&["hello", "--log", path_str(&log)]);
+    for shard in [None, Some("0/2"), Some("1/2")] {
+        let mut cmd = batch(dir.path());
+        cmd.env("TMPDIR", &spool).args(["--agent", &agent]);
+        if let Some(shard) = shard {
+            cmd.args(["--shard", shard]);
+        }
+        let out = run_to_end(cmd.arg("jobs.ndjson"));
+        assert_eq!(code(&out), 2, "{shard:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "");
+        assert_eq!(
+            stderr(&out),
+            "acp-host: error: jobs.ndjson: line 69001, field `id`: \"k7\" is already the id of \
+             line 7; ids must be unique\n",
+            "{shard:?}"
+        );
+        assert!(!log.exists(), "an agent was spawned");
+        assert_empty(&spool);
+    }
+}
+
+#[test]
+fn a_long_input_with_no_room_for_its_temporary_file_is_refused_naming_tmpdir() {
+    let dir = temp();
+    let log = dir.path().join("log");
+    let lines: Vec<String> = (0..40)
+        .map(|i| line(&i.to_string(), &"y".repeat(32 * 1024)))
+        .collect();
+    jobs_file(dir.path(), &lines);
+    let missing = dir.path().join("no-such-folder");
+    let out = run_to_end(batch(dir.path()).env("TMPDIR", &missing).args([
+        "--agent",
+        &mock(&["hello", "--log", path_str(&log)]),
+        "jobs.ndjson",
+    ]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    let expected = format!(
+        "acp-host: error: cannot keep the input's lines in a temporary file in {}: ",
+        missing.display()
+    );
+    assert!(stderr(&out).starts_with(&expected), "{}", stderr(&out));
+    assert!(
+        stderr(&out)
+            .ends_with("(set TMPDIR to a writable folder with room for about the input's size)\n"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!log.exists(), "an agent was spawned");
+}
