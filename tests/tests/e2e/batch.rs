@@ -772,15 +772,7 @@ fn lines_asking_for_the_same_run_still_get_their_own_prompt_agent_cwd_and_env() 
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let records = records(&out);
     checked(&records);
-    let mut outputs: Vec<(String, String)> = records
-        .iter()
-        .map(|record| {
-            assert_eq!(record["status"], "completed", "{record}");
-            let id = record["id"].as_str().unwrap().to_owned();
-            (id, record["output"].as_str().unwrap().to_owned())
-        })
-        .collect();
-    outputs.sort();
+    let outputs = completed_outputs(&records);
     let sub = std::fs::canonicalize(&sub).unwrap();
     let by_id = |id: &str| outputs.iter().find(|(i, _)| i == id).unwrap().1.clone();
     assert_eq!(by_id("a"), "one");
@@ -867,6 +859,20 @@ fn long_input(dir: &Path, lines: &[String]) -> std::path::PathBuf {
     spool
 }
 
+/// Each record's `(id, output)`, sorted by id, every record asserted completed.
+fn completed_outputs(records: &[Value]) -> Vec<(String, String)> {
+    let mut outputs: Vec<(String, String)> = records
+        .iter()
+        .map(|record| {
+            assert_eq!(record["status"], "completed", "{}", record["id"]);
+            let id = record["id"].as_str().unwrap().to_owned();
+            (id, record["output"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    outputs.sort();
+    outputs
+}
+
 fn assert_empty(folder: &Path) {
     let left: Vec<_> = std::fs::read_dir(folder).unwrap().collect();
     assert!(left.is_empty(), "{} holds {left:?}", folder.display());
@@ -895,15 +901,7 @@ fn lines_beyond_what_memory_keeps_run_from_the_temporary_file_each_with_its_own_
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let records = records(&out);
     checked(&records);
-    let mut got: Vec<(String, String)> = records
-        .iter()
-        .map(|record| {
-            assert_eq!(record["status"], "completed", "{}", record["id"]);
-            let id = record["id"].as_str().unwrap().to_owned();
-            (id, record["output"].as_str().unwrap().to_owned())
-        })
-        .collect();
-    got.sort();
+    let got = completed_outputs(&records);
     let mut expected: Vec<(String, String)> = (0..24)
         .map(|i| (format!("big{i}"), format!("{i}:{}", "x".repeat(64 * 1024))))
         .collect();
