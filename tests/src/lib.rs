@@ -347,6 +347,20 @@ fn comm_is(pid: u32, name: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.trim_end() == name)
 }
 
+/// The names of a process's threads (`/proc/<pid>/task/*/comm`), sorted.
+#[must_use]
+pub fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|task| {
+            let comm = task.unwrap().path().join("comm");
+            std::fs::read_to_string(comm).unwrap().trim().to_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
 /// The parent of `pid` (from `/proc/<pid>/stat`).
 #[must_use]
 pub fn parent_of(pid: u32) -> Option<u32> {

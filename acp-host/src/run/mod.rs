@@ -33,6 +33,7 @@ use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, ErrorKind, RunResult, Status};
 use tokio_util::sync::CancellationToken;
 
 use self::observers::Notifier;
+pub use self::observers::{EventSink, EventStream, event_stream};
 pub use self::prepare::{PrepareError, Prepared, prepare, resolve_cwd};
 use self::session::{KeptSession, session_turns};
 use self::settle::{record_teardown, settle_turn, spawn_failure_message};
@@ -114,6 +115,9 @@ impl Cancel {
 #[derive(Clone, Default)]
 pub struct RunOptions {
     pub observers: Vec<Arc<dyn Observer>>,
+    /// Where the events go instead, for a caller that reads them on its own runtime
+    /// ([`event_stream`]): no observers' thread is started, and `observers` are not called.
+    pub events: Option<EventSink>,
     /// Decides the agent's permission requests; `None` applies the request's policy (where `ask`,
     /// with nobody to ask, rejects).
     pub permissions: Option<Arc<dyn PermissionHandler>>,
@@ -197,7 +201,7 @@ async fn run_with(
     let run_id = uuid::Uuid::new_v4().to_string();
     let notifier = Arc::new(Notifier::new(
         run_id.clone(),
-        options.observers.clone(),
+        (options.observers.clone(), options.events.clone()),
         request.agent.display.clone(),
         request.cwd.display().to_string(),
         env.scrubbed.clone(),
@@ -226,7 +230,7 @@ async fn run_with(
             .stderr_tail_bytes
             .unwrap_or(DEFAULT_STDERR_TAIL_BYTES),
         // Observers see each line with credential values redacted, like the result's tail.
-        stderr_lines: (!options.observers.is_empty()).then(|| {
+        stderr_lines: (!options.observers.is_empty() || options.events.is_some()).then(|| {
             let notifier = Arc::clone(&notifier);
             let redactor = env.redactor.clone();
             Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink

@@ -1,5 +1,7 @@
 //! Delivery of a run's events to its observers ([`Notifier`]): on a thread of their own, behind a
-//! bounded queue, in batches of updates.
+//! bounded queue, in batches of updates; or, for a caller that reads them on its own runtime (an
+//! agent relaying its child's updates), through the same queue into an [`EventStream`], with no
+//! thread at all.
 //!
 //! Invariants:
 //! - observers are called in isolation, in order: one that fails or panics is logged and the
@@ -9,7 +11,10 @@
 //!   run is cancelled, timed out or killed, events that do not fit are dropped for observers (the
 //!   result still has them) and counted;
 //! - the observers' thread starts once the first request is on its way to the agent, so its
-//!   creation overlaps the agent's start-up; without observers there is none;
+//!   creation overlaps the agent's start-up; without observers, or with an [`EventStream`],
+//!   there is none;
+//! - an [`EventStream`] is held to the same budget: an event's share is released once the
+//!   caller asked for the next one, so a caller that stops reading slows the agent down;
 //! - an update is freed on the thread that made it, not on the observers' thread (one allocator
 //!   arena per producer: docs/benchmarks.md).
 
@@ -103,25 +108,108 @@ fn flush_all(observers: &[Arc<dyn Observer>], run_id: &str) {
 /// (docs/benchmarks.md). What waits on the way back is bounded like the queue: the producer frees
 /// it before it sends each batch.
 struct Queue {
-    tx: std::sync::mpsc::Sender<Delivery>,
-    /// In a mutex only to be shared: the producer is the one reader.
-    spent: std::sync::Mutex<std::sync::mpsc::Receiver<Vec<Event>>>,
+    tx: Tx,
+    /// In a mutex only to be shared: the producer is the one reader. `None` for a stream, whose
+    /// reader frees what it took.
+    spent: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Vec<Event>>>>,
+}
+
+/// Where the queue leads.
+enum Tx {
+    /// The observers' thread.
+    Thread(std::sync::mpsc::Sender<Delivery>),
+    /// The caller's [`EventStream`].
+    Stream(tokio::sync::mpsc::UnboundedSender<Delivery>),
 }
 
 impl Queue {
-    /// Whether the observers' thread is still there to take it.
+    /// Whether the observers' thread (or the caller's stream) is still there to take it.
     fn send(&self, delivery: Delivery) -> bool {
-        self.tx.send(delivery).is_ok()
+        match &self.tx {
+            Tx::Thread(tx) => tx.send(delivery).is_ok(),
+            Tx::Stream(tx) => tx.send(delivery).is_ok(),
+        }
     }
 
     /// Frees the updates the observers are done with, on the calling (producing) thread.
     fn free_spent(&self) {
-        lock(&self.spent).try_iter().for_each(drop);
+        if let Some(spent) = &self.spent {
+            lock(spent).try_iter().for_each(drop);
+        }
+    }
+}
+
+/// Where a run sends its events instead of calling observers on a thread of their own: the
+/// sending half of [`event_stream`], given to the run in `RunOptions::events`.
+#[derive(Clone, Debug)]
+pub struct EventSink(tokio::sync::mpsc::UnboundedSender<Delivery>);
+
+/// A run's events in order, for a caller that reads them on its own runtime: an agent that
+/// relays its child's updates (and may wait for its own client while it does) needs no thread
+/// for that. The run waits, as it waits for a slow observer, while the events it sent and the
+/// caller has not asked past yet weigh [`super::OBSERVER_BUDGET_BYTES`]: reading slowly slows the
+/// agent down. Dropping the stream drops the events still to come.
+#[derive(Debug)]
+pub struct EventStream {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Delivery>,
+    /// The rest of a batch being handed out.
+    batch: std::vec::IntoIter<Delivery>,
+    /// The share of the budget of the event handed out last, released at the next call.
+    held: Option<OwnedSemaphorePermit>,
+}
+
+/// A sink for `RunOptions::events` and the stream its events come out of.
+#[must_use]
+pub fn event_stream() -> (EventSink, EventStream) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    (
+        EventSink(tx),
+        EventStream {
+            rx,
+            batch: Vec::new().into_iter(),
+            held: None,
+        },
+    )
+}
+
+impl EventStream {
+    /// The next event; `None` once every run given the sink has ended and its events were read.
+    pub async fn recv(&mut self) -> Option<Event> {
+        // The caller is done with the event handed out last.
+        self.held = None;
+        loop {
+            let delivery = match self.batch.next() {
+                Some(delivery) => delivery,
+                None => self.rx.recv().await?,
+            };
+            match delivery {
+                Delivery::Event(event, permit) => {
+                    self.held = permit;
+                    return Some(event);
+                }
+                Delivery::Batch(all) => self.batch = all.into_iter(),
+                // Everything queued before it was handed out, and the caller asked past it.
+                Delivery::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Delivery::Event(event, _) => f.debug_tuple("Event").field(event).finish(),
+            Delivery::Batch(all) => f.debug_tuple("Batch").field(&all.len()).finish(),
+            Delivery::Flush(_) => f.write_str("Flush"),
+        }
     }
 }
 
 /// Fans events out to observers, each in isolation, on a thread of their own behind a queue of
-/// at most [`OBSERVER_BUDGET_BYTES`].
+/// at most [`OBSERVER_BUDGET_BYTES`]; or hands them, behind the same queue, to the caller's
+/// [`EventStream`].
 pub(super) struct Notifier {
     run_id: String,
     agent: String,
@@ -130,6 +218,8 @@ pub(super) struct Notifier {
     pid: std::sync::atomic::AtomicU32,
     /// Handed to the observers' thread when it starts.
     observers: std::sync::Mutex<Vec<Arc<dyn Observer>>>,
+    /// The caller's stream, which takes the events instead of the observers' thread.
+    sink: Option<EventSink>,
     /// Started on first use, which for a run is once its first request was written to the
     /// agent: the thread's creation then overlaps the agent's own start-up instead of delaying
     /// the spawn or that request. `None` when there are no observers.
@@ -146,11 +236,12 @@ pub(super) struct Notifier {
 impl Notifier {
     pub(super) fn new(
         run_id: String,
-        observers: Vec<Arc<dyn Observer>>,
+        destination: (Vec<Arc<dyn Observer>>, Option<EventSink>),
         agent: String,
         cwd: String,
         scrubbed: Vec<String>,
     ) -> Self {
+        let (observers, sink) = destination;
         Notifier {
             run_id,
             agent,
@@ -158,6 +249,7 @@ impl Notifier {
             scrubbed,
             pid: std::sync::atomic::AtomicU32::new(0),
             observers: std::sync::Mutex::new(observers),
+            sink,
             queue: std::sync::OnceLock::new(),
             budget: Arc::new(Semaphore::new(OBSERVER_BUDGET_BYTES)),
             pending: std::sync::Mutex::default(),
@@ -180,6 +272,12 @@ impl Notifier {
     fn queue(&self) -> Option<&Queue> {
         self.queue
             .get_or_init(|| {
+                if let Some(EventSink(tx)) = &self.sink {
+                    return Some(Queue {
+                        tx: Tx::Stream(tx.clone()),
+                        spent: None,
+                    });
+                }
                 let observers = std::mem::take(&mut *lock(&self.observers));
                 if observers.is_empty() {
                     return None;
@@ -212,8 +310,8 @@ impl Notifier {
                     .inspect_err(|err| tracing::warn!(%err, "cannot start the observers' thread"))
                     .ok()
                     .map(|_| Queue {
-                        tx,
-                        spent: std::sync::Mutex::new(spent_rx),
+                        tx: Tx::Thread(tx),
+                        spent: Some(std::sync::Mutex::new(spent_rx)),
                     })
             })
             .as_ref()
@@ -429,5 +527,94 @@ impl DriveEvents for Notifier {
             decision: decision.clone(),
         };
         Box::pin(self.deliver(event, 0, false))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use agent_client_protocol::v1::schema::{ContentBlock, ContentChunk, TextContent};
+
+    use super::*;
+    use crate::run::OBSERVER_BUDGET_BYTES;
+
+    fn streamed() -> (Arc<Notifier>, EventStream) {
+        let (sink, stream) = event_stream();
+        let notifier = Notifier::new(
+            "run-1".to_owned(),
+            (Vec::new(), Some(sink)),
+            "agent".to_owned(),
+            "/".to_owned(),
+            Vec::new(),
+        );
+        (Arc::new(notifier), stream)
+    }
+
+    fn chunk(text: &str) -> SessionUpdate {
+        SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(
+            text,
+        ))))
+    }
+
+    fn text_of(event: Option<Event>) -> String {
+        match event {
+            Some(Event::Update {
+                update: SessionUpdate::AgentMessageChunk(chunk),
+                ..
+            }) => match chunk.content {
+                ContentBlock::Text(text) => text.text,
+                other => panic!("not text: {other:?}"),
+            },
+            other => panic!("not a chunk: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_gets_every_event_in_order_and_a_flush_waits_until_it_read_past_them() {
+        let (notifier, mut stream) = streamed();
+        // Held for the end of a read, then sent as one batch.
+        notifier.update(chunk("one"), 3, None).await;
+        notifier.update(chunk("two"), 3, None).await;
+        DriveEvents::flush(&*notifier);
+        notifier.update_now(chunk("three"), None);
+        let mut delivered = notifier.delivered();
+        assert_eq!(text_of(stream.recv().await), "one");
+        assert_eq!(text_of(stream.recv().await), "two");
+        assert_eq!(text_of(stream.recv().await), "three");
+        // "three" is handed out, not yet read past.
+        assert!(futures::poll!(&mut delivered).is_pending());
+        let end = tokio::spawn(async move { stream.recv().await.is_none() });
+        tokio::time::timeout(Duration::from_secs(10), delivered)
+            .await
+            .unwrap();
+        drop(notifier);
+        assert!(end.await.unwrap(), "the stream ends with the run's sink");
+    }
+
+    #[tokio::test]
+    async fn a_run_waits_while_what_its_stream_has_not_read_fills_the_budget() {
+        let (notifier, mut stream) = streamed();
+        notifier
+            .update(chunk("big"), OBSERVER_BUDGET_BYTES, None)
+            .await;
+        DriveEvents::flush(&*notifier);
+        let mut next = notifier.update(chunk("next"), 3, None);
+        assert!(
+            futures::poll!(&mut next).is_pending(),
+            "the budget is spent"
+        );
+        assert_eq!(text_of(stream.recv().await), "big");
+        // Handed out, but the reader has not asked past it: still its share.
+        assert!(futures::poll!(&mut next).is_pending());
+        let read = tokio::spawn(async move {
+            let event = stream.recv().await;
+            (text_of(event), stream)
+        });
+        tokio::time::timeout(Duration::from_secs(10), next)
+            .await
+            .unwrap();
+        DriveEvents::flush(&*notifier);
+        assert_eq!(read.await.unwrap().0, "next");
     }
 }

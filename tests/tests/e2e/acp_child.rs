@@ -640,19 +640,6 @@ fn one_raw_turn(
     }
 }
 
-/// The names of a process's threads, sorted.
-fn thread_names(pid: u32) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .map(|task| {
-            let comm = task.unwrap().path().join("comm");
-            std::fs::read_to_string(comm).unwrap().trim().to_owned()
-        })
-        .collect();
-    names.sort();
-    names
-}
-
 /// Starts acp-child on `child_stdin` and `child_stdout` (stderr piped), drives one turn through
 /// `stdin` and `stdout` (the test's ends), and checks it serves on two threads: its stdio polled,
 /// with no blocking thread of tokio's. The lines channel stays, so stdout is read to its end.
@@ -671,7 +658,7 @@ fn polled_turn(
         .unwrap();
     let lines = acp_tests::line_channel(stdout);
     one_raw_turn(stdin, &lines, dir);
-    assert_eq!(thread_names(child.id()), ["acp-child", "serve"]);
+    assert_eq!(acp_tests::thread_names(child.id()), ["acp-child", "serve"]);
     (child, lines)
 }
 

@@ -462,21 +462,8 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
         .spawn()
         .unwrap();
     let lines = acp_tests::line_channel(child.stdout.take().unwrap());
-    // The child's session is announced once it exists (acp-host, the parent acp-child and its
-    // child all run in `dir`).
-    let deadline = std::time::Instant::now() + acp_tests::HANG_GUARD;
-    let mut seen = Vec::new();
-    while !seen
-        .iter()
-        .any(|line: &String| line.contains(r#""sessionUpdate":"subagent_update""#))
-    {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        seen.push(
-            lines
-                .recv_timeout(left)
-                .expect("the child's session was never announced"),
-        );
-    }
+    // acp-host, the parent acp-child and its child all run in `dir`.
+    wait_for_child_session(&lines);
     assert_eq!(acp_tests::agents_in(dir.path()).len(), 3);
     crate::run::signal(&child, Signal::SIGINT);
     let out = acp_tests::wait_output(child);
@@ -488,6 +475,56 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
     // The child's session ended, cancelled, before the parent answered.
     assert_eq!(result["children"][0]["state"], "cancelled", "{result}");
     assert_none_left(dir.path());
+}
+
+/// A delegating acp-child relays its child's events on its runtime: while the child runs, the
+/// parent has no thread besides its main one and the one that serves (no observers' thread per
+/// child).
+#[test]
+fn a_parent_relays_its_childs_events_without_a_thread_of_their_own() {
+    use nix::sys::signal::Signal;
+    let dir = tempfile::tempdir().unwrap();
+    let mut host = offline_parent(dir.path(), &[])
+        .args(["--json", "/delegate acp-child /sleep 60"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = acp_tests::line_channel(host.stdout.take().unwrap());
+    wait_for_child_session(&lines);
+    let agents = acp_tests::agents_in(dir.path());
+    let parent = agents
+        .iter()
+        .copied()
+        .find(|pid| acp_tests::logical_parent(*pid) == Some(host.id()))
+        .expect("the delegating acp-child");
+    // Its child runs (asleep) below it.
+    assert!(
+        agents
+            .iter()
+            .any(|pid| acp_tests::logical_parent(*pid) == Some(parent)),
+        "{agents:?}"
+    );
+    assert_eq!(acp_tests::thread_names(parent), ["acp-child", "serve"]);
+    crate::run::signal(&host, Signal::SIGINT);
+    let out = acp_tests::wait_output(host);
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    assert_none_left(dir.path());
+}
+
+/// Reads `lines` until the child's session is announced (a `subagent_update`): it exists then.
+fn wait_for_child_session(lines: &std::sync::mpsc::Receiver<String>) {
+    let deadline = std::time::Instant::now() + acp_tests::HANG_GUARD;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("the child's session was never announced");
+        if line.contains(r#""sessionUpdate":"subagent_update""#) {
+            return;
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

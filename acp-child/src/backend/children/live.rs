@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
-use acp_host::run::{self, Cancel, Observer, ObserverError, RunOptions};
+use acp_host::run::{self, Cancel, RunOptions};
 use agent_client_protocol::v1::schema::{ContentBlock, MessageId, SessionUpdate, ToolCallId};
 use futures::StreamExt as _;
 use futures::stream::FuturesUnordered;
@@ -94,11 +94,14 @@ impl Subagents {
         } = start;
         let route = Arc::new(Route::default());
         let redactor = Arc::new(prepared.redactor().clone());
+        // The child's events are read on this runtime, by a task of their own: no thread per child.
+        let (events, stream) = run::event_stream();
+        let forwarded = Forwarded {
+            route: Arc::clone(&route),
+            redactor: Arc::clone(&redactor),
+        };
         let options = RunOptions {
-            observers: vec![Arc::new(Forwarded {
-                route: Arc::clone(&route),
-                redactor: Arc::clone(&redactor),
-            }) as Arc<dyn Observer>],
+            events: Some(events),
             permissions: (permission == RunPermission::Relay).then(|| {
                 Arc::new(Relay {
                     route: Arc::clone(&route),
@@ -128,6 +131,8 @@ impl Subagents {
         let first = {
             let live = Arc::clone(&live);
             async move {
+                // Ends once the run is over and its sink is gone.
+                tokio::spawn(forwarded.forward_all(stream));
                 let handle = tokio::spawn(async move {
                     run::run_session(prepared, &options, &cancel, session).await
                 });
@@ -654,11 +659,18 @@ struct Forwarded {
     redactor: Arc<Redactor>,
 }
 
-impl Observer for Forwarded {
-    /// Runs on the run's observers' thread, which may wait: a full queue to the turn is the
-    /// backpressure on the child.
-    fn on_event(&self, event: &Event) -> Result<(), ObserverError> {
-        let wanted = |to: &&Routed| match event {
+impl Forwarded {
+    /// Forwards every event of the run, in order, until the run is over. While the turn is
+    /// behind this waits, and so, once what it has not read fills the run's observer budget,
+    /// does the run: a full queue to the turn is the backpressure on the child.
+    async fn forward_all(self, mut events: run::EventStream) {
+        while let Some(event) = events.recv().await {
+            self.forward(event).await;
+        }
+    }
+
+    async fn forward(&self, event: Event) {
+        let wanted = |to: &&Routed| match &event {
             Event::Start(_) => true,
             Event::Update {
                 session_id, update, ..
@@ -676,21 +688,19 @@ impl Observer for Forwarded {
             .filter(wanted)
             .map(|to| to.updates.clone())
         else {
-            return Ok(());
+            return;
         };
         let seen = match event {
             Event::Update {
                 session_id, update, ..
-            } => match redacted(&self.redactor, update.clone()) {
-                Some(update) => Seen::Update(session_id.clone(), update),
-                None => return Ok(()),
+            } => match redacted(&self.redactor, update) {
+                Some(update) => Seen::Update(session_id, update),
+                None => return,
             },
             _ => Seen::Ready,
         };
-        // Waits (off the runtime) while the turn is behind; the receiver is gone only once the
-        // turn has its result.
-        let _ = updates.blocking_send(seen);
-        Ok(())
+        // Waits while the turn is behind; the receiver is gone only once the turn has its result.
+        let _ = updates.send(seen).await;
     }
 }
 
