@@ -11,7 +11,8 @@
 //! - [`run::prepare`]: validates a `protocol::request::StartRequest` (cwd, `--env` forwards) and
 //!   computes the agent's scrubbed environment and its delegation depth (`protocol::depth`: the
 //!   caller's `ACP_HOST_DEPTH` + 1, or 0), before anything is spawned;
-//! - [`run::run`] with [`run::RunOptions`] (observers of every [`protocol::events::Event`], a
+//! - [`run::run`] with [`run::RunOptions`] (observers of every [`protocol::events::Event`] on a
+//!   thread of the run's, or a [`run::event_stream`] the caller reads on its own runtime; a
 //!   [`permission::PermissionHandler`]) and a [`run::Cancel`]: spawns, drives, settles and tears
 //!   down, returning a `protocol::result::RunResult` (status, output, `error` and `error_kind`) on
 //!   every path; a start past the depth limit is refused with `error_kind` `depth-limit`, nothing
