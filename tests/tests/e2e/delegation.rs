@@ -454,16 +454,8 @@ fn a_child_past_its_timeout_is_a_result_and_is_torn_down() {
 fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
     use nix::sys::signal::Signal;
     let dir = tempfile::tempdir().unwrap();
-    let mut child = offline_parent(dir.path(), &[])
-        .args(["--json", "/delegate acp-child /sleep 60"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = acp_tests::line_channel(child.stdout.take().unwrap());
+    let (child, lines) = a_child_asleep(dir.path());
     // acp-host, the parent acp-child and its child all run in `dir`.
-    wait_for_child_session(&lines);
     assert_eq!(acp_tests::agents_in(dir.path()).len(), 3);
     crate::run::signal(&child, Signal::SIGINT);
     let out = acp_tests::wait_output(child);
@@ -484,15 +476,7 @@ fn cancelling_the_parent_mid_child_cancels_the_child_and_leaves_no_process() {
 fn a_parent_relays_its_childs_events_without_a_thread_of_their_own() {
     use nix::sys::signal::Signal;
     let dir = tempfile::tempdir().unwrap();
-    let mut host = offline_parent(dir.path(), &[])
-        .args(["--json", "/delegate acp-child /sleep 60"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = acp_tests::line_channel(host.stdout.take().unwrap());
-    wait_for_child_session(&lines);
+    let (host, _lines) = a_child_asleep(dir.path());
     let agents = acp_tests::agents_in(dir.path());
     let parent = agents
         .iter()
@@ -513,15 +497,30 @@ fn a_parent_relays_its_childs_events_without_a_thread_of_their_own() {
     assert_none_left(dir.path());
 }
 
-/// Reads `lines` until the child's session is announced (a `subagent_update`): it exists then.
-fn wait_for_child_session(lines: &std::sync::mpsc::Receiver<String>) {
+/// `acp-host run --json` of an offline parent delegating `/sleep 60` to acp-child, once the
+/// child's session is announced (a `subagent_update`: it exists then, asleep); with the lines of
+/// its stdout still to come.
+fn a_child_asleep(dir: &Path) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut host = acp_tests::spawn_captured(
+        offline_parent(dir, &[]).args(["--json", "/delegate acp-child /sleep 60"]),
+    );
+    let lines = acp_tests::line_channel(host.stdout.take().unwrap());
+    until_line(&lines, "the child's session was never announced", |line| {
+        line.contains(r#""sessionUpdate":"subagent_update""#)
+    });
+    (host, lines)
+}
+
+/// Reads `lines` up to the first that `matches` (failing with `never` past the hang guard).
+fn until_line(
+    lines: &std::sync::mpsc::Receiver<String>,
+    never: &str,
+    matches: impl Fn(&str) -> bool,
+) {
     let deadline = std::time::Instant::now() + acp_tests::HANG_GUARD;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = lines
-            .recv_timeout(left)
-            .expect("the child's session was never announced");
-        if line.contains(r#""sessionUpdate":"subagent_update""#) {
+        if matches(&lines.recv_timeout(left).expect(never)) {
             return;
         }
     }
@@ -1112,26 +1111,17 @@ fn a_delegated_answer_does_not_wait_for_the_child_to_exit_yet_the_child_exits_be
             serde_json::to_string(&agent).unwrap()
         ),
     );
-    let mut child = person_run(dir.path())
-        .args(["--json", "--agent", "acp-child", "/delegate lingerer go"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = acp_tests::spawn_captured(person_run(dir.path()).args([
+        "--json",
+        "--agent",
+        "acp-child",
+        "/delegate lingerer go",
+    ]));
     let lines = acp_tests::line_channel(child.stdout.take().unwrap());
-    let deadline = std::time::Instant::now() + acp_tests::HANG_GUARD;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let line = lines
-            .recv_timeout(left)
-            .expect("the delegation's call never completed");
-        if line.contains(r#""sessionUpdate":"tool_call_update""#)
+    until_line(&lines, "the delegation's call never completed", |line| {
+        line.contains(r#""sessionUpdate":"tool_call_update""#)
             && line.contains(r#""status":"completed""#)
-        {
-            break;
-        }
-    }
+    });
     // The answer came while the child was still on its way out.
     assert!(
         !marker.exists(),
