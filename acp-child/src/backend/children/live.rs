@@ -11,11 +11,12 @@
 //!   teardown and closing the session awaits it): its exit is no part of the answer's latency.
 //!   A child that could be continued by a cold resume, and the children of a cancelled turn, are
 //!   gone before the call returns;
-//! - a child is a kept session of the run library ([`LiveChild`]) from its first turn on; its
-//!   observer and permission handler send what its run observes where its [`Route`] points: to
+//! - a child is a kept session of the run library ([`LiveChild`]) from its first turn on; the
+//!   task reading its run's events ([`Forwarded`], on this runtime: no thread per child) and its
+//!   permission handler send what its run observes where its [`Route`] points: to
 //!   the turn in flight that shows it, installed by that turn before the turn starts and cleared
-//!   once it answered (the library hands a turn's result over only once its observers saw that
-//!   turn's updates, so each turn is delivered whole); with no turn installed (a background
+//!   once it answered (the library hands a turn's result over only once its events were read past
+//!   that turn's updates, so each turn is delivered whole); with no turn installed (a background
 //!   child's first turn, a child idle between turns) its updates are dropped and its permission
 //!   requests answered by the policy (`relay` rejects);
 //! - one path ([`LiveChild::drive`]) runs every turn shown somewhere: a foreground first turn
@@ -458,8 +459,8 @@ impl LiveChild {
                 () = view.card_due(), if backlog.has_room() => view.tick(),
             }
         };
-        // The run library hands a turn's result over only once its observers saw the turn's
-        // updates: what is left of them is in the channel, which ends with the route.
+        // The run library hands a turn's result over only once its events were read past the
+        // turn's updates: what is left of them is in the channel, which ends with the route.
         self.route.clear();
         turn_over.cancel();
         while relays.next().await.is_some() {}
@@ -519,8 +520,9 @@ struct Route {
     to: std::sync::Mutex<Option<Routed>>,
 }
 
-/// The most of what a child's run saw that waits for the turn showing it; past it the run's
-/// observers wait, which stops the run reading the child's stdout, and the child blocks on a full
+/// The most of what a child's run saw that waits for the turn showing it; past it [`Forwarded`]
+/// waits, and once the run's budget is spent so does the run: it stops reading the child's
+/// stdout, and the child blocks on a full
 /// pipe (the end of the backpressure from a client that is behind: [`crate::outbox`]).
 const CHILD_QUEUE: usize = 32;
 
