@@ -14,7 +14,7 @@
 //! as long as the connection and is shared with the session's turns.
 //!
 //! The children a turn exposes as sessions of their own (ACP subagent sessions, when the client
-//! advertised them) are in [`ChildSessions`]: their ids are minted here too (`sub-1`, `sub-2`, ...,
+//! advertised them) are in [`ChildSessions`](crate::backend::children::ChildSessions): their ids are minted here too (`sub-1`, `sub-2`, ...,
 //! counting on this connection, never an id a child agent chose), and `session/cancel` naming one
 //! cancels that child only.
 //!

@@ -6,7 +6,7 @@
 //!    (decided by [`readiness`] from facts the caller gathered).
 //! 2. [`RegistryView::scan_request`]: which files to read and which folders to list.
 //! 3. The caller fills a [`Snapshot`] (file facts: physical path, symlink, contents).
-//! 4. [`plan`]: operations (one row of the state table each), aggregated per physical file with
+//! 4. [`plan()`]: operations (one row of the state table each), aggregated per physical file with
 //!    the frozen pre-image and final contents; [`Plan::can_apply`] says whether it may execute.
 //!
 //! Invariants (docs/sync.md, "Invariants"): ownership comes only from the marker (see
@@ -319,7 +319,7 @@ impl RegistryView {
     }
 }
 
-/// What [`plan`] needs read: `files` (each with [`FileFacts`]), and `folders` to list, whose
+/// What [`plan()`] needs read: `files` (each with [`FileFacts`]), and `folders` to list, whose
 /// candidate entries ([`ScanRequest::candidates`]) must be read too.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ScanRequest {

@@ -5,7 +5,7 @@
 //! Map (docs/acp-child.md, "The children wing", has the diagram of a child's states):
 //! - [`catalog`]: what may be started: the options the person gave, the registry agents they
 //!   enabled and the definition folders ([`Subagents`], shared by the connection's sessions), a
-//!   session's [`Catalog`], and a start validated whole before anything exists ([`Start`]);
+//!   session's [`Catalog`], and a start validated whole before anything exists ([`catalog::Start`]);
 //! - [`approval`]: the person's approval of a repository definition, asked before it starts;
 //! - [`live`]: a child's process and kept session ([`LiveChild`]), the parallel slots, and the
 //!   one path that drives every turn shown somewhere;

@@ -9,7 +9,7 @@
 //!   (an editor's unsaved buffers), else the disk, as the model's tools do (`Files`), confined
 //!   to the session directory either way;
 //! - `/sleep SECONDS`: waits, and stops promptly on `session/cancel`;
-//! - `/delegate NAME PROMPT`: runs subagent NAME in its own process ([`super::delegate`]), as a
+//! - `/delegate NAME PROMPT`: runs subagent NAME in its own process ([`delegate`]), as a
 //!   tool call showing its text while it runs, and replies with its result. One-shot: the child
 //!   gets no child id and is never kept alive (the offline backend has no `send_message`), so its
 //!   process is gone when the reply comes.
