@@ -45,6 +45,7 @@
 //! use protocol::events::Event;
 //! use protocol::permission::PermissionPolicy;
 //! use protocol::request::{StartRequest, Timeouts};
+//! use protocol::sandbox::{Mode, Network, Policy};
 //! use protocol::usage::Budget;
 //!
 //! /// Logs the agent's stderr lines; a real caller might relay updates to its own client.
@@ -78,6 +79,12 @@
 //!             tokens: Some(200_000),
 //!             cost: None,
 //!         },
+//!         // Files and network the agent may touch, enforced by the kernel (Landlock, seccomp).
+//!         sandbox: Policy {
+//!             mode: Mode::WorkspaceWrite,
+//!             network: Network::Off,
+//!             ..Policy::default()
+//!         },
 //!     };
 //!     // Validation happens here, before anything is spawned.
 //!     let prepared = run::prepare(request, std::env::vars_os())?;
@@ -107,6 +114,7 @@ pub mod process;
 mod reaper;
 pub mod remote;
 pub mod run;
+pub mod sandbox;
 pub mod spawner;
 pub mod sync_exec;
 pub mod trust;

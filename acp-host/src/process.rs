@@ -74,6 +74,8 @@ pub struct SpawnSpec {
     pub stderr_tail_bytes: usize,
     /// Where each stderr line goes as it arrives, if anywhere.
     pub stderr_lines: Option<StderrSink>,
+    /// The sandbox the agent starts in (applied before its exec, on every path), if any.
+    pub sandbox: Option<Arc<crate::sandbox::Confinement>>,
 }
 
 impl std::fmt::Debug for SpawnSpec {
@@ -84,6 +86,7 @@ impl std::fmt::Debug for SpawnSpec {
             .field("cwd", &self.cwd)
             .field("stderr_tail_bytes", &self.stderr_tail_bytes)
             .field("stderr_lines", &self.stderr_lines.is_some())
+            .field("sandbox", &self.sandbox)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +126,13 @@ pub enum SpawnError {
     },
     #[error("could not start agent {program}")]
     Io {
+        program: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel refused to put the agent into its sandbox: nothing of it ran.
+    #[error("could not put agent {program} into its sandbox")]
+    Sandbox {
         program: String,
         #[source]
         source: io::Error,
@@ -228,7 +238,7 @@ enum Leader {
 struct Watch {
     /// Only we hold the write end: closing it (or dying) tells the watchdog to kill the tree.
     _life: OwnedFd,
-    /// `ok <pid>` / `err <errno>` / `cwd <errno>`, then `left <pid>...` when the agent exits and,
+    /// `ok <pid>` / `err <errno>` / `cwd <errno>` / `sandbox <errno>`, then `left <pid>...` when the agent exits and,
     /// from the spawner, `exit <status>` once it reaped the watchdog. Non-blocking.
     report: pipe::Receiver,
     /// Bytes read from `report` not yet consumed as a line.
@@ -253,6 +263,8 @@ enum StartFailed {
     Errno(i32),
     /// `cwd <errno>`: the agent's working directory could not be entered.
     Cwd(i32),
+    /// `sandbox <errno>`: the sandbox could not be entered.
+    Sandbox(i32),
     /// No usable first line: the watchdog itself failed.
     Unavailable(String),
 }
@@ -271,6 +283,10 @@ impl StartFailed {
                         io::Error::from_raw_os_error(code)
                     ),
                 ),
+            },
+            StartFailed::Sandbox(code) => SpawnError::Sandbox {
+                program: program.display().to_string(),
+                source: io::Error::from_raw_os_error(code),
             },
             StartFailed::Unavailable(reason) => SpawnError::Io {
                 program: program.display().to_string(),
@@ -378,7 +394,11 @@ impl AgentProcess {
             spec.program.as_os_str(),
             spec.args.iter().map(OsString::from),
         );
-        let mut child = spawn_command(command, &spec.program)?;
+        let confine = spec
+            .sandbox
+            .as_deref()
+            .map(crate::sandbox::Confinement::raw);
+        let mut child = spawn_command(command, &spec.program, confine)?;
         let pid = child.id().unwrap_or_default();
         let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let (Some(stdin), Some(stdout), Some(stderr)) = pipes else {
@@ -460,6 +480,9 @@ impl AgentProcess {
                     spec.env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
                     life_read.as_raw_fd(),
                     report_write.as_raw_fd(),
+                    spec.sandbox
+                        .as_deref()
+                        .map(crate::sandbox::Confinement::raw),
                 )
                 .map_err(nul)?;
                 // The program is never executed by this command: the forked child becomes the
@@ -846,6 +869,9 @@ impl Watch {
                 }
                 "err" => self.started = Some(Err(StartFailed::Errno(number().unwrap_or(0)))),
                 "cwd" => self.started = Some(Err(StartFailed::Cwd(number().unwrap_or(0)))),
+                "sandbox" => {
+                    self.started = Some(Err(StartFailed::Sandbox(number().unwrap_or(0))));
+                }
                 _ => {
                     self.started = Some(Err(StartFailed::Unavailable(format!(
                         "bad handshake {line:?}"
@@ -946,8 +972,9 @@ fn process_command(spec: &SpawnSpec, program: &std::ffi::OsStr) -> tokio::proces
 fn spawn_command(
     mut command: tokio::process::Command,
     program: &Path,
+    confine: Option<crate::sandbox::Raw>,
 ) -> Result<Child, SpawnError> {
-    pre_exec(&mut command);
+    pre_exec(&mut command, confine);
     command
         .spawn()
         .map_err(|source| spawn_error(program, source))
@@ -977,7 +1004,7 @@ fn open_max() -> RawFd {
     reason = "pre_exec is the only way to run code in the child between fork and exec: marking \
               inherited fds close-on-exec and setting the parent-death signal"
 )]
-fn pre_exec(command: &mut tokio::process::Command) {
+fn pre_exec(command: &mut tokio::process::Command, confine: Option<crate::sandbox::Raw>) {
     use nix::libc;
     let max_fd = open_max();
     #[cfg(target_os = "linux")]
@@ -1014,6 +1041,11 @@ fn pre_exec(command: &mut tokio::process::Command) {
                 if nix::unistd::getppid() != parent {
                     return Err(io::Error::other("acp-host exited while starting the agent"));
                 }
+            }
+            // Last, so the agent's exec is the first thing done inside its sandbox (std hands
+            // only the errno of a failure back to the spawn).
+            if let Some(confine) = &confine {
+                confine.enter().map_err(io::Error::from_raw_os_error)?;
             }
             Ok(())
         });

@@ -145,6 +145,11 @@ pub(crate) enum Spawned {
 /// end, stdout write end, stderr write end, life read end, report write end), which the watchdog
 /// gets copies of; the caller closes its own.
 pub(crate) fn spawn(spec: &SpawnSpec, fds: [RawFd; FDS]) -> Spawned {
+    // A sandboxed agent's watchdog is forked where its sandbox was prepared (its ruleset's
+    // descriptors and filters live there): the host.
+    if spec.sandbox.is_some() {
+        return Spawned::Unavailable;
+    }
     let mut channel = lock(&CHANNEL);
     let Some(Channel { socket, .. }) = channel.as_mut() else {
         return Spawned::Unavailable;
@@ -412,7 +417,7 @@ fn start_watchdog(mut request: Request) -> io::Result<(c_int, OwnedFd)> {
     }
     let [stdin, stdout, stderr, life, report] = [0, 1, 2, 3, 4].map(|i| request.fds[i].as_raw_fd());
     let watchdog =
-        Watchdog::from_entries(program, args, vars, life, report).map_err(|_| invalid())?;
+        Watchdog::from_entries(program, args, vars, life, report, None).map_err(|_| invalid())?;
     let cwd = std::ffi::CString::new(cwd).map_err(|_| invalid())?;
     let pid = fork()?;
     if pid == 0 {
@@ -529,6 +534,7 @@ mod tests {
                 .collect(),
             stderr_tail_bytes: 0,
             stderr_lines: None,
+            sandbox: None,
         }
     }
 

@@ -88,6 +88,9 @@ pub(crate) struct Watchdog {
     report: RawFd,
     /// The host's pid: when the watchdog's parent is no longer this, the host is gone.
     host: libc::pid_t,
+    /// The sandbox entered before the agent starts (so the agent, and the watchdog with it, live
+    /// in its domain), if any.
+    confine: Option<crate::sandbox::Raw>,
     children_path: CString,
     dev_null: CString,
 }
@@ -126,6 +129,7 @@ impl Watchdog {
         env: impl IntoIterator<Item = (&'a OsStr, &'a OsStr)>,
         life: RawFd,
         report: RawFd,
+        confine: Option<crate::sandbox::Raw>,
     ) -> Result<Watchdog, NulError> {
         let entries = env.into_iter().map(|(key, value)| {
             let mut pair = key.as_bytes().to_vec();
@@ -139,6 +143,7 @@ impl Watchdog {
             entries,
             life,
             report,
+            confine,
         )
     }
 
@@ -150,6 +155,7 @@ impl Watchdog {
         env: impl IntoIterator<Item = E>,
         life: RawFd,
         report: RawFd,
+        confine: Option<crate::sandbox::Raw>,
     ) -> Result<Watchdog, NulError> {
         let c = |bytes: Vec<u8>| {
             CString::new(bytes)
@@ -182,6 +188,7 @@ impl Watchdog {
             life,
             report,
             host: libc::pid_t::try_from(std::process::id()).unwrap_or(0),
+            confine,
             children_path: c"/proc/thread-self/children".to_owned(),
             dev_null: c"/dev/null".to_owned(),
         })
@@ -203,6 +210,15 @@ impl Watchdog {
                 if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) != 0 {
                     return Err(io::Error::last_os_error());
                 }
+            }
+            // The sandbox first, while the ruleset's descriptor is still open: from here on the
+            // watchdog and all it starts live in it. What the watchdog itself does (reading
+            // `/proc`, opening `/dev/null`, signalling its own tree) the sandbox allows.
+            if let Some(confine) = &self.confine
+                && let Err(code) = confine.enter()
+            {
+                report_line(self.report, b"sandbox ", i64::from(code));
+                libc::_exit(NOT_STARTED);
             }
             // The host's other fds (a file a thread of it is writing, another run's pipes) must
             // neither reach the agent nor be held here for long. Marking them all close-on-exec
@@ -674,6 +690,7 @@ mod tests {
             [(OsStr::new("TOKEN"), OsStr::new("se\0cret"))],
             5,
             6,
+            None,
         )
         .err()
         .expect("a NUL byte must be rejected");
@@ -688,6 +705,7 @@ mod tests {
             std::iter::empty(),
             5,
             6,
+            None,
         )
         .err()
         .expect("a NUL byte must be rejected");

@@ -36,6 +36,8 @@ pub const FIELDS: &[&str] = &[
     "fork",
     "tokenBudget",
     "costBudget",
+    "sandbox",
+    "network",
 ];
 
 /// One run asked for by one input line. Adding a field is one member here and one arm in
@@ -63,6 +65,10 @@ pub struct BatchLine {
     pub token_budget: Option<u64>,
     /// Like `acp-host run --cost-budget`.
     pub cost_budget: Option<f64>,
+    /// Like `acp-host run --sandbox`; it only tightens the batch's `--sandbox`.
+    pub sandbox: Option<crate::sandbox::Mode>,
+    /// Like `acp-host run --network`; it only tightens the batch's `--network`.
+    pub network: Option<crate::sandbox::Network>,
 }
 
 /// Why a line was refused; `field` is `None` when the line as a whole is wrong.
@@ -171,6 +177,8 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
             "costBudget" => {
                 line.cost_budget = Some(amount(&value).map_err(|problem| error(field, problem))?);
             }
+            "sandbox" => line.sandbox = Some(setting(&text("a sandbox mode")?, &error, field)?),
+            "network" => line.network = Some(setting(&text("a network")?, &error, field)?),
             _ => {
                 return Err(error(
                     field,
@@ -181,6 +189,16 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
     }
     line.prompt = prompt.ok_or_else(|| error(Some("prompt"), "missing (it is required)".into()))?;
     Ok(line)
+}
+
+/// `sandbox`, `network`: a value read as its flag reads it.
+fn setting<T: std::str::FromStr<Err = crate::sandbox::SandboxError>>(
+    text: &str,
+    error: &dyn Fn(Option<&str>, String) -> LineError,
+    field: Option<&str>,
+) -> Result<T, LineError> {
+    text.parse()
+        .map_err(|err: crate::sandbox::SandboxError| error(field, err.to_string()))
 }
 
 /// `tokenBudget`: a whole number of tokens.
@@ -533,7 +551,7 @@ mod tests {
     #[test]
     fn a_full_line_is_read_and_the_id_defaults_to_the_line_number() {
         let line = parse(
-            r#"{"id":"a","prompt":"p","agent":"codex","subagent":"rev","cwd":"sub","timeout":1.5,"env":["K"],"outputSchema":{"type":"object"},"fork":"sess-1"}"#,
+            r#"{"id":"a","prompt":"p","agent":"codex","subagent":"rev","cwd":"sub","timeout":1.5,"env":["K"],"outputSchema":{"type":"object"},"fork":"sess-1","sandbox":"read-only","network":"tcp:443"}"#,
         )
         .unwrap();
         assert_eq!(
@@ -550,6 +568,8 @@ mod tests {
                 fork: Some("sess-1".into()),
                 token_budget: None,
                 cost_budget: None,
+                sandbox: Some(crate::sandbox::Mode::ReadOnly),
+                network: Some("tcp:443".parse().unwrap()),
             }
         );
         assert_eq!(parse(r#"{"prompt":"p"}"#).unwrap().id, "7");
@@ -562,7 +582,17 @@ mod tests {
         assert_eq!(
             refused(r#"{"prompt":"p","model":"m"}"#),
             "line 7, field `model`: unknown field; a line has id, prompt, agent, \
-             subagent, cwd, timeout, env, outputSchema, fork, tokenBudget, costBudget"
+             subagent, cwd, timeout, env, outputSchema, fork, tokenBudget, costBudget, sandbox, \
+             network"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","sandbox":"sealed"}"#),
+            "line 7, field `sandbox`: unknown sandbox mode \"sealed\": use off, read-only or \
+             workspace-write"
+        );
+        assert!(
+            refused(r#"{"prompt":"p","network":"udp:53"}"#)
+                .starts_with("line 7, field `network`: ")
         );
         assert!(
             refused(r#"{"prompt":"p","outputSchema":{"type":7}}"#)

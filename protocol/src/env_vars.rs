@@ -26,6 +26,10 @@ pub const ACP_CHILD_MODEL: &str = "ACP_CHILD_MODEL";
 pub const ACP_CHILD_BASE_URL: &str = "ACP_CHILD_BASE_URL";
 /// acp-child: where sessions are saved.
 pub const ACP_CHILD_STATE_DIR: &str = "ACP_CHILD_STATE_DIR";
+/// Where acp-child saves sessions inside the state home (`$XDG_STATE_HOME`) when
+/// [`ACP_CHILD_STATE_DIR`] is not set; acp-host's sandbox keeps other runs' sessions unreadable
+/// there.
+pub const ACP_CHILD_SESSIONS: &str = "acp-child/sessions";
 /// acp-child: its own API key variable, looked at before the provider ones.
 pub const ACP_CHILD_API_KEY: &str = "ACP_CHILD_API_KEY";
 /// DeepSeek's API key; also selects DeepSeek's base URL when no other is given.
@@ -42,6 +46,10 @@ pub const ACP_HOST_MAX_DEPTH: &str = "ACP_HOST_MAX_DEPTH";
 /// otherwise. An agent delegating through acp-host gives its children at most what is left of it
 /// (`crate::usage::child_budget`).
 pub const ACP_HOST_TOKEN_BUDGET: &str = "ACP_HOST_TOKEN_BUDGET";
+/// The sandbox the agent that holds it runs in (`protocol::sandbox::Standing`, as JSON); set by
+/// acp-host on every sandboxed agent it starts, removed otherwise, never taken from a forwarded
+/// value. An agent starting another gives it at most this.
+pub const ACP_HOST_SANDBOX: &str = "ACP_HOST_SANDBOX";
 /// Kubernetes: an Indexed Job's pod index (0-based). Read only when `acp-host batch
 /// --shard-from-env` names it; the help's example.
 pub const JOB_COMPLETION_INDEX: &str = "JOB_COMPLETION_INDEX";

@@ -19,6 +19,7 @@ pub mod remote;
 pub mod report;
 pub mod request;
 pub mod result;
+pub mod sandbox;
 pub mod schema;
 pub mod shard;
 pub mod structured;

@@ -93,6 +93,9 @@ pub struct StartRequest {
     /// What the run may spend (`--token-budget`, `--cost-budget`): passing it cancels the turn
     /// (status `over-budget`). Held only against what the agent reports (`crate::usage`).
     pub budget: crate::usage::Budget,
+    /// The sandbox the agent runs in (`crate::sandbox`): files, network. It can only tighten the
+    /// one the caller itself runs in (`crate::env_vars::ACP_HOST_SANDBOX`).
+    pub sandbox: crate::sandbox::Policy,
 }
 
 #[cfg(test)]

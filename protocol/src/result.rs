@@ -199,11 +199,14 @@ pub enum ErrorKind {
     /// The usage the agent reported passed the run's token or cost budget; `error` names the
     /// figure and the limit.
     Budget,
+    /// The sandbox the run asked for cannot be enforced on this machine (`--sandbox-best-effort`
+    /// runs anyway), could not be prepared, or the kernel refused it; nothing of the agent ran.
+    Sandbox,
 }
 
 impl ErrorKind {
     /// Every kind, in documentation order.
-    pub const ALL: [ErrorKind; 9] = [
+    pub const ALL: [ErrorKind; 10] = [
         ErrorKind::Spawn,
         ErrorKind::Handshake,
         ErrorKind::Protocol,
@@ -213,6 +216,7 @@ impl ErrorKind {
         ErrorKind::Capability,
         ErrorKind::SchemaMismatch,
         ErrorKind::Budget,
+        ErrorKind::Sandbox,
     ];
 
     /// The kebab-case name, as serialized.
@@ -228,6 +232,7 @@ impl ErrorKind {
             ErrorKind::Capability => "capability",
             ErrorKind::SchemaMismatch => "schema-mismatch",
             ErrorKind::Budget => "budget",
+            ErrorKind::Sandbox => "sandbox",
         }
     }
 }
@@ -365,6 +370,10 @@ pub struct RunResult {
     /// be held to); absent when none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The sandbox the agent ran in and what of it the kernel enforced (`--sandbox`,
+    /// `--network`); absent when the run asked for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::Report>,
 }
 
 impl RunResult {
@@ -398,12 +407,20 @@ impl RunResult {
             resumable: None,
             usage: None,
             warnings: Vec::new(),
+            sandbox: None,
         }
     }
 
     #[must_use]
     pub fn exit_code(&self) -> u8 {
         self.status.exit_code()
+    }
+
+    /// Records what went wrong: `error` and its kind together (one is set exactly when the other
+    /// is).
+    pub fn set_error(&mut self, kind: ErrorKind, error: String) {
+        self.error = Some(error);
+        self.error_kind = Some(kind);
     }
 }
 
@@ -447,6 +464,12 @@ mod tests {
             assert_eq!(kind.to_string(), kind.as_str());
         }
         assert_eq!(ErrorKind::DepthLimit.to_string(), "depth-limit");
+        let mut result = RunResult::unsettled("r".into(), Vec::new());
+        result.set_error(ErrorKind::Sandbox, "no landlock".into());
+        assert_eq!(
+            (result.error.as_deref(), result.error_kind),
+            (Some("no landlock"), Some(ErrorKind::Sandbox))
+        );
     }
 
     #[test]

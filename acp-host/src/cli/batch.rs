@@ -54,6 +54,7 @@ use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use self::lines::{IDS_IN_MEMORY, IdKey, Ids, Pending, SPOOL_IN_MEMORY, id_key};
 use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
+use super::sandbox::SandboxArgs;
 use super::{CliError, Written, subagent};
 
 mod lines;
@@ -62,8 +63,9 @@ mod lines;
 ///
 /// Input: NDJSON, one JSON object per line with the fields `prompt` (required), `id` (default:
 /// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward),
-/// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `tokenBudget` and
-/// `costBudget` (as `run --token-budget`, `--cost-budget`). Every line is checked
+/// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `fork` (as `run --fork`),
+/// `tokenBudget` and `costBudget` (as `run --token-budget`, `--cost-budget`), `sandbox` and
+/// `network` (as `run --sandbox`, `--network`; they only tighten this batch's). Every line is checked
 /// before anything starts. Output: one JSON record per line as its run ends, in completion order:
 /// the `acp-host run --json` result with the line's `id` (type `result`), or type `not-started`
 /// for lines that never started (Ctrl-C).
@@ -139,6 +141,10 @@ pub(super) struct BatchArgs {
     /// lines get no new record.
     #[arg(long, value_name = "RESULTS.jsonl")]
     skip_done: Option<PathBuf>,
+
+    /// The sandbox of every line (a line's `sandbox` and `network` only tighten it).
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -510,6 +516,8 @@ fn same_run(a: &BatchLine, b: &BatchLine) -> bool {
         fork,
         token_budget,
         cost_budget,
+        sandbox,
+        network,
     } = a;
     *agent == b.agent
         && *subagent == b.subagent
@@ -520,6 +528,8 @@ fn same_run(a: &BatchLine, b: &BatchLine) -> bool {
         && *fork == b.fork
         && *token_budget == b.token_budget
         && cost_budget.map(f64::to_bits) == b.cost_budget.map(f64::to_bits)
+        && *sandbox == b.sandbox
+        && *network == b.network
 }
 
 impl<'a> Checker<'a> {
@@ -607,6 +617,7 @@ fn run_args(args: &BatchArgs, line: &BatchLine) -> RunArgs {
         subagent_dirs: args.subagent_dirs.clone(),
         token_file: args.token_file.clone(),
         token_env: args.token_env.clone(),
+        sandbox: args.sandbox.clone(),
     };
     RunArgs::for_batch(line, &flags)
 }

@@ -30,6 +30,7 @@ mod batch;
 mod docs;
 mod remote;
 mod run;
+mod sandbox;
 mod subagent;
 mod sync;
 mod trust;

@@ -190,6 +190,7 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
         resume: None,
         fork: None,
         budget: protocol::usage::Budget::default(),
+        sandbox: protocol::sandbox::Policy::default(),
     };
     let prepared = run::prepare(request, std::env::vars_os()).map_err(usage)?;
     if let Err(err) = prepared.budget() {

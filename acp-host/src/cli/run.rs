@@ -32,6 +32,7 @@ use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 use protocol::usage::{Budget, CostLimit};
 
+use super::sandbox::SandboxArgs;
 use super::{CliError, subagent};
 
 mod ask;
@@ -199,6 +200,9 @@ pub(super) struct RunArgs {
     /// Show thoughts, tool calls, plans, permission decisions and the agent's stderr on stderr.
     #[arg(short, long)]
     verbose: bool,
+
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -240,7 +244,13 @@ fn after_help() -> String {
         "{}\n{}\n\
 Permissions:\n  Options are chosen by kind, never position: allow -> allow_once, else allow_always;\n  \
 reject -> reject_once, else reject_always; otherwise the request is answered `cancelled`.\n\n\
+Sandbox:\n  Off unless asked: the agent can then do what you can. Turn it on with\n  \
+--sandbox workspace-write --network off (or tcp:443 for a model API): the kernel (Landlock,\n  \
+seccomp) keeps the agent and all it starts to writing its working directory, out of\n  \
+~/.ssh, ~/.aws and the other credential folders, and off the network. It bounds files and\n  \
+TCP; it is not a VM (README, \"Sandbox\").\n\n\
 Examples:\n  acp-host run \"hello\"\n  \
+acp-host run --sandbox workspace-write --network off --permission allow \"fix the tests\"\n  \
 echo 'summarise README.md' | acp-host run --agent codex -\n  \
 acp-host run --agent 'npx @zed-industries/claude-code-acp' --permission allow \"fix the tests\"\n  \
 acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n",
@@ -321,6 +331,7 @@ impl RunArgs {
             max_output: DEFAULT_MAX_OUTPUT_BYTES,
             json: true,
             verbose: false,
+            sandbox: batch.sandbox.with_line(line.sandbox, line.network.as_ref()),
         }
     }
 }
@@ -335,6 +346,8 @@ pub(super) struct BatchFlags {
     /// a URL.
     pub(super) token_file: Option<PathBuf>,
     pub(super) token_env: Option<String>,
+    /// The batch's sandbox flags, which a line only tightens.
+    pub(super) sandbox: SandboxArgs,
 }
 
 /// After a timeout or a kill, how long the result record may wait for a stdout that takes no
@@ -598,6 +611,9 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
                 settled.cost_budget.map(CostLimit::amount)
             }),
         },
+        sandbox: args
+            .sandbox
+            .policy(&run::resolve_cwd(None).map_err(|err| err.to_string())?)?,
     };
     Ok(request)
 }

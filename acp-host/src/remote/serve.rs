@@ -520,6 +520,7 @@ pub(super) fn start_agent(shared: &Arc<Shared>) -> Result<Option<(Owned, AgentPi
         env: config.prepared.agent_env().env.clone(),
         stderr_tail_bytes: DEFAULT_STDERR_TAIL_BYTES,
         stderr_lines: Some(stderr_log(id, &config.prepared)),
+        sandbox: None,
     };
     let (process, pipes) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,

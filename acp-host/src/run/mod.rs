@@ -41,7 +41,7 @@ use self::supervise::{Drive, Supervised, drive_config, supervise, tear_down};
 use crate::client::{self, ResultOf, Shared};
 use crate::lock;
 use crate::permission::PermissionHandler;
-use crate::process::{AgentProcess, Graces, SpawnSpec, StderrSink};
+use crate::process::{AgentProcess, Graces, SpawnError, SpawnSpec, StderrSink};
 
 /// Default limit of one frame on the agent's stdout.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 64 * 1024 * 1024;
@@ -194,9 +194,10 @@ async fn run_with(
     let started = Instant::now();
     let Prepared {
         request,
-        env,
+        mut env,
         budget,
         schema,
+        sandbox,
     } = prepared;
     let run_id = uuid::Uuid::new_v4().to_string();
     let notifier = Arc::new(Notifier::new(
@@ -207,12 +208,10 @@ async fn run_with(
         env.scrubbed.clone(),
     ));
     let mut result = RunResult::unsettled(run_id, env.scrubbed.clone());
-
     let budget = match budget {
         Ok(budget) => budget,
         Err(refused) => {
-            result.error = Some(refused.to_string());
-            result.error_kind = Some(ErrorKind::DepthLimit);
+            result.set_error(ErrorKind::DepthLimit, refused.to_string());
             return finish(result, started, &notifier, false, cancel).await;
         }
     };
@@ -220,6 +219,9 @@ async fn run_with(
         result.status = Status::Aborted;
         return finish(result, started, &notifier, false, cancel).await;
     }
+    let Ok(confinement) = confine(&sandbox, &request, &mut env.env, &mut result) else {
+        return finish(result, started, &notifier, false, cancel).await;
+    };
 
     let spec = SpawnSpec {
         program: request.agent.program.clone(),
@@ -235,12 +237,12 @@ async fn run_with(
             let redactor = env.redactor.clone();
             Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink
         }),
+        sandbox: confinement.clone(),
     };
     let (mut process, pipes) = match AgentProcess::spawn_unconfirmed(&spec) {
         Ok(spawned) => spawned,
         Err(err) => {
-            result.error = Some(spawn_failure_message(&err, &request));
-            result.error_kind = Some(ErrorKind::Spawn);
+            result.set_error(spawn_kind(&err), spawn_failure_message(&err, &request));
             return finish(result, started, &notifier, false, cancel).await;
         }
     };
@@ -277,8 +279,7 @@ async fn run_with(
     // if the spawn itself had failed.
     if let Some(err) = not_started.or_else(|| process.confirm().err()) {
         process.shutdown(Graces::NONE).await;
-        result.error = Some(spawn_failure_message(&err, &request));
-        result.error_kind = Some(ErrorKind::Spawn);
+        result.set_error(spawn_kind(&err), spawn_failure_message(&err, &request));
         return finish(result, started, &notifier, false, cancel).await;
     }
 
@@ -294,6 +295,44 @@ async fn run_with(
         &env.redactor,
     );
     finish(result, started, &notifier, true, cancel).await
+}
+
+/// The sandbox of a run, prepared (`None` when it asks for none) and reported in `result`, or
+/// refused (`Err`: `result` says why); the agent's `TMPDIR` becomes its own temporary folder,
+/// which goes when the caller drops the confinement (after teardown).
+fn confine(
+    sandbox: &protocol::sandbox::Standing,
+    request: &protocol::request::StartRequest,
+    env: &mut std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString>,
+    result: &mut RunResult,
+) -> Result<Option<Arc<crate::sandbox::Confinement>>, ()> {
+    if !sandbox.is_active() {
+        return Ok(None);
+    }
+    let place = crate::sandbox::Place {
+        env,
+        sessions: request
+            .resume
+            .iter()
+            .chain(&request.fork)
+            .map(String::as_str)
+            .collect(),
+    };
+    let confinement = crate::sandbox::confine(sandbox, &place)
+        .map_err(|err| result.set_error(ErrorKind::Sandbox, err.to_string()))?;
+    if let Some(temp) = confinement.temp_dir() {
+        env.insert("TMPDIR".into(), temp.into());
+    }
+    result.sandbox = Some(confinement.report().clone());
+    Ok(Some(Arc::new(confinement)))
+}
+
+/// A spawn error's kind: the sandbox's own, or a spawn failure.
+fn spawn_kind(err: &SpawnError) -> ErrorKind {
+    match err {
+        SpawnError::Sandbox { .. } => ErrorKind::Sandbox,
+        _ => ErrorKind::Spawn,
+    }
 }
 
 /// Delivers the end event (with the output as its last message when `with_output`) and waits

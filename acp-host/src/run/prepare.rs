@@ -26,6 +26,7 @@ use protocol::depth::{self, Budget, DepthError};
 use protocol::env_scrub::{self, EnvForwardError, Redactor, Scrubbed};
 use protocol::env_vars;
 use protocol::request::StartRequest;
+use protocol::sandbox::{SandboxError, Standing};
 use protocol::structured::{OutputSchema, SchemaError};
 
 /// The request was refused before anything was spawned.
@@ -47,6 +48,8 @@ pub enum PrepareError {
     ResumeAndFork { resume: String, fork: String },
     #[error(transparent)]
     Persona(#[from] TemplateError),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
 }
 
 /// Resolves `--cwd` (or the caller's directory) to an absolute path, once, up front.
@@ -69,6 +72,8 @@ pub struct Prepared {
     pub(super) budget: Result<Budget, DepthError>,
     /// `request.wants.output`'s schema, compiled.
     pub(super) schema: Option<Arc<OutputSchema>>,
+    /// The request's sandbox at its working directory, held to the caller's own.
+    pub(super) sandbox: Standing,
 }
 
 impl Prepared {
@@ -94,6 +99,12 @@ impl Prepared {
     /// The agent's delegation depth and cap, or why it may not start.
     pub fn budget(&self) -> Result<Budget, &DepthError> {
         self.budget.as_ref().copied()
+    }
+
+    /// The sandbox the agent will run in: the request's, held to the one the caller runs in.
+    #[must_use]
+    pub fn sandbox(&self) -> &Standing {
+        &self.sandbox
     }
 
     /// This run with another prompt, its working directory checked again (it may have gone
@@ -138,9 +149,10 @@ pub fn prepare(
             .find(|(key, _)| key == name)
             .map(|(_, value)| value.to_string_lossy().into_owned())
     };
-    let (own_depth, own_max) = (
+    let (own_depth, own_max, own_sandbox) = (
         own(env_vars::ACP_HOST_DEPTH),
         own(env_vars::ACP_HOST_MAX_DEPTH),
+        own(env_vars::ACP_HOST_SANDBOX),
     );
     let budget = depth::child(
         depth::Inherited {
@@ -173,11 +185,32 @@ pub fn prepare(
             tokens.to_string().into(),
         );
     }
+    // The caller's own sandbox (inherited, never forwarded) bounds the agent's: a child is at
+    // least as confined as its parent, which the kernel holds anyway; this makes the records
+    // and the agent's own settings say so.
+    let mut sandbox = request.sandbox.at(&request.cwd)?;
+    match Standing::inherited(own_sandbox.as_deref()) {
+        Ok(Some(floor)) => sandbox = sandbox.within(&floor),
+        Ok(None) => {}
+        Err((strictest, why)) => {
+            tracing::warn!(%why, "{} cannot be read; the agent runs in the strictest sandbox", env_vars::ACP_HOST_SANDBOX);
+            sandbox = sandbox.within(&strictest);
+        }
+    }
+    env.env
+        .remove(std::ffi::OsStr::new(env_vars::ACP_HOST_SANDBOX));
+    if sandbox.is_active() {
+        env.env.insert(
+            env_vars::ACP_HOST_SANDBOX.into(),
+            sandbox.env_value().into(),
+        );
+    }
     Ok(Prepared {
         request,
         env,
         budget,
         schema,
+        sandbox,
     })
 }
 

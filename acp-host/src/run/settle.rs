@@ -333,6 +333,7 @@ mod tests {
             resume: Some("s-1".into()),
             fork: Some("s-2".into()),
             budget: protocol::usage::Budget::default(),
+            sandbox: protocol::sandbox::Policy::default(),
         }
     }
 

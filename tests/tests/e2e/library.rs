@@ -49,6 +49,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
         resume: None,
         fork: None,
         budget: protocol::usage::Budget::default(),
+        sandbox: protocol::sandbox::Policy::default(),
     }
 }
 
@@ -366,6 +367,7 @@ fn spawn(args: &[&str]) -> (AgentProcess, AgentPipes) {
         env: std::env::vars_os().collect::<BTreeMap<_, _>>(),
         stderr_tail_bytes: 1024,
         stderr_lines: None,
+        sandbox: None,
     };
     AgentProcess::spawn(&spec).unwrap()
 }

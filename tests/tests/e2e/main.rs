@@ -30,6 +30,7 @@ mod model;
 mod perf_behaviour;
 mod protocol_edges;
 mod run;
+mod sandbox;
 mod scrub;
 mod serve;
 mod ssh;

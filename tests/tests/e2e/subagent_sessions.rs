@@ -508,6 +508,7 @@ fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
         resume: None,
         fork: None,
         budget: protocol::usage::Budget::default(),
+        sandbox: protocol::sandbox::Policy::default(),
     };
     // The approval above is kept in the suite's state directory.
     let ambient = std::env::vars_os()

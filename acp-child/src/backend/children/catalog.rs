@@ -541,6 +541,7 @@ impl Subagents {
                 // A definition's `costBudget`, held against the cost the child reports.
                 cost: settled.cost_budget.map(protocol::usage::CostLimit::amount),
             },
+            sandbox: protocol::sandbox::Policy::default(),
         };
         (request, permission)
     }

@@ -31,7 +31,7 @@ pub const KEY_VARIABLES: [&str; 3] = [
     env_vars::OPENAI_API_KEY,
 ];
 /// Where sessions are saved inside the state home (`$XDG_STATE_HOME`).
-pub const STATE_SUBDIR: &str = "acp-child/sessions";
+pub const STATE_SUBDIR: &str = env_vars::ACP_CHILD_SESSIONS;
 /// DeepSeek's OpenAI-compatible API.
 pub const DEEPSEEK_BASE_URL: &str = "https://api.deepseek.com/v1";
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";

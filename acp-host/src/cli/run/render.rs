@@ -191,6 +191,14 @@ impl Renderer {
         for warning in &result.warnings {
             note!("acp-host: warning: {warning}");
         }
+        // A sandbox that did not hold in full is said whenever it ran (best effort).
+        if let Some(sandbox) = &result.sandbox {
+            if self.verbose {
+                note!("acp-host: {}", sandbox.describe());
+            } else if sandbox.enforced != protocol::sandbox::Enforced::Full {
+                note!("acp-host: warning: {}", sandbox.describe());
+            }
+        }
         // What the run spent: under --verbose, or whenever a person watches stderr.
         if let Some(usage) = &result.usage
             && (self.verbose || std::io::stderr().is_terminal())
