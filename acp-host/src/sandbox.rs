@@ -356,6 +356,26 @@ fn landlock_abi() -> Option<u32> {
     u32::try_from(version).ok().filter(|version| *version > 0)
 }
 
+/// What a standing comes to on this kernel, before any agent is started (`None`: it restricts
+/// nothing): its report without paths, or why it would be refused.
+pub fn foresee(standing: &Standing) -> Result<Option<Report>, SandboxError> {
+    if !standing.is_active() {
+        return Ok(None);
+    }
+    let kernel = kernel();
+    let (enforced, not_enforced) = protocol::sandbox::assess(standing, kernel)?;
+    Ok(Some(Report {
+        mode: standing.mode,
+        network: standing.network.clone(),
+        abi: kernel.landlock_abi,
+        enforced,
+        writable: Vec::new(),
+        read_only: Vec::new(),
+        denied: Vec::new(),
+        not_enforced,
+    }))
+}
+
 /// Prepares the sandbox of one agent, or refuses it: what the kernel cannot hold fails the run
 /// unless `standing.best_effort` (`protocol::sandbox::assess`).
 pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, ConfineError> {

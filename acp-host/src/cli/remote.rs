@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::CliError;
 use super::run::{Seconds, parse_seconds};
+use super::sandbox::SandboxArgs;
 
 /// Serve a stdio ACP agent over ACP's Streamable HTTP / WebSocket transport.
 ///
@@ -89,6 +90,10 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(STALL_TIMEOUT))]
     stall_timeout: Seconds,
+
+    /// The sandbox of every connection's agent (each gets its own temporary folder).
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 /// Default `--stream-grace`: room for a client to reopen a dropped event stream.
@@ -190,9 +195,15 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
         resume: None,
         fork: None,
         budget: protocol::usage::Budget::default(),
-        sandbox: protocol::sandbox::Policy::default(),
+        sandbox: args
+            .sandbox
+            .policy(&run::resolve_cwd(None).map_err(usage)?)
+            .map_err(CliError::Usage)?,
     };
     let prepared = run::prepare(request, std::env::vars_os()).map_err(usage)?;
+    // A sandbox this kernel cannot hold is said before anything listens.
+    let sandbox = acp_host::sandbox::foresee(prepared.sandbox())
+        .map_err(|err| CliError::Failed(err.to_string()))?;
     if let Err(err) = prepared.budget() {
         return Err(CliError::Usage(format!(
             "the served agents may not start: {err}"
@@ -229,6 +240,12 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
             args.agent,
             args.max_connections
         );
+        if let Some(sandbox) = &sandbox {
+            note!(
+                "acp-host serve: every agent runs in its own {}",
+                sandbox.describe()
+            );
+        }
         server
             .run(stop)
             .await

@@ -513,14 +513,16 @@ pub(super) fn start_agent(shared: &Arc<Shared>) -> Result<Option<(Owned, AgentPi
         return Ok(None);
     }
     let config = &shared.config;
+    let mut env = config.prepared.agent_env().env.clone();
+    let sandbox = confine(id, &config.prepared, &mut env)?;
     let spec = SpawnSpec {
         program: config.agent.program.clone(),
         args: config.agent.args.clone(),
         cwd: config.cwd.clone(),
-        env: config.prepared.agent_env().env.clone(),
+        env,
         stderr_tail_bytes: DEFAULT_STDERR_TAIL_BYTES,
         stderr_lines: Some(stderr_log(id, &config.prepared)),
-        sandbox: None,
+        sandbox: sandbox.clone(),
     };
     let (process, pipes) = match AgentProcess::spawn(&spec) {
         Ok(spawned) => spawned,
@@ -536,8 +538,34 @@ pub(super) fn start_agent(shared: &Arc<Shared>) -> Result<Option<(Owned, AgentPi
         shared: Arc::clone(shared),
         id,
         tracked: Some(tracked),
+        _sandbox: sandbox,
     };
     Ok(Some((owned, pipes)))
+}
+
+/// Connection `id`'s sandbox (`None` when the server was asked for none), its temporary folder
+/// made the agent's `TMPDIR`; `Err` is the client's message (already logged).
+fn confine(
+    id: u64,
+    prepared: &Prepared,
+    env: &mut std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString>,
+) -> Result<Option<Arc<crate::sandbox::Confinement>>, String> {
+    if !prepared.sandbox().is_active() {
+        return Ok(None);
+    }
+    let place = crate::sandbox::Place {
+        env,
+        sessions: Vec::new(),
+    };
+    let confinement = crate::sandbox::confine(prepared.sandbox(), &place).map_err(|err| {
+        tracing::error!(connection = id, "{}", protocol::report::describe(&err));
+        format!("acp-host serve: {err}")
+    })?;
+    if let Some(temp) = confinement.temp_dir() {
+        env.insert("TMPDIR".into(), temp.into());
+    }
+    tracing::info!(connection = id, "{}", confinement.report().describe());
+    Ok(Some(Arc::new(confinement)))
 }
 
 /// The agent's stderr goes to the server's log (debug), credential values redacted; it does not
@@ -558,6 +586,9 @@ pub(super) struct Owned {
     pub(super) id: u64,
     /// Keeps [`Server::run`] waiting until the teardown has ended.
     tracked: Option<TaskTrackerToken>,
+    /// The agent's sandbox, kept while the agent runs: its temporary folder goes with the
+    /// connection, after the agent's teardown.
+    _sandbox: Option<Arc<crate::sandbox::Confinement>>,
 }
 
 impl Owned {

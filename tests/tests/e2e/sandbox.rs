@@ -85,7 +85,7 @@ impl Scene {
 /// An agent that runs `tries` (`name: shell command` each; the line says `ok` when the command
 /// succeeded, `denied` when it failed), writing `probe.txt` in its working directory, then
 /// becomes the mock agent (`hello`).
-fn prober(tries: &[(&str, String)]) -> String {
+pub(crate) fn prober(tries: &[(&str, String)]) -> String {
     let mut script = String::from("{\n");
     for (name, command) in tries {
         let _ = writeln!(

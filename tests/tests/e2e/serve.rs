@@ -210,6 +210,43 @@ fn a_run_through_serve_gives_the_local_result_with_permissions_decided_by_the_cl
 }
 
 #[test]
+fn served_agents_run_in_the_servers_sandbox_each_with_its_own_temporary_folder() {
+    let outside = temp();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let tries = [
+        ("write inside", "echo x > inside.txt".to_owned()),
+        (
+            "write outside",
+            format!("echo x > {}/written", outside.path().display()),
+        ),
+        ("write temp", "f=$(mktemp) && rm \"$f\"".to_owned()),
+        ("tcp", format!("exec 3<>/dev/tcp/127.0.0.1/{port}")),
+    ];
+    let agent = super::sandbox::prober(&tries);
+    let mut serve = Serve::start(
+        &agent,
+        &["--sandbox", "workspace-write", "--network", "off"],
+    );
+    let dir = temp();
+    let (_, result) = json_run(serve.run(dir.path()).arg("hi"), 0);
+    assert_eq!(result["output"], "hello from acp child");
+    assert_eq!(
+        std::fs::read_to_string(serve.agents.path().join("probe.txt")).unwrap(),
+        "write inside: ok\nwrite outside: denied\nwrite temp: ok\ntcp: denied\n"
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    serve.finish();
+    assert!(
+        serve
+            .stderr()
+            .contains("sandbox workspace-write, network off, Landlock ABI"),
+        "{}",
+        serve.stderr()
+    );
+}
+
+#[test]
 fn a_client_vanishing_mid_turn_leaves_nothing_running_and_the_server_serves_on() {
     let (dir, flags) = (temp(), temp());
     let ready = flags.path().join("ready");
