@@ -1084,8 +1084,8 @@ mod tests {
                 "unknown agent `nope`",
             ),
             (
-                "---\ndescription: d\nagents: [gemini]\n---\nx",
-                "agent `gemini` takes no subagent definitions",
+                "---\ndescription: d\nagents: [acp-child]\n---\nx",
+                "agent `acp-child` takes no subagent definitions",
             ),
             (
                 "---\ndescripton: d\nagents: [codex]\n---\nx",

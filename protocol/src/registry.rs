@@ -299,11 +299,23 @@ pub const AGENTS: &[AgentSpec] = &[
     },
     AgentSpec {
         name: "gemini",
-        aliases: &[],
+        aliases: &["gemini-cli"],
         binaries: &["gemini"],
-        marker_dirs: &[],
+        marker_dirs: &[".gemini"],
         acp_command: Some(&["gemini", "--acp"]),
-        sync: None,
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".gemini/agents/{name}.md",
+            project_path: Some(".gemini/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt("max_turns", PositiveInt),
+                opt("model", STRING),
+                opt("timeout_mins", PositiveInt),
+                opt("tools", List),
+            ],
+            switch: None,
+        }),
         summary: "Gemini CLI (ACP via gemini --acp)",
         install: Some("npm install -g @google/gemini-cli"),
         keys: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
@@ -442,6 +454,98 @@ pub const AGENTS: &[AgentSpec] = &[
         install: None,
         keys: &[],
     },
+    AgentSpec {
+        name: "cursor",
+        aliases: &["cursor-agent"],
+        binaries: &["cursor-agent"],
+        marker_dirs: &[".cursor"],
+        acp_command: Some(&["cursor-agent", "acp"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".cursor/agents/{name}.md",
+            project_path: Some(".cursor/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt("is_background", Bool),
+                opt("model", STRING),
+                opt("readonly", Bool),
+            ],
+            switch: None,
+        }),
+        summary: "Cursor (ACP via cursor-agent acp)",
+        install: Some("curl https://cursor.com/install -fsS | bash"),
+        keys: &["CURSOR_API_KEY"],
+    },
+    AgentSpec {
+        name: "factory-droid",
+        aliases: &["droid"],
+        binaries: &["droid"],
+        marker_dirs: &[".factory"],
+        acp_command: Some(&["droid", "exec", "--output-format", "acp-daemon"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".factory/droids/{name}.md",
+            project_path: Some(".factory/droids/{name}.md"),
+            requires: None,
+            options: &[
+                opt("model", STRING),
+                opt("reasoningEffort", STRING),
+                opt("tools", List),
+            ],
+            switch: None,
+        }),
+        summary: "Factory Droid (ACP via droid exec --output-format acp-daemon)",
+        install: Some("npm install -g droid"),
+        keys: &["FACTORY_API_KEY"],
+    },
+    AgentSpec {
+        name: "kiro",
+        aliases: &["kiro-cli"],
+        binaries: &["kiro-cli"],
+        marker_dirs: &[".kiro"],
+        acp_command: Some(&["kiro-cli", "acp"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".kiro/agents/{name}.md",
+            project_path: Some(".kiro/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt("allowedTools", List),
+                opt("model", STRING),
+                opt("tools", List),
+            ],
+            switch: None,
+        }),
+        summary: "Kiro (ACP via kiro-cli acp)",
+        install: Some("curl -fsSL https://cli.kiro.dev/install | bash"),
+        keys: &[],
+    },
+    AgentSpec {
+        name: "qwen-code",
+        aliases: &["qwen"],
+        binaries: &["qwen"],
+        marker_dirs: &[".qwen"],
+        acp_command: Some(&["qwen", "--acp"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".qwen/agents/{name}.md",
+            project_path: Some(".qwen/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt(
+                    "approvalMode",
+                    OneOf(&["default", "plan", "auto-edit", "yolo", "bubble"]),
+                ),
+                opt("disallowedTools", List),
+                opt("model", STRING),
+                opt("tools", List),
+            ],
+            switch: None,
+        }),
+        summary: "Qwen Code (ACP via qwen --acp)",
+        install: Some("npm install -g @qwen-code/qwen-code"),
+        keys: &["DASHSCOPE_API_KEY"],
+    },
 ];
 
 /// Our agents whose ACP command the official ACP Registry also distributes, with its id there
@@ -454,6 +558,10 @@ pub const REGISTRY_IDS: &[(&str, &str)] = &[
     ("codex", "codex-acp"),
     ("gemini", "gemini"),
     ("opencode", "opencode"),
+    ("cursor", "cursor"),
+    ("factory-droid", "factory-droid"),
+    ("kiro", "kiro"),
+    ("qwen-code", "qwen-code"),
 ];
 
 /// The ACP Registry id of our agent `name` (canonical), when it has one ([`REGISTRY_IDS`]).
@@ -972,7 +1080,7 @@ mod tests {
         assert_eq!(
             launch("copilot").unwrap_err().to_string(),
             "agent copilot does not speak ACP; agents that do: acp-child, claude-code, codex, \
-             gemini, opencode"
+             gemini, opencode, cursor, factory-droid, kiro, qwen-code"
         );
     }
 

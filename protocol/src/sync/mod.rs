@@ -607,7 +607,7 @@ mod tests {
             Err(ForceTargetError::UnknownAgent { .. })
         ));
         assert!(matches!(
-            "gemini/x".parse::<ForceTarget>(),
+            "acp-child/x".parse::<ForceTarget>(),
             Err(ForceTargetError::UnknownAgent { .. })
         ));
         assert!(matches!(

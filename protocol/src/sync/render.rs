@@ -571,6 +571,14 @@ mod tests {
             ),
             ("pi", include_str!("../../tests/golden/pi.md")),
             ("dsh", include_str!("../../tests/golden/dsh.yml")),
+            ("gemini", include_str!("../../tests/golden/gemini.md")),
+            ("cursor", include_str!("../../tests/golden/cursor.md")),
+            (
+                "factory-droid",
+                include_str!("../../tests/golden/factory-droid.md"),
+            ),
+            ("kiro", include_str!("../../tests/golden/kiro.md")),
+            ("qwen-code", include_str!("../../tests/golden/qwen-code.md")),
         ] {
             let format = registry::find_sync(agent).unwrap().1.format;
             assert_eq!(render_file(format, agent, &d), golden, "{agent}");

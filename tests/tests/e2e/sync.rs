@@ -472,6 +472,11 @@ fn every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
         "grok",
         "pi",
         "dsh",
+        "gemini",
+        "cursor",
+        "factory-droid",
+        "kiro",
+        "qwen-code",
     ];
     env.install(&all);
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/golden");
@@ -499,6 +504,11 @@ fn every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
         (".grok/agents/review.md", "grok.md"),
         (".pi/agent/agents/review.md", "pi.md"),
         (CORDIS, "dsh.yml"),
+        (".gemini/agents/review.md", "gemini.md"),
+        (".cursor/agents/review.md", "cursor.md"),
+        (".factory/droids/review.md", "factory-droid.md"),
+        (".kiro/agents/review.md", "kiro.md"),
+        (".qwen/agents/review.md", "qwen-code.md"),
     ] {
         assert_eq!(
             env.read(rel),
@@ -1170,7 +1180,7 @@ fn agent_filter_and_usage_errors() {
     );
     for args in [
         &["--agent", "nope"][..],
-        &["--agent", "gemini"],
+        &["--agent", "acp-child"],
         &["--scope", "galaxy"],
         &["--bogus"],
     ] {
@@ -1207,6 +1217,122 @@ fn project_scope_writes_under_the_project_root() {
         root.path().to_str().unwrap(),
     ]);
     assert!(root.path().join(".claude/agents/x.md").is_file());
+}
+
+/// Every agent that takes definitions, in registry order.
+const ALL_TARGETS: [&str; 13] = [
+    "claude-code",
+    "codex",
+    "gemini",
+    "opencode",
+    "github-copilot",
+    "agy",
+    "grok",
+    "pi",
+    "dsh",
+    "cursor",
+    "factory-droid",
+    "kiro",
+    "qwen-code",
+];
+
+/// The five targets of issue 45, each with its user (and project) file for subagent `x`.
+const NEW_TARGETS: [(&str, &str); 5] = [
+    ("gemini", ".gemini/agents/x.md"),
+    ("cursor", ".cursor/agents/x.md"),
+    ("factory-droid", ".factory/droids/x.md"),
+    ("kiro", ".kiro/agents/x.md"),
+    ("qwen-code", ".qwen/agents/x.md"),
+];
+
+#[test]
+fn one_definition_reaches_all_thirteen_targets_in_one_run() {
+    let env = Env::new();
+    env.install(&ALL_TARGETS);
+    env.write(".pi/agent/extensions/subagent/index.ts", "export {}\n");
+    env.simple("x", &ALL_TARGETS.map(|a| format!("\"{a}\"")).join(", "));
+    env.simple("y", "dsh");
+    let json = env.sync(&["--json"]).json();
+    assert_eq!(json["success"], true, "{json}");
+    let ops = json["operations"].as_array().unwrap();
+    let agents: Vec<&str> = ops
+        .iter()
+        .filter(|op| op["name"] == "x")
+        .map(|op| op["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        agents, ALL_TARGETS,
+        "one operation per target, registry order"
+    );
+    assert!(ops.iter().all(|op| op["action"] == "create"), "{json}");
+    // 12 dedicated files and one shared file holding both DSH items: one write each.
+    let files = json["result"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 13, "{json}");
+    assert!(files.iter().all(|f| f["outcome"] == "applied"));
+    let cordis = yaml(&env.read(CORDIS));
+    assert_eq!(cordis.as_array().unwrap().len(), 2);
+    for (_, rel) in NEW_TARGETS {
+        let text = env.read(rel);
+        assert!(text.starts_with("---\nname: \"x\"\ndescription: \"x things\"\n---\n<!-- "));
+        assert!(text.contains(&marker("x")), "{rel}");
+    }
+    // A second run is a no-op everywhere.
+    let ops = env.actions(&[]);
+    assert!(ops.iter().all(|(action, _)| action == "noop"), "{ops:?}");
+}
+
+#[test]
+fn the_new_targets_keep_every_invariant_in_both_scopes() {
+    let env = Env::new();
+    env.install(&NEW_TARGETS.map(|(agent, _)| agent));
+    let five = "gemini, cursor, factory-droid, kiro, qwen-code";
+    env.simple("x", five);
+    // Project scope: every one of them has it.
+    env.sync_ok(&["--scope", "project"]);
+    for (_, rel) in NEW_TARGETS {
+        assert!(env.project.join(rel).is_file(), "{rel}");
+        assert!(!env.exists(rel), "{rel}: nothing under $HOME");
+    }
+    // User scope: an unmanaged Cursor file is a conflict, kept byte for byte, and the blocked
+    // plan writes nothing at all.
+    let mine = "---\nname: x\ndescription: mine\nreadonly: true\n---\nMy own.\n";
+    env.write(".cursor/agents/x.md", mine);
+    let run = env.sync(&[]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("(resolve with --force cursor/x)"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(env.read(".cursor/agents/x.md"), mine);
+    assert!(!env.exists(".gemini/agents/x.md"));
+    // Another target's force does not authorize it.
+    assert_eq!(env.sync(&["--force", "kiro/x"]).code, 1);
+    assert_eq!(env.read(".cursor/agents/x.md"), mine);
+    env.sync_ok(&["--force", "cursor/x"]);
+    assert!(env.read(".cursor/agents/x.md").contains(&marker("x")));
+    assert!(env.actions(&[]).iter().all(|(action, _)| action == "noop"));
+    // Drop two agents: their files are managed orphans, pruned only with --prune; a file of the
+    // user's beside them is never reported or touched.
+    env.write(".kiro/agents/notes.md", "mine\n");
+    env.simple("x", "gemini, factory-droid, qwen-code");
+    let ops = env.actions(&[]);
+    assert!(ops.contains(&pair("orphan", "cursor/x")), "{ops:?}");
+    assert!(ops.contains(&pair("orphan", "kiro/x")), "{ops:?}");
+    assert!(
+        !ops.iter().any(|(_, target)| target == "kiro/notes"),
+        "{ops:?}"
+    );
+    env.sync_ok(&[]);
+    assert!(
+        env.exists(".cursor/agents/x.md"),
+        "orphans are kept without --prune"
+    );
+    env.sync_ok(&["--prune"]);
+    assert!(!env.exists(".cursor/agents/x.md"));
+    assert!(!env.exists(".kiro/agents/x.md"));
+    assert_eq!(env.read(".kiro/agents/notes.md"), "mine\n");
+    assert!(env.exists(".gemini/agents/x.md"));
 }
 
 #[test]
