@@ -139,6 +139,82 @@ impl ConfigSwitch {
     }
 }
 
+/// A field most agents have in some form, each under its own name (docs/sync.md, "Fields
+/// across targets"): what `sync --check` reports a target drops.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Field {
+    /// The model the subagent runs on.
+    Model,
+    /// Which tools it may use (an allow or deny list).
+    Tools,
+    /// It may not change files.
+    Readonly,
+    /// It runs in the background, the caller not waiting for it.
+    Background,
+}
+
+impl Field {
+    /// Every field, in display order.
+    pub const ALL: [Field; 4] = [
+        Field::Model,
+        Field::Tools,
+        Field::Readonly,
+        Field::Background,
+    ];
+
+    /// How the field is named in messages.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Field::Model => "model",
+            Field::Tools => "tools",
+            Field::Readonly => "readonly",
+            Field::Background => "background",
+        }
+    }
+}
+
+/// Which of an agent's options holds each [`Field`]; `None`: the agent has no equivalent, and a
+/// definition's value for it is dropped from that agent's file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Equivalents {
+    pub model: Option<&'static str>,
+    pub tools: Option<&'static str>,
+    pub readonly: Option<&'static str>,
+    pub background: Option<&'static str>,
+}
+
+impl Equivalents {
+    /// The agent's option that holds `field`, if it has one.
+    #[must_use]
+    pub fn get(&self, field: Field) -> Option<&'static str> {
+        match field {
+            Field::Model => self.model,
+            Field::Tools => self.tools,
+            Field::Readonly => self.readonly,
+            Field::Background => self.background,
+        }
+    }
+}
+
+/// `model` and nothing else (most targets).
+const MODEL_ONLY: Equivalents = Equivalents {
+    model: Some("model"),
+    tools: None,
+    readonly: None,
+    background: None,
+};
+
+/// `model` and `tools`.
+const MODEL_AND_TOOLS: Equivalents = Equivalents {
+    tools: Some("tools"),
+    ..MODEL_ONLY
+};
+
 /// Where definitions go for one scope. `{name}` is replaced with the subagent name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -154,6 +230,8 @@ pub struct SyncTarget {
     pub options: &'static [OptionSpec],
     /// A config switch that disables the agent's subagents; syncing to it then is an error.
     pub switch: Option<ConfigSwitch>,
+    /// Which options hold the fields most agents share.
+    pub equivalents: Equivalents,
 }
 
 impl SyncTarget {
@@ -270,6 +348,7 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: None,
             options: &[opt("effort", STRING), opt("model", STRING)],
             switch: None,
+            equivalents: MODEL_ONLY,
         }),
         summary: "Claude Code (ACP via claude-code-acp)",
         install: Some("npm install -g @zed-industries/claude-code-acp"),
@@ -292,6 +371,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 table: "agents",
                 key: "enabled",
             }),
+            equivalents: MODEL_ONLY,
         }),
         summary: "OpenAI Codex CLI (ACP via codex-acp)",
         install: Some("npm install -g @zed-industries/codex-acp"),
@@ -315,6 +395,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", List),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Gemini CLI (ACP via gemini --acp)",
         install: Some("npm install -g @google/gemini-cli"),
@@ -333,6 +414,7 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: None,
             options: &[opt("model", STRING)],
             switch: None,
+            equivalents: MODEL_ONLY,
         }),
         summary: "OpenCode (ACP via opencode acp)",
         install: Some("npm install -g opencode-ai"),
@@ -359,6 +441,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("user-invocable", Bool),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "GitHub Copilot CLI",
         install: None,
@@ -377,6 +460,7 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: None,
             options: &[opt("model", STRING), opt("tools", StringOrList)],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Antigravity CLI",
         install: None,
@@ -404,6 +488,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", List),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Grok CLI",
         install: None,
@@ -422,6 +507,7 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: Some(".pi/agent/extensions/subagent/index.ts"),
             options: &[opt("model", STRING), opt("tools", StringOrList)],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "pi coding agent (needs its subagent extension)",
         install: None,
@@ -449,6 +535,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", StringOrList),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "DeepSeek Harness (shared .dsh/cordis.patch.yml)",
         install: None,
@@ -471,6 +558,11 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("readonly", Bool),
             ],
             switch: None,
+            equivalents: Equivalents {
+                readonly: Some("readonly"),
+                background: Some("is_background"),
+                ..MODEL_ONLY
+            },
         }),
         summary: "Cursor (ACP via cursor-agent acp)",
         install: Some("curl https://cursor.com/install -fsS | bash"),
@@ -493,6 +585,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", List),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Factory Droid (ACP via droid exec --output-format acp-daemon)",
         install: Some("npm install -g droid"),
@@ -515,6 +608,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", List),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Kiro (ACP via kiro-cli acp)",
         install: Some("curl -fsSL https://cli.kiro.dev/install | bash"),
@@ -541,6 +635,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", List),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Qwen Code (ACP via qwen --acp)",
         install: Some("npm install -g @qwen-code/qwen-code"),
@@ -1095,6 +1190,27 @@ mod tests {
                 assert_eq!(names, sorted, "{}", agent.name);
             }
         }
+    }
+
+    #[test]
+    fn every_equivalent_is_one_of_the_agents_options() {
+        for (spec, target) in sync_agents() {
+            for field in Field::ALL {
+                if let Some(option) = target.equivalents.get(field) {
+                    assert!(
+                        target.option(option).is_some(),
+                        "{}: {} -> {option}",
+                        spec.name,
+                        field.as_str()
+                    );
+                }
+            }
+        }
+        let names: Vec<_> = Field::ALL.iter().map(|f| f.as_str()).collect();
+        assert_eq!(names, ["model", "tools", "readonly", "background"]);
+        let cursor = find_sync("cursor").unwrap().1.equivalents;
+        assert_eq!(cursor.get(Field::Background), Some("is_background"));
+        assert_eq!(cursor.get(Field::Tools), None);
     }
 
     #[test]

@@ -18,13 +18,14 @@ use protocol::env_vars;
 use protocol::registry::{self, Scope};
 use protocol::result::Status;
 use protocol::sync::report::{FileDiff, SyncAborted, SyncOutput, SyncReport};
-use protocol::sync::{Action, Adopt, Authorization, Change, ForceTarget, Plan};
+use protocol::sync::{Action, Adopt, Authorization, Change, Dropped, ForceTarget, Plan};
 
 use super::{CliError, Written, write_stdout};
 
 const AFTER_HELP: &str = "\
 Examples:
   acp-host sync --dry-run                  show what would change (exit 1 on conflicts)
+  acp-host sync --check                    CI: exit 1 if any target drifts; warn of dropped fields
   acp-host sync                            write ./subagents into every installed agent
   acp-host sync --agent codex --diff       only codex, with unified diffs of the changes
   acp-host sync --force claude-code/review replace one unmanaged file (exactly that target)
@@ -49,8 +50,8 @@ Syncs take turns: a second sync waits for the first (a message on stderr), or wi
 exits 1 at once.
 
 Exit codes: 0 applied or nothing to do (orphans only warn); 1 conflicts, invalid definitions,
-errors, stale plan or failed writes (also with --dry-run), another sync running with --no-wait;
-2 usage errors.
+errors, stale plan or failed writes (also with --dry-run), any drift with --check, another sync
+running with --no-wait; 2 usage errors.
 `acp-host agents` lists the agents, whether each is installed, and where sync writes for it.";
 
 /// Write canonical subagent definitions into every installed agent's own format.
@@ -84,6 +85,11 @@ pub(super) struct SyncArgs {
     /// Plan and report only; write nothing. Exits 1 if a real run would not apply.
     #[arg(long)]
     dry_run: bool,
+    /// Write nothing; exit 1 if any target drifts from the definitions (would be created,
+    /// updated or removed, a conflict, an orphan, an error), and warn, per target, of each field
+    /// it cannot hold (model, tools, readonly, background).
+    #[arg(long)]
+    check: bool,
     /// Show unified diffs of what changes.
     #[arg(long)]
     diff: bool,
@@ -186,16 +192,23 @@ pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
         Ok(prepared) => prepared,
         Err(e) => return abort(args.json, &e.to_string()),
     };
-    let result = (!args.dry_run).then(|| sync_exec::execute(&prepared.plan, &exec_config));
+    let write = !args.dry_run && !args.check;
+    let result = write.then(|| sync_exec::execute(&prepared.plan, &exec_config));
     let plan = &prepared.plan;
-    let ok = result
-        .as_ref()
-        .map_or_else(|| plan.can_apply(), |r| r.success);
+    let ok = match &result {
+        Some(result) => result.success,
+        None if args.check => plan.in_sync(),
+        None => plan.can_apply(),
+    };
     let diffs = args.diff.then(|| diffs(plan));
+    let dropped = protocol::sync::dropped(&prepared.definitions, &prepared.view);
     if args.json {
-        print_json(&SyncOutput::Report(Box::new(SyncReport::new(
-            plan, result, diffs,
-        ))))?;
+        let report = if args.check {
+            SyncReport::check(plan, diffs, dropped)
+        } else {
+            SyncReport::new(plan, result, diffs, dropped)
+        };
+        print_json(&SyncOutput::Report(Box::new(report)))?;
     } else {
         // Where $HOME really is, to tell a write that a symlinked folder takes out of it.
         let real_home = std::fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
@@ -203,6 +216,7 @@ pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
             plan,
             result.as_ref(),
             diffs.as_deref(),
+            args.check.then_some(dropped.as_slice()),
             &Homes {
                 home: &home,
                 real: &real_home,
@@ -318,12 +332,45 @@ fn outside_home<'a>(plan: &'a Plan, homes: &Homes<'_>) -> Vec<Option<&'a Path>> 
     elsewhere
 }
 
-/// Renders the human report of a plan and, unless it was a dry run, its execution. Pure: every
-/// count and verdict comes from the plan and the result.
+/// `check: 2 target(s) drift (cursor 1, kiro 1), ...`: the `--check` summary.
+fn check_summary(plan: &Plan) -> String {
+    let mut per_agent: Vec<(&str, usize)> = Vec::new();
+    for op in plan.drift() {
+        match per_agent.last_mut() {
+            Some((agent, count)) if *agent == op.agent => *count += 1,
+            _ => per_agent.push((op.agent, 1)),
+        }
+    }
+    let total: usize = per_agent.iter().map(|(_, n)| n).sum();
+    let agents = if per_agent.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = per_agent
+            .iter()
+            .map(|(agent, n)| format!("{agent} {n}"))
+            .collect();
+        format!(" ({})", list.join(", "))
+    };
+    let verdict = if plan.in_sync() {
+        "in sync"
+    } else {
+        "out of sync"
+    };
+    format!(
+        "check: {total} target(s) drift{agents}, {} conflict(s), {} error(s); {verdict}; nothing written",
+        plan.unauthorized_conflicts(),
+        plan.error_count(),
+    )
+}
+
+/// Renders the human report of a plan and, unless it was a dry run or a check (`check` holds
+/// the dropped fields then), its execution. Pure: every count and verdict comes from the plan
+/// and the result.
 fn render_human(
     plan: &Plan,
     result: Option<&ExecutionResult>,
     diffs: Option<&[FileDiff]>,
+    check: Option<&[Dropped]>,
     homes: &Homes<'_>,
 ) -> HumanReport {
     use std::fmt::Write as _;
@@ -375,7 +422,13 @@ fn render_human(
             "warning: {orphans} managed orphan(s) kept; run with --prune to remove them"
         );
     }
+    for dropped in check.unwrap_or_default() {
+        let _ = writeln!(err, "warning: {}", dropped.message());
+    }
     match result {
+        None if check.is_some() => {
+            let _ = writeln!(out, "{}", check_summary(plan));
+        }
         None => {
             let verdict = if plan.can_apply() {
                 "would apply"

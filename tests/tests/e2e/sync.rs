@@ -1336,6 +1336,73 @@ fn the_new_targets_keep_every_invariant_in_both_scopes() {
 }
 
 #[test]
+fn check_reports_drift_per_target_and_the_fields_each_target_drops() {
+    let env = Env::new();
+    env.install(&["claude-code", "cursor", "kiro"]);
+    env.define(
+        "review",
+        "---\ndescription: \"Review\"\nagents: [claude-code, cursor, kiro]\nrun: {tools: [read]}\ncursor: {readonly: true}\nkiro: {tools: [read]}\n---\n\nReview.\n",
+    );
+    let before = env.tree();
+    let run = env.sync(&["--check"]);
+    assert_eq!(run.code, 1, "everything is missing: drift");
+    assert_eq!(env.tree(), before, "--check writes nothing");
+    assert!(
+        run.stdout.ends_with(
+            "check: 3 target(s) drift (claude-code 1, cursor 1, kiro 1), 0 conflict(s), 0 error(s); out of sync; nothing written\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stderr,
+        "warning: claude-code/review: tools (set by run.tools, kiro.tools) has no equivalent in claude-code; its file is written without it\n\
+         warning: claude-code/review: readonly (set by cursor.readonly) has no equivalent in claude-code; its file is written without it\n\
+         warning: cursor/review: tools (set by run.tools, kiro.tools) has no equivalent in cursor; its file is written without it\n\
+         warning: kiro/review: readonly (set by cursor.readonly) has no equivalent in kiro; its file is written without it\n"
+    );
+    env.sync_ok(&[]);
+    let run = env.sync(&["--check"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.ends_with(
+            "check: 0 target(s) drift, 0 conflict(s), 0 error(s); in sync; nothing written\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    // A hand edit of a managed file is drift on that target alone.
+    let edited = env
+        .read(".kiro/agents/review.md")
+        .replace("Review.", "Edited.");
+    env.write(".kiro/agents/review.md", &edited);
+    let json = env.sync(&["--check", "--json"]).json();
+    assert_eq!(json["success"], false);
+    assert_eq!(json["check"], true);
+    assert_eq!(json["dryRun"], true);
+    let drifting: Vec<&str> = json["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["action"] != "noop")
+        .map(|op| op["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(drifting, ["kiro"]);
+    assert_eq!(json["dropped"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        json["dropped"][0]["setBy"],
+        serde_json::json!(["run.tools", "kiro.tools"])
+    );
+    assert_eq!(env.read(".kiro/agents/review.md"), edited);
+    // An orphan is drift too: the target holds what no definition says.
+    env.sync_ok(&[]);
+    env.simple("review", "claude-code, kiro");
+    assert_eq!(env.sync(&["--check"]).code, 1);
+    env.sync_ok(&["--prune"]);
+    assert_eq!(env.sync(&["--check"]).code, 0);
+}
+
+#[test]
 fn json_result_is_structured_per_file() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
