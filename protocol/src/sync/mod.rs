@@ -18,6 +18,7 @@
 
 pub mod dsh;
 pub mod fields;
+pub mod import;
 mod plan;
 pub mod render;
 pub mod report;

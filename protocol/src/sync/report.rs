@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use super::import::Adoption;
 use super::{Change, Dropped, Operation, Plan};
 
 /// What happens to one physical file, without its bytes.
@@ -187,6 +188,21 @@ impl SyncReport {
     }
 }
 
+/// The object `acp-host sync --adopt AGENT --json` prints: every file of the agent's read back,
+/// and the sync that marked the originals as managed, when one ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptReport {
+    /// Every adoption could be written (and the marking sync, if one ran, applied).
+    pub success: bool,
+    pub dry_run: bool,
+    pub adoptions: Vec<Adoption>,
+    /// The canonical files written.
+    pub written: Vec<PathBuf>,
+    /// The sync that took the originals over (`--adopt-mark`, or `--force` for each), if one ran.
+    pub sync: Option<SyncReport>,
+}
+
 /// The object `acp-host sync --json` prints when no plan could be made (unreadable source,
 /// invalid definitions).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
@@ -202,6 +218,7 @@ pub struct SyncAborted {
 #[serde(untagged)]
 pub enum SyncOutput {
     Report(Box<SyncReport>),
+    Adopted(Box<AdoptReport>),
     Aborted(SyncAborted),
 }
 

@@ -1403,6 +1403,148 @@ fn check_reports_drift_per_target_and_the_fields_each_target_drops() {
 }
 
 #[test]
+fn adopt_turns_an_agents_own_files_into_canonical_ones_and_takes_them_over_only_when_told() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    let originals = [
+        (
+            "alpha",
+            "---\nname: alpha\ndescription: Alpha things\nmodel: sonnet\n---\nDo alpha.\n",
+        ),
+        (
+            "beta",
+            "---\nname: beta\ndescription: \"Beta: with a colon\"\n---\n\nDo beta.\n\nCarefully.\n",
+        ),
+        (
+            "gamma",
+            "---\nname: gamma\ndescription: Gamma\ncolor: blue\n---\nDo gamma.\n",
+        ),
+    ];
+    for (name, text) in originals {
+        env.write(&format!(".claude/agents/{name}.md"), text);
+    }
+    env.write(".claude/agents/README.txt", "notes\n");
+    let canonical = |name: &str| env.project.join("subagents").join(format!("{name}.md"));
+    let before = env.tree();
+    let run = env.sync(&["--adopt", "claude-code", "--dry-run"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!canonical("alpha").exists(), "a dry run writes nothing");
+    // Adopting writes the canonical files and leaves every original as it was.
+    let run = env.sync(&["--adopt", "claude-code"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(env.tree(), before, "the originals are untouched");
+    assert_eq!(
+        fs::read_to_string(canonical("alpha")).unwrap(),
+        "---\ndescription: \"Alpha things\"\nagents: [\"claude-code\"]\nclaude-code: {\"model\": \"sonnet\"}\n---\n\nDo alpha.\n"
+    );
+    assert_eq!(
+        fs::read_to_string(canonical("beta")).unwrap(),
+        "---\ndescription: \"Beta: with a colon\"\nagents: [\"claude-code\"]\n---\n\nDo beta.\n\nCarefully.\n"
+    );
+    assert_eq!(
+        run.stderr,
+        "warning: claude-code/gamma: lost color: not an option acp-host knows for claude-code; dropped\n"
+    );
+    assert!(
+        run.stdout.ends_with(
+            "adopt: 3 adopted, 0 unchanged, 0 managed already, 0 conflict(s), 0 error(s); 3 original(s) left as the agent's (take them over with --adopt-mark, or --force claude-code/NAME each; one that lost a field needs its --force)\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    // The originals are still the agent's: a plain sync conflicts on each.
+    assert_eq!(env.sync(&["--dry-run"]).code, 1);
+    // --adopt-mark takes over only what was read back whole: gamma lost a field and needs its
+    // own force, so the marking sync is blocked and nothing is marked.
+    let run = env.sync(&["--adopt", "claude-code", "--adopt-mark"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("conflict  claude-code/gamma"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(env.tree(), before);
+    let run = env.sync(&[
+        "--adopt",
+        "claude-code",
+        "--adopt-mark",
+        "--force",
+        "claude-code/gamma",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("adopt: 0 adopted, 3 unchanged"),
+        "{}",
+        run.stdout
+    );
+    for (name, _) in originals {
+        let text = env.read(&format!(".claude/agents/{name}.md"));
+        assert!(text.contains(&marker(name)), "{name}: {text}");
+    }
+    assert!(!env.read(".claude/agents/gamma.md").contains("color"));
+    assert_eq!(env.read(".claude/agents/README.txt"), "notes\n");
+    assert_eq!(env.backups().len(), 1, "each original was backed up first");
+    // A second sync is a no-op, and adopting again finds them managed already.
+    let ops = env.actions(&[]);
+    assert_eq!(ops.len(), 3);
+    assert!(ops.iter().all(|(action, _)| action == "noop"), "{ops:?}");
+    let json = env.sync(&["--adopt", "claude-code", "--json"]).json();
+    assert_eq!(json["success"], true);
+    assert!(
+        json["adoptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["action"] == "managed"),
+        "{json}"
+    );
+}
+
+#[test]
+fn adopt_never_replaces_a_canonical_file_and_refuses_what_it_cannot_read() {
+    let env = Env::new();
+    env.install(&["cursor", "dsh"]);
+    env.write(
+        ".cursor/agents/x.md",
+        "---\nname: x\ndescription: Cursor x\nreadonly: true\nis_background: true\n---\nX.\n",
+    );
+    env.write(".cursor/agents/y.md", "no frontmatter\n");
+    env.define(
+        "x",
+        "---\ndescription: mine\nagents: [cursor]\n---\n\nMine.\n",
+    );
+    let run = env.sync(&["--adopt", "cursor"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("conflict  cursor/x"), "{}", run.stdout);
+    assert!(run.stdout.contains("error     cursor/y"), "{}", run.stdout);
+    assert!(run.stdout.contains("nothing written"), "{}", run.stdout);
+    assert_eq!(
+        fs::read_to_string(env.project.join("subagents/x.md")).unwrap(),
+        "---\ndescription: mine\nagents: [cursor]\n---\n\nMine.\n"
+    );
+    assert!(!env.project.join("subagents/y.md").exists());
+    // Only the names given; the project scope reads the project's folder.
+    env.undefine("x");
+    let run = env.sync(&["--adopt", "cursor", "x"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let adopted = fs::read_to_string(env.project.join("subagents/x.md")).unwrap();
+    assert!(
+        adopted.contains("cursor: {\"is_background\": true, \"readonly\": true}"),
+        "{adopted}"
+    );
+    assert_eq!(env.sync(&["--adopt", "cursor", "nope"]).code, 1);
+    assert_eq!(
+        env.sync(&["--adopt", "cursor", "--scope", "project"]).code,
+        0
+    );
+    // A shared file, a bad name and names without an agent are refused.
+    assert_eq!(env.sync(&["--adopt", "dsh"]).code, 1);
+    assert_eq!(env.sync(&["--adopt", "cursor", "Bad"]).code, 2);
+    assert_eq!(env.sync(&["--adopt", "aikito", "x"]).code, 2);
+    assert_eq!(env.sync(&["--adopt", "nope"]).code, 2);
+}
+
+#[test]
 fn json_result_is_structured_per_file() {
     let env = Env::new();
     env.install(&["claude-code", "dsh"]);
