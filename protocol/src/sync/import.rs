@@ -424,6 +424,17 @@ mod tests {
             imported("pi", "---\nkey: [unclosed\n---\nB\n"),
             Err(ImportError::Yaml(_))
         ));
+        for (error, says) in [
+            (ImportError::NotUtf8, "is not UTF-8 text"),
+            (ImportError::Yaml("x".into()), "has invalid frontmatter: x"),
+            (ImportError::Toml("y".into()), "is not valid TOML: y"),
+            (
+                ImportError::Shared("dsh"),
+                "is dsh's shared file of many subagents; only dedicated files (one subagent each) are adopted",
+            ),
+        ] {
+            assert_eq!(error.to_string(), says);
+        }
         assert!(matches!(
             imported("codex", "name = \n"),
             Err(ImportError::Toml(_))

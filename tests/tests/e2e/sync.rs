@@ -1537,8 +1537,16 @@ fn adopt_never_replaces_a_canonical_file_and_refuses_what_it_cannot_read() {
         env.sync(&["--adopt", "cursor", "--scope", "project"]).code,
         0
     );
-    // A shared file, a bad name and names without an agent are refused.
+    // A shared file, an agent without the scope, a bad name and names without an agent are
+    // refused.
     assert_eq!(env.sync(&["--adopt", "dsh"]).code, 1);
+    let run = env.sync(&["--adopt", "grok", "--scope", "project"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("grok has no project scope"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(env.sync(&["--adopt", "cursor", "Bad"]).code, 2);
     assert_eq!(env.sync(&["--adopt", "aikito", "x"]).code, 2);
     assert_eq!(env.sync(&["--adopt", "nope"]).code, 2);
