@@ -808,13 +808,15 @@ fn string_list(items: &[Value]) -> Option<Vec<String>> {
 /// Checks one option value against its kind; `None` when it does not fit.
 pub(crate) fn parse_option(kind: OptionKind, value: &Value) -> Option<OptionValue> {
     match (kind, value) {
-        (OptionKind::String | OptionKind::StringOrTable, Value::String(s)) if non_empty(s) => {
-            Some(OptionValue::String(s.clone()))
-        }
+        (
+            OptionKind::String | OptionKind::StringOrTable | OptionKind::StringOrListAsWritten,
+            Value::String(s),
+        ) if non_empty(s) => Some(OptionValue::String(s.clone())),
         (OptionKind::Bool, Value::Bool(b)) => Some(OptionValue::Bool(*b)),
-        (OptionKind::List | OptionKind::StringOrList, Value::Array(items)) => {
-            string_list(items).map(OptionValue::List)
-        }
+        (
+            OptionKind::List | OptionKind::StringOrList | OptionKind::StringOrListAsWritten,
+            Value::Array(items),
+        ) => string_list(items).map(OptionValue::List),
         (OptionKind::StringOrList, Value::String(s)) if non_empty(s) => {
             Some(OptionValue::List(vec![s.clone()]))
         }

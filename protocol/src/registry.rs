@@ -16,7 +16,9 @@ use serde::Serialize;
 
 use crate::env_vars;
 
-use OptionKind::{Bool, DepthCap, List, OneOf, PositiveInt, StringOrList, StringOrTable};
+use OptionKind::{
+    Bool, DepthCap, List, OneOf, PositiveInt, StringOrList, StringOrListAsWritten, StringOrTable,
+};
 // `String` would shadow the std type in this module.
 const STRING: OptionKind = OptionKind::String;
 
@@ -56,6 +58,9 @@ pub enum OptionKind {
     List,
     /// A non-empty string or a list of them; a string becomes a one-item list.
     StringOrList,
+    /// A non-empty string or a list of them, each kept as written: for an agent that reads a
+    /// string its own way (Claude Code's `tools: Read, Grep`, Factory Droid's `tools: read-only`).
+    StringOrListAsWritten,
     /// A non-empty string or a table (rendered as inline JSON).
     StringOrTable,
     /// An integer >= 1 (a boolean or a quoted number is refused).
@@ -79,6 +84,9 @@ impl OptionKind {
             Self::Bool => "true or false".to_owned(),
             Self::List => "a list of non-empty strings".to_owned(),
             Self::StringOrList => "a non-empty string or a list of them".to_owned(),
+            Self::StringOrListAsWritten => {
+                "a non-empty string (kept as written) or a list of them".to_owned()
+            }
             Self::StringOrTable => "a non-empty string or a table".to_owned(),
             Self::PositiveInt => "a positive integer (unquoted)".to_owned(),
             Self::OneOf(values) => format!("one of: {}", values.join(", ")),
@@ -346,9 +354,13 @@ pub const AGENTS: &[AgentSpec] = &[
             user_path: ".claude/agents/{name}.md",
             project_path: Some(".claude/agents/{name}.md"),
             requires: None,
-            options: &[opt("effort", STRING), opt("model", STRING)],
+            options: &[
+                opt("effort", STRING),
+                opt("model", STRING),
+                opt("tools", StringOrListAsWritten),
+            ],
             switch: None,
-            equivalents: MODEL_ONLY,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Claude Code (ACP via claude-code-acp)",
         install: Some("npm install -g @zed-industries/claude-code-acp"),
@@ -582,7 +594,7 @@ pub const AGENTS: &[AgentSpec] = &[
             options: &[
                 opt("model", STRING),
                 opt("reasoningEffort", STRING),
-                opt("tools", List),
+                opt("tools", StringOrListAsWritten),
             ],
             switch: None,
             equivalents: MODEL_AND_TOOLS,
@@ -971,6 +983,10 @@ mod tests {
             (Bool, "true or false"),
             (List, "a list of non-empty strings"),
             (StringOrList, "a non-empty string or a list of them"),
+            (
+                StringOrListAsWritten,
+                "a non-empty string (kept as written) or a list of them",
+            ),
             (StringOrTable, "a non-empty string or a table"),
             (PositiveInt, "a positive integer (unquoted)"),
             (OneOf(&["a", "b"]), "one of: a, b"),

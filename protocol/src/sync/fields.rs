@@ -5,8 +5,8 @@
 //! `run.tools`, `run.denyTools`) or in any agent's options, through the option the registry
 //! names as that agent's equivalent ([`registry::Equivalents`]; a `false` switch expresses
 //! nothing). A target drops the field when it has no equivalent at all: the file written for it
-//! cannot say it, so the subagent there behaves differently (a Claude Code agent with every tool
-//! where `run.tools` allows two). A target that has an equivalent the definition left unset drops
+//! cannot say it, so the subagent there behaves differently (a Codex agent with every tool where
+//! `run.tools` allows two). A target that has an equivalent the definition left unset drops
 //! nothing: leaving it unset is the definition's choice. Pure: the definitions and the registry
 //! view decide; nothing here reads a file.
 
@@ -143,12 +143,12 @@ mod tests {
     #[test]
     fn a_target_without_an_equivalent_drops_what_the_definition_sets_elsewhere() {
         let d = definition(
-            "agents: [claude-code, cursor, kiro]\nrun: {model: m, tools: [read], denyTools: [shell]}\ncursor: {readonly: true, is_background: false}\n",
+            "agents: [codex, cursor, kiro]\nrun: {model: m, tools: [read], denyTools: [shell]}\ncursor: {readonly: true, is_background: false}\n",
         );
         let ready = view(
             Scope::User,
             &[
-                ("claude-code", Readiness::Ready),
+                ("codex", Readiness::Ready),
                 ("cursor", Readiness::Ready),
                 ("kiro", Readiness::Ready),
             ],
@@ -162,15 +162,11 @@ mod tests {
             found,
             [
                 (
-                    "claude-code",
+                    "codex",
                     Field::Tools,
                     vec!["run.tools".to_owned(), "run.denyTools".to_owned()]
                 ),
-                (
-                    "claude-code",
-                    Field::Readonly,
-                    vec!["cursor.readonly".to_owned()]
-                ),
+                ("codex", Field::Readonly, vec!["cursor.readonly".to_owned()]),
                 (
                     "cursor",
                     Field::Tools,
@@ -182,8 +178,8 @@ mod tests {
         );
         assert_eq!(
             dropped[1].message(),
-            "claude-code/review: readonly (set by cursor.readonly) has no equivalent in \
-             claude-code; its file is written without it"
+            "codex/review: readonly (set by cursor.readonly) has no equivalent in codex; its \
+             file is written without it"
         );
     }
 

@@ -459,6 +459,27 @@ mod tests {
     }
 
     #[test]
+    fn a_string_the_agent_reads_its_own_way_is_kept_as_written() {
+        let d = crate::definition::parse(
+            "review.md",
+            b"---\ndescription: d\nagents: [claude-code, factory-droid]\nclaude-code: {tools: \"Read, Grep\"}\nfactory-droid: {tools: [Read]}\n---\nB\n",
+        )
+        .unwrap();
+        let claude = render_file(
+            registry::find_sync("claude-code").unwrap().1.format,
+            "claude-code",
+            &d,
+        );
+        assert!(claude.contains("\ntools: \"Read, Grep\"\n"), "{claude}");
+        let droid = render_file(
+            registry::find_sync("factory-droid").unwrap().1.format,
+            "factory-droid",
+            &d,
+        );
+        assert!(droid.contains("\ntools: [\"Read\"]\n"), "{droid}");
+    }
+
+    #[test]
     fn persona_with_leading_spaces_keeps_its_indentation() {
         let d = definition("    indented code\nnext");
         let item = render_dsh_item(&d);

@@ -1338,10 +1338,10 @@ fn the_new_targets_keep_every_invariant_in_both_scopes() {
 #[test]
 fn check_reports_drift_per_target_and_the_fields_each_target_drops() {
     let env = Env::new();
-    env.install(&["claude-code", "cursor", "kiro"]);
+    env.install(&["codex", "cursor", "kiro"]);
     env.define(
         "review",
-        "---\ndescription: \"Review\"\nagents: [claude-code, cursor, kiro]\nrun: {tools: [read]}\ncursor: {readonly: true}\nkiro: {tools: [read]}\n---\n\nReview.\n",
+        "---\ndescription: \"Review\"\nagents: [codex, cursor, kiro]\nrun: {tools: [read]}\ncursor: {readonly: true}\nkiro: {tools: [read]}\n---\n\nReview.\n",
     );
     let before = env.tree();
     let run = env.sync(&["--check"]);
@@ -1349,15 +1349,15 @@ fn check_reports_drift_per_target_and_the_fields_each_target_drops() {
     assert_eq!(env.tree(), before, "--check writes nothing");
     assert!(
         run.stdout.ends_with(
-            "check: 3 target(s) drift (claude-code 1, cursor 1, kiro 1), 0 conflict(s), 0 error(s); out of sync; nothing written\n"
+            "check: 3 target(s) drift (codex 1, cursor 1, kiro 1), 0 conflict(s), 0 error(s); out of sync; nothing written\n"
         ),
         "{}",
         run.stdout
     );
     assert_eq!(
         run.stderr,
-        "warning: claude-code/review: tools (set by run.tools, kiro.tools) has no equivalent in claude-code; its file is written without it\n\
-         warning: claude-code/review: readonly (set by cursor.readonly) has no equivalent in claude-code; its file is written without it\n\
+        "warning: codex/review: tools (set by run.tools, kiro.tools) has no equivalent in codex; its file is written without it\n\
+         warning: codex/review: readonly (set by cursor.readonly) has no equivalent in codex; its file is written without it\n\
          warning: cursor/review: tools (set by run.tools, kiro.tools) has no equivalent in cursor; its file is written without it\n\
          warning: kiro/review: readonly (set by cursor.readonly) has no equivalent in kiro; its file is written without it\n"
     );
@@ -1396,7 +1396,7 @@ fn check_reports_drift_per_target_and_the_fields_each_target_drops() {
     assert_eq!(env.read(".kiro/agents/review.md"), edited);
     // An orphan is drift too: the target holds what no definition says.
     env.sync_ok(&[]);
-    env.simple("review", "claude-code, kiro");
+    env.simple("review", "codex, kiro");
     assert_eq!(env.sync(&["--check"]).code, 1);
     env.sync_ok(&["--prune"]);
     assert_eq!(env.sync(&["--check"]).code, 0);
@@ -1409,7 +1409,7 @@ fn adopt_turns_an_agents_own_files_into_canonical_ones_and_takes_them_over_only_
     let originals = [
         (
             "alpha",
-            "---\nname: alpha\ndescription: Alpha things\nmodel: sonnet\n---\nDo alpha.\n",
+            "---\nname: alpha\ndescription: Alpha things\nmodel: sonnet\ntools: Read, Grep\n---\nDo alpha.\n",
         ),
         (
             "beta",
@@ -1435,7 +1435,7 @@ fn adopt_turns_an_agents_own_files_into_canonical_ones_and_takes_them_over_only_
     assert_eq!(env.tree(), before, "the originals are untouched");
     assert_eq!(
         fs::read_to_string(canonical("alpha")).unwrap(),
-        "---\ndescription: \"Alpha things\"\nagents: [\"claude-code\"]\nclaude-code: {\"model\": \"sonnet\"}\n---\n\nDo alpha.\n"
+        "---\ndescription: \"Alpha things\"\nagents: [\"claude-code\"]\nclaude-code: {\"model\": \"sonnet\", \"tools\": \"Read, Grep\"}\n---\n\nDo alpha.\n"
     );
     assert_eq!(
         fs::read_to_string(canonical("beta")).unwrap(),
@@ -1482,6 +1482,11 @@ fn adopt_turns_an_agents_own_files_into_canonical_ones_and_takes_them_over_only_
         assert!(text.contains(&marker(name)), "{name}: {text}");
     }
     assert!(!env.read(".claude/agents/gamma.md").contains("color"));
+    assert!(
+        env.read(".claude/agents/alpha.md")
+            .contains("\ntools: \"Read, Grep\"\n"),
+        "Claude's tool list survives the takeover as written"
+    );
     assert_eq!(env.read(".claude/agents/README.txt"), "notes\n");
     assert_eq!(env.backups().len(), 1, "each original was backed up first");
     // A second sync is a no-op, and adopting again finds them managed already.
