@@ -615,9 +615,9 @@ pub const AGENTS: &[AgentSpec] = &[
             project_path: Some(".kiro/agents/{name}.md"),
             requires: None,
             options: &[
-                opt("allowedTools", List),
                 opt("model", STRING),
                 opt("tools", List),
+                opt("welcomeMessage", STRING),
             ],
             switch: None,
             equivalents: MODEL_AND_TOOLS,
