@@ -142,6 +142,24 @@ pub enum SyncError {
     },
     #[error(transparent)]
     Definitions(#[from] DefinitionErrors),
+    #[error("{agent} has no project scope; adopt its files with --scope user")]
+    AdoptNoScope { agent: &'static str },
+    #[error(
+        "{agent} keeps its subagents in one shared file; only agents with one file per subagent can be adopted"
+    )]
+    AdoptShared { agent: &'static str },
+    #[error("cannot list {path}: {source}")]
+    AdoptFolder {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    AdoptWrite {
+        path: PathBuf,
+        #[source]
+        source: FsError,
+    },
 }
 
 /// Everything [`prepare`] produced: the definitions, the agents it considered, the plan.
@@ -357,6 +375,119 @@ fn folder_unwritable(folder: &Path) -> Option<String> {
             io::Error::from(errno)
         )),
     }
+}
+
+/// The bytes at `path` for adopting: `Ok(None)` when nothing is there, `Err` when something is
+/// there that cannot be read as a file (a folder, a symlink out of its folder, a read error).
+fn read_for_adoption(path: &Path) -> Result<Option<Vec<u8>>, String> {
+    match read_facts(path).state {
+        FileState::Missing => Ok(None),
+        FileState::File(bytes) => Ok(Some(bytes)),
+        FileState::NotAFile => Err(format!("{} is not a file", path.display())),
+        FileState::Unwritable(reason) => Err(reason),
+    }
+}
+
+/// `sync --adopt AGENT [NAME...]`: reads `agent`'s own files in the config's scope (every one
+/// in its folder, or only `names`) and decides, for each, what adopting it does
+/// ([`sync::import::adopt_one`]). Writes nothing.
+pub fn plan_adoption(
+    config: &SyncConfig,
+    agent: &'static str,
+    names: &[String],
+) -> Result<Vec<sync::import::Adoption>, SyncError> {
+    let Some((spec, target)) = registry::find_sync(agent) else {
+        return Err(SyncError::AdoptShared { agent });
+    };
+    let base = match config.scope {
+        Scope::User => &config.home,
+        Scope::Project => &config.project_root,
+    };
+    let template = target
+        .template(config.scope)
+        .ok_or(SyncError::AdoptNoScope { agent })?;
+    let location = sync::Location {
+        agent: spec.name,
+        format: target.format,
+        base: base.clone(),
+        template,
+    };
+    let folder = location.folder().ok_or(SyncError::AdoptShared { agent })?;
+    let explicit = !names.is_empty();
+    let mut wanted: Vec<String> = names.to_vec();
+    if !explicit {
+        match fs::read_dir(&folder) {
+            Ok(entries) => wanted.extend(
+                entries
+                    .flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter_map(|entry| location.name_of_entry(&entry)),
+            ),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(SyncError::AdoptFolder {
+                    path: folder,
+                    source,
+                });
+            }
+        }
+    }
+    wanted.sort();
+    wanted.dedup();
+    let mut adoptions = Vec::new();
+    for name in &wanted {
+        let path = location.path_for(name);
+        let contents = match read_for_adoption(&path) {
+            Ok(Some(bytes)) => Ok(bytes),
+            // A folder entry that holds no definition (agy's `<name>/` without `agent.md`).
+            Ok(None) if !explicit => continue,
+            Ok(None) => Err(format!("no {agent} subagent at {}", path.display())),
+            Err(reason) => Err(reason),
+        };
+        let canonical = read_for_adoption(&config.source.join(format!("{name}.md")));
+        let adoption = match canonical {
+            Ok(canonical) => sync::import::adopt_one(
+                agent,
+                &target,
+                (name, &path),
+                contents.as_deref().map_err(Clone::clone),
+                canonical.as_deref(),
+            ),
+            Err(reason) => sync::import::adopt_one(
+                agent,
+                &target,
+                (name, &path),
+                Err(format!("subagents/{name}.md: {reason}")),
+                None,
+            ),
+        };
+        adoptions.push(adoption);
+    }
+    Ok(adoptions)
+}
+
+/// Writes the canonical file of every adoption that creates one, each as a new file (never
+/// replacing one that appeared since it was planned). Returns the files written.
+pub fn write_adoptions(
+    source: &Path,
+    adoptions: &[sync::import::Adoption],
+) -> Result<Vec<PathBuf>, SyncError> {
+    let mut written = Vec::new();
+    for adoption in adoptions
+        .iter()
+        .filter(|a| a.action == sync::import::AdoptAction::Create)
+    {
+        let Some(text) = &adoption.text else {
+            continue;
+        };
+        let path = source.join(format!("{}.md", adoption.name));
+        fs_atomic::write_new(&path, text.as_bytes()).map_err(|source| SyncError::AdoptWrite {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// Reads and validates the definitions, gathers host facts and files, and plans. Writes nothing.

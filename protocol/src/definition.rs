@@ -474,7 +474,7 @@ pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
 
 /// Splits `---\n<frontmatter>\n---\n<body>` (LF only). The closing fence is the first line that is
 /// exactly `---` (trailing spaces allowed).
-fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
     let rest = text.strip_prefix("---\n")?;
     let mut offset = 0;
     for line in rest.split_inclusive('\n') {
@@ -487,7 +487,7 @@ fn split_frontmatter(text: &str) -> Option<(&str, &str)> {
 }
 
 /// Trailing whitespace trimmed, leading blank lines dropped (the first line keeps its indentation).
-fn normalize_body(body: &str) -> String {
+pub(crate) fn normalize_body(body: &str) -> String {
     let trimmed = body.trim_end();
     let mut start = 0;
     for line in trimmed.split_inclusive('\n') {
@@ -806,15 +806,17 @@ fn string_list(items: &[Value]) -> Option<Vec<String>> {
 }
 
 /// Checks one option value against its kind; `None` when it does not fit.
-fn parse_option(kind: OptionKind, value: &Value) -> Option<OptionValue> {
+pub(crate) fn parse_option(kind: OptionKind, value: &Value) -> Option<OptionValue> {
     match (kind, value) {
-        (OptionKind::String | OptionKind::StringOrTable, Value::String(s)) if non_empty(s) => {
-            Some(OptionValue::String(s.clone()))
-        }
+        (
+            OptionKind::String | OptionKind::StringOrTable | OptionKind::StringOrListAsWritten,
+            Value::String(s),
+        ) if non_empty(s) => Some(OptionValue::String(s.clone())),
         (OptionKind::Bool, Value::Bool(b)) => Some(OptionValue::Bool(*b)),
-        (OptionKind::List | OptionKind::StringOrList, Value::Array(items)) => {
-            string_list(items).map(OptionValue::List)
-        }
+        (
+            OptionKind::List | OptionKind::StringOrList | OptionKind::StringOrListAsWritten,
+            Value::Array(items),
+        ) => string_list(items).map(OptionValue::List),
         (OptionKind::StringOrList, Value::String(s)) if non_empty(s) => {
             Some(OptionValue::List(vec![s.clone()]))
         }
@@ -1084,8 +1086,8 @@ mod tests {
                 "unknown agent `nope`",
             ),
             (
-                "---\ndescription: d\nagents: [gemini]\n---\nx",
-                "agent `gemini` takes no subagent definitions",
+                "---\ndescription: d\nagents: [acp-child]\n---\nx",
+                "agent `acp-child` takes no subagent definitions",
             ),
             (
                 "---\ndescripton: d\nagents: [codex]\n---\nx",

@@ -16,7 +16,9 @@ use serde::Serialize;
 
 use crate::env_vars;
 
-use OptionKind::{Bool, DepthCap, List, OneOf, PositiveInt, StringOrList, StringOrTable};
+use OptionKind::{
+    Bool, DepthCap, List, OneOf, PositiveInt, StringOrList, StringOrListAsWritten, StringOrTable,
+};
 // `String` would shadow the std type in this module.
 const STRING: OptionKind = OptionKind::String;
 
@@ -56,6 +58,9 @@ pub enum OptionKind {
     List,
     /// A non-empty string or a list of them; a string becomes a one-item list.
     StringOrList,
+    /// A non-empty string or a list of them, each kept as written: for an agent that reads a
+    /// string its own way (Claude Code's `tools: Read, Grep`, Factory Droid's `tools: read-only`).
+    StringOrListAsWritten,
     /// A non-empty string or a table (rendered as inline JSON).
     StringOrTable,
     /// An integer >= 1 (a boolean or a quoted number is refused).
@@ -79,6 +84,9 @@ impl OptionKind {
             Self::Bool => "true or false".to_owned(),
             Self::List => "a list of non-empty strings".to_owned(),
             Self::StringOrList => "a non-empty string or a list of them".to_owned(),
+            Self::StringOrListAsWritten => {
+                "a non-empty string (kept as written) or a list of them".to_owned()
+            }
             Self::StringOrTable => "a non-empty string or a table".to_owned(),
             Self::PositiveInt => "a positive integer (unquoted)".to_owned(),
             Self::OneOf(values) => format!("one of: {}", values.join(", ")),
@@ -139,6 +147,82 @@ impl ConfigSwitch {
     }
 }
 
+/// A field most agents have in some form, each under its own name (docs/sync.md, "Fields
+/// across targets"): what `sync --check` reports a target drops.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum Field {
+    /// The model the subagent runs on.
+    Model,
+    /// Which tools it may use (an allow or deny list).
+    Tools,
+    /// It may not change files.
+    Readonly,
+    /// It runs in the background, the caller not waiting for it.
+    Background,
+}
+
+impl Field {
+    /// Every field, in display order.
+    pub const ALL: [Field; 4] = [
+        Field::Model,
+        Field::Tools,
+        Field::Readonly,
+        Field::Background,
+    ];
+
+    /// How the field is named in messages.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Field::Model => "model",
+            Field::Tools => "tools",
+            Field::Readonly => "readonly",
+            Field::Background => "background",
+        }
+    }
+}
+
+/// Which of an agent's options holds each [`Field`]; `None`: the agent has no equivalent, and a
+/// definition's value for it is dropped from that agent's file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Equivalents {
+    pub model: Option<&'static str>,
+    pub tools: Option<&'static str>,
+    pub readonly: Option<&'static str>,
+    pub background: Option<&'static str>,
+}
+
+impl Equivalents {
+    /// The agent's option that holds `field`, if it has one.
+    #[must_use]
+    pub fn get(&self, field: Field) -> Option<&'static str> {
+        match field {
+            Field::Model => self.model,
+            Field::Tools => self.tools,
+            Field::Readonly => self.readonly,
+            Field::Background => self.background,
+        }
+    }
+}
+
+/// `model` and nothing else (most targets).
+const MODEL_ONLY: Equivalents = Equivalents {
+    model: Some("model"),
+    tools: None,
+    readonly: None,
+    background: None,
+};
+
+/// `model` and `tools`.
+const MODEL_AND_TOOLS: Equivalents = Equivalents {
+    tools: Some("tools"),
+    ..MODEL_ONLY
+};
+
 /// Where definitions go for one scope. `{name}` is replaced with the subagent name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -154,6 +238,8 @@ pub struct SyncTarget {
     pub options: &'static [OptionSpec],
     /// A config switch that disables the agent's subagents; syncing to it then is an error.
     pub switch: Option<ConfigSwitch>,
+    /// Which options hold the fields most agents share.
+    pub equivalents: Equivalents,
 }
 
 impl SyncTarget {
@@ -268,8 +354,13 @@ pub const AGENTS: &[AgentSpec] = &[
             user_path: ".claude/agents/{name}.md",
             project_path: Some(".claude/agents/{name}.md"),
             requires: None,
-            options: &[opt("effort", STRING), opt("model", STRING)],
+            options: &[
+                opt("effort", STRING),
+                opt("model", STRING),
+                opt("tools", StringOrListAsWritten),
+            ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Claude Code (ACP via claude-code-acp)",
         install: Some("npm install -g @zed-industries/claude-code-acp"),
@@ -292,6 +383,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 table: "agents",
                 key: "enabled",
             }),
+            equivalents: MODEL_ONLY,
         }),
         summary: "OpenAI Codex CLI (ACP via codex-acp)",
         install: Some("npm install -g @zed-industries/codex-acp"),
@@ -299,11 +391,24 @@ pub const AGENTS: &[AgentSpec] = &[
     },
     AgentSpec {
         name: "gemini",
-        aliases: &[],
+        aliases: &["gemini-cli"],
         binaries: &["gemini"],
-        marker_dirs: &[],
+        marker_dirs: &[".gemini"],
         acp_command: Some(&["gemini", "--acp"]),
-        sync: None,
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".gemini/agents/{name}.md",
+            project_path: Some(".gemini/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt("max_turns", PositiveInt),
+                opt("model", STRING),
+                opt("timeout_mins", PositiveInt),
+                opt("tools", List),
+            ],
+            switch: None,
+            equivalents: MODEL_AND_TOOLS,
+        }),
         summary: "Gemini CLI (ACP via gemini --acp)",
         install: Some("npm install -g @google/gemini-cli"),
         keys: &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
@@ -321,6 +426,7 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: None,
             options: &[opt("model", STRING)],
             switch: None,
+            equivalents: MODEL_ONLY,
         }),
         summary: "OpenCode (ACP via opencode acp)",
         install: Some("npm install -g opencode-ai"),
@@ -347,6 +453,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("user-invocable", Bool),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "GitHub Copilot CLI",
         install: None,
@@ -365,6 +472,7 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: None,
             options: &[opt("model", STRING), opt("tools", StringOrList)],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Antigravity CLI",
         install: None,
@@ -392,6 +500,7 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", List),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "Grok CLI",
         install: None,
@@ -410,6 +519,7 @@ pub const AGENTS: &[AgentSpec] = &[
             requires: Some(".pi/agent/extensions/subagent/index.ts"),
             options: &[opt("model", STRING), opt("tools", StringOrList)],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "pi coding agent (needs its subagent extension)",
         install: None,
@@ -437,10 +547,111 @@ pub const AGENTS: &[AgentSpec] = &[
                 opt("tools", StringOrList),
             ],
             switch: None,
+            equivalents: MODEL_AND_TOOLS,
         }),
         summary: "DeepSeek Harness (shared .dsh/cordis.patch.yml)",
         install: None,
         keys: &[],
+    },
+    AgentSpec {
+        name: "cursor",
+        aliases: &["cursor-agent"],
+        binaries: &["cursor-agent"],
+        marker_dirs: &[".cursor"],
+        acp_command: Some(&["cursor-agent", "acp"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".cursor/agents/{name}.md",
+            project_path: Some(".cursor/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt("is_background", Bool),
+                opt("model", STRING),
+                opt("readonly", Bool),
+            ],
+            switch: None,
+            equivalents: Equivalents {
+                readonly: Some("readonly"),
+                background: Some("is_background"),
+                ..MODEL_ONLY
+            },
+        }),
+        summary: "Cursor (ACP via cursor-agent acp)",
+        install: Some("curl https://cursor.com/install -fsS | bash"),
+        keys: &["CURSOR_API_KEY"],
+    },
+    AgentSpec {
+        name: "factory-droid",
+        aliases: &["droid"],
+        binaries: &["droid"],
+        marker_dirs: &[".factory"],
+        acp_command: Some(&["droid", "exec", "--output-format", "acp-daemon"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".factory/droids/{name}.md",
+            project_path: Some(".factory/droids/{name}.md"),
+            requires: None,
+            options: &[
+                opt("model", STRING),
+                opt("reasoningEffort", STRING),
+                opt("tools", StringOrListAsWritten),
+            ],
+            switch: None,
+            equivalents: MODEL_AND_TOOLS,
+        }),
+        summary: "Factory Droid (ACP via droid exec --output-format acp-daemon)",
+        install: Some("npm install -g droid"),
+        keys: &["FACTORY_API_KEY"],
+    },
+    AgentSpec {
+        name: "kiro",
+        aliases: &["kiro-cli"],
+        binaries: &["kiro-cli"],
+        marker_dirs: &[".kiro"],
+        acp_command: Some(&["kiro-cli", "acp"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".kiro/agents/{name}.md",
+            project_path: Some(".kiro/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt("model", STRING),
+                opt("tools", List),
+                opt("welcomeMessage", STRING),
+            ],
+            switch: None,
+            equivalents: MODEL_AND_TOOLS,
+        }),
+        summary: "Kiro (ACP via kiro-cli acp)",
+        install: Some("curl -fsSL https://cli.kiro.dev/install | bash"),
+        keys: &[],
+    },
+    AgentSpec {
+        name: "qwen-code",
+        aliases: &["qwen"],
+        binaries: &["qwen"],
+        marker_dirs: &[".qwen"],
+        acp_command: Some(&["qwen", "--acp"]),
+        sync: Some(SyncTarget {
+            format: TargetFormat::Markdown(Frontmatter::NameDescriptionOptions),
+            user_path: ".qwen/agents/{name}.md",
+            project_path: Some(".qwen/agents/{name}.md"),
+            requires: None,
+            options: &[
+                opt(
+                    "approvalMode",
+                    OneOf(&["default", "plan", "auto-edit", "yolo", "bubble"]),
+                ),
+                opt("disallowedTools", List),
+                opt("model", STRING),
+                opt("tools", List),
+            ],
+            switch: None,
+            equivalents: MODEL_AND_TOOLS,
+        }),
+        summary: "Qwen Code (ACP via qwen --acp)",
+        install: Some("npm install -g @qwen-code/qwen-code"),
+        keys: &["DASHSCOPE_API_KEY"],
     },
 ];
 
@@ -454,6 +665,10 @@ pub const REGISTRY_IDS: &[(&str, &str)] = &[
     ("codex", "codex-acp"),
     ("gemini", "gemini"),
     ("opencode", "opencode"),
+    ("cursor", "cursor"),
+    ("factory-droid", "factory-droid"),
+    ("kiro", "kiro"),
+    ("qwen-code", "qwen-code"),
 ];
 
 /// The ACP Registry id of our agent `name` (canonical), when it has one ([`REGISTRY_IDS`]).
@@ -768,6 +983,10 @@ mod tests {
             (Bool, "true or false"),
             (List, "a list of non-empty strings"),
             (StringOrList, "a non-empty string or a list of them"),
+            (
+                StringOrListAsWritten,
+                "a non-empty string (kept as written) or a list of them",
+            ),
             (StringOrTable, "a non-empty string or a table"),
             (PositiveInt, "a positive integer (unquoted)"),
             (OneOf(&["a", "b"]), "one of: a, b"),
@@ -972,7 +1191,7 @@ mod tests {
         assert_eq!(
             launch("copilot").unwrap_err().to_string(),
             "agent copilot does not speak ACP; agents that do: acp-child, claude-code, codex, \
-             gemini, opencode"
+             gemini, opencode, cursor, factory-droid, kiro, qwen-code"
         );
     }
 
@@ -987,6 +1206,27 @@ mod tests {
                 assert_eq!(names, sorted, "{}", agent.name);
             }
         }
+    }
+
+    #[test]
+    fn every_equivalent_is_one_of_the_agents_options() {
+        for (spec, target) in sync_agents() {
+            for field in Field::ALL {
+                if let Some(option) = target.equivalents.get(field) {
+                    assert!(
+                        target.option(option).is_some(),
+                        "{}: {} -> {option}",
+                        spec.name,
+                        field.as_str()
+                    );
+                }
+            }
+        }
+        let names: Vec<_> = Field::ALL.iter().map(|f| f.as_str()).collect();
+        assert_eq!(names, ["model", "tools", "readonly", "background"]);
+        let cursor = find_sync("cursor").unwrap().1.equivalents;
+        assert_eq!(cursor.get(Field::Background), Some("is_background"));
+        assert_eq!(cursor.get(Field::Tools), None);
     }
 
     #[test]

@@ -71,6 +71,11 @@ fn every_format_matches_its_golden_bytes() {
         ("grok", "grok.md"),
         ("pi", "pi.md"),
         ("dsh", "dsh.yml"),
+        ("gemini", "gemini.md"),
+        ("cursor", "cursor.md"),
+        ("factory-droid", "factory-droid.md"),
+        ("kiro", "kiro.md"),
+        ("qwen-code", "qwen-code.md"),
     ] {
         golden(file, &render(agent, &d));
     }
@@ -155,6 +160,11 @@ fn every_output_parses_with_a_real_parser() {
         "agy",
         "grok",
         "pi",
+        "gemini",
+        "cursor",
+        "factory-droid",
+        "kiro",
+        "qwen-code",
     ] {
         let text = render(agent, &d);
         let (fields, body) = frontmatter(&text);
@@ -170,6 +180,15 @@ fn every_output_parses_with_a_real_parser() {
     assert_eq!(copilot["name"], "review");
     let (grok, _) = frontmatter(&render("grok", &d));
     assert_eq!(grok["mcpInheritance"]["servers"][0], "github");
+    // The new targets' typed values read back as their agents expect them.
+    let (cursor, _) = frontmatter(&render("cursor", &d));
+    assert_eq!(cursor["readonly"], true);
+    assert_eq!(cursor["is_background"], false);
+    let (gemini, _) = frontmatter(&render("gemini", &d));
+    assert_eq!(gemini["max_turns"], 10);
+    assert_eq!(gemini["tools"][1], "grep_search");
+    let (qwen, _) = frontmatter(&render("qwen-code", &d));
+    assert_eq!(qwen["approvalMode"], "plan");
     let (opencode, _) = frontmatter(&render("opencode", &d));
     assert_eq!(opencode["mode"], "subagent");
     assert!(opencode.get("name").is_none());

@@ -168,7 +168,7 @@ pub(crate) fn main() -> ExitCode {
     let outcome = match command {
         Command::Run(args) => run::execute(&args),
         Command::Batch(args) => batch::execute(&args),
-        Command::Sync(args) => sync::execute(args),
+        Command::Sync(args) => sync::execute(&args),
         Command::Agents(args) => agents::execute(&args),
         Command::Trust(args) => trust::execute(&args),
         Command::Completions(args) => docs::completions(&args),

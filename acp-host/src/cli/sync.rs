@@ -17,19 +17,22 @@ use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, PausePoint
 use protocol::env_vars;
 use protocol::registry::{self, Scope};
 use protocol::result::Status;
-use protocol::sync::report::{FileDiff, SyncAborted, SyncOutput, SyncReport};
-use protocol::sync::{Action, Adopt, Authorization, Change, ForceTarget, Plan};
+use protocol::sync::report::{AdoptReport, FileDiff, SyncAborted, SyncOutput, SyncReport};
+use protocol::sync::{Action, Adopt, Authorization, Change, Dropped, ForceTarget, Plan};
 
 use super::{CliError, Written, write_stdout};
 
 const AFTER_HELP: &str = "\
 Examples:
   acp-host sync --dry-run                  show what would change (exit 1 on conflicts)
+  acp-host sync --check                    CI: exit 1 if any target drifts; warn of dropped fields
   acp-host sync                            write ./subagents into every installed agent
   acp-host sync --agent codex --diff       only codex, with unified diffs of the changes
   acp-host sync --force claude-code/review replace one unmanaged file (exactly that target)
   acp-host sync --prune                    also remove managed files whose definition is gone
   acp-host sync --adopt aikito             take over files aikito generated (its exact marker)
+  acp-host sync --adopt claude-code        make ~/.claude/agents/*.md canonical subagents/*.md
+  acp-host sync --adopt claude-code --adopt-mark   ... and take the originals over (marker)
   acp-host sync --scope project            write into the project (.claude/agents, ...)
 
 A definition, subagents/review.md:
@@ -49,8 +52,8 @@ Syncs take turns: a second sync waits for the first (a message on stderr), or wi
 exits 1 at once.
 
 Exit codes: 0 applied or nothing to do (orphans only warn); 1 conflicts, invalid definitions,
-errors, stale plan or failed writes (also with --dry-run), another sync running with --no-wait;
-2 usage errors.
+errors, stale plan or failed writes (also with --dry-run), any drift with --check, another sync
+running with --no-wait; 2 usage errors.
 `acp-host agents` lists the agents, whether each is installed, and where sync writes for it.";
 
 /// Write canonical subagent definitions into every installed agent's own format.
@@ -77,13 +80,28 @@ pub(super) struct SyncArgs {
     /// Remove managed targets whose definition is gone (unmanaged files are never touched).
     #[arg(long)]
     prune: bool,
-    /// Take over files TOOL generated with the same marker convention, for defined subagents:
-    /// only with TOOL's exact marker at our marker's place; rewritten with ours, each listed.
-    #[arg(long, value_name = "TOOL", value_enum)]
+    /// `aikito`: take over files Aikito generated with the same marker convention, for defined
+    /// subagents (only its exact marker at our marker's place; rewritten with ours, each listed).
+    /// An agent: read its own definitions (every one, or the NAMEs) into canonical
+    /// subagents/<name>.md files, listing what each loses; the originals stay the agent's unless
+    /// --adopt-mark (all) or --force AGENT/NAME (each) says to take them over.
+    #[arg(long, value_name = "aikito|AGENT", value_parser = parse_adopt)]
     adopt: Option<AdoptArg>,
+    /// The subagents to adopt with --adopt AGENT (default: every one the agent has).
+    #[arg(value_name = "NAME", requires = "adopt")]
+    names: Vec<String>,
+    /// With --adopt AGENT: then sync that agent, rewriting every adopted original with the
+    /// acp-host marker (a backup of each is kept).
+    #[arg(long, requires = "adopt")]
+    adopt_mark: bool,
     /// Plan and report only; write nothing. Exits 1 if a real run would not apply.
     #[arg(long)]
     dry_run: bool,
+    /// Write nothing; exit 1 if any target drifts from the definitions (would be created,
+    /// updated or removed, a conflict, an orphan, an error), and warn, per target, of each field
+    /// it cannot hold (model, tools, readonly, background).
+    #[arg(long)]
+    check: bool,
     /// Show unified diffs of what changes.
     #[arg(long)]
     diff: bool,
@@ -98,9 +116,22 @@ pub(super) struct SyncArgs {
     keep_backups: usize,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy)]
 enum AdoptArg {
     Aikito,
+    Agent(&'static str),
+}
+
+fn parse_adopt(value: &str) -> Result<AdoptArg, String> {
+    if value == Adopt::Aikito.tool() {
+        return Ok(AdoptArg::Aikito);
+    }
+    parse_agent(value).map(AdoptArg::Agent).map_err(|_| {
+        format!(
+            "--adopt takes aikito or a sync agent, not `{value}`; sync agents: {}",
+            registry::sync_agent_names().join(", ")
+        )
+    })
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -127,14 +158,38 @@ fn parse_force(value: &str) -> Result<ForceTarget, String> {
         .map_err(|e: protocol::sync::ForceTargetError| e.to_string())
 }
 
-pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
+/// The flags only `--adopt AGENT` takes, checked before anything is read.
+fn check_adopt_flags(args: &SyncArgs) -> Result<(), CliError> {
+    let agent = matches!(args.adopt, Some(AdoptArg::Agent(_)));
+    if !args.names.is_empty() && !agent {
+        return Err(CliError::Usage(
+            "subagent names are taken only with --adopt AGENT".into(),
+        ));
+    }
+    if args.adopt_mark && !agent {
+        return Err(CliError::Usage("--adopt-mark needs --adopt AGENT".into()));
+    }
+    if let Some(bad) = args
+        .names
+        .iter()
+        .find(|n| !protocol::definition::is_valid_name(n))
+    {
+        return Err(CliError::Usage(format!(
+            "`{bad}` is not a subagent name (^[a-z][a-z0-9-]*$)"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn execute(args: &SyncArgs) -> Result<ExitCode, CliError> {
+    check_adopt_flags(args)?;
     let Some(home) = std::env::var_os(env_vars::HOME).filter(|h| !h.is_empty()) else {
         return Err(CliError::Usage(
             "HOME is not set; acp-host sync writes under $HOME".into(),
         ));
     };
     let home = PathBuf::from(home);
-    let project_root = match args.project_root {
+    let project_root = match args.project_root.clone() {
         Some(root) => root,
         None => match std::env::current_dir() {
             Ok(dir) => dir,
@@ -146,20 +201,18 @@ pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
         },
     };
     let config = SyncConfig {
-        source: args.source,
+        source: args.source.clone(),
         scope: match args.scope {
             ScopeArg::User => Scope::User,
             ScopeArg::Project => Scope::Project,
         },
         home: home.clone(),
         project_root,
-        agents: args.agents,
+        agents: args.agents.clone(),
         authorization: Authorization {
-            forces: args.forces.into_iter().collect(),
+            forces: args.forces.iter().cloned().collect(),
             prune: args.prune,
-            adopt: args.adopt.map(|tool| match tool {
-                AdoptArg::Aikito => Adopt::Aikito,
-            }),
+            adopt: matches!(args.adopt, Some(AdoptArg::Aikito)).then_some(Adopt::Aikito),
         },
         path_var: std::env::var_os(env_vars::PATH),
     };
@@ -182,20 +235,30 @@ pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
         Err(message) => return abort(args.json, &message),
     };
     PausePoint::reached(exec_config.pause.as_ref(), "locked");
+    if let Some(AdoptArg::Agent(agent)) = args.adopt {
+        return adopt(args, agent, &config, &exec_config);
+    }
     let prepared = match sync_exec::prepare(&config) {
         Ok(prepared) => prepared,
         Err(e) => return abort(args.json, &e.to_string()),
     };
-    let result = (!args.dry_run).then(|| sync_exec::execute(&prepared.plan, &exec_config));
+    let write = !args.dry_run && !args.check;
+    let result = write.then(|| sync_exec::execute(&prepared.plan, &exec_config));
     let plan = &prepared.plan;
-    let ok = result
-        .as_ref()
-        .map_or_else(|| plan.can_apply(), |r| r.success);
+    let ok = match &result {
+        Some(result) => result.success,
+        None if args.check => plan.in_sync(),
+        None => plan.can_apply(),
+    };
     let diffs = args.diff.then(|| diffs(plan));
+    let dropped = protocol::sync::dropped(&prepared.definitions, &prepared.view);
     if args.json {
-        print_json(&SyncOutput::Report(Box::new(SyncReport::new(
-            plan, result, diffs,
-        ))))?;
+        let report = if args.check {
+            SyncReport::check(plan, diffs, dropped)
+        } else {
+            SyncReport::new(plan, result, diffs, dropped)
+        };
+        print_json(&SyncOutput::Report(Box::new(report)))?;
     } else {
         // Where $HOME really is, to tell a write that a symlinked folder takes out of it.
         let real_home = std::fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
@@ -203,6 +266,7 @@ pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
             plan,
             result.as_ref(),
             diffs.as_deref(),
+            args.check.then_some(dropped.as_slice()),
             &Homes {
                 home: &home,
                 real: &real_home,
@@ -216,6 +280,155 @@ pub(crate) fn execute(args: SyncArgs) -> Result<ExitCode, CliError> {
     } else {
         ExitCode::from(Status::Error.exit_code())
     })
+}
+
+/// `sync --adopt AGENT [NAME...]`: reads the agent's files back into canonical definitions and
+/// writes them (all or nothing: a conflict or an unreadable file writes none), then, for the
+/// originals the person said to take over (`--adopt-mark`, or `--force AGENT/NAME`), a sync of
+/// that agent with exactly those forces rewrites them with the marker.
+fn adopt(
+    args: &SyncArgs,
+    agent: &'static str,
+    config: &SyncConfig,
+    exec_config: &ExecConfig,
+) -> Result<ExitCode, CliError> {
+    use protocol::sync::import::AdoptAction;
+    let adoptions = match sync_exec::plan_adoption(config, agent, &args.names) {
+        Ok(adoptions) => adoptions,
+        Err(e) => return abort(args.json, &e.to_string()),
+    };
+    let blocked = adoptions
+        .iter()
+        .any(protocol::sync::import::Adoption::blocks);
+    let dry_run = args.dry_run || args.check;
+    let written = if blocked || dry_run {
+        Vec::new()
+    } else {
+        match sync_exec::write_adoptions(&config.source, &adoptions) {
+            Ok(written) => written,
+            Err(e) => return abort(args.json, &e.to_string()),
+        }
+    };
+    let adopted: Vec<&protocol::sync::import::Adoption> = adoptions
+        .iter()
+        .filter(|a| matches!(a.action, AdoptAction::Create | AdoptAction::Noop))
+        .collect();
+    // `--adopt-mark` takes over the originals read back whole; one that lost a field is taken
+    // over only by its own `--force`, since rewriting it changes what the agent does.
+    let marks: std::collections::BTreeSet<ForceTarget> = adopted
+        .iter()
+        .filter_map(|a| {
+            let target = ForceTarget {
+                agent,
+                name: a.name.clone(),
+            };
+            let forced = config.authorization.forces.contains(&target);
+            (forced || (args.adopt_mark && a.lost.is_empty())).then_some(target)
+        })
+        .collect();
+    // The marking sync: that agent only, the adopted originals forced as asked.
+    let marking = (!blocked && !dry_run && !marks.is_empty()).then(|| {
+        let mut forces = config.authorization.forces.clone();
+        forces.extend(marks.iter().cloned());
+        SyncConfig {
+            agents: vec![agent],
+            authorization: Authorization {
+                forces,
+                prune: false,
+                adopt: None,
+            },
+            ..config.clone()
+        }
+    });
+    let synced = match marking.as_ref().map(sync_exec::prepare) {
+        Some(Ok(prepared)) => {
+            let result = sync_exec::execute(&prepared.plan, exec_config);
+            let dropped = protocol::sync::dropped(&prepared.definitions, &prepared.view);
+            Some((prepared.plan, result, dropped))
+        }
+        Some(Err(e)) => return abort(args.json, &e.to_string()),
+        None => None,
+    };
+    let success = !blocked && synced.as_ref().is_none_or(|(_, result, _)| result.success);
+    if args.json {
+        print_json(&SyncOutput::Adopted(Box::new(AdoptReport {
+            success,
+            dry_run,
+            adoptions,
+            written,
+            sync: synced
+                .map(|(plan, result, dropped)| SyncReport::new(&plan, Some(result), None, dropped)),
+        })))?;
+    } else {
+        let next = if blocked {
+            "nothing written".to_owned()
+        } else if dry_run {
+            "dry run; nothing written".to_owned()
+        } else if adopted.len() > marks.len() {
+            format!(
+                "{} original(s) left as the agent's (take them over with --adopt-mark, or --force {agent}/NAME each; one that lost a field needs its --force)",
+                adopted.len() - marks.len()
+            )
+        } else {
+            "originals taken over".to_owned()
+        };
+        let (out, err) = render_adoption(&adoptions, &next, synced.as_ref(), &config.home);
+        write_stdout(out.as_bytes())?;
+        let _ = std::io::stderr().lock().write_all(err.as_bytes());
+    }
+    Ok(if success {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(Status::Error.exit_code())
+    })
+}
+
+/// The human report of an adoption: one line per agent file, its losses as warnings, a summary
+/// ending with `next` (what happens to the originals), then the marking sync's report.
+fn render_adoption(
+    adoptions: &[protocol::sync::import::Adoption],
+    next: &str,
+    synced: Option<&(Plan, ExecutionResult, Vec<Dropped>)>,
+    home: &Path,
+) -> (String, String) {
+    use protocol::sync::import::AdoptAction;
+    use std::fmt::Write as _;
+    let (mut out, mut err) = (String::new(), String::new());
+    let width = adoptions
+        .iter()
+        .map(|a| a.agent.len() + a.name.len() + 1)
+        .max()
+        .unwrap_or(0);
+    for a in adoptions {
+        let _ = writeln!(
+            out,
+            "{:<8}  {:<width$}  {}  {}",
+            a.action.as_str(),
+            format!("{}/{}", a.agent, a.name),
+            display(&a.path, home),
+            a.reason
+        );
+        for lost in &a.lost {
+            let _ = writeln!(err, "warning: {}/{}: lost {lost}", a.agent, a.name);
+        }
+    }
+    let count = |action| adoptions.iter().filter(|a| a.action == action).count();
+    let _ = writeln!(
+        out,
+        "adopt: {} adopted, {} unchanged, {} managed already, {} conflict(s), {} error(s); {next}",
+        count(AdoptAction::Create),
+        count(AdoptAction::Noop),
+        count(AdoptAction::Managed),
+        count(AdoptAction::Conflict),
+        count(AdoptAction::Error),
+    );
+    if let Some((plan, result, _)) = synced {
+        let real = std::fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+        let report = render_human(plan, Some(result), None, None, &Homes { home, real: &real });
+        out.push_str(&report.out);
+        err.push_str(&report.err);
+    }
+    (out, err)
 }
 
 /// The sync lock: at once when free; otherwise an error with `--no-wait`, or a wait announced
@@ -318,12 +531,45 @@ fn outside_home<'a>(plan: &'a Plan, homes: &Homes<'_>) -> Vec<Option<&'a Path>> 
     elsewhere
 }
 
-/// Renders the human report of a plan and, unless it was a dry run, its execution. Pure: every
-/// count and verdict comes from the plan and the result.
+/// `check: 2 target(s) drift (cursor 1, kiro 1), ...`: the `--check` summary.
+fn check_summary(plan: &Plan) -> String {
+    let mut per_agent: Vec<(&str, usize)> = Vec::new();
+    for op in plan.drift() {
+        match per_agent.last_mut() {
+            Some((agent, count)) if *agent == op.agent => *count += 1,
+            _ => per_agent.push((op.agent, 1)),
+        }
+    }
+    let total: usize = per_agent.iter().map(|(_, n)| n).sum();
+    let agents = if per_agent.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = per_agent
+            .iter()
+            .map(|(agent, n)| format!("{agent} {n}"))
+            .collect();
+        format!(" ({})", list.join(", "))
+    };
+    let verdict = if plan.in_sync() {
+        "in sync"
+    } else {
+        "out of sync"
+    };
+    format!(
+        "check: {total} target(s) drift{agents}, {} conflict(s), {} error(s); {verdict}; nothing written",
+        plan.unauthorized_conflicts(),
+        plan.error_count(),
+    )
+}
+
+/// Renders the human report of a plan and, unless it was a dry run or a check (`check` holds
+/// the dropped fields then), its execution. Pure: every count and verdict comes from the plan
+/// and the result.
 fn render_human(
     plan: &Plan,
     result: Option<&ExecutionResult>,
     diffs: Option<&[FileDiff]>,
+    check: Option<&[Dropped]>,
     homes: &Homes<'_>,
 ) -> HumanReport {
     use std::fmt::Write as _;
@@ -375,7 +621,13 @@ fn render_human(
             "warning: {orphans} managed orphan(s) kept; run with --prune to remove them"
         );
     }
+    for dropped in check.unwrap_or_default() {
+        let _ = writeln!(err, "warning: {}", dropped.message());
+    }
     match result {
+        None if check.is_some() => {
+            let _ = writeln!(out, "{}", check_summary(plan));
+        }
         None => {
             let verdict = if plan.can_apply() {
                 "would apply"

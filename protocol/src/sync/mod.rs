@@ -17,6 +17,8 @@
 //! rest); the executor and the CLI ask it and never re-decide.
 
 pub mod dsh;
+pub mod fields;
+pub mod import;
 mod plan;
 pub mod render;
 pub mod report;
@@ -33,6 +35,7 @@ use crate::definition::{self, Definition};
 use crate::registry::{self, AgentAvailability, AgentSpec, SyncTarget, TargetFormat};
 
 pub use crate::registry::Scope;
+pub use fields::{Dropped, dropped};
 pub use plan::plan;
 pub use report::{ChangeKind, Outcome};
 
@@ -111,6 +114,14 @@ impl Operation {
             Action::Orphan => Some("--prune".to_owned()),
             _ => None,
         }
+    }
+
+    /// Whether the target is not what the definitions say (`sync --check`): it would be
+    /// created, updated or removed, or it is a conflict, a managed orphan or an error. A no-op or
+    /// a skip is in sync.
+    #[must_use]
+    pub fn drifts(&self) -> bool {
+        !matches!(self.action, Action::Noop | Action::Skip)
     }
 
     /// Whether the operation holds the whole plan back: an error, or a conflict nobody
@@ -526,6 +537,20 @@ impl Plan {
         self.errors.is_empty() && !self.operations.iter().any(Operation::blocks)
     }
 
+    /// `sync --check`'s verdict: no plan-level error, no file that would change and no
+    /// operation that drifts ([`Operation::drifts`]; so the plan can apply, too).
+    #[must_use]
+    pub fn in_sync(&self) -> bool {
+        self.errors.is_empty()
+            && self.changes() == 0
+            && !self.operations.iter().any(Operation::drifts)
+    }
+
+    /// The operations that drift, for `sync --check`.
+    pub fn drift(&self) -> impl Iterator<Item = &Operation> {
+        self.operations.iter().filter(|op| op.drifts())
+    }
+
     /// How many conflicts were not authorized by `--force`.
     #[must_use]
     pub fn unauthorized_conflicts(&self) -> usize {
@@ -607,7 +632,7 @@ mod tests {
             Err(ForceTargetError::UnknownAgent { .. })
         ));
         assert!(matches!(
-            "gemini/x".parse::<ForceTarget>(),
+            "acp-child/x".parse::<ForceTarget>(),
             Err(ForceTargetError::UnknownAgent { .. })
         ));
         assert!(matches!(
@@ -770,6 +795,8 @@ mod tests {
             errors: vec!["two definitions write one file".into()],
         };
         assert_eq!(plan.unauthorized_conflicts(), 1);
+        assert!(!plan.in_sync());
+        assert_eq!(plan.drift().count(), 3, "two conflicts and an error");
         assert_eq!(plan.error_count(), 2, "one error operation, one plan error");
         assert!(!plan.can_apply());
         assert_eq!(
@@ -786,6 +813,32 @@ mod tests {
         );
         assert_eq!(plan.resting_outcome(&file(vec![1, 2], None)), Outcome::Noop);
         assert_eq!(plan.resting_outcome(&file(vec![4], None)), Outcome::Noop);
+    }
+
+    #[test]
+    fn only_noops_and_skips_are_in_sync() {
+        for (action, drifts) in [
+            (Action::Create, true),
+            (Action::Update, true),
+            (Action::Noop, false),
+            (Action::Conflict, true),
+            (Action::Orphan, true),
+            (Action::Remove, true),
+            (Action::Skip, false),
+            (Action::Error, true),
+        ] {
+            assert_eq!(op(action, true).drifts(), drifts, "{action:?}");
+        }
+        let quiet = Plan {
+            operations: vec![op(Action::Noop, true), op(Action::Skip, true)],
+            ..Plan::default()
+        };
+        assert!(quiet.in_sync());
+        let refused = Plan {
+            errors: vec!["collision".into()],
+            ..quiet
+        };
+        assert!(!refused.in_sync());
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::{Change, Operation, Plan};
+use super::import::Adoption;
+use super::{Change, Dropped, Operation, Plan};
 
 /// What happens to one physical file, without its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, JsonSchema)]
@@ -119,9 +120,12 @@ pub struct FileDiff {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncReport {
-    /// The run applied (or, under `--dry-run`, would apply).
+    /// The run applied (or, under `--dry-run`, would apply; under `--check`, every target is in
+    /// sync).
     pub success: bool,
     pub dry_run: bool,
+    /// `--check`: nothing written, and `success` says whether any target drifts.
+    pub check: bool,
     pub can_apply: bool,
     /// How many files change.
     pub changes: usize,
@@ -134,17 +138,25 @@ pub struct SyncReport {
     /// Only with `--diff`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diffs: Option<Vec<FileDiff>>,
+    /// The fields a target cannot hold for a subagent written to it (`crate::sync::dropped`).
+    pub dropped: Vec<Dropped>,
 }
 
 impl SyncReport {
     /// The report of a plan and, unless it was a dry run, its execution.
     #[must_use]
-    pub fn new(plan: &Plan, result: Option<ExecutionResult>, diffs: Option<Vec<FileDiff>>) -> Self {
+    pub fn new(
+        plan: &Plan,
+        result: Option<ExecutionResult>,
+        diffs: Option<Vec<FileDiff>>,
+        dropped: Vec<Dropped>,
+    ) -> Self {
         SyncReport {
             success: result
                 .as_ref()
                 .map_or_else(|| plan.can_apply(), |r| r.success),
             dry_run: result.is_none(),
+            check: false,
             can_apply: plan.can_apply(),
             changes: plan.changes(),
             operations: plan.operations.clone(),
@@ -160,8 +172,35 @@ impl SyncReport {
             errors: plan.errors.clone(),
             result,
             diffs,
+            dropped,
         }
     }
+
+    /// The report of `sync --check`: nothing executed, success only when every target is in
+    /// sync ([`Plan::in_sync`]).
+    #[must_use]
+    pub fn check(plan: &Plan, diffs: Option<Vec<FileDiff>>, dropped: Vec<Dropped>) -> Self {
+        SyncReport {
+            success: plan.in_sync(),
+            check: true,
+            ..SyncReport::new(plan, None, diffs, dropped)
+        }
+    }
+}
+
+/// The object `acp-host sync --adopt AGENT --json` prints: every file of the agent's read back,
+/// and the sync that marked the originals as managed, when one ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdoptReport {
+    /// Every adoption could be written (and the marking sync, if one ran, applied).
+    pub success: bool,
+    pub dry_run: bool,
+    pub adoptions: Vec<Adoption>,
+    /// The canonical files written.
+    pub written: Vec<PathBuf>,
+    /// The sync that took the originals over (`--adopt-mark`, or `--force` for each), if one ran.
+    pub sync: Option<SyncReport>,
 }
 
 /// The object `acp-host sync --json` prints when no plan could be made (unreadable source,
@@ -179,6 +218,7 @@ pub struct SyncAborted {
 #[serde(untagged)]
 pub enum SyncOutput {
     Report(Box<SyncReport>),
+    Adopted(Box<AdoptReport>),
     Aborted(SyncAborted),
 }
 
@@ -188,12 +228,14 @@ mod tests {
 
     #[test]
     fn an_empty_dry_run_serializes_in_the_documented_shape() {
-        let report = SyncReport::new(&Plan::default(), None, None);
+        let report = SyncReport::new(&Plan::default(), None, None, Vec::new());
         let json = serde_json::to_string(&SyncOutput::Report(Box::new(report))).unwrap();
         assert_eq!(
             json,
-            r#"{"success":true,"dryRun":true,"canApply":true,"changes":0,"operations":[],"files":[],"errors":[],"result":null}"#
+            r#"{"success":true,"dryRun":true,"check":false,"canApply":true,"changes":0,"operations":[],"files":[],"errors":[],"result":null,"dropped":[]}"#
         );
+        let check = SyncReport::check(&Plan::default(), None, Vec::new());
+        assert!(check.success && check.check && check.dry_run);
         let aborted = SyncOutput::Aborted(SyncAborted {
             success: false,
             error: "x".into(),
@@ -250,8 +292,12 @@ mod tests {
         assert_eq!(result.count(Outcome::Failed), 1);
         assert_eq!(result.count(Outcome::Skipped), 0);
         assert!(result.recovery_required());
-        let report = SyncReport::new(&plan, Some(result), None);
+        let report = SyncReport::new(&plan, Some(result), None, Vec::new());
         assert!(!report.success, "the execution decides, not the plan");
+        assert!(
+            !SyncReport::check(&plan, None, Vec::new()).success,
+            "two files would change: not in sync"
+        );
         assert!(!report.dry_run);
         assert!(report.can_apply);
         assert_eq!(report.changes, 2);

@@ -472,6 +472,11 @@ fn every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
         "grok",
         "pi",
         "dsh",
+        "gemini",
+        "cursor",
+        "factory-droid",
+        "kiro",
+        "qwen-code",
     ];
     env.install(&all);
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("../protocol/tests/golden");
@@ -499,6 +504,11 @@ fn every_format_is_written_byte_exact_and_pi_waits_for_its_extension() {
         (".grok/agents/review.md", "grok.md"),
         (".pi/agent/agents/review.md", "pi.md"),
         (CORDIS, "dsh.yml"),
+        (".gemini/agents/review.md", "gemini.md"),
+        (".cursor/agents/review.md", "cursor.md"),
+        (".factory/droids/review.md", "factory-droid.md"),
+        (".kiro/agents/review.md", "kiro.md"),
+        (".qwen/agents/review.md", "qwen-code.md"),
     ] {
         assert_eq!(
             env.read(rel),
@@ -1170,7 +1180,7 @@ fn agent_filter_and_usage_errors() {
     );
     for args in [
         &["--agent", "nope"][..],
-        &["--agent", "gemini"],
+        &["--agent", "acp-child"],
         &["--scope", "galaxy"],
         &["--bogus"],
     ] {
@@ -1207,6 +1217,344 @@ fn project_scope_writes_under_the_project_root() {
         root.path().to_str().unwrap(),
     ]);
     assert!(root.path().join(".claude/agents/x.md").is_file());
+}
+
+/// Every agent that takes definitions, in registry order.
+const ALL_TARGETS: [&str; 13] = [
+    "claude-code",
+    "codex",
+    "gemini",
+    "opencode",
+    "github-copilot",
+    "agy",
+    "grok",
+    "pi",
+    "dsh",
+    "cursor",
+    "factory-droid",
+    "kiro",
+    "qwen-code",
+];
+
+/// The five targets of issue 45, each with its user (and project) file for subagent `x`.
+const NEW_TARGETS: [(&str, &str); 5] = [
+    ("gemini", ".gemini/agents/x.md"),
+    ("cursor", ".cursor/agents/x.md"),
+    ("factory-droid", ".factory/droids/x.md"),
+    ("kiro", ".kiro/agents/x.md"),
+    ("qwen-code", ".qwen/agents/x.md"),
+];
+
+#[test]
+fn one_definition_reaches_all_thirteen_targets_in_one_run() {
+    let env = Env::new();
+    env.install(&ALL_TARGETS);
+    env.write(".pi/agent/extensions/subagent/index.ts", "export {}\n");
+    env.simple("x", &ALL_TARGETS.map(|a| format!("\"{a}\"")).join(", "));
+    env.simple("y", "dsh");
+    let json = env.sync(&["--json"]).json();
+    assert_eq!(json["success"], true, "{json}");
+    let ops = json["operations"].as_array().unwrap();
+    let agents: Vec<&str> = ops
+        .iter()
+        .filter(|op| op["name"] == "x")
+        .map(|op| op["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        agents, ALL_TARGETS,
+        "one operation per target, registry order"
+    );
+    assert!(ops.iter().all(|op| op["action"] == "create"), "{json}");
+    // 12 dedicated files and one shared file holding both DSH items: one write each.
+    let files = json["result"]["files"].as_array().unwrap();
+    assert_eq!(files.len(), 13, "{json}");
+    assert!(files.iter().all(|f| f["outcome"] == "applied"));
+    let cordis = yaml(&env.read(CORDIS));
+    assert_eq!(cordis.as_array().unwrap().len(), 2);
+    for (_, rel) in NEW_TARGETS {
+        let text = env.read(rel);
+        assert!(text.starts_with("---\nname: \"x\"\ndescription: \"x things\"\n---\n<!-- "));
+        assert!(text.contains(&marker("x")), "{rel}");
+    }
+    // A second run is a no-op everywhere.
+    let ops = env.actions(&[]);
+    assert!(ops.iter().all(|(action, _)| action == "noop"), "{ops:?}");
+}
+
+#[test]
+fn the_new_targets_keep_every_invariant_in_both_scopes() {
+    let env = Env::new();
+    env.install(&NEW_TARGETS.map(|(agent, _)| agent));
+    let five = "gemini, cursor, factory-droid, kiro, qwen-code";
+    env.simple("x", five);
+    // Project scope: every one of them has it.
+    env.sync_ok(&["--scope", "project"]);
+    for (_, rel) in NEW_TARGETS {
+        assert!(env.project.join(rel).is_file(), "{rel}");
+        assert!(!env.exists(rel), "{rel}: nothing under $HOME");
+    }
+    // User scope: an unmanaged Cursor file is a conflict, kept byte for byte, and the blocked
+    // plan writes nothing at all.
+    let mine = "---\nname: x\ndescription: mine\nreadonly: true\n---\nMy own.\n";
+    env.write(".cursor/agents/x.md", mine);
+    let run = env.sync(&[]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("(resolve with --force cursor/x)"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(env.read(".cursor/agents/x.md"), mine);
+    assert!(!env.exists(".gemini/agents/x.md"));
+    // Another target's force does not authorize it.
+    assert_eq!(env.sync(&["--force", "kiro/x"]).code, 1);
+    assert_eq!(env.read(".cursor/agents/x.md"), mine);
+    env.sync_ok(&["--force", "cursor/x"]);
+    assert!(env.read(".cursor/agents/x.md").contains(&marker("x")));
+    assert!(env.actions(&[]).iter().all(|(action, _)| action == "noop"));
+    // Drop two agents: their files are managed orphans, pruned only with --prune; a file of the
+    // user's beside them is never reported or touched.
+    env.write(".kiro/agents/notes.md", "mine\n");
+    env.simple("x", "gemini, factory-droid, qwen-code");
+    let ops = env.actions(&[]);
+    assert!(ops.contains(&pair("orphan", "cursor/x")), "{ops:?}");
+    assert!(ops.contains(&pair("orphan", "kiro/x")), "{ops:?}");
+    assert!(
+        !ops.iter().any(|(_, target)| target == "kiro/notes"),
+        "{ops:?}"
+    );
+    env.sync_ok(&[]);
+    assert!(
+        env.exists(".cursor/agents/x.md"),
+        "orphans are kept without --prune"
+    );
+    env.sync_ok(&["--prune"]);
+    assert!(!env.exists(".cursor/agents/x.md"));
+    assert!(!env.exists(".kiro/agents/x.md"));
+    assert_eq!(env.read(".kiro/agents/notes.md"), "mine\n");
+    assert!(env.exists(".gemini/agents/x.md"));
+}
+
+#[test]
+fn check_reports_drift_per_target_and_the_fields_each_target_drops() {
+    let env = Env::new();
+    env.install(&["codex", "cursor", "kiro"]);
+    env.define(
+        "review",
+        "---\ndescription: \"Review\"\nagents: [codex, cursor, kiro]\nrun: {tools: [read]}\ncursor: {readonly: true}\nkiro: {tools: [read]}\n---\n\nReview.\n",
+    );
+    let before = env.tree();
+    let run = env.sync(&["--check"]);
+    assert_eq!(run.code, 1, "everything is missing: drift");
+    assert_eq!(env.tree(), before, "--check writes nothing");
+    assert!(
+        run.stdout.ends_with(
+            "check: 3 target(s) drift (codex 1, cursor 1, kiro 1), 0 conflict(s), 0 error(s); out of sync; nothing written\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        run.stderr,
+        "warning: codex/review: tools (set by run.tools, kiro.tools) has no equivalent in codex; its file is written without it\n\
+         warning: codex/review: readonly (set by cursor.readonly) has no equivalent in codex; its file is written without it\n\
+         warning: cursor/review: tools (set by run.tools, kiro.tools) has no equivalent in cursor; its file is written without it\n\
+         warning: kiro/review: readonly (set by cursor.readonly) has no equivalent in kiro; its file is written without it\n"
+    );
+    env.sync_ok(&[]);
+    let run = env.sync(&["--check"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stdout.ends_with(
+            "check: 0 target(s) drift, 0 conflict(s), 0 error(s); in sync; nothing written\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    // A hand edit of a managed file is drift on that target alone.
+    let edited = env
+        .read(".kiro/agents/review.md")
+        .replace("Review.", "Edited.");
+    env.write(".kiro/agents/review.md", &edited);
+    let json = env.sync(&["--check", "--json"]).json();
+    assert_eq!(json["success"], false);
+    assert_eq!(json["check"], true);
+    assert_eq!(json["dryRun"], true);
+    let drifting: Vec<&str> = json["operations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|op| op["action"] != "noop")
+        .map(|op| op["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(drifting, ["kiro"]);
+    assert_eq!(json["dropped"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        json["dropped"][0]["setBy"],
+        serde_json::json!(["run.tools", "kiro.tools"])
+    );
+    assert_eq!(env.read(".kiro/agents/review.md"), edited);
+    // An orphan is drift too: the target holds what no definition says.
+    env.sync_ok(&[]);
+    env.simple("review", "codex, kiro");
+    assert_eq!(env.sync(&["--check"]).code, 1);
+    env.sync_ok(&["--prune"]);
+    assert_eq!(env.sync(&["--check"]).code, 0);
+}
+
+#[test]
+fn adopt_turns_an_agents_own_files_into_canonical_ones_and_takes_them_over_only_when_told() {
+    let env = Env::new();
+    env.install(&["claude-code"]);
+    let originals = [
+        (
+            "alpha",
+            "---\nname: alpha\ndescription: Alpha things\nmodel: sonnet\ntools: Read, Grep\n---\nDo alpha.\n",
+        ),
+        (
+            "beta",
+            "---\nname: beta\ndescription: \"Beta: with a colon\"\n---\n\nDo beta.\n\nCarefully.\n",
+        ),
+        (
+            "gamma",
+            "---\nname: gamma\ndescription: Gamma\ncolor: blue\n---\nDo gamma.\n",
+        ),
+    ];
+    for (name, text) in originals {
+        env.write(&format!(".claude/agents/{name}.md"), text);
+    }
+    env.write(".claude/agents/README.txt", "notes\n");
+    let canonical = |name: &str| env.project.join("subagents").join(format!("{name}.md"));
+    let before = env.tree();
+    let run = env.sync(&["--adopt", "claude-code", "--dry-run"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!canonical("alpha").exists(), "a dry run writes nothing");
+    // Adopting writes the canonical files and leaves every original as it was.
+    let run = env.sync(&["--adopt", "claude-code"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(env.tree(), before, "the originals are untouched");
+    assert_eq!(
+        fs::read_to_string(canonical("alpha")).unwrap(),
+        "---\ndescription: \"Alpha things\"\nagents: [\"claude-code\"]\nclaude-code: {\"model\": \"sonnet\", \"tools\": \"Read, Grep\"}\n---\n\nDo alpha.\n"
+    );
+    assert_eq!(
+        fs::read_to_string(canonical("beta")).unwrap(),
+        "---\ndescription: \"Beta: with a colon\"\nagents: [\"claude-code\"]\n---\n\nDo beta.\n\nCarefully.\n"
+    );
+    assert_eq!(
+        run.stderr,
+        "warning: claude-code/gamma: lost color: not an option acp-host knows for claude-code; dropped\n"
+    );
+    assert!(
+        run.stdout.ends_with(
+            "adopt: 3 adopted, 0 unchanged, 0 managed already, 0 conflict(s), 0 error(s); 3 original(s) left as the agent's (take them over with --adopt-mark, or --force claude-code/NAME each; one that lost a field needs its --force)\n"
+        ),
+        "{}",
+        run.stdout
+    );
+    // The originals are still the agent's: a plain sync conflicts on each.
+    assert_eq!(env.sync(&["--dry-run"]).code, 1);
+    // --adopt-mark takes over only what was read back whole: gamma lost a field and needs its
+    // own force, so the marking sync is blocked and nothing is marked.
+    let run = env.sync(&["--adopt", "claude-code", "--adopt-mark"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    assert!(
+        run.stdout.contains("conflict  claude-code/gamma"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(env.tree(), before);
+    let run = env.sync(&[
+        "--adopt",
+        "claude-code",
+        "--adopt-mark",
+        "--force",
+        "claude-code/gamma",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains("adopt: 0 adopted, 3 unchanged"),
+        "{}",
+        run.stdout
+    );
+    for (name, _) in originals {
+        let text = env.read(&format!(".claude/agents/{name}.md"));
+        assert!(text.contains(&marker(name)), "{name}: {text}");
+    }
+    assert!(!env.read(".claude/agents/gamma.md").contains("color"));
+    assert!(
+        env.read(".claude/agents/alpha.md")
+            .contains("\ntools: \"Read, Grep\"\n"),
+        "Claude's tool list survives the takeover as written"
+    );
+    assert_eq!(env.read(".claude/agents/README.txt"), "notes\n");
+    assert_eq!(env.backups().len(), 1, "each original was backed up first");
+    // A second sync is a no-op, and adopting again finds them managed already.
+    let ops = env.actions(&[]);
+    assert_eq!(ops.len(), 3);
+    assert!(ops.iter().all(|(action, _)| action == "noop"), "{ops:?}");
+    let json = env.sync(&["--adopt", "claude-code", "--json"]).json();
+    assert_eq!(json["success"], true);
+    assert!(
+        json["adoptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["action"] == "managed"),
+        "{json}"
+    );
+}
+
+#[test]
+fn adopt_never_replaces_a_canonical_file_and_refuses_what_it_cannot_read() {
+    let env = Env::new();
+    env.install(&["cursor", "dsh"]);
+    env.write(
+        ".cursor/agents/x.md",
+        "---\nname: x\ndescription: Cursor x\nreadonly: true\nis_background: true\n---\nX.\n",
+    );
+    env.write(".cursor/agents/y.md", "no frontmatter\n");
+    env.define(
+        "x",
+        "---\ndescription: mine\nagents: [cursor]\n---\n\nMine.\n",
+    );
+    let run = env.sync(&["--adopt", "cursor"]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("conflict  cursor/x"), "{}", run.stdout);
+    assert!(run.stdout.contains("error     cursor/y"), "{}", run.stdout);
+    assert!(run.stdout.contains("nothing written"), "{}", run.stdout);
+    assert_eq!(
+        fs::read_to_string(env.project.join("subagents/x.md")).unwrap(),
+        "---\ndescription: mine\nagents: [cursor]\n---\n\nMine.\n"
+    );
+    assert!(!env.project.join("subagents/y.md").exists());
+    // Only the names given; the project scope reads the project's folder.
+    env.undefine("x");
+    let run = env.sync(&["--adopt", "cursor", "x"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let adopted = fs::read_to_string(env.project.join("subagents/x.md")).unwrap();
+    assert!(
+        adopted.contains("cursor: {\"is_background\": true, \"readonly\": true}"),
+        "{adopted}"
+    );
+    assert_eq!(env.sync(&["--adopt", "cursor", "nope"]).code, 1);
+    assert_eq!(
+        env.sync(&["--adopt", "cursor", "--scope", "project"]).code,
+        0
+    );
+    // A shared file, an agent without the scope, a bad name and names without an agent are
+    // refused.
+    assert_eq!(env.sync(&["--adopt", "dsh"]).code, 1);
+    let run = env.sync(&["--adopt", "grok", "--scope", "project"]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("grok has no project scope"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(env.sync(&["--adopt", "cursor", "Bad"]).code, 2);
+    assert_eq!(env.sync(&["--adopt", "aikito", "x"]).code, 2);
+    assert_eq!(env.sync(&["--adopt", "nope"]).code, 2);
 }
 
 #[test]
