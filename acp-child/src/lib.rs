@@ -46,7 +46,12 @@ pub(crate) const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The names of the model's tools, in the order it is offered them.
 #[must_use]
 pub fn tool_names() -> Vec<&'static str> {
-    backend::model::tools::Toolbox::standard(Duration::ZERO, false).names()
+    backend::model::tools::Toolbox::standard(
+        Duration::ZERO,
+        &protocol::sandbox::Policy::default(),
+        false,
+    )
+    .names()
 }
 
 #[cfg(test)]

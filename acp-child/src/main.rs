@@ -103,6 +103,18 @@ struct Cli {
     command_timeout: Option<u64>,
     #[arg(
         long,
+        value_name = "MODE",
+        help = "run_command's sandbox: off, read-only, or workspace-write (write only the session directory, its .git kept read-only; credential folders unreadable); enforced by the kernel (Landlock, seccomp), refused where it cannot be [default: workspace-write with --command-network off, with what the kernel enforces]"
+    )]
+    command_sandbox: Option<protocol::sandbox::Mode>,
+    #[arg(
+        long,
+        value_name = "on|off|tcp:PORT",
+        help = "run_command's network: on, off, or tcp:PORT[,PORT] (TCP to those ports only) [default: off]"
+    )]
+    command_network: Option<protocol::sandbox::Network>,
+    #[arg(
+        long,
         value_name = "N",
         help = format!("How many times a rate-limited (429) or failed (5xx) model request is retried [default: {DEFAULT_MAX_RETRIES}]")
     )]
@@ -158,6 +170,18 @@ struct Cli {
         help = "Cancel a subagent once the tokens it reports pass N; its call's result says so and the turn goes on (a definition's tokenBudget only lowers it) [default: no limit]"
     )]
     subagent_token_budget: Option<u64>,
+    #[arg(
+        long,
+        value_name = "MODE",
+        help = "Every subagent's sandbox: off, read-only or workspace-write (as acp-host run --sandbox; a definition's run.sandbox only tightens it, and this agent's own sandbox bounds it) [default: off]"
+    )]
+    subagent_sandbox: Option<protocol::sandbox::Mode>,
+    #[arg(
+        long,
+        value_name = "on|off|tcp:PORT",
+        help = "Every subagent's network: on, off or tcp:PORT[,PORT] (a definition's run.network only tightens it) [default: on]"
+    )]
+    subagent_network: Option<protocol::sandbox::Network>,
     #[arg(
         long,
         value_name = "N",
@@ -325,6 +349,11 @@ impl Cli {
                 .collect(),
             no_background: self.no_background,
             child_idle_timeout: std::time::Duration::from_secs(self.child_idle_timeout),
+            sandbox: protocol::sandbox::Policy {
+                mode: self.subagent_sandbox.unwrap_or_default(),
+                network: self.subagent_network.clone().unwrap_or_default(),
+                ..protocol::sandbox::Policy::default()
+            },
         })
     }
 
@@ -337,6 +366,8 @@ impl Cli {
             max_turn_requests: self.max_turn_requests,
             state_dir: self.state_dir,
             command_timeout_secs: self.command_timeout,
+            command_sandbox: self.command_sandbox,
+            command_network: self.command_network.clone(),
             max_retries: self.max_retries,
             retry_base_ms: self.retry_base_ms,
             context_window: self.context_window,

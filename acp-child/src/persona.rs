@@ -266,6 +266,7 @@ mod tests {
         assert!(!text.contains("{{"));
         let tools = crate::backend::model::tools::Toolbox::standard(
             std::time::Duration::from_secs(1),
+            &protocol::sandbox::Policy::default(),
             false,
         );
         for tool in tools.names() {

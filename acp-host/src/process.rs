@@ -1052,6 +1052,30 @@ fn pre_exec(command: &mut tokio::process::Command, confine: Option<crate::sandbo
     }
 }
 
+/// Makes `command`'s child enter `confinement` just before its exec: for a process started
+/// outside the run library (acp-child's shell commands). The command keeps the confinement alive
+/// until it is dropped; the caller keeps it too until the child has exited (its temporary folder
+/// goes with it). A child that cannot enter it is not started (the spawn fails with the errno).
+#[expect(
+    unsafe_code,
+    reason = "pre_exec is the only way to run code in the child between fork and exec: entering \
+              the sandbox, in async-signal-safe system calls"
+)]
+pub fn confine_command(
+    command: &mut tokio::process::Command,
+    confinement: Arc<crate::sandbox::Confinement>,
+) {
+    let raw = confinement.raw();
+    // SAFETY: `enter` runs only async-signal-safe system calls on data prepared before the fork
+    // (see `sandbox::Raw`), which `confinement`, moved into the closure, keeps alive.
+    unsafe {
+        command.pre_exec(move || {
+            let _keep = &confinement;
+            raw.enter().map_err(io::Error::from_raw_os_error)
+        });
+    }
+}
+
 /// Makes the command's forked child the watchdog: it runs [`crate::watchdog::Watchdog::serve`]
 /// and never execs the command's program.
 #[expect(

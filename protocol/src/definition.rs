@@ -117,6 +117,13 @@ pub struct RunSpec {
     /// The most the child may cost (as its agent reports it, in its currency); only ever lowers
     /// the starter's (`acp-host run --cost-budget`).
     pub cost_budget: Option<crate::usage::CostLimit>,
+    /// The child's sandbox for files (`crate::sandbox`); only ever tightens the starter's
+    /// ([`RunSpec::sandbox_within`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::Mode>,
+    /// The child's network; only ever tightens the starter's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::sandbox::Network>,
 }
 
 /// `run.context` (and the `subagent` tool's `context`): what a child starts from.
@@ -243,6 +250,25 @@ impl RunSpec {
     }
 }
 
+impl RunSpec {
+    /// The sandbox a definition's child runs in: the starter's `policy` (the person's flags, or
+    /// acp-child's `--subagent-sandbox`), tightened by the definition's `sandbox` and `network`,
+    /// never loosened: a repository cannot lift a sandbox the person chose.
+    #[must_use]
+    pub fn sandbox_within(&self, policy: &crate::sandbox::Policy) -> crate::sandbox::Policy {
+        crate::sandbox::Policy {
+            mode: self
+                .sandbox
+                .map_or(policy.mode, |mode| mode.stricter(policy.mode)),
+            network: self.network.as_ref().map_or_else(
+                || policy.network.clone(),
+                |network| network.tighter(&policy.network),
+            ),
+            ..policy.clone()
+        }
+    }
+}
+
 /// A starter's own settings for a definition's run ([`RunSpec::settle`]); `None`: not given.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunSettings {
@@ -285,6 +311,8 @@ pub const RUN_FIELDS: &[&str] = &[
     "context",
     "tokenBudget",
     "costBudget",
+    "sandbox",
+    "network",
 ];
 
 impl Definition {
@@ -599,6 +627,27 @@ fn variable_names(
     Ok(env)
 }
 
+/// `run.sandbox`, `run.network`: a value read as its flag reads it. YAML reads a bare `off` /
+/// `on` as a boolean: it means the same here.
+fn sandbox_field(run: &mut RunSpec, key: &str, value: &Value, path: &str) -> Result<(), Problem> {
+    use crate::sandbox::{Mode, Network, SandboxError};
+    let text = || match value {
+        Value::String(text) if non_empty(text) => Ok(text.as_str()),
+        _ => Err(field(
+            path,
+            format!("must be a non-empty string, got {}", describe_value(value)),
+        )),
+    };
+    let refused = |err: SandboxError| field(path, err.to_string());
+    match (key, value) {
+        ("sandbox", Value::Bool(false)) => run.sandbox = Some(Mode::Off),
+        ("sandbox", _) => run.sandbox = Some(text()?.parse().map_err(refused)?),
+        (_, Value::Bool(on)) => run.network = Some(if *on { Network::On } else { Network::Off }),
+        _ => run.network = Some(text()?.parse().map_err(refused)?),
+    }
+    Ok(())
+}
+
 fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
     let Value::Object(map) = value else {
         return Err(field(
@@ -689,6 +738,7 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                         .ok_or_else(|| wrong("an amount above zero, in the agent's currency"))?,
                 );
             }
+            "sandbox" | "network" => sandbox_field(&mut run, key, value, &path)?,
             _ => {
                 return Err(field(
                     &path,
@@ -872,7 +922,7 @@ mod tests {
     #[test]
     fn a_run_table_is_validated_strictly_and_makes_agents_optional() {
         let d = ok(
-            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n  tokenBudget: 5000\n  costBudget: 0.25\n---\nBody.\n",
+            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n  tokenBudget: 5000\n  costBudget: 0.25\n  sandbox: read-only\n  network: tcp:443\n---\nBody.\n",
         );
         assert!(d.agents.is_empty());
         assert_eq!(
@@ -890,6 +940,8 @@ mod tests {
                 context: Some(RunContext::Fork),
                 token_budget: Some(5000),
                 cost_budget: crate::usage::CostLimit::new(0.25),
+                sandbox: Some(crate::sandbox::Mode::ReadOnly),
+                network: Some("tcp:443".parse().unwrap()),
             })
         );
         assert_eq!(
@@ -898,7 +950,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
-            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget"
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network"
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
@@ -914,7 +966,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
-            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, got a list"
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
         assert_eq!(
@@ -1212,12 +1264,61 @@ mod tests {
                 "---\ndescription: d\nrun: {costBudget: 0}\n---\nx",
                 "field `run.costBudget`: must be an amount above zero, in the agent's currency, got the number 0",
             ),
+            (
+                "---\ndescription: d\nrun: {sandbox: sealed}\n---\nx",
+                "field `run.sandbox`: unknown sandbox mode \"sealed\": use off, read-only or workspace-write",
+            ),
+            (
+                "---\ndescription: d\nrun: {network: udp}\n---\nx",
+                "field `run.network`: unknown network setting \"udp\"",
+            ),
         ];
         for (text, expected) in cases {
             let message = err(text);
             assert!(message.starts_with("subagents/review.md: "), "{message}");
             assert!(message.contains(expected), "{text:?}: {message}");
         }
+    }
+
+    #[test]
+    fn a_definitions_sandbox_only_tightens_the_starters() {
+        use crate::sandbox::{Mode, Network, Policy};
+        let starter = Policy {
+            mode: Mode::WorkspaceWrite,
+            network: "tcp:443".parse().unwrap(),
+            best_effort: true,
+            ..Policy::default()
+        };
+        let loose = RunSpec {
+            sandbox: Some(Mode::Off),
+            network: Some(Network::On),
+            ..RunSpec::default()
+        };
+        assert_eq!(loose.sandbox_within(&starter), starter);
+        let tight = RunSpec {
+            sandbox: Some(Mode::ReadOnly),
+            network: Some(Network::Off),
+            ..RunSpec::default()
+        };
+        let held = tight.sandbox_within(&starter);
+        assert_eq!((held.mode, held.network), (Mode::ReadOnly, Network::Off));
+        assert!(held.best_effort);
+        assert_eq!(RunSpec::default().sandbox_within(&starter), starter);
+        // YAML's bare on/off are booleans; they read as the settings they spell.
+        let run = ok("---\ndescription: d\nrun: {sandbox: off, network: off}\n---\nB\n").run;
+        let run = run.unwrap();
+        assert_eq!(
+            (run.sandbox, run.network),
+            (Some(Mode::Off), Some(Network::Off))
+        );
+        let run = ok("---\ndescription: d\nrun: {network: on}\n---\nB\n")
+            .run
+            .unwrap();
+        assert_eq!(run.network, Some(Network::On));
+        assert!(
+            err("---\ndescription: d\nrun: {sandbox: on}\n---\nB\n")
+                .contains("field `run.sandbox`: must be a non-empty string, got the boolean true")
+        );
     }
 
     #[test]

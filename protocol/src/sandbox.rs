@@ -222,6 +222,16 @@ pub struct Policy {
     pub best_effort: bool,
 }
 
+/// The policy that restricts nothing (what `off` everywhere asks).
+pub static UNRESTRICTED: Policy = Policy {
+    mode: Mode::Off,
+    network: Network::On,
+    write: Vec::new(),
+    write_git: false,
+    deny: Vec::new(),
+    best_effort: false,
+};
+
 impl Policy {
     /// Whether it restricts anything.
     #[must_use]
@@ -677,6 +687,7 @@ mod tests {
                 .is_empty()
         );
         assert!(!Policy::default().is_active());
+        assert_eq!(UNRESTRICTED, Policy::default());
         assert!(!Policy::default().at(Path::new("/w")).unwrap().is_active());
         let network_only = Policy {
             network: Network::Off,

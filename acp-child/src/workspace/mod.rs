@@ -42,6 +42,9 @@ pub(crate) enum ToolError {
     RootNotDirectory { cwd: PathBuf },
     #[error("no path given; name a file inside the session directory")]
     EmptyPath,
+    /// The command's sandbox cannot be had here (or could not be prepared); nothing ran.
+    #[error("{0}")]
+    Sandbox(String),
     #[error(
         "refused: {requested} is outside the session directory {}; use a path inside it",
         root.display()

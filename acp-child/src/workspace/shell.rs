@@ -16,6 +16,12 @@
 //! delegation standing (`ACP_HOST_DEPTH` and `ACP_HOST_MAX_DEPTH`, `protocol::depth`; the cap
 //! lowered by the session's own `maxDepth`), so an `acp-host run` inside it starts its agent one
 //! level deeper, even when this agent was started by an editor without them.
+//!
+//! The command runs in the sandbox the person chose (`--command-sandbox`, `--command-network`;
+//! by default `workspace-write` with the network off, best effort), held to the one this agent
+//! itself runs in (`ACP_HOST_SANDBOX`): acp-host's library prepares it and the shell enters it
+//! before its exec, so everything the command starts is confined too. A failure that looks like
+//! the sandbox's refusal gets a note saying what the sandbox allows and how to ask for more.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -48,6 +54,8 @@ pub(crate) enum Ended {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct CommandOutput {
     pub(crate) ended: Ended,
+    /// The sandbox it ran in, if any.
+    pub(crate) sandbox: Option<protocol::sandbox::Report>,
     /// Its standard output (the first [`MAX_STREAM_BYTES`], lossy UTF-8).
     pub(crate) stdout: Captured,
     /// Its standard error (the first [`MAX_STREAM_BYTES`], lossy UTF-8).
@@ -82,6 +90,11 @@ impl CommandOutput {
             ),
             Ended::Cancelled => "cancelled by the user and killed".to_owned(),
         };
+        if let Some(sandbox) = &self.sandbox
+            && sandbox.enforced != protocol::sandbox::Enforced::Full
+        {
+            let _ = write!(text, "\n[{}]", sandbox.describe());
+        }
         for (name, captured) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             if captured.total == 0 {
                 continue;
@@ -100,8 +113,58 @@ impl CommandOutput {
                 );
             }
         }
+        if let Some(sandbox) = &self.sandbox
+            && !self.succeeded()
+            && looks_refused(&self.stderr.bytes)
+        {
+            let _ = write!(
+                text,
+                "\n[the command ran in a {}: it may write only {}; credential folders are \
+                 unreadable; the network is {}. If it needs more, call run_command again with \
+                 outside_sandbox: true, which asks the user]",
+                sandbox.describe(),
+                if sandbox.writable.is_empty() {
+                    "its temporary folder".to_owned()
+                } else {
+                    sandbox.writable.join(", ")
+                },
+                sandbox.network,
+            );
+        }
         text
     }
+}
+
+/// Whether a failed command's stderr reads like a sandbox's refusal.
+fn looks_refused(stderr: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(stderr);
+    [
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+    ]
+    .iter()
+    .any(|refusal| text.contains(refusal))
+}
+
+/// The sandbox a command runs in: `policy` at `cwd`, held to the one this agent runs in.
+fn standing(
+    policy: &protocol::sandbox::Policy,
+    cwd: &Path,
+) -> Result<protocol::sandbox::Standing, ToolError> {
+    use protocol::sandbox::Standing;
+    let own = std::env::var(protocol::env_vars::ACP_HOST_SANDBOX).ok();
+    let floor = match Standing::inherited(own.as_deref()) {
+        Ok(floor) => floor,
+        Err((strictest, why)) => {
+            tracing::warn!(%why, "the inherited sandbox cannot be read; commands run in the strictest");
+            Some(strictest)
+        }
+    };
+    let standing = policy
+        .at(cwd)
+        .map_err(|err| ToolError::Sandbox(err.to_string()))?;
+    Ok(floor.map_or_else(|| standing.clone(), |floor| standing.within(&floor)))
 }
 
 /// Runs `command` with `sh -c` in `cwd`, standing at `budget` (the session's: this agent's own,
@@ -113,11 +176,33 @@ pub(crate) async fn run(
     timeout: Duration,
     cancel: &CancellationToken,
     budget: Option<protocol::depth::Budget>,
+    sandbox: &protocol::sandbox::Policy,
 ) -> Result<CommandOutput, ToolError> {
     let mut shell = tokio::process::Command::new("sh");
     if let Some(budget) = budget {
         shell.envs(budget.env());
     }
+    // Kept until the command is done: its temporary folder goes with it.
+    let standing = standing(sandbox, cwd)?;
+    shell.env_remove(protocol::env_vars::ACP_HOST_SANDBOX);
+    let confinement = if standing.is_active() {
+        let env = std::env::vars_os().collect();
+        let place = acp_host::sandbox::Place {
+            env: &env,
+            sessions: Vec::new(),
+        };
+        let confinement = acp_host::sandbox::confine(&standing, &place)
+            .map_err(|err| ToolError::Sandbox(protocol::report::describe(&err)))?;
+        if let Some(temp) = confinement.temp_dir() {
+            shell.env("TMPDIR", temp);
+        }
+        shell.env(protocol::env_vars::ACP_HOST_SANDBOX, standing.env_value());
+        let confinement = Arc::new(confinement);
+        acp_host::process::confine_command(&mut shell, Arc::clone(&confinement));
+        Some(confinement)
+    } else {
+        None
+    };
     let mut child = shell
         .arg("-c")
         .arg(command)
@@ -179,6 +264,7 @@ pub(crate) async fn run(
     };
     Ok(CommandOutput {
         ended,
+        sandbox: confinement.map(|confinement| confinement.report().clone()),
         stdout: take(&stdout),
         stderr: take(&stderr),
     })
@@ -234,6 +320,7 @@ mod tests {
             timeout,
             &CancellationToken::new(),
             None,
+            &protocol::sandbox::UNRESTRICTED,
         )
         .await
         .unwrap()
@@ -262,6 +349,7 @@ mod tests {
             Duration::from_secs(30),
             &CancellationToken::new(),
             None,
+            &protocol::sandbox::UNRESTRICTED,
         )
         .await
         .unwrap();
@@ -307,7 +395,8 @@ mod tests {
                 dir.path(),
                 Duration::from_mins(1),
                 &cancel,
-                None
+                None,
+                &protocol::sandbox::UNRESTRICTED,
             ),
             async move {
                 tokio::task::yield_now().await;
@@ -330,6 +419,7 @@ mod tests {
             Duration::from_mins(10),
             &never,
             None,
+            &protocol::sandbox::UNRESTRICTED,
         );
         // Drop the call once the grandchild is running, as a dropped turn task does.
         let pid = tokio::select! {

@@ -586,12 +586,17 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
             explicit.token_budget,
         ),
     };
+    // The person's sandbox flags, which a definition only tightens.
+    let sandbox = args
+        .sandbox
+        .policy(&run::resolve_cwd(None).map_err(|err| err.to_string())?)?;
+    let sandbox = run_spec.map_or_else(|| sandbox.clone(), |spec| spec.sandbox_within(&sandbox));
     if let Some(found) = &found {
         let names: Vec<String> = env
             .iter()
             .map(|forward| forward.name().to_owned())
             .collect();
-        subagent::check_trust(found, flag, &agent.command_line(), &names)?;
+        subagent::check_trust(found, flag, &agent.command_line(), &names, &sandbox)?;
     }
     let request = StartRequest {
         agent,
@@ -611,9 +616,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
                 settled.cost_budget.map(CostLimit::amount)
             }),
         },
-        sandbox: args
-            .sandbox
-            .policy(&run::resolve_cwd(None).map_err(|err| err.to_string())?)?,
+        sandbox,
     };
     Ok(request)
 }

@@ -34,6 +34,7 @@ pub(super) fn check_trust(
     flag: Option<PermissionPolicy>,
     command_line: &str,
     env: &[String],
+    sandbox: &protocol::sandbox::Policy,
 ) -> Result<(), String> {
     let found = &found.located;
     if found.source.trusted() || flag == Some(PermissionPolicy::Allow) {
@@ -55,10 +56,15 @@ pub(super) fn check_trust(
     } else {
         format!(", forwarding {}", env.join(", "))
     };
+    let sandbox = if sandbox.is_active() {
+        format!(" in sandbox {}, network {}", sandbox.mode, sandbox.network)
+    } else {
+        " without a sandbox".to_owned()
+    };
     Err(format!(
-        "subagent {name} needs your approval to run {command_line}{env}: {file} is a file of \
-         this folder, not one you named{changed}. Approve it with `acp-host trust --approve \
-         {file}`, or pass its folder with --subagents DIR",
+        "subagent {name} needs your approval to run {command_line}{env}{sandbox}: {file} is a \
+         file of this folder, not one you named{changed}. Approve it with `acp-host trust \
+         --approve {file}`, or pass its folder with --subagents DIR",
         name = found.definition.name,
         file = found.file.display(),
     ))

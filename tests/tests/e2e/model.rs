@@ -23,7 +23,7 @@ use acp_tests::{
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 
-use super::common::temp;
+use super::common::{json_run, temp};
 
 /// The key the tests forward; the mock requires it unless a test says otherwise.
 const KEY: &str = "test-key";
@@ -257,7 +257,7 @@ fn a_text_stream_prints_exactly_the_text_and_the_request_is_openai_shaped() {
             "search" => &["pattern", "path"],
             "write_file" => &["path", "content"],
             "edit_file" => &["path", "old_text", "new_text"],
-            "run_command" => &["command"],
+            "run_command" => &["command", "outside_sandbox"],
             other => panic!("unexpected tool {other}"),
         };
         assert_eq!(properties, expected.iter().copied().collect(), "{name}");
@@ -634,6 +634,77 @@ fn run_command_with_permission_allow_runs_in_the_session_directory() {
     assert_eq!(stdout(&out), "ran");
     assert_eq!(read(dir.path().join("made.txt")), "hi\n");
     tool_result(&chat_requests(&llm, 2)[1], "call_run_1");
+}
+
+#[test]
+fn run_command_runs_in_its_sandbox_says_so_when_refused_and_asks_to_leave_it() {
+    let dir = temp();
+    let inner = dir.path().join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    let escape = "echo in > inside.txt && echo out > ../outside.txt";
+    let sandboxed = llm(vec![
+        Reply::tool_call("call_run_1", "run_command", &json!({"command": escape}), 2),
+        Reply::tool_call(
+            "call_run_2",
+            "run_command",
+            &json!({"command": "echo out > ../outside.txt", "outside_sandbox": true}),
+            2,
+        ),
+        Reply::text(["ran"]),
+    ]);
+    let (_, result) = json_run(
+        model_host(
+            &inner,
+            &sandboxed,
+            &[],
+            &["--permission", "allow", "--json"],
+        )
+        .arg("escape"),
+        0,
+    );
+    assert_eq!(result["output"], "ran");
+    let requests = chat_requests(&sandboxed, 3);
+    let refused = tool_result(&requests[1], "call_run_1");
+    assert!(read(inner.join("inside.txt")) == "in\n", "{refused}");
+    assert!(refused.starts_with("exit code: "), "{refused}");
+    assert!(
+        refused
+            .contains("[the command ran in a sandbox workspace-write, network off, Landlock ABI")
+            && refused.contains("call run_command again with outside_sandbox: true"),
+        "{refused}"
+    );
+    // Outside the sandbox, through the same permission request, titled so.
+    assert_eq!(read(dir.path().join("outside.txt")), "out\n");
+    let titles: Vec<&str> = result["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|decision| decision["title"].as_str())
+        .collect();
+    assert!(
+        titles
+            .iter()
+            .any(|title| title.ends_with("(outside the sandbox)")),
+        "{titles:?}"
+    );
+
+    // The person can turn it off.
+    std::fs::remove_file(dir.path().join("outside.txt")).unwrap();
+    let open = llm(vec![
+        Reply::tool_call("call_run_1", "run_command", &json!({"command": escape}), 2),
+        Reply::text(["ran"]),
+    ]);
+    let out = run_to_end(
+        model_host(
+            &inner,
+            &open,
+            &["--command-sandbox", "off"],
+            &["--permission", "allow"],
+        )
+        .arg("escape"),
+    );
+    assert_code(&out, 0, &open);
+    assert_eq!(read(dir.path().join("outside.txt")), "out\n");
 }
 
 #[test]

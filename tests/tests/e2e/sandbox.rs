@@ -533,3 +533,66 @@ fn batch_takes_the_flag_and_a_line_only_tightens_it() {
     assert_eq!(probe("a").as_deref(), Some("write inside: ok\n"));
     assert_eq!(probe("b"), None);
 }
+
+#[test]
+fn a_definition_only_tightens_the_sandbox_and_its_approval_names_it() {
+    let scene = scene();
+    let tries = file_tries(&scene);
+    let definition = |name: &str, run: &str| {
+        let agent = serde_json::to_string(&prober(&tries)).unwrap();
+        let folder = scene.work.join("subagents");
+        std::fs::create_dir_all(&folder).unwrap();
+        let file = folder.join(format!("{name}.md"));
+        std::fs::write(
+            &file,
+            format!("---\ndescription: d\nrun: {{agent: {agent}, {run}}}\n---\nBody.\n"),
+        )
+        .unwrap();
+        file.canonicalize().unwrap()
+    };
+    let loose = definition("loose", "sandbox: off, network: on");
+    let tight = definition("tight", "sandbox: read-only, network: \"off\"");
+
+    // A repository definition asks first, and says which sandbox it would run in.
+    let out = run_to_end(scene.host("run").args([
+        "--sandbox",
+        "workspace-write",
+        "--subagent",
+        "loose",
+        "hi",
+    ]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).contains(" in sandbox workspace-write, network on: "),
+        "{}",
+        stderr(&out)
+    );
+    for file in [&loose, &tight] {
+        acp_tests::approve_definition_in(file, &scene.state);
+    }
+
+    // `sandbox: off` under the person's workspace-write stays workspace-write.
+    let (_, result) = json_run(
+        scene.host("run").args([
+            "--json",
+            "--sandbox",
+            "workspace-write",
+            "--subagent",
+            "loose",
+            "hi",
+        ]),
+        0,
+    );
+    assert_eq!(result["sandbox"]["mode"], "workspace-write");
+    assert_eq!(scene.probe(), CONFINED);
+
+    // A stricter definition tightens a run that asked for none.
+    let (_, result) = json_run(
+        scene
+            .host("run")
+            .args(["--json", "--subagent", "tight", "hi"]),
+        0,
+    );
+    assert_eq!(result["sandbox"]["mode"], "read-only");
+    assert_eq!(result["sandbox"]["network"], "off");
+}

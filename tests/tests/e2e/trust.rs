@@ -160,6 +160,7 @@ async fn an_editor_is_asked_once_with_the_whole_start_and_a_rejection_starts_not
             // Capped at the parent's --subagent-permission (relay by default).
             "permission": "relay",
             "context": "fresh",
+            "sandbox": "none",
         }))
     );
     let Some(ToolCallContent::Content(content)) = fields.content.as_ref().and_then(|c| c.first())
@@ -172,7 +173,7 @@ async fn an_editor_is_asked_once_with_the_whole_start_and_a_rejection_starts_not
         format!(
             "Subagent x is defined in {}, a file of this folder (not one you named). Starting it \
              runs:\n\n    {PWN_COMMAND}\n\nforwarding ACP_TEST_KEY; its own permission requests: \
-             relay.",
+             relay; its sandbox: none.",
             file.display()
         )
     );
@@ -237,8 +238,8 @@ async fn a_forking_definitions_approval_says_the_child_starts_from_this_conversa
     let text = text["text"].as_str().unwrap();
     assert!(
         text.ends_with(
-            "relay. It starts from a copy of this conversation: it reads this session's completed \
-             turns from this agent's state directory."
+            "relay; its sandbox: none. It starts from a copy of this conversation: it reads this \
+             session's completed turns from this agent's state directory."
         ),
         "{text}"
     );
@@ -420,8 +421,9 @@ fn run_subagent_refuses_an_unapproved_repository_definition_and_caps_its_permiss
         stderr(&out),
         format!(
             "acp-host: error: subagent writer needs your approval to run {command}, forwarding \
-             ACP_TEST_KEY: {file} is a file of this folder, not one you named. Approve it with \
-             `acp-host trust --approve {file}`, or pass its folder with --subagents DIR\n",
+             ACP_TEST_KEY without a sandbox: {file} is a file of this folder, not one you named. \
+             Approve it with `acp-host trust --approve {file}`, or pass its folder with \
+             --subagents DIR\n",
             file = file.display()
         )
     );

@@ -35,6 +35,8 @@ pub(super) struct Asking {
     /// Whether the child starts from a copy of this conversation (`context: fork`): it then reads
     /// this session's saved turns, so the person is told, beside what it runs.
     pub(super) fork: bool,
+    /// The sandbox it starts in (`workspace-write, network off`, or `none`).
+    pub(super) sandbox: String,
 }
 
 impl Asking {
@@ -69,9 +71,10 @@ pub(super) async fn approve(
     let mut text = format!(
         "Subagent {name} is defined in {file}, a file of this folder (not one you named). \
          Starting it runs:\n\n    {command}\n\nforwarding {env}; its own permission requests: \
-         {permission}.",
+         {permission}; its sandbox: {sandbox}.",
         file = asking.file.display(),
         command = asking.command,
+        sandbox = asking.sandbox,
     );
     let context = if asking.fork {
         text.push_str(
@@ -92,6 +95,7 @@ pub(super) async fn approve(
             "env": asking.env,
             "permission": permission,
             "context": context,
+            "sandbox": asking.sandbox,
         }));
     let options = vec![
         PermissionOption::new(

@@ -107,6 +107,9 @@ pub struct SubagentOptions {
     /// `--child-idle-timeout`: how long a child that answered (foreground or background) stays
     /// alive for a `send_message`; zero ends every child with its run.
     pub child_idle_timeout: Duration,
+    /// `--subagent-sandbox`, `--subagent-network`: every child's sandbox, which a definition
+    /// only tightens (and this agent's own sandbox bounds anyway).
+    pub sandbox: protocol::sandbox::Policy,
 }
 
 /// `--subagent-agents` names something that cannot be a subagent.
@@ -233,6 +236,7 @@ pub struct Subagents {
     inherited_token_budget: Option<u64>,
     background: bool,
     pub(super) idle_timeout: Option<Duration>,
+    sandbox: protocol::sandbox::Policy,
 }
 
 /// A start that passed validation (and, for a repository definition, the person's approval):
@@ -341,6 +345,7 @@ impl Subagents {
             background: !options.no_background,
             idle_timeout: (!options.child_idle_timeout.is_zero())
                 .then_some(options.child_idle_timeout),
+            sandbox: options.sandbox,
         })
     }
 
@@ -541,7 +546,7 @@ impl Subagents {
                 // A definition's `costBudget`, held against the cost the child reports.
                 cost: settled.cost_budget.map(protocol::usage::CostLimit::amount),
             },
-            sandbox: protocol::sandbox::Policy::default(),
+            sandbox: launch.run.sandbox_within(&self.sandbox),
         };
         (request, permission)
     }
@@ -596,6 +601,14 @@ impl Subagents {
                 .collect(),
             permission,
             fork: forks,
+            sandbox: if request.sandbox.is_active() {
+                format!(
+                    "{}, network {}",
+                    request.sandbox.mode, request.sandbox.network
+                )
+            } else {
+                "none".to_owned()
+            },
         };
         let cap = turn.memory().settings().max_depth;
         let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {

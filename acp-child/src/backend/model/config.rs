@@ -62,6 +62,9 @@ pub struct ModelOptions {
     pub context_window: Option<u64>,
     /// `--price-input`, `--price-output`, `--price-currency`: what a reported cost is priced at.
     pub pricing: Option<Pricing>,
+    /// `--command-sandbox`, `--command-network`: `run_command`'s sandbox, when the person chose.
+    pub command_sandbox: Option<protocol::sandbox::Mode>,
+    pub command_network: Option<protocol::sandbox::Network>,
 }
 
 /// An API key and the variable it came from.
@@ -108,6 +111,25 @@ pub struct ModelConfig {
     pub(crate) context_window: Option<u64>,
     /// What a cost is priced at; `None`: no cost is reported.
     pub(crate) pricing: Option<Pricing>,
+    /// The sandbox `run_command` runs in ([`command_sandbox`]).
+    pub(crate) command_sandbox: protocol::sandbox::Policy,
+}
+
+/// `run_command`'s sandbox: what the person chose (`--command-sandbox`, `--command-network`; held
+/// strictly: a kernel that cannot enforce it refuses the command), else `workspace-write` with
+/// the network off, run with what the kernel enforces (a default nobody chose must not make
+/// every command fail on an older kernel; the tool result says what did not hold).
+#[must_use]
+pub(crate) fn command_sandbox(
+    mode: Option<protocol::sandbox::Mode>,
+    network: Option<protocol::sandbox::Network>,
+) -> protocol::sandbox::Policy {
+    protocol::sandbox::Policy {
+        best_effort: mode.is_none() && network.is_none(),
+        mode: mode.unwrap_or(protocol::sandbox::Mode::WorkspaceWrite),
+        network: network.unwrap_or(protocol::sandbox::Network::Off),
+        ..protocol::sandbox::Policy::default()
+    }
 }
 
 #[derive(Debug, Error)]
@@ -197,6 +219,7 @@ impl ModelConfig {
             ),
             context_window: options.context_window.filter(|size| *size > 0),
             pricing: options.pricing,
+            command_sandbox: command_sandbox(options.command_sandbox, options.command_network),
         }))
     }
 
@@ -252,6 +275,23 @@ mod tests {
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
             .collect();
         ModelConfig::resolve(options, |name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn commands_default_to_workspace_write_without_network_best_effort() {
+        use protocol::sandbox::{Mode, Network};
+        let default = command_sandbox(None, None);
+        assert_eq!(
+            (default.mode, &default.network, default.best_effort),
+            (Mode::WorkspaceWrite, &Network::Off, true)
+        );
+        let chosen = command_sandbox(Some(Mode::ReadOnly), None);
+        assert_eq!(
+            (chosen.mode, &chosen.network, chosen.best_effort),
+            (Mode::ReadOnly, &Network::Off, false)
+        );
+        let open = command_sandbox(Some(Mode::Off), Some(Network::On));
+        assert!(!open.is_active());
     }
 
     fn with_model() -> ModelOptions {

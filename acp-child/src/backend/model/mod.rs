@@ -62,7 +62,11 @@ impl Model {
         config: ModelConfig,
         subagents: Option<Arc<Subagents>>,
     ) -> Result<Self, ClientBuildError> {
-        let tools = Toolbox::standard(config.command_timeout, subagents.is_some());
+        let tools = Toolbox::standard(
+            config.command_timeout,
+            &config.command_sandbox,
+            subagents.is_some(),
+        );
         let store = Arc::new(Store::new(config.state_dir.clone()));
         let client = ModelClient::new(Arc::new(config))?;
         let listed = Arc::new(OnceLock::new());

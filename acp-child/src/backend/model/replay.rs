@@ -124,7 +124,11 @@ mod tests {
                 tool_calls: vec![],
             },
         ];
-        let tools = Toolbox::standard(std::time::Duration::from_secs(1), false);
+        let tools = Toolbox::standard(
+            std::time::Duration::from_secs(1),
+            &protocol::sandbox::Policy::default(),
+            false,
+        );
         let updates = updates(&tools, &history, &workspace, &Memory::default());
         assert_eq!(updates.len(), 5);
         assert!(matches!(&updates[0], SessionUpdate::UserMessageChunk(_)));
@@ -169,7 +173,11 @@ mod tests {
             failed: false,
         };
         let history = vec![reply(), result("first"), reply(), result("second")];
-        let tools = Toolbox::standard(std::time::Duration::from_secs(1), false);
+        let tools = Toolbox::standard(
+            std::time::Duration::from_secs(1),
+            &protocol::sandbox::Policy::default(),
+            false,
+        );
         let shown: Vec<(String, Vec<ToolCallContent>)> =
             updates(&tools, &history, &workspace, &Memory::default())
                 .into_iter()

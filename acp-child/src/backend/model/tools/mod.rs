@@ -206,7 +206,11 @@ impl Toolbox {
     /// Every built-in tool; `run_command` kills a command after `command_timeout`; with
     /// `delegation`, `subagent` and the tools reaching its children (`task_output`, `task_list`,
     /// `task_kill`, `send_message`, `list_agents`; waits bounded by `command_timeout`).
-    pub(crate) fn standard(command_timeout: Duration, delegation: bool) -> Self {
+    pub(crate) fn standard(
+        command_timeout: Duration,
+        command_sandbox: &protocol::sandbox::Policy,
+        delegation: bool,
+    ) -> Self {
         let mut tools: Vec<Box<dyn Tool>> = vec![
             Box::new(read_file::ReadFile),
             Box::new(list_dir::ListDir),
@@ -215,6 +219,7 @@ impl Toolbox {
             Box::new(edit_file::EditFile),
             Box::new(run_command::RunCommand {
                 timeout: command_timeout,
+                sandbox: command_sandbox.clone(),
             }),
         ];
         if delegation {
@@ -456,7 +461,11 @@ mod tests {
     use super::*;
 
     fn toolbox() -> Toolbox {
-        Toolbox::standard(Duration::from_secs(1), false)
+        Toolbox::standard(
+            Duration::from_secs(1),
+            &protocol::sandbox::Policy::default(),
+            false,
+        )
     }
 
     /// `(kind, title, permission)` of a call.

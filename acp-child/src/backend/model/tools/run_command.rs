@@ -1,5 +1,8 @@
 //! `run_command`: a shell command in the session directory, after the user approved it, killed
-//! after the configured timeout or on cancellation (see [`crate::workspace::shell`]).
+//! after the configured timeout or on cancellation, in the command sandbox (see
+//! [`crate::workspace::shell`]). `outside_sandbox: true` asks to run it without that sandbox:
+//! the permission request (the same one every command goes through) says so in its title, so the
+//! person decides; this agent's own sandbox, if it runs in one, still holds.
 
 use std::time::Duration;
 
@@ -19,17 +22,24 @@ const TITLE_CHARS: usize = 80;
 
 pub(super) struct RunCommand {
     pub(super) timeout: Duration,
+    /// `--command-sandbox`, `--command-network`.
+    pub(super) sandbox: protocol::sandbox::Policy,
 }
 
 #[derive(Deserialize)]
 struct Args {
     command: String,
+    #[serde(default)]
+    outside_sandbox: bool,
 }
 
-/// A parsed call, with the tool's timeout.
+/// A parsed call, with the tool's timeout and the sandbox it runs in.
 struct RunCall {
     command: String,
     timeout: Duration,
+    sandbox: protocol::sandbox::Policy,
+    /// Asked to run outside the command sandbox (the person is asked as for every command).
+    outside: bool,
 }
 
 impl Tool for RunCommand {
@@ -38,12 +48,15 @@ impl Tool for RunCommand {
     }
 
     fn description(&self) -> &'static str {
-        "Run a shell command (sh -c) in the working directory, with a timeout. Returns the exit code and output (capped). The user approves each command."
+        "Run a shell command (sh -c) in the working directory, with a timeout, in a sandbox (by default it may write only the working directory, not .git, and has no network). Returns the exit code and output (capped). The user approves each command; outside_sandbox: true asks the user to run it without the sandbox, for a command the sandbox refused."
     }
 
     fn parameters(&self) -> (Value, &'static [&'static str]) {
         (
-            json!({"command": {"type": "string", "description": "the command line"}}),
+            json!({
+                "command": {"type": "string", "description": "the command line"},
+                "outside_sandbox": {"type": "boolean", "description": "run without the command sandbox (the user is asked); only after a sandboxed run was refused"}
+            }),
             &["command"],
         )
     }
@@ -57,10 +70,15 @@ impl Tool for RunCommand {
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
-        let Args { command } = serde_json::from_value(arguments)?;
+        let Args {
+            command,
+            outside_sandbox,
+        } = serde_json::from_value(arguments)?;
         Ok(Box::new(RunCall {
             command,
             timeout: self.timeout,
+            sandbox: self.sandbox.clone(),
+            outside: outside_sandbox && self.sandbox.is_active(),
         }))
     }
 }
@@ -71,6 +89,9 @@ impl Call for RunCall {
         let mut title = format!("Run {}", cut(first, TITLE_CHARS));
         if self.command.lines().nth(1).is_some() {
             title.push_str(" …");
+        }
+        if self.outside {
+            title.push_str(" (outside the sandbox)");
         }
         title
     }
@@ -94,6 +115,11 @@ impl Call for RunCall {
                 self.timeout,
                 cx.turn.cancellation(),
                 budget,
+                if self.outside {
+                    &protocol::sandbox::UNRESTRICTED
+                } else {
+                    &self.sandbox
+                },
             )
             .await;
             Ok(match ran {
