@@ -596,3 +596,32 @@ fn a_definition_only_tightens_the_sandbox_and_its_approval_names_it() {
     assert_eq!(result["sandbox"]["mode"], "read-only");
     assert_eq!(result["sandbox"]["network"], "off");
 }
+
+#[test]
+fn acp_childs_subagents_run_in_its_subagent_sandbox() {
+    let scene = scene();
+    let defs = temp();
+    let agent = serde_json::to_string(&prober(&file_tries(&scene))).unwrap();
+    std::fs::write(
+        defs.path().join("probe.md"),
+        format!("---\ndescription: probes\nrun: {{agent: {agent}}}\n---\nProbe.\n"),
+    )
+    .unwrap();
+    let parent = shell_words::join([
+        bin("acp-child").display().to_string().as_str(),
+        "--subagent-sandbox",
+        "workspace-write",
+        "--subagents",
+        defs.path().to_str().unwrap(),
+    ]);
+    let (_, result) = json_run(
+        scene
+            .host("run")
+            .args(["--json", "--agent", &parent, "/delegate probe go"]),
+        0,
+    );
+    assert_eq!(result["status"], "completed");
+    // The parent itself ran unconfined; its child did not.
+    assert_eq!(result.get("sandbox"), None);
+    assert_eq!(scene.probe(), CONFINED);
+}
