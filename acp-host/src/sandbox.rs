@@ -31,7 +31,10 @@
 //! What it does not hold, said plainly (README "Sandbox"): a denied file reached by another
 //! path (a hard link, a bind mount elsewhere) stays readable there; the names inside a denied
 //! folder can be listed; UDP is refused as a whole under `off` and `tcp:` (the kernel cannot
-//! limit it by port); anything the agent may read it may send wherever the network lets it.
+//! limit it by port); anything the agent may read it may send wherever the network lets it; a
+//! path Unix socket (a session bus, a Docker socket) can be connected to (Landlock refuses that
+//! only from ABI 9, which this build does not ask for yet: it caps the ABI at 7, what it is
+//! tested on).
 //!
 //! Invariants: everything is prepared in the host (the forked child allocates nothing); a path
 //! that cannot be opened or listed is left out (fail closed: less access, never more); the

@@ -76,6 +76,18 @@ impl Scene {
         cmd
     }
 
+    /// `acp-host run --json FLAGS --agent AGENT hi`, which must complete: its result record.
+    fn run(&self, flags: &[&str], agent: &str) -> Value {
+        let (_, result) = json_run(
+            self.host("run")
+                .arg("--json")
+                .args(flags)
+                .args(["--agent", agent, "hi"]),
+            0,
+        );
+        result
+    }
+
     /// The probe's lines, as the agent wrote them.
     fn probe(&self) -> String {
         std::fs::read_to_string(self.work.join("probe.txt")).unwrap_or_default()
@@ -189,17 +201,7 @@ fn a_workspace_write_agent_writes_only_inside_and_reads_no_credentials() {
 fn read_only_writes_nothing_but_its_temporary_folder_and_off_is_unconfined() {
     let scene = scene();
     let tries = file_tries(&scene);
-    let (_, result) = json_run(
-        scene.host("run").args([
-            "--json",
-            "--sandbox",
-            "read-only",
-            "--agent",
-            &prober(&tries),
-            "hi",
-        ]),
-        0,
-    );
+    let result = scene.run(&["--sandbox", "read-only"], &prober(&tries));
     assert_eq!(result["sandbox"]["mode"], "read-only");
     // The probe itself cannot be written in its working directory: the run still completes.
     assert_eq!(scene.probe(), "");
@@ -207,12 +209,7 @@ fn read_only_writes_nothing_but_its_temporary_folder_and_off_is_unconfined() {
 
     // The same agent without a sandbox does everything (the tries are real), and the record
     // has no `sandbox`.
-    let (_, result) = json_run(
-        scene
-            .host("run")
-            .args(["--json", "--agent", &prober(&tries), "hi"]),
-        0,
-    );
+    let result = scene.run(&[], &prober(&tries));
     assert_eq!(result.get("sandbox"), None);
     assert_eq!(
         scene.probe(),
@@ -236,17 +233,7 @@ fn git_stays_read_only_unless_asked_and_new_files_still_go_anywhere_else() {
         ("new top-level file", "echo x > NEW.md".to_owned()),
         ("new nested file", "echo x > src/new.rs".to_owned()),
     ];
-    let (_, result) = json_run(
-        scene.host("run").args([
-            "--json",
-            "--sandbox",
-            "workspace-write",
-            "--agent",
-            &prober(&tries),
-            "hi",
-        ]),
-        0,
-    );
+    let result = scene.run(&["--sandbox", "workspace-write"], &prober(&tries));
     assert_eq!(
         scene.probe(),
         "git config: denied\ngit hook: denied\nnew top-level file: ok\nnew nested file: ok\n"
@@ -260,17 +247,9 @@ fn git_stays_read_only_unless_asked_and_new_files_still_go_anywhere_else() {
         serde_json::json!([scene.work.join(".git").display().to_string()])
     );
 
-    json_run(
-        scene.host("run").args([
-            "--json",
-            "--sandbox",
-            "workspace-write",
-            "--sandbox-write-git",
-            "--agent",
-            &prober(&tries),
-            "hi",
-        ]),
-        0,
+    scene.run(
+        &["--sandbox", "workspace-write", "--sandbox-write-git"],
+        &prober(&tries),
     );
     assert_eq!(
         scene.probe(),
@@ -294,20 +273,7 @@ fn network_off_refuses_tcp_and_udp_and_tcp_port_allows_that_port_only() {
                 .to_owned(),
         ),
     ];
-    let run = |network: &str| {
-        json_run(
-            scene.host("run").args([
-                "--json",
-                "--network",
-                network,
-                "--agent",
-                &prober(&tries),
-                "hi",
-            ]),
-            0,
-        )
-        .1
-    };
+    let run = |network: &str| scene.run(&["--network", network], &prober(&tries));
     let result = run("off");
     assert_eq!(
         scene.probe(),
@@ -373,16 +339,9 @@ fn a_child_of_a_sandboxed_agent_is_at_least_as_confined_whatever_it_asks() {
         "hi",
     ]);
     let script = format!("{inner} > inner.json; exec {}", mock(&["hello"]));
-    let (_, result) = json_run(
-        scene.host("run").args([
-            "--json",
-            "--sandbox",
-            "workspace-write",
-            "--agent",
-            &shell_words::join(["bash", "-c", &script]),
-            "hi",
-        ]),
-        0,
+    let result = scene.run(
+        &["--sandbox", "workspace-write"],
+        &shell_words::join(["bash", "-c", &script]),
     );
     assert_eq!(result["sandbox"]["enforced"], "full");
     let inner = std::fs::read_to_string(scene.work.join("inner.json")).unwrap();
