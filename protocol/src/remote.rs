@@ -6,13 +6,16 @@
 //!   the agent process for such a URL, where the token comes from (never its value);
 //! - [`parse_token`]: what a token file or variable holds, checked once (one line, printable,
 //!   usable as a bearer credential);
-//! - [`check_listen`]: whether `acp-host serve` may listen where it was asked to without a token.
+//! - [`check_listen`]: whether `acp-host serve` may listen where it was asked to without a token;
+//! - [`check_browser`]: whether a request to `acp-host serve` may be a web page's (a foreign
+//!   `Host` after DNS rebinding, an `Origin`), checked on every route before anything else.
 //!
 //! Invariants: a token's value never appears in an argument list, an error message or a `Debug`
-//! rendering; only loopback addresses may serve without a token.
+//! rendering; only loopback addresses may serve without a token, and then only to requests that
+//! name a loopback host; no request carrying an `Origin` (a browser's) is served.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 /// The URL schemes the transport speaks (`agent-client-protocol-http`'s client).
@@ -152,6 +155,62 @@ pub fn check_listen(
     }
 }
 
+/// Why `acp-host serve` refused a request as a web page's (the header's value is not echoed: it
+/// is the requester's text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BrowserRefusal {
+    #[error(
+        "requests from browser pages are refused (the request carries an Origin header; ACP \
+         clients send none)"
+    )]
+    Origin,
+    #[error(
+        "a server without a token (--insecure-no-auth) answers only requests to a loopback host \
+         (localhost, 127.0.0.1, [::1]); this one names another (a web page after DNS rebinding?)"
+    )]
+    ForeignHost,
+}
+
+/// Whether a request may be served: none that carries an `Origin` (every browser sends one on a
+/// POST and a WebSocket upgrade, same-origin after DNS rebinding included; ACP clients send
+/// none), and, when `loopback_only` (a server without a token), none whose `host` (the `Host`
+/// header or the URI's authority; `None` when absent) is not a loopback name: a page whose name
+/// was rebound to 127.0.0.1 still sends its own name.
+pub fn check_browser(
+    host: Option<&[u8]>,
+    has_origin: bool,
+    loopback_only: bool,
+) -> Result<(), BrowserRefusal> {
+    if has_origin {
+        return Err(BrowserRefusal::Origin);
+    }
+    let loopback = host
+        .and_then(|host| std::str::from_utf8(host).ok())
+        .is_some_and(is_loopback_host);
+    if loopback_only && !loopback {
+        return Err(BrowserRefusal::ForeignHost);
+    }
+    Ok(())
+}
+
+/// `localhost`, an IPv4 loopback address or `[::1]`, with or without a port (and a final dot).
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        Some(_) if !host.ends_with(']') => return false,
+        _ => host,
+    };
+    if let Some(v6) = name
+        .strip_prefix('[')
+        .and_then(|name| name.strip_suffix(']'))
+    {
+        return v6.parse::<Ipv6Addr>().is_ok_and(|ip| ip.is_loopback());
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +299,63 @@ mod tests {
             check_listen(loopback, true, false, 0),
             Err(ListenError::NoConnections)
         );
+    }
+
+    #[test]
+    fn a_web_page_is_refused_and_a_tokenless_server_answers_loopback_names_only() {
+        for host in [
+            "localhost",
+            "LOCALHOST:8765",
+            "localhost.",
+            "127.0.0.1",
+            "127.1.2.3:80",
+            "[::1]",
+            "[::1]:8765",
+        ] {
+            assert_eq!(
+                check_browser(Some(host.as_bytes()), false, true),
+                Ok(()),
+                "{host}"
+            );
+        }
+        for host in [
+            "attacker.example:8765",
+            "localhost.attacker.example",
+            "localhost:",
+            "localhost:80x",
+            "10.0.0.1:80",
+            "[::2]:80",
+            "[::1",
+            "::1",
+            "",
+        ] {
+            assert_eq!(
+                check_browser(Some(host.as_bytes()), false, true),
+                Err(BrowserRefusal::ForeignHost),
+                "{host}"
+            );
+            // With a token, the host is a reverse proxy's business.
+            assert_eq!(check_browser(Some(host.as_bytes()), false, false), Ok(()));
+        }
+        assert_eq!(
+            check_browser(Some(b"\xff:80"), false, true),
+            Err(BrowserRefusal::ForeignHost)
+        );
+        assert_eq!(
+            check_browser(None, false, true),
+            Err(BrowserRefusal::ForeignHost)
+        );
+        assert_eq!(check_browser(None, false, false), Ok(()));
+        for loopback_only in [true, false] {
+            assert_eq!(
+                check_browser(Some(b"localhost"), true, loopback_only),
+                Err(BrowserRefusal::Origin)
+            );
+        }
+        for refusal in [BrowserRefusal::Origin, BrowserRefusal::ForeignHost] {
+            assert!(
+                refusal.to_string().contains("refused") || refusal.to_string().contains("loopback")
+            );
+        }
     }
 }

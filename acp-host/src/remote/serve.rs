@@ -5,9 +5,12 @@
 //! frames between the connection and the agent's pipes. A WebSocket upgrade never reaches the
 //! SDK: `super::websocket` relays it itself, so that a client that stops reading slows its agent
 //! down (the SDK's per-connection queues are unbounded). Around the SDK's router sit two layers
-//! of ours: the bearer token, checked on every request before anything else (401, nothing
-//! spawned), and a fast refusal (503) of a new connection while `max_connections` agents are
-//! alive (where WebSocket upgrades are taken aside).
+//! of ours: the bearer token, checked on every request (401, nothing spawned), and a fast
+//! refusal (503) of a new connection while `max_connections` agents are
+//! alive (where WebSocket upgrades are taken aside). Before them all, on every route (`/health`
+//! too), a web page's request is refused (403, `protocol::remote::check_browser`): one with an
+//! `Origin`, and, on a server without a token, one naming a host that is not loopback (a page
+//! after DNS rebinding).
 //!
 //! Invariants:
 //! - each connection's agent is an [`AgentProcess`] spawned with the environment `acp-host run`
@@ -165,7 +168,12 @@ impl Server {
                 authenticate,
             ));
         // `/health` answers without the token: a load balancer's probe reveals nothing else.
-        let app = acp.merge(axum::Router::new().route("/health", axum::routing::get(health)));
+        let app = acp
+            .merge(axum::Router::new().route("/health", axum::routing::get(health)))
+            .layer(middleware::from_fn_with_state(
+                Arc::clone(&shared),
+                refuse_browsers,
+            ));
         // Frames are small and interactive: without TCP_NODELAY an update followed by its
         // answer waits out the client's delayed ACK (40 ms a turn).
         let keepalive = keepalive(shared.config.stall_timeout);
@@ -281,6 +289,31 @@ impl Drop for StreamGuard {
         self.link.generation.fetch_add(1, Ordering::SeqCst);
         if self.link.streams.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.shared.arm_grace(&self.link);
+        }
+    }
+}
+
+/// A web page's request is refused before anything else (`protocol::remote::check_browser`).
+async fn refuse_browsers(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(axum::http::HeaderValue::as_bytes)
+        .or_else(|| request.uri().authority().map(|a| a.as_str().as_bytes()));
+    let has_origin = request.headers().contains_key(header::ORIGIN);
+    match protocol::remote::check_browser(host, has_origin, shared.config.token.is_none()) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            tracing::info!("refused a request: {refusal}");
+            (
+                StatusCode::FORBIDDEN,
+                format!("acp-host serve: {refusal}\n"),
+            )
+                .into_response()
         }
     }
 }

@@ -39,16 +39,19 @@ struct Serve {
 }
 
 impl Serve {
-    /// `acp-host serve` of `agent` with the suite's token and `extra` flags, once it listens.
+    /// `acp-host serve` of `agent` with the suite's token (unless `extra` has
+    /// `--insecure-no-auth`) and `extra` flags, once it listens.
     fn start(agent: &str, extra: &[&str]) -> Serve {
         let (dir, agents) = (temp(), temp());
         let token = dir.path().join("token");
         std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
-        let mut child = serve_command(dir.path())
-            .args(["--listen", "127.0.0.1:0", "--agent", agent, "--cwd"])
-            .arg(agents.path())
-            .arg("--token-file")
-            .arg(&token)
+        let mut cmd = serve_command(dir.path());
+        cmd.args(["--listen", "127.0.0.1:0", "--agent", agent, "--cwd"])
+            .arg(agents.path());
+        if !extra.contains(&"--insecure-no-auth") {
+            cmd.arg("--token-file").arg(&token);
+        }
+        let mut child = cmd
             .args(["--eof-grace", "2", "--term-grace", "2"])
             .args(extra)
             .stdin(Stdio::null())
@@ -1313,11 +1316,81 @@ fn a_websocket_upgrade_from_a_browser_origin_is_refused_and_nothing_is_spawned()
     );
     assert!(response.starts_with("HTTP/1.1 403"), "{response}");
     assert!(
-        response.contains("WebSocket upgrades from browser origins are refused"),
+        response.contains("requests from browser pages are refused"),
         "{response}"
     );
     assert!(!record.exists(), "an agent was spawned");
     assert!(processes_in(serve.agents.path()).is_empty());
+}
+
+/// A raw `initialize` POST to `/acp` with `headers` (each `Name: value\r\n`).
+fn initialize_with(headers: &str) -> String {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#;
+    format!(
+        "POST /acp HTTP/1.1\r\n{headers}Content-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn a_web_page_after_dns_rebinding_is_refused_on_every_route_and_nothing_is_spawned() {
+    let (dir, flags) = (temp(), temp());
+    let record = record_of(flags.path());
+    let mut serve = Serve::start(
+        &mock(&["hello", "--record", &record.display().to_string()]),
+        &["--insecure-no-auth"],
+    );
+    let port = serve.authority().rsplit(':').next().unwrap().to_owned();
+    let foreign = format!("Host: rebound.attacker.example:{port}\r\n");
+    let page = format!("Origin: http://rebound.attacker.example:{port}\r\n");
+    let loopback = format!("Host: 127.0.0.1:{port}\r\n");
+    // What a page's fetch sends once its name resolves to 127.0.0.1: its own Host, and its
+    // Origin on a POST; a cross-origin page sends a loopback Host with its Origin.
+    for (headers, refusal) in [
+        (
+            format!("{foreign}{page}"),
+            "requests from browser pages are refused",
+        ),
+        (foreign.clone(), "answers only requests to a loopback host"),
+        (
+            format!("{loopback}{page}"),
+            "requests from browser pages are refused",
+        ),
+    ] {
+        let response = raw_request(serve.authority(), &initialize_with(&headers));
+        assert!(
+            response.starts_with("HTTP/1.1 403"),
+            "{headers}: {response}"
+        );
+        assert!(response.contains(refusal), "{response}");
+    }
+    for (headers, status) in [(&foreign, "HTTP/1.1 403"), (&loopback, "HTTP/1.1 200")] {
+        let response = raw_request(
+            serve.authority(),
+            &format!("GET /health HTTP/1.1\r\n{headers}Connection: close\r\n\r\n"),
+        );
+        assert!(response.starts_with(status), "{headers}: {response}");
+    }
+    assert!(
+        !record.exists(),
+        "an agent was spawned: {:?}",
+        std::fs::read_to_string(&record)
+    );
+    // A client of the transport names the loopback address it dials: served, one agent.
+    let (_, result) = json_run(
+        host_run(dir.path()).args(["--json", "--agent", &serve.url, "hi"]),
+        0,
+    );
+    assert_eq!(result["output"], "hello from acp child", "{result}");
+    let starts = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(
+        starts.lines().filter(|l| l.starts_with("start ")).count(),
+        1,
+        "{starts}"
+    );
+    serve.finish();
 }
 
 /// The kernel's timer on the server's side of the TCP connection from `client` to
