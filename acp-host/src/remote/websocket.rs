@@ -161,8 +161,8 @@ async fn relay(socket: WebSocket, shared: Arc<Shared>, mut owned: Owned, pipes: 
     owned.tear_down().await;
 }
 
-/// A client's message as one line of the agent's stdin.
-fn one_line(text: &str) -> String {
+/// A message as one line (of an agent's stdin, of the bridge's stdout).
+pub(super) fn one_line(text: &str) -> String {
     if text.contains(['\n', '\r']) {
         text.replace(['\n', '\r'], " ")
     } else {

@@ -1440,3 +1440,85 @@ fn an_idle_connection_is_probed_so_a_vanished_client_cannot_hold_its_slot() {
     drop(client);
     serve.finish();
 }
+
+/// A WebSocket server on 127.0.0.1 that floods its one client with `frames` notifications of
+/// `bytes` each, answering nothing (the handshake never ends), says so on `flooded` once the
+/// socket took them all, then closes the connection when `close` says. Its URL.
+fn flooding_server(
+    frames: usize,
+    bytes: usize,
+) -> (
+    String,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}/acp", listener.local_addr().unwrap());
+    let (flooded_tx, flooded) = std::sync::mpsc::channel();
+    let (close, close_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let Ok(mut socket) = tungstenite::accept(stream) else {
+            return;
+        };
+        let frame = serde_json::json!({"jsonrpc": "2.0", "method": "_flood",
+            "params": {"pad": "x".repeat(bytes)}})
+        .to_string();
+        for _ in 0..frames {
+            if socket
+                .send(tungstenite::Message::text(frame.clone()))
+                .is_err()
+            {
+                return;
+            }
+        }
+        let _ = flooded_tx.send(());
+        let _ = close_rx.recv_timeout(HANG_GUARD);
+        let _ = socket.close(None);
+        let _ = socket.flush();
+    });
+    (url, flooded, close)
+}
+
+/// Frames of a flooding server (64 MiB), and how much the bridge may grow from its start while
+/// its run reads them (its runtime, its HTTP client, a frame in hand; it held the whole flood
+/// when it queued without a bound).
+const BRIDGE_FLOOD_FRAMES: usize = 1024;
+const BRIDGE_GROWTH_KIB: u64 = 48 * 1024;
+
+#[test]
+fn a_server_that_floods_the_bridge_is_slowed_down_and_the_bridge_stays_small() {
+    let dir = temp();
+    let (url, flooded, close) = flooding_server(BRIDGE_FLOOD_FRAMES, FLOOD_BYTES);
+    let run = host_run(dir.path())
+        .args(["--json", "--agent", &url, "hi"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut bridge = Vec::new();
+    assert!(
+        wait_until(HANG_GUARD, || {
+            bridge = agents_in(dir.path());
+            bridge.retain(|pid| *pid != run.id());
+            bridge.len() == 1
+        }),
+        "bridge: {bridge:?}"
+    );
+    let bridge = bridge[0];
+    let before = status_kib(bridge, "VmRSS");
+    // All of it sent: the bridge reads a frame only once its stdout took the last one.
+    flooded
+        .recv_timeout(HANG_GUARD * 2)
+        .expect("the flood was sent");
+    let peak = status_kib(bridge, "VmHWM");
+    close.send(()).unwrap();
+    let out = wait_output(run);
+    assert!(
+        peak < before + BRIDGE_GROWTH_KIB,
+        "the bridge peaked at {peak} KiB from {before} KiB while a server flooded it"
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(processes_in(dir.path()).is_empty());
+}
