@@ -89,7 +89,17 @@ pub(super) struct ServeArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
           default_value_t = Seconds(STALL_TIMEOUT))]
     stall_timeout: Seconds,
+
+    /// A connection that has made no authenticated request this long after it opened (its
+    /// headers sent slowly, or never) is closed; at most 128 such connections are open at once,
+    /// the oldest closed first.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(HEADER_TIMEOUT))]
+    header_timeout: Seconds,
 }
+
+/// Default `--header-timeout`: an honest client sends its headers at once.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Default `--stream-grace`: room for a client to reopen a dropped event stream.
 const STREAM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -209,6 +219,7 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
         },
         stream_grace: args.stream_grace.0,
         stall_timeout: args.stall_timeout.0,
+        header_timeout: args.header_timeout.0,
     };
     // The main thread: agents are spawned on it, and it lives as long as the server (see
     // `Server::run`).

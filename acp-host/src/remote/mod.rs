@@ -20,5 +20,6 @@
 pub mod backlog;
 pub mod bridge;
 mod bridge_ws;
+mod gate;
 pub mod serve;
 mod websocket;

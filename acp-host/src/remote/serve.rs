@@ -10,7 +10,8 @@
 //! alive (where WebSocket upgrades are taken aside). Before them all, on every route (`/health`
 //! too), a web page's request is refused (403, `protocol::remote::check_browser`): one with an
 //! `Origin`, and, on a server without a token, one naming a host that is not loopback (a page
-//! after DNS rebinding).
+//! after DNS rebinding). Beneath them all, `super::gate` times and caps the connections that have
+//! made no authenticated request yet.
 //!
 //! Invariants:
 //! - each connection's agent is an [`AgentProcess`] spawned with the environment `acp-host run`
@@ -44,11 +45,10 @@ use std::time::Duration;
 
 use agent_client_protocol::{Agent, Client, ConnectTo, Lines};
 use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt as _;
 use futures::{StreamExt as _, TryStreamExt as _};
 use protocol::remote::Token;
 use protocol::request::AgentCommand;
@@ -60,6 +60,7 @@ use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::backlog::Backlog;
+use super::gate::Admission;
 use crate::process::{AgentPipes, AgentProcess, Graces, SpawnSpec, StderrSink};
 use crate::run::{DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYTES, Prepared};
 
@@ -89,6 +90,9 @@ pub struct ServeConfig {
     /// How long the agent's output may wait for a client that takes none of it before the
     /// client is taken for dead and its connection and agent end.
     pub stall_timeout: Duration,
+    /// How long a connection may go without an authenticated request before it is closed (a
+    /// client that sends its headers slowly, or never; see `gate`).
+    pub header_timeout: Duration,
 }
 
 /// The server could not start.
@@ -174,17 +178,12 @@ impl Server {
                 Arc::clone(&shared),
                 refuse_browsers,
             ));
-        // Frames are small and interactive: without TCP_NODELAY an update followed by its
-        // answer waits out the client's delayed ACK (40 ms a turn).
-        let keepalive = keepalive(shared.config.stall_timeout);
-        let listener = self.listener.tap_io(move |tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY: {err}");
-            }
-            if let Err(err) = socket2::SockRef::from(&*tcp).set_tcp_keepalive(&keepalive) {
-                tracing::debug!("cannot set TCP keepalive: {err}");
-            }
-        });
+        let listener = super::gate::Gated::new(
+            self.listener,
+            shared.config.header_timeout,
+            keepalive(shared.config.stall_timeout),
+        );
+        let app = app.into_make_service_with_connect_info::<Admission>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop.clone().cancelled_owned())
             .await;
@@ -306,7 +305,13 @@ async fn refuse_browsers(
         .or_else(|| request.uri().authority().map(|a| a.as_str().as_bytes()));
     let has_origin = request.headers().contains_key(header::ORIGIN);
     match protocol::remote::check_browser(host, has_origin, shared.config.token.is_none()) {
-        Ok(()) => next.run(request).await,
+        Ok(()) => {
+            // Without a token, a request that passed is as authenticated as any.
+            if shared.config.token.is_none() {
+                admitted(&request);
+            }
+            next.run(request).await
+        }
         Err(refusal) => {
             tracing::info!("refused a request: {refusal}");
             (
@@ -325,6 +330,7 @@ async fn authenticate(State(shared): State<Arc<Shared>>, request: Request, next:
         return next.run(request).await;
     };
     if bearer_matches(request.headers(), token) {
+        admitted(&request);
         return next.run(request).await;
     }
     tracing::info!("refused a request without the right bearer token");
@@ -335,6 +341,13 @@ async fn authenticate(State(shared): State<Arc<Shared>>, request: Request, next:
          acp-host run takes it from --token-file or --token-env)\n",
     )
         .into_response()
+}
+
+/// A request passed the check: its connection is no longer timed or counted by the gate.
+fn admitted(request: &Request) {
+    if let Some(ConnectInfo(admission)) = request.extensions().get::<ConnectInfo<Admission>>() {
+        admission.authenticated();
+    }
 }
 
 fn bearer_matches(headers: &HeaderMap, token: &Token) -> bool {

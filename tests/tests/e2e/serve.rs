@@ -42,10 +42,19 @@ impl Serve {
     /// `acp-host serve` of `agent` with the suite's token (unless `extra` has
     /// `--insecure-no-auth`) and `extra` flags, once it listens.
     fn start(agent: &str, extra: &[&str]) -> Serve {
+        Serve::launch(agent, extra, None)
+    }
+
+    /// [`Serve::start`], the server allowed at most `files` open descriptors.
+    fn limited(agent: &str, extra: &[&str], files: u32) -> Serve {
+        Serve::launch(agent, extra, Some(files))
+    }
+
+    fn launch(agent: &str, extra: &[&str], files: Option<u32>) -> Serve {
         let (dir, agents) = (temp(), temp());
         let token = dir.path().join("token");
         std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
-        let mut cmd = serve_command(dir.path());
+        let mut cmd = serve_command(dir.path(), files);
         cmd.args(["--listen", "127.0.0.1:0", "--agent", agent, "--cwd"])
             .arg(agents.path());
         if !extra.contains(&"--insecure-no-auth") {
@@ -146,9 +155,18 @@ impl Drop for Serve {
     }
 }
 
-/// `acp-host serve` in `dir`, environment as `host_run` sets it.
-fn serve_command(dir: &Path) -> Command {
-    let mut cmd = Command::new(bin("acp-host"));
+/// `acp-host serve` in `dir`, environment as `host_run` sets it; with `files`, under that limit
+/// of open descriptors (`ulimit -n`, then the shell execs it: the same pid).
+fn serve_command(dir: &Path, files: Option<u32>) -> Command {
+    let mut cmd = match files {
+        None => Command::new(bin("acp-host")),
+        Some(files) => {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &format!("ulimit -n {files} && exec \"$0\" \"$@\"")])
+                .arg(bin("acp-host"));
+            cmd
+        }
+    };
     cmd.current_dir(dir)
         .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
         .env_remove("ACP_HOST_LOG")
@@ -432,12 +450,12 @@ fn serve_refuses_to_start_unsafely_and_run_refuses_a_token_without_a_url() {
         ),
     ];
     for (args, message) in cases {
-        let out = run_to_end(serve_command(dir.path()).args(args));
+        let out = run_to_end(serve_command(dir.path(), None).args(args));
         assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
     }
     std::fs::write(dir.path().join("empty"), "\n").unwrap();
-    let out = run_to_end(serve_command(dir.path()).args(["--token-file", "empty"]));
+    let out = run_to_end(serve_command(dir.path(), None).args(["--token-file", "empty"]));
     assert_eq!(code(&out), 2);
     assert!(
         stderr(&out).contains("the token file empty is empty"),
@@ -1521,4 +1539,51 @@ fn a_server_that_floods_the_bridge_is_slowed_down_and_the_bridge_stays_small() {
     );
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(processes_in(dir.path()).is_empty());
+}
+
+/// Sockets an attacker opens and never finishes a request on, against a server allowed
+/// [`GATED_FILES`] descriptors.
+const HALF_OPEN: usize = 400;
+const GATED_FILES: u32 = 256;
+
+#[test]
+fn half_open_connections_are_capped_and_timed_out_so_health_and_clients_are_served() {
+    let dir = temp();
+    let mut serve = Serve::limited(&mock(&["hello"]), &["--header-timeout", "2"], GATED_FILES);
+    // Half of them send the start of a request, the others nothing at all.
+    let mut held: Vec<std::net::TcpStream> = (0..HALF_OPEN)
+        .map(|index| {
+            let mut socket = std::net::TcpStream::connect(serve.authority()).unwrap();
+            if index % 2 == 0 {
+                socket
+                    .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+            }
+            socket
+        })
+        .collect();
+    // The server is not starved of descriptors: it answers at once, and serves a client.
+    let response = raw_request(
+        serve.authority(),
+        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("ok"), "{response}");
+    let (_, result) = json_run(serve.run(dir.path()).arg("hi"), 0);
+    assert_eq!(result["output"], "hello from acp child", "{result}");
+    // Every held socket is closed by the server: the oldest past the cap at once, the rest
+    // after --header-timeout.
+    for (index, socket) in held.iter_mut().enumerate() {
+        socket.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let mut byte = [0_u8; 1];
+        let read = socket.read(&mut byte);
+        assert!(
+            matches!(read, Ok(0))
+                || read
+                    .as_ref()
+                    .is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionReset),
+            "socket {index}: {read:?}"
+        );
+    }
+    serve.finish();
 }
