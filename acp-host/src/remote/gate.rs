@@ -279,10 +279,16 @@ mod tests {
         let first = gate.admit();
         assert!(first.authenticated(), "a waiting connection authenticates");
         let admitted: Vec<Admission> = (0..MAX_UNAUTHENTICATED).map(|_| gate.admit()).collect();
-        assert!(admitted.iter().all(Admission::waiting), "the authenticated one did not count");
+        assert!(
+            admitted.iter().all(Admission::waiting),
+            "the authenticated one did not count"
+        );
         let next = gate.admit();
         assert!(!admitted[0].waiting() && admitted[0].0.evicted.is_cancelled());
-        assert!(!admitted[0].authenticated(), "closed first: never authenticated");
+        assert!(
+            !admitted[0].authenticated(),
+            "closed first: never authenticated"
+        );
         assert!(admitted[1..].iter().all(Admission::waiting) && next.waiting());
         assert!(first.authenticated() && !first.0.evicted.is_cancelled());
     }

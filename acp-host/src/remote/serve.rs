@@ -29,6 +29,9 @@
 //!   agent) instead of growing a buffer; one that is not UTF-8 is decoded with replacement
 //!   characters, as `acp-host run` decodes it; frames from a client are bounded by the SDK (POST
 //!   bodies) and by `super::websocket` (messages);
+//! - over `http://`, a client's POST goes on to the transport only while its connection's
+//!   inbound backlog has room (a frame counts until the agent's stdin queue took it); one that
+//!   finds none for `stall_timeout` is refused (503), so a client cannot queue without a bound;
 //! - over `http://`, the agent's next frame is handed to the transport only while its
 //!   connection's backlog (`super::backlog`) has room (a frame counts until its event left on an
 //!   event stream, or, for the `initialize` answer, its POST's response); a client that takes
@@ -49,7 +52,7 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::{SinkExt as _, StreamExt as _, TryStreamExt as _};
 use protocol::remote::Token;
 use protocol::request::AgentCommand;
 use tokio::net::TcpListener;
@@ -237,6 +240,9 @@ struct Link {
     end: CancellationToken,
     /// The agent's frames the transport holds for this connection's event streams.
     backlog: Arc<Backlog>,
+    /// The client's frames (POSTs) the transport holds for the agent's stdin: a POST past the
+    /// bound waits for room (the client is slowed down), and is refused after `stall_timeout`.
+    inbound: Arc<Backlog>,
     streams: AtomicUsize,
     /// Bumped on every stream opened or closed: a grace timer armed before acts on nothing.
     generation: AtomicU64,
@@ -396,6 +402,11 @@ async fn admit_connection(
         }
         return response;
     }
+    if request.method() == axum::http::Method::POST
+        && let Some(link) = connection_id(request.headers()).and_then(|id| shared.link(id))
+    {
+        return admit_post(&shared, &link, request, next).await;
+    }
     let stream = request.method() == axum::http::Method::GET
         && request.headers().get(header::ACCEPT).is_some_and(|accept| {
             accept
@@ -425,6 +436,40 @@ async fn admit_connection(
         }
         _ => response,
     }
+}
+
+/// A client's frame for its agent: it goes on once the agent's stdin has room for it (the
+/// transport would queue it without a bound, answering 202 at once); a client that keeps
+/// sending while its agent reads nothing for `stall_timeout` is refused (503) instead.
+async fn admit_post(shared: &Shared, link: &Link, request: Request, next: Next) -> Response {
+    let bytes = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    let stall = shared.config.stall_timeout;
+    if link.inbound.admit(bytes, stall).await.is_err() {
+        tracing::warn!(
+            "refused a POST: the agent took none of its client's messages for {}s",
+            stall.as_secs_f64()
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            format!(
+                "acp-host serve: the agent read none of this connection's messages for {}s; \
+                 send fewer at once\n",
+                stall.as_secs_f64()
+            ),
+        )
+            .into_response();
+    }
+    let response = next.run(request).await;
+    // Only an accepted POST becomes a frame on the agent's stdin (which counts it out).
+    if response.status() != StatusCode::ACCEPTED {
+        link.inbound.delivered();
+    }
+    response
 }
 
 fn connection_id(headers: &HeaderMap) -> Option<&str> {
@@ -497,7 +542,14 @@ impl ConnectTo<Client> for ServedAgent {
                 }
             })
             .boxed();
-        let relay = ConnectTo::<Client>::connect_to(Lines::new(pipes.stdin, stdout), client);
+        // A frame leaves the connection's inbound backlog once the agent's stdin (its queue of
+        // 64 frames, then the pipe) takes it.
+        let inbound = Arc::clone(&link.inbound);
+        let stdin = pipes.stdin.with(move |line: String| {
+            inbound.delivered();
+            futures::future::ready(Ok::<_, std::io::Error>(line))
+        });
+        let relay = ConnectTo::<Client>::connect_to(Lines::new(stdin, stdout), client);
         let result = tokio::select! {
             result = relay => result,
             () = shared.stop.cancelled() => Ok(()),

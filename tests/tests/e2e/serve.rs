@@ -1587,3 +1587,54 @@ fn half_open_connections_are_capped_and_timed_out_so_health_and_clients_are_serv
     }
     serve.finish();
 }
+
+/// POSTs of [`FLOOD_BYTES`] a client sends while its agent reads none (32 MiB), at most.
+const POST_FLOOD: usize = 512;
+
+#[test]
+fn an_http_client_posting_faster_than_its_agent_reads_is_slowed_down_then_refused() {
+    // An agent that answers `initialize`, then never reads its stdin again.
+    let script = "read -r line; printf '%s\\n' \
+        '{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1,\"agentCapabilities\":{}}}'; \
+        exec sleep 1000";
+    let agent = shell_words::join(["sh", "-c", script]);
+    let mut serve = Serve::start(&agent, &["--stall-timeout", "1", "--stream-grace", "1"]);
+    let server = serve.child.as_ref().unwrap().id();
+    let client = HttpClient::connect(&serve);
+    let events = client.events(None);
+    let before = status_kib(server, "VmRSS");
+    let frame = serde_json::json!({"jsonrpc": "2.0", "method": "_flood",
+        "params": {"pad": "x".repeat(FLOOD_BYTES)}})
+    .to_string();
+    let mut accepted = 0;
+    let refused = (0..POST_FLOOD).find_map(|_| {
+        let response = raw_request(
+            serve.authority(),
+            &post(&frame, Some(&client.connection), None),
+        );
+        if response.starts_with("HTTP/1.1 202") {
+            accepted += 1;
+            None
+        } else {
+            Some(response)
+        }
+    });
+    let peak = status_kib(server, "VmHWM");
+    // What waits: the transport's share (4 MiB), the agent's stdin queue (64 frames), its pipe.
+    assert!(
+        (64..=160).contains(&accepted),
+        "{accepted} POSTs accepted while the agent read none"
+    );
+    let refused = refused.expect("a POST past the bound is refused");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(
+        refused.contains("the agent read none of this connection's messages for 1s"),
+        "{refused}"
+    );
+    assert!(
+        peak < before + STALLED_GROWTH_KIB,
+        "serve peaked at {peak} KiB from {before} KiB while a client posted {accepted} messages"
+    );
+    drop(events);
+    serve.finish();
+}
