@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use protocol::definition::{self, Definition, Problem, RunSpec, SourceEntry};
-use protocol::report::describe;
+use protocol::report::{describe, printable, printable_path};
 use protocol::trust::{Digest, Source};
 
 /// One definition as found.
@@ -96,21 +96,21 @@ fn locate(canonical: &Path, entry: &SourceEntry, source: Source) -> Result<Locat
 pub enum FindError {
     #[error("--subagent {name:?}: a subagent name matches ^[a-z][a-z0-9-]*$")]
     BadName { name: String },
-    #[error("--subagent {name}: {reason}")]
+    #[error("--subagent {name}: {}", printable(reason))]
     Folder { name: String, reason: String },
-    #[error("{}: {problem}", path.display())]
+    #[error("{}: {}", printable_path(path), printable(&problem.to_string()))]
     Invalid {
         path: PathBuf,
         problem: Box<Problem>,
     },
     #[error(
         "{}: has no `run:` table; add `run: {{}}` to run it with the defaults (acp-child)",
-        path.display()
+        printable_path(path)
     )]
     NoRun { path: PathBuf },
     #[error(
         "--subagent {name}: no {name}.md in {} (add the definition, or pass --subagents DIR)",
-        searched.iter().map(|dir| dir.display().to_string()).collect::<Vec<_>>().join(", ")
+        searched.iter().map(|dir| printable_path(dir)).collect::<Vec<_>>().join(", ")
     )]
     Missing {
         name: String,

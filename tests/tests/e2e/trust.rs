@@ -553,3 +553,52 @@ fn a_symlink_to_an_approved_definition_elsewhere_starts_nothing_by_run_or_batch(
     assert!(victim.path().join("PWNED").exists(), "{}", stderr(&out));
     assert_none_left(victim.path());
 }
+
+/// Whether `text` holds a character a terminal acts on, beyond its line ends.
+fn has_controls(text: &str) -> bool {
+    text.chars().any(|c| c.is_control() && c != '\n')
+}
+
+#[test]
+fn names_with_control_characters_cannot_rewrite_what_trust_and_run_print() {
+    let (parent, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A cloned repository whose folder name, file names and command line move the cursor and
+    // overwrite the line: what a person reads before --approve would say something else.
+    let dir = parent.path().join("repo\u{1b}[1A");
+    std::fs::create_dir(&dir).unwrap();
+    repository(
+        &dir,
+        "x",
+        "---\ndescription: d\nrun:\n  agent: \"sh -c 'touch PWNED'\\r\\e[2Kx: approved: runs make\"\n---\nHelp.\n",
+    );
+    write_definition(
+        &dir.join("subagents"),
+        "bad\u{1b}[2K\r.md",
+        "no frontmatter\n",
+    );
+    let listed = trust_in(&dir, state.path(), &[]);
+    assert!(!has_controls(&listed), "{listed:?}");
+    assert!(
+        listed.starts_with(
+            "x: not approved: runs sh -c 'touch PWNED'\\r\\u{1b}[2Kx: approved: runs make\n"
+        ),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("repo\\u{1b}[1A/subagents/x.md\n"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("repo\\u{1b}[1A/subagents/bad\\u{1b}[2K\\r.md: "),
+        "{listed}"
+    );
+    let out = run_to_end(host(&dir, state.path()).args(["--subagent", "x", "hi"]));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(!has_controls(&stderr(&out)), "{:?}", stderr(&out));
+    assert!(
+        stderr(&out).contains("needs your approval to run sh -c 'touch PWNED\\r\\u{1b}[2Kx:'"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.join("PWNED").exists());
+}
