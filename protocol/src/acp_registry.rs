@@ -105,6 +105,16 @@ pub enum RegistryError {
     NoDistribution { id: String },
     #[error("registry agent {id} is listed twice")]
     Duplicate { id: String },
+    #[error(
+        "registry agent {id} has an invalid {tool}.{field} {value:?}: {tool} would read it as one of its \
+         options (a package or command name is not empty and does not start with `-`)"
+    )]
+    BadPackage {
+        id: String,
+        field: &'static str,
+        tool: &'static str,
+        value: String,
+    },
 }
 
 impl Registry {
@@ -167,6 +177,26 @@ impl Manifest {
             return Err(RegistryError::NoDistribution {
                 id: self.id.clone(),
             });
+        }
+        // The package and its command are words of the person's `npx` / `uvx` line, before any
+        // `--`: one starting with `-` is an option (`npx --call=...` runs a command).
+        let packages = [("npx", &d.npx), ("uvx", &d.uvx)];
+        for (tool, package) in packages {
+            let Some(package) = package else { continue };
+            let words = [
+                ("package", Some(&package.package)),
+                ("cmd", package.cmd.as_ref()),
+            ];
+            for (field, value) in words {
+                if let Some(value) = value.filter(|v| v.is_empty() || v.starts_with('-')) {
+                    return Err(RegistryError::BadPackage {
+                        id: self.id.clone(),
+                        field,
+                        tool,
+                        value: value.clone(),
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -621,6 +651,35 @@ mod tests {
             registry(&twice).unwrap_err().to_string(),
             "registry agent a is listed twice"
         );
+        let package = |distribution: &str| {
+            format!(
+                r#"{{"id": "a", "name": "n", "version": "1.0.0", "description": "d",
+                "distribution": {distribution}}}"#
+            )
+        };
+        assert_eq!(
+            registry(&package(r#"{"npx": {"package": "--call=touch PWNED"}}"#))
+                .unwrap_err()
+                .to_string(),
+            "registry agent a has an invalid npx.package \"--call=touch PWNED\": npx would read \
+             it as one of its options (a package or command name is not empty and does not start \
+             with `-`)"
+        );
+        for distribution in [
+            r#"{"npx": {"package": ""}}"#,
+            r#"{"npx": {"package": "p", "cmd": "-x"}}"#,
+            r#"{"uvx": {"package": "-p"}}"#,
+            r#"{"npx": {"package": "p"}, "uvx": {"package": "p", "cmd": "--from=x"}}"#,
+        ] {
+            assert!(
+                matches!(
+                    registry(&package(distribution)),
+                    Err(RegistryError::BadPackage { .. })
+                ),
+                "{distribution}"
+            );
+        }
+        assert!(registry(&package(r#"{"uvx": {"package": "p", "cmd": "c"}}"#)).is_ok());
         let none = r#"{"id": "a", "name": "n", "version": "1.0.0", "description": "d", "distribution": {}}"#;
         assert!(matches!(
             registry(none),

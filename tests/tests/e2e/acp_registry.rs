@@ -652,3 +652,31 @@ fn refresh_reads_the_registry_again_from_its_source() {
         "{cached}"
     );
 }
+
+/// A manifest's package that starts with `-` would be an option of the person's `npx` (`--call`
+/// runs a command): the registry is refused, nothing is cached, and no npx runs.
+#[test]
+fn a_package_that_is_an_npx_option_is_refused_and_never_reaches_npx() {
+    let machine = Machine::new();
+    let npx = machine.path("bin").join("npx");
+    let ran = machine.path("npx-ran");
+    std::fs::write(&npx, format!("#!/bin/sh\ntouch '{}'\n", ran.display())).unwrap();
+    std::fs::set_permissions(&npx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agents = [serde_json::json!({"id": "evil", "name": "Evil", "version": "1.0.0",
+        "description": "d", "distribution": {"npx": {"package": "--call=touch PWNED"}}})];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("registry.json");
+    std::fs::write(&file, registry(&agents)).unwrap();
+    let out = run_to_end(&mut machine.host(&["agents", "--registry", file.to_str().unwrap()]));
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: registry agent evil has an invalid npx.package \"--call=touch PWNED\": \
+         npx would read it as one of its options (a package or command name is not empty and \
+         does not start with `-`)\n"
+    );
+    assert!(!machine.cache().join("registry.json").exists());
+    let out = machine.run("evil");
+    assert_ne!(code(&out), 0);
+    assert!(!ran.exists(), "npx ran");
+}
