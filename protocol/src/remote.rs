@@ -117,6 +117,32 @@ pub fn parse_token(text: &str) -> Result<Token, TokenError> {
     Ok(Token(token.to_owned()))
 }
 
+/// The shortest token `acp-host serve` accepts: one shorter could be guessed.
+pub const MIN_SERVE_TOKEN_BYTES: usize = 16;
+
+/// `acp-host serve`'s token is too short to guard it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "is shorter than {MIN_SERVE_TOKEN_BYTES} bytes: anyone could guess it (make one with \
+     `head -c 32 /dev/urandom | base64 > FILE`)"
+)]
+pub struct ShortToken;
+
+/// Whether `token` may guard `acp-host serve` (a client sends whatever its server wants).
+pub fn check_serve_token(token: &Token) -> Result<(), ShortToken> {
+    if token.0.len() < MIN_SERVE_TOKEN_BYTES {
+        return Err(ShortToken);
+    }
+    Ok(())
+}
+
+/// Whether a token file of permission bits `mode` can be read by users other than its owner
+/// (its group or everyone): worth a warning, as ssh gives for a private key.
+#[must_use]
+pub fn token_file_exposed(mode: u32) -> bool {
+    mode & 0o077 != 0
+}
+
 /// `acp-host serve` may not listen there as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ListenError {
@@ -273,6 +299,23 @@ mod tests {
         ] {
             assert!(!err.to_string().contains("s3cr3t"));
         }
+    }
+
+    #[test]
+    fn serve_wants_a_token_that_cannot_be_guessed_in_a_file_only_its_owner_reads() {
+        let short = parse_token("x").unwrap();
+        assert_eq!(check_serve_token(&short), Err(ShortToken));
+        assert!(
+            ShortToken
+                .to_string()
+                .starts_with("is shorter than 16 bytes")
+        );
+        let enough = parse_token(&"k".repeat(MIN_SERVE_TOKEN_BYTES)).unwrap();
+        assert_eq!(check_serve_token(&enough), Ok(()));
+        assert!(!token_file_exposed(0o600) && !token_file_exposed(0o400));
+        assert!(
+            token_file_exposed(0o644) && token_file_exposed(0o640) && token_file_exposed(0o604)
+        );
     }
 
     #[test]

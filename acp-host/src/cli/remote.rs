@@ -161,6 +161,15 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
         .map(bridge::token_from_file)
         .transpose()
         .map_err(|err| CliError::Usage(format!("--token-file: {err}")))?;
+    if let (Some(path), Some(token)) = (&args.token_file, &token) {
+        remote::check_serve_token(token).map_err(|err| {
+            CliError::Usage(format!(
+                "--token-file: the token in {} {err}",
+                protocol::report::printable_path(path)
+            ))
+        })?;
+        warn_if_exposed(path);
+    }
     remote::check_listen(
         args.listen,
         token.is_some(),
@@ -246,6 +255,22 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
     });
     runtime.shutdown_background();
     outcome.map(|()| ExitCode::SUCCESS)
+}
+
+/// A token file others can read is a token others may have: said once, at start.
+fn warn_if_exposed(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Ok(meta) = std::fs::metadata(path)
+        && remote::token_file_exposed(meta.permissions().mode())
+    {
+        note!(
+            "acp-host serve: warning: the token file {} can be read by other users (mode {:o}); \
+             make it yours alone: chmod 600 {}",
+            protocol::report::printable_path(path),
+            meta.permissions().mode() & 0o777,
+            protocol::report::printable_path(path)
+        );
+    }
 }
 
 /// SIGINT or SIGTERM stops the server (its agents are torn down first).

@@ -662,8 +662,10 @@ fn a_package_that_is_an_npx_option_is_refused_and_never_reaches_npx() {
     let ran = machine.path("npx-ran");
     std::fs::write(&npx, format!("#!/bin/sh\ntouch '{}'\n", ran.display())).unwrap();
     std::fs::set_permissions(&npx, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let agents = [serde_json::json!({"id": "evil", "name": "Evil", "version": "1.0.0",
-        "description": "d", "distribution": {"npx": {"package": "--call=touch PWNED"}}})];
+    let agents = [
+        serde_json::json!({"id": "evil", "name": "Evil", "version": "1.0.0",
+        "description": "d", "distribution": {"npx": {"package": "--call=touch PWNED"}}}),
+    ];
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("registry.json");
     std::fs::write(&file, registry(&agents)).unwrap();

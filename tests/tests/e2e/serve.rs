@@ -54,6 +54,8 @@ impl Serve {
         let (dir, agents) = (temp(), temp());
         let token = dir.path().join("token");
         std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+        std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
         let mut cmd = serve_command(dir.path(), files);
         cmd.args(["--listen", "127.0.0.1:0", "--agent", agent, "--cwd"])
             .arg(agents.path());
@@ -462,6 +464,43 @@ fn serve_refuses_to_start_unsafely_and_run_refuses_a_token_without_a_url() {
         "{}",
         stderr(&out)
     );
+    // A token anyone could guess is refused; one others can read is warned about.
+    std::fs::write(dir.path().join("short"), "x\n").unwrap();
+    let out = run_to_end(serve_command(dir.path(), None).args(["--token-file", "short"]));
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: --token-file: the token in short is shorter than 16 bytes: anyone \
+         could guess it (make one with `head -c 32 /dev/urandom | base64 > FILE`)\n"
+    );
+    let readable = dir.path().join("readable");
+    std::fs::write(&readable, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(
+        &readable,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let mut serve = serve_command(dir.path(), None)
+        .args(["--listen", "127.0.0.1:0", "--token-file", "readable"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = line_channel(serve.stderr.take().unwrap());
+    assert_eq!(
+        lines.recv_timeout(HANG_GUARD).unwrap(),
+        "acp-host serve: warning: the token file readable can be read by other users (mode 644); \
+         make it yours alone: chmod 600 readable"
+    );
+    assert!(
+        lines
+            .recv_timeout(HANG_GUARD)
+            .unwrap()
+            .starts_with("acp-host serve: listening on ws://127.0.0.1:")
+    );
+    signal(&serve, Signal::SIGTERM);
+    assert_eq!(serve.wait().unwrap().code(), Some(0));
     let out = run_to_end(host_run(dir.path()).args(["--token-file", "empty", "hi"]));
     assert_eq!(code(&out), 2);
     assert!(
