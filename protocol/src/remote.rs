@@ -42,6 +42,61 @@ pub fn remote_agent(agent: &str) -> Option<&str> {
     (known && !rest.is_empty() && !agent.contains(char::is_whitespace)).then_some(agent)
 }
 
+/// What replaces a secret of a remote agent's URL wherever the URL is shown.
+pub const REDACTED: &str = "[redacted]";
+
+/// A remote agent's URL as it may be shown (in a run's events and result, the bridge's errors),
+/// and the secrets it held: the userinfo (`user:TOKEN@`, `TOKEN@`) and every query value
+/// (`?token=...`) become [`REDACTED`]. The URL itself still reaches the bridge whole.
+#[must_use]
+pub fn shown_url(url: &str) -> (String, Vec<String>) {
+    let mut secrets = Vec::new();
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            secrets.push(userinfo.to_owned());
+            format!("{REDACTED}@{host}")
+        }
+        None => authority.to_owned(),
+    };
+    let (before_fragment, fragment) = tail.split_at(tail.find('#').unwrap_or(tail.len()));
+    let tail = match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, value)) if !value.is_empty() => {
+                        secrets.push(value.to_owned());
+                        format!("{key}={REDACTED}")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => before_fragment.to_owned(),
+    };
+    let scheme = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    (format!("{scheme}{authority}{tail}{fragment}"), secrets)
+}
+
+/// `text` with every one of `secrets` (from [`shown_url`]) replaced by [`REDACTED`], the longest
+/// first.
+#[must_use]
+pub fn redact_url_secrets(text: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets.into_iter().fold(text.to_owned(), |text, secret| {
+        text.replace(secret.as_str(), REDACTED)
+    })
+}
+
 /// Where the bearer token of a remote agent comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenSource {
@@ -263,6 +318,29 @@ mod tests {
         ] {
             assert_eq!(remote_agent(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn a_urls_secrets_are_never_shown() {
+        let (shown, secrets) =
+            shown_url("wss://bob:s3cr3t-tok@agents.example:443/acp?token=q-secret&x&e=#frag");
+        assert_eq!(
+            shown,
+            "wss://[redacted]@agents.example:443/acp?token=[redacted]&x&e=#frag"
+        );
+        assert_eq!(secrets, ["bob:s3cr3t-tok", "q-secret"]);
+        assert_eq!(
+            shown_url("ws://h:1/acp"),
+            ("ws://h:1/acp".to_owned(), Vec::new())
+        );
+        assert_eq!(shown_url("tok@h?k=v").0, "[redacted]@h?k=[redacted]");
+        assert_eq!(
+            redact_url_secrets(
+                "connect to wss://bob:s3cr3t-tok@h/?token=q-secret failed (q-secret)",
+                &[String::new(), "q-secret".into(), "bob:s3cr3t-tok".into()]
+            ),
+            "connect to wss://[redacted]@h/?token=[redacted] failed ([redacted])"
+        );
     }
 
     #[test]

@@ -149,9 +149,14 @@ pub(super) fn execute_bridge(args: &BridgeArgs) -> Result<ExitCode, CliError> {
     }));
     // The stdin reader may be parked in a read that never returns (the server ended first).
     runtime.shutdown_background();
-    outcome
-        .map(|()| ExitCode::SUCCESS)
-        .map_err(|err| CliError::Failed(protocol::report::describe(&err)))
+    // The error reaches the run's stderr tail: the URL's secrets are not shown.
+    let (_, secrets) = remote::shown_url(&args.url);
+    outcome.map(|()| ExitCode::SUCCESS).map_err(|err| {
+        CliError::Failed(remote::redact_url_secrets(
+            &protocol::report::describe(&err),
+            &secrets,
+        ))
+    })
 }
 
 pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {

@@ -1677,3 +1677,55 @@ fn an_http_client_posting_faster_than_its_agent_reads_is_slowed_down_then_refuse
     drop(events);
     serve.finish();
 }
+
+#[test]
+fn secrets_in_a_remote_agents_url_never_reach_the_runs_events_or_result() {
+    let dir = temp();
+    // Nothing listens there: the bridge fails, and says so with the URL.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ws://bob:url-secret-1234@127.0.0.1:{port}/acp?token=query-secret-5678");
+    let out = run_to_end(host_run(dir.path()).args(["--json", "--agent", &url, "hi"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let shown = format!("ws://[redacted]@127.0.0.1:{port}/acp?token=[redacted]");
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    for secret in ["url-secret-1234", "query-secret-5678"] {
+        assert!(!all.contains(secret), "{secret} shown: {all}");
+    }
+    let end = records(&out);
+    assert_eq!(end[0]["type"], "end", "{end:?}");
+    assert_eq!(end[0]["provider"], shown, "{end:?}");
+    let result = result_record(&out);
+    assert!(
+        result["stderrTail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("the connection to {shown} failed")),
+        "{result}"
+    );
+    assert!(processes_in(dir.path()).is_empty());
+    // A run that reaches its server names it the same way from its start.
+    let mut serve = Serve::start(&mock(&["hello"]), &[]);
+    let url = format!("{}?token=query-secret-5678", serve.url);
+    let (records, result) = json_run(
+        host_run(dir.path())
+            .args(["--json", "--token-file"])
+            .arg(&serve.token)
+            .args(["--agent", &url, "hi"]),
+        0,
+    );
+    assert_eq!(result["output"], "hello from acp child", "{result}");
+    let shown = format!("{}?token=[redacted]", serve.url);
+    assert_eq!(records[0]["type"], "start", "{records:?}");
+    assert_eq!(records[0]["agent"], shown, "{records:?}");
+    assert!(
+        !records
+            .iter()
+            .any(|r| r.to_string().contains("query-secret-5678")),
+        "{records:?}"
+    );
+    serve.finish();
+}
