@@ -116,6 +116,27 @@ pub enum RegistryCacheError {
         cmd: String,
         why: UnsafeEntry,
     },
+    #[error(
+        "the registry cache {} {why}: another user could have put what runs from it there; \
+         remove it (or make it yours, not writable by others) and run again",
+        path.display()
+    )]
+    UnsafeCache {
+        path: PathBuf,
+        #[source]
+        why: acp_registry::CacheUnsafe,
+    },
+    #[error(
+        "agent {agent}: the installed program {} is not what was installed (its SHA-256 \
+         changed, or the install has no record of it); remove {} to install it again",
+        program.display(),
+        dir.display()
+    )]
+    Tampered {
+        agent: String,
+        program: PathBuf,
+        dir: PathBuf,
+    },
     #[error("agent {agent}: {source}")]
     AgentDownload {
         agent: String,
@@ -168,6 +189,17 @@ impl RegistryCache {
     /// The cached registry, if one was fetched.
     pub fn load(&self) -> Result<Option<CachedRegistry>, RegistryCacheError> {
         let path = self.root.join(REGISTRY_FILE);
+        // Its agents become programs that run: a cache someone else could write is refused.
+        for entry in [
+            self.root.parent(),
+            Some(self.root.as_path()),
+            Some(path.as_path()),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            check_owned(entry, true)?;
+        }
         let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -244,7 +276,11 @@ impl RegistryCache {
         platform: &str,
         target: &BinaryTarget,
     ) -> Result<PathBuf, RegistryCacheError> {
+        let final_dir = self
+            .root
+            .join(acp_registry::install_dir(manifest, platform));
         if let Some(program) = self.installed(manifest, platform, target) {
+            self.verify(&manifest.id, &final_dir, &program)?;
             return Ok(program);
         }
         let agent = &manifest.id;
@@ -297,11 +333,10 @@ impl RegistryCache {
                 actual: acp_registry::hex(&digest),
             });
         }
-        let final_dir = self
-            .root
-            .join(acp_registry::install_dir(manifest, platform));
         let parent = final_dir.parent().unwrap_or(&self.root);
         let staging = fs_atomic::staging_folder(parent)?;
+        // What it unpacks into must be ours alone too (folders made under any umask).
+        self.check_chain(parent)?;
         let archive = Unpack {
             agent,
             url,
@@ -331,11 +366,88 @@ impl RegistryCache {
             });
         }
         fs_atomic::set_mode(&program, 0o755)?;
+        // What every start checks the program against, inside the folder that moves whole.
+        let record = staging.path().join(acp_registry::INSTALL_RECORD);
+        let mut file = fs_atomic::create_new_file(&record, 0o644)?;
+        file.write_all(program_digest(&program)?.as_bytes())
+            .map_err(|source| RegistryCacheError::Read {
+                path: record.clone(),
+                source,
+            })?;
+        drop(file);
         // Another acp-host may have installed the same version meanwhile: either copy will do.
         fs_atomic::rename_folder(staging.path(), &final_dir)?;
         drop(staging);
-        Ok(final_dir.join(cmd))
+        let program = final_dir.join(cmd);
+        self.verify(agent, &final_dir, &program)?;
+        Ok(program)
     }
+
+    /// An installed program may start: every folder from the cache's parent down to it, and the
+    /// program, are this user's and nobody else can write them, and the program is the one
+    /// installed (its SHA-256 against the install's record).
+    fn verify(&self, agent: &str, dir: &Path, program: &Path) -> Result<(), RegistryCacheError> {
+        self.check_chain(program.parent().unwrap_or(dir))?;
+        check_owned(program, false)?;
+        let tampered = || RegistryCacheError::Tampered {
+            agent: agent.to_owned(),
+            program: program.to_path_buf(),
+            dir: dir.to_path_buf(),
+        };
+        let record =
+            read_bounded(&dir.join(acp_registry::INSTALL_RECORD), 128).map_err(|_| tampered())?;
+        if record.trim_ascii() != program_digest(program)?.as_bytes() {
+            return Err(tampered());
+        }
+        Ok(())
+    }
+
+    /// Every folder from the cache folder's parent down to `dir` (inside the cache) is ours.
+    fn check_chain(&self, dir: &Path) -> Result<(), RegistryCacheError> {
+        if let Some(parent) = self.root.parent() {
+            check_owned(parent, true)?;
+        }
+        let mut path = self.root.clone();
+        check_owned(&path, false)?;
+        for part in dir.strip_prefix(&self.root).unwrap_or(Path::new("")) {
+            path.push(part);
+            check_owned(&path, false)?;
+        }
+        Ok(())
+    }
+}
+
+/// `path` is this user's and nobody else may write it (`protocol::acp_registry::
+/// check_cache_entry`); a missing one passes when `may_be_missing`.
+fn check_owned(path: &Path, may_be_missing: bool) -> Result<(), RegistryCacheError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(err) if may_be_missing && err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(RegistryCacheError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    acp_registry::check_cache_entry(meta.uid(), nix::unistd::geteuid().as_raw(), meta.mode())
+        .map_err(|why| RegistryCacheError::UnsafeCache {
+            path: path.to_path_buf(),
+            why,
+        })
+}
+
+/// The SHA-256 of the file at `path`, lowercase hex.
+fn program_digest(path: &Path) -> Result<String, RegistryCacheError> {
+    let read = |source| RegistryCacheError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut hasher).map_err(read)?;
+    Ok(acp_registry::hex(&hasher.finalize()))
 }
 
 fn is_url(source: &str) -> bool {
@@ -499,7 +611,8 @@ impl Unpack<'_> {
         if let Some(parent) = target.parent() {
             fs_atomic::create_folder(parent)?;
         }
-        let mut file = fs_atomic::create_new_file(&target, (mode & 0o777) | 0o600)?;
+        // Never writable by others, whatever the archive or the umask says.
+        let mut file = fs_atomic::create_new_file(&target, (mode & 0o755) | 0o600)?;
         let budget = MAX_UNPACKED_BYTES - self.written;
         let copied = std::io::copy(&mut from.take(budget + 1), &mut file).map_err(|source| {
             RegistryCacheError::Read {

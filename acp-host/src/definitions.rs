@@ -4,14 +4,16 @@
 //! file and its content's digest, so trust is decided on the very bytes that were parsed. What a
 //! found definition's `run:` table becomes is `protocol::definition::RunSpec::settle`.
 //!
-//! Invariants: symlinks inside a folder are never followed (a problem, like any unusable file);
+//! Invariants: symlinks are never followed, a folder's or a file's (a problem, like any unusable
+//! file), whether a folder is listed or a definition is looked up by name (one reader,
+//! `locate`);
 //! a file's identity is its folder's canonical path joined with its name, so the same file named
 //! through two paths is one approval; a bad file is a problem naming it, never hiding the others.
 
 use std::path::{Path, PathBuf};
 
 use protocol::definition::{self, Definition, Problem, RunSpec, SourceEntry};
-use protocol::report::describe;
+use protocol::report::{describe, printable, printable_path};
 use protocol::trust::{Digest, Source};
 
 /// One definition as found.
@@ -54,27 +56,14 @@ pub fn read_folder(dir: &Path, source: Source, required: bool) -> Folder {
             return folder;
         }
     };
-    let canonical = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let canonical = canonical_folder(dir);
     for entry in entries {
         let name = entry.name().to_owned();
         if definition::IGNORED_ENTRIES.contains(&name.as_str()) {
             continue;
         }
-        let file = canonical.join(&name);
-        let parsed = match &entry {
-            SourceEntry::File { name, contents } => definition::parse(name, contents)
-                .map(|definition| (definition, Digest::of(contents))),
-            SourceEntry::Symlink { .. } => Err(Problem::Symlink),
-            SourceEntry::Folder { .. } => Err(Problem::Folder),
-            SourceEntry::Other { .. } => Err(Problem::NotAFile),
-        };
-        match parsed {
-            Ok((definition, digest)) => folder.definitions.push(Located {
-                definition,
-                file,
-                source,
-                digest,
-            }),
+        match locate(&canonical, &entry, source) {
+            Ok(located) => folder.definitions.push(located),
             Err(problem) => folder
                 .problems
                 .push(format!("{}: {problem}", dir.join(&name).display())),
@@ -83,29 +72,45 @@ pub fn read_folder(dir: &Path, source: Source, required: bool) -> Folder {
     folder
 }
 
+/// The folder's canonical path, which every identity of its files starts from.
+fn canonical_folder(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// The definition `entry` of the folder whose canonical path is `canonical` holds
+/// (`protocol::definition::parse_entry`: a symlink is a problem), with its identity (the
+/// canonical folder joined with the entry's name) and digest. The one way a definition is read,
+/// for every reader: a folder's listing ([`read_folder`]) and a lookup by name ([`find`]).
+fn locate(canonical: &Path, entry: &SourceEntry, source: Source) -> Result<Located, Problem> {
+    let (definition, contents) = definition::parse_entry(entry)?;
+    Ok(Located {
+        definition,
+        file: canonical.join(entry.name()),
+        source,
+        digest: Digest::of(contents),
+    })
+}
+
 /// `find` found no usable definition.
 #[derive(Debug, thiserror::Error)]
 pub enum FindError {
     #[error("--subagent {name:?}: a subagent name matches ^[a-z][a-z0-9-]*$")]
     BadName { name: String },
-    #[error("cannot read {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: {problem}", path.display())]
+    #[error("--subagent {name}: {}", printable(reason))]
+    Folder { name: String, reason: String },
+    #[error("{}: {}", printable_path(path), printable(&problem.to_string()))]
     Invalid {
         path: PathBuf,
         problem: Box<Problem>,
     },
     #[error(
         "{}: has no `run:` table; add `run: {{}}` to run it with the defaults (acp-child)",
-        path.display()
+        printable_path(path)
     )]
     NoRun { path: PathBuf },
     #[error(
         "--subagent {name}: no {name}.md in {} (add the definition, or pass --subagents DIR)",
-        searched.iter().map(|dir| dir.display().to_string()).collect::<Vec<_>>().join(", ")
+        searched.iter().map(|dir| printable_path(dir)).collect::<Vec<_>>().join(", ")
     )]
     Missing {
         name: String,
@@ -136,28 +141,29 @@ pub fn find(name: &str, cwd: &Path, dirs: &[PathBuf]) -> Result<Found, FindError
             .collect();
     for (dir, source) in &searched {
         let path = dir.join(&file);
-        let contents = match std::fs::read(&path) {
-            Ok(contents) => contents,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(FindError::Read { path, source }),
+        // The folder and the file are read as a folder's listing reads them: a symlink (the
+        // folder, or the file) is refused, so an approval of another folder's file never
+        // carries over to this one, whose working directory gives its `agent:` another meaning.
+        let entry = match crate::sync_exec::read_source_entry(dir, &file) {
+            Ok(Some(entry)) => entry,
+            Ok(None) => continue,
+            Err(error) => {
+                return Err(FindError::Folder {
+                    name: name.to_owned(),
+                    reason: describe(&error),
+                });
+            }
         };
-        let definition =
-            definition::parse(&file, &contents).map_err(|problem| FindError::Invalid {
+        let located = locate(&canonical_folder(dir), &entry, *source).map_err(|problem| {
+            FindError::Invalid {
                 path: path.clone(),
                 problem: Box::new(problem),
-            })?;
-        let Some(run) = definition.run.clone() else {
+            }
+        })?;
+        let Some(run) = located.definition.run.clone() else {
             return Err(FindError::NoRun { path });
         };
-        return Ok(Found {
-            located: Located {
-                definition,
-                file: std::fs::canonicalize(&path).unwrap_or(path),
-                source: *source,
-                digest: Digest::of(&contents),
-            },
-            run,
-        });
+        return Ok(Found { located, run });
     }
     Err(FindError::Missing {
         name: name.to_owned(),

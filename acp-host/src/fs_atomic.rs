@@ -878,8 +878,10 @@ pub fn write_new(path: &Path, contents: &[u8]) -> Result<(), FsError> {
 /// a failed install leaves nothing half-written.
 pub fn staging_folder(parent: &Path) -> Result<tempfile::TempDir, FsError> {
     create_folder(parent)?;
+    // 0755 at most whatever the umask: the folder becomes an install that others only read.
     tempfile::Builder::new()
         .prefix(".staging-")
+        .permissions(Permissions::from_mode(0o755))
         .tempdir_in(parent)
         .map_err(|source| FsError::CreateDir {
             path: parent.to_path_buf(),
@@ -900,12 +902,18 @@ pub fn temp_file_in(folder: &Path) -> Result<tempfile::NamedTempFile, FsError> {
         })
 }
 
-/// Creates `path` and its missing parents as folders.
+/// Creates `path` and its missing parents as folders, never writable by others (mode 0755 at
+/// most, whatever the umask).
 pub fn create_folder(path: &Path) -> Result<(), FsError> {
-    fs::create_dir_all(path).map_err(|source| FsError::CreateDir {
-        path: path.to_path_buf(),
-        source,
-    })
+    use std::os::unix::fs::DirBuilderExt as _;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(path)
+        .map_err(|source| FsError::CreateDir {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Creates the new file `path` with `mode` for the caller to fill: fails when anything exists at

@@ -172,46 +172,74 @@ pub struct Prepared {
 
 /// Reads the canonical folder without following symlinks.
 pub fn read_source(dir: &Path) -> Result<Vec<SourceEntry>, SyncError> {
+    check_source_folder(dir)?;
     let read_error = |source| SyncError::SourceRead {
         path: dir.to_path_buf(),
         source,
     };
-    match fs::symlink_metadata(dir) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(SyncError::SourceMissing {
-                path: dir.to_path_buf(),
-            });
-        }
-        Err(e) => return Err(read_error(e)),
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(SyncError::SourceSymlink {
-                path: dir.to_path_buf(),
-            });
-        }
-        Ok(m) if !m.is_dir() => {
-            return Err(SyncError::SourceNotAFolder {
-                path: dir.to_path_buf(),
-            });
-        }
-        Ok(_) => {}
-    }
     let mut entries = Vec::new();
     for entry in fs::read_dir(dir).map_err(read_error)? {
         let entry = entry.map_err(read_error)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let kind = entry.file_type().map_err(read_error)?;
-        entries.push(if kind.is_symlink() {
-            SourceEntry::Symlink { name }
-        } else if kind.is_dir() {
-            SourceEntry::Folder { name }
-        } else if kind.is_file() {
-            let contents = fs::read(entry.path()).map_err(read_error)?;
-            SourceEntry::File { name, contents }
-        } else {
-            SourceEntry::Other { name }
-        });
+        entries.push(source_entry(dir, name, kind)?);
     }
     Ok(entries)
+}
+
+/// Entry `name` of folder `dir`, read as [`read_source`] reads each (the folder itself checked
+/// the same way, symlinks never followed); `None` when the folder or the entry does not exist.
+pub fn read_source_entry(dir: &Path, name: &str) -> Result<Option<SourceEntry>, SyncError> {
+    match check_source_folder(dir) {
+        Err(SyncError::SourceMissing { .. }) => return Ok(None),
+        checked => checked?,
+    }
+    match fs::symlink_metadata(dir.join(name)) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(SyncError::SourceRead {
+            path: dir.to_path_buf(),
+            source,
+        }),
+        Ok(meta) => source_entry(dir, name.to_owned(), meta.file_type()).map(Some),
+    }
+}
+
+/// The folder of definitions is a real folder: not a symlink (its files would be another
+/// folder's, their approvals included), not missing, not a file.
+fn check_source_folder(dir: &Path) -> Result<(), SyncError> {
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(SyncError::SourceMissing {
+            path: dir.to_path_buf(),
+        }),
+        Err(source) => Err(SyncError::SourceRead {
+            path: dir.to_path_buf(),
+            source,
+        }),
+        Ok(m) if m.file_type().is_symlink() => Err(SyncError::SourceSymlink {
+            path: dir.to_path_buf(),
+        }),
+        Ok(m) if !m.is_dir() => Err(SyncError::SourceNotAFolder {
+            path: dir.to_path_buf(),
+        }),
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Entry `name` of `dir`, of type `kind` (not followed): a regular file's contents are read.
+fn source_entry(dir: &Path, name: String, kind: fs::FileType) -> Result<SourceEntry, SyncError> {
+    Ok(if kind.is_symlink() {
+        SourceEntry::Symlink { name }
+    } else if kind.is_dir() {
+        SourceEntry::Folder { name }
+    } else if kind.is_file() {
+        let contents = fs::read(dir.join(&name)).map_err(|source| SyncError::SourceRead {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        SourceEntry::File { name, contents }
+    } else {
+        SourceEntry::Other { name }
+    })
 }
 
 /// The agents a sync considers, with their availability and readiness on this host.

@@ -105,6 +105,16 @@ pub enum RegistryError {
     NoDistribution { id: String },
     #[error("registry agent {id} is listed twice")]
     Duplicate { id: String },
+    #[error(
+        "registry agent {id} has an invalid {tool}.{field} {value:?}: {tool} would read it as one of its \
+         options (a package or command name is not empty and does not start with `-`)"
+    )]
+    BadPackage {
+        id: String,
+        field: &'static str,
+        tool: &'static str,
+        value: String,
+    },
 }
 
 impl Registry {
@@ -167,6 +177,26 @@ impl Manifest {
             return Err(RegistryError::NoDistribution {
                 id: self.id.clone(),
             });
+        }
+        // The package and its command are words of the person's `npx` / `uvx` line, before any
+        // `--`: one starting with `-` is an option (`npx --call=...` runs a command).
+        let packages = [("npx", &d.npx), ("uvx", &d.uvx)];
+        for (tool, package) in packages {
+            let Some(package) = package else { continue };
+            let words = [
+                ("package", Some(&package.package)),
+                ("cmd", package.cmd.as_ref()),
+            ];
+            for (field, value) in words {
+                if let Some(value) = value.filter(|v| v.is_empty() || v.starts_with('-')) {
+                    return Err(RegistryError::BadPackage {
+                        id: self.id.clone(),
+                        field,
+                        tool,
+                        value: value.clone(),
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -367,6 +397,34 @@ pub fn link_target_ok(target: &str) -> bool {
 #[must_use]
 pub fn sha256_matches(expected: &str, actual: &[u8]) -> bool {
     expected.eq_ignore_ascii_case(&hex(actual))
+}
+
+/// The file, inside an install's folder, that records the SHA-256 of its program as installed:
+/// every start checks the program against it.
+pub const INSTALL_RECORD: &str = ".acp-host-sha256";
+
+/// Why a folder or file of the registry cache may not be run from: someone other than this user
+/// could have put or changed what is there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CacheUnsafe {
+    #[error("is owned by uid {owner}, not by this user (uid {me})")]
+    Owner { owner: u32, me: u32 },
+    #[error("can be written by other users (mode {mode:o})")]
+    Writable { mode: u32 },
+}
+
+/// Whether a cache entry owned by `owner` with permission bits `mode` may be trusted by the user
+/// `me`: it is theirs, and neither its group nor others may write it.
+pub fn check_cache_entry(owner: u32, me: u32, mode: u32) -> Result<(), CacheUnsafe> {
+    if owner != me {
+        return Err(CacheUnsafe::Owner { owner, me });
+    }
+    if mode & 0o022 != 0 {
+        return Err(CacheUnsafe::Writable {
+            mode: mode & 0o7777,
+        });
+    }
+    Ok(())
 }
 
 /// Lowercase hex of `bytes`.
@@ -621,6 +679,35 @@ mod tests {
             registry(&twice).unwrap_err().to_string(),
             "registry agent a is listed twice"
         );
+        let package = |distribution: &str| {
+            format!(
+                r#"{{"id": "a", "name": "n", "version": "1.0.0", "description": "d",
+                "distribution": {distribution}}}"#
+            )
+        };
+        assert_eq!(
+            registry(&package(r#"{"npx": {"package": "--call=touch PWNED"}}"#))
+                .unwrap_err()
+                .to_string(),
+            "registry agent a has an invalid npx.package \"--call=touch PWNED\": npx would read \
+             it as one of its options (a package or command name is not empty and does not start \
+             with `-`)"
+        );
+        for distribution in [
+            r#"{"npx": {"package": ""}}"#,
+            r#"{"npx": {"package": "p", "cmd": "-x"}}"#,
+            r#"{"uvx": {"package": "-p"}}"#,
+            r#"{"npx": {"package": "p"}, "uvx": {"package": "p", "cmd": "--from=x"}}"#,
+        ] {
+            assert!(
+                matches!(
+                    registry(&package(distribution)),
+                    Err(RegistryError::BadPackage { .. })
+                ),
+                "{distribution}"
+            );
+        }
+        assert!(registry(&package(r#"{"uvx": {"package": "p", "cmd": "c"}}"#)).is_ok());
         let none = r#"{"id": "a", "name": "n", "version": "1.0.0", "description": "d", "distribution": {}}"#;
         assert!(matches!(
             registry(none),
@@ -696,5 +783,29 @@ mod tests {
             PathBuf::from("agents/codex-acp/0.9.2-linux-x86_64")
         );
         assert_eq!(codex.platforms(), ["darwin-aarch64", "linux-x86_64"]);
+    }
+
+    #[test]
+    fn a_cache_entry_is_trusted_only_when_it_is_ours_and_nobody_else_writes_it() {
+        assert_eq!(check_cache_entry(1000, 1000, 0o40755), Ok(()));
+        assert_eq!(check_cache_entry(1000, 1000, 0o100_700), Ok(()));
+        assert_eq!(
+            check_cache_entry(0, 1000, 0o755),
+            Err(CacheUnsafe::Owner { owner: 0, me: 1000 })
+        );
+        for mode in [0o40777, 0o40775, 0o100_757] {
+            assert!(matches!(
+                check_cache_entry(1000, 1000, mode),
+                Err(CacheUnsafe::Writable { .. })
+            ));
+        }
+        assert_eq!(
+            CacheUnsafe::Writable { mode: 0o777 }.to_string(),
+            "can be written by other users (mode 777)"
+        );
+        assert_eq!(
+            CacheUnsafe::Owner { owner: 0, me: 1 }.to_string(),
+            "is owned by uid 0, not by this user (uid 1)"
+        );
     }
 }

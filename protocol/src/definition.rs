@@ -396,6 +396,19 @@ pub fn is_valid_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
+/// The definition an entry of a folder of definitions holds: a regular file's, parsed; a symlink,
+/// a folder or anything else is a problem (a link would let a folder borrow a file, and an
+/// approval of it, from elsewhere). The one rule for every reader of such a folder. With the
+/// definition come the bytes it was parsed from (what trust digests).
+pub fn parse_entry(entry: &SourceEntry) -> Result<(Definition, &[u8]), Problem> {
+    match entry {
+        SourceEntry::File { name, contents } => Ok((parse(name, contents)?, contents)),
+        SourceEntry::Symlink { .. } => Err(Problem::Symlink),
+        SourceEntry::Folder { .. } => Err(Problem::Folder),
+        SourceEntry::Other { .. } => Err(Problem::NotAFile),
+    }
+}
+
 /// Validates every entry of the canonical folder. Returns the definitions sorted by name, or every
 /// problem found (one bad file rejects the set).
 pub fn load_set(entries: Vec<SourceEntry>) -> Result<Vec<Definition>, DefinitionErrors> {
@@ -406,13 +419,7 @@ pub fn load_set(entries: Vec<SourceEntry>) -> Result<Vec<Definition>, Definition
         if IGNORED_ENTRIES.contains(&file.as_str()) {
             continue;
         }
-        let result = match entry {
-            SourceEntry::File { name, contents } => parse(&name, &contents),
-            SourceEntry::Symlink { .. } => Err(Problem::Symlink),
-            SourceEntry::Folder { .. } => Err(Problem::Folder),
-            SourceEntry::Other { .. } => Err(Problem::NotAFile),
-        };
-        match result {
+        match parse_entry(&entry).map(|(definition, _)| definition) {
             Ok(definition) => definitions.push(definition),
             Err(problem) => errors.push(DefinitionError { file, problem }),
         }

@@ -6,13 +6,16 @@
 //!   the agent process for such a URL, where the token comes from (never its value);
 //! - [`parse_token`]: what a token file or variable holds, checked once (one line, printable,
 //!   usable as a bearer credential);
-//! - [`check_listen`]: whether `acp-host serve` may listen where it was asked to without a token.
+//! - [`check_listen`]: whether `acp-host serve` may listen where it was asked to without a token;
+//! - [`check_browser`]: whether a request to `acp-host serve` may be a web page's (a foreign
+//!   `Host` after DNS rebinding, an `Origin`), checked on every route before anything else.
 //!
 //! Invariants: a token's value never appears in an argument list, an error message or a `Debug`
-//! rendering; only loopback addresses may serve without a token.
+//! rendering; only loopback addresses may serve without a token, and then only to requests that
+//! name a loopback host; no request carrying an `Origin` (a browser's) is served.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 /// The URL schemes the transport speaks (`agent-client-protocol-http`'s client).
@@ -37,6 +40,61 @@ pub fn remote_agent(agent: &str) -> Option<&str> {
         .iter()
         .any(|known| scheme.eq_ignore_ascii_case(known));
     (known && !rest.is_empty() && !agent.contains(char::is_whitespace)).then_some(agent)
+}
+
+/// What replaces a secret of a remote agent's URL wherever the URL is shown.
+pub const REDACTED: &str = "[redacted]";
+
+/// A remote agent's URL as it may be shown (in a run's events and result, the bridge's errors),
+/// and the secrets it held: the userinfo (`user:TOKEN@`, `TOKEN@`) and every query value
+/// (`?token=...`) become [`REDACTED`]. The URL itself still reaches the bridge whole.
+#[must_use]
+pub fn shown_url(url: &str) -> (String, Vec<String>) {
+    let mut secrets = Vec::new();
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            secrets.push(userinfo.to_owned());
+            format!("{REDACTED}@{host}")
+        }
+        None => authority.to_owned(),
+    };
+    let (before_fragment, fragment) = tail.split_at(tail.find('#').unwrap_or(tail.len()));
+    let tail = match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, value)) if !value.is_empty() => {
+                        secrets.push(value.to_owned());
+                        format!("{key}={REDACTED}")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => before_fragment.to_owned(),
+    };
+    let scheme = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    (format!("{scheme}{authority}{tail}{fragment}"), secrets)
+}
+
+/// `text` with every one of `secrets` (from [`shown_url`]) replaced by [`REDACTED`], the longest
+/// first.
+#[must_use]
+pub fn redact_url_secrets(text: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    secrets.into_iter().fold(text.to_owned(), |text, secret| {
+        text.replace(secret.as_str(), REDACTED)
+    })
 }
 
 /// Where the bearer token of a remote agent comes from.
@@ -114,6 +172,32 @@ pub fn parse_token(text: &str) -> Result<Token, TokenError> {
     Ok(Token(token.to_owned()))
 }
 
+/// The shortest token `acp-host serve` accepts: one shorter could be guessed.
+pub const MIN_SERVE_TOKEN_BYTES: usize = 16;
+
+/// `acp-host serve`'s token is too short to guard it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "is shorter than {MIN_SERVE_TOKEN_BYTES} bytes: anyone could guess it (make one with \
+     `head -c 32 /dev/urandom | base64 > FILE`)"
+)]
+pub struct ShortToken;
+
+/// Whether `token` may guard `acp-host serve` (a client sends whatever its server wants).
+pub fn check_serve_token(token: &Token) -> Result<(), ShortToken> {
+    if token.0.len() < MIN_SERVE_TOKEN_BYTES {
+        return Err(ShortToken);
+    }
+    Ok(())
+}
+
+/// Whether a token file of permission bits `mode` can be read by users other than its owner
+/// (its group or everyone): worth a warning, as ssh gives for a private key.
+#[must_use]
+pub fn token_file_exposed(mode: u32) -> bool {
+    mode & 0o077 != 0
+}
+
 /// `acp-host serve` may not listen there as asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ListenError {
@@ -152,6 +236,62 @@ pub fn check_listen(
     }
 }
 
+/// Why `acp-host serve` refused a request as a web page's (the header's value is not echoed: it
+/// is the requester's text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BrowserRefusal {
+    #[error(
+        "requests from browser pages are refused (the request carries an Origin header; ACP \
+         clients send none)"
+    )]
+    Origin,
+    #[error(
+        "a server without a token (--insecure-no-auth) answers only requests to a loopback host \
+         (localhost, 127.0.0.1, [::1]); this one names another (a web page after DNS rebinding?)"
+    )]
+    ForeignHost,
+}
+
+/// Whether a request may be served: none that carries an `Origin` (every browser sends one on a
+/// POST and a WebSocket upgrade, same-origin after DNS rebinding included; ACP clients send
+/// none), and, when `loopback_only` (a server without a token), none whose `host` (the `Host`
+/// header or the URI's authority; `None` when absent) is not a loopback name: a page whose name
+/// was rebound to 127.0.0.1 still sends its own name.
+pub fn check_browser(
+    host: Option<&[u8]>,
+    has_origin: bool,
+    loopback_only: bool,
+) -> Result<(), BrowserRefusal> {
+    if has_origin {
+        return Err(BrowserRefusal::Origin);
+    }
+    let loopback = host
+        .and_then(|host| std::str::from_utf8(host).ok())
+        .is_some_and(is_loopback_host);
+    if loopback_only && !loopback {
+        return Err(BrowserRefusal::ForeignHost);
+    }
+    Ok(())
+}
+
+/// `localhost`, an IPv4 loopback address or `[::1]`, with or without a port (and a final dot).
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        Some((name, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+        Some(_) if !host.ends_with(']') => return false,
+        _ => host,
+    };
+    if let Some(v6) = name
+        .strip_prefix('[')
+        .and_then(|name| name.strip_suffix(']'))
+    {
+        return v6.parse::<Ipv6Addr>().is_ok_and(|ip| ip.is_loopback());
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +318,29 @@ mod tests {
         ] {
             assert_eq!(remote_agent(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn a_urls_secrets_are_never_shown() {
+        let (shown, secrets) =
+            shown_url("wss://bob:s3cr3t-tok@agents.example:443/acp?token=q-secret&x&e=#frag");
+        assert_eq!(
+            shown,
+            "wss://[redacted]@agents.example:443/acp?token=[redacted]&x&e=#frag"
+        );
+        assert_eq!(secrets, ["bob:s3cr3t-tok", "q-secret"]);
+        assert_eq!(
+            shown_url("ws://h:1/acp"),
+            ("ws://h:1/acp".to_owned(), Vec::new())
+        );
+        assert_eq!(shown_url("tok@h?k=v").0, "[redacted]@h?k=[redacted]");
+        assert_eq!(
+            redact_url_secrets(
+                "connect to wss://bob:s3cr3t-tok@h/?token=q-secret failed (q-secret)",
+                &[String::new(), "q-secret".into(), "bob:s3cr3t-tok".into()]
+            ),
+            "connect to wss://[redacted]@h/?token=[redacted] failed ([redacted])"
+        );
     }
 
     #[test]
@@ -217,6 +380,23 @@ mod tests {
     }
 
     #[test]
+    fn serve_wants_a_token_that_cannot_be_guessed_in_a_file_only_its_owner_reads() {
+        let short = parse_token("x").unwrap();
+        assert_eq!(check_serve_token(&short), Err(ShortToken));
+        assert!(
+            ShortToken
+                .to_string()
+                .starts_with("is shorter than 16 bytes")
+        );
+        let enough = parse_token(&"k".repeat(MIN_SERVE_TOKEN_BYTES)).unwrap();
+        assert_eq!(check_serve_token(&enough), Ok(()));
+        assert!(!token_file_exposed(0o600) && !token_file_exposed(0o400));
+        assert!(
+            token_file_exposed(0o644) && token_file_exposed(0o640) && token_file_exposed(0o604)
+        );
+    }
+
+    #[test]
     fn only_loopback_serves_without_a_token() {
         let loopback: SocketAddr = "127.0.0.1:8080".parse().unwrap();
         let v6: SocketAddr = "[::1]:8080".parse().unwrap();
@@ -240,5 +420,63 @@ mod tests {
             check_listen(loopback, true, false, 0),
             Err(ListenError::NoConnections)
         );
+    }
+
+    #[test]
+    fn a_web_page_is_refused_and_a_tokenless_server_answers_loopback_names_only() {
+        for host in [
+            "localhost",
+            "LOCALHOST:8765",
+            "localhost.",
+            "127.0.0.1",
+            "127.1.2.3:80",
+            "[::1]",
+            "[::1]:8765",
+        ] {
+            assert_eq!(
+                check_browser(Some(host.as_bytes()), false, true),
+                Ok(()),
+                "{host}"
+            );
+        }
+        for host in [
+            "attacker.example:8765",
+            "localhost.attacker.example",
+            "localhost:",
+            "localhost:80x",
+            "10.0.0.1:80",
+            "[::2]:80",
+            "[::1",
+            "::1",
+            "",
+        ] {
+            assert_eq!(
+                check_browser(Some(host.as_bytes()), false, true),
+                Err(BrowserRefusal::ForeignHost),
+                "{host}"
+            );
+            // With a token, the host is a reverse proxy's business.
+            assert_eq!(check_browser(Some(host.as_bytes()), false, false), Ok(()));
+        }
+        assert_eq!(
+            check_browser(Some(b"\xff:80"), false, true),
+            Err(BrowserRefusal::ForeignHost)
+        );
+        assert_eq!(
+            check_browser(None, false, true),
+            Err(BrowserRefusal::ForeignHost)
+        );
+        assert_eq!(check_browser(None, false, false), Ok(()));
+        for loopback_only in [true, false] {
+            assert_eq!(
+                check_browser(Some(b"localhost"), true, loopback_only),
+                Err(BrowserRefusal::Origin)
+            );
+        }
+        for refusal in [BrowserRefusal::Origin, BrowserRefusal::ForeignHost] {
+            assert!(
+                refusal.to_string().contains("refused") || refusal.to_string().contains("loopback")
+            );
+        }
     }
 }

@@ -91,10 +91,20 @@ pub(super) struct ServeArgs {
           default_value_t = Seconds(STALL_TIMEOUT))]
     stall_timeout: Seconds,
 
+    /// A connection that has made no authenticated request this long after it opened (its
+    /// headers sent slowly, or never) is closed; at most 128 such connections are open at once,
+    /// the oldest closed first.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds,
+          default_value_t = Seconds(HEADER_TIMEOUT))]
+    header_timeout: Seconds,
+
     /// The sandbox of every connection's agent (each gets its own temporary folder).
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
+
+/// Default `--header-timeout`: an honest client sends its headers at once.
+const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Default `--stream-grace`: room for a client to reopen a dropped event stream.
 const STREAM_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -144,9 +154,14 @@ pub(super) fn execute_bridge(args: &BridgeArgs) -> Result<ExitCode, CliError> {
     }));
     // The stdin reader may be parked in a read that never returns (the server ended first).
     runtime.shutdown_background();
-    outcome
-        .map(|()| ExitCode::SUCCESS)
-        .map_err(|err| CliError::Failed(protocol::report::describe(&err)))
+    // The error reaches the run's stderr tail: the URL's secrets are not shown.
+    let (_, secrets) = remote::shown_url(&args.url);
+    outcome.map(|()| ExitCode::SUCCESS).map_err(|err| {
+        CliError::Failed(remote::redact_url_secrets(
+            &protocol::report::describe(&err),
+            &secrets,
+        ))
+    })
 }
 
 pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
@@ -156,6 +171,15 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
         .map(bridge::token_from_file)
         .transpose()
         .map_err(|err| CliError::Usage(format!("--token-file: {err}")))?;
+    if let (Some(path), Some(token)) = (&args.token_file, &token) {
+        remote::check_serve_token(token).map_err(|err| {
+            CliError::Usage(format!(
+                "--token-file: the token in {} {err}",
+                protocol::report::printable_path(path)
+            ))
+        })?;
+        warn_if_exposed(path);
+    }
     remote::check_listen(
         args.listen,
         token.is_some(),
@@ -221,6 +245,7 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
         },
         stream_grace: args.stream_grace.0,
         stall_timeout: args.stall_timeout.0,
+        header_timeout: args.header_timeout.0,
     };
     // The main thread: agents are spawned on it, and it lives as long as the server (see
     // `Server::run`).
@@ -253,6 +278,22 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
     });
     runtime.shutdown_background();
     outcome.map(|()| ExitCode::SUCCESS)
+}
+
+/// A token file others can read is a token others may have: said once, at start.
+fn warn_if_exposed(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    if let Ok(meta) = std::fs::metadata(path)
+        && remote::token_file_exposed(meta.permissions().mode())
+    {
+        note!(
+            "acp-host serve: warning: the token file {} can be read by other users (mode {:o}); \
+             make it yours alone: chmod 600 {}",
+            protocol::report::printable_path(path),
+            meta.permissions().mode() & 0o777,
+            protocol::report::printable_path(path)
+        );
+    }
 }
 
 /// SIGINT or SIGTERM stops the server (its agents are torn down first).

@@ -707,12 +707,16 @@ fn remote_agent(
         }
         (None, None) => None,
     };
-    let program = std::env::current_exe()
-        .map_err(|err| format!("cannot find acp-host's own binary to bridge to {url}: {err}"))?;
+    let program = std::env::current_exe().map_err(|err| {
+        let url = remote::shown_url(url).0;
+        format!("cannot find acp-host's own binary to bridge to {url}: {err}")
+    })?;
     Ok(AgentCommand {
         program,
         args: remote::bridge_args(url, token.as_ref()),
-        display: url.to_owned(),
+        // The run's events and result name the agent by this: its secrets (`user:TOKEN@`,
+        // `?token=`) redacted.
+        display: remote::shown_url(url).0,
         install_hint: None,
     })
 }

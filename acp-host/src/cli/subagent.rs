@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use acp_host::definitions;
 use acp_host::trust::TrustStore;
 use protocol::permission::PermissionPolicy;
+use protocol::report::{printable, printable_path};
 use protocol::trust::TrustState;
 
 /// The definition found for `--subagent NAME`.
@@ -66,6 +67,8 @@ pub(super) fn check_trust(
          file of this folder, not one you named{changed}. Approve it with `acp-host trust \
          --approve {file}`, or pass its folder with --subagents DIR",
         name = found.definition.name,
-        file = found.file.display(),
+        command_line = printable(command_line),
+        env = printable(&env),
+        file = printable_path(&found.file),
     ))
 }

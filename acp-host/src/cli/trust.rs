@@ -13,6 +13,7 @@ use acp_host::definitions::{self, Located};
 use acp_host::trust::TrustStore;
 use protocol::definition::RunContext;
 use protocol::registry;
+use protocol::report::{printable, printable_path};
 use protocol::trust::{Source, TrustAction, TrustEntry, TrustListing};
 
 use super::{CliError, write_listing};
@@ -95,12 +96,12 @@ pub(super) fn execute(args: &TrustArgs) -> Result<ExitCode, CliError> {
     {
         return Err(CliError::Usage(format!(
             "{}: not a definition with a `run:` table{}",
-            folder.join(name).display(),
+            printable_path(&folder.join(name)),
             listing
                 .problems
                 .iter()
                 .find(|problem| problem.contains(&*name.to_string_lossy()))
-                .map(|problem| format!(" ({problem})"))
+                .map(|problem| format!(" ({})", printable(problem)))
                 .unwrap_or_default()
         )));
     }
@@ -112,7 +113,7 @@ fn target(path: &Path) -> Result<(PathBuf, Option<std::ffi::OsString>), CliError
     let meta = std::fs::metadata(path).map_err(|err| {
         CliError::Usage(format!(
             "{}: {err}; give a folder (its subagents/ is listed) or a definition file",
-            path.display()
+            printable_path(path)
         ))
     })?;
     if meta.is_dir() {
@@ -129,7 +130,7 @@ fn target(path: &Path) -> Result<(PathBuf, Option<std::ffi::OsString>), CliError
 fn failed(file: &Path, err: &acp_host::trust::TrustError) -> CliError {
     CliError::Failed(format!(
         "{}: {}",
-        file.display(),
+        printable_path(file),
         protocol::report::describe(err)
     ))
 }
@@ -151,13 +152,16 @@ fn entry(store: &TrustStore, located: Located, action: Option<TrustAction>) -> T
     }
 }
 
+/// The listing a person reads before `--approve`: every name from the folder (file names, the
+/// folder's own, a definition's command line and variables, the problems naming them) through
+/// `protocol::report::printable`, so none can rewrite a line.
 fn human(listing: &TrustListing) -> String {
     let mut text = String::new();
     if listing.definitions.is_empty() {
         let _ = writeln!(
             text,
             "no definitions with a `run:` table in {}",
-            listing.folder
+            printable(&listing.folder)
         );
     }
     for entry in &listing.definitions {
@@ -166,9 +170,14 @@ fn human(listing: &TrustListing) -> String {
             Some(TrustAction::Revoked) => "revoked",
             None => entry.state.as_str(),
         };
-        let _ = write!(text, "{}: {state}: runs {}", entry.name, entry.agent);
+        let _ = write!(
+            text,
+            "{}: {state}: runs {}",
+            printable(&entry.name),
+            printable(&entry.agent)
+        );
         if !entry.env.is_empty() {
-            let _ = write!(text, "; forwards {}", entry.env.join(", "));
+            let _ = write!(text, "; forwards {}", printable(&entry.env.join(", ")));
         }
         if let Some(permission) = entry.permission {
             let _ = write!(text, "; permission {}", permission.as_str());
@@ -176,10 +185,10 @@ fn human(listing: &TrustListing) -> String {
         if entry.context == Some(RunContext::Fork) {
             text.push_str("; starts from a copy of the conversation");
         }
-        let _ = writeln!(text, "\n  {}", entry.file);
+        let _ = writeln!(text, "\n  {}", printable(&entry.file));
     }
     for problem in &listing.problems {
-        let _ = writeln!(text, "not a usable definition: {problem}");
+        let _ = writeln!(text, "not a usable definition: {}", printable(problem));
     }
     if listing
         .definitions

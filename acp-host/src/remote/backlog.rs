@@ -1,7 +1,9 @@
 //! The output of a served agent that waits for its client over `http://`: the transport's queues
 //! (`agent-client-protocol-http`'s mailboxes) are unbounded, so `acp-host serve` counts what it
 //! handed them and what left on an event stream, and stops reading the agent's stdout while too
-//! much waits. The agent then blocks on its own full pipe: a slow client slows it down.
+//! much waits. The agent then blocks on its own full pipe: a slow client slows it down. The same
+//! count bounds the other way: a client's POSTs the transport holds for its agent's stdin (a POST
+//! waits for room before the transport takes it).
 //!
 //! Invariants: at most [`MAX_QUEUED_FRAMES`] frames and [`MAX_QUEUED_BYTES`] bytes (or one frame,
 //! however large, when it alone is over) wait at once; a frame is counted delivered when the

@@ -1,6 +1,7 @@
 //! The bridge: one ACP connection to a remote agent, carried between this process's stdin/stdout
-//! (newline-delimited JSON-RPC, as any stdio agent speaks) and the SDK's HTTP/SSE or WebSocket
-//! client (chosen by the URL's scheme).
+//! (newline-delimited JSON-RPC, as any stdio agent speaks) and the SDK's HTTP/SSE client or our
+//! own WebSocket client (`super::bridge_ws`, which reads a frame only once stdout took the last),
+//! chosen by the URL's scheme.
 //!
 //! Invariants: nothing but frames is written to stdout; the token is sent as an `Authorization:
 //! Bearer` header marked sensitive (never logged) and is never printed; the bridge ends when its
@@ -31,12 +32,14 @@ pub enum BridgeError {
         #[source]
         source: agent_client_protocol_http::HttpClientError,
     },
-    #[error("the connection to {url} failed{}", hint(source))]
+    #[error("the connection to {url} failed{}", hint(&format!("{source:?}")))]
     Connection {
         url: String,
         #[source]
         source: agent_client_protocol::Error,
     },
+    #[error("the connection to {url} failed: {reason}{}", hint(reason))]
+    WebSocket { url: String, reason: String },
 }
 
 /// Why a token could not be read (the value is never shown).
@@ -64,9 +67,9 @@ pub enum TokenReadError {
     },
 }
 
-/// What to do about a refusal by `acp-host serve` (the SDK reports the HTTP status as text only).
-fn hint(error: &agent_client_protocol::Error) -> &'static str {
-    let text = format!("{error:?}");
+/// What to do about a refusal by `acp-host serve`, from the error's text (the SDK reports the
+/// HTTP status as text only).
+fn hint(text: &str) -> &'static str {
     if text.contains("401 Unauthorized") {
         " (the server wants its bearer token: acp-host run --token-file FILE or --token-env NAME)"
     } else if text.contains("503 Service Unavailable") {
@@ -113,6 +116,20 @@ pub async fn bridge(config: BridgeConfig) -> Result<(), BridgeError> {
         url: url.clone(),
         source,
     })?;
+    if let Some(endpoint) = websocket_endpoint(&config) {
+        // Our own client: the SDK's queues a server's frames without a bound (`bridge_ws`).
+        let http = configure(reqwest::Client::builder(), &config)
+            .http1_only()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|err| BridgeError::WebSocket {
+                url: url.clone(),
+                reason: err.to_string(),
+            })?;
+        return super::bridge_ws::bridge(http, endpoint)
+            .await
+            .map_err(|reason| BridgeError::WebSocket { url, reason });
+    }
     let stdio = ByteStreams::new(
         tokio::io::stdout().compat_write(),
         tokio::io::stdin().compat(),
@@ -122,19 +139,43 @@ pub async fn bridge(config: BridgeConfig) -> Result<(), BridgeError> {
         .map_err(|source| BridgeError::Connection { url, source })
 }
 
+/// The endpoint of a `ws://` or `wss://` URL (the transport's `/acp` for a bare one); `None`
+/// for `http://` and `https://` (the SDK's client), and for a URL the SDK's parser refused
+/// already.
+fn websocket_endpoint(config: &BridgeConfig) -> Option<reqwest::Url> {
+    let mut endpoint = reqwest::Url::parse(&config.url).ok()?;
+    if !matches!(endpoint.scheme(), "ws" | "wss") {
+        return None;
+    }
+    if is_bare(&config.url) {
+        endpoint.set_path("/acp");
+    }
+    Some(endpoint)
+}
+
+/// A URL without a path (or with `/` alone) means the transport's default endpoint.
+fn is_bare(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(_, rest)| rest.split_once('/').is_none_or(|(_, path)| path.is_empty()))
+}
+
 fn http_client(
     config: &BridgeConfig,
 ) -> Result<HttpClient, agent_client_protocol_http::HttpClientError> {
     // An empty path is the transport's default endpoint (`/acp`); any other is taken as it is.
-    let bare = config
-        .url
-        .split_once("://")
-        .is_some_and(|(_, rest)| rest.split_once('/').is_none_or(|(_, path)| path.is_empty()));
-    let builder = if bare {
+    let builder = if is_bare(&config.url) {
         HttpClient::builder(&config.url)
     } else {
         HttpClient::builder_with_endpoint(&config.url)
     };
+    builder
+        .configure_http(|http| configure(http, config))
+        .build()
+}
+
+/// The HTTP client's setup for either client: the token as a sensitive default header, and no
+/// TLS roots for a plain connection.
+fn configure(http: reqwest::ClientBuilder, config: &BridgeConfig) -> reqwest::ClientBuilder {
     let headers = config.token.as_ref().map(|token| {
         let mut value =
             reqwest::header::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
@@ -149,17 +190,13 @@ fn http_client(
     let plain = config.url.get(..5).is_some_and(|scheme| {
         scheme.eq_ignore_ascii_case("ws://") || scheme.eq_ignore_ascii_case("http:")
     });
-    builder
-        .configure_http(|http| {
-            let http = match headers {
-                Some(headers) => http.default_headers(headers),
-                None => http,
-            };
-            if plain {
-                http.tls_certs_only(Vec::new())
-            } else {
-                http
-            }
-        })
-        .build()
+    let http = match headers {
+        Some(headers) => http.default_headers(headers),
+        None => http,
+    };
+    if plain {
+        http.tls_certs_only(Vec::new())
+    } else {
+        http
+    }
 }

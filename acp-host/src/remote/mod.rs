@@ -2,8 +2,9 @@
 //! from the SDK's own repository), on both ends, off the run path:
 //!
 //! - [`bridge`]: the body of the hidden `acp-host bridge URL`, which `acp-host run --agent
-//!   ws://...` spawns as an ordinary agent process. It joins the SDK's HTTP/WebSocket client to
-//!   its own stdin/stdout, so the run drives a remote agent exactly as a local one (handshake,
+//!   ws://...` spawns as an ordinary agent process. It joins the SDK's HTTP client (over
+//!   `http://`) or its own WebSocket client (`bridge_ws`, bounded: one frame at a time) to its
+//!   own stdin/stdout, so the run drives a remote agent exactly as a local one (handshake,
 //!   permissions, cancel, timeouts, exit codes, the watchdog and teardown are the run's own); it
 //!   ends, closing the connection, when its stdin closes or the server ends the connection.
 //! - [`serve`]: `acp-host serve`, the other end for any stdio agent. Each connection gets its own
@@ -18,5 +19,7 @@
 
 pub mod backlog;
 pub mod bridge;
+mod bridge_ws;
+mod gate;
 pub mod serve;
 mod websocket;

@@ -5,9 +5,13 @@
 //! frames between the connection and the agent's pipes. A WebSocket upgrade never reaches the
 //! SDK: `super::websocket` relays it itself, so that a client that stops reading slows its agent
 //! down (the SDK's per-connection queues are unbounded). Around the SDK's router sit two layers
-//! of ours: the bearer token, checked on every request before anything else (401, nothing
-//! spawned), and a fast refusal (503) of a new connection while `max_connections` agents are
-//! alive (where WebSocket upgrades are taken aside).
+//! of ours: the bearer token, checked on every request (401, nothing spawned), and a fast
+//! refusal (503) of a new connection while `max_connections` agents are
+//! alive (where WebSocket upgrades are taken aside). Before them all, on every route (`/health`
+//! too), a web page's request is refused (403, `protocol::remote::check_browser`): one with an
+//! `Origin`, and, on a server without a token, one naming a host that is not loopback (a page
+//! after DNS rebinding). Beneath them all, `super::gate` times and caps the connections that have
+//! made no authenticated request yet.
 //!
 //! Invariants:
 //! - each connection's agent is an [`AgentProcess`] spawned with the environment `acp-host run`
@@ -25,6 +29,9 @@
 //!   agent) instead of growing a buffer; one that is not UTF-8 is decoded with replacement
 //!   characters, as `acp-host run` decodes it; frames from a client are bounded by the SDK (POST
 //!   bodies) and by `super::websocket` (messages);
+//! - over `http://`, a client's POST goes on to the transport only while its connection's
+//!   inbound backlog has room (a frame counts until the agent's stdin queue took it); one that
+//!   finds none for `stall_timeout` is refused (503), so a client cannot queue without a bound;
 //! - over `http://`, the agent's next frame is handed to the transport only while its
 //!   connection's backlog (`super::backlog`) has room (a frame counts until its event left on an
 //!   event stream, or, for the `initialize` answer, its POST's response); a client that takes
@@ -41,12 +48,11 @@ use std::time::Duration;
 
 use agent_client_protocol::{Agent, Client, ConnectTo, Lines};
 use agent_client_protocol_http::{AcpHttpServer, ServerOptions};
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt as _;
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::{SinkExt as _, StreamExt as _, TryStreamExt as _};
 use protocol::remote::Token;
 use protocol::request::AgentCommand;
 use tokio::net::TcpListener;
@@ -57,6 +63,7 @@ use tokio_util::task::TaskTracker;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 
 use super::backlog::Backlog;
+use super::gate::Admission;
 use crate::process::{AgentPipes, AgentProcess, Graces, SpawnSpec, StderrSink};
 use crate::run::{DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYTES, Prepared};
 
@@ -86,6 +93,9 @@ pub struct ServeConfig {
     /// How long the agent's output may wait for a client that takes none of it before the
     /// client is taken for dead and its connection and agent end.
     pub stall_timeout: Duration,
+    /// How long a connection may go without an authenticated request before it is closed (a
+    /// client that sends its headers slowly, or never; see `gate`).
+    pub header_timeout: Duration,
 }
 
 /// The server could not start.
@@ -165,18 +175,18 @@ impl Server {
                 authenticate,
             ));
         // `/health` answers without the token: a load balancer's probe reveals nothing else.
-        let app = acp.merge(axum::Router::new().route("/health", axum::routing::get(health)));
-        // Frames are small and interactive: without TCP_NODELAY an update followed by its
-        // answer waits out the client's delayed ACK (40 ms a turn).
-        let keepalive = keepalive(shared.config.stall_timeout);
-        let listener = self.listener.tap_io(move |tcp| {
-            if let Err(err) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY: {err}");
-            }
-            if let Err(err) = socket2::SockRef::from(&*tcp).set_tcp_keepalive(&keepalive) {
-                tracing::debug!("cannot set TCP keepalive: {err}");
-            }
-        });
+        let app = acp
+            .merge(axum::Router::new().route("/health", axum::routing::get(health)))
+            .layer(middleware::from_fn_with_state(
+                Arc::clone(&shared),
+                refuse_browsers,
+            ));
+        let listener = super::gate::Gated::new(
+            self.listener,
+            shared.config.header_timeout,
+            keepalive(shared.config.stall_timeout),
+        );
+        let app = app.into_make_service_with_connect_info::<Admission>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(stop.clone().cancelled_owned())
             .await;
@@ -230,6 +240,9 @@ struct Link {
     end: CancellationToken,
     /// The agent's frames the transport holds for this connection's event streams.
     backlog: Arc<Backlog>,
+    /// The client's frames (POSTs) the transport holds for the agent's stdin: a POST past the
+    /// bound waits for room (the client is slowed down), and is refused after `stall_timeout`.
+    inbound: Arc<Backlog>,
     streams: AtomicUsize,
     /// Bumped on every stream opened or closed: a grace timer armed before acts on nothing.
     generation: AtomicU64,
@@ -285,6 +298,37 @@ impl Drop for StreamGuard {
     }
 }
 
+/// A web page's request is refused before anything else (`protocol::remote::check_browser`).
+async fn refuse_browsers(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(axum::http::HeaderValue::as_bytes)
+        .or_else(|| request.uri().authority().map(|a| a.as_str().as_bytes()));
+    let has_origin = request.headers().contains_key(header::ORIGIN);
+    match protocol::remote::check_browser(host, has_origin, shared.config.token.is_none()) {
+        Ok(()) => {
+            // Without a token, a request that passed is as authenticated as any.
+            if shared.config.token.is_none() {
+                admitted(&request);
+            }
+            next.run(request).await
+        }
+        Err(refusal) => {
+            tracing::info!("refused a request: {refusal}");
+            (
+                StatusCode::FORBIDDEN,
+                format!("acp-host serve: {refusal}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
 /// Every request needs `Authorization: Bearer TOKEN` (unless there is no token at all: loopback
 /// with `--insecure-no-auth`).
 async fn authenticate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
@@ -292,6 +336,7 @@ async fn authenticate(State(shared): State<Arc<Shared>>, request: Request, next:
         return next.run(request).await;
     };
     if bearer_matches(request.headers(), token) {
+        admitted(&request);
         return next.run(request).await;
     }
     tracing::info!("refused a request without the right bearer token");
@@ -302,6 +347,13 @@ async fn authenticate(State(shared): State<Arc<Shared>>, request: Request, next:
          acp-host run takes it from --token-file or --token-env)\n",
     )
         .into_response()
+}
+
+/// A request passed the check: its connection is no longer timed or counted by the gate.
+fn admitted(request: &Request) {
+    if let Some(ConnectInfo(admission)) = request.extensions().get::<ConnectInfo<Admission>>() {
+        admission.authenticated();
+    }
 }
 
 fn bearer_matches(headers: &HeaderMap, token: &Token) -> bool {
@@ -350,6 +402,11 @@ async fn admit_connection(
         }
         return response;
     }
+    if request.method() == axum::http::Method::POST
+        && let Some(link) = connection_id(request.headers()).and_then(|id| shared.link(id))
+    {
+        return admit_post(&shared, &link, request, next).await;
+    }
     let stream = request.method() == axum::http::Method::GET
         && request.headers().get(header::ACCEPT).is_some_and(|accept| {
             accept
@@ -379,6 +436,40 @@ async fn admit_connection(
         }
         _ => response,
     }
+}
+
+/// A client's frame for its agent: it goes on once the agent's stdin has room for it (the
+/// transport would queue it without a bound, answering 202 at once); a client that keeps
+/// sending while its agent reads nothing for `stall_timeout` is refused (503) instead.
+async fn admit_post(shared: &Shared, link: &Link, request: Request, next: Next) -> Response {
+    let bytes = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(0);
+    let stall = shared.config.stall_timeout;
+    if link.inbound.admit(bytes, stall).await.is_err() {
+        tracing::warn!(
+            "refused a POST: the agent took none of its client's messages for {}s",
+            stall.as_secs_f64()
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            format!(
+                "acp-host serve: the agent read none of this connection's messages for {}s; \
+                 send fewer at once\n",
+                stall.as_secs_f64()
+            ),
+        )
+            .into_response();
+    }
+    let response = next.run(request).await;
+    // Only an accepted POST becomes a frame on the agent's stdin (which counts it out).
+    if response.status() != StatusCode::ACCEPTED {
+        link.inbound.delivered();
+    }
+    response
 }
 
 fn connection_id(headers: &HeaderMap) -> Option<&str> {
@@ -451,7 +542,14 @@ impl ConnectTo<Client> for ServedAgent {
                 }
             })
             .boxed();
-        let relay = ConnectTo::<Client>::connect_to(Lines::new(pipes.stdin, stdout), client);
+        // A frame leaves the connection's inbound backlog once the agent's stdin (its queue of
+        // 64 frames, then the pipe) takes it.
+        let inbound = Arc::clone(&link.inbound);
+        let stdin = pipes.stdin.with(move |line: String| {
+            inbound.delivered();
+            futures::future::ready(Ok::<_, std::io::Error>(line))
+        });
+        let relay = ConnectTo::<Client>::connect_to(Lines::new(stdin, stdout), client);
         let result = tokio::select! {
             result = relay => result,
             () = shared.stop.cancelled() => Ok(()),

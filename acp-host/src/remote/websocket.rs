@@ -12,8 +12,8 @@
 //! - the agent's next frame is read only after the socket took the last one; a frame the client
 //!   has not taken within the stall timeout ends the connection (the client is taken for dead);
 //!   the client's next message is read only after the agent's stdin took the last one;
-//! - an upgrade with an `Origin` header is refused (403), as the SDK's server refuses browser
-//!   origins by default: a web page must not reach a loopback server run without a token;
+//! - an upgrade with an `Origin` header (a browser page's) never gets here: `serve` refuses it
+//!   on every route, before the token;
 //! - every ending (the agent's stdout ends, the client closes or vanishes, the server stops, a
 //!   stall) tears the agent down through its [`Owned`] guard, which holds its slot until then.
 
@@ -23,7 +23,7 @@ use std::time::Duration;
 use axum::extract::FromRequestParts as _;
 use axum::extract::Request;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt as _, StreamExt as _};
 
@@ -40,14 +40,6 @@ const BATCH_REJECTION: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-326
 /// Answers a WebSocket upgrade of the endpoint: the agent is spawned before the `101`, so a
 /// failed spawn is an HTTP error the client sees.
 pub(super) async fn upgrade(shared: Arc<Shared>, request: Request) -> Response {
-    if request.headers().contains_key(header::ORIGIN) {
-        tracing::info!("refused a WebSocket upgrade from a browser origin");
-        return (
-            StatusCode::FORBIDDEN,
-            "acp-host serve: WebSocket upgrades from browser origins are refused\n",
-        )
-            .into_response();
-    }
     let (mut parts, _body) = request.into_parts();
     let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(ws) => ws,
@@ -169,8 +161,8 @@ async fn relay(socket: WebSocket, shared: Arc<Shared>, mut owned: Owned, pipes: 
     owned.tear_down().await;
 }
 
-/// A client's message as one line of the agent's stdin.
-fn one_line(text: &str) -> String {
+/// A message as one line (of an agent's stdin, of the bridge's stdout).
+pub(super) fn one_line(text: &str) -> String {
     if text.contains(['\n', '\r']) {
         text.replace(['\n', '\r'], " ")
     } else {

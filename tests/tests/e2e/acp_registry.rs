@@ -260,7 +260,8 @@ fn a_binary_agent_is_downloaded_once_checked_unpacked_and_run_offline_after() {
         std::fs::read_link(machine.cache().join(&install).join("agent/link")).unwrap(),
         Path::new("run-agent")
     );
-    // Nothing but the registry, the two installs and the (empty) downloads folder.
+    // Nothing but the registry, the two installs (each with the record of its program's
+    // SHA-256) and the (empty) downloads folder.
     let zip_install = format!("agents/zip-agent/1.0.0-{}", platform());
     assert_eq!(
         machine.cache_tree(),
@@ -268,11 +269,13 @@ fn a_binary_agent_is_downloaded_once_checked_unpacked_and_run_offline_after() {
             "agents".to_owned(),
             "agents/tar-agent".to_owned(),
             install.clone(),
+            format!("{install}/.acp-host-sha256"),
             format!("{install}/agent"),
             format!("{install}/agent/link"),
             format!("{install}/agent/run-agent"),
             "agents/zip-agent".to_owned(),
             zip_install.clone(),
+            format!("{zip_install}/.acp-host-sha256"),
             format!("{zip_install}/bin"),
             format!("{zip_install}/bin/zipped-agent"),
             "downloads".to_owned(),
@@ -651,4 +654,135 @@ fn refresh_reads_the_registry_again_from_its_source() {
         cached["fetchedAt"].as_str().unwrap().ends_with('Z'),
         "{cached}"
     );
+}
+
+/// A manifest's package that starts with `-` would be an option of the person's `npx` (`--call`
+/// runs a command): the registry is refused, nothing is cached, and no npx runs.
+#[test]
+fn a_package_that_is_an_npx_option_is_refused_and_never_reaches_npx() {
+    let machine = Machine::new();
+    let npx = machine.path("bin").join("npx");
+    let ran = machine.path("npx-ran");
+    std::fs::write(&npx, format!("#!/bin/sh\ntouch '{}'\n", ran.display())).unwrap();
+    std::fs::set_permissions(&npx, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agents = [
+        serde_json::json!({"id": "evil", "name": "Evil", "version": "1.0.0",
+        "description": "d", "distribution": {"npx": {"package": "--call=touch PWNED"}}}),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("registry.json");
+    std::fs::write(&file, registry(&agents)).unwrap();
+    let out = run_to_end(&mut machine.host(&["agents", "--registry", file.to_str().unwrap()]));
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: registry agent evil has an invalid npx.package \"--call=touch PWNED\": \
+         npx would read it as one of its options (a package or command name is not empty and \
+         does not start with `-`)\n"
+    );
+    assert!(!machine.cache().join("registry.json").exists());
+    let out = machine.run("evil");
+    assert_ne!(code(&out), 0);
+    assert!(!ran.exists(), "npx ran");
+}
+
+/// The cache is what runs: an install is made under any umask without folders or files others
+/// can write; a program changed after its install, or one in a folder others can write (where
+/// another user could have planted it), does not start.
+#[test]
+fn a_tampered_or_exposed_install_does_not_start_and_umask_000_exposes_nothing() {
+    let machine = Machine::new();
+    let tar = tar_gz(&[("agent/run-agent", &agent_script(), 0o777)], &[]);
+    let archives = serve(&[("/a.tar.gz", tar.clone())]);
+    let agents = [binary_agent(
+        "tar-agent",
+        &archives.url("/a.tar.gz"),
+        Some(&sha256(&tar)),
+        "agent/run-agent",
+    )];
+    let index = serve(&[("/registry.json", registry(&agents))]);
+    cache_registry(&machine, &index);
+    // The first run installs under umask 000 (the shell sets it, then execs acp-host).
+    let mut first = Command::new("sh");
+    first
+        .args(["-c", "umask 000 && exec \"$0\" \"$@\""])
+        .arg(bin("acp-host"))
+        .args(["run", "--agent", "tar-agent", "hi"]);
+    let host = machine.host(&[]);
+    first.current_dir(machine.path("work")).env_clear();
+    for (name, value) in host.get_envs() {
+        if let Some(value) = value {
+            first.env(name, value);
+        }
+    }
+    let out = run_to_end(&mut first);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let install = machine
+        .cache()
+        .join(format!("agents/tar-agent/1.0.0-{}", platform()));
+    for path in [
+        machine.cache(),
+        machine.cache().join("agents"),
+        machine.cache().join("agents/tar-agent"),
+        install.clone(),
+        install.join("agent"),
+        install.join("agent/run-agent"),
+    ] {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o022, 0, "{} is {mode:o}", path.display());
+    }
+    // Someone else could write the folder: what is in it may be theirs.
+    let agents_dir = machine.cache().join("agents/tar-agent");
+    std::fs::set_permissions(&agents_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = machine.run("tar-agent");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "acp-host: error: the registry cache {} can be written by other users (mode 777): \
+             another user could have put what runs from it there; remove it (or make it yours, \
+             not writable by others) and run again\n",
+            agents_dir.display()
+        )
+    );
+    std::fs::set_permissions(&agents_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(code(&machine.run("tar-agent")), 0);
+    // A folder another user owns (only root can make one here: elsewhere this part is skipped).
+    if nix::unistd::geteuid().is_root() {
+        let nobody = nix::unistd::Uid::from_raw(65534);
+        nix::unistd::chown(&agents_dir, Some(nobody), None).unwrap();
+        let out = machine.run("tar-agent");
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!(
+                "the registry cache {} is owned by uid 65534, not by this user (uid 0)",
+                agents_dir.display()
+            )),
+            "{}",
+            stderr(&out)
+        );
+        nix::unistd::chown(&agents_dir, Some(nix::unistd::geteuid()), None).unwrap();
+    }
+    // The program changed after its install: it is not the one checked.
+    let program = install.join("agent/run-agent");
+    let planted = machine.path("work/PLANTED");
+    std::fs::write(
+        &program,
+        format!("#!/bin/sh\ntouch '{}'\n", planted.display()),
+    )
+    .unwrap();
+    let out = machine.run("tar-agent");
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "acp-host: error: agent tar-agent: the installed program {} is not what was \
+             installed (its SHA-256 changed, or the install has no record of it); remove {} to \
+             install it again\n",
+            program.display(),
+            install.display()
+        )
+    );
+    assert!(!planted.exists(), "the planted program ran");
+    assert_eq!(archives.requests(), ["/a.tar.gz"]);
 }

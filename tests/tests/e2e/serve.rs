@@ -39,16 +39,30 @@ struct Serve {
 }
 
 impl Serve {
-    /// `acp-host serve` of `agent` with the suite's token and `extra` flags, once it listens.
+    /// `acp-host serve` of `agent` with the suite's token (unless `extra` has
+    /// `--insecure-no-auth`) and `extra` flags, once it listens.
     fn start(agent: &str, extra: &[&str]) -> Serve {
+        Serve::launch(agent, extra, None)
+    }
+
+    /// [`Serve::start`], the server allowed at most `files` open descriptors.
+    fn limited(agent: &str, extra: &[&str], files: u32) -> Serve {
+        Serve::launch(agent, extra, Some(files))
+    }
+
+    fn launch(agent: &str, extra: &[&str], files: Option<u32>) -> Serve {
         let (dir, agents) = (temp(), temp());
         let token = dir.path().join("token");
         std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
-        let mut child = serve_command(dir.path())
-            .args(["--listen", "127.0.0.1:0", "--agent", agent, "--cwd"])
-            .arg(agents.path())
-            .arg("--token-file")
-            .arg(&token)
+        std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let mut cmd = serve_command(dir.path(), files);
+        cmd.args(["--listen", "127.0.0.1:0", "--agent", agent, "--cwd"])
+            .arg(agents.path());
+        if !extra.contains(&"--insecure-no-auth") {
+            cmd.arg("--token-file").arg(&token);
+        }
+        let mut child = cmd
             .args(["--eof-grace", "2", "--term-grace", "2"])
             .args(extra)
             .stdin(Stdio::null())
@@ -143,9 +157,18 @@ impl Drop for Serve {
     }
 }
 
-/// `acp-host serve` in `dir`, environment as `host_run` sets it.
-fn serve_command(dir: &Path) -> Command {
-    let mut cmd = Command::new(bin("acp-host"));
+/// `acp-host serve` in `dir`, environment as `host_run` sets it; with `files`, under that limit
+/// of open descriptors (`ulimit -n`, then the shell execs it: the same pid).
+fn serve_command(dir: &Path, files: Option<u32>) -> Command {
+    let mut cmd = match files {
+        None => Command::new(bin("acp-host")),
+        Some(files) => {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &format!("ulimit -n {files} && exec \"$0\" \"$@\"")])
+                .arg(bin("acp-host"));
+            cmd
+        }
+    };
     cmd.current_dir(dir)
         .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
         .env_remove("ACP_HOST_LOG")
@@ -466,18 +489,55 @@ fn serve_refuses_to_start_unsafely_and_run_refuses_a_token_without_a_url() {
         ),
     ];
     for (args, message) in cases {
-        let out = run_to_end(serve_command(dir.path()).args(args));
+        let out = run_to_end(serve_command(dir.path(), None).args(args));
         assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
     }
     std::fs::write(dir.path().join("empty"), "\n").unwrap();
-    let out = run_to_end(serve_command(dir.path()).args(["--token-file", "empty"]));
+    let out = run_to_end(serve_command(dir.path(), None).args(["--token-file", "empty"]));
     assert_eq!(code(&out), 2);
     assert!(
         stderr(&out).contains("the token file empty is empty"),
         "{}",
         stderr(&out)
     );
+    // A token anyone could guess is refused; one others can read is warned about.
+    std::fs::write(dir.path().join("short"), "x\n").unwrap();
+    let out = run_to_end(serve_command(dir.path(), None).args(["--token-file", "short"]));
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: --token-file: the token in short is shorter than 16 bytes: anyone \
+         could guess it (make one with `head -c 32 /dev/urandom | base64 > FILE`)\n"
+    );
+    let readable = dir.path().join("readable");
+    std::fs::write(&readable, format!("{TOKEN}\n")).unwrap();
+    std::fs::set_permissions(
+        &readable,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let mut serve = serve_command(dir.path(), None)
+        .args(["--listen", "127.0.0.1:0", "--token-file", "readable"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = line_channel(serve.stderr.take().unwrap());
+    assert_eq!(
+        lines.recv_timeout(HANG_GUARD).unwrap(),
+        "acp-host serve: warning: the token file readable can be read by other users (mode 644); \
+         make it yours alone: chmod 600 readable"
+    );
+    assert!(
+        lines
+            .recv_timeout(HANG_GUARD)
+            .unwrap()
+            .starts_with("acp-host serve: listening on ws://127.0.0.1:")
+    );
+    signal(&serve, Signal::SIGTERM);
+    assert_eq!(serve.wait().unwrap().code(), Some(0));
     let out = run_to_end(host_run(dir.path()).args(["--token-file", "empty", "hi"]));
     assert_eq!(code(&out), 2);
     assert!(
@@ -1350,11 +1410,81 @@ fn a_websocket_upgrade_from_a_browser_origin_is_refused_and_nothing_is_spawned()
     );
     assert!(response.starts_with("HTTP/1.1 403"), "{response}");
     assert!(
-        response.contains("WebSocket upgrades from browser origins are refused"),
+        response.contains("requests from browser pages are refused"),
         "{response}"
     );
     assert!(!record.exists(), "an agent was spawned");
     assert!(processes_in(serve.agents.path()).is_empty());
+}
+
+/// A raw `initialize` POST to `/acp` with `headers` (each `Name: value\r\n`).
+fn initialize_with(headers: &str) -> String {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"clientCapabilities":{}}}"#;
+    format!(
+        "POST /acp HTTP/1.1\r\n{headers}Content-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[test]
+fn a_web_page_after_dns_rebinding_is_refused_on_every_route_and_nothing_is_spawned() {
+    let (dir, flags) = (temp(), temp());
+    let record = record_of(flags.path());
+    let mut serve = Serve::start(
+        &mock(&["hello", "--record", &record.display().to_string()]),
+        &["--insecure-no-auth"],
+    );
+    let port = serve.authority().rsplit(':').next().unwrap().to_owned();
+    let foreign = format!("Host: rebound.attacker.example:{port}\r\n");
+    let page = format!("Origin: http://rebound.attacker.example:{port}\r\n");
+    let loopback = format!("Host: 127.0.0.1:{port}\r\n");
+    // What a page's fetch sends once its name resolves to 127.0.0.1: its own Host, and its
+    // Origin on a POST; a cross-origin page sends a loopback Host with its Origin.
+    for (headers, refusal) in [
+        (
+            format!("{foreign}{page}"),
+            "requests from browser pages are refused",
+        ),
+        (foreign.clone(), "answers only requests to a loopback host"),
+        (
+            format!("{loopback}{page}"),
+            "requests from browser pages are refused",
+        ),
+    ] {
+        let response = raw_request(serve.authority(), &initialize_with(&headers));
+        assert!(
+            response.starts_with("HTTP/1.1 403"),
+            "{headers}: {response}"
+        );
+        assert!(response.contains(refusal), "{response}");
+    }
+    for (headers, status) in [(&foreign, "HTTP/1.1 403"), (&loopback, "HTTP/1.1 200")] {
+        let response = raw_request(
+            serve.authority(),
+            &format!("GET /health HTTP/1.1\r\n{headers}Connection: close\r\n\r\n"),
+        );
+        assert!(response.starts_with(status), "{headers}: {response}");
+    }
+    assert!(
+        !record.exists(),
+        "an agent was spawned: {:?}",
+        std::fs::read_to_string(&record)
+    );
+    // A client of the transport names the loopback address it dials: served, one agent.
+    let (_, result) = json_run(
+        host_run(dir.path()).args(["--json", "--agent", &serve.url, "hi"]),
+        0,
+    );
+    assert_eq!(result["output"], "hello from acp child", "{result}");
+    let starts = std::fs::read_to_string(&record).unwrap();
+    assert_eq!(
+        starts.lines().filter(|l| l.starts_with("start ")).count(),
+        1,
+        "{starts}"
+    );
+    serve.finish();
 }
 
 /// The kernel's timer on the server's side of the TCP connection from `client` to
@@ -1402,5 +1532,237 @@ fn an_idle_connection_is_probed_so_a_vanished_client_cannot_hold_its_slot() {
         "the first probe is due in {left}s"
     );
     drop(client);
+    serve.finish();
+}
+
+/// A WebSocket server on 127.0.0.1 that floods its one client with `frames` notifications of
+/// `bytes` each, answering nothing (the handshake never ends), says so on `flooded` once the
+/// socket took them all, then closes the connection when `close` says. Its URL.
+fn flooding_server(
+    frames: usize,
+    bytes: usize,
+) -> (
+    String,
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("ws://{}/acp", listener.local_addr().unwrap());
+    let (flooded_tx, flooded) = std::sync::mpsc::channel();
+    let (close, close_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let Ok(mut socket) = tungstenite::accept(stream) else {
+            return;
+        };
+        let frame = serde_json::json!({"jsonrpc": "2.0", "method": "_flood",
+            "params": {"pad": "x".repeat(bytes)}})
+        .to_string();
+        for _ in 0..frames {
+            if socket
+                .send(tungstenite::Message::text(frame.clone()))
+                .is_err()
+            {
+                return;
+            }
+        }
+        let _ = flooded_tx.send(());
+        let _ = close_rx.recv_timeout(HANG_GUARD);
+        let _ = socket.close(None);
+        let _ = socket.flush();
+    });
+    (url, flooded, close)
+}
+
+/// Frames of a flooding server (64 MiB), and how much the bridge may grow from its start while
+/// its run reads them (its runtime, its HTTP client, a frame in hand; it held the whole flood
+/// when it queued without a bound).
+const BRIDGE_FLOOD_FRAMES: usize = 1024;
+const BRIDGE_GROWTH_KIB: u64 = 48 * 1024;
+
+#[test]
+fn a_server_that_floods_the_bridge_is_slowed_down_and_the_bridge_stays_small() {
+    let dir = temp();
+    let (url, flooded, close) = flooding_server(BRIDGE_FLOOD_FRAMES, FLOOD_BYTES);
+    let run = host_run(dir.path())
+        .args(["--json", "--agent", &url, "hi"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut bridge = Vec::new();
+    assert!(
+        wait_until(HANG_GUARD, || {
+            bridge = agents_in(dir.path());
+            bridge.retain(|pid| *pid != run.id());
+            bridge.len() == 1
+        }),
+        "bridge: {bridge:?}"
+    );
+    let bridge = bridge[0];
+    let before = status_kib(bridge, "VmRSS");
+    // All of it sent: the bridge reads a frame only once its stdout took the last one.
+    flooded
+        .recv_timeout(HANG_GUARD * 2)
+        .expect("the flood was sent");
+    let peak = status_kib(bridge, "VmHWM");
+    close.send(()).unwrap();
+    let out = wait_output(run);
+    assert!(
+        peak < before + BRIDGE_GROWTH_KIB,
+        "the bridge peaked at {peak} KiB from {before} KiB while a server flooded it"
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(processes_in(dir.path()).is_empty());
+}
+
+/// Sockets an attacker opens and never finishes a request on, against a server allowed
+/// [`GATED_FILES`] descriptors.
+const HALF_OPEN: usize = 400;
+const GATED_FILES: u32 = 256;
+
+#[test]
+fn half_open_connections_are_capped_and_timed_out_so_health_and_clients_are_served() {
+    let dir = temp();
+    let mut serve = Serve::limited(&mock(&["hello"]), &["--header-timeout", "2"], GATED_FILES);
+    // Half of them send the start of a request, the others nothing at all.
+    let mut held: Vec<std::net::TcpStream> = (0..HALF_OPEN)
+        .map(|index| {
+            let mut socket = std::net::TcpStream::connect(serve.authority()).unwrap();
+            if index % 2 == 0 {
+                socket
+                    .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+                    .unwrap();
+            }
+            socket
+        })
+        .collect();
+    // The server is not starved of descriptors: it answers at once, and serves a client.
+    let response = raw_request(
+        serve.authority(),
+        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.ends_with("ok"), "{response}");
+    let (_, result) = json_run(serve.run(dir.path()).arg("hi"), 0);
+    assert_eq!(result["output"], "hello from acp child", "{result}");
+    // Every held socket is closed by the server: the oldest past the cap at once, the rest
+    // after --header-timeout.
+    for (index, socket) in held.iter_mut().enumerate() {
+        socket.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let mut byte = [0_u8; 1];
+        let read = socket.read(&mut byte);
+        assert!(
+            matches!(read, Ok(0))
+                || read
+                    .as_ref()
+                    .is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionReset),
+            "socket {index}: {read:?}"
+        );
+    }
+    serve.finish();
+}
+
+/// POSTs of [`FLOOD_BYTES`] a client sends while its agent reads none (32 MiB), at most.
+const POST_FLOOD: usize = 512;
+
+#[test]
+fn an_http_client_posting_faster_than_its_agent_reads_is_slowed_down_then_refused() {
+    // An agent that answers `initialize`, then never reads its stdin again.
+    let script = "read -r line; printf '%s\\n' \
+        '{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1,\"agentCapabilities\":{}}}'; \
+        exec sleep 1000";
+    let agent = shell_words::join(["sh", "-c", script]);
+    let mut serve = Serve::start(&agent, &["--stall-timeout", "1", "--stream-grace", "1"]);
+    let server = serve.child.as_ref().unwrap().id();
+    let client = HttpClient::connect(&serve);
+    let events = client.events(None);
+    let before = status_kib(server, "VmRSS");
+    let frame = serde_json::json!({"jsonrpc": "2.0", "method": "_flood",
+        "params": {"pad": "x".repeat(FLOOD_BYTES)}})
+    .to_string();
+    let mut accepted = 0;
+    let refused = (0..POST_FLOOD).find_map(|_| {
+        let response = raw_request(
+            serve.authority(),
+            &post(&frame, Some(&client.connection), None),
+        );
+        if response.starts_with("HTTP/1.1 202") {
+            accepted += 1;
+            None
+        } else {
+            Some(response)
+        }
+    });
+    let peak = status_kib(server, "VmHWM");
+    // What waits: the transport's share (4 MiB), the agent's stdin queue (64 frames), its pipe.
+    assert!(
+        (64..=160).contains(&accepted),
+        "{accepted} POSTs accepted while the agent read none"
+    );
+    let refused = refused.expect("a POST past the bound is refused");
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(
+        refused.contains("the agent read none of this connection's messages for 1s"),
+        "{refused}"
+    );
+    assert!(
+        peak < before + STALLED_GROWTH_KIB,
+        "serve peaked at {peak} KiB from {before} KiB while a client posted {accepted} messages"
+    );
+    drop(events);
+    serve.finish();
+}
+
+#[test]
+fn secrets_in_a_remote_agents_url_never_reach_the_runs_events_or_result() {
+    let dir = temp();
+    // Nothing listens there: the bridge fails, and says so with the URL.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("ws://bob:url-secret-1234@127.0.0.1:{port}/acp?token=query-secret-5678");
+    let out = run_to_end(host_run(dir.path()).args(["--json", "--agent", &url, "hi"]));
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let shown = format!("ws://[redacted]@127.0.0.1:{port}/acp?token=[redacted]");
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    for secret in ["url-secret-1234", "query-secret-5678"] {
+        assert!(!all.contains(secret), "{secret} shown: {all}");
+    }
+    let end = records(&out);
+    assert_eq!(end[0]["type"], "end", "{end:?}");
+    assert_eq!(end[0]["provider"], shown, "{end:?}");
+    let result = result_record(&out);
+    assert!(
+        result["stderrTail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("the connection to {shown} failed")),
+        "{result}"
+    );
+    assert!(processes_in(dir.path()).is_empty());
+    // A run that reaches its server names it the same way from its start.
+    let mut serve = Serve::start(&mock(&["hello"]), &[]);
+    let url = format!("{}?token=query-secret-5678", serve.url);
+    let (records, result) = json_run(
+        host_run(dir.path())
+            .args(["--json", "--token-file"])
+            .arg(&serve.token)
+            .args(["--agent", &url, "hi"]),
+        0,
+    );
+    assert_eq!(result["output"], "hello from acp child", "{result}");
+    let shown = format!("{}?token=[redacted]", serve.url);
+    assert_eq!(records[0]["type"], "start", "{records:?}");
+    assert_eq!(records[0]["agent"], shown, "{records:?}");
+    assert!(
+        !records
+            .iter()
+            .any(|r| r.to_string().contains("query-secret-5678")),
+        "{records:?}"
+    );
     serve.finish();
 }

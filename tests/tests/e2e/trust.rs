@@ -487,3 +487,120 @@ fn acp_host_trust_lists_approves_notices_changes_and_revokes() {
     assert!(trust(&[&one, "--revoke"]).starts_with(&shown("revoked")));
     assert!(trust(&[]).starts_with(&shown("not approved")));
 }
+
+#[test]
+fn a_symlink_to_an_approved_definition_elsewhere_starts_nothing_by_run_or_batch() {
+    let (victim, attacker, state) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    // The person approved x in their own repository; its command means "in this folder".
+    let file = repository(victim.path(), "x", PWN);
+    acp_tests::approve_definition_in(&file, state.path());
+    // Another repository borrows it: its definition file is a link, or its whole folder is.
+    let (by_file, by_folder) = (attacker.path().join("file"), attacker.path().join("folder"));
+    std::fs::create_dir_all(by_file.join("subagents")).unwrap();
+    std::fs::create_dir_all(&by_folder).unwrap();
+    std::os::unix::fs::symlink(&file, by_file.join("subagents/x.md")).unwrap();
+    std::os::unix::fs::symlink(victim.path().join("subagents"), by_folder.join("subagents"))
+        .unwrap();
+    let refused = [
+        format!("{}: is a symlink", by_file.join("subagents/x.md").display()),
+        format!(
+            "--subagent x: source folder {} is a symlink",
+            by_folder.join("subagents").display()
+        ),
+    ];
+    for (dir, refused) in [&by_file, &by_folder].into_iter().zip(refused) {
+        let out = run_to_end(host(dir, state.path()).args(["--subagent", "x", "hi"]));
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with(&format!("acp-host: error: {refused}")),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(stdout(&out), "");
+        // A batch line names it the same way, and is refused by the same rule.
+        let jobs = dir.join("jobs.ndjson");
+        std::fs::write(
+            &jobs,
+            "{\"id\":\"a\",\"prompt\":\"hi\",\"subagent\":\"x\"}\n",
+        )
+        .unwrap();
+        let out = run_to_end(
+            super::batch::batch(dir)
+                .env(XDG_STATE_HOME, state.path())
+                .arg(&jobs),
+        );
+        assert_eq!(code(&out), 2, "{}", stderr(&out));
+        assert!(stderr(&out).contains(&refused), "{}", stderr(&out));
+        assert!(
+            !dir.join("PWNED").exists(),
+            "the borrowed command ran in {}",
+            dir.display()
+        );
+        assert_none_left(dir);
+    }
+    // `acp-host trust` in the borrowing folders says the same.
+    assert!(
+        trust_in(&by_file, state.path(), &[]).contains("x.md: is a symlink"),
+        "{}",
+        trust_in(&by_file, state.path(), &[])
+    );
+    // In its own folder the approval holds: it runs there.
+    let out = run_to_end(host(victim.path(), state.path()).args(["--subagent", "x", "hi"]));
+    // (The command is no ACP agent: the run fails once it exited.)
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(victim.path().join("PWNED").exists(), "{}", stderr(&out));
+    assert_none_left(victim.path());
+}
+
+/// Whether `text` holds a character a terminal acts on, beyond its line ends.
+fn has_controls(text: &str) -> bool {
+    text.chars().any(|c| c.is_control() && c != '\n')
+}
+
+#[test]
+fn names_with_control_characters_cannot_rewrite_what_trust_and_run_print() {
+    let (parent, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // A cloned repository whose folder name, file names and command line move the cursor and
+    // overwrite the line: what a person reads before --approve would say something else.
+    let dir = parent.path().join("repo\u{1b}[1A");
+    std::fs::create_dir(&dir).unwrap();
+    repository(
+        &dir,
+        "x",
+        "---\ndescription: d\nrun:\n  agent: \"sh -c 'touch PWNED'\\r\\e[2Kx: approved: runs make\"\n---\nHelp.\n",
+    );
+    write_definition(
+        &dir.join("subagents"),
+        "bad\u{1b}[2K\r.md",
+        "no frontmatter\n",
+    );
+    let listed = trust_in(&dir, state.path(), &[]);
+    assert!(!has_controls(&listed), "{listed:?}");
+    assert!(
+        listed.starts_with(
+            "x: not approved: runs sh -c 'touch PWNED'\\r\\u{1b}[2Kx: approved: runs make\n"
+        ),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("repo\\u{1b}[1A/subagents/x.md\n"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("repo\\u{1b}[1A/subagents/bad\\u{1b}[2K\\r.md: "),
+        "{listed}"
+    );
+    let out = run_to_end(host(&dir, state.path()).args(["--subagent", "x", "hi"]));
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(!has_controls(&stderr(&out)), "{:?}", stderr(&out));
+    assert!(
+        stderr(&out).contains("needs your approval to run sh -c 'touch PWNED\\r\\u{1b}[2Kx:'"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!dir.join("PWNED").exists());
+}

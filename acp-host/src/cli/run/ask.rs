@@ -1,6 +1,7 @@
 //! `--permission ask`: each permission request put to the person on the terminal (`/dev/tty`),
 //! or, without one, rejected as the policy would, said once on stderr.
 
+use protocol::report::printable;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -72,8 +73,8 @@ fn ask(tty: &Mutex<std::fs::File>, request: &PermissionRequest) -> bool {
     let mut tty = tty.lock().unwrap_or_else(PoisonError::into_inner);
     let question = format!(
         "acp-host: allow {} \"{}\"? [y/N] ",
-        request.tool_kind.as_deref().unwrap_or("tool call"),
-        request.title.as_deref().unwrap_or("(untitled)")
+        printable(request.tool_kind.as_deref().unwrap_or("tool call")),
+        printable(request.title.as_deref().unwrap_or("(untitled)"))
     );
     if tty.write_all(question.as_bytes()).is_err() {
         return false;

@@ -8,6 +8,7 @@
 //! straight into those pieces, never copied whole; once stdout is closed nothing more is written
 //! and the run goes on; what it remembers (children's names, tool call titles) is bounded.
 
+use protocol::report::printable;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -423,8 +424,8 @@ impl Observer for Renderer {
                 note!(
                     "acp-host: {prefix}permission {} for {} ({}): {answer} [by {}]",
                     decision.verdict.as_str(),
-                    decision.title.as_deref().unwrap_or("a tool call"),
-                    decision.tool_kind.as_deref().unwrap_or("unknown kind"),
+                    printable(decision.title.as_deref().unwrap_or("a tool call")),
+                    printable(decision.tool_kind.as_deref().unwrap_or("unknown kind")),
                     decision.decided_by.as_str()
                 );
             }
