@@ -164,6 +164,37 @@ pub(super) fn execute_bridge(args: &BridgeArgs) -> Result<ExitCode, CliError> {
     })
 }
 
+/// What every connection's agent is started from: its environment, delegation standing and
+/// sandbox, as `acp-host run` would compute them.
+fn served_request(
+    args: &ServeArgs,
+    agent: &protocol::request::AgentCommand,
+    cwd: &std::path::Path,
+) -> Result<StartRequest, CliError> {
+    let env = args
+        .env
+        .iter()
+        .map(|arg| EnvForward::parse(arg).map_err(usage))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(StartRequest {
+        agent: agent.clone(),
+        prompt: String::new(),
+        cwd: cwd.to_path_buf(),
+        env,
+        permission: PermissionPolicy::Reject,
+        timeouts: Timeouts::default(),
+        max_depth: None,
+        wants: protocol::capabilities::Wants::default(),
+        resume: None,
+        fork: None,
+        budget: protocol::usage::Budget::default(),
+        sandbox: args
+            .sandbox
+            .policy(&run::resolve_cwd(None).map_err(usage)?)
+            .map_err(CliError::Usage)?,
+    })
+}
+
 pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
     let token = args
         .token_file
@@ -200,30 +231,8 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
             resolved.command.program.display()
         )));
     }
-    let env = args
-        .env
-        .iter()
-        .map(|arg| EnvForward::parse(arg).map_err(usage))
-        .collect::<Result<Vec<_>, _>>()?;
     let cwd = run::resolve_cwd(args.cwd.as_deref()).map_err(usage)?;
-    // The agents' environment and delegation standing, as `acp-host run` would compute them.
-    let request = StartRequest {
-        agent: resolved.command.clone(),
-        prompt: String::new(),
-        cwd: cwd.clone(),
-        env,
-        permission: PermissionPolicy::Reject,
-        timeouts: Timeouts::default(),
-        max_depth: None,
-        wants: protocol::capabilities::Wants::default(),
-        resume: None,
-        fork: None,
-        budget: protocol::usage::Budget::default(),
-        sandbox: args
-            .sandbox
-            .policy(&run::resolve_cwd(None).map_err(usage)?)
-            .map_err(CliError::Usage)?,
-    };
+    let request = served_request(args, &resolved.command, &cwd)?;
     let prepared = run::prepare(request, std::env::vars_os()).map_err(usage)?;
     // A sandbox this kernel cannot hold is said before anything listens.
     let sandbox = acp_host::sandbox::foresee(prepared.sandbox())
