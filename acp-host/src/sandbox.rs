@@ -551,9 +551,13 @@ impl Places {
 /// Each path, and where it really is when that differs (a link's target is what the kernel
 /// sees), without duplicates.
 fn canonical_too(paths: Vec<PathBuf>) -> Vec<PathBuf> {
-    let mut all: Vec<PathBuf> = Vec::with_capacity(paths.len());
+    // Most denied paths share a few folders (the home, `.config`, the state folder) and most do
+    // not exist: each folder is resolved once, and only a path that is itself a link is
+    // resolved whole.
+    let mut folders: std::collections::HashMap<PathBuf, PathBuf> = std::collections::HashMap::new();
+    let mut all: Vec<PathBuf> = Vec::with_capacity(paths.len() * 2);
     for path in paths {
-        let real = std::fs::canonicalize(&path).ok();
+        let real = real_path(&path, &mut folders);
         for path in std::iter::once(path).chain(real) {
             if !all.contains(&path) {
                 all.push(path);
@@ -561,6 +565,34 @@ fn canonical_too(paths: Vec<PathBuf>) -> Vec<PathBuf> {
         }
     }
     all
+}
+
+/// Where `path` really is: its folder resolved (the nearest one that exists, the rest joined
+/// as written), and the path itself when it is a link.
+fn real_path(
+    path: &Path,
+    folders: &mut std::collections::HashMap<PathBuf, PathBuf>,
+) -> Option<PathBuf> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Some(path.to_path_buf());
+    };
+    let folder = if let Some(folder) = folders.get(parent) {
+        folder.clone()
+    } else {
+        let folder = std::fs::canonicalize(parent)
+            .ok()
+            .or_else(|| real_path(parent, folders))?;
+        folders.insert(parent.to_path_buf(), folder.clone());
+        folder
+    };
+    let joined = folder.join(name);
+    if joined
+        .symlink_metadata()
+        .is_ok_and(|meta| meta.file_type().is_symlink())
+    {
+        return std::fs::canonicalize(&joined).ok().or(Some(joined));
+    }
+    Some(joined)
 }
 
 /// A folder's entries as [`protocol::sandbox::cover`] reads them; an unreadable folder has none
@@ -636,15 +668,8 @@ impl Rules<'_> {
                 let Ok(fd) = landlock::PathFd::new(path) else {
                     return false;
                 };
-                let is_dir = std::fs::metadata(path).is_ok_and(|m| m.is_dir());
-                let access = if is_dir {
-                    access
-                } else {
-                    access & AccessFs::from_file(abi)
-                };
-                if access.is_empty() {
-                    return false;
-                }
+                // A file takes only a file's rights: the crate narrows them itself (it looks at
+                // the opened descriptor), in its default best-effort compatibility.
                 created
                     .as_mut()
                     .add_rule(landlock::PathBeneath::new(fd, access))
