@@ -268,6 +268,7 @@ mod tests {
             std::time::Duration::from_secs(1),
             &protocol::sandbox::Policy::default(),
             false,
+            false,
         );
         for tool in tools.names() {
             assert!(text.contains(tool), "{tool}");

@@ -1335,7 +1335,7 @@ async fn malformed_tool_calls_are_titled_and_failed() {
     let requests = llm.requests();
     assert_eq!(
         tool_result(&requests[1], "call_a"),
-        "unknown tool \"frobnicate\"; the tools are read_file, list_dir, search, write_file, edit_file, run_command"
+        "unknown tool \"frobnicate\"; the tools are read_file, list_dir, search, write_file, edit_file, run_command, task_output, task_list, task_kill"
     );
 }
 

@@ -15,9 +15,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::subagent::outcome;
-use super::{Call, Context, Outcome, Tool};
+use super::{Call, Context, Offering, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::{self, Children};
+use crate::backend::children;
 
 pub(super) struct SendMessage;
 
@@ -54,8 +54,8 @@ impl Tool for SendMessage {
         children::KIND
     }
 
-    fn definition(&self, children: Option<&Children>) -> Option<Value> {
-        super::offered(children, |offered| offered.delegation).then(|| self.offer())
+    fn definition(&self, offering: &Offering) -> Option<Value> {
+        super::offered(offering.children, |offered| offered.delegation).then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
