@@ -28,6 +28,9 @@ struct Args {
     message: String,
 }
 
+/// The description's pointer to `list_agents`, left out when the session's filter leaves it out.
+const LISTED: &str = " (list_agents shows them)";
+
 impl Tool for SendMessage {
     fn name(&self) -> &'static str {
         "send_message"
@@ -55,7 +58,16 @@ impl Tool for SendMessage {
     }
 
     fn definition(&self, offering: &Offering) -> Option<Value> {
-        super::offered(offering.children, |offered| offered.delegation).then(|| self.offer())
+        let offered = offering
+            .children
+            .map(children::Children::offered)
+            .filter(|offered| offered.delegation)?;
+        let mut offer = self.offer();
+        // Without `list_agents` (the session's filter left it out), nothing points there.
+        if !offered.messaging {
+            offer["function"]["description"] = self.description().replace(LISTED, "").into();
+        }
+        Some(offer)
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
