@@ -50,6 +50,7 @@ pub fn tool_names() -> Vec<&'static str> {
         Duration::ZERO,
         &protocol::sandbox::Policy::default(),
         false,
+        false,
     )
     .names()
 }

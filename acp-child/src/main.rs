@@ -214,7 +214,7 @@ struct Cli {
     price_currency: String,
     #[arg(
         long,
-        help = "No background subagents: the subagent tool has no run_in_background (refused if a model sends it) and the task tools are not offered"
+        help = "No background tasks: neither the subagent tool nor run_command has run_in_background (refused if a model sends it), and the task tools are not offered"
     )]
     no_background: bool,
     #[arg(
@@ -368,6 +368,7 @@ impl Cli {
             command_timeout_secs: self.command_timeout,
             command_sandbox: self.command_sandbox,
             command_network: self.command_network.clone(),
+            no_background: self.no_background,
             max_retries: self.max_retries,
             retry_base_ms: self.retry_base_ms,
             context_window: self.context_window,

@@ -6,10 +6,13 @@
 //! is an error when the template is read (a `--persona` file at start-up, a session's system
 //! prompt at `session/new`), never at rendering; substituted values are never scanned again, and
 //! single braces are plain text (a persona may contain code). Without `--persona FILE` the built-in
-//! persona is used; it names only the tools the session's filter lets through. A session's system
-//! prompt goes before it, as the first section of the assembled prompt (`append`: identity first,
-//! then the agent's guidance and tools, then a structured-output instruction), or replaces it
-//! (`override`): [`Persona::with_session`].
+//! persona is used; it names only the tools the session's filter lets through, and says the user
+//! approves writes and commands only when a tool that writes or runs a command is one of them. A
+//! session's system prompt goes before it, as the first section of the assembled prompt (`append`:
+//! identity first, then the agent's guidance and tools, then a structured-output instruction), or
+//! replaces it (`override`): [`Persona::with_session`]. `{{{{` is a literal `{{`. A persona that
+//! is empty (or only whitespace: an empty `--persona` file) sends no system message at all, and
+//! appending it adds no separator.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -23,9 +26,16 @@ const DEFAULT_HEAD: &str = "\
 You are acp-child, a careful coding agent running as the model {{model}}, working in the directory {{cwd}}.
 You help the user with software tasks in that directory";
 
-/// The built-in persona's close, after the tools.
-const DEFAULT_TAIL: &str = " The user approves each write and command; if a tool result says \
-\"permission denied by the user\", do not retry it, explain what you wanted to do instead. Be concise: say what you did and what you found.";
+/// The built-in persona's sentence on approvals, after the tools, when one of them needs it
+/// (a write or a command).
+const APPROVALS: &str = " The user approves each write and command; if a tool result says \
+\"permission denied by the user\", do not retry it, explain what you wanted to do instead.";
+
+/// The tools whose calls the user approves: [`APPROVALS`] is said only when one is offered.
+const APPROVED_TOOLS: [&str; 3] = ["write_file", "edit_file", "run_command"];
+
+/// The built-in persona's close.
+const DEFAULT_TAIL: &str = " Be concise: say what you did and what you found.";
 
 /// The file tools the built-in persona names, in groups, each with what it is for.
 const TOOL_GROUPS: [(&[&str], &str); 3] = [
@@ -105,6 +115,11 @@ fn tools_sentence(allows: &dyn Fn(&str) -> bool, cwd: &str) -> String {
     if clauses.is_empty() {
         return ".".to_owned();
     }
+    let approvals = if APPROVED_TOOLS.iter().any(|tool| allows(tool)) {
+        APPROVALS
+    } else {
+        ""
+    };
     let mut sentence = format!(", using the tools you are given:\n{}.", clauses.join("; "));
     let _ = write!(
         sentence,
@@ -121,6 +136,7 @@ fn tools_sentence(allows: &dyn Fn(&str) -> bool, cwd: &str) -> String {
             "\n{read_first}edit_file replaces one exact, unique piece of text."
         );
     }
+    sentence.push_str(approvals);
     sentence
 }
 
@@ -159,6 +175,8 @@ impl Persona {
         match session {
             None => self.clone(),
             Some(session) if session.replace => session.persona.clone(),
+            Some(session) if session.persona.is_blank() => self.clone(),
+            Some(session) if self.is_blank() => session.persona.clone(),
             Some(session) => {
                 let mut pieces = session.persona.pieces.clone();
                 pieces.push(Piece::Text("\n\n".to_owned()));
@@ -166,6 +184,13 @@ impl Persona {
                 Persona { pieces }
             }
         }
+    }
+
+    /// Whether it renders to nothing but whitespace, whatever the model, directory and tools.
+    fn is_blank(&self) -> bool {
+        self.pieces
+            .iter()
+            .all(|piece| matches!(piece, Piece::Text(text) if text.trim().is_empty()))
     }
 
     /// The system prompt for `model` working in `cwd`, naming only the tools `tools` lets
@@ -234,7 +259,8 @@ mod tests {
         );
         assert_eq!(
             Persona::new("ab {{model").unwrap_err().to_string(),
-            "persona template: `{{` at byte 3 is never closed (the variables are {{model}}, {{cwd}})"
+            "persona template: `{{` at byte 3 is never closed; write `{{{{` for a literal `{{` \
+             (the variables are {{model}}, {{cwd}})"
         );
     }
 
@@ -260,6 +286,34 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_persona_renders_nothing_and_appends_without_a_separator() {
+        let empty = Persona::new(" \n").unwrap();
+        assert!(empty.is_blank());
+        assert!(Persona::new("").unwrap().is_blank());
+        assert!(!Persona::new("{{cwd}}").unwrap().is_blank());
+        assert!(!Persona::default().is_blank());
+        let session = |text: &str| SessionPersona {
+            persona: Persona::new(text).unwrap(),
+            replace: false,
+            template: text.into(),
+        };
+        let base = Persona::new("base").unwrap();
+        assert_eq!(base.with_session(Some(&session(""))), base);
+        assert_eq!(
+            empty
+                .with_session(Some(&session("only {{model}}")))
+                .render("m", Path::new("/w"), None),
+            "only m"
+        );
+        assert_eq!(
+            Persona::new("{{{{model}} is {{model}}")
+                .unwrap()
+                .render("m", Path::new("/w"), None),
+            "{{model}} is m"
+        );
+    }
+
+    #[test]
     fn the_default_names_model_cwd_and_tools() {
         let text = Persona::default().render("m", Path::new("/w"), None);
         assert!(text.contains("model m") && text.contains("directory /w"));
@@ -267,6 +321,7 @@ mod tests {
         let tools = crate::backend::model::tools::Toolbox::standard(
             std::time::Duration::from_secs(1),
             &protocol::sandbox::Policy::default(),
+            false,
             false,
         );
         for tool in tools.names() {
@@ -307,7 +362,7 @@ explain what you wanted to do instead. Be concise: say what you did and what you
             text.contains(
                 "in that directory, using the tools you are given:\nread_file, list_dir and \
                  search to look around. Paths are relative to /w; you cannot reach outside it. \
-                 The user approves"
+                 Be concise"
             ),
             "{text}"
         );
@@ -320,7 +375,22 @@ explain what you wanted to do instead. Be concise: say what you did and what you
         };
         let text = Persona::default().render("m", Path::new("/w"), Some(&none));
         assert!(
-            text.contains("software tasks in that directory. The user approves"),
+            text.contains("software tasks in that directory. Be concise"),
+            "{text}"
+        );
+        assert!(!text.contains("approves"), "{text}");
+        // One tool that needs an approval is enough to say it.
+        let commands = ToolFilter {
+            allow: Some(vec!["read_file".into(), "run_command".into()]),
+            deny: Vec::new(),
+        };
+        let text = Persona::default().render("m", Path::new("/w"), Some(&commands));
+        assert!(
+            text.ends_with(
+                "you cannot reach outside it. The user approves each write and command; if a tool \
+                 result says \"permission denied by the user\", do not retry it, explain what you \
+                 wanted to do instead. Be concise: say what you did and what you found."
+            ),
             "{text}"
         );
     }

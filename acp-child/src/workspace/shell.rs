@@ -17,6 +17,10 @@
 //! lowered by the session's own `maxDepth`), so an `acp-host run` inside it starts its agent one
 //! level deeper, even when this agent was started by an editor without them.
 //!
+//! A background command ([`run_into`] with no timeout: `run_command`'s `run_in_background`) is
+//! the same run spawned as a task of the session's table: it ends when it exits or when its
+//! task is stopped, its group killed either way; its [`Streams`] can be read while it runs.
+//!
 //! The command runs in the sandbox the person chose (`--command-sandbox`, `--command-network`;
 //! by default `workspace-write` with the network off, best effort), held to the one this agent
 //! itself runs in (`ACP_HOST_SANDBOX`): acp-host's library prepares it and the shell enters it
@@ -49,6 +53,9 @@ pub(crate) enum Ended {
     TimedOut(Duration),
     /// The turn was cancelled and it was killed.
     Cancelled,
+    /// A background command stopped by `task_kill`, or by its session's cancel or close, and
+    /// killed.
+    Stopped,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +74,57 @@ pub(crate) struct Captured {
     pub(crate) bytes: Vec<u8>,
     /// How many bytes the stream produced in all.
     pub(crate) total: usize,
+}
+
+/// A command's two streams while it runs: what a background command's `task_output` shows
+/// before it ends.
+#[derive(Debug, Default)]
+pub(crate) struct Streams {
+    stdout: Mutex<Captured>,
+    stderr: Mutex<Captured>,
+}
+
+impl Streams {
+    fn stdout(&self) -> &Mutex<Captured> {
+        &self.stdout
+    }
+
+    fn stderr(&self) -> &Mutex<Captured> {
+        &self.stderr
+    }
+
+    /// What the streams captured so far, as a finished command's output shows them.
+    pub(crate) fn so_far(&self) -> String {
+        let mut text = String::new();
+        for (name, captured) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
+            render_stream(
+                &mut text,
+                name,
+                &captured.lock().unwrap_or_else(PoisonError::into_inner),
+            );
+        }
+        text.trim_start_matches('\n').to_owned()
+    }
+}
+
+/// Appends one stream's section (none when it produced nothing), saying where it was cut.
+fn render_stream(text: &mut String, name: &str, captured: &Captured) {
+    if captured.total == 0 {
+        return;
+    }
+    let _ = write!(
+        text,
+        "\n--- {name} ---\n{}",
+        String::from_utf8_lossy(&captured.bytes)
+    );
+    if captured.total > captured.bytes.len() {
+        let _ = write!(
+            text,
+            "\n[{name} truncated: showing the first {} of {} bytes]",
+            captured.bytes.len(),
+            captured.total
+        );
+    }
 }
 
 impl CommandOutput {
@@ -89,30 +147,17 @@ impl CommandOutput {
                 limit.as_secs()
             ),
             Ended::Cancelled => "cancelled by the user and killed".to_owned(),
+            Ended::Stopped => {
+                "stopped (task_kill, or its session was cancelled or closed) and killed".to_owned()
+            }
         };
         if let Some(sandbox) = &self.sandbox
             && sandbox.enforced != protocol::sandbox::Enforced::Full
         {
             let _ = write!(text, "\n[{}]", sandbox.describe());
         }
-        for (name, captured) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
-            if captured.total == 0 {
-                continue;
-            }
-            let _ = write!(
-                text,
-                "\n--- {name} ---\n{}",
-                String::from_utf8_lossy(&captured.bytes)
-            );
-            if captured.total > captured.bytes.len() {
-                let _ = write!(
-                    text,
-                    "\n[{name} truncated: showing the first {} of {} bytes]",
-                    captured.bytes.len(),
-                    captured.total
-                );
-            }
-        }
+        render_stream(&mut text, "stdout", &self.stdout);
+        render_stream(&mut text, "stderr", &self.stderr);
         if let Some(sandbox) = &self.sandbox
             && !self.succeeded()
             && looks_refused(&self.stderr.bytes)
@@ -178,6 +223,29 @@ pub(crate) async fn run(
     budget: Option<protocol::depth::Budget>,
     sandbox: &protocol::sandbox::Policy,
 ) -> Result<CommandOutput, ToolError> {
+    run_into(
+        command,
+        cwd,
+        Some(timeout),
+        cancel,
+        budget,
+        sandbox,
+        &Arc::default(),
+    )
+    .await
+}
+
+/// [`run`], capturing into `streams` (read while it runs) and with no timeout when `timeout` is
+/// `None` (a background command runs until it exits or `cancel` fires).
+pub(crate) async fn run_into(
+    command: &str,
+    cwd: &Path,
+    timeout: Option<Duration>,
+    cancel: &CancellationToken,
+    budget: Option<protocol::depth::Budget>,
+    sandbox: &protocol::sandbox::Policy,
+    streams: &Arc<Streams>,
+) -> Result<CommandOutput, ToolError> {
     let mut shell = tokio::process::Command::new("sh");
     if let Some(budget) = budget {
         shell.envs(budget.env());
@@ -223,19 +291,23 @@ pub(crate) async fn run(
             .and_then(|id| i32::try_from(id).ok())
             .map(Pid::from_raw),
     );
-    let stdout = Arc::new(Mutex::new(Captured::default()));
-    let stderr = Arc::new(Mutex::new(Captured::default()));
     let mut readers = tokio::task::JoinSet::new();
     if let Some(pipe) = child.stdout.take() {
-        readers.spawn(drain(pipe, Arc::clone(&stdout)));
+        readers.spawn(drain(pipe, Arc::clone(streams), Streams::stdout));
     }
     if let Some(pipe) = child.stderr.take() {
-        readers.spawn(drain(pipe, Arc::clone(&stderr)));
+        readers.spawn(drain(pipe, Arc::clone(streams), Streams::stderr));
     }
+    let limit = async {
+        match timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
+        }
+    };
     let ended = tokio::select! {
         biased;
         () = cancel.cancelled() => Ended::Cancelled,
-        () = tokio::time::sleep(timeout) => Ended::TimedOut(timeout),
+        () = limit => Ended::TimedOut(timeout.unwrap_or_default()),
         status = child.wait() => match status {
             Ok(status) => Ended::Exited(status),
             Err(source) => return Err(ToolError::Spawn { cwd: cwd.to_path_buf(), source }),
@@ -259,14 +331,18 @@ pub(crate) async fn run(
     })
     .await;
     readers.abort_all();
-    let take = |captured: &Arc<Mutex<Captured>>| {
-        std::mem::take(&mut *captured.lock().unwrap_or_else(PoisonError::into_inner))
+    // Copied, not taken: a background command's streams stay readable until its result is in.
+    let copy = |captured: &Mutex<Captured>| {
+        captured
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     };
     Ok(CommandOutput {
         ended,
         sandbox: confinement.map(|confinement| confinement.report().clone()),
-        stdout: take(&stdout),
-        stderr: take(&stderr),
+        stdout: copy(&streams.stdout),
+        stderr: copy(&streams.stderr),
     })
 }
 
@@ -290,14 +366,20 @@ impl Drop for GroupKiller {
     }
 }
 
-/// Reads a pipe to its end, keeping the first [`MAX_STREAM_BYTES`].
-async fn drain(mut pipe: impl tokio::io::AsyncRead + Unpin, into: Arc<Mutex<Captured>>) {
+/// Reads a pipe to its end into `which` of `streams`, keeping the first [`MAX_STREAM_BYTES`].
+async fn drain(
+    mut pipe: impl tokio::io::AsyncRead + Unpin,
+    streams: Arc<Streams>,
+    which: fn(&Streams) -> &Mutex<Captured>,
+) {
     let mut buffer = vec![0_u8; 8192];
     loop {
         match pipe.read(&mut buffer).await {
             Ok(0) | Err(_) => return,
             Ok(read) => {
-                let mut captured = into.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut captured = which(&streams)
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 captured.total += read;
                 let room = MAX_STREAM_BYTES.saturating_sub(captured.bytes.len());
                 captured.bytes.extend_from_slice(&buffer[..read.min(room)]);
@@ -451,6 +533,46 @@ mod tests {
                 stat.rsplit_once(')')
                     .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
             })
+    }
+
+    #[tokio::test]
+    async fn without_a_timeout_it_runs_until_cancelled_and_its_streams_read_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let cancel = CancellationToken::new();
+        let streams = Arc::new(Streams::default());
+        let call = run_into(
+            "echo started; echo warned >&2; exec sleep 600",
+            dir.path(),
+            None,
+            &cancel,
+            None,
+            &protocol::sandbox::UNRESTRICTED,
+            &streams,
+        );
+        tokio::pin!(call);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            tokio::select! {
+                output = &mut call => panic!("the command ended: {output:?}"),
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+            if streams.so_far() == "--- stdout ---\nstarted\n\n--- stderr ---\nwarned\n" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{:?}", streams.so_far());
+        }
+        cancel.cancel();
+        let output = call.await.unwrap();
+        assert_eq!(output.ended, Ended::Cancelled);
+        assert_eq!(output.stdout.bytes, b"started\n");
+        let stopped = CommandOutput {
+            ended: Ended::Stopped,
+            ..output
+        };
+        assert_eq!(
+            stopped.render().lines().next(),
+            Some("stopped (task_kill, or its session was cancelled or closed) and killed")
+        );
     }
 
     #[tokio::test]

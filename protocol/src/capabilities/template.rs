@@ -7,6 +7,8 @@
 //!   braces is allowed (`{{ cwd }}`);
 //! - substituted values are never scanned again (a cwd containing `{{model}}` stays as it is), and
 //!   single braces are plain text (a persona may contain code);
+//! - `{{{{` is a literal `{{` (doubled, as in Rust's and Python's format strings; no variable name
+//!   starts with a brace, so it is never ambiguous); a lone `}}` needs no escape;
 //! - rendering ([`Template::render`]) fails only for a variable used with no value, naming it.
 
 /// The variables a template may use.
@@ -67,19 +69,23 @@ pub struct Values<'a> {
 }
 
 impl Template {
-    /// Parses `text`; every `{{` must open a known variable.
+    /// Parses `text`; every `{{` must open a known variable, or be doubled (`{{{{`: a literal
+    /// `{{`).
     pub fn parse(text: &str) -> Result<Self, TemplateError> {
         let mut pieces = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find("{{") {
-            if open > 0 {
-                pieces.push(Piece::Text(rest[..open].to_owned()));
-            }
+            push_text(&mut pieces, &rest[..open]);
             let after = &rest[open + 2..];
+            if let Some(literal) = after.strip_prefix("{{") {
+                push_text(&mut pieces, "{{");
+                rest = literal;
+                continue;
+            }
             let Some(close) = after.find("}}") else {
                 return Err(TemplateError {
                     problem: format!(
-                        "`{{{{` at byte {} is never closed",
+                        "`{{{{` at byte {} is never closed; write `{{{{{{{{` for a literal `{{{{`",
                         text.len() - rest.len() + open
                     ),
                 });
@@ -95,9 +101,7 @@ impl Template {
             }));
             rest = &after[close + 2..];
         }
-        if !rest.is_empty() {
-            pieces.push(Piece::Text(rest.to_owned()));
-        }
+        push_text(&mut pieces, rest);
         Ok(Self { pieces })
     }
 
@@ -135,6 +139,18 @@ impl Template {
             }
         }
         Ok(text)
+    }
+}
+
+/// Appends `text` to the template's last text piece, or as a new one; nothing when it is empty.
+fn push_text(pieces: &mut Vec<Piece>, text: &str) {
+    if text.is_empty() {
+        return;
+    }
+    if let Some(Piece::Text(last)) = pieces.last_mut() {
+        last.push_str(text);
+    } else {
+        pieces.push(Piece::Text(text.to_owned()));
     }
 }
 
@@ -186,8 +202,33 @@ mod tests {
         );
         assert_eq!(
             Template::parse("ab {{model").unwrap_err().to_string(),
-            "persona template: `{{` at byte 3 is never closed (the variables are {{model}}, {{cwd}})"
+            "persona template: `{{` at byte 3 is never closed; write `{{{{` for a literal `{{` \
+             (the variables are {{model}}, {{cwd}})"
         );
+    }
+
+    #[test]
+    fn a_doubled_opening_is_a_literal_one() {
+        let template = Template::parse("{{{{model}} is {{model}}: {{{{ and {{{{{{cwd}}").unwrap();
+        assert_eq!(
+            template.pieces,
+            [
+                Piece::Text("{{model}} is ".into()),
+                Piece::Variable(Variable::Model),
+                Piece::Text(": {{ and {{".into()),
+                Piece::Variable(Variable::Cwd),
+            ]
+        );
+        assert_eq!(
+            template.render(values(), "").unwrap(),
+            "{{model}} is deepseek-chat: {{ and {{/p"
+        );
+        // After a variable, a literal starts a piece of its own; a lone `}}` is text.
+        assert_eq!(
+            Template::parse("{{cwd}}{{{{ }}").unwrap().pieces,
+            [Piece::Variable(Variable::Cwd), Piece::Text("{{ }}".into())]
+        );
+        assert_eq!(Template::parse("").unwrap().pieces, []);
     }
 
     #[test]

@@ -1020,7 +1020,8 @@ async fn the_persona_file_becomes_the_system_prompt_with_model_and_cwd() {
     let persona = state.path().join("persona.md");
     std::fs::write(
         &persona,
-        "You are a careful reviewer using {{model}} in {{cwd}}; fn f() { {x} }",
+        "You are a careful reviewer using {{model}} in {{cwd}}; fn f() { {x} }; {{{{model}} is \
+         literal",
     )
     .unwrap();
     let llm = MockLlm::start(vec![Reply::text(["ok"])]);
@@ -1037,10 +1038,33 @@ async fn the_persona_file_becomes_the_system_prompt_with_model_and_cwd() {
     assert_eq!(
         system_prompt(&llm.requests()[0]),
         format!(
-            "You are a careful reviewer using mock-model in {}; fn f() {{ {{x}} }}",
+            "You are a careful reviewer using mock-model in {}; fn f() {{ {{x}} }}; {{{{model}}}} \
+             is literal",
             canonical(cwd.path()).display()
         )
     );
+}
+
+#[tokio::test]
+async fn an_empty_persona_file_sends_no_system_message() {
+    let cwd = temp();
+    let state = temp();
+    let persona = state.path().join("persona.md");
+    std::fs::write(&persona, "\n").unwrap();
+    let llm = MockLlm::start(vec![Reply::text(["ok"])]);
+    let launch = Launch::model(&llm.base_url(), state.path())
+        .arg("--persona")
+        .arg(persona.as_os_str());
+    let (text, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let log = prompt_ends(&mut session, "hi", Permission::NotExpected).await?;
+        Ok(log.text)
+    })
+    .await;
+    assert_eq!(text, "ok");
+    let requests = llm.requests();
+    let roles: Vec<&Value> = requests[0].messages().iter().map(|m| &m["role"]).collect();
+    assert_eq!(roles, [&json!("user")]);
 }
 
 #[tokio::test]
@@ -1335,7 +1359,7 @@ async fn malformed_tool_calls_are_titled_and_failed() {
     let requests = llm.requests();
     assert_eq!(
         tool_result(&requests[1], "call_a"),
-        "unknown tool \"frobnicate\"; the tools are read_file, list_dir, search, write_file, edit_file, run_command"
+        "unknown tool \"frobnicate\"; the tools are read_file, list_dir, search, write_file, edit_file, run_command, task_output, task_list, task_kill"
     );
 }
 

@@ -8,8 +8,10 @@
 //! with `send_message`: in its live process while a background child is kept idle (closed by the
 //! idle timeout, or when its session is cancelled or closed), else by cold resume (`session/load` of the child's session
 //! in a fresh process, its history intact on the child model's request), queued behind a running
-//! turn, and across a parent resumed with `session/load`; `list_agents` lists them. No process is
-//! left behind.
+//! turn, and across a parent resumed with `session/load`; `list_agents` lists them. A shell
+//! command started with `run_command`'s `run_in_background` is a task of the same table: read
+//! while it runs, killed with its process group by `task_kill` or the connection's end, in its
+//! sandbox for as long as it runs; `--no-background` refuses it. No process is left behind.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -563,24 +565,25 @@ async fn tasks_are_fenced_to_their_session_and_absent_at_the_depth_cap() {
     );
     assert_none_left(cwd.path());
 
-    // At the depth cap none of the delegation tools is offered.
+    // At the depth cap none of the delegation tools is offered; the task tools stay, for
+    // background commands.
     let llm = keyed_llm([Reply::text(["alone"])]);
     let launch = parent(&llm, state.path(), None, &[]).env("ACP_HOST_DEPTH", "1");
     one_turn(launch, cwd.path()).await;
-    let offered = llm.requests()[0].tool_names().join(",");
-    for tool in [
-        "subagent",
-        "task_output",
-        "task_list",
-        "task_kill",
-        "send_message",
-        "list_agents",
-    ] {
-        assert!(
-            !offered.contains(tool),
-            "{tool} offered at the cap: {offered}"
-        );
-    }
+    assert_eq!(
+        llm.requests()[0].tool_names(),
+        [
+            "read_file",
+            "list_dir",
+            "search",
+            "write_file",
+            "edit_file",
+            "run_command",
+            "task_output",
+            "task_list",
+            "task_kill"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -951,5 +954,200 @@ async fn a_task_waiting_for_a_parallel_slot_is_listed_queued_not_running() {
             .any(|line| line.starts_with("subagent-2 (queued)")),
         "{output}"
     );
+    assert_none_left(cwd.path());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Background shell commands: `run_command` with `run_in_background`, a task of the same table
+// ---------------------------------------------------------------------------------------------
+
+/// What `run_command` answers when it started `command` as background task `task`.
+fn command_started(task: &str, command: &str) -> String {
+    format!(
+        "started background task {task}: command {command:?}. It runs on its own, with no \
+         timeout: task_output {task} returns its output so far, or its result once it ended \
+         (wait: true blocks until then), task_kill {task} stops it, and you are told when it \
+         ends."
+    )
+}
+
+/// A reply running `command` in the background.
+fn command_in_background(id: &str, command: &str) -> Reply {
+    call(
+        id,
+        "run_command",
+        &json!({"command": command, "run_in_background": true}),
+    )
+}
+
+#[tokio::test]
+async fn a_background_command_is_a_task_read_while_it_runs_and_killed_with_its_group() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    // A grandchild in the command's group, which task_kill must take down with the shell.
+    let command = "echo started; sleep 600 & echo $! > bg.tmp && mv bg.tmp bg.pid; wait";
+    let llm = acp_tests::mock_llm::MockLlm::start(vec![
+        command_in_background("call_bg", command),
+        Reply::text(["started"]),
+        call("call_out", "task_output", &json!({"task_id": "command-1"})),
+        call("call_kill", "task_kill", &json!({"task_id": "command-1"})),
+        call("call_list", "task_list", &json!({})),
+        Reply::text(["done"]),
+    ]);
+    // No subagents: the task tools come with run_command alone.
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let ((first, grandchild), _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        let first = prompt_ends(&mut session, "start it", Permission::Allow).await?;
+        let grandchild = child_pid(cwd.path().join("bg.pid")).await;
+        assert!(acp_tests::process_alive(grandchild));
+        prompt_ends(&mut session, "stop it", Permission::NotExpected).await?;
+        assert!(
+            died(grandchild).await,
+            "task_kill left the command's group running"
+        );
+        Ok((first, grandchild))
+    })
+    .await;
+    // Asked once, as every command is; the request says it runs in the background.
+    assert_eq!(first.permission_requests.len(), 1);
+    assert_eq!(
+        first.tool_calls()[0].title,
+        format!("Run {command} (in the background)")
+    );
+    let requests = model_requests(&llm, 6);
+    let names = requests[0].tool_names();
+    assert_eq!(
+        names,
+        [
+            "read_file",
+            "list_dir",
+            "search",
+            "write_file",
+            "edit_file",
+            "run_command",
+            "task_output",
+            "task_list",
+            "task_kill"
+        ]
+    );
+    let run_command = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "run_command")
+        .unwrap();
+    assert_eq!(
+        run_command["function"]["parameters"]["properties"]["run_in_background"]["type"],
+        "boolean"
+    );
+    assert_eq!(
+        requests[1].tool_result("call_bg").unwrap(),
+        command_started("command-1", command)
+    );
+    assert_eq!(
+        requests[3].tool_result("call_out").unwrap(),
+        format!(
+            "command-1 (running): command: {command}\n\nstill running; its output so far:\n\
+             --- stdout ---\nstarted\n"
+        )
+    );
+    assert_eq!(
+        requests[4].tool_result("call_kill").unwrap(),
+        format!("killed command-1 (failed): command: {command}")
+    );
+    assert_eq!(
+        requests[5].tool_result("call_list").unwrap(),
+        format!("command-1 (failed): command: {command}")
+    );
+    // Killed: its result was told then, so no notice follows.
+    assert_eq!(mentions(&requests[5], "Background task command-1"), 0);
+    assert!(!acp_tests::process_alive(grandchild));
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn a_background_command_keeps_its_sandbox_while_it_runs_and_ends_with_the_connection() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    // It waits for the test's word, long after its start returned: its confinement (and the
+    // temporary folder that goes with it) must still be there.
+    let confined = format!(
+        "while [ ! -e go ]; do sleep 0.05; done; echo kept > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; \
+         touch {}/escaped 2>/dev/null && echo escaped || echo refused",
+        outside.path().display()
+    );
+    let lingering = "sleep 600 & echo $! > bg.tmp && mv bg.tmp bg.pid; wait";
+    let llm = acp_tests::mock_llm::MockLlm::start(vec![
+        command_in_background("call_confined", &confined),
+        command_in_background("call_lingering", lingering),
+        Reply::text(["started"]),
+        call(
+            "call_out",
+            "task_output",
+            &json!({"task_id": "command-1", "wait": true}),
+        ),
+        Reply::text(["read"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path());
+    let (lingering_pid, _) = with_launch(launch, async |cx, _| {
+        let mut session = new_session(&cx, cwd.path()).await?;
+        prompt_ends(&mut session, "start them", Permission::AllowAlways).await?;
+        let lingering_pid = child_pid(cwd.path().join("bg.pid")).await;
+        std::fs::write(cwd.path().join("go"), "").unwrap();
+        prompt_ends(&mut session, "read it", Permission::NotExpected).await?;
+        // The connection ends with command-2 still running.
+        Ok(lingering_pid)
+    })
+    .await;
+    assert!(
+        died(lingering_pid).await,
+        "the connection's end left a background command running"
+    );
+    let requests = model_requests(&llm, 5);
+    assert_eq!(
+        requests[2].tool_result("call_lingering").unwrap(),
+        command_started("command-2", lingering)
+    );
+    assert_eq!(
+        requests[4].tool_result("call_out").unwrap(),
+        format!(
+            "command-1 (completed): command: {}…\n\nexit code: 0\n--- stdout ---\nkept\nrefused\n",
+            confined.chars().take(80).collect::<String>()
+        )
+    );
+    assert!(!outside.path().join("escaped").exists());
+    assert_none_left(cwd.path());
+}
+
+#[tokio::test]
+async fn no_background_leaves_run_in_background_out_and_refuses_it_with_nothing_run() {
+    let cwd = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let llm = acp_tests::mock_llm::MockLlm::start(vec![
+        command_in_background("call_bg", "touch ran"),
+        Reply::text(["ok"]),
+    ]);
+    let launch = Launch::model(&llm.base_url(), state.path()).arg("--no-background");
+    one_turn(launch, cwd.path()).await;
+    let requests = llm.requests();
+    let run_command = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "run_command")
+        .unwrap();
+    assert_eq!(
+        run_command["function"]["parameters"]["properties"]["run_in_background"],
+        Value::Null
+    );
+    for tool in ["task_output", "task_list", "task_kill"] {
+        assert!(!requests[0].tool_names().contains(&tool), "{tool}");
+    }
+    assert_eq!(
+        requests[1].tool_result("call_bg").unwrap(),
+        "background commands are not available in this session (--no-background, or its tool \
+         filter leaves out task_output or task_kill); call run_command without run_in_background"
+    );
+    assert!(!cwd.path().join("ran").exists());
     assert_none_left(cwd.path());
 }

@@ -70,7 +70,16 @@ fn persona_model_and_tools_reach_acp_child_and_change_its_model_requests() {
         )),
         "append puts the persona first: {system}"
     );
-    // The built-in persona names only the tools the session is given.
+    // The built-in persona names only the tools the session is given, and with no write or
+    // command among them, claims no approvals.
+    assert!(
+        system.ends_with(&format!(
+            "read_file and search to look around. Paths are relative to {}; you cannot reach \
+             outside it. Be concise: say what you did and what you found.",
+            canonical.display()
+        )),
+        "{system}"
+    );
     for filtered in ["write_file", "edit_file", "run_command", "list_dir"] {
         assert!(!system.contains(filtered), "{filtered}: {system}");
     }

@@ -7,7 +7,7 @@
 //! agent that cannot fork, as a batch line's `fork`; and delegation with `context: "fork"` (the
 //! child's first request holds the parent's earlier turns, not the turn in flight; an agent that
 //! cannot fork is refused as the call's result, never started fresh; `list_agents` says which
-//! child is a fork).
+//! child is a fork; a fork and a fresh child in one turn each start from their own context).
 
 use std::path::Path;
 
@@ -362,6 +362,69 @@ fn a_forked_child_knows_the_parents_completed_turns_and_a_foreign_agent_is_refus
     };
     assert_eq!(saved(&parent_state), 2);
     assert_eq!(saved(&dir.path().join(".state")), 0);
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_fork_and_a_fresh_child_in_one_turn_each_start_from_their_own_context() {
+    let dir = temp();
+    let llm = keyed_llm([
+        // The parent's first turn.
+        Reply::text(["noted"]),
+        // Its second: a fork, then a fresh child of the same agent, in one turn.
+        delegate_forked("call_fork", "acp-child", "what is the code word?"),
+        Reply::text(["tulip"]),
+        call(
+            "call_fresh",
+            "subagent",
+            &json!({"agent": "acp-child", "prompt": "what is the code word?"}),
+        ),
+        Reply::text(["no idea"]),
+        list_agents("call_list"),
+        Reply::text(["asked both"]),
+    ]);
+    let parent_state = dir.path().join(".parent-state");
+    let state_flag = ["--state-dir", parent_state.to_str().unwrap()];
+    let json_parent = || {
+        let mut cmd = model_parent(dir.path(), &llm, true, &state_flag);
+        cmd.arg("--json");
+        cmd
+    };
+    let (_, first) = json_run(json_parent().arg("the code word is tulip"), 0);
+    let session = session_of(&first);
+    let (_, second) = json_run(
+        json_parent()
+            .args(["--resume", &session])
+            .arg("ask a fork and a fresh child"),
+        0,
+    );
+    assert_eq!(second["output"], "asked both", "{second}");
+    let requests = model_requests(&llm, 7);
+    // The fork's first request: the parent's completed turn, then its prompt.
+    assert_eq!(
+        texts(&requests[2]),
+        ["the code word is tulip", "noted", "what is the code word?"]
+    );
+    assert_eq!(requests[3].tool_result("call_fork").unwrap(), "tulip");
+    // The fresh child's: its prompt alone, nothing of the parent's nor of the fork's.
+    assert_eq!(texts(&requests[4]), ["what is the code word?"]);
+    assert_eq!(requests[5].tool_result("call_fresh").unwrap(), "no idea");
+    let listed = requests[6].tool_result("call_list").unwrap();
+    let heads: Vec<&str> = listed
+        .lines()
+        .map(|line| {
+            line.split_once(", last activity")
+                .map_or(line, |(head, _)| head)
+        })
+        .collect();
+    assert_eq!(
+        heads,
+        [
+            "agent-1: subagent acp-child (a fork of this conversation), idle",
+            "agent-2: subagent acp-child, idle"
+        ],
+        "{listed}"
+    );
     assert_none_left(dir.path());
 }
 

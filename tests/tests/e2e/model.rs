@@ -238,7 +238,10 @@ fn a_text_stream_prints_exactly_the_text_and_the_request_is_openai_shaped() {
             "search",
             "write_file",
             "edit_file",
-            "run_command"
+            "run_command",
+            "task_output",
+            "task_list",
+            "task_kill"
         ]),
         "{:#}",
         request.body["tools"]
@@ -257,7 +260,10 @@ fn a_text_stream_prints_exactly_the_text_and_the_request_is_openai_shaped() {
             "search" => &["pattern", "path"],
             "write_file" => &["path", "content"],
             "edit_file" => &["path", "old_text", "new_text"],
-            "run_command" => &["command", "outside_sandbox"],
+            "run_command" => &["command", "outside_sandbox", "run_in_background"],
+            "task_output" => &["task_id", "wait"],
+            "task_list" => &[],
+            "task_kill" => &["task_id"],
             other => panic!("unexpected tool {other}"),
         };
         assert_eq!(properties, expected.iter().copied().collect(), "{name}");

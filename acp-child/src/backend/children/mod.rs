@@ -400,7 +400,6 @@ impl<'a> Children<'a> {
     /// Background task `task_id`'s status line, then its result once there is one; with `wait`,
     /// first waits (at most that long) until it is done.
     pub(crate) async fn output(
-        &self,
         turn: &Turn,
         task_id: &str,
         wait: Option<std::time::Duration>,
@@ -427,10 +426,9 @@ impl<'a> Children<'a> {
         }
     }
 
-    /// Stops background task `task_id` (session/cancel, then the teardown ladder) and waits, at
-    /// most `timeout`, until its child is torn down.
+    /// Stops background task `task_id` (a child: session/cancel, then the teardown ladder; a
+    /// command: its process group killed) and waits, at most `timeout`, until it is torn down.
     pub(crate) async fn kill(
-        &self,
         turn: &Turn,
         task_id: &str,
         timeout: std::time::Duration,

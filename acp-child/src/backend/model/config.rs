@@ -65,6 +65,8 @@ pub struct ModelOptions {
     /// `--command-sandbox`, `--command-network`: `run_command`'s sandbox, when the person chose.
     pub command_sandbox: Option<protocol::sandbox::Mode>,
     pub command_network: Option<protocol::sandbox::Network>,
+    /// `--no-background`: `run_command` has no `run_in_background`.
+    pub no_background: bool,
 }
 
 /// An API key and the variable it came from.
@@ -113,6 +115,8 @@ pub struct ModelConfig {
     pub(crate) pricing: Option<Pricing>,
     /// The sandbox `run_command` runs in ([`command_sandbox`]).
     pub(crate) command_sandbox: protocol::sandbox::Policy,
+    /// `run_command` may run a command in the background (no `--no-background`).
+    pub(crate) background_commands: bool,
 }
 
 /// `run_command`'s sandbox: what the person chose (`--command-sandbox`, `--command-network`; held
@@ -220,6 +224,7 @@ impl ModelConfig {
             context_window: options.context_window.filter(|size| *size > 0),
             pricing: options.pricing,
             command_sandbox: command_sandbox(options.command_sandbox, options.command_network),
+            background_commands: !options.no_background,
         }))
     }
 

@@ -65,6 +65,7 @@ impl Model {
         let tools = Toolbox::standard(
             config.command_timeout,
             &config.command_sandbox,
+            config.background_commands,
             subagents.is_some(),
         );
         let store = Arc::new(Store::new(config.state_dir.clone()));

@@ -128,6 +128,7 @@ mod tests {
             std::time::Duration::from_secs(1),
             &protocol::sandbox::Policy::default(),
             false,
+            false,
         );
         let updates = updates(&tools, &history, &workspace, &Memory::default());
         assert_eq!(updates.len(), 5);
@@ -176,6 +177,7 @@ mod tests {
         let tools = Toolbox::standard(
             std::time::Duration::from_secs(1),
             &protocol::sandbox::Policy::default(),
+            false,
             false,
         );
         let shown: Vec<(String, Vec<ToolCallContent>)> =

@@ -49,6 +49,28 @@ fn context_window(
     })
 }
 
+/// The turn's system prompt: the persona (a session's own with the agent's), then the
+/// structured-output instruction when the session asks for a structured answer. Empty, it is not
+/// sent.
+fn system_prompt(
+    config: &super::ModelConfig,
+    settings: &crate::session::Settings,
+    model: &str,
+    root: &std::path::Path,
+) -> String {
+    let mut system = config
+        .persona
+        .with_session(settings.persona.as_ref())
+        .render(model, root, settings.tool_filter().as_ref());
+    if settings.output.is_some() {
+        if !system.trim().is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str(super::tools::CAPTURE_INSTRUCTION);
+    }
+    system
+}
+
 pub(super) async fn run(
     client: &ModelClient,
     tools: &Toolbox,
@@ -68,18 +90,7 @@ pub(super) async fn run(
     let settings = memory.settings();
     let model = settings.model.as_deref().unwrap_or(&config.model);
     let window = context_window(config.context_window, listed, model);
-    let mut system = config
-        .persona
-        .with_session(settings.persona.as_ref())
-        .render(
-            model,
-            turn.workspace().root(),
-            settings.tool_filter().as_ref(),
-        );
-    if settings.output.is_some() {
-        system.push_str("\n\n");
-        system.push_str(super::tools::CAPTURE_INSTRUCTION);
-    }
+    let system = system_prompt(config, &settings, model, turn.workspace().root());
     // What may be delegated to is read once per turn.
     let children = subagents.map(|subagents| Children::new(subagents, turn));
     let offered = tools.definitions(

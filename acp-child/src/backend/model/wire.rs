@@ -89,7 +89,12 @@ pub(crate) struct WireFunction {
 /// Builds the request's messages: the system prompt, then the conversation.
 #[must_use]
 pub(crate) fn messages(system: String, history: &[Record]) -> Vec<Message> {
-    let mut out = vec![Message::System { content: system }];
+    // An empty persona (an empty `--persona` file) sends no system message at all.
+    let mut out = if system.trim().is_empty() {
+        Vec::new()
+    } else {
+        vec![Message::System { content: system }]
+    };
     // Calls announced by the last assistant message and not answered yet.
     let mut pending: Vec<String> = Vec::new();
     let close = |pending: &mut Vec<String>, out: &mut Vec<Message>| {
@@ -471,6 +476,17 @@ mod tests {
 
     fn chunk(json: &str) -> Chunk {
         serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn an_empty_system_prompt_sends_no_system_message() {
+        let history = [Record::User { text: "hi".into() }];
+        for empty in ["", " \n\t"] {
+            assert_eq!(
+                serde_json::to_value(messages(empty.into(), &history)).unwrap(),
+                serde_json::json!([{"role": "user", "content": "hi"}])
+            );
+        }
     }
 
     #[test]

@@ -6,9 +6,8 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Call, Context, Outcome, Tool};
+use super::{Call, Context, Offering, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::Children;
 
 pub(super) struct ListAgents;
 
@@ -34,8 +33,8 @@ impl Tool for ListAgents {
         ToolKind::Think
     }
 
-    fn definition(&self, children: Option<&Children>) -> Option<Value> {
-        super::offered(children, |offered| offered.delegation).then(|| self.offer())
+    fn definition(&self, offering: &Offering) -> Option<Value> {
+        super::offered(offering.children, |offered| offered.delegation).then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {

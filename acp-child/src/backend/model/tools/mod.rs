@@ -40,13 +40,14 @@ use protocol::structured::{CAPTURE_TOOL, OutputSchema};
 use serde_json::{Value, json};
 
 use self::files::Files;
-use crate::backend::children::{Children, Offered};
+use crate::backend::children::{BACKGROUND_TOOLS, Children, Offered};
 use crate::backend::permission::{self, Offer, PermissionKind, Verdict};
 use crate::backend::{Turn, TurnError, locations};
 use crate::store::RecordedCall;
 use crate::workspace::Workspace;
 
 pub(crate) use self::capture::{INSTRUCTION as CAPTURE_INSTRUCTION, RECORDED as CAPTURE_RECORDED};
+pub(crate) use self::run_command::NAME as RUN_COMMAND;
 pub(crate) use self::task_list::NAME as TASK_LIST;
 pub(crate) use self::task_output::NAME as TASK_OUTPUT;
 
@@ -65,10 +66,10 @@ pub(crate) trait Tool: Send + Sync {
     fn permission(&self) -> Option<PermissionKind> {
         None
     }
-    /// The tool as an `OpenAI` function definition for a request of a turn whose children
-    /// wing is `children` (`None`: subagents are not enabled); `None`: not offered (a call the
-    /// model makes anyway is still answered: refused with an explanation).
-    fn definition(&self, _children: Option<&Children>) -> Option<Value> {
+    /// The tool as an `OpenAI` function definition for a request of a turn offering
+    /// `offering`; `None`: not offered (a call the model makes anyway is still answered: refused
+    /// with an explanation).
+    fn definition(&self, _offering: &Offering) -> Option<Value> {
         Some(self.offer())
     }
     /// The tool as an `OpenAI` function definition, from its name, description and parameters.
@@ -91,6 +92,23 @@ pub(crate) trait Call: Send + Sync {
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>>;
 }
 
+/// What a turn offers beyond the plain tools: one rule, read by every tool's definition.
+pub(crate) struct Offering<'a> {
+    /// The turn's children wing; `None` when subagents are not enabled.
+    pub(crate) children: Option<&'a Children<'a>>,
+    /// `run_command`'s `run_in_background`: `--no-background` is off and the session's tool
+    /// filter lets `run_command` and the tools that collect and stop a task
+    /// ([`BACKGROUND_TOOLS`]) through (a task nothing could collect or stop is not offered).
+    pub(crate) background_commands: bool,
+}
+
+impl Offering<'_> {
+    /// Whether the task tools are offered: some kind of background task is.
+    pub(crate) fn tasks(&self) -> bool {
+        self.background_commands || offered(self.children, |offered| offered.background)
+    }
+}
+
 /// What a running call may use.
 pub(crate) struct Context<'a> {
     pub(crate) turn: &'a Turn,
@@ -99,6 +117,8 @@ pub(crate) struct Context<'a> {
     permission: Option<PermissionKind>,
     /// The turn's children wing; `None` when subagents are not enabled.
     children: Option<&'a Children<'a>>,
+    /// Whether `run_command` may run in the background ([`Offering::background_commands`]).
+    background_commands: bool,
 }
 
 impl Context<'_> {
@@ -188,6 +208,8 @@ impl Outcome {
 /// The tools offered to the model, in the order it sees them.
 pub(crate) struct Toolbox {
     tools: Vec<Box<dyn Tool>>,
+    /// Background tasks are allowed (no `--no-background`).
+    background: bool,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -203,12 +225,15 @@ struct Parsed<'a> {
 }
 
 impl Toolbox {
-    /// Every built-in tool; `run_command` kills a command after `command_timeout`; with
-    /// `delegation`, `subagent` and the tools reaching its children (`task_output`, `task_list`,
-    /// `task_kill`, `send_message`, `list_agents`; waits bounded by `command_timeout`).
+    /// Every built-in tool; `run_command` kills a command after `command_timeout` (one run in
+    /// the `background`, when allowed, is a task); the task tools (`task_output`, `task_list`,
+    /// `task_kill`; waits bounded by `command_timeout`) with `background` or `delegation`; with
+    /// `delegation`, `subagent` and the tools reaching its children (`send_message`,
+    /// `list_agents`).
     pub(crate) fn standard(
         command_timeout: Duration,
         command_sandbox: &protocol::sandbox::Policy,
+        background: bool,
         delegation: bool,
     ) -> Self {
         let mut tools: Vec<Box<dyn Tool>> = vec![
@@ -224,6 +249,8 @@ impl Toolbox {
         ];
         if delegation {
             tools.push(Box::new(subagent::Subagent));
+        }
+        if delegation || background {
             tools.push(Box::new(task_output::TaskOutput {
                 timeout: command_timeout,
             }));
@@ -231,14 +258,27 @@ impl Toolbox {
             tools.push(Box::new(task_kill::TaskKill {
                 timeout: command_timeout,
             }));
+        }
+        if delegation {
             tools.push(Box::new(send_message::SendMessage));
             tools.push(Box::new(list_agents::ListAgents));
         }
-        Self::new(tools)
+        Self { tools, background }
     }
 
-    fn new(tools: Vec<Box<dyn Tool>>) -> Self {
-        Self { tools }
+    /// What a turn whose children wing is `children` offers through the session's `filter`.
+    fn offering<'c>(
+        &self,
+        children: Option<&'c Children<'c>>,
+        filter: Option<&ToolFilter>,
+    ) -> Offering<'c> {
+        let allows = |name: &str| filter.is_none_or(|filter| filter.allows(name));
+        Offering {
+            children,
+            background_commands: self.background
+                && allows(RUN_COMMAND)
+                && BACKGROUND_TOOLS.iter().all(|name| allows(name)),
+        }
     }
 
     pub(crate) fn names(&self) -> Vec<&'static str> {
@@ -264,8 +304,9 @@ impl Toolbox {
         filter: Option<&ToolFilter>,
         output: Option<&OutputSchema>,
     ) -> Value {
+        let offering = self.offering(children, filter);
         self.allowed(filter)
-            .filter_map(|tool| tool.definition(children))
+            .filter_map(|tool| tool.definition(&offering))
             .chain(output.map(capture::definition))
             .collect()
     }
@@ -281,9 +322,10 @@ impl Toolbox {
         filter: Option<&ToolFilter>,
     ) -> Result<Parsed<'_>, String> {
         let Some(tool) = self.allowed(filter).find(|tool| tool.name() == name) else {
+            let offering = self.offering(children, filter);
             let offered: Vec<&str> = self
                 .allowed(filter)
-                .filter(|tool| tool.definition(children).is_some())
+                .filter(|tool| tool.definition(&offering).is_some())
                 .map(|tool| tool.name())
                 .collect();
             if offered.is_empty() {
@@ -381,6 +423,7 @@ impl Toolbox {
             id: &id,
             permission,
             children,
+            background_commands: self.offering(children, filter.as_ref()).background_commands,
         };
         let Outcome { result, shown } = parsed.call.run(&cx).await?;
         turn.update_tool_call(
@@ -464,6 +507,7 @@ mod tests {
         Toolbox::standard(
             Duration::from_secs(1),
             &protocol::sandbox::Policy::default(),
+            false,
             false,
         )
     }

@@ -15,9 +15,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::subagent::outcome;
-use super::{Call, Context, Outcome, Tool};
+use super::{Call, Context, Offering, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::{self, Children};
+use crate::backend::children;
 
 pub(super) struct SendMessage;
 
@@ -27,6 +27,9 @@ struct Args {
     child_id: String,
     message: String,
 }
+
+/// The description's pointer to `list_agents`, left out when the session's filter leaves it out.
+const LISTED: &str = " (list_agents shows them)";
 
 impl Tool for SendMessage {
     fn name(&self) -> &'static str {
@@ -54,8 +57,17 @@ impl Tool for SendMessage {
         children::KIND
     }
 
-    fn definition(&self, children: Option<&Children>) -> Option<Value> {
-        super::offered(children, |offered| offered.delegation).then(|| self.offer())
+    fn definition(&self, offering: &Offering) -> Option<Value> {
+        let offered = offering
+            .children
+            .map(children::Children::offered)
+            .filter(|offered| offered.delegation)?;
+        let mut offer = self.offer();
+        // Without `list_agents` (the session's filter left it out), nothing points there.
+        if !offered.messaging {
+            offer["function"]["description"] = self.description().replace(LISTED, "").into();
+        }
+        Some(offer)
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {

@@ -19,9 +19,9 @@ use protocol::definition::RunContext;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Call, Context, Outcome, Tool};
+use super::{Call, Context, Offering, Outcome, Tool};
 use crate::backend::TurnError;
-use crate::backend::children::{self, Children, Delegated, Mode, Task};
+use crate::backend::children::{self, Delegated, Mode, Task};
 
 /// The tool's name, which the model turn also uses to run consecutive calls together.
 pub(crate) const NAME: &str = children::TOOL;
@@ -83,8 +83,10 @@ impl Tool for Subagent {
     /// The subagents available as an enum, each described; problems with definition files are
     /// noted, so the model can tell the user. Not offered at the depth limit or when nothing is
     /// available.
-    fn definition(&self, children: Option<&Children>) -> Option<Value> {
-        let children = children.filter(|children| children.offered().delegation)?;
+    fn definition(&self, offering: &Offering) -> Option<Value> {
+        let children = offering
+            .children
+            .filter(|children| children.offered().delegation)?;
         let catalog = children.catalog();
         let (mut properties, required) = self.parameters();
         let described: Vec<String> = catalog

@@ -1,5 +1,6 @@
-//! `task_kill`: stops a background task of this session (session/cancel to its child, then the
-//! teardown ladder) and reports how it ended.
+//! `task_kill`: stops a background task of this session (a subagent: session/cancel to its
+//! child, then the teardown ladder; a command: its process group killed) and reports how it
+//! ended. Offered whenever either kind of background task is ([`Offering::tasks`]).
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::subagent::outcome;
-use super::{Call, Context, Outcome, Tool};
+use super::{Call, Context, Offering, Outcome, Tool};
 use crate::backend::TurnError;
 use crate::backend::children::Children;
 
@@ -32,12 +33,12 @@ impl Tool for TaskKill {
     }
 
     fn description(&self) -> &'static str {
-        "Stop a background subagent task of this session."
+        "Stop a background task of this session (a subagent, or a shell command: all its processes are killed)."
     }
 
     fn parameters(&self) -> (Value, &'static [&'static str]) {
         (
-            json!({"task_id": {"type": "string", "description": "the task id, e.g. subagent-1"}}),
+            json!({"task_id": {"type": "string", "description": "the task id, e.g. subagent-1 or command-1"}}),
             &["task_id"],
         )
     }
@@ -46,8 +47,8 @@ impl Tool for TaskKill {
         ToolKind::Think
     }
 
-    fn definition(&self, children: Option<&Children>) -> Option<Value> {
-        super::offered(children, |offered| offered.background).then(|| self.offer())
+    fn definition(&self, offering: &Offering) -> Option<Value> {
+        offering.tasks().then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
@@ -64,12 +65,8 @@ impl Call for Args {
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
         Box::pin(async move {
-            let children = match cx.children() {
-                Ok(children) => children,
-                Err(refused) => return Ok(refused),
-            };
             Ok(outcome(
-                children.kill(cx.turn, &self.task_id, self.timeout).await,
+                Children::kill(cx.turn, &self.task_id, self.timeout).await,
             ))
         })
     }

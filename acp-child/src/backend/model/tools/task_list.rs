@@ -1,12 +1,13 @@
-//! `task_list`: the session's background tasks, one line each (id, status, subagent, child id,
-//! label), and how many finished ones were dropped once their result was delivered.
+//! `task_list`: the session's background tasks, one line each (id, status, subagent and child
+//! id, or command line; label), and how many finished ones were dropped once their result was
+//! delivered.
 
 use agent_client_protocol::v1::schema::ToolKind;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Call, Context, Outcome, Tool};
+use super::{Call, Context, Offering, Outcome, Tool};
 use crate::backend::TurnError;
 use crate::backend::children::Children;
 
@@ -25,7 +26,7 @@ impl Tool for TaskList {
     }
 
     fn description(&self) -> &'static str {
-        "List this session's background subagent tasks and their status."
+        "List this session's background tasks (subagents and shell commands) and their status."
     }
 
     fn parameters(&self) -> (Value, &'static [&'static str]) {
@@ -36,8 +37,8 @@ impl Tool for TaskList {
         ToolKind::Think
     }
 
-    fn definition(&self, children: Option<&Children>) -> Option<Value> {
-        super::offered(children, |offered| offered.background).then(|| self.offer())
+    fn definition(&self, offering: &Offering) -> Option<Value> {
+        offering.tasks().then(|| self.offer())
     }
 
     fn parse(&self, arguments: Value) -> Result<Box<dyn Call>, serde_json::Error> {
