@@ -584,3 +584,29 @@ fn acp_childs_subagents_run_in_its_subagent_sandbox() {
     assert_eq!(result.get("sandbox"), None);
     assert_eq!(scene.probe(), CONFINED);
 }
+
+#[test]
+fn a_credential_folder_behind_a_link_is_denied_where_it_really_is() {
+    let scene = scene();
+    // A dotfile manager's ~/.config: a link to a folder elsewhere.
+    let real = scene.outside.join("dotfiles/config");
+    std::fs::create_dir_all(real.join("gcloud")).unwrap();
+    std::fs::write(real.join("gcloud/credentials.db"), "TOKEN\n").unwrap();
+    std::fs::write(real.join("settings.ini"), "ok\n").unwrap();
+    std::os::unix::fs::symlink(&real, scene.home.join(".config")).unwrap();
+    let tries = [
+        ("through the link", "cat \"$HOME/.config/gcloud/credentials.db\"".to_owned()),
+        (
+            "where it is",
+            format!("cat {}", quote(&real.join("gcloud/credentials.db"))),
+        ),
+        ("beside it", "cat \"$HOME/.config/settings.ini\"".to_owned()),
+    ];
+    let result = scene.run(&["--sandbox", "workspace-write"], &prober(&tries));
+    assert_eq!(
+        scene.probe(),
+        "through the link: denied\nwhere it is: denied\nbeside it: ok\n"
+    );
+    let denied = result["sandbox"]["denied"].to_string();
+    assert!(denied.contains(&real.join("gcloud").display().to_string()), "{denied}");
+}
