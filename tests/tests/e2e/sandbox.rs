@@ -595,7 +595,10 @@ fn a_credential_folder_behind_a_link_is_denied_where_it_really_is() {
     std::fs::write(real.join("settings.ini"), "ok\n").unwrap();
     std::os::unix::fs::symlink(&real, scene.home.join(".config")).unwrap();
     let tries = [
-        ("through the link", "cat \"$HOME/.config/gcloud/credentials.db\"".to_owned()),
+        (
+            "through the link",
+            "cat \"$HOME/.config/gcloud/credentials.db\"".to_owned(),
+        ),
         (
             "where it is",
             format!("cat {}", quote(&real.join("gcloud/credentials.db"))),
@@ -608,5 +611,8 @@ fn a_credential_folder_behind_a_link_is_denied_where_it_really_is() {
         "through the link: denied\nwhere it is: denied\nbeside it: ok\n"
     );
     let denied = result["sandbox"]["denied"].to_string();
-    assert!(denied.contains(&real.join("gcloud").display().to_string()), "{denied}");
+    assert!(
+        denied.contains(&real.join("gcloud").display().to_string()),
+        "{denied}"
+    );
 }
