@@ -16,6 +16,10 @@
 //! - `.acp-host/` is added to `.git/info/exclude`, never to a tracked file;
 //! - a name is claimed by creating its folder (one winner between racing runs), then the
 //!   worktree is added into it; a taken name goes to the next candidate;
+//! - what changes or reads the repository's list of worktrees (add, remove, unlock, list, prune)
+//!   runs under one lock per repository (`.acp-host/lock`, `repo_lock`): git reads every
+//!   worktree's entry while it adds one, and fails on an entry another `git worktree add` is
+//!   still writing;
 //! - nothing holding a change is removed: [`settle`] commits or keeps it, [`prune`] keeps an
 //!   abandoned worktree with changes, [`remove`] refuses one without `force`.
 
@@ -229,6 +233,13 @@ pub struct Created {
     main: PathBuf,
 }
 
+/// Holds the repository's worktree lock (see the module's invariants) until dropped.
+fn repo_lock(main: &Path) -> Result<fs_atomic::Lock, WorktreeError> {
+    Ok(fs_atomic::Lock::acquire(
+        &main.join(rules::WORKTREES_DIR).with_file_name("lock"),
+    )?)
+}
+
 /// This process as a worktree's lock names it.
 fn this_owner() -> Owner {
     let pid = std::process::id();
@@ -299,7 +310,10 @@ pub fn create(
     let folder = repo.main.join(rules::WORKTREES_DIR);
     fs_atomic::create_folder(&folder)?;
     let reason = rules::lock_reason(run_id, this_owner());
-    let (name, root, branch) = claim(top, &repo.main, &wanted, &base, &reason)?;
+    let (name, root, branch) = {
+        let _lock = repo_lock(&repo.main)?;
+        claim(top, &repo.main, &wanted, &base, &reason)?
+    };
     let created = Created {
         cwd: child_cwd(cwd, top, &root)?,
         name,
@@ -482,6 +496,12 @@ fn check_ignore(top: &Path, paths: &[&str]) -> Result<String, WorktreeError> {
 
 /// Removes a worktree and its branch (after unlocking it).
 fn discard(main: &Path, root: &Path, branch: &str) -> Result<(), WorktreeError> {
+    let _lock = repo_lock(main)?;
+    discard_locked(main, root, branch)
+}
+
+/// [`discard`], the repository's lock held.
+fn discard_locked(main: &Path, root: &Path, branch: &str) -> Result<(), WorktreeError> {
     let _ = git_ok(
         main,
         &[
@@ -551,6 +571,7 @@ pub fn settle(
         Outcome::Uncommitted | Outcome::Interrupted => {}
     }
     if outcome != Outcome::Removed {
+        let _lock = repo_lock(&created.main)?;
         git(
             &created.main,
             [
@@ -582,7 +603,15 @@ type Found = (ListedWorktree, Option<String>);
 /// Our worktrees of the repository `cwd` is in, with what state each is in.
 fn ours(cwd: &Path) -> Result<(PathBuf, Vec<Found>), WorktreeError> {
     let repo = repository(cwd)?;
-    let listed = git(&repo.main, ["worktree", "list", "--porcelain", "-z"])?;
+    let listed = {
+        // A repository no run used has nothing of ours, and gets no lock file from a listing.
+        let _lock = if repo.main.join(rules::WORKTREES_DIR).is_dir() {
+            Some(repo_lock(&repo.main)?)
+        } else {
+            None
+        };
+        git(&repo.main, ["worktree", "list", "--porcelain", "-z"])?
+    };
     let mut found = Vec::new();
     for entry in rules::parse_worktree_list(&listed) {
         let Some(name) = rules::name_of(&repo.main, &entry.path) else {
@@ -705,6 +734,7 @@ pub fn prune(cwd: &Path) -> Result<Vec<Pruned>, WorktreeError> {
                 discard(&main, &root, &branch)?;
             }
             Prune::KeepChanges => {
+                let _lock = repo_lock(&main)?;
                 git(
                     &main,
                     [
@@ -720,6 +750,7 @@ pub fn prune(cwd: &Path) -> Result<Vec<Pruned>, WorktreeError> {
             action,
         });
     }
+    let _lock = repo_lock(&main)?;
     git(&main, ["worktree", "prune"])?;
     Ok(done)
 }

@@ -397,3 +397,96 @@ fn a_cancelled_run_keeps_its_changes_and_a_killed_host_s_worktree_is_pruned() {
     assert!(acp_branches(&repo).is_empty());
     assert!(processes_in(tmp.path()).is_empty());
 }
+
+#[test]
+fn a_batch_of_twenty_worktree_lines_gives_each_run_its_own_branch() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let base = head(&repo);
+    let lines: Vec<String> = (1..=20)
+        .map(|n| {
+            // Lines 19 and 20 change nothing; the others write the same path, each its own text.
+            let agent = if n > 18 {
+                mock(&["hello"])
+            } else {
+                mock(&["hello", "--write-file", &format!("notes.txt=line {n}\n")])
+            };
+            let worktree = if n == 1 {
+                Value::from("first")
+            } else {
+                Value::from(true)
+            };
+            serde_json::json!({
+                "id": n.to_string(),
+                "prompt": format!("job {n}"),
+                "agent": agent,
+                "cwd": path_str(&repo),
+                "worktree": worktree,
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(tmp.path().join("jobs.ndjson"), lines.join("\n") + "\n").unwrap();
+    let out = run_to_end(
+        super::batch::batch(tmp.path())
+            .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
+            .args(["--jobs", "20", "jobs.ndjson"]),
+    );
+    assert_eq!(code(&out), 0, "{}{}", stderr(&out), stdout(&out));
+    let records = super::common::records(&out);
+    super::batch::checked(&records);
+    assert_eq!(records.len(), 20);
+    let mut committed = Vec::new();
+    for record in &records {
+        let n: u32 = record["id"].as_str().unwrap().parse().unwrap();
+        assert_eq!(record["status"], "completed", "{record}");
+        let worktree = &record["worktree"];
+        assert_eq!(worktree["base"], base.as_str());
+        let name = worktree["name"].as_str().unwrap().to_owned();
+        if n == 1 {
+            assert_eq!(name, "first");
+        } else {
+            assert!(name.starts_with(&format!("job-{n}-")), "{name}");
+        }
+        if n > 18 {
+            assert_eq!(worktree["outcome"], "removed", "{record}");
+            continue;
+        }
+        assert_eq!(worktree["outcome"], "committed", "{record}");
+        assert_eq!(
+            (
+                &worktree["changedFiles"],
+                &worktree["insertions"],
+                &worktree["deletions"]
+            ),
+            (&Value::from(1), &Value::from(1), &Value::from(1))
+        );
+        let branch = format!("acp/{name}");
+        assert_eq!(worktree["branch"], branch.as_str());
+        assert_eq!(
+            git(&repo, &["show", &format!("{branch}:notes.txt")]),
+            format!("line {n}\n")
+        );
+        assert_eq!(
+            git(
+                &repo,
+                &["rev-list", "--count", &format!("{base}..{branch}")]
+            )
+            .trim(),
+            "1"
+        );
+        committed.push(name);
+    }
+    committed.sort();
+    assert_eq!(committed.len(), 18);
+    assert_eq!(worktree_folders(&repo), committed);
+    let mut branches: Vec<String> = committed.iter().map(|name| format!("acp/{name}")).collect();
+    branches.sort();
+    assert_eq!(acp_branches(&repo), branches);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "parent\n"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert!(processes_in(tmp.path()).is_empty());
+}
