@@ -931,6 +931,34 @@ pub fn create_new_file(path: &Path, mode: u32) -> Result<File, FsError> {
         })
 }
 
+/// Creates the one new folder `path` (its parent must exist): `Ok(false)` when something is
+/// already there. Two processes claiming the same path get one `true` between them, which is
+/// what makes a name taken by a racing run go to the next one (`worktree`).
+pub fn claim_folder(path: &Path) -> Result<bool, FsError> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    match fs::DirBuilder::new().mode(0o755).create(path) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(source) => Err(FsError::CreateDir {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Copies the file `from` to `to` (atomically, parent folders created), with `from`'s
+/// permission bits.
+pub fn copy_file(from: &Path, to: &Path) -> Result<(), FsError> {
+    let inspect = |source| FsError::Inspect {
+        path: from.to_path_buf(),
+        source,
+    };
+    let contents = fs::read(from).map_err(inspect)?;
+    let mode = fs::metadata(from).map_err(inspect)?.permissions().mode();
+    write_atomic(to, &contents)?;
+    set_mode(to, mode & 0o7777)
+}
+
 /// Creates the symlink `link` pointing at `target` (the caller checked the target).
 pub fn create_symlink(target: &Path, link: &Path) -> Result<(), FsError> {
     std::os::unix::fs::symlink(target, link).map_err(|source| FsError::Write {

@@ -32,7 +32,8 @@
 //! (no exec) that sits between host and agent and kills the agent's whole tree when the host
 //! dies; [`spawner::start`], called first thing in `main`, makes each watchdog a fork of a small
 //! copy of the program instead of the whole program. [`fs_atomic`] is the one place that writes files; [`installed`] gathers
-//! PATH/$HOME facts.
+//! PATH/$HOME facts. [`worktree`] is the one place that runs `git`: a run's worktree
+//! ([`run::RunOptions::worktree`]) and `acp-host worktrees`.
 //!
 //! # Example: run an agent from a library
 //!
@@ -119,6 +120,7 @@ pub mod spawner;
 pub mod sync_exec;
 pub mod trust;
 pub mod watchdog;
+pub mod worktree;
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 

@@ -38,6 +38,7 @@ pub const FIELDS: &[&str] = &[
     "costBudget",
     "sandbox",
     "network",
+    "worktree",
 ];
 
 /// One run asked for by one input line. Adding a field is one member here and one arm in
@@ -69,6 +70,9 @@ pub struct BatchLine {
     pub sandbox: Option<crate::sandbox::Mode>,
     /// Like `acp-host run --network`; it only tightens the batch's `--network`.
     pub network: Option<crate::sandbox::Network>,
+    /// Like `acp-host run --worktree[=NAME]`: `true` is `Some(None)`, a name `Some(Some(name))`
+    /// (checked when the line is read), `false` none.
+    pub worktree: Option<Option<String>>,
 }
 
 /// Why a line was refused; `field` is `None` when the line as a whole is wrong.
@@ -106,23 +110,8 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
         }
         Err(err) => return Err(error(None, format!("not valid JSON ({err})"))),
     };
-    // The text is valid JSON: this second reading cannot fail for any other reason.
-    if let Ok(FirstDuplicate(Some(path))) = serde_json::from_str::<FirstDuplicate>(text)
-        && let Some((field, within)) = path.split_first()
-    {
-        let problem = match within.split_last() {
-            None => "given twice; a line has each field once".to_owned(),
-            Some((key, [])) => format!("key {key:?} is given twice"),
-            Some((key, parents)) => {
-                let pointer = parents.iter().fold(String::new(), |mut pointer, part| {
-                    pointer.push('/');
-                    pointer.push_str(&part.replace('~', "~0").replace('/', "~1"));
-                    pointer
-                });
-                format!("key {key:?} is given twice (in {pointer})")
-            }
-        };
-        return Err(error(Some(field), problem));
+    if let Some((field, problem)) = duplicate(text) {
+        return Err(error(Some(&field), problem));
     }
     let mut line = BatchLine {
         id: number.to_string(),
@@ -179,6 +168,16 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
             }
             "sandbox" => line.sandbox = Some(setting(&text("a sandbox mode")?, &error, field)?),
             "network" => line.network = Some(setting(&text("a network")?, &error, field)?),
+            "worktree" => {
+                line.worktree = if let Value::Bool(wanted) = value {
+                    wanted.then_some(None)
+                } else {
+                    Some(Some(
+                        worktree_name(&text("true, false or a worktree name")?)
+                            .map_err(|problem| error(field, problem))?,
+                    ))
+                };
+            }
             _ => {
                 return Err(error(
                     field,
@@ -189,6 +188,36 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
     }
     line.prompt = prompt.ok_or_else(|| error(Some("prompt"), "missing (it is required)".into()))?;
     Ok(line)
+}
+
+/// The first field (and the problem) given twice in `text`, valid JSON, at any depth.
+fn duplicate(text: &str) -> Option<(String, String)> {
+    // The text is valid JSON: this second reading cannot fail for any other reason.
+    if let Ok(FirstDuplicate(Some(path))) = serde_json::from_str::<FirstDuplicate>(text)
+        && let Some((field, within)) = path.split_first()
+    {
+        let problem = match within.split_last() {
+            None => "given twice; a line has each field once".to_owned(),
+            Some((key, [])) => format!("key {key:?} is given twice"),
+            Some((key, parents)) => {
+                let pointer = parents.iter().fold(String::new(), |mut pointer, part| {
+                    pointer.push('/');
+                    pointer.push_str(&part.replace('~', "~0").replace('/', "~1"));
+                    pointer
+                });
+                format!("key {key:?} is given twice (in {pointer})")
+            }
+        };
+        return Some((field.clone(), problem));
+    }
+    None
+}
+
+/// `worktree`: a name, checked as `--worktree=NAME` checks it.
+fn worktree_name(name: &str) -> Result<String, String> {
+    crate::worktree::validate_name(name)
+        .map(|()| name.to_owned())
+        .map_err(|err| err.to_string())
 }
 
 /// `sandbox`, `network`: a value read as its flag reads it.
@@ -570,7 +599,32 @@ mod tests {
                 cost_budget: None,
                 sandbox: Some(crate::sandbox::Mode::ReadOnly),
                 network: Some("tcp:443".parse().unwrap()),
+                worktree: None,
             }
+        );
+        assert_eq!(
+            parse(r#"{"prompt":"p","worktree":true}"#).unwrap().worktree,
+            Some(None)
+        );
+        assert_eq!(
+            parse(r#"{"prompt":"p","worktree":false}"#)
+                .unwrap()
+                .worktree,
+            None
+        );
+        assert_eq!(
+            parse(r#"{"prompt":"p","worktree":"fix"}"#)
+                .unwrap()
+                .worktree,
+            Some(Some("fix".into()))
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","worktree":"a/b"}"#),
+            "line 7, field `worktree`: worktree name \"a/b\" has \"/\": use letters, digits, '-', '_' and '.' (not first, not '..', not ending in .lock)"
+        );
+        assert_eq!(
+            refused(r#"{"prompt":"p","worktree":1}"#),
+            "line 7, field `worktree`: expected true, false or a worktree name, got a number"
         );
         assert_eq!(parse(r#"{"prompt":"p"}"#).unwrap().id, "7");
         assert_eq!(parse(r#"{"prompt":"p","id":42}"#).unwrap().id, "42");
@@ -583,7 +637,7 @@ mod tests {
             refused(r#"{"prompt":"p","model":"m"}"#),
             "line 7, field `model`: unknown field; a line has id, prompt, agent, \
              subagent, cwd, timeout, env, outputSchema, fork, tokenBudget, costBudget, sandbox, \
-             network"
+             network, worktree"
         );
         assert_eq!(
             refused(r#"{"prompt":"p","sandbox":"sealed"}"#),

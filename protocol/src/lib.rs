@@ -27,3 +27,4 @@ pub mod sync;
 pub mod trust;
 pub mod usage;
 pub mod version;
+pub mod worktree;

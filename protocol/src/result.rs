@@ -202,11 +202,15 @@ pub enum ErrorKind {
     /// The sandbox the run asked for cannot be enforced on this machine (`--sandbox-best-effort`
     /// runs anyway), could not be prepared, or the kernel refused it; nothing of the agent ran.
     Sandbox,
+    /// The git worktree the run asked for (`--worktree`) could not be made: not inside a git
+    /// repository, an unborn `HEAD`, submodules, a bad name or base, or git failed (`error`
+    /// carries its stderr); nothing of the agent ran.
+    Worktree,
 }
 
 impl ErrorKind {
     /// Every kind, in documentation order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::Spawn,
         ErrorKind::Handshake,
         ErrorKind::Protocol,
@@ -217,6 +221,7 @@ impl ErrorKind {
         ErrorKind::SchemaMismatch,
         ErrorKind::Budget,
         ErrorKind::Sandbox,
+        ErrorKind::Worktree,
     ];
 
     /// The kebab-case name, as serialized.
@@ -233,6 +238,7 @@ impl ErrorKind {
             ErrorKind::SchemaMismatch => "schema-mismatch",
             ErrorKind::Budget => "budget",
             ErrorKind::Sandbox => "sandbox",
+            ErrorKind::Worktree => "worktree",
         }
     }
 }
@@ -374,6 +380,10 @@ pub struct RunResult {
     /// `--network`); absent when the run asked for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::Report>,
+    /// The git worktree the agent worked in (`--worktree`) and what became of it; absent when
+    /// the run asked for none or none could be made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::worktree::WorktreeRecord>,
 }
 
 impl RunResult {
@@ -408,6 +418,7 @@ impl RunResult {
             usage: None,
             warnings: Vec::new(),
             sandbox: None,
+            worktree: None,
         }
     }
 

@@ -304,6 +304,20 @@ impl Standing {
         self.mode != Mode::Off || self.network != Network::On
     }
 
+    /// This standing for an agent moved from `from` to `to` (its git worktree): a writable root
+    /// that was `from` becomes `to`, the other roots stay. The worktree is the agent's workspace
+    /// in place of the folder it was started from.
+    #[must_use]
+    pub fn moved(&self, from: &Path, to: &Path) -> Standing {
+        let mut moved = self.clone();
+        for root in &mut moved.writable {
+            if root == from {
+                *root = to.to_path_buf();
+            }
+        }
+        moved
+    }
+
     /// This standing held to `floor` (the starting agent's own): the stricter mode, the tighter
     /// network, what both let be written (a mode `off` writes everything; the roots beneath one
     /// of the other's), `.git` writable only when both let it be, both denied lists, best effort
@@ -660,6 +674,23 @@ mod tests {
         assert_eq!(ports(&[443]).tighter(&Network::Off), Network::Off);
         assert_eq!(ports(&[443, 80]).tighter(&ports(&[443, 22])), ports(&[443]));
         assert_eq!(ports(&[80]).tighter(&ports(&[22])), Network::Off);
+    }
+
+    #[test]
+    fn a_moved_standing_writes_its_worktree_instead_of_its_cwd() {
+        let standing = Standing {
+            mode: Mode::WorkspaceWrite,
+            writable: vec!["/repo/sub".into(), "/data".into()],
+            ..Standing::default()
+        };
+        let moved = standing.moved(
+            Path::new("/repo/sub"),
+            Path::new("/repo/.acp-host/worktrees/x"),
+        );
+        assert_eq!(
+            moved.writable,
+            [PathBuf::from("/repo/.acp-host/worktrees/x"), "/data".into()]
+        );
     }
 
     #[test]

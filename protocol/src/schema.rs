@@ -15,6 +15,7 @@ use crate::events::{Event, ResultRecord};
 use crate::registry::AgentListing;
 use crate::sync::report::SyncOutput;
 use crate::trust::TrustListing;
+use crate::worktree::WorktreeListing;
 
 /// Generates one schema.
 pub type SchemaFn = fn() -> Schema;
@@ -35,6 +36,8 @@ pub const OUTPUTS: &[(&str, SchemaFn)] = &[
     ("sync.json", || schema_for!(SyncOutput)),
     // `acp-host trust --json`: a folder's definitions and their trust state.
     ("trust.json", || schema_for!(TrustListing)),
+    // `acp-host worktrees list --json`: the worktrees runs left in a repository.
+    ("worktrees.json", || schema_for!(WorktreeListing)),
 ];
 
 /// The schema of output `file` (one of [`OUTPUTS`]).

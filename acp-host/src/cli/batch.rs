@@ -518,6 +518,8 @@ fn same_run(a: &BatchLine, b: &BatchLine) -> bool {
         cost_budget,
         sandbox,
         network,
+        // The worktree is made by the run, not by its preparation.
+        worktree: _,
     } = a;
     *agent == b.agent
         && *subagent == b.subagent
@@ -658,16 +660,14 @@ async fn drive(
             let Some(line) = pending.next() else {
                 break;
             };
-            let (id, prepared) = match line {
-                Ok(line) => (line.id.clone(), templates.prepare(args, line)),
-                Err((id, error)) => (id, Err(error)),
+            let (id, prepared, run_options) = match line {
+                Ok(line) => {
+                    let run_options = line_options(&options, &line);
+                    (line.id.clone(), templates.prepare(args, line), run_options)
+                }
+                Err((id, error)) => (id, Err(error), Arc::clone(&options)),
             };
-            let task = running.spawn(run_line(
-                id.clone(),
-                prepared,
-                Arc::clone(&options),
-                cancel.clone(),
-            ));
+            let task = running.spawn(run_line(id.clone(), prepared, run_options, cancel.clone()));
             ids.insert(task.id(), id);
             progress.started();
         }
@@ -746,6 +746,21 @@ fn line_request(args: &RunArgs, line: &BatchLine) -> Result<StartRequest, String
         });
     }
     Ok(request)
+}
+
+/// The batch's run options for `line`: with its worktree (`"worktree": true` or a name), else
+/// the shared ones.
+fn line_options(options: &Arc<RunOptions>, line: &BatchLine) -> Arc<RunOptions> {
+    match &line.worktree {
+        None => Arc::clone(options),
+        Some(name) => Arc::new(RunOptions {
+            worktree: Some(acp_host::worktree::Spec {
+                name: name.clone(),
+                ..acp_host::worktree::Spec::default()
+            }),
+            ..RunOptions::clone(options)
+        }),
+    }
 }
 
 /// One line's run: the library run of its prepared request, or the record of why it could not

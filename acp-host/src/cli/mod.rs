@@ -34,6 +34,7 @@ mod sandbox;
 mod subagent;
 mod sync;
 mod trust;
+mod worktrees;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -94,6 +95,7 @@ enum Command {
     Sync(sync::SyncArgs),
     Agents(agents::AgentsArgs),
     Trust(trust::TrustArgs),
+    Worktrees(worktrees::WorktreesArgs),
     Completions(docs::CompletionsArgs),
     Man(docs::ManArgs),
     Serve(remote::ServeArgs),
@@ -111,6 +113,7 @@ impl Command {
             | Command::Sync(_)
             | Command::Agents(_)
             | Command::Trust(_)
+            | Command::Worktrees(_)
             | Command::Completions(_)
             | Command::Man(_)
             | Command::Serve(_)
@@ -171,6 +174,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Sync(args) => sync::execute(&args),
         Command::Agents(args) => agents::execute(&args),
         Command::Trust(args) => trust::execute(&args),
+        Command::Worktrees(args) => worktrees::execute(&args),
         Command::Completions(args) => docs::completions(&args),
         Command::Man(args) => docs::man(&args),
         Command::Serve(args) => remote::execute_serve(&args),

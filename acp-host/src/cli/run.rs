@@ -203,6 +203,22 @@ pub(super) struct RunArgs {
 
     #[command(flatten)]
     sandbox: SandboxArgs,
+
+    /// Run the agent in a git worktree of its own, made from HEAD under the repository's
+    /// .acp-host/worktrees/NAME/ on a new branch acp/NAME (NAME: made from the prompt when not
+    /// given; a taken one gets -2, -3, ...). Unchanged at the end: removed with its branch;
+    /// changed: committed on the branch and kept (see `acp-host worktrees`).
+    #[arg(long, value_name = "NAME", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    worktree: Option<String>,
+
+    /// With --worktree: start it from this commit, branch or tag instead of HEAD.
+    #[arg(long, value_name = "REF", requires = "worktree")]
+    worktree_base: Option<String>,
+
+    /// With --worktree: leave the agent's changes uncommitted (staged) in the kept worktree.
+    #[arg(long, requires = "worktree")]
+    worktree_keep_dirty: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -251,6 +267,7 @@ seccomp) keeps the agent and all it starts to writing its working directory, out
 TCP; it is not a VM (README, \"Sandbox\").\n\n\
 Examples:\n  acp-host run \"hello\"\n  \
 acp-host run --sandbox workspace-write --network off --permission allow \"fix the tests\"\n  \
+acp-host run --worktree=fix-login --permission allow \"fix the login bug\"\n  \
 echo 'summarise README.md' | acp-host run --agent codex -\n  \
 acp-host run --agent 'npx @zed-industries/claude-code-acp' --permission allow \"fix the tests\"\n  \
 acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n",
@@ -332,7 +349,19 @@ impl RunArgs {
             json: true,
             verbose: false,
             sandbox: batch.sandbox.with_line(line.sandbox, line.network.as_ref()),
+            worktree: None,
+            worktree_base: None,
+            worktree_keep_dirty: false,
         }
+    }
+
+    /// The worktree the flags ask for (`--worktree[=NAME]`, an empty name being none given).
+    pub(super) fn worktree(&self) -> Option<acp_host::worktree::Spec> {
+        self.worktree.as_ref().map(|name| acp_host::worktree::Spec {
+            name: (!name.is_empty()).then(|| name.clone()),
+            base: self.worktree_base.clone(),
+            keep_dirty: self.worktree_keep_dirty,
+        })
     }
 }
 
@@ -434,6 +463,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         max_output_bytes: Some(if args.json { args.max_output } else { 0 }),
         // A structured answer is read from up to --max-output bytes of text, in either mode.
         max_answer_bytes: Some(args.max_output),
+        worktree: args.worktree(),
         ..RunOptions::default()
     };
     let (seen_tx, mut seen) = tokio::sync::watch::channel(0_u32);

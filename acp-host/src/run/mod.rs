@@ -131,6 +131,13 @@ pub struct RunOptions {
     /// The most bytes of a turn's text a structured answer is read from (a longer answer is a
     /// violation naming this limit); `None` uses [`DEFAULT_MAX_OUTPUT_BYTES`].
     pub max_answer_bytes: Option<usize>,
+    /// Run the agent in a git worktree of its own (`isolation: worktree`): made from the
+    /// repository's `HEAD` before the agent starts, its working directory the same folder inside
+    /// it (and, sandboxed, the worktree its writable root in place of that folder); settled once
+    /// the agent's tree is gone (removed when unchanged, else committed on its branch or kept),
+    /// as the result's `worktree` says. A worktree that cannot be made ends the run `error`
+    /// with kind `worktree`, nothing spawned.
+    pub worktree: Option<crate::worktree::Spec>,
 }
 
 /// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.
@@ -200,6 +207,27 @@ async fn run_with(
         sandbox,
     } = prepared;
     let run_id = uuid::Uuid::new_v4().to_string();
+    let mut request = request;
+    let mut sandbox = sandbox;
+    // Made before the start event, which names the agent's working directory; not when the run
+    // is refused anyway.
+    let worktree = match &options.worktree {
+        Some(spec) if budget.is_ok() && !cancel.is_cancelled() => {
+            let made = make_worktree(spec, &request, &run_id).await;
+            if let Ok(created) = &made {
+                sandbox = sandbox.moved(&request.cwd, &created.root);
+                if sandbox.is_active() {
+                    env.env.insert(
+                        protocol::env_vars::ACP_HOST_SANDBOX.into(),
+                        sandbox.env_value().into(),
+                    );
+                }
+                request.cwd.clone_from(&created.cwd);
+            }
+            Some(made)
+        }
+        _ => None,
+    };
     let notifier = Arc::new(Notifier::new(
         run_id.clone(),
         (options.observers.clone(), options.events.clone()),
@@ -219,8 +247,107 @@ async fn run_with(
         result.status = Status::Aborted;
         return finish(result, started, &notifier, false, cancel).await;
     }
-    let Ok(confinement) = confine(&sandbox, &request, &mut env.env, &mut result) else {
-        return finish(result, started, &notifier, false, cancel).await;
+    let created = match worktree {
+        Some(Ok(created)) => Some(created),
+        Some(Err(err)) => {
+            result.set_error(ErrorKind::Worktree, err.to_string());
+            return finish(result, started, &notifier, false, cancel).await;
+        }
+        None => None,
+    };
+    let prompt = request.prompt.clone();
+    // Boxed: the drive's state is large, and every caller's future would carry it inline.
+    let with_output = Box::pin(spawn_and_drive(
+        Start {
+            request,
+            env,
+            budget,
+            schema,
+            sandbox,
+        },
+        options,
+        cancel,
+        kept,
+        (&notifier, &mut result),
+    ))
+    .await;
+    if let Some(created) = created {
+        settle_worktree(created, options, &prompt, &mut result).await;
+    }
+    finish(result, started, &notifier, with_output, cancel).await
+}
+
+/// A run's start, validated, with its worktree made.
+struct Start {
+    request: protocol::request::StartRequest,
+    env: protocol::env_scrub::Scrubbed,
+    budget: protocol::depth::Budget,
+    schema: Option<Arc<protocol::structured::OutputSchema>>,
+    sandbox: protocol::sandbox::Standing,
+}
+
+/// Makes a run's worktree, off the runtime's threads (git is a blocking call).
+async fn make_worktree(
+    spec: &crate::worktree::Spec,
+    request: &protocol::request::StartRequest,
+    run_id: &str,
+) -> Result<crate::worktree::Created, crate::worktree::WorktreeError> {
+    let (spec, cwd, prompt, run_id) = (
+        spec.clone(),
+        request.cwd.clone(),
+        request.prompt.clone(),
+        run_id.to_owned(),
+    );
+    tokio::task::spawn_blocking(move || crate::worktree::create(&cwd, &spec, &prompt, &run_id))
+        .await
+        .unwrap_or_else(|join| Err(crate::worktree::WorktreeError::Task(join.to_string())))
+}
+
+/// Settles a run's worktree once its agent is gone, into `result.worktree`; a failure to is a
+/// warning (the worktree stays for `acp-host worktrees`), never the run's error.
+async fn settle_worktree(
+    created: crate::worktree::Created,
+    options: &RunOptions,
+    prompt: &str,
+    result: &mut RunResult,
+) {
+    let keep_dirty = options
+        .worktree
+        .as_ref()
+        .is_some_and(|spec| spec.keep_dirty);
+    let (status, prompt, run_id) = (result.status, prompt.to_owned(), result.run_id.clone());
+    let settled = tokio::task::spawn_blocking(move || {
+        crate::worktree::settle(&created, status, keep_dirty, &prompt, &run_id)
+            .map_err(|err| (err.to_string(), created.root.display().to_string()))
+    })
+    .await
+    .unwrap_or_else(|join| Err((join.to_string(), String::new())));
+    match settled {
+        Ok(record) => result.worktree = Some(record),
+        Err((err, root)) => result.warnings.push(format!(
+            "the worktree at {root} could not be settled and was left as it is: {err}"
+        )),
+    }
+}
+
+/// Spawns, drives and tears down the agent, into `result`; whether the output goes with the end
+/// event (the agent ran).
+async fn spawn_and_drive(
+    start: Start,
+    options: &RunOptions,
+    cancel: &Cancel,
+    kept: Option<KeptSession>,
+    (notifier, result): (&Arc<Notifier>, &mut RunResult),
+) -> bool {
+    let Start {
+        request,
+        mut env,
+        budget,
+        schema,
+        sandbox,
+    } = start;
+    let Ok(confinement) = confine(&sandbox, &request, &mut env.env, result) else {
+        return false;
     };
 
     let spec = SpawnSpec {
@@ -233,7 +360,7 @@ async fn run_with(
             .unwrap_or(DEFAULT_STDERR_TAIL_BYTES),
         // Observers see each line with credential values redacted, like the result's tail.
         stderr_lines: (!options.observers.is_empty() || options.events.is_some()).then(|| {
-            let notifier = Arc::clone(&notifier);
+            let notifier = Arc::clone(notifier);
             let redactor = env.redactor.clone();
             Arc::new(move |line: &str| notifier.stderr(&redactor.redact(line))) as StderrSink
         }),
@@ -243,7 +370,7 @@ async fn run_with(
         Ok(spawned) => spawned,
         Err(err) => {
             result.set_error(spawn_kind(&err), spawn_failure_message(&err, &request));
-            return finish(result, started, &notifier, false, cancel).await;
+            return false;
         }
     };
     // The pid is stored once the agent's start is confirmed (`supervise`).
@@ -258,12 +385,12 @@ async fn run_with(
     // die of EPIPE), then left.
     let drain_until = CancellationToken::new();
     let _stop_draining = drain_until.clone().drop_guard();
-    let (turns, busy) = session_turns(kept, &result, &request, &env.redactor, &shared);
+    let (turns, busy) = session_turns(kept, result, &request, &env.redactor, &shared);
     let drive = Drive {
         config: drive_config(&request, options, budget, schema, cancel, turns),
         pipes,
         shared: &shared,
-        notifier: &notifier,
+        notifier,
         cancel,
         overall: timeouts.overall,
         drain_until,
@@ -280,13 +407,13 @@ async fn run_with(
     if let Some(err) = not_started.or_else(|| process.confirm().err()) {
         process.shutdown(Graces::NONE).await;
         result.set_error(spawn_kind(&err), spawn_failure_message(&err, &request));
-        return finish(result, started, &notifier, false, cancel).await;
+        return false;
     }
 
-    let teardown = tear_down(&mut process, killed, &timeouts, cancel, &notifier).await;
-    record_teardown(&mut result, &teardown, &process);
+    let teardown = tear_down(&mut process, killed, &timeouts, cancel, notifier).await;
+    record_teardown(result, &teardown, &process);
     settle_turn(
-        &mut result,
+        result,
         ResultOf::Run,
         end,
         timed_out,
@@ -294,7 +421,7 @@ async fn run_with(
         &shared,
         &env.redactor,
     );
-    finish(result, started, &notifier, true, cancel).await
+    true
 }
 
 /// The sandbox of a run, prepared (`None` when it asks for none) and reported in `result`, or

@@ -217,6 +217,9 @@ pub struct Common {
     pub trap_term: bool,
     /// `--advertise LIST`: what `initialize` advertises ([`ADVERTISABLE`]); nothing by default.
     pub advertise: Vec<String>,
+    /// `--write-file PATH=TEXT` (repeatable): on each prompt, before anything else, TEXT is
+    /// written to PATH (relative to the mock's working directory): an agent that edits files.
+    pub write_files: Vec<(PathBuf, String)>,
 }
 
 /// What `--advertise` takes: a session system prompt (`system-prompt`: append only, `override`:
@@ -307,7 +310,7 @@ where
         }
         let known = matches!(
             flag,
-            "log" | "record" | "ready" | "pid-file" | "stderr" | "advertise"
+            "log" | "record" | "ready" | "pid-file" | "stderr" | "advertise" | "write-file"
         ) || SPECIFIC_FLAGS.contains(&flag);
         if !known {
             return Err(UsageError::UnknownFlag(flag.to_owned()));
@@ -326,6 +329,17 @@ where
             "ready" => common.ready = Some(value.into()),
             "pid-file" => common.pid_file = Some(value.into()),
             "stderr" => common.stderr = Some(value),
+            "write-file" => {
+                let (path, text) =
+                    value
+                        .split_once('=')
+                        .ok_or_else(|| UsageError::InvalidValue {
+                            flag: "write-file".to_owned(),
+                            value: value.clone(),
+                            expected: "PATH=TEXT",
+                        })?;
+                common.write_files.push((path.into(), text.to_owned()));
+            }
             "advertise" => {
                 let list: Vec<String> = value
                     .split(',')

@@ -35,6 +35,11 @@ impl Agent {
             .unwrap_or(wire::SESSION_ID)
             .to_owned();
         let session = session.as_str();
+        for (path, text) in &self.common.write_files {
+            if let Err(error) = std::fs::write(path, text) {
+                eprintln!("mock: cannot write {}: {error}", path.display());
+            }
+        }
         if ready_at_prompt(&self.scenario) {
             self.touch_ready();
         }

@@ -126,6 +126,10 @@ fn man_pages_are_written_one_per_subcommand_and_snapshotted() {
             "acp-host-serve.1",
             "acp-host-sync.1",
             "acp-host-trust.1",
+            "acp-host-worktrees-list.1",
+            "acp-host-worktrees-prune.1",
+            "acp-host-worktrees-remove.1",
+            "acp-host-worktrees.1",
             "acp-host.1",
         ]
     );

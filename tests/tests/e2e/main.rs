@@ -39,3 +39,4 @@ mod subagent_sessions;
 mod sync;
 mod trust;
 mod usage;
+mod worktree;

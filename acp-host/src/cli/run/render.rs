@@ -200,6 +200,10 @@ impl Renderer {
                 note!("acp-host: warning: {}", sandbox.describe());
             }
         }
+        // A worktree is always said: where the work is, or that there was none.
+        if let Some(worktree) = &result.worktree {
+            note!("acp-host: {}", worktree.describe());
+        }
         // What the run spent: under --verbose, or whenever a person watches stderr.
         if let Some(usage) = &result.usage
             && (self.verbose || std::io::stderr().is_terminal())

@@ -1,0 +1,492 @@
+//! End-to-end: `isolation: worktree` through the real binaries, on real git repositories the
+//! tests make: `acp-host run --worktree`, batch lines, `acp-host worktrees`, and what a killed
+//! host leaves behind.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use acp_tests::{
+    HANG_GUARD, bin, code, processes_in, read_pid, run_to_end, stderr, stdout, suite_state,
+    wait_for_file, wait_until_dead,
+};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+use super::common::{json_run, mock, temp};
+use super::run::{host, path_str};
+
+/// `git` in `dir` with a fixed identity, none of the caller's git variables; its stdout.
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
+    let out = git_output(dir, args);
+    assert!(
+        out.status.success(),
+        "git {args:?} in {}: {}",
+        dir.display(),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+fn git_output(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .current_dir(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .output()
+        .expect("git runs")
+}
+
+/// A repository at `<tmp>/repo` with `notes.txt` ("parent\n") and `sub/keep.txt` committed.
+pub(crate) fn repository(tmp: &Path) -> PathBuf {
+    let repo = tmp.join("repo");
+    std::fs::create_dir_all(repo.join("sub")).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("notes.txt"), "parent\n").unwrap();
+    std::fs::write(repo.join("sub/keep.txt"), "keep\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    repo
+}
+
+fn head(repo: &Path) -> String {
+    git(repo, &["rev-parse", "HEAD"]).trim().to_owned()
+}
+
+/// The branches under `acp/`, sorted.
+pub(crate) fn acp_branches(repo: &Path) -> Vec<String> {
+    git(
+        repo,
+        &["branch", "--list", "acp/*", "--format=%(refname:short)"],
+    )
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// The folders in `.acp-host/worktrees/`, sorted.
+pub(crate) fn worktree_folders(repo: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(repo.join(".acp-host/worktrees")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn worktrees_cmd(repo: &Path, args: &[&str]) -> Output {
+    run_to_end(
+        Command::new(bin("acp-host"))
+            .current_dir(repo)
+            .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
+            .env_remove("ACP_HOST_LOG")
+            .arg("worktrees")
+            .args(args),
+    )
+}
+
+fn listing(repo: &Path, args: &[&str]) -> Value {
+    let out = worktrees_cmd(repo, args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let value: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    protocol::schema::check_keys(&protocol::schema::output("worktrees.json").unwrap(), &value)
+        .unwrap();
+    value
+}
+
+#[test]
+fn run_worktree_commits_the_agent_s_change_on_its_branch_and_leaves_the_parent_tree_alone() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let base = head(&repo);
+    // The parent's own uncommitted change: not carried in, said in the record.
+    std::fs::write(repo.join("notes.txt"), "parent, edited\n").unwrap();
+    let agent = mock(&["hello", "--write-file", "here.txt=child\n"]);
+    let (_, result) = json_run(
+        host(&repo).args([
+            "--json",
+            "--worktree=fix-login",
+            "--cwd",
+            "sub",
+            "--agent",
+            &agent,
+            "Fix the login\nin detail",
+        ]),
+        0,
+    );
+    let root = repo.join(".acp-host/worktrees/fix-login");
+    let worktree = &result["worktree"];
+    let commit = worktree["commit"].as_str().unwrap().to_owned();
+    assert_eq!(
+        worktree,
+        &serde_json::json!({
+            "name": "fix-login",
+            "path": path_str(&root),
+            "branch": "acp/fix-login",
+            "base": base,
+            "commit": commit,
+            "outcome": "committed",
+            "parentDirty": true,
+            "changedFiles": 1,
+            "insertions": 1,
+            "deletions": 0,
+        })
+    );
+    // The agent worked in the same folder inside its worktree.
+    assert_eq!(
+        std::fs::read_to_string(root.join("sub/here.txt")).unwrap(),
+        "child\n"
+    );
+    assert!(!repo.join("sub/here.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "parent, edited\n"
+    );
+    // One commit on the branch, by acp-host, the prompt's first line as subject.
+    assert_eq!(
+        git(
+            &repo,
+            &[
+                "log",
+                "--format=%an <%ae>|%cn|%s",
+                &format!("{base}..acp/fix-login")
+            ]
+        ),
+        "acp-host <acp-host@localhost>|acp-host|Fix the login\n"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "acp/fix-login"]).trim(), commit);
+    assert_eq!(
+        git(&repo, &["show", "acp/fix-login:sub/here.txt"]),
+        "child\n"
+    );
+    assert_eq!(git(&repo, &["show", "acp/fix-login:notes.txt"]), "parent\n");
+    // The parent's status shows its own change only; .acp-host/ is excluded, no tracked file
+    // touched.
+    assert_eq!(git(&repo, &["status", "--porcelain"]), " M notes.txt\n");
+    let exclude = std::fs::read_to_string(repo.join(".git/info/exclude")).unwrap();
+    assert!(exclude.ends_with("\n/.acp-host/\n"), "{exclude}");
+    // Kept, settled (unlocked): listed as kept.
+    let listed = listing(&repo, &["list", "--json"]);
+    assert_eq!(
+        listed["worktrees"],
+        serde_json::json!([{
+            "name": "fix-login",
+            "path": path_str(&root),
+            "branch": "acp/fix-login",
+            "head": commit,
+            "state": "kept",
+        }])
+    );
+    // The same name again gets the next one.
+    let (_, again) = json_run(
+        host(&repo).args([
+            "--json",
+            "--worktree=fix-login",
+            "--agent",
+            &mock(&["hello", "--write-file", "x.txt=x"]),
+            "again",
+        ]),
+        0,
+    );
+    assert_eq!(again["worktree"]["name"], "fix-login-2");
+    assert_eq!(acp_branches(&repo), ["acp/fix-login", "acp/fix-login-2"]);
+    // remove takes the folder and the branch.
+    let out = worktrees_cmd(&repo, &["remove", "fix-login-2"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "removed worktree fix-login-2\n");
+    assert_eq!(acp_branches(&repo), ["acp/fix-login"]);
+    assert_eq!(worktree_folders(&repo), ["fix-login"]);
+    assert!(processes_in(tmp.path()).is_empty());
+}
+
+#[test]
+fn a_run_that_changed_nothing_leaves_no_worktree_and_no_branch() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let out = run_to_end(host(&repo).args(["--worktree", "--agent", &mock(&["hello"]), "say hi"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hello from acp child");
+    let said = stderr(&out);
+    assert!(
+        said.starts_with("acp-host: worktree say-hi-")
+            && said.ends_with(": no changes, removed with its branch\n"),
+        "{said}"
+    );
+    assert!(worktree_folders(&repo).is_empty());
+    assert!(acp_branches(&repo).is_empty());
+    assert_eq!(
+        git(&repo, &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_worktree_that_cannot_be_made_ends_the_run_before_the_agent_starts() {
+    let tmp = temp();
+    let plain = tmp.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let unborn = tmp.path().join("unborn");
+    std::fs::create_dir(&unborn).unwrap();
+    git(&unborn, &["init", "-q"]);
+    let repo = repository(tmp.path());
+    let with_modules = tmp.path().join("modules");
+    std::fs::create_dir(&with_modules).unwrap();
+    git(&with_modules, &["init", "-q"]);
+    std::fs::write(with_modules.join(".gitmodules"), "").unwrap();
+    git(&with_modules, &["add", "."]);
+    git(&with_modules, &["commit", "-q", "-m", "m"]);
+    let agent = mock(&["hello", "--record", path_str(&tmp.path().join("record"))]);
+    for (dir, flags, says) in [
+        (
+            &plain,
+            vec!["--worktree"],
+            format!(
+                "{} is not inside a git repository (a worktree needs one): fatal: not a git repository",
+                plain.display()
+            ),
+        ),
+        (
+            &unborn,
+            vec!["--worktree"],
+            format!(
+                "the repository at {} has no commit yet (unborn HEAD): commit once before asking for a worktree",
+                unborn.display()
+            ),
+        ),
+        (
+            &with_modules,
+            vec!["--worktree"],
+            format!(
+                "the repository at {} has submodules",
+                with_modules.display()
+            ),
+        ),
+        (
+            &repo,
+            vec!["--worktree=a/b"],
+            "worktree name \"a/b\" has \"/\"".to_owned(),
+        ),
+        (
+            &repo,
+            vec!["--worktree", "--worktree-base", "nope"],
+            format!(
+                "--worktree-base nope: not a commit in {}: fatal:",
+                repo.display()
+            ),
+        ),
+    ] {
+        let (_, result) = json_run(
+            host(dir)
+                .arg("--json")
+                .args(&flags)
+                .args(["--agent", &agent, "hi"]),
+            1,
+        );
+        assert_eq!(result["errorKind"], "worktree", "{result}");
+        let error = result["error"].as_str().unwrap();
+        assert!(error.starts_with(&says), "{error}\nwanted: {says}");
+        assert!(result.get("worktree").is_none());
+    }
+    assert!(!tmp.path().join("record").exists(), "no agent started");
+    assert!(worktree_folders(&repo).is_empty());
+    assert!(acp_branches(&repo).is_empty());
+}
+
+#[test]
+fn a_cancelled_run_keeps_its_changes_and_a_killed_host_s_worktree_is_pruned() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    // Cancelled (SIGTERM) after writing: kept, uncommitted, said so.
+    let ready = tmp.path().join("ready");
+    let agent = mock(&[
+        "hang",
+        "--ready",
+        path_str(&ready),
+        "--write-file",
+        "half.txt=half",
+    ]);
+    let child = host(&repo)
+        .args(["--json", "--worktree=cancelled", "--agent", &agent, "go"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, HANG_GUARD));
+    kill(
+        Pid::from_raw(i32::try_from(child.id()).unwrap()),
+        Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = acp_tests::wait_output(child);
+    assert_eq!(code(&out), 130, "{}", stderr(&out));
+    let result = super::common::result_record(&out);
+    assert_eq!(result["worktree"]["outcome"], "interrupted");
+    assert_eq!(result["worktree"]["commit"], Value::Null);
+    assert_eq!(result["worktree"]["changedFiles"], 1);
+    let kept = repo.join(".acp-host/worktrees/cancelled");
+    assert_eq!(
+        std::fs::read_to_string(kept.join("half.txt")).unwrap(),
+        "half"
+    );
+
+    // A SIGKILLed host: the watchdog ends the agent, the worktree stays locked as the run's.
+    let ready = tmp.path().join("ready2");
+    let pid_file = tmp.path().join("pid");
+    let agent = mock(&[
+        "hang",
+        "--ready",
+        path_str(&ready),
+        "--pid-file",
+        path_str(&pid_file),
+    ]);
+    let mut child = host(&repo)
+        .args(["--worktree=crashed", "--agent", &agent, "go"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for_file(&ready, HANG_GUARD));
+    let running = listing(&repo, &["--json"]);
+    let states: Vec<(&str, &str)> = running["worktrees"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["name"].as_str().unwrap(), w["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("cancelled", "kept"), ("crashed", "running")]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(wait_until_dead(read_pid(&pid_file).unwrap(), HANG_GUARD));
+    let abandoned = listing(&repo, &["list", "--json"]);
+    assert_eq!(abandoned["worktrees"][1]["state"], "abandoned");
+    let out = worktrees_cmd(&repo, &["prune"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "removed worktree crashed (its run was killed; no changes)\n"
+    );
+    assert_eq!(worktree_folders(&repo), ["cancelled"]);
+    assert_eq!(acp_branches(&repo), ["acp/cancelled"]);
+    let out = worktrees_cmd(&repo, &["prune"]);
+    assert_eq!(stdout(&out), "nothing to prune\n");
+    // A kept worktree with changes is removed only when forced.
+    let out = worktrees_cmd(&repo, &["remove", "cancelled"]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: worktree cancelled has uncommitted changes: commit them there, or pass --force to throw them away\n"
+    );
+    let out = worktrees_cmd(&repo, &["remove", "cancelled", "--force"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(worktree_folders(&repo).is_empty());
+    assert!(acp_branches(&repo).is_empty());
+    assert!(processes_in(tmp.path()).is_empty());
+}
+
+#[test]
+fn a_batch_of_twenty_worktree_lines_gives_each_run_its_own_branch() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let base = head(&repo);
+    let lines: Vec<String> = (1..=20)
+        .map(|n| {
+            // Lines 19 and 20 change nothing; the others write the same path, each its own text.
+            let agent = if n > 18 {
+                mock(&["hello"])
+            } else {
+                mock(&["hello", "--write-file", &format!("notes.txt=line {n}\n")])
+            };
+            let worktree = if n == 1 {
+                Value::from("first")
+            } else {
+                Value::from(true)
+            };
+            serde_json::json!({
+                "id": n.to_string(),
+                "prompt": format!("job {n}"),
+                "agent": agent,
+                "cwd": path_str(&repo),
+                "worktree": worktree,
+            })
+            .to_string()
+        })
+        .collect();
+    std::fs::write(tmp.path().join("jobs.ndjson"), lines.join("\n") + "\n").unwrap();
+    let out = run_to_end(
+        super::batch::batch(tmp.path())
+            .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
+            .args(["--jobs", "20", "jobs.ndjson"]),
+    );
+    assert_eq!(code(&out), 0, "{}{}", stderr(&out), stdout(&out));
+    let records = super::common::records(&out);
+    super::batch::checked(&records);
+    assert_eq!(records.len(), 20);
+    let mut committed = Vec::new();
+    for record in &records {
+        let n: u32 = record["id"].as_str().unwrap().parse().unwrap();
+        assert_eq!(record["status"], "completed", "{record}");
+        let worktree = &record["worktree"];
+        assert_eq!(worktree["base"], base.as_str());
+        let name = worktree["name"].as_str().unwrap().to_owned();
+        if n == 1 {
+            assert_eq!(name, "first");
+        } else {
+            assert!(name.starts_with(&format!("job-{n}-")), "{name}");
+        }
+        if n > 18 {
+            assert_eq!(worktree["outcome"], "removed", "{record}");
+            continue;
+        }
+        assert_eq!(worktree["outcome"], "committed", "{record}");
+        assert_eq!(
+            (
+                &worktree["changedFiles"],
+                &worktree["insertions"],
+                &worktree["deletions"]
+            ),
+            (&Value::from(1), &Value::from(1), &Value::from(1))
+        );
+        let branch = format!("acp/{name}");
+        assert_eq!(worktree["branch"], branch.as_str());
+        assert_eq!(
+            git(&repo, &["show", &format!("{branch}:notes.txt")]),
+            format!("line {n}\n")
+        );
+        assert_eq!(
+            git(
+                &repo,
+                &["rev-list", "--count", &format!("{base}..{branch}")]
+            )
+            .trim(),
+            "1"
+        );
+        committed.push(name);
+    }
+    committed.sort();
+    assert_eq!(committed.len(), 18);
+    assert_eq!(worktree_folders(&repo), committed);
+    let mut branches: Vec<String> = committed.iter().map(|name| format!("acp/{name}")).collect();
+    branches.sort();
+    assert_eq!(acp_branches(&repo), branches);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "parent\n"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert!(processes_in(tmp.path()).is_empty());
+}
