@@ -617,7 +617,7 @@ fn ours(cwd: &Path) -> Result<(PathBuf, Vec<Found>), WorktreeError> {
         let Some(name) = rules::name_of(&repo.main, &entry.path) else {
             continue;
         };
-        let state = rules::state(entry.locked.as_deref(), alive);
+        let state = rules::state(entry.locked.as_deref(), &alive);
         found.push((
             ListedWorktree {
                 name,

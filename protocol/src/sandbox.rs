@@ -648,6 +648,10 @@ mod tests {
         assert_eq!("off".parse(), Ok(Network::Off));
         assert_eq!("tcp:443, 8080,443".parse(), Ok(ports(&[443, 8080])));
         assert_eq!(ports(&[8080, 443]).to_string(), "tcp:443,8080");
+        assert_eq!(
+            (Network::On.to_string(), Network::Off.to_string()),
+            ("on".into(), "off".into())
+        );
         for bad in ["tcp:", "tcp:0", "tcp:70000", "tcp:443,x", "udp:53", "yes"] {
             assert_eq!(
                 bad.parse::<Network>(),
@@ -772,6 +776,20 @@ mod tests {
             writer.within(&parent).writable,
             [PathBuf::from("/repo/sub")]
         );
+        // A parent's root beneath one of the child's is what both may write.
+        let narrow = Standing {
+            writable: vec!["/repo/sub/deep".into(), "/repo/sub".into()],
+            ..parent.clone()
+        };
+        let wide = Standing {
+            mode: Mode::WorkspaceWrite,
+            writable: vec!["/repo".into()],
+            ..Standing::default()
+        };
+        assert_eq!(
+            wide.within(&narrow).writable,
+            [PathBuf::from("/repo/sub/deep"), "/repo/sub".into()]
+        );
         // Under an unrestricted parent a child keeps its own.
         let free = Standing {
             best_effort: true,
@@ -832,7 +850,7 @@ mod tests {
             kind: EntryKind::Link(to.map(PathBuf::from)),
         };
         match path.to_str().unwrap() {
-            "/" => vec![dir("etc"), dir("home"), file("vmlinuz")],
+            "/" => vec![dir("etc"), dir("home"), dir("empty"), file("vmlinuz")],
             "/home" => vec![dir("me")],
             "/home/me" => vec![
                 dir(".ssh"),
@@ -854,6 +872,8 @@ mod tests {
             PathBuf::from("/home/me/.ssh"),
             "/home/me/.netrc".into(),
             "/home/me/.aws".into(),
+            // A folder that holds nothing but where an excluded path would be: listed, empty.
+            "/empty/nothing".into(),
         ];
         let granted = cover(Path::new("/"), &excluded, &mut tree);
         let granted: Vec<&str> = granted.iter().map(|p| p.to_str().unwrap()).collect();

@@ -449,7 +449,7 @@ pub enum State {
 /// The state of a worktree locked with `locked` (see [`GitWorktree::locked`]), where `alive`
 /// tells whether an owner's process still runs.
 #[must_use]
-pub fn state(locked: Option<&str>, alive: impl Fn(Owner) -> bool) -> State {
+pub fn state(locked: Option<&str>, alive: &dyn Fn(Owner) -> bool) -> State {
     match locked.map(parse_lock_reason) {
         Some(Some(owner)) if !alive(owner) => State::Abandoned,
         Some(_) => State::Running,
@@ -793,10 +793,10 @@ mod tests {
     #[test]
     fn state_and_prune() {
         let ours = "acp-host run r pid 1 start 2";
-        assert_eq!(state(Some(ours), |_| false), State::Abandoned);
-        assert_eq!(state(Some(ours), |_| true), State::Running);
-        assert_eq!(state(Some("a person's"), |_| false), State::Running);
-        assert_eq!(state(None, |_| false), State::Kept);
+        assert_eq!(state(Some(ours), &|_| false), State::Abandoned);
+        assert_eq!(state(Some(ours), &|_| true), State::Running);
+        assert_eq!(state(Some("a person's"), &|_| false), State::Running);
+        assert_eq!(state(None, &|_| false), State::Kept);
         assert_eq!(prune(State::Abandoned, false), Prune::Remove);
         assert_eq!(prune(State::Abandoned, true), Prune::KeepChanges);
         assert_eq!(prune(State::Running, false), Prune::Leave);
