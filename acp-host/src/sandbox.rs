@@ -400,10 +400,16 @@ pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, Co
     let store = store.filter(|store| files && std::fs::create_dir_all(store).is_ok());
     let (ruleset, split) = match kernel.landlock_abi {
         Some(abi) => {
+            let readable = if files {
+                protocol::sandbox::cover(Path::new("/"), &denied, &mut list)
+            } else {
+                Vec::new()
+            };
             let rules = Rules {
                 abi: landlock::ABI::from(i32::try_from(abi.min(7)).unwrap_or(7)),
                 standing,
                 denied: &denied,
+                readable: &readable,
                 readonly: &readonly,
                 temp: temp.as_ref().map(tempfile::TempDir::path),
                 host_state: host_state.as_deref(),
@@ -623,6 +629,9 @@ struct Rules<'a> {
     abi: landlock::ABI,
     standing: &'a Standing,
     denied: &'a [PathBuf],
+    /// What grants reading all but `denied` ([`protocol::sandbox::cover`] of `/`): walked once,
+    /// though a start that may bind `.git` read-only builds two rulesets.
+    readable: &'a [PathBuf],
     /// Inside the writable roots, kept read-only (each root's `.git`).
     readonly: &'a [PathBuf],
     temp: Option<&'a Path>,
@@ -675,8 +684,8 @@ impl Rules<'_> {
                     .add_rule(landlock::PathBeneath::new(fd, access))
                     .is_ok()
             };
-            for path in protocol::sandbox::cover(Path::new("/"), self.denied, &mut list) {
-                grant(&path, read);
+            for path in self.readable {
+                grant(path, read);
             }
             // Listing folders is granted everywhere: a folder that holds a denied path (`/`,
             // the home) must stay listable, and Landlock grants a folder's right to its whole
