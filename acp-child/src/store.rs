@@ -275,8 +275,9 @@ impl Store {
             version: SESSION_VERSION,
             cwd: cwd.to_path_buf(),
         });
+        // Write-only: nothing reads a session through the handle that made it, and a sandbox
+        // kept by Landlock alone lets a run make and append to a new session file, not read it.
         let file = std::fs::OpenOptions::new()
-            .read(true)
             .append(true)
             .create_new(true)
             .open(&path)

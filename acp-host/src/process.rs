@@ -131,7 +131,9 @@ pub enum SpawnError {
         source: io::Error,
     },
     /// The kernel refused to put the agent into its sandbox: nothing of it ran.
-    #[error("could not put agent {program} into its sandbox")]
+    #[error(
+        "could not put agent {program} into its sandbox (where the kernel refuses user namespaces, set ACP_HOST_SANDBOX_NAMESPACES=0 to confine by Landlock alone)"
+    )]
     Sandbox {
         program: String,
         #[source]

@@ -11,26 +11,29 @@
 //! across fork and exec and only ever narrowed), so a `setsid` grandchild is confined too.
 //!
 //! What a standing becomes:
-//! - files (`read-only`, `workspace-write`): every Landlock file right handled; reading granted
-//!   on everything but the denied paths (the credential folders, acp-host's state and
-//!   acp-child's session store, `--sandbox-deny`), which Landlock, an allow-list, expresses as
-//!   the folders around them ([`protocol::sandbox::cover`]); writing granted on the agent's own
-//!   temporary folder (its `TMPDIR`), the writable devices ([`DEVICES`]) and, in
-//!   `workspace-write`, the writable roots (their `.git` bound read-only in a user and mount
-//!   namespace of the agent's own; where the kernel gives no user namespace, the roots are
-//!   granted around `.git` instead, and nothing new can then be made at a root's top level);
-//!   acp-host's approvals stay readable
-//!   (a delegating agent checks them), never writable; acp-child's session store takes new
-//!   files, and only the sessions the run names (`--resume`, `--fork`) read;
+//! - files (`read-only`, `workspace-write`): every Landlock file right handled. Reading is
+//!   granted on everything but the denied paths (the credential folders, acp-host's state and
+//!   acp-child's session store, `--sandbox-deny`), in one of two ways. Where this process may
+//!   give the agent a user and mount namespace of its own ([`namespaces`]), the denied paths are
+//!   masked there (`mount`: acp-host's approvals bound back read-only, the session store
+//!   replaced by the run's own folder of it, `store`) and reading is granted on `/` whole;
+//!   otherwise Landlock, an allow-list, keeps them out by itself, granted as the folders around
+//!   them ([`protocol::sandbox::cover`], "the walk"). Writing is granted on the agent's own
+//!   temporary folder (its `TMPDIR`), the writable devices ([`DEVICES`]), acp-child's new
+//!   sessions and, in `workspace-write`, the writable roots (their `.git` bound read-only in the
+//!   namespace; by the walk, the roots are granted around `.git` instead, and nothing new can
+//!   then be made at a root's top level);
 //! - network (`off`, `tcp:PORT`): Landlock handles TCP bind and connect (connect granted on the
 //!   ports of `tcp:`), seccomp refuses every other internet socket (UDP, raw) and `io_uring`
 //!   (whose operations would bypass the socket filter);
 //! - always, once active: signals and (with the network restricted) abstract Unix sockets are
-//!   scoped to the domain, and new user namespaces are refused (seccomp).
+//!   scoped to the domain, and new user namespaces and the parts of the new mount API Landlock
+//!   does not refuse itself are refused (seccomp).
 //!
 //! What it does not hold, said plainly (README "Sandbox"): a denied file reached by another
-//! path (a hard link, a bind mount elsewhere) stays readable there; the names inside a denied
-//! folder can be listed; UDP is refused as a whole under `off` and `tcp:` (the kernel cannot
+//! path (a hard link, a bind mount elsewhere) stays readable there; by the walk, the names
+//! inside a denied folder can be listed; masks cover only what exists when the agent starts;
+//! UDP is refused as a whole under `off` and `tcp:` (the kernel cannot
 //! limit it by port); anything the agent may read it may send wherever the network lets it; a
 //! path Unix socket (a session bus, a Docker socket) can be connected to (Landlock refuses that
 //! only from ABI 9, which this build does not ask for yet: it caps the ABI at 7, what it is
@@ -43,7 +46,7 @@
 //! here).
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString, OsStr, OsString, c_char};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -51,6 +54,9 @@ use std::sync::OnceLock;
 
 use protocol::env_vars;
 use protocol::sandbox::{Entry, EntryKind, Kernel, Mode, Network, Report, SandboxError, Standing};
+
+mod mount;
+mod store;
 
 /// The devices an agent may open for writing in every mode: what programs write to or open
 /// read-write as a matter of course.
@@ -106,19 +112,17 @@ pub enum ConfineError {
 
 /// A prepared sandbox: what the agent's start applies, and what the record reports.
 pub struct Confinement {
-    /// The Landlock ruleset (with `readonly`'s binds made: the writable roots whole).
+    /// The Landlock ruleset.
     ruleset: Option<OwnedFd>,
-    /// Where the binds cannot be made (no user namespaces here): the ruleset that keeps
-    /// `readonly` out of the writable roots by itself.
-    split: Option<OwnedFd>,
-    /// Paths inside the writable roots bound read-only in the agent's own mount namespace
-    /// (each root's `.git`), NUL-terminated.
-    readonly: Vec<CString>,
-    /// `/proc/self/uid_map` and `gid_map` of that namespace: the user as themself.
-    maps: [Vec<u8>; 2],
+    /// The agent's own namespaces and what they hide (`None`: the ruleset keeps the denied
+    /// paths out by itself, the walk).
+    namespace: Option<mount::Plan>,
     filters: Vec<Vec<seccompiler::sock_filter>>,
     /// The agent's own temporary folder; removed when the confinement is dropped.
     temp: Option<tempfile::TempDir>,
+    /// The run's own folder of acp-child's session store (with namespaces); settled when the
+    /// confinement is dropped.
+    _store: Option<store::RunStore>,
     report: Report,
 }
 
@@ -146,15 +150,9 @@ impl Confinement {
     /// The form the forked child applies: raw descriptors and pointers into `self`, valid while
     /// `self` lives.
     pub(crate) fn raw(&self) -> Raw {
-        let fd = |fd: &Option<OwnedFd>| fd.as_ref().map_or(-1, AsRawFd::as_raw_fd);
         Raw {
-            ruleset: fd(&self.ruleset),
-            split: fd(&self.split),
-            readonly: self.readonly.iter().map(|path| path.as_ptr()).collect(),
-            maps: [
-                (self.maps[0].as_ptr(), self.maps[0].len()),
-                (self.maps[1].as_ptr(), self.maps[1].len()),
-            ],
+            ruleset: self.ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+            namespace: self.namespace.as_ref().map(mount::Plan::raw),
             programs: self
                 .filters
                 .iter()
@@ -170,43 +168,37 @@ impl Confinement {
 /// A prepared sandbox as the forked child applies it: plain integers and pointers into the
 /// [`Confinement`] it came from.
 pub(crate) struct Raw {
-    /// The Landlock rulesets' descriptors, or -1.
+    /// The Landlock ruleset's descriptor, or -1.
     ruleset: RawFd,
-    split: RawFd,
-    readonly: Vec<*const c_char>,
-    maps: [(*const u8, usize); 2],
+    namespace: Option<mount::RawPlan>,
     programs: Vec<nix::libc::sock_fprog>,
 }
 
 impl Raw {
     /// Puts the calling process (and all it will start) into the sandbox: no new privileges,
-    /// the read-only binds (in a user and mount namespace of its own, when there are any), the
-    /// Landlock domain, the seccomp filters. Async-signal-safe: system calls on data prepared
-    /// before the fork. Returns the errno of the step that failed.
+    /// its own namespaces with what they hide (when it has them), the Landlock domain, the
+    /// seccomp filters. Async-signal-safe: system calls on data prepared before the fork.
+    /// Returns the errno of the step that failed.
     #[expect(
         unsafe_code,
         reason = "raw system calls in a forked child: prctl, landlock_restrict_self, seccomp"
     )]
     pub(crate) fn enter(&self) -> Result<(), i32> {
         use nix::libc;
+        if let Some(plan) = &self.namespace {
+            plan.make()?;
+        }
         // SAFETY: system calls on integers and on `sock_fprog`s pointing into programs that
         // outlive this call; nothing allocates or locks.
         unsafe {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(errno());
             }
-            let mut ruleset = self.ruleset;
-            if !self.readonly.is_empty() && !self.isolate()? {
-                // No namespace to bind in: the ruleset that keeps them unwritable itself.
-                ruleset = self.split;
-            }
-            if ruleset >= 0 && libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) != 0 {
-                return Err(errno());
-            }
-            for fd in [self.ruleset, self.split] {
-                if fd >= 0 {
-                    libc::close(fd);
+            if self.ruleset >= 0 {
+                if libc::syscall(libc::SYS_landlock_restrict_self, self.ruleset, 0) != 0 {
+                    return Err(errno());
                 }
+                libc::close(self.ruleset);
             }
             for program in &self.programs {
                 let set = libc::syscall(
@@ -221,89 +213,6 @@ impl Raw {
             }
         }
         Ok(())
-    }
-
-    /// A user and mount namespace of our own with `readonly` bound read-only in it: `Ok(false)`
-    /// when the kernel gives no user namespace (nothing changed), an error when it gave one and
-    /// a later step failed.
-    #[expect(
-        unsafe_code,
-        reason = "raw system calls in a forked child: unshare, /proc writes, mount, statfs"
-    )]
-    fn isolate(&self) -> Result<bool, i32> {
-        use nix::libc;
-        // SAFETY: system calls on integers, on C strings and byte buffers owned by the
-        // `Confinement` this came from, and on a stack `statfs`.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                return Ok(false);
-            }
-            let write = |path: &CStr, bytes: *const u8, len: usize| -> Result<(), i32> {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(errno());
-                }
-                let written = libc::write(fd, bytes.cast(), len);
-                libc::close(fd);
-                if usize::try_from(written) == Ok(len) {
-                    Ok(())
-                } else {
-                    Err(errno())
-                }
-            };
-            let deny = b"deny";
-            write(c"/proc/self/setgroups", deny.as_ptr(), deny.len())?;
-            write(c"/proc/self/uid_map", self.maps[0].0, self.maps[0].1)?;
-            write(c"/proc/self/gid_map", self.maps[1].0, self.maps[1].1)?;
-            let none = std::ptr::null::<c_char>();
-            if libc::mount(
-                none,
-                c"/".as_ptr(),
-                none,
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(errno());
-            }
-            for &path in &self.readonly {
-                if libc::mount(
-                    path,
-                    path,
-                    none,
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
-                ) != 0
-                {
-                    return Err(errno());
-                }
-                // A remount in a user namespace must keep the flags the mount is locked with.
-                // glibc's statvfs is statfs and its flags (no mount table read since Linux 2.6.36).
-                let mut stat: libc::statvfs = std::mem::zeroed();
-                if libc::statvfs(path, &raw mut stat) != 0 {
-                    return Err(errno());
-                }
-                let flags = stat.f_flag;
-                let mut kept = 0;
-                for (st, ms) in [
-                    (libc::ST_NOSUID, libc::MS_NOSUID),
-                    (libc::ST_NODEV, libc::MS_NODEV),
-                    (libc::ST_NOEXEC, libc::MS_NOEXEC),
-                    (libc::ST_NOATIME, libc::MS_NOATIME),
-                    (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-                    (libc::ST_RELATIME, libc::MS_RELATIME),
-                ] {
-                    if flags & st != 0 {
-                        kept |= ms;
-                    }
-                }
-                let remount = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | kept;
-                if libc::mount(none, path, none, remount, std::ptr::null()) != 0 {
-                    return Err(errno());
-                }
-            }
-        }
-        Ok(true)
     }
 }
 
@@ -330,13 +239,63 @@ pub fn kernel() -> Kernel {
 }
 
 fn probe() -> Kernel {
-    // The kernel lists a `Seccomp:` line in a process's status exactly when it has seccomp.
-    let seccomp = std::fs::read_to_string("/proc/self/status")
-        .is_ok_and(|status| status.lines().any(|line| line.starts_with("Seccomp:")));
     Kernel {
         landlock_abi: landlock_abi(),
-        seccomp,
+        seccomp: seccomp_mode().is_some(),
     }
+}
+
+/// This process's seccomp mode (0: no filter above it, 2: filtered), `None` when the kernel has
+/// no seccomp.
+#[expect(unsafe_code, reason = "prctl PR_GET_SECCOMP: an integer query")]
+fn seccomp_mode() -> Option<i32> {
+    // SAFETY: the query takes and returns integers.
+    let mode = unsafe { nix::libc::prctl(nix::libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+    (mode >= 0).then_some(mode)
+}
+
+/// Whether agents get user and mount namespaces of their own, where the denied paths are
+/// masked and Landlock grants reading `/` whole (`mount`); otherwise the ruleset keeps them
+/// out by itself (the walk, [`protocol::sandbox::cover`]). Decided once per process, from what
+/// refuses an unprivileged user namespace before it is asked for (a seccomp filter above us, a
+/// container's or our own sandbox's; `user.max_user_namespaces` 0; Debian's
+/// `kernel.unprivileged_userns_clone` 0; Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`
+/// 1), or from `ACP_HOST_SANDBOX_NAMESPACES` (`0` or `1`). Where none of these says no and the
+/// kernel refuses anyway, the start fails and says to set the variable to `0`.
+#[must_use]
+pub fn namespaces() -> bool {
+    static NAMESPACES: OnceLock<bool> = OnceLock::new();
+    *NAMESPACES.get_or_init(|| {
+        match std::env::var_os(env_vars::ACP_HOST_SANDBOX_NAMESPACES) {
+            Some(value) if value == "0" => return false,
+            Some(value) if value == "1" => return true,
+            _ => {}
+        }
+        let sysctl = |name: &str| {
+            std::fs::read_to_string(Path::new("/proc/sys").join(name))
+                .ok()
+                .map(|value| value.trim().to_owned())
+        };
+        seccomp_mode() == Some(0)
+            && sysctl("user/max_user_namespaces").is_some_and(|max| max != "0")
+            && sysctl("kernel/unprivileged_userns_clone").is_none_or(|on| on != "0")
+            && sysctl("kernel/apparmor_restrict_unprivileged_userns").is_none_or(|on| on != "1")
+    })
+}
+
+/// Whether this kernel runs x32 system calls (`x86_64` only): where it does not, the seccomp
+/// filter need not name their numbers. Asked only with no filter above us (one might kill a
+/// process for trying).
+#[expect(unsafe_code, reason = "an x32 getpid: no arguments, no memory")]
+fn x32() -> bool {
+    static X32: OnceLock<bool> = OnceLock::new();
+    *X32.get_or_init(|| {
+        if !cfg!(target_arch = "x86_64") || seccomp_mode() != Some(0) {
+            return cfg!(target_arch = "x86_64");
+        }
+        // SAFETY: getpid takes no argument; an x32 number the kernel does not run is ENOSYS.
+        unsafe { nix::libc::syscall(nix::libc::SYS_getpid | 0x4000_0000) >= 0 }
+    })
 }
 
 /// The Landlock ABI version, `None` when the kernel has no Landlock (not built in, disabled at
@@ -384,52 +343,53 @@ pub fn foresee(standing: &Standing) -> Result<Option<Report>, SandboxError> {
 pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, ConfineError> {
     let kernel = kernel();
     let (enforced, not_enforced) = protocol::sandbox::assess(standing, kernel)?;
-    let Places {
-        host: host_state,
-        store,
-        denied,
-    } = Places::of(place, standing);
-    let temp = own_temp(place, standing)?;
     // What the record lists of files holds only where Landlock enforces it.
     let files = standing.mode != Mode::Off && kernel.landlock_abi.is_some();
+    let masked = files && namespaces();
+    // A mask follows links itself (the kernel resolves a mount point); the walk needs to know
+    // where each denied path really is.
+    let places = Places::of(place, standing, !masked);
+    let temp = own_temp(place, standing)?;
     let readonly = if files {
         read_only_within(standing)
     } else {
         Vec::new()
     };
-    let store = store.filter(|store| files && std::fs::create_dir_all(store).is_ok());
-    let (ruleset, split) = match kernel.landlock_abi {
-        Some(abi) => {
-            let readable = if files {
-                protocol::sandbox::cover(Path::new("/"), &denied, &mut list)
-            } else {
-                Vec::new()
-            };
-            let rules = Rules {
-                abi: landlock::ABI::from(i32::try_from(abi.min(7)).unwrap_or(7)),
-                standing,
-                denied: &denied,
-                readable: &readable,
-                readonly: &readonly,
-                temp: temp.as_ref().map(tempfile::TempDir::path),
-                host_state: host_state.as_deref(),
-                store: store.as_deref(),
-                sessions: &place.sessions,
-            };
-            let split = if readonly.is_empty() {
-                None
-            } else {
-                rules.build(true)?
-            };
-            (rules.build(false)?, split)
+    let store_dir = places
+        .store
+        .clone()
+        .filter(|store| files && std::fs::create_dir_all(store).is_ok());
+    // With namespaces, the run's own folder of the store; where it cannot be made, the store
+    // is masked whole (nothing of it read, nothing written).
+    let run_store = store_dir
+        .as_deref()
+        .filter(|_| masked)
+        .and_then(|store| store::RunStore::open(store, &place.sessions).ok());
+    let ruleset = match kernel.landlock_abi {
+        Some(abi) => Rules {
+            abi: landlock::ABI::from(i32::try_from(abi.min(7)).unwrap_or(7)),
+            standing,
+            masked,
+            denied: &places.denied,
+            readonly: &readonly,
+            temp: temp.as_ref().map(tempfile::TempDir::path),
+            host_state: places.host.as_deref(),
+            store: match &run_store {
+                Some(run) => Some(run.dir()),
+                None if masked => None,
+                None => store_dir.as_deref(),
+            },
+            sessions: &place.sessions,
         }
-        None => (None, None),
+        .build()?,
+        None => None,
     };
     let filters = if kernel.seccomp && standing.is_active() {
-        filters(standing).map_err(|err| ConfineError::Filter(err.to_string()))?
+        filters(standing, x32()).map_err(|err| ConfineError::Filter(err.to_string()))?
     } else {
         Vec::new()
     };
+    let namespace = masked.then(|| plan(&places, &readonly, run_store.as_ref()));
     let shown = |paths: &mut dyn Iterator<Item = &Path>| -> Vec<String> {
         paths.map(|path| path.display().to_string()).collect()
     };
@@ -437,11 +397,13 @@ pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, Co
     if files {
         writable = shown(&mut standing.writable.iter().map(PathBuf::as_path));
         writable.extend(shown(&mut temp.iter().map(tempfile::TempDir::path)));
-        writable.extend(
-            store
-                .iter()
-                .map(|store| format!("{} (new files)", store.display())),
-        );
+        if !masked || run_store.is_some() {
+            writable.extend(
+                store_dir
+                    .iter()
+                    .map(|store| format!("{} (new files)", store.display())),
+            );
+        }
     }
     let report = Report {
         mode: standing.mode,
@@ -451,29 +413,48 @@ pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, Co
         writable,
         read_only: shown(&mut readonly.iter().map(PathBuf::as_path)),
         denied: if files {
-            shown(&mut denied.iter().map(PathBuf::as_path))
+            shown(&mut places.denied.iter().map(PathBuf::as_path))
         } else {
             Vec::new()
         },
         not_enforced,
     };
-    let readonly = if split.is_some() {
-        readonly
-            .iter()
-            .filter_map(|path| CString::new(path.as_os_str().as_encoded_bytes()).ok())
-            .collect()
-    } else {
-        Vec::new()
-    };
     Ok(Confinement {
         ruleset,
-        split,
-        readonly,
-        maps: id_maps(),
+        namespace,
         filters,
         temp,
+        _store: run_store,
         report,
     })
+}
+
+/// What the agent's namespaces are made of: each denied path masked (acp-host's state but its
+/// approvals; acp-child's store replaced by the run's own folder of it, or masked whole), each
+/// writable root's `.git` bound read-only.
+fn plan(places: &Places, readonly: &[PathBuf], run_store: Option<&store::RunStore>) -> mount::Plan {
+    let c = |path: &Path| CString::new(path.as_os_str().as_encoded_bytes()).ok();
+    let special = |path: &PathBuf| {
+        places.host.as_ref() == Some(path)
+            || (run_store.is_some() && places.store.as_ref() == Some(path))
+    };
+    mount::Plan {
+        readonly: readonly.iter().filter_map(|path| c(path)).collect(),
+        masks: places
+            .denied
+            .iter()
+            .filter(|path| !special(path))
+            .filter_map(|path| c(path))
+            .collect(),
+        state: places
+            .host
+            .as_deref()
+            .and_then(|state| Some((c(state)?, c(&state.join("trust"))?))),
+        store: run_store
+            .zip(places.store.as_deref())
+            .and_then(|(run, store)| Some((c(run.dir())?, c(store)?))),
+        maps: id_maps(),
+    }
 }
 
 /// The agent's own temporary folder (its `TMPDIR`), in the one it was given; none when files
@@ -530,7 +511,8 @@ struct Places {
 }
 
 impl Places {
-    fn of(place: &Place<'_>, standing: &Standing) -> Places {
+    /// Where they are as the environment says; with `resolve`, where each really is too.
+    fn of(place: &Place<'_>, standing: &Standing, resolve: bool) -> Places {
         let home = place.var(env_vars::HOME).filter(|home| home.is_absolute());
         let xdg = place.var(env_vars::XDG_STATE_HOME);
         let state = env_vars::state_home(home.as_deref(), xdg.as_deref());
@@ -546,10 +528,21 @@ impl Places {
         denied.extend(host_state.iter().cloned());
         denied.extend(store.iter().cloned());
         denied.extend(standing.deny.iter().cloned());
+        let denied = if resolve {
+            canonical_too(denied)
+        } else {
+            let mut unique = Vec::with_capacity(denied.len());
+            for path in denied {
+                if !unique.contains(&path) {
+                    unique.push(path);
+                }
+            }
+            unique
+        };
         Places {
             host: host_state,
             store,
-            denied: canonical_too(denied),
+            denied,
         }
     }
 }
@@ -628,23 +621,23 @@ fn list(dir: &Path) -> Vec<Entry> {
 struct Rules<'a> {
     abi: landlock::ABI,
     standing: &'a Standing,
+    /// Whether the denied paths are masked in the agent's namespaces (reading is then granted
+    /// on `/` whole, the writable roots whole); otherwise the ruleset keeps them out itself.
+    masked: bool,
     denied: &'a [PathBuf],
-    /// What grants reading all but `denied` ([`protocol::sandbox::cover`] of `/`): walked once,
-    /// though a start that may bind `.git` read-only builds two rulesets.
-    readable: &'a [PathBuf],
-    /// Inside the writable roots, kept read-only (each root's `.git`).
+    /// Inside the writable roots, kept read-only (each root's `.git`): bound read-only when
+    /// masked, granted around otherwise.
     readonly: &'a [PathBuf],
     temp: Option<&'a Path>,
     host_state: Option<&'a Path>,
+    /// Where acp-child's new sessions are written (the run's own folder, when masked).
     store: Option<&'a Path>,
     sessions: &'a [&'a str],
 }
 
 impl Rules<'_> {
-    /// The ruleset's descriptor (`None` when nothing is handled). With `split`, the writable
-    /// roots are granted around `readonly` (for a start that cannot bind it read-only); without,
-    /// whole.
-    fn build(&self, split: bool) -> Result<Option<OwnedFd>, ConfineError> {
+    /// The ruleset's descriptor (`None` when nothing is handled).
+    fn build(&self) -> Result<Option<OwnedFd>, ConfineError> {
         use landlock::{
             Access, AccessFs, AccessNet, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope,
         };
@@ -671,66 +664,7 @@ impl Rules<'_> {
         }
         let mut created = ruleset.create().map_err(refused)?;
         if files {
-            let read = AccessFs::from_read(abi);
-            let all = AccessFs::from_all(abi);
-            let mut grant = |path: &Path, access: landlock::BitFlags<AccessFs>| -> bool {
-                let Ok(fd) = landlock::PathFd::new(path) else {
-                    return false;
-                };
-                // A file takes only a file's rights: the crate narrows them itself (it looks at
-                // the opened descriptor), in its default best-effort compatibility.
-                created
-                    .as_mut()
-                    .add_rule(landlock::PathBeneath::new(fd, access))
-                    .is_ok()
-            };
-            for path in self.readable {
-                grant(path, read);
-            }
-            // Listing folders is granted everywhere: a folder that holds a denied path (`/`,
-            // the home) must stay listable, and Landlock grants a folder's right to its whole
-            // tree. So the names inside a denied folder can be listed; what they hold cannot
-            // be read.
-            grant(Path::new("/"), AccessFs::ReadDir.into());
-            // Approvals stay readable (a delegating agent checks them), never writable.
-            if let Some(state) = self.host_state {
-                grant(&state.join("trust"), read);
-            }
-            if self.standing.mode == Mode::WorkspaceWrite {
-                for root in &self.standing.writable {
-                    std::fs::read_dir(root).map_err(|source| ConfineError::Root {
-                        path: root.clone(),
-                        source,
-                    })?;
-                    let mut excluded = self.denied.to_vec();
-                    if split {
-                        excluded.extend(self.readonly.iter().cloned());
-                    }
-                    for path in protocol::sandbox::cover(root, &excluded, &mut list) {
-                        grant(&path, all);
-                    }
-                }
-            }
-            if let Some(temp) = self.temp {
-                grant(temp, all);
-            }
-            for device in DEVICES {
-                grant(Path::new(device), AccessFs::from_file(abi));
-            }
-            // acp-child's session store: new sessions may be written, only the run's own read.
-            if let Some(store) = self.store {
-                grant(store, AccessFs::MakeReg | AccessFs::WriteFile);
-                for session in self.sessions {
-                    let file = store.join(format!("{session}.jsonl"));
-                    // acp-child's own rule for a session id: no separator can lead elsewhere.
-                    let plain = session
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-                    if plain && file.is_file() {
-                        grant(&file, read | AccessFs::WriteFile);
-                    }
-                }
-            }
+            self.grant_files(created.as_mut())?;
         }
         if network && let Network::Tcp(ports) = &self.standing.network {
             for port in ports {
@@ -741,77 +675,138 @@ impl Rules<'_> {
         }
         Ok(created.into())
     }
+
+    /// The file rules: reading, the writable roots, the temporary folder, the devices, the
+    /// session store.
+    fn grant_files(&self, ruleset: &mut landlock::RulesetCreated) -> Result<(), ConfineError> {
+        use landlock::{Access, AccessFs, RulesetCreatedAttr};
+        let abi = self.abi;
+        let read = AccessFs::from_read(abi);
+        let all = AccessFs::from_all(abi);
+        let mut grant = |path: &Path, access: landlock::BitFlags<AccessFs>| -> bool {
+            let Ok(fd) = landlock::PathFd::new(path) else {
+                return false;
+            };
+            // A file takes only a file's rights: the crate narrows them itself (it looks at
+            // the opened descriptor), in its default best-effort compatibility.
+            ruleset
+                .add_rule(landlock::PathBeneath::new(fd, access))
+                .is_ok()
+        };
+        if self.masked {
+            grant(Path::new("/"), read);
+        } else {
+            for path in protocol::sandbox::cover(Path::new("/"), self.denied, &mut list) {
+                grant(&path, read);
+            }
+            // Listing folders is granted everywhere: a folder that holds a denied path (`/`,
+            // the home) must stay listable, and Landlock grants a folder's right to its whole
+            // tree. So the names inside a denied folder can be listed; what they hold cannot
+            // be read.
+            grant(Path::new("/"), AccessFs::ReadDir.into());
+            // Approvals stay readable (a delegating agent checks them), never writable.
+            if let Some(state) = self.host_state {
+                grant(&state.join("trust"), read);
+            }
+        }
+        if self.standing.mode == Mode::WorkspaceWrite {
+            for root in &self.standing.writable {
+                std::fs::read_dir(root).map_err(|source| ConfineError::Root {
+                    path: root.clone(),
+                    source,
+                })?;
+                if self.masked {
+                    grant(root, all);
+                    continue;
+                }
+                let mut excluded = self.denied.to_vec();
+                excluded.extend(self.readonly.iter().cloned());
+                for path in protocol::sandbox::cover(root, &excluded, &mut list) {
+                    grant(&path, all);
+                }
+            }
+        }
+        if let Some(temp) = self.temp {
+            grant(temp, all);
+        }
+        for device in DEVICES {
+            grant(Path::new(device), AccessFs::from_file(abi));
+        }
+        // acp-child's session store: new sessions may be written, only the run's own read.
+        if let Some(store) = self.store {
+            grant(store, AccessFs::MakeReg | AccessFs::WriteFile);
+            for session in self.sessions {
+                let file = store.join(format!("{session}.jsonl"));
+                // acp-child's own rule for a session id: no separator can lead elsewhere.
+                let plain = session
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                if plain && file.is_file() {
+                    grant(&file, read | AccessFs::WriteFile);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// The seccomp programs of a standing, in the order they are installed: refusals (EPERM,
-/// EACCES), then `clone3` answered ENOSYS so that every new process goes through `clone`, whose
-/// flags a filter can read.
-fn filters(standing: &Standing) -> Result<Vec<Vec<seccompiler::sock_filter>>, seccompiler::Error> {
+/// The seccomp programs of a standing, in the order they are installed: refusals (EPERM), then
+/// `clone3` answered ENOSYS so that every new process goes through `clone`, whose flags a filter
+/// can read. With `x32`, each refusal names the x32 number too.
+fn filters(
+    standing: &Standing,
+    x32: bool,
+) -> Result<Vec<Vec<seccompiler::sock_filter>>, seccompiler::Error> {
     use nix::libc;
     use seccompiler::{
         SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as When,
         SeccompFilter, SeccompRule as Rule,
     };
+    /// `open_tree_attr` (Linux 6.15, one number on every architecture): not in libc yet.
+    const SYS_OPEN_TREE_ATTR: libc::c_long = 467;
     let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into()?;
-    // x86_64 also takes x32 system calls (their numbers with bit 30 set) under the same audit
-    // architecture: each refusal names both.
+    // x86_64 may also take x32 system calls (their numbers with bit 30 set) under the same
+    // audit architecture.
     let numbers = |nr: libc::c_long| -> Vec<i64> {
-        if cfg!(target_arch = "x86_64") {
+        if x32 {
             vec![nr, nr | 0x4000_0000]
         } else {
             vec![nr]
         }
     };
+    // Clone flags are an int's worth: the low half of the argument is what the kernel reads.
     let flag = |bit: libc::c_int| {
         let bit = u64::try_from(bit).unwrap_or(0);
-        When::new(0, Len::Qword, Op::MaskedEq(bit), bit)
+        When::new(0, Len::Dword, Op::MaskedEq(bit), bit)
     };
     let mut refused: BTreeMap<i64, Vec<Rule>> = BTreeMap::new();
-    for nr in numbers(libc::SYS_clone) {
+    for nr in numbers(libc::SYS_clone)
+        .into_iter()
+        .chain(numbers(libc::SYS_unshare))
+    {
         refused.insert(nr, vec![Rule::new(vec![flag(libc::CLONE_NEWUSER)?])?]);
     }
-    for nr in numbers(libc::SYS_unshare) {
-        refused.insert(nr, vec![Rule::new(vec![flag(libc::CLONE_NEWUSER)?])?]);
+    // What of the new mount API Landlock does not refuse itself: `open_tree` would copy a
+    // mount without the masks above it (see `mount`), `mount_setattr` would make a read-only
+    // bind writable, `fspick` would reconfigure a mounted filesystem. (`move_mount`, `mount`,
+    // `umount` and `pivot_root` Landlock refuses; a filesystem made with `fsopen` and
+    // `fsmount` can only be attached with `move_mount`.) Each number listed costs every later
+    // system call nothing, but the filter's install a few microseconds (the kernel runs it once
+    // for every system call number to cache what it always allows).
+    for nr in [
+        libc::SYS_open_tree,
+        SYS_OPEN_TREE_ATTR,
+        libc::SYS_mount_setattr,
+        libc::SYS_fspick,
+    ]
+    .into_iter()
+    .flat_map(numbers)
+    {
+        refused.insert(nr, Vec::new());
     }
     if standing.network != Network::On {
-        // Internet sockets other than TCP streams, and every family but local, internet and
-        // netlink (the resolver asks the kernel for interfaces over netlink).
-        let domain = |op: Op, value: libc::c_int| {
-            When::new(0, Len::Dword, op, u64::try_from(value).unwrap_or(0))
-        };
-        let mut socket = Vec::new();
-        for family in [libc::AF_INET, libc::AF_INET6] {
-            for kind in [
-                libc::SOCK_DGRAM,
-                libc::SOCK_RAW,
-                libc::SOCK_RDM,
-                libc::SOCK_SEQPACKET,
-                libc::SOCK_DCCP,
-                // SOCK_PACKET (obsolete, still accepted by the kernel).
-                10,
-            ] {
-                socket.push(Rule::new(vec![
-                    domain(Op::Eq, family)?,
-                    When::new(
-                        1,
-                        Len::Dword,
-                        Op::MaskedEq(0xf),
-                        u64::try_from(kind).unwrap_or(0),
-                    )?,
-                ])?);
-            }
-        }
-        socket.push(Rule::new(vec![
-            domain(Op::Gt, libc::AF_UNIX)?,
-            domain(Op::Lt, libc::AF_INET6)?,
-            domain(Op::Ne, libc::AF_INET)?,
-        ])?);
-        socket.push(Rule::new(vec![
-            domain(Op::Gt, libc::AF_INET6)?,
-            domain(Op::Ne, libc::AF_NETLINK)?,
-        ])?);
         for nr in numbers(libc::SYS_socket) {
-            refused.insert(nr, socket.clone());
+            refused.insert(nr, socket_rules()?);
         }
         for nr in numbers(libc::SYS_io_uring_setup) {
             refused.insert(nr, Vec::new());
@@ -833,4 +828,40 @@ fn filters(standing: &Standing) -> Result<Vec<Vec<seccompiler::sock_filter>>, se
         arch,
     )?;
     Ok(vec![refusals.try_into()?, clone3.try_into()?])
+}
+
+/// The sockets refused with the network restricted: internet sockets other than TCP streams,
+/// and every family but local, internet and netlink (the resolver asks the kernel for
+/// interfaces over netlink).
+fn socket_rules() -> Result<Vec<seccompiler::SeccompRule>, seccompiler::Error> {
+    use nix::libc;
+    use seccompiler::{
+        SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as When, SeccompRule as Rule,
+    };
+    let domain = |op: Op, value: libc::c_int| {
+        When::new(0, Len::Dword, op, u64::try_from(value).unwrap_or(0))
+    };
+    // A socket's type is its low four bits (the rest are SOCK_NONBLOCK and SOCK_CLOEXEC); every
+    // type but a stream (1) is one of 2-3, 4-7 or 8-15 (datagram, raw, reliable datagram,
+    // sequenced packet, DCCP, the obsolete SOCK_PACKET), three masked comparisons.
+    let kinds = [(0xe, 2), (0xc, 4), (0x8, 8)];
+    let mut socket = Vec::new();
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        for (mask, value) in kinds {
+            socket.push(Rule::new(vec![
+                domain(Op::Eq, family)?,
+                When::new(1, Len::Dword, Op::MaskedEq(mask), value)?,
+            ])?);
+        }
+    }
+    socket.push(Rule::new(vec![
+        domain(Op::Gt, libc::AF_UNIX)?,
+        domain(Op::Lt, libc::AF_INET6)?,
+        domain(Op::Ne, libc::AF_INET)?,
+    ])?);
+    socket.push(Rule::new(vec![
+        domain(Op::Gt, libc::AF_INET6)?,
+        domain(Op::Ne, libc::AF_NETLINK)?,
+    ])?);
+    Ok(socket)
 }

@@ -50,6 +50,10 @@ pub const ACP_HOST_TOKEN_BUDGET: &str = "ACP_HOST_TOKEN_BUDGET";
 /// acp-host on every sandboxed agent it starts, removed otherwise, never taken from a forwarded
 /// value. An agent starting another gives it at most this.
 pub const ACP_HOST_SANDBOX: &str = "ACP_HOST_SANDBOX";
+/// Whether a sandboxed agent gets user and mount namespaces of its own, where its denied paths
+/// are masked (`1`), or is confined by Landlock alone (`0`); unset, acp-host decides from what
+/// the machine allows. Read from acp-host's own environment (README "Sandbox").
+pub const ACP_HOST_SANDBOX_NAMESPACES: &str = "ACP_HOST_SANDBOX_NAMESPACES";
 /// Kubernetes: an Indexed Job's pod index (0-based). Read only when `acp-host batch
 /// --shard-from-env` names it; the help's example.
 pub const JOB_COMPLETION_INDEX: &str = "JOB_COMPLETION_INDEX";

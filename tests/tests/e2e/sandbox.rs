@@ -15,6 +15,8 @@ use std::process::Command;
 use acp_tests::{bin, code, processes_in, run_to_end, stderr};
 use serde_json::Value;
 
+use acp_tests::mock_llm::{MockLlm, Reply};
+
 use crate::common::{json_run, mock, result_record, temp};
 
 /// A test's folders: the agent's working directory, a home with a key, a state folder with
@@ -25,9 +27,23 @@ struct Scene {
     home: PathBuf,
     state: PathBuf,
     outside: PathBuf,
+    /// Whether acp-host is told to confine by Landlock alone (`ACP_HOST_SANDBOX_NAMESPACES=0`:
+    /// the walk around the denied paths) rather than decide (masks in the agent's own
+    /// namespaces, where the machine allows them).
+    walk: bool,
 }
 
 fn scene() -> Scene {
+    scene_in(false)
+}
+
+/// Both ways a sandbox keeps the denied paths out: as acp-host decides here, then by Landlock
+/// alone.
+fn both_ways() -> [Scene; 2] {
+    [scene_in(false), scene_in(true)]
+}
+
+fn scene_in(walk: bool) -> Scene {
     let dir = temp();
     let root = dir.path().canonicalize().unwrap();
     let [work, home, state, outside] =
@@ -52,6 +68,7 @@ fn scene() -> Scene {
         home,
         state,
         outside,
+        walk,
     }
 }
 
@@ -73,19 +90,31 @@ impl Scene {
             .env_remove(protocol::env_vars::ACP_HOST_DEPTH)
             .env_remove(protocol::env_vars::ACP_HOST_MAX_DEPTH)
             .env_remove("ACP_HOST_LOG");
+        if self.walk {
+            cmd.env(protocol::env_vars::ACP_HOST_SANDBOX_NAMESPACES, "0");
+        } else {
+            cmd.env_remove(protocol::env_vars::ACP_HOST_SANDBOX_NAMESPACES);
+        }
         cmd
     }
 
     /// `acp-host run --json FLAGS --agent AGENT hi`, which must complete: its result record.
     fn run(&self, flags: &[&str], agent: &str) -> Value {
-        let (_, result) = json_run(
+        let out = run_to_end(
             self.host("run")
                 .arg("--json")
                 .args(flags)
                 .args(["--agent", agent, "hi"]),
-            0,
         );
-        result
+        assert_eq!(
+            code(&out),
+            0,
+            "walk={} {}\n{}",
+            self.walk,
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+        result_record(&out)
     }
 
     /// The probe's lines, as the agent wrote them.
@@ -150,9 +179,24 @@ const CONFINED: &str = "write inside: ok\nwrite outside: denied\nwrite temp: ok\
 
 #[test]
 fn a_workspace_write_agent_writes_only_inside_and_reads_no_credentials() {
-    let scene = scene();
-    let mut tries = file_tries(&scene);
+    for scene in both_ways() {
+        a_workspace_write_agent_in(&scene);
+    }
+}
+
+fn a_workspace_write_agent_in(scene: &Scene) {
+    let mut tries = file_tries(scene);
     tries.push(("new user namespace", "unshare -U true".to_owned()));
+    // A copy of the home's mount (`open_tree`) would hold the key without what hides it.
+    tries.push((
+        "key through a copied mount",
+        format!(
+            "python3 -c 'import ctypes, os, sys; libc = ctypes.CDLL(None, use_errno=True); \
+             fd = libc.syscall(428, -100, {home}, 1); sys.exit(1) if fd < 0 else \
+             print(os.read(os.open(\".ssh/id_ed25519\", os.O_RDONLY, dir_fd=fd), 99))'",
+            home = shell_words::quote(&format!("b{:?}", scene.home.display().to_string()))
+        ),
+    ));
     let out = run_to_end(scene.host("run").args([
         "--json",
         "--sandbox",
@@ -164,7 +208,7 @@ fn a_workspace_write_agent_writes_only_inside_and_reads_no_credentials() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(
         scene.probe(),
-        format!("{CONFINED}new user namespace: denied\n")
+        format!("{CONFINED}new user namespace: denied\nkey through a copied mount: denied\n")
     );
     // Still its job inside: the answer, and the file it wrote where it works.
     let result = result_record(&out);
@@ -220,7 +264,8 @@ fn read_only_writes_nothing_but_its_temporary_folder_and_off_is_unconfined() {
 
 #[test]
 fn git_stays_read_only_unless_asked_and_new_files_still_go_anywhere_else() {
-    let scene = scene();
+    // With namespaces (the walk cannot make new files at a root's top level, the probe's own).
+    let scene = &scene();
     std::fs::create_dir(scene.work.join(".git")).unwrap();
     std::fs::write(scene.work.join(".git/config"), "[core]\n").unwrap();
     std::fs::create_dir(scene.work.join("src")).unwrap();
@@ -232,11 +277,25 @@ fn git_stays_read_only_unless_asked_and_new_files_still_go_anywhere_else() {
         ),
         ("new top-level file", "echo x > NEW.md".to_owned()),
         ("new nested file", "echo x > src/new.rs".to_owned()),
+        (
+            "remount it writable",
+            "mount -o remount,bind,rw .git && echo x >> .git/config".to_owned(),
+        ),
+        // mount_setattr(AT_FDCWD, ".git", AT_RECURSIVE, {clear MOUNT_ATTR_RDONLY}).
+        (
+            "clear its read-only flag",
+            "python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); \
+             attr = (ctypes.c_uint64 * 4)(0, 1, 0, 0); \
+             sys.exit(libc.syscall(442, -100, b\".git\", 0x8000, attr, 32) != 0)' \
+             && echo x >> .git/config"
+                .to_owned(),
+        ),
     ];
     let result = scene.run(&["--sandbox", "workspace-write"], &prober(&tries));
     assert_eq!(
         scene.probe(),
-        "git config: denied\ngit hook: denied\nnew top-level file: ok\nnew nested file: ok\n"
+        "git config: denied\ngit hook: denied\nnew top-level file: ok\nnew nested file: ok\n\
+         remount it writable: denied\nclear its read-only flag: denied\n"
     );
     assert_eq!(
         std::fs::read_to_string(scene.work.join(".git/config")).unwrap(),
@@ -253,7 +312,8 @@ fn git_stays_read_only_unless_asked_and_new_files_still_go_anywhere_else() {
     );
     assert_eq!(
         scene.probe(),
-        "git config: ok\ngit hook: ok\nnew top-level file: ok\nnew nested file: ok\n"
+        "git config: ok\ngit hook: ok\nnew top-level file: ok\nnew nested file: ok\n\
+         remount it writable: denied\nclear its read-only flag: denied\n"
     );
 }
 
@@ -587,7 +647,12 @@ fn acp_childs_subagents_run_in_its_subagent_sandbox() {
 
 #[test]
 fn a_credential_folder_behind_a_link_is_denied_where_it_really_is() {
-    let scene = scene();
+    for scene in both_ways() {
+        a_credential_folder_behind_a_link_in(&scene);
+    }
+}
+
+fn a_credential_folder_behind_a_link_in(scene: &Scene) {
     // A dotfile manager's ~/.config: a link to a folder elsewhere.
     let real = scene.outside.join("dotfiles/config");
     std::fs::create_dir_all(real.join("gcloud")).unwrap();
@@ -610,9 +675,137 @@ fn a_credential_folder_behind_a_link_is_denied_where_it_really_is() {
         scene.probe(),
         "through the link: denied\nwhere it is: denied\nbeside it: ok\n"
     );
+    // Masks follow the link themselves; the walk lists where the folder really is.
     let denied = result["sandbox"]["denied"].to_string();
-    assert!(
+    assert_eq!(
         denied.contains(&real.join("gcloud").display().to_string()),
+        scene.walk,
         "{denied}"
     );
+}
+
+#[test]
+fn without_user_namespaces_the_walk_confines_alike_and_forcing_them_fails_naming_the_way_out() {
+    let scene = scene();
+    let tries = file_tries(&scene);
+    let host = |force: bool| {
+        let mut cmd = scene.command(&bin("no-landlock"));
+        cmd.arg("--no-namespaces").arg(bin("acp-host")).args([
+            "run",
+            "--json",
+            "--sandbox",
+            "workspace-write",
+            "--agent",
+            &prober(&tries),
+            "hi",
+        ]);
+        if force {
+            cmd.env(protocol::env_vars::ACP_HOST_SANDBOX_NAMESPACES, "1");
+        }
+        cmd
+    };
+    // A filter above acp-host (a container's): it confines by Landlock alone, as tightly.
+    let (_, result) = json_run(&mut host(false), 0);
+    assert_eq!(result["sandbox"]["enforced"], "full");
+    assert_eq!(scene.probe(), CONFINED);
+
+    std::fs::remove_file(scene.work.join("probe.txt")).unwrap();
+    let (_, result) = json_run(&mut host(true), 1);
+    assert_eq!(result["errorKind"], "sandbox");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("could not put agent bash into its sandbox"),
+        "{error}"
+    );
+    assert!(error.contains("ACP_HOST_SANDBOX_NAMESPACES=0"), "{error}");
+    assert_eq!(scene.probe(), "", "nothing of the agent ran");
+    assert!(processes_in(&scene.work).is_empty());
+}
+
+#[test]
+fn a_sandboxed_acp_child_keeps_its_session_and_resumes_it() {
+    for scene in both_ways() {
+        let llm = MockLlm::start(vec![Reply::text(["first"]), Reply::text(["second"])]);
+        let agent = shell_words::join([
+            bin("acp-child").display().to_string().as_str(),
+            "--model",
+            "mock-model",
+            "--base-url",
+            &llm.base_url(),
+        ]);
+        let sessions = scene.state.join("acp-child/sessions");
+        let first = scene.run(&["--sandbox", "workspace-write"], &agent);
+        let session = first["sessionId"].as_str().unwrap().to_owned();
+        // The session is in the store once the run is over, and nothing else was left there.
+        let file = sessions.join(format!("{session}.jsonl"));
+        assert!(file.is_file(), "{}", file.display());
+        let mut left: Vec<String> = std::fs::read_dir(&sessions)
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut expected = vec![
+            ".runs".to_owned(),
+            "other-session.jsonl".to_owned(),
+            format!("{session}.jsonl"),
+        ];
+        expected.retain(|name| name != ".runs" || !scene.walk);
+        assert_eq!(left, expected);
+        if !scene.walk {
+            assert_eq!(
+                std::fs::read_dir(sessions.join(".runs")).unwrap().count(),
+                0
+            );
+        }
+
+        let second = scene.run(
+            &["--sandbox", "workspace-write", "--resume", &session],
+            &agent,
+        );
+        assert_eq!(second["output"], "second");
+        let requests = llm.requests();
+        assert_eq!(requests.len(), 2);
+        assert!(
+            requests[1]
+                .messages()
+                .iter()
+                .any(|message| message["content"] == "first"),
+            "the resumed turn carries the first: {:?}",
+            requests[1].messages()
+        );
+        assert!(std::fs::read_to_string(&file).unwrap().contains("second"));
+        assert_eq!(
+            std::fs::read_to_string(sessions.join("other-session.jsonl")).unwrap(),
+            "SOMEONE ELSE'S SESSION\n"
+        );
+    }
+}
+
+#[test]
+fn what_a_dead_host_left_in_the_store_is_taken_back_by_the_next_sandboxed_start() {
+    let scene = scene();
+    let sessions = scene.state.join("acp-child/sessions");
+    let left = sessions.join(".runs/1-1");
+    std::fs::create_dir_all(&left).unwrap();
+    std::fs::write(
+        left.join("orphan.jsonl"),
+        "A SESSION OF A RUN WHOSE HOST DIED\n",
+    )
+    .unwrap();
+    let mut cmd = scene.host("run");
+    cmd.env(protocol::env_vars::ACP_HOST_SANDBOX_NAMESPACES, "1")
+        .args([
+            "--json",
+            "--sandbox",
+            "read-only",
+            "--agent",
+            &mock(&["hello"]),
+            "hi",
+        ]);
+    json_run(&mut cmd, 0);
+    assert_eq!(
+        std::fs::read_to_string(sessions.join("orphan.jsonl")).unwrap(),
+        "A SESSION OF A RUN WHOSE HOST DIED\n"
+    );
+    assert!(!left.exists());
 }
