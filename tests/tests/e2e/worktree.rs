@@ -490,3 +490,229 @@ fn a_batch_of_twenty_worktree_lines_gives_each_run_its_own_branch() {
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
     assert!(processes_in(tmp.path()).is_empty());
 }
+
+/// One model reply calling `subagent` once per `(agent, prompt, isolation)`, all in the same
+/// response (so the children run at the same time).
+fn subagent_calls(calls: &[(&str, &str, Option<&str>)]) -> acp_tests::mock_llm::Reply {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(index, (agent, prompt, isolation))| {
+            let mut arguments = serde_json::json!({"agent": agent, "prompt": prompt});
+            if let Some(isolation) = isolation {
+                arguments["isolation"] = Value::from(*isolation);
+            }
+            serde_json::json!({"index": index, "id": format!("call_{index}"), "type": "function",
+                "function": {"name": "subagent", "arguments": arguments.to_string()}})
+        })
+        .collect();
+    acp_tests::mock_llm::Reply::Events(vec![
+        serde_json::json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}, "finish_reason": null}]})
+            .to_string(),
+        serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            .to_string(),
+        "[DONE]".to_owned(),
+    ])
+}
+
+/// Writes the approved definition `<repo>/subagents/<name>.md` running the mock with `args`,
+/// with `extra` lines in its `run:` table.
+fn mock_subagent(repo: &Path, name: &str, args: &[&str], extra: &str) {
+    super::children::write_approved(
+        &repo.join("subagents"),
+        &format!("{name}.md"),
+        &format!(
+            "---\ndescription: the mock agent\nrun:\n  agent: {}\n{extra}---\nYou are the mock.\n",
+            serde_json::to_string(&mock(args)).unwrap()
+        ),
+    );
+}
+
+/// The name in a tool result's worktree line (`[worktree NAME: ...`).
+fn worktree_named(result: &str) -> String {
+    let start = result.find("[worktree ").expect("a worktree line") + "[worktree ".len();
+    let rest = &result[start..];
+    rest[..rest.find(':').unwrap()].to_owned()
+}
+
+#[test]
+fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let go = tmp.path().join("go");
+    // Three writers of the same path, each held at its session's start until all three are
+    // there (the test opens the gate): they run at the same time. A fourth asks for its worktree
+    // in its definition (`run.isolation`) and changes nothing.
+    for n in 1..=3 {
+        let ready = tmp.path().join(format!("ready-{n}"));
+        mock_subagent(
+            &repo,
+            &format!("writer-{n}"),
+            &[
+                "gated-session",
+                "--go",
+                path_str(&go),
+                "--ready",
+                path_str(&ready),
+                "--write-file",
+                &format!("notes.txt=child {n}\n"),
+            ],
+            "",
+        );
+    }
+    mock_subagent(&repo, "quiet", &["hello"], "  isolation: worktree\n");
+    // The definitions are the repository's own, committed: the parent's tree starts clean.
+    git(&repo, &["add", "subagents"]);
+    git(&repo, &["commit", "-q", "-m", "subagents"]);
+    let base = head(&repo);
+    let llm = super::children::keyed_llm([
+        subagent_calls(&[
+            ("writer-1", "write notes 1", Some("worktree")),
+            ("writer-2", "write notes 2", Some("worktree")),
+            ("writer-3", "write notes 3", Some("worktree")),
+            ("quiet", "say hi", None),
+        ]),
+        acp_tests::mock_llm::Reply::text(["all done"]),
+    ]);
+    // The parent's state lives beside the repository, not in it.
+    let child = super::children::model_parent(tmp.path(), &llm, false, &[])
+        .args(["--cwd", path_str(&repo), "go"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    for n in 1..=3 {
+        assert!(
+            wait_for_file(&tmp.path().join(format!("ready-{n}")), HANG_GUARD),
+            "writer-{n} did not start while the others waited"
+        );
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = acp_tests::wait_output(child);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "all done");
+    // The parent's working tree is as it was.
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "parent\n"
+    );
+    let requests = super::children::model_requests(&llm, 2);
+    // The prompt face: offered in a repository.
+    let subagent = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        subagent["function"]["parameters"]["properties"]["isolation"]["enum"],
+        serde_json::json!(["worktree"])
+    );
+    let mut names = Vec::new();
+    for n in 1..=3 {
+        let result = requests[1]
+            .tool_result(&format!("call_{}", n - 1))
+            .unwrap();
+        let name = worktree_named(&result);
+        assert!(name.starts_with(&format!("write-notes-{n}-")), "{result}");
+        let branch = format!("acp/{name}");
+        let commit = git(&repo, &["rev-parse", &branch]).trim().to_owned();
+        let root = repo.join(".acp-host/worktrees").join(&name);
+        // The result names the worktree's path, branch, commit and diff stat.
+        assert_eq!(
+            result,
+            format!(
+                "hello from acp child\n\n[worktree {name}: committed {} on branch {branch} (base {}), \
+                 1 file changed, 1 insertion(+), 1 deletion(-); kept at {}. Nothing was merged: \
+                 merge or cherry-pick the branch to take it.]",
+                &commit[..12],
+                &base[..12],
+                root.display()
+            )
+        );
+        // One commit on the branch, holding this child's content.
+        assert_eq!(
+            git(&repo, &["rev-list", "--count", &format!("{base}..{branch}")]).trim(),
+            "1"
+        );
+        assert_eq!(
+            git(&repo, &["show", &format!("{branch}:notes.txt")]),
+            format!("child {n}\n")
+        );
+        assert_eq!(
+            git(&repo, &["diff", "--name-only", &base, &branch]),
+            "notes.txt\n"
+        );
+        names.push(name);
+    }
+    // The child that changed nothing left no worktree and no branch.
+    let quiet = requests[1].tool_result("call_3").unwrap();
+    let name = worktree_named(&quiet);
+    assert!(name.starts_with("say-hi-"), "{quiet}");
+    assert_eq!(
+        quiet,
+        format!("hello from acp child\n\n[worktree {name}: no changes, removed with its branch.]")
+    );
+    names.sort();
+    assert_eq!(worktree_folders(&repo), names);
+    let branches: Vec<String> = names.iter().map(|name| format!("acp/{name}")).collect();
+    assert_eq!(acp_branches(&repo), branches);
+    super::children::assert_none_left(tmp.path());
+}
+
+#[test]
+fn outside_a_repository_isolation_is_not_offered_and_a_call_asking_for_it_starts_nothing() {
+    let tmp = temp();
+    let dir = tmp.path().join("plain");
+    std::fs::create_dir(&dir).unwrap();
+    let record = tmp.path().join("record");
+    super::children::write_approved(
+        &dir.join("subagents"),
+        "writer.md",
+        &format!(
+            "---\ndescription: the mock agent\nrun:\n  agent: {}\n---\nYou are the mock.\n",
+            serde_json::to_string(&mock(&[
+                "hello",
+                "--record",
+                path_str(&record),
+                "--write-file",
+                "x.txt=x"
+            ]))
+            .unwrap()
+        ),
+    );
+    let llm = super::children::keyed_llm([
+        subagent_calls(&[("writer", "write x", Some("worktree"))]),
+        acp_tests::mock_llm::Reply::text(["done"]),
+    ]);
+    let out = run_to_end(
+        super::children::model_parent(tmp.path(), &llm, false, &[])
+            .args(["--cwd", path_str(&dir), "go"]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let requests = super::children::model_requests(&llm, 2);
+    let subagent = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap()
+        .clone();
+    assert!(
+        subagent["function"]["parameters"]["properties"]
+            .get("isolation")
+            .is_none(),
+        "{subagent}"
+    );
+    assert_eq!(
+        requests[1].tool_result("call_0").as_deref(),
+        Some(
+            "isolation \"worktree\" needs the session's folder inside a git repository, and this \
+             one is not; call subagent without isolation (or work in a repository)"
+        )
+    );
+    assert!(!record.exists(), "no child started");
+    assert!(!dir.join("x.txt").exists());
+    super::children::assert_none_left(tmp.path());
+}
