@@ -561,6 +561,14 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
         );
     }
     mock_subagent(&repo, "quiet", &["hello"], "  isolation: worktree\n");
+    // A fifth writes, then never answers: its timeout stops it, and its worktree is kept with
+    // the change uncommitted.
+    mock_subagent(
+        &repo,
+        "stuck",
+        &["hang", "--write-file", "half.txt=half\n"],
+        "  timeout: 1\n",
+    );
     // The definitions are the repository's own, committed: the parent's tree starts clean.
     git(&repo, &["add", "subagents"]);
     git(&repo, &["commit", "-q", "-m", "subagents"]);
@@ -571,12 +579,18 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
             ("writer-2", "write notes 2", Some("worktree")),
             ("writer-3", "write notes 3", Some("worktree")),
             ("quiet", "say hi", None),
+            ("stuck", "half done", Some("worktree")),
         ]),
         acp_tests::mock_llm::Reply::text(["all done"]),
     ]);
     // The parent's state lives beside the repository, not in it.
-    let child = super::children::model_parent(tmp.path(), &llm, false, &[])
-        .args(["--cwd", path_str(&repo), "go"])
+    let child = super::children::model_parent(
+        tmp.path(),
+        &llm,
+        false,
+        &["--max-parallel-subagents", "5"],
+    )
+    .args(["--json", "--cwd", path_str(&repo), "go"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -591,7 +605,9 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
     std::fs::write(&go, "").unwrap();
     let out = acp_tests::wait_output(child);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert_eq!(stdout(&out), "all done");
+    let records = super::common::records(&out);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "all done", "{result}");
     // The parent's working tree is as it was.
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
     assert_eq!(
@@ -645,6 +661,18 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
             git(&repo, &["diff", "--name-only", &base, &branch]),
             "notes.txt\n"
         );
+        // Its card: titled as isolated, completed with the same text.
+        let card: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["update"]["toolCallId"] == format!("call_{}", n - 1))
+            .collect();
+        assert_eq!(
+            card[0]["update"]["title"],
+            format!("Subagent writer-{n}: write notes {n} (in a worktree)")
+        );
+        let last = card.last().unwrap();
+        assert_eq!(last["update"]["status"], "completed");
+        assert_eq!(last["update"]["content"][0]["content"]["text"], result.as_str());
         names.push(name);
     }
     // The child that changed nothing left no worktree and no branch.
@@ -655,6 +683,27 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
         quiet,
         format!("hello from acp child\n\n[worktree {name}: no changes, removed with its branch.]")
     );
+    // The one its timeout stopped kept its worktree, the change staged, not committed.
+    let stuck = requests[1].tool_result("call_4").unwrap();
+    let name = worktree_named(&stuck);
+    let root = repo.join(".acp-host/worktrees").join(&name);
+    assert!(
+        stuck.starts_with("subagent stuck ended timeout"),
+        "{stuck}"
+    );
+    assert!(
+        stuck.ends_with(&format!(
+            "\n\n[worktree {name}: the child did not finish; changes left uncommitted on branch \
+             acp/{name} (base {}), 1 file changed, 1 insertion(+), 0 deletions(-); kept at {}. \
+             Nothing was committed or merged: look at the worktree before using it.]",
+            &base[..12],
+            root.display()
+        )),
+        "{stuck}"
+    );
+    assert_eq!(git(&root, &["status", "--porcelain"]), "A  half.txt\n");
+    assert_eq!(git(&repo, &["rev-parse", &format!("acp/{name}")]).trim(), base);
+    names.push(name);
     names.sort();
     assert_eq!(worktree_folders(&repo), names);
     let branches: Vec<String> = names.iter().map(|name| format!("acp/{name}")).collect();
