@@ -765,3 +765,198 @@ fn outside_a_repository_isolation_is_not_offered_and_a_call_asking_for_it_starts
     assert!(!dir.join("x.txt").exists());
     super::children::assert_none_left(tmp.path());
 }
+
+#[test]
+fn worktreeinclude_copies_the_ignored_files_it_names_and_nothing_else() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    std::fs::write(repo.join(".gitignore"), ".env\nbuild/\n").unwrap();
+    std::fs::write(repo.join(".worktreeinclude"), ".env\n").unwrap();
+    git(&repo, &["add", ".gitignore", ".worktreeinclude"]);
+    git(&repo, &["commit", "-q", "-m", "ignores"]);
+    std::fs::write(repo.join(".env"), "KEY=1\n").unwrap();
+    std::fs::create_dir(repo.join("build")).unwrap();
+    std::fs::write(repo.join("build/out.o"), "object\n").unwrap();
+    // An untracked file the parent has not ignored: the parent's own, not copied.
+    std::fs::write(repo.join("draft.txt"), "draft\n").unwrap();
+    let (_, result) = json_run(
+        host(&repo).args([
+            "--json",
+            "--worktree=inc",
+            "--agent",
+            &mock(&["hello", "--write-file", "seen.txt=seen\n"]),
+            "look around",
+        ]),
+        0,
+    );
+    let root = repo.join(".acp-host/worktrees/inc");
+    assert_eq!(result["worktree"]["outcome"], "committed", "{result}");
+    assert_eq!(std::fs::read_to_string(root.join(".env")).unwrap(), "KEY=1\n");
+    assert!(!root.join("build").exists());
+    assert!(!root.join("draft.txt").exists());
+    // The copy is ignored in the worktree too: the commit holds the agent's file only.
+    assert_eq!(result["worktree"]["changedFiles"], 1);
+    assert_eq!(
+        git(&repo, &["diff", "--name-only", "HEAD", "acp/inc"]),
+        "seen.txt\n"
+    );
+}
+
+#[test]
+fn a_sandboxed_agent_writes_in_its_worktree_and_not_in_the_parent_s_tree() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let outside = repo.join("outside.txt");
+    let (_, result) = json_run(
+        host(&repo).args([
+            "--json",
+            "--sandbox",
+            "workspace-write",
+            "--worktree=boxed",
+            "--agent",
+            &mock(&[
+                "hello",
+                "--write-file",
+                "inside.txt=inside\n",
+                "--write-file",
+                &format!("{}=escaped\n", outside.display()),
+            ]),
+            "write both",
+        ]),
+        0,
+    );
+    assert_eq!(result["sandbox"]["mode"], "workspace-write", "{result}");
+    assert_eq!(result["worktree"]["outcome"], "committed", "{result}");
+    assert_eq!(result["worktree"]["changedFiles"], 1);
+    assert_eq!(
+        git(&repo, &["show", "acp/boxed:inside.txt"]),
+        "inside\n"
+    );
+    // The parent's tree was out of the sandbox's reach.
+    assert!(!outside.exists());
+    let tail = result["stderrTail"].as_str().unwrap();
+    assert!(
+        tail.contains(&format!("mock: cannot write {}", outside.display())),
+        "{tail}"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn two_runs_racing_for_one_name_get_two_worktrees() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let go = tmp.path().join("go");
+    // Both hold their session's start until both worktrees exist, so they overlap.
+    let spawn = |n: u32| {
+        host(&repo)
+            .args([
+                "--json",
+                "--worktree=race",
+                "--agent",
+                &mock(&[
+                    "gated-session",
+                    "--go",
+                    path_str(&go),
+                    "--ready",
+                    path_str(&tmp.path().join(format!("ready-{n}"))),
+                    "--write-file",
+                    &format!("notes.txt=run {n}\n"),
+                ]),
+                &format!("run {n}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children = [spawn(1), spawn(2)];
+    for n in 1..=2 {
+        assert!(wait_for_file(
+            &tmp.path().join(format!("ready-{n}")),
+            HANG_GUARD
+        ));
+    }
+    std::fs::write(&go, "").unwrap();
+    let mut names = Vec::new();
+    for (n, child) in (1..=2).zip(children) {
+        let out = acp_tests::wait_output(child);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let result = super::common::result_record(&out);
+        let name = result["worktree"]["name"].as_str().unwrap().to_owned();
+        assert_eq!(
+            git(&repo, &["show", &format!("acp/{name}:notes.txt")]),
+            format!("run {n}\n")
+        );
+        names.push(name);
+    }
+    names.sort();
+    assert_eq!(names, ["race", "race-2"]);
+    assert_eq!(worktree_folders(&repo), names);
+    assert_eq!(acp_branches(&repo), ["acp/race", "acp/race-2"]);
+    assert!(processes_in(tmp.path()).is_empty());
+}
+
+#[test]
+fn a_definition_s_isolation_and_batch_s_worktree_flags_are_honoured() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let first = head(&repo);
+    mock_subagent(
+        &repo,
+        "isolated",
+        &["hello", "--write-file", "notes.txt=by the definition\n"],
+        "  isolation: worktree\n",
+    );
+    git(&repo, &["add", "subagents"]);
+    git(&repo, &["commit", "-q", "-m", "subagents"]);
+    let second = head(&repo);
+    // acp-host run --subagent: the definition asks, no flag needed.
+    let (_, result) = json_run(
+        host(&repo).args(["--json", "--subagent", "isolated", "from the shell"]),
+        0,
+    );
+    let worktree = &result["worktree"];
+    assert_eq!(worktree["outcome"], "committed", "{result}");
+    assert_eq!(worktree["base"], second.as_str());
+    let branch = worktree["branch"].as_str().unwrap();
+    assert_eq!(
+        git(&repo, &["show", &format!("{branch}:notes.txt")]),
+        "by the definition\n"
+    );
+    // batch: --worktree-base and --worktree-keep-dirty shape every line's worktree, the
+    // line's own and the definition's.
+    let lines = [
+        serde_json::json!({"id": "own", "prompt": "p", "cwd": path_str(&repo), "worktree": "own",
+            "agent": mock(&["hello", "--write-file", "notes.txt=own\n"])}),
+        serde_json::json!({"id": "defined", "prompt": "p", "cwd": path_str(&repo),
+            "subagent": "isolated"}),
+        serde_json::json!({"id": "plain", "prompt": "p", "cwd": path_str(&repo),
+            "agent": mock(&["hello"])}),
+    ]
+    .map(|line| line.to_string());
+    std::fs::write(tmp.path().join("jobs.ndjson"), lines.join("\n") + "\n").unwrap();
+    let out = run_to_end(
+        super::batch::batch(tmp.path())
+            .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
+            .args(["--worktree-base", &first, "--worktree-keep-dirty", "jobs.ndjson"]),
+    );
+    assert_eq!(code(&out), 0, "{}{}", stderr(&out), stdout(&out));
+    let records = super::common::records(&out);
+    super::batch::checked(&records);
+    for record in &records {
+        let worktree = &record["worktree"];
+        if record["id"] == "plain" {
+            assert!(worktree.is_null(), "{record}");
+            continue;
+        }
+        assert_eq!(worktree["outcome"], "uncommitted", "{record}");
+        assert_eq!(worktree["base"], first.as_str(), "{record}");
+        assert_eq!(worktree["commit"], Value::Null);
+        let root = PathBuf::from(worktree["path"].as_str().unwrap());
+        // From the first commit: the definitions are not in it; the change is staged.
+        assert!(!root.join("subagents").exists());
+        assert_eq!(git(&root, &["status", "--porcelain"]), "M  notes.txt\n");
+    }
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}
