@@ -84,7 +84,8 @@ pub(crate) struct ChildRecord {
     pub(crate) failed: bool,
     /// It started from a fork of this session's conversation (`context: fork`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) forked: bool,    /// It worked in a git worktree of its own (`isolation: worktree`), settled when its run
+    pub(crate) forked: bool,
+    /// It worked in a git worktree of its own (`isolation: worktree`), settled when its run
     /// ended: it cannot be continued.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) isolated: bool,

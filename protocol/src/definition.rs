@@ -283,10 +283,7 @@ impl RunSpec {
                 .filter(|name| !forwarded(name))
                 .cloned()
                 .collect(),
-            isolation: explicit
-                .isolation
-                .or(self.isolation)
-                .or(defaults.isolation),
+            isolation: explicit.isolation.or(self.isolation).or(defaults.isolation),
         }
     }
 }

@@ -66,8 +66,8 @@ mod lines;
 /// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward),
 /// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `fork` (as `run --fork`),
 /// `tokenBudget` and `costBudget` (as `run --token-budget`, `--cost-budget`), `sandbox` and
-/// `network` (as `run --sandbox`, `--network`; they only tighten this batch's). Every line is checked
-/// before anything starts. Output: one JSON record per line as its run ends, in completion order:
+/// `network` (as `run --sandbox`, `--network`; they only tighten this batch's), `worktree` (`true`
+/// or a name, as `run --worktree[=NAME]`). Every line is checked before anything starts. Output: one JSON record per line as its run ends, in completion order:
 /// the `acp-host run --json` result with the line's `id` (type `result`), or type `not-started`
 /// for lines that never started (Ctrl-C).
 #[derive(Debug, clap::Args)]

@@ -535,23 +535,21 @@ fn worktree_named(result: &str) -> String {
     rest[..rest.find(':').unwrap()].to_owned()
 }
 
-#[test]
-fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
-    let tmp = temp();
-    let repo = repository(tmp.path());
-    let go = tmp.path().join("go");
-    // Three writers of the same path, each held at its session's start until all three are
-    // there (the test opens the gate): they run at the same time. A fourth asks for its worktree
-    // in its definition (`run.isolation`) and changes nothing.
+/// The subagents of the parallel test, committed in `repo`: three writers of the same path, each
+/// held at its session's start until the test opens the gate `go` (each touching
+/// `<dir>/ready-N` there), so they run at the same time; `quiet`, whose definition asks for its
+/// worktree (`run.isolation`) and which changes nothing; `stuck`, which writes, then never
+/// answers: its timeout stops it, and its worktree is kept with the change uncommitted.
+fn define_writers(repo: &Path, dir: &Path, go: &Path) {
     for n in 1..=3 {
-        let ready = tmp.path().join(format!("ready-{n}"));
+        let ready = dir.join(format!("ready-{n}"));
         mock_subagent(
-            &repo,
+            repo,
             &format!("writer-{n}"),
             &[
                 "gated-session",
                 "--go",
-                path_str(&go),
+                path_str(go),
                 "--ready",
                 path_str(&ready),
                 "--write-file",
@@ -560,18 +558,72 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
             "",
         );
     }
-    mock_subagent(&repo, "quiet", &["hello"], "  isolation: worktree\n");
-    // A fifth writes, then never answers: its timeout stops it, and its worktree is kept with
-    // the change uncommitted.
+    mock_subagent(repo, "quiet", &["hello"], "  isolation: worktree\n");
     mock_subagent(
-        &repo,
+        repo,
         "stuck",
         &["hang", "--write-file", "half.txt=half\n"],
         "  timeout: 1\n",
     );
     // The definitions are the repository's own, committed: the parent's tree starts clean.
-    git(&repo, &["add", "subagents"]);
-    git(&repo, &["commit", "-q", "-m", "subagents"]);
+    git(repo, &["add", "subagents"]);
+    git(repo, &["commit", "-q", "-m", "subagents"]);
+}
+
+/// Asserts what writer `n` of the parallel test left: its call's `result` and its card (in
+/// `records`) name its worktree, the branch holds one commit with its content; its name.
+fn assert_writer(repo: &Path, base: &str, records: &[Value], n: u32, result: &str) -> String {
+    let name = worktree_named(result);
+    assert!(name.starts_with(&format!("write-notes-{n}-")), "{result}");
+    let branch = format!("acp/{name}");
+    let commit = git(repo, &["rev-parse", &branch]).trim().to_owned();
+    let root = repo.join(".acp-host/worktrees").join(&name);
+    // The result names the worktree's path, branch, commit and diff stat.
+    assert_eq!(
+        result,
+        format!(
+            "hello from acp child\n\n[worktree {name}: committed {} on branch {branch} (base {}), \
+             1 file changed, 1 insertion(+), 1 deletion(-); kept at {}. Nothing was merged: \
+             merge or cherry-pick the branch to take it.]",
+            &commit[..12],
+            &base[..12],
+            root.display()
+        )
+    );
+    // One commit on the branch, holding this child's content.
+    assert_eq!(
+        git(repo, &["rev-list", "--count", &format!("{base}..{branch}")]).trim(),
+        "1"
+    );
+    assert_eq!(
+        git(repo, &["show", &format!("{branch}:notes.txt")]),
+        format!("child {n}\n")
+    );
+    assert_eq!(
+        git(repo, &["diff", "--name-only", base, &branch]),
+        "notes.txt\n"
+    );
+    // Its card: titled as isolated, completed with the same text.
+    let card: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["update"]["toolCallId"] == format!("call_{}", n - 1))
+        .collect();
+    assert_eq!(
+        card[0]["update"]["title"],
+        format!("Subagent writer-{n}: write notes {n} (in a worktree)")
+    );
+    let last = card.last().unwrap();
+    assert_eq!(last["update"]["status"], "completed");
+    assert_eq!(last["update"]["content"][0]["content"]["text"], result);
+    name
+}
+
+#[test]
+fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let go = tmp.path().join("go");
+    define_writers(&repo, tmp.path(), &go);
     let base = head(&repo);
     let llm = super::children::keyed_llm([
         subagent_calls(&[
@@ -584,21 +636,17 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
         acp_tests::mock_llm::Reply::text(["all done"]),
     ]);
     // The parent's state lives beside the repository, not in it.
-    let child = super::children::model_parent(
-        tmp.path(),
-        &llm,
-        false,
-        &["--max-parallel-subagents", "5"],
-    )
-    .args(["--json", "--cwd", path_str(&repo), "go"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child =
+        super::children::model_parent(tmp.path(), &llm, false, &["--max-parallel-subagents", "5"])
+            .args(["--json", "--cwd", path_str(&repo), "go"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
     for n in 1..=3 {
         assert!(
-            wait_for_file(&tmp.path().join(format!("ready-{n}")), HANG_GUARD),
+            wait_for_file(tmp.path().join(format!("ready-{n}")), HANG_GUARD),
             "writer-{n} did not start while the others waited"
         );
     }
@@ -628,52 +676,8 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
     );
     let mut names = Vec::new();
     for n in 1..=3 {
-        let result = requests[1]
-            .tool_result(&format!("call_{}", n - 1))
-            .unwrap();
-        let name = worktree_named(&result);
-        assert!(name.starts_with(&format!("write-notes-{n}-")), "{result}");
-        let branch = format!("acp/{name}");
-        let commit = git(&repo, &["rev-parse", &branch]).trim().to_owned();
-        let root = repo.join(".acp-host/worktrees").join(&name);
-        // The result names the worktree's path, branch, commit and diff stat.
-        assert_eq!(
-            result,
-            format!(
-                "hello from acp child\n\n[worktree {name}: committed {} on branch {branch} (base {}), \
-                 1 file changed, 1 insertion(+), 1 deletion(-); kept at {}. Nothing was merged: \
-                 merge or cherry-pick the branch to take it.]",
-                &commit[..12],
-                &base[..12],
-                root.display()
-            )
-        );
-        // One commit on the branch, holding this child's content.
-        assert_eq!(
-            git(&repo, &["rev-list", "--count", &format!("{base}..{branch}")]).trim(),
-            "1"
-        );
-        assert_eq!(
-            git(&repo, &["show", &format!("{branch}:notes.txt")]),
-            format!("child {n}\n")
-        );
-        assert_eq!(
-            git(&repo, &["diff", "--name-only", &base, &branch]),
-            "notes.txt\n"
-        );
-        // Its card: titled as isolated, completed with the same text.
-        let card: Vec<&Value> = records
-            .iter()
-            .filter(|r| r["update"]["toolCallId"] == format!("call_{}", n - 1))
-            .collect();
-        assert_eq!(
-            card[0]["update"]["title"],
-            format!("Subagent writer-{n}: write notes {n} (in a worktree)")
-        );
-        let last = card.last().unwrap();
-        assert_eq!(last["update"]["status"], "completed");
-        assert_eq!(last["update"]["content"][0]["content"]["text"], result.as_str());
-        names.push(name);
+        let result = requests[1].tool_result(&format!("call_{}", n - 1)).unwrap();
+        names.push(assert_writer(&repo, &base, &records, n, &result));
     }
     // The child that changed nothing left no worktree and no branch.
     let quiet = requests[1].tool_result("call_3").unwrap();
@@ -687,10 +691,7 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
     let stuck = requests[1].tool_result("call_4").unwrap();
     let name = worktree_named(&stuck);
     let root = repo.join(".acp-host/worktrees").join(&name);
-    assert!(
-        stuck.starts_with("subagent stuck ended timeout"),
-        "{stuck}"
-    );
+    assert!(stuck.starts_with("subagent stuck ended timeout"), "{stuck}");
     assert!(
         stuck.ends_with(&format!(
             "\n\n[worktree {name}: the child did not finish; changes left uncommitted on branch \
@@ -702,7 +703,10 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
         "{stuck}"
     );
     assert_eq!(git(&root, &["status", "--porcelain"]), "A  half.txt\n");
-    assert_eq!(git(&repo, &["rev-parse", &format!("acp/{name}")]).trim(), base);
+    assert_eq!(
+        git(&repo, &["rev-parse", &format!("acp/{name}")]).trim(),
+        base
+    );
     names.push(name);
     names.sort();
     assert_eq!(worktree_folders(&repo), names);
@@ -737,8 +741,11 @@ fn outside_a_repository_isolation_is_not_offered_and_a_call_asking_for_it_starts
         acp_tests::mock_llm::Reply::text(["done"]),
     ]);
     let out = run_to_end(
-        super::children::model_parent(tmp.path(), &llm, false, &[])
-            .args(["--cwd", path_str(&dir), "go"]),
+        super::children::model_parent(tmp.path(), &llm, false, &[]).args([
+            "--cwd",
+            path_str(&dir),
+            "go",
+        ]),
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let requests = super::children::model_requests(&llm, 2);
@@ -791,7 +798,10 @@ fn worktreeinclude_copies_the_ignored_files_it_names_and_nothing_else() {
     );
     let root = repo.join(".acp-host/worktrees/inc");
     assert_eq!(result["worktree"]["outcome"], "committed", "{result}");
-    assert_eq!(std::fs::read_to_string(root.join(".env")).unwrap(), "KEY=1\n");
+    assert_eq!(
+        std::fs::read_to_string(root.join(".env")).unwrap(),
+        "KEY=1\n"
+    );
     assert!(!root.join("build").exists());
     assert!(!root.join("draft.txt").exists());
     // The copy is ignored in the worktree too: the commit holds the agent's file only.
@@ -828,10 +838,7 @@ fn a_sandboxed_agent_writes_in_its_worktree_and_not_in_the_parent_s_tree() {
     assert_eq!(result["sandbox"]["mode"], "workspace-write", "{result}");
     assert_eq!(result["worktree"]["outcome"], "committed", "{result}");
     assert_eq!(result["worktree"]["changedFiles"], 1);
-    assert_eq!(
-        git(&repo, &["show", "acp/boxed:inside.txt"]),
-        "inside\n"
-    );
+    assert_eq!(git(&repo, &["show", "acp/boxed:inside.txt"]), "inside\n");
     // The parent's tree was out of the sandbox's reach.
     assert!(!outside.exists());
     let tail = result["stderrTail"].as_str().unwrap();
@@ -873,7 +880,7 @@ fn two_runs_racing_for_one_name_get_two_worktrees() {
     let children = [spawn(1), spawn(2)];
     for n in 1..=2 {
         assert!(wait_for_file(
-            &tmp.path().join(format!("ready-{n}")),
+            tmp.path().join(format!("ready-{n}")),
             HANG_GUARD
         ));
     }
@@ -939,7 +946,12 @@ fn a_definition_s_isolation_and_batch_s_worktree_flags_are_honoured() {
     let out = run_to_end(
         super::batch::batch(tmp.path())
             .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
-            .args(["--worktree-base", &first, "--worktree-keep-dirty", "jobs.ndjson"]),
+            .args([
+                "--worktree-base",
+                &first,
+                "--worktree-keep-dirty",
+                "jobs.ndjson",
+            ]),
     );
     assert_eq!(code(&out), 0, "{}{}", stderr(&out), stdout(&out));
     let records = super::common::records(&out);
