@@ -633,6 +633,8 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
             ("quiet", "say hi", None),
             ("stuck", "half done", Some("worktree")),
         ]),
+        super::children::send_message("call_more", "agent-1", "once more"),
+        super::children::list_agents("call_list"),
         acp_tests::mock_llm::Reply::text(["all done"]),
     ]);
     // The parent's state lives beside the repository, not in it.
@@ -662,7 +664,23 @@ fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
         std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
         "parent\n"
     );
-    let requests = super::children::model_requests(&llm, 2);
+    let requests = super::children::model_requests(&llm, 4);
+    // A child in a worktree is not continued: its worktree was settled when it ended.
+    assert_eq!(
+        requests[2].tool_result("call_more").as_deref(),
+        Some(
+            "child agent-1 cannot be continued: it worked in a worktree of its own, settled when \
+             its run ended (its result says where its changes are); start a new subagent call"
+        )
+    );
+    let listed = requests[3].tool_result("call_list").unwrap();
+    assert_eq!(
+        listed
+            .matches("(cannot be continued: it worked in a worktree of its own)")
+            .count(),
+        5,
+        "{listed}"
+    );
     // The prompt face: offered in a repository.
     let subagent = requests[0]
         .tools()
@@ -748,7 +766,23 @@ fn outside_a_repository_isolation_is_not_offered_and_a_call_asking_for_it_starts
         ]),
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    let requests = super::children::model_requests(&llm, 2);
+    let requests = super::children::model_requests(&llm, 4);
+    // A child in a worktree is not continued: its worktree was settled when it ended.
+    assert_eq!(
+        requests[2].tool_result("call_more").as_deref(),
+        Some(
+            "child agent-1 cannot be continued: it worked in a worktree of its own, settled when \
+             its run ended (its result says where its changes are); start a new subagent call"
+        )
+    );
+    let listed = requests[3].tool_result("call_list").unwrap();
+    assert_eq!(
+        listed
+            .matches("(cannot be continued: it worked in a worktree of its own)")
+            .count(),
+        5,
+        "{listed}"
+    );
     let subagent = requests[0]
         .tools()
         .iter()
