@@ -85,6 +85,10 @@ pub(crate) struct ChildRecord {
     /// It started from a fork of this session's conversation (`context: fork`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub(crate) forked: bool,
+    /// It worked in a git worktree of its own (`isolation: worktree`), settled when its run
+    /// ended: it cannot be continued.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) isolated: bool,
 }
 
 /// One line of a session file.
@@ -648,6 +652,7 @@ mod tests {
                 resumable: None,
                 failed: false,
                 forked: false,
+                isolated: false,
             })]
         );
         assert!(saved.unusable_children.is_empty());
@@ -882,6 +887,7 @@ mod tests {
                 resumable: None,
                 failed: false,
                 forked: true,
+                isolated: false,
             }),
             Record::User { text: "b".into() },
             Record::Assistant {

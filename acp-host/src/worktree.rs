@@ -217,6 +217,17 @@ fn repository(cwd: &Path) -> Result<Repository, WorktreeError> {
     Ok(Repository { toplevel, main })
 }
 
+/// Whether `cwd` looks inside a git repository: it or a folder above it holds a `.git` (a
+/// folder, or the file a worktree or submodule has). Only file-system lookups, no `git` process:
+/// cheap enough to ask at every turn (acp-child offers the `subagent` tool's `isolation` only
+/// where it holds). A start still asks git itself ([`create`]), which says why when a `.git` is
+/// not a repository after all.
+#[must_use]
+pub fn in_repository(cwd: &Path) -> bool {
+    cwd.ancestors()
+        .any(|folder| std::fs::symlink_metadata(folder.join(".git")).is_ok())
+}
+
 /// A worktree made for a run, until [`settle`] decides what becomes of it.
 #[derive(Debug, Clone)]
 pub struct Created {

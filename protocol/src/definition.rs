@@ -124,6 +124,41 @@ pub struct RunSpec {
     /// The child's network; only ever tightens the starter's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::sandbox::Network>,
+    /// Where the child works: `worktree` gives it a git worktree of its own
+    /// (`crate::worktree`); only ever adds isolation ([`RunSpec::settle`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
+}
+
+/// `run.isolation` (and the `subagent` tool's `isolation`, `acp-host run --worktree`): where a
+/// child works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Isolation {
+    /// A git worktree of its own, from the parent's `HEAD`, on branch `acp/NAME`
+    /// (`crate::worktree`): removed when it changed nothing, else committed and kept.
+    Worktree,
+}
+
+impl Isolation {
+    /// The names, as written.
+    pub const NAMES: &str = "worktree";
+
+    #[must_use]
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "worktree" => Some(Self::Worktree),
+            _ => None,
+        }
+    }
+
+    /// The name, as written.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Worktree => "worktree",
+        }
+    }
 }
 
 /// `run.context` (and the `subagent` tool's `context`): what a child starts from.
@@ -200,9 +235,11 @@ impl RunSpec {
 
     /// The one rule for what a definition's permission, timeout, depth limit and variables
     /// become when it starts (`acp-host run --subagent`, batch lines and acp-child's children
-    /// alike): the starter's `explicit` settings (the person's flags for this run) win over the
-    /// definition's, which win over the starter's `defaults` (acp-child's `--subagent-*`, or
-    /// acp-host's default `reject`). A repository definition's (`source`, `crate::trust`)
+    /// alike): the starter's `explicit` settings (the person's flags for this run, a `subagent`
+    /// call's parameters) win over the definition's, which win over the starter's `defaults`
+    /// (acp-child's `--subagent-*`, or acp-host's default `reject`). Isolation is only ever added:
+    /// whichever of the three asks for a worktree gets one (there is no setting that takes one
+    /// away, so neither a definition nor a call can put a child back in the parent's tree). A repository definition's (`source`, `crate::trust`)
     /// permission only ever lowers the explicit-or-default one. Variables: the definition's names
     /// the starter does not forward already. What `relay` means is the starter's: asked on
     /// acp-host's terminal, relayed to acp-child's client.
@@ -246,6 +283,7 @@ impl RunSpec {
                 .filter(|name| !forwarded(name))
                 .cloned()
                 .collect(),
+            isolation: explicit.isolation.or(self.isolation).or(defaults.isolation),
         }
     }
 }
@@ -281,6 +319,8 @@ pub struct RunSettings {
     pub cost_budget: Option<crate::usage::CostLimit>,
     /// Names the starter forwards already.
     pub env: Vec<String>,
+    /// A worktree the starter asks for (`--worktree`, a call's `isolation`).
+    pub isolation: Option<Isolation>,
 }
 
 /// What a definition's run settles to ([`RunSpec::settle`]).
@@ -295,6 +335,8 @@ pub struct Settled {
     pub cost_budget: Option<crate::usage::CostLimit>,
     /// The definition's variable names to forward as well (never values).
     pub env: Vec<String>,
+    /// Where the child works: a worktree when any of the three asked for one.
+    pub isolation: Option<Isolation>,
 }
 
 /// The fields a `run` table may hold.
@@ -313,6 +355,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "costBudget",
     "sandbox",
     "network",
+    "isolation",
 ];
 
 impl Definition {
@@ -655,6 +698,17 @@ fn sandbox_field(run: &mut RunSpec, key: &str, value: &Value, path: &str) -> Res
     Ok(())
 }
 
+/// `run.context`, `run.isolation`: one of a few names; `Err` is what was expected.
+fn choice_field(run: &mut RunSpec, key: &str, value: &Value) -> Result<(), String> {
+    let text = value.as_str().unwrap_or_default();
+    if key == "context" {
+        run.context = Some(RunContext::parse(text).ok_or(format!("one of {}", RunContext::NAMES))?);
+    } else {
+        run.isolation = Some(Isolation::parse(text).ok_or(format!("one of {}", Isolation::NAMES))?);
+    }
+    Ok(())
+}
+
 fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
     let Value::Object(map) = value else {
         return Err(field(
@@ -720,13 +774,8 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                         .ok_or_else(|| wrong("a whole number"))?,
                 );
             }
-            "context" => {
-                run.context = Some(
-                    value
-                        .as_str()
-                        .and_then(RunContext::parse)
-                        .ok_or_else(|| wrong(&format!("one of {}", RunContext::NAMES)))?,
-                );
+            "context" | "isolation" => {
+                choice_field(&mut run, key, value).map_err(|expected| wrong(&expected))?;
             }
             "tokenBudget" => {
                 run.token_budget = Some(
@@ -929,7 +978,7 @@ mod tests {
     #[test]
     fn a_run_table_is_validated_strictly_and_makes_agents_optional() {
         let d = ok(
-            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n  tokenBudget: 5000\n  costBudget: 0.25\n  sandbox: read-only\n  network: tcp:443\n---\nBody.\n",
+            "---\ndescription: d\nrun:\n  agent: codex\n  model: m\n  tools: []\n  permission: allow\n  env: [OPENAI_API_KEY]\n  timeout: 30\n  maxDepth: 0\n  context: fork\n  tokenBudget: 5000\n  costBudget: 0.25\n  sandbox: read-only\n  network: tcp:443\n  isolation: worktree\n---\nBody.\n",
         );
         assert!(d.agents.is_empty());
         assert_eq!(
@@ -949,6 +998,7 @@ mod tests {
                 cost_budget: crate::usage::CostLimit::new(0.25),
                 sandbox: Some(crate::sandbox::Mode::ReadOnly),
                 network: Some("tcp:443".parse().unwrap()),
+                isolation: Some(Isolation::Worktree),
             })
         );
         assert_eq!(
@@ -957,7 +1007,7 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {modle: x}\n---\nB\n"),
-            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network"
+            "subagents/review.md: field `run.modle`: unknown run field; allowed: agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, isolation"
         );
         assert_eq!(
             err("---\ndescription: d\nrun: {timeout: \"soon\"}\n---\nB\n"),
@@ -973,13 +1023,18 @@ mod tests {
         );
         assert_eq!(
             err("---\ndescription: d\nrun: [acp-child]\n---\nB\n"),
-            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, got a list"
+            "subagents/review.md: field `run`: must be a table of agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, isolation, got a list"
         );
         assert!(err("---\ndescription: d\n---\nB\n").contains("field `agents`: missing"));
         assert_eq!(
             err("---\ndescription: d\nrun: {context: parent}\n---\nB\n"),
             "subagents/review.md: field `run.context`: must be one of fresh, fork, got the string \"parent\""
         );
+        assert_eq!(
+            err("---\ndescription: d\nrun: {isolation: true}\n---\nB\n"),
+            "subagents/review.md: field `run.isolation`: must be one of worktree, got the boolean true"
+        );
+        assert_eq!(Isolation::Worktree.as_str(), Isolation::NAMES);
     }
 
     #[test]
@@ -1030,6 +1085,7 @@ mod tests {
             token_budget: Some(900),
             cost_budget: crate::usage::CostLimit::new(3.0),
             env: vec!["A".into()],
+            isolation: None,
         };
         let explicit = RunSettings {
             permission: Some(RunPermission::Reject),
@@ -1038,6 +1094,7 @@ mod tests {
             token_budget: None,
             cost_budget: crate::usage::CostLimit::new(0.5),
             env: Vec::new(),
+            isolation: None,
         };
         // A folder the person named: the definition over the defaults, the flags over both.
         let settled = spec.settle(Folder, &none, &defaults);
@@ -1076,6 +1133,25 @@ mod tests {
             lower.settle(Repository, &allow, &none).permission,
             RunPermission::Reject,
             "a repository definition may lower"
+        );
+        // Isolation is only ever added: the call's, the definition's or the defaults' worktree.
+        assert_eq!(settled.isolation, None);
+        let isolated = run("---\ndescription: d\nrun: {isolation: worktree}\n---\nB\n");
+        assert_eq!(
+            isolated.settle(Repository, &none, &none).isolation,
+            Some(Isolation::Worktree)
+        );
+        let asked = RunSettings {
+            isolation: Some(Isolation::Worktree),
+            ..RunSettings::default()
+        };
+        assert_eq!(
+            spec.settle(Folder, &asked, &none).isolation,
+            Some(Isolation::Worktree)
+        );
+        assert_eq!(
+            spec.settle(Folder, &none, &asked).isolation,
+            Some(Isolation::Worktree)
         );
         // Without a permission of its own, the flags, else the defaults, else reject.
         let plain = run("---\ndescription: d\nrun: {}\n---\nB\n");

@@ -47,13 +47,14 @@ use acp_host::run::{self as library, Cancel, PrepareError, RunOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use protocol::batch::{self, BatchEnd, BatchLine, BatchRecord, JobLimits, NotStarted};
 use protocol::env_scrub::EnvForward;
-use protocol::request::StartRequest;
 use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
 use protocol::shard::{self, Shard, ShardFromEnv};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use self::lines::{IDS_IN_MEMORY, IdKey, Ids, Pending, SPOOL_IN_MEMORY, id_key};
-use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
+use super::run::{
+    BatchFlags, Built, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for,
+};
 use super::sandbox::SandboxArgs;
 use super::{CliError, Written, subagent};
 
@@ -65,8 +66,8 @@ mod lines;
 /// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward),
 /// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `fork` (as `run --fork`),
 /// `tokenBudget` and `costBudget` (as `run --token-budget`, `--cost-budget`), `sandbox` and
-/// `network` (as `run --sandbox`, `--network`; they only tighten this batch's). Every line is checked
-/// before anything starts. Output: one JSON record per line as its run ends, in completion order:
+/// `network` (as `run --sandbox`, `--network`; they only tighten this batch's), `worktree` (`true`
+/// or a name, as `run --worktree[=NAME]`). Every line is checked before anything starts. Output: one JSON record per line as its run ends, in completion order:
 /// the `acp-host run --json` result with the line's `id` (type `result`), or type `not-started`
 /// for lines that never started (Ctrl-C).
 #[derive(Debug, clap::Args)]
@@ -145,6 +146,16 @@ pub(super) struct BatchArgs {
     /// The sandbox of every line (a line's `sandbox` and `network` only tighten it).
     #[command(flatten)]
     sandbox: SandboxArgs,
+
+    /// For the lines that run in a worktree (`"worktree"`, or a definition's `run.isolation`):
+    /// start it from this commit, branch or tag instead of HEAD (as `run --worktree-base`).
+    #[arg(long, value_name = "REF")]
+    worktree_base: Option<String>,
+
+    /// For the lines that run in a worktree: leave the agent's changes uncommitted (staged) in
+    /// the kept worktree (as `run --worktree-keep-dirty`).
+    #[arg(long)]
+    worktree_keep_dirty: bool,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -595,8 +606,9 @@ impl<'a> Checker<'a> {
                 .map_err(|err| ("subagent", err))?;
         }
         // The whole request, as it will be built; what is left to fail here is the definition's.
-        let request =
-            line_request(&run_args(self.args, line), line).map_err(|err| ("subagent", err))?;
+        let request = line_request(&run_args(self.args, line), line)
+            .map_err(|err| ("subagent", err))?
+            .request;
         library::prepare(request, std::env::vars_os()).map_err(|err| match err {
             PrepareError::Env(err) => ("env", err.to_string()),
             PrepareError::Schema(err) => ("outputSchema", err.to_string()),
@@ -620,6 +632,8 @@ fn run_args(args: &BatchArgs, line: &BatchLine) -> RunArgs {
         token_file: args.token_file.clone(),
         token_env: args.token_env.clone(),
         sandbox: args.sandbox.clone(),
+        worktree_base: args.worktree_base.clone(),
+        worktree_keep_dirty: args.worktree_keep_dirty,
     };
     RunArgs::for_batch(line, &flags)
 }
@@ -662,8 +676,13 @@ async fn drive(
             };
             let (id, prepared, run_options) = match line {
                 Ok(line) => {
-                    let run_options = line_options(&options, &line);
-                    (line.id.clone(), templates.prepare(args, line), run_options)
+                    let id = line.id.clone();
+                    match templates.prepare(args, line) {
+                        Ok((prepared, worktree)) => {
+                            (id, Ok(prepared), line_options(&options, worktree))
+                        }
+                        Err(error) => (id, Err(error), Arc::clone(&options)),
+                    }
                 }
                 Err((id, error)) => (id, Err(error), Arc::clone(&options)),
             };
@@ -736,28 +755,28 @@ impl Summary {
 }
 
 /// A line's start request: `acp-host run`'s, with the line's output schema (inline JSON, where
-/// `run` reads a file).
-fn line_request(args: &RunArgs, line: &BatchLine) -> Result<StartRequest, String> {
-    let mut request = request_for(args, line.prompt.clone())?;
+/// `run` reads a file), and its worktree (the line's `"worktree"`, or its definition's
+/// `run.isolation`, shaped by `--worktree-base` / `--worktree-keep-dirty`).
+fn line_request(args: &RunArgs, line: &BatchLine) -> Result<Built, String> {
+    let mut built = request_for(args, line.prompt.clone())?;
     if let Some(schema) = &line.output_schema {
-        request.wants.output = Some(OutputSpec {
+        built.request.wants.output = Some(OutputSpec {
             schema: schema.clone(),
             retries: DEFAULT_SCHEMA_RETRIES,
         });
     }
-    Ok(request)
+    Ok(built)
 }
 
-/// The batch's run options for `line`: with its worktree (`"worktree": true` or a name), else
-/// the shared ones.
-fn line_options(options: &Arc<RunOptions>, line: &BatchLine) -> Arc<RunOptions> {
-    match &line.worktree {
+/// The batch's run options for a line running in `worktree`, else the shared ones.
+fn line_options(
+    options: &Arc<RunOptions>,
+    worktree: Option<acp_host::worktree::Spec>,
+) -> Arc<RunOptions> {
+    match worktree {
         None => Arc::clone(options),
-        Some(name) => Arc::new(RunOptions {
-            worktree: Some(acp_host::worktree::Spec {
-                name: name.clone(),
-                ..acp_host::worktree::Spec::default()
-            }),
+        Some(spec) => Arc::new(RunOptions {
+            worktree: Some(spec),
             ..RunOptions::clone(options)
         }),
     }
@@ -801,17 +820,25 @@ struct Templates {
 }
 
 impl Templates {
-    /// The same request building and preparation as `acp-host run`, or why the line cannot run.
-    fn prepare(&mut self, args: &BatchArgs, line: BatchLine) -> Result<library::Prepared, String> {
+    /// The same request building and preparation as `acp-host run` (with the line's worktree),
+    /// or why the line cannot run.
+    fn prepare(
+        &mut self,
+        args: &BatchArgs,
+        line: BatchLine,
+    ) -> Result<(library::Prepared, Option<acp_host::worktree::Spec>), String> {
         if line.subagent.is_none()
             && let Some((last, template)) = &self.last
             && same_run(last, &line)
         {
+            // Without a definition, a line's worktree is its own field's alone.
+            let worktree = run_args(args, &line).worktree_flags();
             return template
                 .for_prompt(line.prompt)
+                .map(|prepared| (prepared, worktree))
                 .map_err(|err| err.to_string());
         }
-        let request = line_request(&run_args(args, &line), &line)?;
+        let Built { request, worktree } = line_request(&run_args(args, &line), &line)?;
         let prepared =
             library::prepare(request, std::env::vars_os()).map_err(|err| err.to_string())?;
         self.last = match line.subagent {
@@ -826,7 +853,7 @@ impl Templates {
                 )
             }),
         };
-        Ok(prepared)
+        Ok((prepared, worktree))
     }
 }
 

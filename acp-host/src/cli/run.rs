@@ -22,7 +22,7 @@ use acp_host::remote::bridge;
 use acp_host::run::{self, Cancel, Observer, RunOptions};
 use protocol::batch::BatchLine;
 use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
-use protocol::definition::{RunPermission, RunSettings};
+use protocol::definition::{Isolation, RunPermission, RunSettings};
 use protocol::env_scrub::{self, EnvForward};
 use protocol::permission::PermissionPolicy;
 use protocol::registry;
@@ -349,19 +349,29 @@ impl RunArgs {
             json: true,
             verbose: false,
             sandbox: batch.sandbox.with_line(line.sandbox, line.network.as_ref()),
-            worktree: None,
-            worktree_base: None,
-            worktree_keep_dirty: false,
+            // `"worktree": true` is `--worktree` (no name), a name `--worktree=NAME`.
+            worktree: line
+                .worktree
+                .as_ref()
+                .map(|name| name.clone().unwrap_or_default()),
+            worktree_base: batch.worktree_base.clone(),
+            worktree_keep_dirty: batch.worktree_keep_dirty,
         }
     }
 
-    /// The worktree the flags ask for (`--worktree[=NAME]`, an empty name being none given).
-    pub(super) fn worktree(&self) -> Option<acp_host::worktree::Spec> {
-        self.worktree.as_ref().map(|name| acp_host::worktree::Spec {
-            name: (!name.is_empty()).then(|| name.clone()),
+    /// The worktree the flags alone ask for (`--worktree[=NAME]`), without a definition's.
+    pub(super) fn worktree_flags(&self) -> Option<acp_host::worktree::Spec> {
+        self.worktree.as_ref().map(|_| self.worktree_spec())
+    }
+
+    /// The worktree of a run that has one (`--worktree[=NAME]`, an empty name being none given,
+    /// or a definition's `run.isolation: worktree`), as the flags shape it.
+    fn worktree_spec(&self) -> acp_host::worktree::Spec {
+        acp_host::worktree::Spec {
+            name: self.worktree.clone().filter(|name| !name.is_empty()),
             base: self.worktree_base.clone(),
             keep_dirty: self.worktree_keep_dirty,
-        })
+        }
     }
 }
 
@@ -377,6 +387,9 @@ pub(super) struct BatchFlags {
     pub(super) token_env: Option<String>,
     /// The batch's sandbox flags, which a line only tightens.
     pub(super) sandbox: SandboxArgs,
+    /// `--worktree-base`, `--worktree-keep-dirty`: for the lines that run in a worktree.
+    pub(super) worktree_base: Option<String>,
+    pub(super) worktree_keep_dirty: bool,
 }
 
 /// After a timeout or a kill, how long the result record may wait for a stdout that takes no
@@ -420,7 +433,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     // stdin must stay interruptible); from here on it is ours, before anything is spawned, so no
     // signal falls between the spawn and the watcher. The persona file of a --subagent run lives
     // until the run has ended.
-    let request = build_request(args).map_err(CliError::Usage)?;
+    let Built { request, worktree } = build_request(args).map_err(CliError::Usage)?;
     let signals = {
         let _runtime = runtime.enter();
         Signals::install()
@@ -463,7 +476,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         max_output_bytes: Some(if args.json { args.max_output } else { 0 }),
         // A structured answer is read from up to --max-output bytes of text, in either mode.
         max_answer_bytes: Some(args.max_output),
-        worktree: args.worktree(),
+        worktree,
         ..RunOptions::default()
     };
     let (seen_tx, mut seen) = tokio::sync::watch::channel(0_u32);
@@ -524,7 +537,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     Ok(code)
 }
 
-fn build_request(args: &RunArgs) -> Result<StartRequest, String> {
+fn build_request(args: &RunArgs) -> Result<Built, String> {
     let prompt = if args.prompt == "-" {
         let mut prompt = String::new();
         std::io::stdin()
@@ -552,8 +565,15 @@ fn check_fork_source(found: &subagent::Found, args: &RunArgs) -> Result<(), Stri
     Ok(())
 }
 
+/// A run's start request, and the worktree it runs in: the flags' (`--worktree`), or the one its
+/// definition asks for (`run.isolation: worktree`, by `RunSpec::settle`'s rule).
+pub(super) struct Built {
+    pub(super) request: StartRequest,
+    pub(super) worktree: Option<acp_host::worktree::Spec>,
+}
+
 /// The start request for `args` with this prompt (already read).
-pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest, String> {
+pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<Built, String> {
     let mut env = args
         .env
         .iter()
@@ -580,17 +600,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         None => local_agent(args, &agent_name, &wants, &mut env)?,
     };
     let flag = args.permission.map(PermissionPolicy::from);
-    let explicit = RunSettings {
-        permission: flag.map(run_permission),
-        timeout: args.timeout.map(|s| s.0),
-        max_depth: args.max_depth,
-        token_budget: args.token_budget,
-        cost_budget: args.cost_budget.and_then(CostLimit::new),
-        env: env
-            .iter()
-            .map(|forward| forward.name().to_owned())
-            .collect(),
-    };
+    let explicit = explicit_settings(args, flag, &env);
     // acp-host's default is `reject`; a definition's `relay` is asked on the terminal.
     let defaults = RunSettings {
         permission: Some(RunPermission::Reject),
@@ -648,7 +658,32 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<StartRequest
         },
         sandbox,
     };
-    Ok(request)
+    // The flag's worktree, or the one the definition asks for (`run.isolation`).
+    let isolation = settled.map_or(explicit.isolation, |settled| settled.isolation);
+    Ok(Built {
+        request,
+        worktree: isolation.map(|_| args.worktree_spec()),
+    })
+}
+
+/// The person's own settings for a definition's run: the flags of this run.
+fn explicit_settings(
+    args: &RunArgs,
+    flag: Option<PermissionPolicy>,
+    env: &[EnvForward],
+) -> RunSettings {
+    RunSettings {
+        permission: flag.map(run_permission),
+        timeout: args.timeout.map(|s| s.0),
+        max_depth: args.max_depth,
+        token_budget: args.token_budget,
+        cost_budget: args.cost_budget.and_then(CostLimit::new),
+        env: env
+            .iter()
+            .map(|forward| forward.name().to_owned())
+            .collect(),
+        isolation: args.worktree.as_ref().map(|_| Isolation::Worktree),
+    }
 }
 
 /// The run's timeouts: `overall` as settled, the graces from the flags.

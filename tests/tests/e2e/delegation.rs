@@ -853,7 +853,7 @@ fn one_bad_definition_is_reported_and_does_not_hide_the_good_ones() {
         format!(
             "unknown subagent \"typo\"; the subagents are: good\n\
              {shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, tools, \
-             denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network"
+             denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, isolation"
         )
     );
 }
@@ -1039,7 +1039,7 @@ fn run_subagent_refuses_bad_or_missing_definitions_before_spawning() {
             "typo",
             format!(
                 "{shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, \
-                 tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network"
+                 tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, isolation"
             ),
         ),
         (

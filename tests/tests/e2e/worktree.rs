@@ -490,3 +490,510 @@ fn a_batch_of_twenty_worktree_lines_gives_each_run_its_own_branch() {
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
     assert!(processes_in(tmp.path()).is_empty());
 }
+
+/// One model reply calling `subagent` once per `(agent, prompt, isolation)`, all in the same
+/// response (so the children run at the same time).
+fn subagent_calls(calls: &[(&str, &str, Option<&str>)]) -> acp_tests::mock_llm::Reply {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(index, (agent, prompt, isolation))| {
+            let mut arguments = serde_json::json!({"agent": agent, "prompt": prompt});
+            if let Some(isolation) = isolation {
+                arguments["isolation"] = Value::from(*isolation);
+            }
+            serde_json::json!({"index": index, "id": format!("call_{index}"), "type": "function",
+                "function": {"name": "subagent", "arguments": arguments.to_string()}})
+        })
+        .collect();
+    acp_tests::mock_llm::Reply::Events(vec![
+        serde_json::json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": calls}, "finish_reason": null}]})
+            .to_string(),
+        serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            .to_string(),
+        "[DONE]".to_owned(),
+    ])
+}
+
+/// Writes the approved definition `<repo>/subagents/<name>.md` running the mock with `args`,
+/// with `extra` lines in its `run:` table.
+fn mock_subagent(repo: &Path, name: &str, args: &[&str], extra: &str) {
+    super::children::write_approved(
+        &repo.join("subagents"),
+        &format!("{name}.md"),
+        &format!(
+            "---\ndescription: the mock agent\nrun:\n  agent: {}\n{extra}---\nYou are the mock.\n",
+            serde_json::to_string(&mock(args)).unwrap()
+        ),
+    );
+}
+
+/// The name in a tool result's worktree line (`[worktree NAME: ...`).
+fn worktree_named(result: &str) -> String {
+    let start = result.find("[worktree ").expect("a worktree line") + "[worktree ".len();
+    let rest = &result[start..];
+    rest[..rest.find(':').unwrap()].to_owned()
+}
+
+/// The subagents of the parallel test, committed in `repo`: three writers of the same path, each
+/// held at its session's start until the test opens the gate `go` (each touching
+/// `<dir>/ready-N` there), so they run at the same time; `quiet`, whose definition asks for its
+/// worktree (`run.isolation`) and which changes nothing; `stuck`, which writes, then never
+/// answers: its timeout stops it, and its worktree is kept with the change uncommitted.
+fn define_writers(repo: &Path, dir: &Path, go: &Path) {
+    for n in 1..=3 {
+        let ready = dir.join(format!("ready-{n}"));
+        mock_subagent(
+            repo,
+            &format!("writer-{n}"),
+            &[
+                "gated-session",
+                "--go",
+                path_str(go),
+                "--ready",
+                path_str(&ready),
+                "--write-file",
+                &format!("notes.txt=child {n}\n"),
+            ],
+            "",
+        );
+    }
+    mock_subagent(repo, "quiet", &["hello"], "  isolation: worktree\n");
+    mock_subagent(
+        repo,
+        "stuck",
+        &["hang", "--write-file", "half.txt=half\n"],
+        "  timeout: 1\n",
+    );
+    // The definitions are the repository's own, committed: the parent's tree starts clean.
+    git(repo, &["add", "subagents"]);
+    git(repo, &["commit", "-q", "-m", "subagents"]);
+}
+
+/// Asserts what writer `n` of the parallel test left: its call's `result` and its card (in
+/// `records`) name its worktree, the branch holds one commit with its content; its name.
+fn assert_writer(repo: &Path, base: &str, records: &[Value], n: u32, result: &str) -> String {
+    let name = worktree_named(result);
+    assert!(name.starts_with(&format!("write-notes-{n}-")), "{result}");
+    let branch = format!("acp/{name}");
+    let commit = git(repo, &["rev-parse", &branch]).trim().to_owned();
+    let root = repo.join(".acp-host/worktrees").join(&name);
+    // The result names the worktree's path, branch, commit and diff stat.
+    assert_eq!(
+        result,
+        format!(
+            "hello from acp child\n\n[worktree {name}: committed {} on branch {branch} (base {}), \
+             1 file changed, 1 insertion(+), 1 deletion(-); kept at {}. Nothing was merged: \
+             merge or cherry-pick the branch to take it.]",
+            &commit[..12],
+            &base[..12],
+            root.display()
+        )
+    );
+    // One commit on the branch, holding this child's content.
+    assert_eq!(
+        git(repo, &["rev-list", "--count", &format!("{base}..{branch}")]).trim(),
+        "1"
+    );
+    assert_eq!(
+        git(repo, &["show", &format!("{branch}:notes.txt")]),
+        format!("child {n}\n")
+    );
+    assert_eq!(
+        git(repo, &["diff", "--name-only", base, &branch]),
+        "notes.txt\n"
+    );
+    // Its card: titled as isolated, completed with the same text.
+    let card: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["update"]["toolCallId"] == format!("call_{}", n - 1))
+        .collect();
+    assert_eq!(
+        card[0]["update"]["title"],
+        format!("Subagent writer-{n}: write notes {n} (in a worktree)")
+    );
+    let last = card.last().unwrap();
+    assert_eq!(last["update"]["status"], "completed");
+    assert_eq!(last["update"]["content"][0]["content"]["text"], result);
+    name
+}
+
+/// Asserts what the child its timeout stopped left (its call's `result`): a kept worktree with
+/// the change staged, not committed, and said so; its name.
+fn assert_interrupted(repo: &Path, base: &str, stuck: &str) -> String {
+    let name = worktree_named(stuck);
+    let root = repo.join(".acp-host/worktrees").join(&name);
+    assert!(stuck.starts_with("subagent stuck ended timeout"), "{stuck}");
+    assert!(
+        stuck.ends_with(&format!(
+            "\n\n[worktree {name}: the child did not finish; changes left uncommitted on branch \
+             acp/{name} (base {}), 1 file changed, 1 insertion(+), 0 deletions(-); kept at {}. \
+             Nothing was committed or merged: look at the worktree before using it.]",
+            &base[..12],
+            root.display()
+        )),
+        "{stuck}"
+    );
+    assert_eq!(git(&root, &["status", "--porcelain"]), "A  half.txt\n");
+    assert_eq!(
+        git(repo, &["rev-parse", &format!("acp/{name}")]).trim(),
+        base
+    );
+    name
+}
+
+#[test]
+fn three_children_of_one_reply_write_the_same_file_each_in_its_own_worktree() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let go = tmp.path().join("go");
+    define_writers(&repo, tmp.path(), &go);
+    let base = head(&repo);
+    let llm = super::children::keyed_llm([
+        subagent_calls(&[
+            ("writer-1", "write notes 1", Some("worktree")),
+            ("writer-2", "write notes 2", Some("worktree")),
+            ("writer-3", "write notes 3", Some("worktree")),
+            ("quiet", "say hi", None),
+            ("stuck", "half done", Some("worktree")),
+        ]),
+        super::children::send_message("call_more", "agent-1", "once more"),
+        super::children::list_agents("call_list"),
+        acp_tests::mock_llm::Reply::text(["all done"]),
+    ]);
+    // The parent's state lives beside the repository, not in it.
+    let child =
+        super::children::model_parent(tmp.path(), &llm, false, &["--max-parallel-subagents", "5"])
+            .args(["--json", "--cwd", path_str(&repo), "go"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+    for n in 1..=3 {
+        assert!(
+            wait_for_file(tmp.path().join(format!("ready-{n}")), HANG_GUARD),
+            "writer-{n} did not start while the others waited"
+        );
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = acp_tests::wait_output(child);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let records = super::common::records(&out);
+    let result = records.last().unwrap();
+    assert_eq!(result["output"], "all done", "{result}");
+    // The parent's working tree is as it was.
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+    assert_eq!(
+        std::fs::read_to_string(repo.join("notes.txt")).unwrap(),
+        "parent\n"
+    );
+    let requests = super::children::model_requests(&llm, 4);
+    // A child in a worktree is not continued: its worktree was settled when it ended.
+    assert_eq!(
+        requests[2].tool_result("call_more").as_deref(),
+        Some(
+            "child agent-1 cannot be continued: it worked in a worktree of its own, settled when \
+             its run ended (its result says where its changes are); start a new subagent call"
+        )
+    );
+    let listed = requests[3].tool_result("call_list").unwrap();
+    assert_eq!(
+        listed
+            .matches("(cannot be continued: it worked in a worktree of its own)")
+            .count(),
+        5,
+        "{listed}"
+    );
+    // The prompt face: offered in a repository.
+    let subagent = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        subagent["function"]["parameters"]["properties"]["isolation"]["enum"],
+        serde_json::json!(["worktree"])
+    );
+    let mut names = Vec::new();
+    for n in 1..=3 {
+        let result = requests[1].tool_result(&format!("call_{}", n - 1)).unwrap();
+        names.push(assert_writer(&repo, &base, &records, n, &result));
+    }
+    // The child that changed nothing left no worktree and no branch.
+    let quiet = requests[1].tool_result("call_3").unwrap();
+    let name = worktree_named(&quiet);
+    assert!(name.starts_with("say-hi-"), "{quiet}");
+    assert_eq!(
+        quiet,
+        format!("hello from acp child\n\n[worktree {name}: no changes, removed with its branch.]")
+    );
+    // The one its timeout stopped kept its worktree, the change staged, not committed.
+    let stuck = requests[1].tool_result("call_4").unwrap();
+    let name = assert_interrupted(&repo, &base, &stuck);
+    names.push(name);
+    names.sort();
+    assert_eq!(worktree_folders(&repo), names);
+    let branches: Vec<String> = names.iter().map(|name| format!("acp/{name}")).collect();
+    assert_eq!(acp_branches(&repo), branches);
+    super::children::assert_none_left(tmp.path());
+}
+
+#[test]
+fn outside_a_repository_isolation_is_not_offered_and_a_call_asking_for_it_starts_nothing() {
+    let tmp = temp();
+    let dir = tmp.path().join("plain");
+    std::fs::create_dir(&dir).unwrap();
+    let record = tmp.path().join("record");
+    super::children::write_approved(
+        &dir.join("subagents"),
+        "writer.md",
+        &format!(
+            "---\ndescription: the mock agent\nrun:\n  agent: {}\n---\nYou are the mock.\n",
+            serde_json::to_string(&mock(&[
+                "hello",
+                "--record",
+                path_str(&record),
+                "--write-file",
+                "x.txt=x"
+            ]))
+            .unwrap()
+        ),
+    );
+    let llm = super::children::keyed_llm([
+        subagent_calls(&[("writer", "write x", Some("worktree"))]),
+        acp_tests::mock_llm::Reply::text(["done"]),
+    ]);
+    let out = run_to_end(
+        super::children::model_parent(tmp.path(), &llm, false, &[]).args([
+            "--cwd",
+            path_str(&dir),
+            "go",
+        ]),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let requests = super::children::model_requests(&llm, 2);
+    let subagent = requests[0]
+        .tools()
+        .iter()
+        .find(|t| t["function"]["name"] == "subagent")
+        .unwrap()
+        .clone();
+    assert!(
+        subagent["function"]["parameters"]["properties"]
+            .get("isolation")
+            .is_none(),
+        "{subagent}"
+    );
+    assert_eq!(
+        requests[1].tool_result("call_0").as_deref(),
+        Some(
+            "isolation \"worktree\" needs the session's folder inside a git repository, and this \
+             one is not; call subagent without isolation (or work in a repository)"
+        )
+    );
+    assert!(!record.exists(), "no child started");
+    assert!(!dir.join("x.txt").exists());
+    super::children::assert_none_left(tmp.path());
+}
+
+#[test]
+fn worktreeinclude_copies_the_ignored_files_it_names_and_nothing_else() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    std::fs::write(repo.join(".gitignore"), ".env\nbuild/\n").unwrap();
+    std::fs::write(repo.join(".worktreeinclude"), ".env\n").unwrap();
+    git(&repo, &["add", ".gitignore", ".worktreeinclude"]);
+    git(&repo, &["commit", "-q", "-m", "ignores"]);
+    std::fs::write(repo.join(".env"), "KEY=1\n").unwrap();
+    std::fs::create_dir(repo.join("build")).unwrap();
+    std::fs::write(repo.join("build/out.o"), "object\n").unwrap();
+    // An untracked file the parent has not ignored: the parent's own, not copied.
+    std::fs::write(repo.join("draft.txt"), "draft\n").unwrap();
+    let (_, result) = json_run(
+        host(&repo).args([
+            "--json",
+            "--worktree=inc",
+            "--agent",
+            &mock(&["hello", "--write-file", "seen.txt=seen\n"]),
+            "look around",
+        ]),
+        0,
+    );
+    let root = repo.join(".acp-host/worktrees/inc");
+    assert_eq!(result["worktree"]["outcome"], "committed", "{result}");
+    assert_eq!(
+        std::fs::read_to_string(root.join(".env")).unwrap(),
+        "KEY=1\n"
+    );
+    assert!(!root.join("build").exists());
+    assert!(!root.join("draft.txt").exists());
+    // The copy is ignored in the worktree too: the commit holds the agent's file only.
+    assert_eq!(result["worktree"]["changedFiles"], 1);
+    assert_eq!(
+        git(&repo, &["diff", "--name-only", "HEAD", "acp/inc"]),
+        "seen.txt\n"
+    );
+}
+
+#[test]
+fn a_sandboxed_agent_writes_in_its_worktree_and_not_in_the_parent_s_tree() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let outside = repo.join("outside.txt");
+    let (_, result) = json_run(
+        host(&repo).args([
+            "--json",
+            "--sandbox",
+            "workspace-write",
+            "--worktree=boxed",
+            "--agent",
+            &mock(&[
+                "hello",
+                "--write-file",
+                "inside.txt=inside\n",
+                "--write-file",
+                &format!("{}=escaped\n", outside.display()),
+            ]),
+            "write both",
+        ]),
+        0,
+    );
+    assert_eq!(result["sandbox"]["mode"], "workspace-write", "{result}");
+    assert_eq!(result["worktree"]["outcome"], "committed", "{result}");
+    assert_eq!(result["worktree"]["changedFiles"], 1);
+    assert_eq!(git(&repo, &["show", "acp/boxed:inside.txt"]), "inside\n");
+    // The parent's tree was out of the sandbox's reach.
+    assert!(!outside.exists());
+    let tail = result["stderrTail"].as_str().unwrap();
+    assert!(
+        tail.contains(&format!("mock: cannot write {}", outside.display())),
+        "{tail}"
+    );
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}
+
+#[test]
+fn two_runs_racing_for_one_name_get_two_worktrees() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let go = tmp.path().join("go");
+    // Both hold their session's start until both worktrees exist, so they overlap.
+    let spawn = |n: u32| {
+        host(&repo)
+            .args([
+                "--json",
+                "--worktree=race",
+                "--agent",
+                &mock(&[
+                    "gated-session",
+                    "--go",
+                    path_str(&go),
+                    "--ready",
+                    path_str(&tmp.path().join(format!("ready-{n}"))),
+                    "--write-file",
+                    &format!("notes.txt=run {n}\n"),
+                ]),
+                &format!("run {n}"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children = [spawn(1), spawn(2)];
+    for n in 1..=2 {
+        assert!(wait_for_file(
+            tmp.path().join(format!("ready-{n}")),
+            HANG_GUARD
+        ));
+    }
+    std::fs::write(&go, "").unwrap();
+    let mut names = Vec::new();
+    for (n, child) in (1..=2).zip(children) {
+        let out = acp_tests::wait_output(child);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let result = super::common::result_record(&out);
+        let name = result["worktree"]["name"].as_str().unwrap().to_owned();
+        assert_eq!(
+            git(&repo, &["show", &format!("acp/{name}:notes.txt")]),
+            format!("run {n}\n")
+        );
+        names.push(name);
+    }
+    names.sort();
+    assert_eq!(names, ["race", "race-2"]);
+    assert_eq!(worktree_folders(&repo), names);
+    assert_eq!(acp_branches(&repo), ["acp/race", "acp/race-2"]);
+    assert!(processes_in(tmp.path()).is_empty());
+}
+
+#[test]
+fn a_definition_s_isolation_and_batch_s_worktree_flags_are_honoured() {
+    let tmp = temp();
+    let repo = repository(tmp.path());
+    let first = head(&repo);
+    mock_subagent(
+        &repo,
+        "isolated",
+        &["hello", "--write-file", "notes.txt=by the definition\n"],
+        "  isolation: worktree\n",
+    );
+    git(&repo, &["add", "subagents"]);
+    git(&repo, &["commit", "-q", "-m", "subagents"]);
+    let second = head(&repo);
+    // acp-host run --subagent: the definition asks, no flag needed.
+    let (_, result) = json_run(
+        host(&repo).args(["--json", "--subagent", "isolated", "from the shell"]),
+        0,
+    );
+    let worktree = &result["worktree"];
+    assert_eq!(worktree["outcome"], "committed", "{result}");
+    assert_eq!(worktree["base"], second.as_str());
+    let branch = worktree["branch"].as_str().unwrap();
+    assert_eq!(
+        git(&repo, &["show", &format!("{branch}:notes.txt")]),
+        "by the definition\n"
+    );
+    // batch: --worktree-base and --worktree-keep-dirty shape every line's worktree, the
+    // line's own and the definition's.
+    let lines = [
+        serde_json::json!({"id": "own", "prompt": "p", "cwd": path_str(&repo), "worktree": "own",
+            "agent": mock(&["hello", "--write-file", "notes.txt=own\n"])}),
+        serde_json::json!({"id": "defined", "prompt": "p", "cwd": path_str(&repo),
+            "subagent": "isolated"}),
+        serde_json::json!({"id": "plain", "prompt": "p", "cwd": path_str(&repo),
+            "agent": mock(&["hello"])}),
+    ]
+    .map(|line| line.to_string());
+    std::fs::write(tmp.path().join("jobs.ndjson"), lines.join("\n") + "\n").unwrap();
+    let out = run_to_end(
+        super::batch::batch(tmp.path())
+            .env(protocol::env_vars::XDG_STATE_HOME, suite_state())
+            .args([
+                "--worktree-base",
+                &first,
+                "--worktree-keep-dirty",
+                "jobs.ndjson",
+            ]),
+    );
+    assert_eq!(code(&out), 0, "{}{}", stderr(&out), stdout(&out));
+    let records = super::common::records(&out);
+    super::batch::checked(&records);
+    for record in &records {
+        let worktree = &record["worktree"];
+        if record["id"] == "plain" {
+            assert!(worktree.is_null(), "{record}");
+            continue;
+        }
+        assert_eq!(worktree["outcome"], "uncommitted", "{record}");
+        assert_eq!(worktree["base"], first.as_str(), "{record}");
+        assert_eq!(worktree["commit"], Value::Null);
+        let root = PathBuf::from(worktree["path"].as_str().unwrap());
+        // From the first commit: the definitions are not in it; the change is staged.
+        assert!(!root.join("subagents").exists());
+        assert_eq!(git(&root, &["status", "--porcelain"]), "M  notes.txt\n");
+    }
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+}

@@ -20,6 +20,10 @@
 //!   definition's `run.context`) starts with `session/fork` of the parent's saved session, only
 //!   when it is acp-child (which reads the parent's state directory, handed to it as
 //!   `ACP_CHILD_STATE_DIR`); any other agent is refused as the call's result, never started fresh;
+//! - a child asked to work in a worktree of its own (a call's `isolation`, its definition's
+//!   `run.isolation`; `RunSpec::settle`: only ever added) gets one from the run library
+//!   (`RunOptions::worktree`); a cold resume of such a child is refused, never run in the
+//!   parent's folder;
 //! - a start is validated whole ([`Subagents::preflight`]: name, definition, cwd, environment,
 //!   schema, then the person's approval of a repository definition) before anything is
 //!   registered or spawned.
@@ -36,7 +40,9 @@ use acp_host::run;
 use acp_host::trust::TrustStore;
 use agent_client_protocol::v1::schema::ToolCallId;
 use protocol::capabilities::Wants;
-use protocol::definition::{Definition, RunContext, RunPermission, RunSettings, RunSpec};
+use protocol::definition::{
+    Definition, Isolation, RunContext, RunPermission, RunSettings, RunSpec,
+};
 use protocol::depth::{Budget, DepthError, Inherited, Standing};
 use protocol::env_scrub::{EnvForward, EnvForwardError};
 use protocol::env_vars::{ACP_CHILD_STATE_DIR, ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
@@ -249,6 +255,9 @@ pub(super) struct Start {
     pub(super) resume: bool,
     /// The child's token budget, for the call's result when it passes it.
     pub(super) token_budget: Option<u64>,
+    /// It runs in a git worktree of its own (the call's `isolation`, its definition's
+    /// `run.isolation`): made before it starts, settled once its process is gone.
+    pub(super) worktree: Option<acp_host::worktree::Spec>,
 }
 
 /// The parent's session a forked child starts from, and where it is saved.
@@ -470,23 +479,19 @@ impl Subagents {
         ambient
     }
 
-    /// The start request for `target` and the permission policy of its run (continuing its
-    /// saved session `resume`, else starting from a fork of the parent's session `fork`; either
-    /// way a `fork` child gets the parent's state directory).
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "a start's every input, each used once where the request is built"
-    )]
+    /// The start request for `task` on `target`, the permission policy of its run (continuing
+    /// its saved session `resume`, else starting from a fork of the parent's session `fork`;
+    /// either way a `fork` child gets the parent's state directory), and where it works: a
+    /// worktree when the call or the definition asks for one (`RunSpec::settle`).
     fn request(
         &self,
         target: &Target,
-        prompt: &str,
+        task: &Task<'_>,
         cwd: &Path,
-        output_schema: Option<&serde_json::Value>,
         resume: Option<String>,
         fork: Option<ForkFrom>,
         spent: u64,
-    ) -> (StartRequest, RunPermission) {
+    ) -> (StartRequest, RunPermission, Option<Isolation>) {
         let launch = &target.launch;
         // At most `--subagent-token-budget`, and what is left of this agent's own budget.
         let left = protocol::usage::left(self.inherited_token_budget, spent);
@@ -497,10 +502,14 @@ impl Subagents {
             token_budget: protocol::usage::child_budget(None, self.token_budget, left),
             cost_budget: None,
             env: self.env.clone(),
+            isolation: None,
         };
-        let settled = launch
-            .run
-            .settle(target.source, &RunSettings::default(), &defaults);
+        // The call's own settings: its `isolation`.
+        let explicit = RunSettings {
+            isolation: task.isolation,
+            ..RunSettings::default()
+        };
+        let settled = launch.run.settle(target.source, &explicit, &defaults);
         let permission = settled.permission;
         let mut env: Vec<EnvForward> = self
             .env
@@ -519,7 +528,7 @@ impl Subagents {
         }
         let request = StartRequest {
             agent: target.command.clone(),
-            prompt: prompt.to_owned(),
+            prompt: task.prompt.to_owned(),
             cwd: cwd.to_path_buf(),
             env,
             // `relay`: the library rejects what the relay handler does not answer.
@@ -533,7 +542,7 @@ impl Subagents {
             },
             max_depth: settled.max_depth,
             wants: Wants {
-                output: output_schema.map(|schema| OutputSpec {
+                output: task.output_schema.map(|schema| OutputSpec {
                     schema: schema.clone(),
                     retries: DEFAULT_SCHEMA_RETRIES,
                 }),
@@ -548,7 +557,7 @@ impl Subagents {
             },
             sandbox: launch.run.sandbox_within(&self.sandbox),
         };
-        (request, permission)
+        (request, permission, settled.isolation)
     }
 
     /// Validates a start of subagent `name` on `prompt` for tool call `call` of `turn`'s session
@@ -564,12 +573,7 @@ impl Subagents {
         task: Task<'_>,
         resume: Option<String>,
     ) -> Result<Start, Delegated> {
-        let Task {
-            name,
-            prompt,
-            output_schema,
-            ..
-        } = task;
+        let name = task.name;
         let cwd = turn.workspace().root();
         let Some(target) = catalog.targets.iter().find(|t| t.name == name) else {
             return Err(unknown(name, catalog));
@@ -583,8 +587,15 @@ impl Subagents {
             RunContext::Fresh => None,
         };
         let forks = fork.is_some() && !resuming;
-        let (request, permission) =
-            self.request(target, prompt, cwd, output_schema, resume, fork, spent);
+        let (request, permission, isolation) =
+            self.request(target, &task, cwd, resume, fork, spent);
+        if resuming && isolation.is_some() {
+            return Err(Delegated::failed(format!(
+                "subagent {name} runs in a worktree of its own (isolation: worktree), settled \
+                 when its run ended: a child of it cannot be continued; start a new subagent call \
+                 (its branch holds what the last one did)"
+            )));
+        }
         let token_budget = request.budget.tokens;
         let asking = Asking {
             file: target
@@ -629,6 +640,8 @@ impl Subagents {
             permission,
             resume: resuming,
             token_budget,
+            // Named from the prompt and the run id; from the session's HEAD, committed when done.
+            worktree: isolation.map(|_| acp_host::worktree::Spec::default()),
         })
     }
 }

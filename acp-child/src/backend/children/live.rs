@@ -26,6 +26,9 @@
 //! - with `--child-idle-timeout`, a child that completed its first turn stays alive, idle; a
 //!   message to a child whose process is gone is a cold resume (`session/load` in a fresh
 //!   process); a message has no output schema: its answer is plain text;
+//! - a child in a worktree of its own (`isolation: worktree`) is never kept: its call's answer
+//!   is its run's final result, after its process is gone and its worktree settled, so the
+//!   result says what became of the worktree (committed on its branch, removed, or kept);
 //! - the credential values this agent handed a child never get past it: what it relays of the
 //!   child is redacted ([`LiveChild::redacted`], [`Forwarded`], [`Relay`]).
 
@@ -92,7 +95,11 @@ impl Subagents {
             permission,
             resume: _,
             token_budget,
+            worktree,
         } = start;
+        // A child in a worktree is never kept: its answer is its run's final result, which says
+        // what became of its worktree (settled once its process is gone).
+        let whole_run = worktree.is_some();
         let route = Arc::new(Route::default());
         let redactor = Arc::new(prepared.redactor().clone());
         // The child's events are read on this runtime, by a task of their own: no thread per child.
@@ -109,6 +116,7 @@ impl Subagents {
                     redactor: Arc::clone(&redactor),
                 }) as Arc<dyn PermissionHandler>
             }),
+            worktree,
             ..RunOptions::default()
         };
         let (first, first_rx) = oneshot::channel();
@@ -117,7 +125,11 @@ impl Subagents {
             first,
             follow_ups: follow_ups_rx,
             // Not kept: no message can come in no time, so the session ends with its first turn.
-            idle_timeout: Some(self.idle_timeout.filter(|_| keep).unwrap_or(Duration::ZERO)),
+            idle_timeout: Some(
+                self.idle_timeout
+                    .filter(|_| keep && !whole_run)
+                    .unwrap_or(Duration::ZERO),
+            ),
         };
         let live = Arc::new(LiveChild {
             name,
@@ -135,7 +147,13 @@ impl Subagents {
                 // Ends once the run is over and its sink is gone.
                 tokio::spawn(forwarded.forward_all(stream));
                 let handle = tokio::spawn(async move {
-                    run::run_session(prepared, &options, &cancel, session).await
+                    if !whole_run {
+                        return run::run_session(prepared, &options, &cancel, session).await;
+                    }
+                    let result = run::run(prepared, &options, &cancel).await;
+                    let run::Session { first, .. } = session;
+                    let _ = first.send(result.clone());
+                    result
                 });
                 *live
                     .handle
@@ -563,8 +581,9 @@ fn outcome(name: &str, result: RunResult, resume: bool, budget: Option<u64>) -> 
     {
         return Delegated::failed(format!("subagent {name} cannot be continued: {error}"));
     }
-    if result.status == Status::Completed {
-        return Delegated {
+    let worktree = result.worktree.as_ref().map(worktree_line);
+    let mut delegated = if result.status == Status::Completed {
+        Delegated {
             text: result
                 .structured
                 .as_ref()
@@ -573,14 +592,34 @@ fn outcome(name: &str, result: RunResult, resume: bool, budget: Option<u64>) -> 
             session: result.session_id,
             resumable: result.resumable,
             usage: result.usage,
-        };
+        }
+    } else {
+        Delegated {
+            session: result.session_id.clone(),
+            resumable: result.resumable,
+            usage: result.usage.clone(),
+            ..ended(name, &result, budget)
+        }
+    };
+    if let Some(line) = worktree {
+        delegated.text.push_str("\n\n");
+        delegated.text.push_str(&line);
     }
-    Delegated {
-        session: result.session_id.clone(),
-        resumable: result.resumable,
-        usage: result.usage.clone(),
-        ..ended(name, &result, budget)
-    }
+    delegated
+}
+
+/// What became of a child's worktree, for the call's result and its card: the record's line
+/// (path, branch, commit, diff stat), and what is left to the parent.
+fn worktree_line(record: &protocol::worktree::WorktreeRecord) -> String {
+    use protocol::worktree::Outcome;
+    let next = match record.outcome {
+        Outcome::Removed => "",
+        Outcome::Committed => " Nothing was merged: merge or cherry-pick the branch to take it.",
+        Outcome::Uncommitted | Outcome::Interrupted => {
+            " Nothing was committed or merged: look at the worktree before using it."
+        }
+    };
+    format!("[{}.{next}]", record.describe())
 }
 
 /// A child's result when it did not complete: its status, stop reason and error, the end of its

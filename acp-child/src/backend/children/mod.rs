@@ -105,6 +105,9 @@ pub(crate) struct Task<'s> {
     pub(crate) output_schema: Option<&'s serde_json::Value>,
     /// What the child starts from; `None`: its definition's `run.context`, else fresh.
     pub(crate) context: Option<protocol::definition::RunContext>,
+    /// Where it works: `worktree`, a git worktree of its own; `None`: its definition's
+    /// `run.isolation`, else the session's folder.
+    pub(crate) isolation: Option<protocol::definition::Isolation>,
 }
 
 /// How a started child runs.
@@ -134,6 +137,9 @@ pub(crate) struct Offered {
     /// description): delegation is, and the session's tool filter lets [`MESSAGING_TOOLS`]
     /// through; otherwise nothing could message a child, so none is kept.
     pub(crate) messaging: bool,
+    /// `isolation: worktree`: delegation is, and the session's folder is inside a git
+    /// repository (`acp_host::worktree::in_repository`).
+    pub(crate) isolation: bool,
 }
 
 /// The tools that collect and stop a background task; `run_in_background` needs both.
@@ -147,6 +153,12 @@ pub(crate) const MESSAGING_TOOLS: [&str; 2] = ["send_message", "list_agents"];
 pub(crate) const BACKGROUND_FILTERED: &str = "background subagents are not available in this \
      session (its tool filter leaves out task_output or task_kill); call subagent without \
      run_in_background";
+
+/// The result of a forced `isolation: worktree` in a session whose folder is in no git
+/// repository.
+pub(crate) const ISOLATION_NO_REPOSITORY: &str = "isolation \"worktree\" needs the session's \
+     folder inside a git repository, and this one is not; call subagent without isolation (or \
+     work in a repository)";
 
 /// The result of a forced `run_in_background` under `--no-background`.
 pub(crate) const BACKGROUND_DISABLED: &str = "background subagents are disabled in this agent \
@@ -163,6 +175,8 @@ pub(crate) struct Children<'a> {
     session_cap: Option<u32>,
     /// The session's tool filter, which decides what of the children's tools is offered.
     filter: Option<ToolFilter>,
+    /// The session's folder is inside a git repository: a child may get a worktree.
+    repository: bool,
 }
 
 impl<'a> Children<'a> {
@@ -173,6 +187,7 @@ impl<'a> Children<'a> {
             catalog: subagents.catalog(turn.workspace().root()),
             session_cap: turn.memory().settings().max_depth,
             filter: turn.memory().settings().tool_filter(),
+            repository: acp_host::worktree::in_repository(turn.workspace().root()),
         }
     }
 
@@ -185,6 +200,7 @@ impl<'a> Children<'a> {
                 && self.subagents.background()
                 && self.filter_allows(&BACKGROUND_TOOLS),
             messaging: delegation && self.filter_allows(&MESSAGING_TOOLS),
+            isolation: delegation && self.repository,
         }
     }
 
@@ -223,8 +239,9 @@ impl<'a> Children<'a> {
         if mode == Mode::Background && !self.filter_allows(&BACKGROUND_TOOLS) {
             return Delegated::failed(BACKGROUND_FILTERED);
         }
-        // A child answered stays alive, idle, only when something could message it.
-        let keep = self.offered().messaging;
+        if task.isolation.is_some() && !self.repository {
+            return Delegated::failed(ISOLATION_NO_REPOSITORY);
+        }
         let start = match self
             .subagents
             .preflight(turn, call, &self.catalog, task, None)
@@ -233,6 +250,11 @@ impl<'a> Children<'a> {
             Ok(start) => start,
             Err(refused) => return refused,
         };
+        // A child answered stays alive, idle, only when something could message it, and never
+        // one in a worktree: its worktree is settled (committed, or removed) when its run ends,
+        // and the call's result says how.
+        let isolated = start.worktree.is_some();
+        let keep = self.offered().messaging && !isolated;
         if mode == Mode::OneShot {
             let result = self
                 .subagents
@@ -251,6 +273,9 @@ impl<'a> Children<'a> {
         };
         if self.catalog.forks(&task) {
             table.child_forked(&child);
+        }
+        if isolated {
+            table.child_isolated(&child);
         }
         if mode == Mode::Foreground {
             let (result, live) = self
@@ -345,6 +370,13 @@ impl<'a> Children<'a> {
                 None => {}
             }
         }
+        if child.isolated {
+            return Delegated::failed(format!(
+                "child {} cannot be continued: it worked in a worktree of its own, settled when \
+                 its run ended (its result says where its changes are); start a new subagent call",
+                child.id
+            ));
+        }
         let Some(session) = child.session.clone() else {
             return Delegated::failed(format!(
                 "child {} cannot be continued: its agent reported no session id",
@@ -366,6 +398,7 @@ impl<'a> Children<'a> {
                     context: child
                         .forked
                         .then_some(protocol::definition::RunContext::Fork),
+                    isolation: None,
                 },
                 Some(session),
             )

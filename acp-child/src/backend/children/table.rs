@@ -105,6 +105,8 @@ pub(crate) struct ChildEntry {
     pub(crate) status: ChildStatus,
     /// It started from a fork of the session's conversation (`context: fork`).
     pub(crate) forked: bool,
+    /// It worked in a git worktree of its own (`isolation: worktree`): not continued.
+    pub(crate) isolated: bool,
     pub(crate) last_activity: SystemTime,
     /// Held by the run of this child in flight: one turn at a time.
     pub(crate) gate: Arc<tokio::sync::Mutex<()>>,
@@ -374,6 +376,7 @@ impl Tasks {
                             ChildStatus::Ended
                         },
                         forked: record.forked,
+                        isolated: record.isolated,
                         last_activity: SystemTime::now(),
                         gate: Arc::default(),
                         live: None,
@@ -416,6 +419,7 @@ impl Tasks {
                 resumable: None,
                 status: ChildStatus::Running,
                 forked: false,
+                isolated: false,
                 last_activity: SystemTime::now(),
                 gate,
                 live: None,
@@ -439,6 +443,11 @@ impl Tasks {
     /// Marks child `id` as started from a fork of the session's conversation.
     pub(crate) fn child_forked(&self, id: &str) {
         self.update_child(id, |child| child.forked = true);
+    }
+
+    /// Marks child `id` as working in a worktree of its own (it cannot be continued).
+    pub(crate) fn child_isolated(&self, id: &str) {
+        self.update_child(id, |child| child.isolated = true);
     }
 
     /// Marks child `id` running (a message to it is being delivered).
@@ -486,6 +495,7 @@ impl Tasks {
                 resumable: child.resumable,
                 failed,
                 forked: child.forked,
+                isolated: child.isolated,
             }
         })
     }
@@ -966,7 +976,9 @@ pub(crate) fn describe_children(
         if let Some(label) = &child.label {
             let _ = write!(text, ", task {label:?}");
         }
-        if child.session.is_none() && child.status != ChildStatus::Running {
+        if child.isolated && child.status != ChildStatus::Running {
+            text.push_str(" (cannot be continued: it worked in a worktree of its own)");
+        } else if child.session.is_none() && child.status != ChildStatus::Running {
             text.push_str(" (cannot be continued: its agent reported no session id)");
         } else if !available(&child.agent) {
             let _ = write!(
@@ -1403,6 +1415,7 @@ mod tests {
                 resumable: None,
                 failed: false,
                 forked: false,
+                isolated: false,
             },
             ChildRecord {
                 version: 1,
@@ -1413,6 +1426,7 @@ mod tests {
                 resumable: None,
                 failed: false,
                 forked: false,
+                isolated: false,
             },
         ]);
         let (children, unusable) = tasks.children();
@@ -1451,6 +1465,7 @@ mod tests {
             resumable: Some(true),
             failed,
             forked: false,
+            isolated: false,
         };
         let tasks = Tasks::restored([
             record("agent-1", "echo", "first job", false),

@@ -229,6 +229,7 @@ async fn delegate(
         description: None,
         output_schema: None,
         context: None,
+        isolation: None,
     };
     // One-shot: no table of children here to keep it in, so its process ends with the call.
     let result = Children::new(subagents, turn)

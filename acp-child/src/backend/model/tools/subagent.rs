@@ -11,11 +11,15 @@
 //! `context: "fork"` starts the child from this conversation (`session/fork` of the parent's
 //! saved session, `backend::children`); each agent's description says whether it can, the
 //! parameter is offered only when one can, and a call asking it of one that cannot is refused
-//! (never run fresh).
+//! (never run fresh). `isolation: "worktree"` runs the child in a git worktree of its own
+//! (`acp_host::worktree`, through the run library): offered only when the session's folder is
+//! inside a git repository, refused with nothing started elsewhere; the result (and so the card)
+//! ends with what became of it: its path, branch, commit and diff stat, or that it was removed
+//! (no change), or kept uncommitted (the child did not finish).
 
 use agent_client_protocol::v1::schema::ToolKind;
 use futures::future::BoxFuture;
-use protocol::definition::RunContext;
+use protocol::definition::{Isolation, RunContext};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -45,6 +49,8 @@ struct Args {
     run_in_background: Option<bool>,
     #[serde(default)]
     context: Option<RunContext>,
+    #[serde(default)]
+    isolation: Option<Isolation>,
 }
 
 impl Tool for Subagent {
@@ -71,6 +77,7 @@ impl Tool for Subagent {
                 "output_schema": {"type": "object", "description": "a JSON Schema the subagent's answer must match; the result is then that JSON value"},
                 "run_in_background": {"type": "boolean", "description": "return at once with a task id instead of waiting; task_output gets the result, task_kill stops it, and you are told when it finishes"},
                 "context": {"type": "string", "enum": ["fresh", "fork"], "description": "fresh (the default): the subagent knows only the prompt; fork: it starts from this conversation as of your last completed turn (not this reply), so it knows what you know; only subagents described as able to"},
+                "isolation": {"type": "string", "enum": [Isolation::Worktree.as_str()], "description": "worktree: the subagent works in a git worktree of its own (a checkout of HEAD on a new branch), so parallel subagents cannot step on each other or on your files; the result names its branch, commit and diff stat (a subagent that changed nothing leaves no branch); nothing is merged for you"},
             }),
             &["agent", "prompt"],
         )
@@ -118,6 +125,10 @@ impl Tool for Subagent {
             if !catalog.targets.iter().any(|t| t.forkable) {
                 properties.remove("context");
             }
+            // Only where a worktree can be made: the session's folder is in a git repository.
+            if !offered.isolation {
+                properties.remove("isolation");
+            }
         }
         let mut description = self.description().to_owned();
         if !offered.messaging {
@@ -154,7 +165,11 @@ pub(super) fn outcome(result: Delegated) -> Outcome {
 
 impl Call for Args {
     fn title(&self) -> String {
-        children::title(&self.agent, self.description.as_deref(), &self.prompt)
+        let title = children::title(&self.agent, self.description.as_deref(), &self.prompt);
+        match self.isolation {
+            Some(isolation) => format!("{title} (in a {})", isolation.as_str()),
+            None => title,
+        }
     }
 
     fn run<'a>(&'a self, cx: &'a Context<'a>) -> BoxFuture<'a, Result<Outcome, TurnError>> {
@@ -174,6 +189,7 @@ impl Call for Args {
                 description: self.description.as_deref(),
                 output_schema: self.output_schema.as_ref(),
                 context: self.context,
+                isolation: self.isolation,
             };
             Ok(outcome(children.start(cx.turn, cx.id, task, mode).await))
         })
