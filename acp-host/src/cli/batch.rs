@@ -65,7 +65,8 @@ mod lines;
 /// the line number), `agent`, `subagent`, `cwd`, `timeout` (seconds), `env` (names to forward),
 /// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `fork` (as `run --fork`),
 /// `tokenBudget` and `costBudget` (as `run --token-budget`, `--cost-budget`), `sandbox` and
-/// `network` (as `run --sandbox`, `--network`; they only tighten this batch's). Every line is checked
+/// `network` (as `run --sandbox`, `--network`; they only tighten this batch's), `worktree` (`true`
+/// or a name, as `run --worktree[=NAME]`). Every line is checked
 /// before anything starts. Output: one JSON record per line as its run ends, in completion order:
 /// the `acp-host run --json` result with the line's `id` (type `result`), or type `not-started`
 /// for lines that never started (Ctrl-C).
@@ -79,7 +80,7 @@ pub(super) struct BatchArgs {
     /// How many agents run at once [default: the number of CPUs]. At most 256, and no more
     /// than the open-file and process limits (`ulimit -n`, `ulimit -u`) leave room for.
     #[arg(long, value_name = "N")]
-    jobs: Option<NonZeroUsize>,
+    jobs: Option<usize>,
 
     /// The agent of lines without `agent`: a registry name or a command line [default:
     /// acp-child, or the line's subagent definition's agent].
@@ -182,8 +183,7 @@ const WRITE_PIECE: usize = 64 * 1024;
 
 pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let jobs = batch::check_jobs(args.jobs.map(NonZeroUsize::get), cpus, &job_limits())
-        .map_err(CliError::Usage)?;
+    let jobs = batch::check_jobs(args.jobs, cpus, &job_limits()).map_err(CliError::Usage)?;
     check_token(args)?;
     let share = Share::from_args(args)?;
     let (lines, taken) = read_lines(args, &share)?;
@@ -355,10 +355,15 @@ fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
 /// a line runs again, never is one skipped that did not complete.
 fn read_done(path: &Path) -> Result<HashSet<IdKey>, CliError> {
     let file = std::fs::File::open(path).map_err(|err| {
-        CliError::Usage(format!(
-            "--skip-done {}: cannot read it: {err} (an empty file skips nothing)",
-            path.display()
-        ))
+        let shown = protocol::report::printable_path(path);
+        CliError::Usage(if err.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "--skip-done {shown}: no such file; create it with `touch {shown}` before the \
+                 first run (an empty file skips nothing)"
+            )
+        } else {
+            format!("--skip-done {shown}: cannot read it: {err}")
+        })
     })?;
     let mut reader = std::io::BufReader::new(file);
     let mut done = HashSet::new();
@@ -396,9 +401,7 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Pending, Taken), CliEr
     };
     let mut checker = Checker::new(args);
     if let Some(agent) = &args.agent {
-        checker
-            .agent(agent)
-            .map_err(|problem| CliError::Usage(format!("--agent {agent}: {problem}")))?;
+        checker.agent(agent).map_err(CliError::Usage)?;
     }
     let mut ids = Ids::new(IDS_IN_MEMORY);
     let mut lines = Pending::new(SPOOL_IN_MEMORY);
@@ -544,9 +547,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Whether `agent` names a command that can be launched and whose program is there: unlike
-    /// `run`, where a missing program is the run's spawn error, a batch refuses it up front
-    /// rather than fail it once per line.
+    /// Whether `agent` names a command that can be launched and whose program is there: refused
+    /// up front, with the message and exit code of `run` (2), rather than failed once per line.
     fn agent(&mut self, agent: &str) -> Result<(), String> {
         // A remote agent is the server's to start: its URL is all there is to check here.
         if is_remote(agent) {
@@ -559,14 +561,7 @@ impl<'a> Checker<'a> {
                 let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
                 let resolved = agents::resolve_with_registry(agent, facts, cache.as_ref())
                     .map_err(|err| err.to_string())?;
-                if resolved.location.is_found() {
-                    return Ok(());
-                }
-                let program = resolved.command.program.display();
-                Err(match resolved.command.install_hint {
-                    Some(hint) => format!("{program} is not installed (`{hint}`)"),
-                    None => format!("{program} is not found (not on PATH, not a file)"),
-                })
+                resolved.not_found().map_or(Ok(()), Err)
             })
             .clone()
     }

@@ -222,8 +222,8 @@ fn bad_shards_and_a_missing_results_file_are_refused_before_anything_runs() {
     refused(
         &["--skip-done", "nowhere.ndjson"],
         None,
-        "--skip-done nowhere.ndjson: cannot read it: No such file or directory (os error 2) (an \
-         empty file skips nothing)",
+        "--skip-done nowhere.ndjson: no such file; create it with `touch nowhere.ndjson` before \
+         the first run (an empty file skips nothing)",
     );
     assert!(!record.exists(), "no agent was started");
 }

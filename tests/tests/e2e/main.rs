@@ -18,6 +18,7 @@ mod children;
 mod cli_snapshots;
 mod common;
 mod delegation;
+mod errors;
 mod fork;
 mod hardening;
 mod host_child;
