@@ -58,6 +58,7 @@ use super::sandbox::SandboxArgs;
 use super::{CliError, Written, subagent};
 
 mod lines;
+mod merge;
 
 /// Run many prompts, one agent each, up to --jobs at once.
 ///
@@ -132,8 +133,8 @@ pub(super) struct BatchArgs {
     shard: Option<String>,
 
     /// --shard with INDEX, and COUNT if it is a name, read from the environment a scheduler
-    /// sets: `JOB_COMPLETION_INDEX/4` (Kubernetes), `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT`
-    /// (Slurm).
+    /// sets: `JOB_COMPLETION_INDEX/4` (Kubernetes), `SLURM_ARRAY_TASK_ID/4` (Slurm). Give COUNT as
+    /// a number: a scheduler's count is the submission's (a task resubmitted alone counts 1).
     #[arg(long, value_name = "VARIABLE/COUNT")]
     shard_from_env: Option<String>,
 
@@ -142,6 +143,15 @@ pub(super) struct BatchArgs {
     /// lines get no new record.
     #[arg(long, value_name = "RESULTS.jsonl")]
     skip_done: Option<PathBuf>,
+
+    /// Run nothing: merge these results files (the stdout of a batch's shards and resumed
+    /// runs) into one on stdout, the last record of each id kept (in the order given, then line
+    /// order), so what a resume redid no longer shows as failed.
+    #[arg(long, value_name = "RESULTS", num_args = 1.., conflicts_with_all = [
+        "jobs", "agent", "shard", "shard_from_env", "skip_done", "json_summary", "token_file",
+        "token_env", "timeout", "permission",
+    ])]
+    merge: Vec<PathBuf>,
 
     /// The sandbox of every line (a line's `sandbox` and `network` only tighten it).
     #[command(flatten)]
@@ -162,7 +172,8 @@ Examples:\n  \
 echo '{{\"id\":\"readme\",\"prompt\":\"summarise README.md\"}}' | acp-host batch --agent codex\n  \
 acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n  \
 acp-host batch --shard 0/4 jobs.ndjson > results-0.ndjson\n  \
-acp-host batch --skip-done results.ndjson jobs.ndjson >> results.ndjson\n",
+acp-host batch --skip-done results.ndjson jobs.ndjson >> results.ndjson\n  \
+acp-host batch --merge results-*.ndjson | jq 'select(.status != \"completed\")'\n",
         batch::exit_code_table()
     )
 }
@@ -182,6 +193,16 @@ const STALL_POLL: Duration = Duration::from_millis(50);
 const WRITE_PIECE: usize = 64 * 1024;
 
 pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
+    if !args.merge.is_empty() {
+        if args.input != "-" {
+            return Err(CliError::Usage(format!(
+                "--merge takes results files only, not an input to run ({}); put it after \
+                 --merge to merge it",
+                args.input
+            )));
+        }
+        return merge::execute(&args.merge);
+    }
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     let jobs = batch::check_jobs(args.jobs, cpus, &job_limits()).map_err(CliError::Usage)?;
     check_token(args)?;

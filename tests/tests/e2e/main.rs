@@ -16,6 +16,7 @@ mod capabilities;
 mod child_streaming;
 mod children;
 mod cli_snapshots;
+mod cluster_recipes;
 mod common;
 mod delegation;
 mod errors;
