@@ -131,3 +131,70 @@ fn a_bad_json_line_names_its_line_once() {
          line is one JSON object, {\"prompt\": \"...\"}\n"
     );
 }
+
+/// The failure rows of the serve, agents and trust tables are what the binary exits with.
+#[test]
+fn serve_agents_and_trust_exit_as_their_tables_say() {
+    use protocol::result::Documented;
+    let dir = temp();
+    let code_of = |command: Documented, name: &str| {
+        command
+            .exit_rows()
+            .iter()
+            .find(|row| row.name == name)
+            .map(|row| i32::from(row.code))
+            .unwrap()
+    };
+    let host = |args: &[&str]| {
+        let mut cmd = Command::new(bin("acp-host"));
+        cmd.current_dir(dir.path())
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
+            .args(args);
+        run_to_end(&mut cmd)
+    };
+    // A taken address: serve cannot listen.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let out = host(&["serve", "--insecure-no-auth", "--listen", &address]);
+    assert_eq!(
+        code(&out),
+        code_of(Documented::Serve, "failed"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).starts_with(&format!("acp-host: error: cannot listen on {address}")));
+    let out = host(&["serve", "--agent", "cladue", "--insecure-no-auth"]);
+    assert_eq!(
+        code(&out),
+        code_of(Documented::Serve, "usage"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).starts_with("acp-host: error: agent cladue not found: "));
+    // A registry that cannot be read.
+    let out = host(&["agents", "--registry", "nowhere.json"]);
+    assert_eq!(
+        code(&out),
+        code_of(Documented::Agents, "failed"),
+        "{}",
+        stderr(&out)
+    );
+    let out = host(&["agents", "--nope"]);
+    assert_eq!(code(&out), code_of(Documented::Agents, "usage"));
+    // A path that is neither a folder nor a definition.
+    let out = host(&["trust", "nowhere"]);
+    assert_eq!(
+        code(&out),
+        code_of(Documented::Trust, "usage"),
+        "{}",
+        stderr(&out)
+    );
+    let out = host(&["trust"]);
+    assert_eq!(
+        code(&out),
+        code_of(Documented::Trust, "done"),
+        "{}",
+        stderr(&out)
+    );
+}
