@@ -27,6 +27,8 @@
 //!   a signal while the input is read and checked simply ends acp-host (nothing has started);
 //! - progress goes to stderr: a live bar on a terminal, one plain line per finished run otherwise.
 //!   Stdout carries only the records.
+//! - `--merge FILE...` runs nothing: it writes the records of results files as one, the last of
+//!   each id kept (`merge`);
 //! - with `--shard` / `--shard-from-env` and `--skip-done`, the batch is the lines of its shard
 //!   (`protocol::shard`) less those with a `completed` record in the results file; "every line"
 //!   above means every line of that batch. Every input line is still parsed (all workers refuse
@@ -345,23 +347,7 @@ impl Share {
 /// the new records would overwrite the earlier ones (with `>`, the shell has already emptied the
 /// file, and every line would run again). `>> file` is how a batch resumes into its own results.
 fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
-    use std::os::fd::AsFd as _;
-    use std::os::unix::fs::MetadataExt as _;
-    let stdout = std::io::stdout();
-    let (Ok(out), Ok(file)) = (
-        nix::sys::stat::fstat(stdout.as_fd()),
-        std::fs::metadata(path),
-    ) else {
-        return Ok(());
-    };
-    if out.st_dev != file.dev() || out.st_ino != file.ino() {
-        return Ok(());
-    }
-    let appends =
-        nix::fcntl::fcntl(stdout.as_fd(), nix::fcntl::FcntlArg::F_GETFL).is_ok_and(|flags| {
-            nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_APPEND)
-        });
-    if appends {
+    if stdout_is(path) != Some(Open::Overwrites) {
         return Ok(());
     }
     Err(CliError::Usage(format!(
@@ -369,6 +355,36 @@ fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
          overwrite it (and `> {0}` has already emptied it); append to it with `>> {0}`",
         path.display()
     )))
+}
+
+/// How stdout has a file open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// `>> file`.
+    Appends,
+    /// `> file`, `1<> file`.
+    Overwrites,
+}
+
+/// How stdout has `path` open, when stdout is that file (the same device and inode).
+fn stdout_is(path: &Path) -> Option<Open> {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let stdout = std::io::stdout();
+    let out = nix::sys::stat::fstat(stdout.as_fd()).ok()?;
+    let file = std::fs::metadata(path).ok()?;
+    if out.st_dev != file.dev() || out.st_ino != file.ino() {
+        return None;
+    }
+    let appends =
+        nix::fcntl::fcntl(stdout.as_fd(), nix::fcntl::FcntlArg::F_GETFL).is_ok_and(|flags| {
+            nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_APPEND)
+        });
+    Some(if appends {
+        Open::Appends
+    } else {
+        Open::Overwrites
+    })
 }
 
 /// The ids with a `completed` record in `path`. Any other line (another status, a record cut

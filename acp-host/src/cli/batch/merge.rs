@@ -138,16 +138,7 @@ fn each_line(path: &Path, mut each: impl FnMut(u64, &[u8]) -> bool) -> Result<()
 /// Refuses a results file that is also stdout: the shell has already emptied it (`>`), or the
 /// merged records would be appended to what is being read (`>>`).
 fn refuse_stdout(path: &Path) -> Result<(), CliError> {
-    use std::os::fd::AsFd as _;
-    use std::os::unix::fs::MetadataExt as _;
-    let stdout = std::io::stdout();
-    let (Ok(out), Ok(file)) = (
-        nix::sys::stat::fstat(stdout.as_fd()),
-        std::fs::metadata(path),
-    ) else {
-        return Ok(());
-    };
-    if out.st_dev == file.dev() && out.st_ino == file.ino() {
+    if super::stdout_is(path).is_some() {
         return Err(CliError::Usage(format!(
             "--merge {0}: it is also stdout (`> {0}` has already emptied it); write the merged \
              records to another file",
