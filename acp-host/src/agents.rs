@@ -29,6 +29,24 @@ pub struct ResolvedAgent {
     pub env: Vec<(String, String)>,
 }
 
+impl ResolvedAgent {
+    /// Why the agent cannot start here, when its program was found nowhere: what is missing and
+    /// how to fix it (`protocol::registry::not_found`). `run`, `batch` and `serve` refuse such an
+    /// agent before anything is spawned, with this message (exit 2).
+    #[must_use]
+    pub fn not_found(&self) -> Option<String> {
+        (!self.location.is_found()).then(|| {
+            let program = &self.command.program;
+            registry::not_found(
+                &self.command.display,
+                &program.display().to_string(),
+                self.command.install_hint.as_deref(),
+                program.components().count() > 1 && program.exists(),
+            )
+        })
+    }
+}
+
 /// `--agent` names nothing that can be launched (a usage error: nothing is spawned).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(transparent)]

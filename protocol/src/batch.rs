@@ -13,14 +13,13 @@
 //! (stdout closed, failing, or stalled after Ctrl-C) is [`EXIT_OUTPUT_LOST`], whatever the runs
 //! did.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::result::{EXIT_USAGE, RunResult, Status};
+use crate::result::{EXIT_USAGE, ExitRow, RunResult, Status};
 use crate::structured::OutputSchema;
 
 /// The fields a line may have, in documentation order.
@@ -84,13 +83,25 @@ pub struct LineError {
     pub problem: String,
 }
 
+/// What is wrong with a line that is not JSON, where in the line: serde's own message less its
+/// ` at line 1 column N` (the line is the input's, already named).
+fn json_problem(err: &serde_json::Error) -> String {
+    let message = err.to_string();
+    let place = format!(" at line {} column {}", err.line(), err.column());
+    let message = message.strip_suffix(&place).unwrap_or(&message);
+    format!(
+        "not valid JSON at column {}: {message}; each line is one JSON object, {{\"prompt\": \"...\"}}",
+        err.column()
+    )
+}
+
 /// Reads line `number` (1-based) of the input. `None` for a blank line (skipped).
 #[must_use]
 pub fn parse_line(number: usize, text: &str) -> Option<Result<BatchLine, LineError>> {
-    let text = text.trim();
-    if text.is_empty() {
+    if text.trim().is_empty() {
         return None;
     }
+    // Untrimmed, so a JSON error's column is the line's own.
     Some(parse_object(number, text))
 }
 
@@ -108,7 +119,7 @@ fn parse_object(number: usize, text: &str) -> Result<BatchLine, LineError> {
                 "not a JSON object; each line is {\"prompt\": \"...\", ...}".into(),
             ));
         }
-        Err(err) => return Err(error(None, format!("not valid JSON ({err})"))),
+        Err(err) => return Err(error(None, json_problem(&err))),
     };
     if let Some((field, problem)) = duplicate(text) {
         return Err(error(Some(&field), problem));
@@ -397,36 +408,50 @@ pub fn exit_code(end: BatchEnd) -> u8 {
     }
 }
 
-/// The exit codes of `acp-host batch` as text, for its `--help` (one source with [`exit_code`]).
+/// The exit codes of `acp-host batch`, for its `--help` and the README (one source with
+/// [`exit_code`]).
 #[must_use]
-pub fn exit_code_table() -> String {
+pub fn exit_rows() -> Vec<ExitRow> {
     let end = |interrupted, completed, lost| BatchEnd {
         interrupted,
         ended: 1,
         completed,
         lost,
     };
-    [
-        (exit_code(end(false, 1, 0)), "every run completed"),
-        (
+    let row = |code, name, when| ExitRow { code, name, when };
+    vec![
+        row(
+            exit_code(end(false, 1, 0)),
+            "completed",
+            "every run completed",
+        ),
+        row(
             exit_code(end(false, 0, 0)),
+            "failed",
             "a run did not complete, or did not start (its record says why)",
         ),
-        (EXIT_USAGE, "a bad flag or line; nothing was started"),
-        (
+        row(
+            EXIT_USAGE,
+            "usage",
+            "a bad flag or line (an agent not found included); nothing was started",
+        ),
+        row(
             exit_code(end(true, 0, 0)),
+            "aborted",
             "Ctrl-C / SIGTERM: running agents were cancelled, the rest not started",
         ),
-        (
+        row(
             exit_code(end(false, 1, 1)),
-            "records were not all written: stdout closed, failed, or stalled after Ctrl-C",
+            "output-lost",
+            "records were not all written (stdout closed, failed, or stalled)",
         ),
     ]
-    .iter()
-    .fold(String::from("Exit codes:\n"), |mut table, (code, why)| {
-        let _ = writeln!(table, "  {code:>3}  {why}");
-        table
-    })
+}
+
+/// The exit codes of `acp-host batch` as text, for its `--help`.
+#[must_use]
+pub fn exit_code_table() -> String {
+    crate::result::Documented::Batch.exit_table()
 }
 
 /// The most agents a batch runs at once, whatever the machine allows (`--jobs` above it is
@@ -499,6 +524,11 @@ pub fn check_jobs(
 ) -> Result<usize, String> {
     let (most, why) = limits.max_jobs();
     match jobs {
+        Some(0) => Err(
+            "--jobs 0: no agent could ever run; pass --jobs 1 or more, or leave it out (the \
+             number of CPUs)"
+                .to_owned(),
+        ),
         Some(jobs) if jobs > most => Err(format!(
             "--jobs {jobs}: at most {most} ({why}); lower --jobs"
         )),
@@ -689,7 +719,16 @@ mod tests {
             refused("[1]"),
             "line 7: not a JSON object; each line is {\"prompt\": \"...\", ...}"
         );
-        assert!(refused("{").starts_with("line 7: not valid JSON ("));
+        assert_eq!(
+            refused(r#"  {"prompt" "b"}"#),
+            "line 7: not valid JSON at column 13: expected `:`; each line is one JSON object, \
+             {\"prompt\": \"...\"}"
+        );
+        assert_eq!(
+            refused("{"),
+            "line 7: not valid JSON at column 1: EOF while parsing an object; each line is one \
+             JSON object, {\"prompt\": \"...\"}"
+        );
         assert_eq!(
             refused(r#"{"prompt":"p","cwd":null}"#),
             "line 7, field `cwd`: expected a string, got null"
@@ -755,8 +794,10 @@ mod tests {
         assert_eq!(end(true, 3, 3, 0), 130);
         assert_eq!(end(true, 3, 0, 1), 141);
         assert_eq!(end(false, 3, 3, 2), 141);
-        assert!(exit_code_table().contains("  130  Ctrl-C"));
-        assert!(exit_code_table().contains("  141  records were not all written"));
+        assert!(exit_code_table().contains("  130  aborted            Ctrl-C"));
+        assert!(
+            exit_code_table().contains("  141  output-lost        records were not all written (")
+        );
     }
 
     #[test]
@@ -797,6 +838,14 @@ mod tests {
     fn jobs_are_capped_by_the_fixed_cap_and_the_process_limits() {
         let unlimited = JobLimits::default();
         assert_eq!(check_jobs(Some(256), 2, &unlimited), Ok(256));
+        assert_eq!(
+            check_jobs(Some(0), 2, &unlimited),
+            Err(
+                "--jobs 0: no agent could ever run; pass --jobs 1 or more, or leave it out (the \
+                 number of CPUs)"
+                    .into()
+            )
+        );
         assert_eq!(
             check_jobs(Some(100_000), 2, &unlimited),
             Err("--jobs 100000: at most 256 (at most 256 agents run at once); lower --jobs".into())

@@ -23,6 +23,7 @@ pub mod sandbox;
 pub mod schema;
 pub mod shard;
 pub mod structured;
+pub mod suggest;
 pub mod sync;
 pub mod trust;
 pub mod usage;

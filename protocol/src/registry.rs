@@ -851,6 +851,44 @@ pub fn looked_up_beside_host(program: &str) -> bool {
     program == ACP_CHILD
 }
 
+/// The names `--agent` takes for an agent that speaks ACP: each one's name, then its aliases.
+pub fn acp_names() -> impl Iterator<Item = &'static str> {
+    acp_agents().flat_map(|spec| std::iter::once(spec.name).chain(spec.aliases.iter().copied()))
+}
+
+/// Why `agent` cannot start here, its program (`program`, the first word of what it launches)
+/// being found nowhere (`exists`: a file is at that path, but not an executable one), and what to
+/// do: install it (with `install`, a registry agent's install command), fix the path or the
+/// file's mode, or pick a name `acp-host agents` lists (the close ones suggested).
+#[must_use]
+pub fn not_found(agent: &str, program: &str, install: Option<&str>, exists: bool) -> String {
+    if let Some(install) = install {
+        return format!(
+            "agent {agent} is not installed: {program} is not on PATH; install it (`{install}`), \
+             or pass --agent with its full path"
+        );
+    }
+    if program.contains('/') && exists {
+        return format!(
+            "agent {agent} cannot start: {program} is not an executable file; make it one \
+             (`chmod +x {program}`) or fix the path"
+        );
+    }
+    if program.contains('/') {
+        return format!(
+            "agent {agent} not found: no executable file at {program}; fix the path, or pass a \
+             command on PATH"
+        );
+    }
+    let close = crate::suggest::closest(program, acp_names());
+    let hint = crate::suggest::did_you_mean(&close).map_or_else(String::new, |hint| hint + " ");
+    format!(
+        "agent {agent} not found: {program} is neither a known agent nor a program on PATH; \
+         {hint}`acp-host agents` lists the known agents (install one, or pass a command on PATH \
+         or its full path)"
+    )
+}
+
 /// What `--agent` names, split into the program and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
@@ -1232,5 +1270,37 @@ mod tests {
         assert!(!switch.disables("[agents]\nenabled = true\n").unwrap());
         assert!(!switch.disables("model = \"o3\"\n").unwrap());
         assert!(switch.disables("[agents\n").is_err());
+    }
+
+    #[test]
+    fn not_found_says_what_is_missing_and_how_to_fix_it() {
+        assert!(acp_names().any(|name| name == "claude"));
+        assert_eq!(
+            not_found("claude", "claude-code-acp", Some("npm install -g x"), false),
+            "agent claude is not installed: claude-code-acp is not on PATH; install it \
+             (`npm install -g x`), or pass --agent with its full path"
+        );
+        assert_eq!(
+            not_found("/opt/agent --acp", "/opt/agent", None, false),
+            "agent /opt/agent --acp not found: no executable file at /opt/agent; fix the path, \
+             or pass a command on PATH"
+        );
+        assert_eq!(
+            not_found("cladue", "cladue", None, false),
+            "agent cladue not found: cladue is neither a known agent nor a program on PATH; did \
+             you mean claude? `acp-host agents` lists the known agents (install one, or pass a \
+             command on PATH or its full path)"
+        );
+        assert_eq!(
+            not_found("zzzzzz", "zzzzzz", None, false),
+            "agent zzzzzz not found: zzzzzz is neither a known agent nor a program on PATH; \
+             `acp-host agents` lists the known agents (install one, or pass a command on PATH or \
+             its full path)"
+        );
+        assert_eq!(
+            not_found("./agent.sh", "./agent.sh", None, true),
+            "agent ./agent.sh cannot start: ./agent.sh is not an executable file; make it one \
+             (`chmod +x ./agent.sh`) or fix the path"
+        );
     }
 }

@@ -121,41 +121,144 @@ impl Status {
         }
     }
 
-    /// The exit-code table as text, for `--help` and the README (one source for both).
+    /// When a run ends with this status, in the words of the exit-code table.
+    #[must_use]
+    pub fn when(self) -> &'static str {
+        match self {
+            Status::Completed => "stop reason end_turn",
+            Status::MaxTokens => "stop reason max_tokens",
+            Status::MaxTurnRequests => "stop reason max_turn_requests",
+            Status::Refusal => "stop reason refusal",
+            Status::SchemaMismatch => {
+                "no answer matched --output-schema within --schema-retries follow-ups"
+            }
+            Status::OverBudget => {
+                "the usage the agent reported passed --token-budget or --cost-budget"
+            }
+            Status::Aborted => "Ctrl-C / SIGTERM, or stop reason cancelled",
+            Status::Timeout => "--timeout elapsed",
+            Status::Error => {
+                "spawn, connection or protocol failure, crash, depth limit, capability"
+            }
+        }
+    }
+
+    /// The exit-code table of `acp-host run` as text, for its `--help`.
     #[must_use]
     pub fn exit_code_table() -> String {
-        let mut out = String::from("Exit codes:\n");
-        for status in Status::ALL {
-            let why = match status {
-                Status::Timeout => "--timeout elapsed".to_owned(),
-                Status::SchemaMismatch => {
-                    "the answer did not match --output-schema after --schema-retries".to_owned()
-                }
-                Status::OverBudget => {
-                    "reported usage passed --token-budget or --cost-budget".to_owned()
-                }
-                Status::Error => {
-                    "spawn failure, crash, protocol error, depth limit, capability refused"
-                        .to_owned()
-                }
-                Status::Aborted => {
-                    "cancelled (Ctrl-C, SIGTERM) or stop reason cancelled".to_owned()
-                }
-                other => format!("stop reason {}", other.stop_reason().unwrap_or_default()),
-            };
-            let _ = writeln!(
-                out,
-                "  {:>3}  {:<17}  {why}",
-                status.exit_code(),
-                status.as_str()
-            );
+        Documented::Run.exit_table()
+    }
+}
+
+/// A subcommand whose exit codes are documented as a table, in its `--help` and in the README
+/// (a test holds the two together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Documented {
+    Run,
+    Batch,
+    Serve,
+    Agents,
+    Trust,
+}
+
+/// One row of an exit-code table: the code, a short name, and when it happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitRow {
+    pub code: u8,
+    pub name: &'static str,
+    pub when: &'static str,
+}
+
+/// The usage row every table ends with: what was wrong depends on the subcommand.
+const fn usage(when: &'static str) -> ExitRow {
+    ExitRow {
+        code: EXIT_USAGE,
+        name: "usage",
+        when,
+    }
+}
+
+/// The exit code of a subcommand that could not do its work ([`Status::Error`]'s).
+const EXIT_FAILED: u8 = 1;
+
+impl Documented {
+    /// Every documented subcommand, in the README's order.
+    pub const ALL: [Documented; 5] = [
+        Documented::Run,
+        Documented::Batch,
+        Documented::Serve,
+        Documented::Agents,
+        Documented::Trust,
+    ];
+
+    /// The subcommand's name (`acp-host NAME`).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Documented::Run => "run",
+            Documented::Batch => "batch",
+            Documented::Serve => "serve",
+            Documented::Agents => "agents",
+            Documented::Trust => "trust",
         }
-        let _ = writeln!(
-            out,
-            "  {EXIT_USAGE:>3}  {:<17}  bad flags, cwd or --env; nothing was spawned",
-            "usage"
-        );
-        out
+    }
+
+    /// The subcommand's exit codes, in the order they are documented.
+    #[must_use]
+    pub fn exit_rows(self) -> Vec<ExitRow> {
+        let failed = |when| ExitRow {
+            code: EXIT_FAILED,
+            name: "failed",
+            when,
+        };
+        let done = |name, when| ExitRow {
+            code: Status::Completed.exit_code(),
+            name,
+            when,
+        };
+        match self {
+            Documented::Run => Status::ALL
+                .iter()
+                .map(|status| ExitRow {
+                    code: status.exit_code(),
+                    name: status.as_str(),
+                    when: status.when(),
+                })
+                .chain([usage(
+                    "bad flags, cwd or --env, or an agent not found; nothing was spawned",
+                )])
+                .collect(),
+            Documented::Batch => crate::batch::exit_rows(),
+            Documented::Serve => vec![
+                done(
+                    "stopped",
+                    "SIGINT / SIGTERM, once every agent was torn down",
+                ),
+                failed("it could not listen on --listen, or the sandbox cannot be held here"),
+                usage("bad flags or token file, or an agent not found; nothing listened"),
+            ],
+            Documented::Agents => vec![
+                done("listed", "the listing was printed"),
+                failed("the ACP Registry could not be fetched, read or cached"),
+                usage("bad flags"),
+            ],
+            Documented::Trust => vec![
+                done("done", "listed, approved or revoked"),
+                failed("the approvals, or the current directory, could not be read or written"),
+                usage("a path that is neither a folder nor a definition file, or bad flags"),
+            ],
+        }
+    }
+
+    /// The exit-code table as `--help` prints it.
+    #[must_use]
+    pub fn exit_table(self) -> String {
+        self.exit_rows()
+            .iter()
+            .fold(String::from("Exit codes:\n"), |mut out, row| {
+                let _ = writeln!(out, "  {:>3}  {:<17}  {}", row.code, row.name, row.when);
+                out
+            })
     }
 }
 
@@ -463,6 +566,35 @@ mod tests {
         for status in Status::ALL {
             assert!(table.contains(status.as_str()));
         }
+    }
+
+    #[test]
+    fn every_documented_table_has_distinct_codes_and_a_usage_row() {
+        for command in Documented::ALL {
+            let rows = command.exit_rows();
+            let codes: std::collections::HashSet<u8> = rows.iter().map(|row| row.code).collect();
+            assert_eq!(codes.len(), rows.len(), "{}", command.name());
+            assert!(
+                rows.iter()
+                    .any(|row| row.code == EXIT_USAGE && row.name == "usage")
+            );
+            let table = command.exit_table();
+            assert!(table.starts_with("Exit codes:\n"), "{table}");
+            assert_eq!(table.lines().count(), rows.len() + 1, "{table}");
+            // Each row fits a 100-column help text on one line (clap wraps longer ones).
+            assert!(table.lines().all(|line| line.len() <= 100), "{table}");
+        }
+        assert_eq!(
+            Documented::ALL.map(Documented::name),
+            ["run", "batch", "serve", "agents", "trust"]
+        );
+        assert!(
+            Documented::Serve
+                .exit_table()
+                .contains("    0  stopped            SIGINT / SIGTERM")
+        );
+        assert!(Documented::Agents.exit_table().contains("    1  failed "));
+        assert!(Documented::Trust.exit_table().contains("    0  done "));
     }
 
     #[test]

@@ -175,7 +175,19 @@ impl ShardFromEnv {
                 })
             }
         };
-        Shard::new(value(&self.index)?, value(&self.count)?, &flag)
+        let (index, count) = (value(&self.index)?, value(&self.count)?);
+        Shard::new(index, count, &flag).map_err(|err| match (&self.index, &self.count) {
+            (Source::Variable(index_name), Source::Variable(count_name))
+                if count > 0 && index >= count =>
+            {
+                format!(
+                    "{err}; {count_name}={count} counts this submission's tasks, not the batch's \
+                     shards (a task resubmitted alone has a count of 1): give the count as a \
+                     number, as in `--shard-from-env {index_name}/4`"
+                )
+            }
+            _ => err,
+        })
     }
 }
 
@@ -195,9 +207,41 @@ pub fn completed_id(line: &str) -> Option<String> {
     (record.kind == "result" && record.status == Status::Completed.as_str()).then_some(record.id)
 }
 
+/// The id of a results line that is a record of a line (`result` or `not-started`); `None` for
+/// anything else: a `--json-summary` line, a blank line, a line cut short. `acp-host batch
+/// --merge` keeps the last record of each id.
+#[must_use]
+pub fn record_id(line: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Record {
+        #[serde(rename = "type")]
+        kind: String,
+        id: String,
+    }
+    let record: Record = serde_json::from_str(line.trim()).ok()?;
+    matches!(record.kind.as_str(), "result" | "not-started").then_some(record.id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_of_either_kind_has_an_id_and_nothing_else_does() {
+        assert_eq!(
+            record_id(r#"{"type":"result","id":"a","status":"error"}"#).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            record_id("{\"type\":\"not-started\",\"id\":\"b\",\"status\":\"not-started\"}\n")
+                .as_deref(),
+            Some("b")
+        );
+        assert_eq!(record_id(r#"{"type":"summary","completed":1}"#), None);
+        assert_eq!(record_id(r#"{"type":"result","id":"a","stat"#), None);
+        assert_eq!(record_id(r#"{"type":"other","id":"a"}"#), None);
+        assert_eq!(record_id(""), None);
+    }
 
     #[test]
     fn the_shard_of_an_id_is_the_documented_sha256_rule() {
@@ -299,6 +343,27 @@ mod tests {
                 ("SLURM_ARRAY_TASK_COUNT", "2")
             ])),
             Ok(Shard::new(0, 2, "t").unwrap())
+        );
+        // `sbatch --array=2` alone: Slurm counts one task.
+        assert_eq!(
+            both.resolve(env(&[
+                ("SLURM_ARRAY_TASK_ID", "2"),
+                ("SLURM_ARRAY_TASK_COUNT", "1")
+            ]))
+            .unwrap_err(),
+            "--shard-from-env SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT: index 2 is not below the \
+             count 1; indexes are 0-based, from 0 to 0; SLURM_ARRAY_TASK_COUNT=1 counts this \
+             submission's tasks, not the batch's shards (a task resubmitted alone has a count of \
+             1): give the count as a number, as in `--shard-from-env SLURM_ARRAY_TASK_ID/4`"
+        );
+        assert_eq!(
+            both.resolve(env(&[
+                ("SLURM_ARRAY_TASK_ID", "0"),
+                ("SLURM_ARRAY_TASK_COUNT", "0")
+            ]))
+            .unwrap_err(),
+            "--shard-from-env SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT: the count is 0; it is \
+             from 1 to 1000000 workers"
         );
         assert!(ShardFromEnv::parse("JOB_COMPLETION_INDEX").is_err());
         assert!(ShardFromEnv::parse("$X/4").is_err());

@@ -34,9 +34,16 @@ one of the agents above nor a program on PATH: its binary for this platform, dow
 cache on first use (checked against the registry's SHA-256 when it has one), else `npx` / `uvx`.
 Later runs start from the cache, offline.";
 
+fn after_help() -> String {
+    format!(
+        "{AFTER_HELP}\n\n{}",
+        protocol::result::Documented::Agents.exit_table()
+    )
+}
+
 /// List the agents the registry knows, whether each is installed, and where sync writes for it.
 #[derive(Debug, clap::Args)]
-#[command(after_help = AFTER_HELP)]
+#[command(after_help = after_help())]
 pub(super) struct AgentsArgs {
     /// Print JSON instead of lines.
     #[arg(long)]

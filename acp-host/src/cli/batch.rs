@@ -27,6 +27,8 @@
 //!   a signal while the input is read and checked simply ends acp-host (nothing has started);
 //! - progress goes to stderr: a live bar on a terminal, one plain line per finished run otherwise.
 //!   Stdout carries only the records.
+//! - `--merge FILE...` runs nothing: it writes the records of results files as one, the last of
+//!   each id kept (`merge`);
 //! - with `--shard` / `--shard-from-env` and `--skip-done`, the batch is the lines of its shard
 //!   (`protocol::shard`) less those with a `completed` record in the results file; "every line"
 //!   above means every line of that batch. Every input line is still parsed (all workers refuse
@@ -59,6 +61,7 @@ use super::sandbox::SandboxArgs;
 use super::{CliError, Written, subagent};
 
 mod lines;
+mod merge;
 
 /// Run many prompts, one agent each, up to --jobs at once.
 ///
@@ -67,7 +70,8 @@ mod lines;
 /// `outputSchema` (a JSON Schema, inline, as `run --output-schema`), `fork` (as `run --fork`),
 /// `tokenBudget` and `costBudget` (as `run --token-budget`, `--cost-budget`), `sandbox` and
 /// `network` (as `run --sandbox`, `--network`; they only tighten this batch's), `worktree` (`true`
-/// or a name, as `run --worktree[=NAME]`). Every line is checked before anything starts. Output: one JSON record per line as its run ends, in completion order:
+/// or a name, as `run --worktree[=NAME]`). Every line is checked
+/// before anything starts. Output: one JSON record per line as its run ends, in completion order:
 /// the `acp-host run --json` result with the line's `id` (type `result`), or type `not-started`
 /// for lines that never started (Ctrl-C).
 #[derive(Debug, clap::Args)]
@@ -80,7 +84,7 @@ pub(super) struct BatchArgs {
     /// How many agents run at once [default: the number of CPUs]. At most 256, and no more
     /// than the open-file and process limits (`ulimit -n`, `ulimit -u`) leave room for.
     #[arg(long, value_name = "N")]
-    jobs: Option<NonZeroUsize>,
+    jobs: Option<usize>,
 
     /// The agent of lines without `agent`: a registry name or a command line [default:
     /// acp-child, or the line's subagent definition's agent].
@@ -132,8 +136,8 @@ pub(super) struct BatchArgs {
     shard: Option<String>,
 
     /// --shard with INDEX, and COUNT if it is a name, read from the environment a scheduler
-    /// sets: `JOB_COMPLETION_INDEX/4` (Kubernetes), `SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT`
-    /// (Slurm).
+    /// sets: `JOB_COMPLETION_INDEX/4` (Kubernetes), `SLURM_ARRAY_TASK_ID/4` (Slurm). Give COUNT as
+    /// a number: a scheduler's count is the submission's (a task resubmitted alone counts 1).
     #[arg(long, value_name = "VARIABLE/COUNT")]
     shard_from_env: Option<String>,
 
@@ -142,6 +146,15 @@ pub(super) struct BatchArgs {
     /// lines get no new record.
     #[arg(long, value_name = "RESULTS.jsonl")]
     skip_done: Option<PathBuf>,
+
+    /// Run nothing: merge these results files (the stdout of a batch's shards and resumed
+    /// runs) into one on stdout, the last record of each id kept (in the order given, then line
+    /// order), so what a resume redid no longer shows as failed.
+    #[arg(long, value_name = "RESULTS", num_args = 1.., conflicts_with_all = [
+        "jobs", "agent", "shard", "shard_from_env", "skip_done", "json_summary", "token_file",
+        "token_env", "timeout", "permission",
+    ])]
+    merge: Vec<PathBuf>,
 
     /// The sandbox of every line (a line's `sandbox` and `network` only tighten it).
     #[command(flatten)]
@@ -172,7 +185,8 @@ Examples:\n  \
 echo '{{\"id\":\"readme\",\"prompt\":\"summarise README.md\"}}' | acp-host batch --agent codex\n  \
 acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n  \
 acp-host batch --shard 0/4 jobs.ndjson > results-0.ndjson\n  \
-acp-host batch --skip-done results.ndjson jobs.ndjson >> results.ndjson\n",
+acp-host batch --skip-done results.ndjson jobs.ndjson >> results.ndjson\n  \
+acp-host batch --merge results-*.ndjson | jq 'select(.status != \"completed\")'\n",
         batch::exit_code_table()
     )
 }
@@ -192,9 +206,18 @@ const STALL_POLL: Duration = Duration::from_millis(50);
 const WRITE_PIECE: usize = 64 * 1024;
 
 pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
+    if !args.merge.is_empty() {
+        if args.input != "-" {
+            return Err(CliError::Usage(format!(
+                "--merge takes results files only, not an input to run ({}); put it after \
+                 --merge to merge it",
+                args.input
+            )));
+        }
+        return merge::execute(&args.merge);
+    }
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let jobs = batch::check_jobs(args.jobs.map(NonZeroUsize::get), cpus, &job_limits())
-        .map_err(CliError::Usage)?;
+    let jobs = batch::check_jobs(args.jobs, cpus, &job_limits()).map_err(CliError::Usage)?;
     check_token(args)?;
     let share = Share::from_args(args)?;
     let (lines, taken) = read_lines(args, &share)?;
@@ -335,23 +358,7 @@ impl Share {
 /// the new records would overwrite the earlier ones (with `>`, the shell has already emptied the
 /// file, and every line would run again). `>> file` is how a batch resumes into its own results.
 fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
-    use std::os::fd::AsFd as _;
-    use std::os::unix::fs::MetadataExt as _;
-    let stdout = std::io::stdout();
-    let (Ok(out), Ok(file)) = (
-        nix::sys::stat::fstat(stdout.as_fd()),
-        std::fs::metadata(path),
-    ) else {
-        return Ok(());
-    };
-    if out.st_dev != file.dev() || out.st_ino != file.ino() {
-        return Ok(());
-    }
-    let appends =
-        nix::fcntl::fcntl(stdout.as_fd(), nix::fcntl::FcntlArg::F_GETFL).is_ok_and(|flags| {
-            nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_APPEND)
-        });
-    if appends {
+    if stdout_is(path) != Some(Open::Overwrites) {
         return Ok(());
     }
     Err(CliError::Usage(format!(
@@ -361,15 +368,50 @@ fn refuse_overwrite(path: &Path) -> Result<(), CliError> {
     )))
 }
 
+/// How stdout has a file open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// `>> file`.
+    Appends,
+    /// `> file`, `1<> file`.
+    Overwrites,
+}
+
+/// How stdout has `path` open, when stdout is that file (the same device and inode).
+fn stdout_is(path: &Path) -> Option<Open> {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let stdout = std::io::stdout();
+    let out = nix::sys::stat::fstat(stdout.as_fd()).ok()?;
+    let file = std::fs::metadata(path).ok()?;
+    if out.st_dev != file.dev() || out.st_ino != file.ino() {
+        return None;
+    }
+    let appends =
+        nix::fcntl::fcntl(stdout.as_fd(), nix::fcntl::FcntlArg::F_GETFL).is_ok_and(|flags| {
+            nix::fcntl::OFlag::from_bits_truncate(flags).contains(nix::fcntl::OFlag::O_APPEND)
+        });
+    Some(if appends {
+        Open::Appends
+    } else {
+        Open::Overwrites
+    })
+}
+
 /// The ids with a `completed` record in `path`. Any other line (another status, a record cut
 /// short by a batch killed while writing it, text that is not a record) marks nothing: at worst
 /// a line runs again, never is one skipped that did not complete.
 fn read_done(path: &Path) -> Result<HashSet<IdKey>, CliError> {
     let file = std::fs::File::open(path).map_err(|err| {
-        CliError::Usage(format!(
-            "--skip-done {}: cannot read it: {err} (an empty file skips nothing)",
-            path.display()
-        ))
+        let shown = protocol::report::printable_path(path);
+        CliError::Usage(if err.kind() == std::io::ErrorKind::NotFound {
+            format!(
+                "--skip-done {shown}: no such file; create it with `touch {shown}` before the \
+                 first run (an empty file skips nothing)"
+            )
+        } else {
+            format!("--skip-done {shown}: cannot read it: {err}")
+        })
     })?;
     let mut reader = std::io::BufReader::new(file);
     let mut done = HashSet::new();
@@ -407,9 +449,7 @@ fn read_lines(args: &BatchArgs, share: &Share) -> Result<(Pending, Taken), CliEr
     };
     let mut checker = Checker::new(args);
     if let Some(agent) = &args.agent {
-        checker
-            .agent(agent)
-            .map_err(|problem| CliError::Usage(format!("--agent {agent}: {problem}")))?;
+        checker.agent(agent).map_err(CliError::Usage)?;
     }
     let mut ids = Ids::new(IDS_IN_MEMORY);
     let mut lines = Pending::new(SPOOL_IN_MEMORY);
@@ -555,9 +595,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Whether `agent` names a command that can be launched and whose program is there: unlike
-    /// `run`, where a missing program is the run's spawn error, a batch refuses it up front
-    /// rather than fail it once per line.
+    /// Whether `agent` names a command that can be launched and whose program is there: refused
+    /// up front, with the message and exit code of `run` (2), rather than failed once per line.
     fn agent(&mut self, agent: &str) -> Result<(), String> {
         // A remote agent is the server's to start: its URL is all there is to check here.
         if is_remote(agent) {
@@ -570,14 +609,7 @@ impl<'a> Checker<'a> {
                 let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
                 let resolved = agents::resolve_with_registry(agent, facts, cache.as_ref())
                     .map_err(|err| err.to_string())?;
-                if resolved.location.is_found() {
-                    return Ok(());
-                }
-                let program = resolved.command.program.display();
-                Err(match resolved.command.install_hint {
-                    Some(hint) => format!("{program} is not installed (`{hint}`)"),
-                    None => format!("{program} is not found (not on PATH, not a file)"),
-                })
+                resolved.not_found().map_or(Ok(()), Err)
             })
             .clone()
     }

@@ -47,9 +47,20 @@ use protocol::result::{EXIT_USAGE, Status};
 static VERSION: LazyLock<String> =
     LazyLock::new(|| acp_host::version_text(env!("CARGO_PKG_VERSION")));
 
+/// `acp-host --help`'s first steps.
+const AFTER_HELP: &str = "\
+Examples:
+  acp-host run \"hello\"                          one prompt to acp-child (offline until it has a model)
+  acp-host run --agent codex \"fix the tests\"    the same prompt to another agent
+  acp-host agents                               the agents acp-host knows, and which are installed
+  acp-host batch jobs.ndjson > results.ndjson   many prompts, one agent each (see batch --help)
+
+`acp-host COMMAND --help` says more, with each command's exit codes.";
+
 /// Run ACP agents as out-of-process subagents, and keep subagent definitions in sync.
 #[derive(Debug, Parser)]
-#[command(name = "acp-host", version = VERSION.as_str(), propagate_version = true)]
+#[command(name = "acp-host", version = VERSION.as_str(), propagate_version = true,
+          after_help = AFTER_HELP)]
 pub(crate) struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -82,7 +93,41 @@ fn parse() -> Result<Command, clap::Error> {
         } = RunOnly::try_parse()?;
         return Ok(Command::Run(args));
     }
-    Cli::try_parse().map(|cli| cli.command)
+    Cli::try_parse()
+        .map(|cli| cli.command)
+        .map_err(with_suggestion)
+}
+
+/// A misspelled subcommand clap found nothing close to (its own measure is Jaro's: `rn` is not
+/// close to `run`), given the visible subcommands at most a couple of edits away
+/// (`protocol::suggest`), in clap's own "tip: a similar subcommand exists" line.
+fn with_suggestion(mut err: clap::Error) -> clap::Error {
+    use clap::CommandFactory as _;
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if err.kind() != ErrorKind::InvalidSubcommand
+        || err.get(ContextKind::SuggestedSubcommand).is_some()
+    {
+        return err;
+    }
+    let Some(ContextValue::String(word)) = err.get(ContextKind::InvalidSubcommand) else {
+        return err;
+    };
+    let command = Cli::command();
+    let names = command
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .map(clap::Command::get_name);
+    let close: Vec<String> = protocol::suggest::closest(word, names)
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    if !close.is_empty() {
+        err.insert(
+            ContextKind::SuggestedSubcommand,
+            ContextValue::Strings(close),
+        );
+    }
+    err
 }
 
 #[derive(Debug, Subcommand)]
@@ -184,7 +229,7 @@ pub(crate) fn main() -> ExitCode {
     // left to whoever adopts it.
     acp_host::spawner::stop();
     outcome.unwrap_or_else(|err| {
-        note!("acp-host: error: {err}");
+        note!("{}{err}", acp_host::remote::bridge::ERROR_PREFIX);
         err.exit_code()
     })
 }

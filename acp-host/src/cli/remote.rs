@@ -34,7 +34,7 @@ use super::sandbox::SandboxArgs;
 /// closes or the server stops). Clients connect with `acp-host run --agent ws://ADDR/acp
 /// --token-file FILE` (or any ACP client of the transport). TLS is a reverse proxy's job.
 #[derive(Debug, clap::Args)]
-#[command(after_long_help = SERVE_AFTER_HELP)]
+#[command(after_long_help = serve_after_help())]
 pub(super) struct ServeArgs {
     /// The address to listen on (port 0: any free port, printed on stderr).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8765")]
@@ -122,6 +122,13 @@ The token file holds one line; clients send it as `Authorization: Bearer TOKEN`.
 logged at info (ACP_HOST_LOG=info). The README's \"A remote agent over HTTP/WebSocket\" shows a
 reverse proxy for TLS and what does not cross the connection.
 ";
+
+fn serve_after_help() -> String {
+    format!(
+        "{SERVE_AFTER_HELP}\n{}",
+        protocol::result::Documented::Serve.exit_table()
+    )
+}
 
 /// The agent end of a remote agent: relays stdin/stdout to the URL (run by `acp-host run`).
 #[derive(Debug, clap::Args)]
@@ -220,16 +227,8 @@ pub(super) fn execute_serve(args: &ServeArgs) -> Result<ExitCode, CliError> {
     .map_err(usage)?;
     let resolved = agents::resolve(&args.agent, &HostFacts::from_env()).map_err(usage)?;
     // Every connection would fail to start it: say so once, before listening.
-    if !resolved.location.is_found() {
-        let hint = resolved
-            .command
-            .install_hint
-            .as_deref()
-            .map_or_else(String::new, |hint| format!(" (install it: {hint})"));
-        return Err(CliError::Usage(format!(
-            "agent command not found: {}{hint}",
-            resolved.command.program.display()
-        )));
+    if let Some(problem) = resolved.not_found() {
+        return Err(CliError::Usage(problem));
     }
     let cwd = run::resolve_cwd(args.cwd.as_deref()).map_err(usage)?;
     let request = served_request(args, &resolved.command, &cwd)?;

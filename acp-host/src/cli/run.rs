@@ -733,6 +733,10 @@ fn local_agent(
     let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
     let resolved = agents::resolve_with_registry(name, &HostFacts::from_env(), cache.as_ref())
         .map_err(|err| err.to_string())?;
+    // Refused before anything is spawned, as a batch line's and serve's agent are (exit 2).
+    if let Some(problem) = resolved.not_found() {
+        return Err(problem);
+    }
     env.splice(
         0..0,
         resolved

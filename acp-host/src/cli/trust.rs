@@ -33,9 +33,16 @@ Examples:
 
 Approvals live in $XDG_STATE_HOME/acp-host/trust (default ~/.local/state/acp-host/trust).";
 
+fn after_help() -> String {
+    format!(
+        "{AFTER_HELP}\n\n{}",
+        protocol::result::Documented::Trust.exit_table()
+    )
+}
+
 /// List a folder's subagent definitions and whether each may start; approve or revoke them.
 #[derive(Debug, clap::Args)]
-#[command(after_help = AFTER_HELP)]
+#[command(after_help = after_help())]
 pub(super) struct TrustArgs {
     /// A folder (its subagents/ is listed) or one definition file [default: the current
     /// directory].

@@ -15,6 +15,10 @@ use agent_client_protocol_http::HttpClient;
 use protocol::remote::{self, Token, TokenError};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
+/// How acp-host's command line starts the one line of an error (the bridge's included), so the
+/// run can tell its bridge's error in the stderr tail.
+pub const ERROR_PREFIX: &str = "acp-host: error: ";
+
 /// What the bridge connects to.
 #[derive(Debug, Clone)]
 pub struct BridgeConfig {
@@ -40,6 +44,51 @@ pub enum BridgeError {
     },
     #[error("the connection to {url} failed: {reason}{}", hint(reason))]
     WebSocket { url: String, reason: String },
+    /// Nothing listens at the URL's address: the likeliest fix first.
+    #[error(
+        "connection refused to {address}: is acp-host serve running there? (start it there with \
+         `acp-host serve --listen {address}`, or fix --agent's URL)"
+    )]
+    Refused { address: String },
+}
+
+/// Why a connection attempt failed, before [`BridgeError`] names the URL.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// Nothing listens at the address (`ECONNREFUSED`).
+    Refused,
+    Other(String),
+}
+
+/// Whether `err` (or what caused it) is a refused TCP connection.
+pub(super) fn refused(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(err);
+    while let Some(err) = cause {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
+}
+
+/// `HOST:PORT` of a URL (the scheme's port when it names none), for messages; the URL itself
+/// when it does not parse.
+fn address(url: &str) -> String {
+    reqwest::Url::parse(url)
+        .ok()
+        .and_then(|parsed| {
+            let port = parsed.port_or_known_default().or(match parsed.scheme() {
+                "ws" => Some(80),
+                "wss" => Some(443),
+                _ => None,
+            })?;
+            Some(format!("{}:{port}", parsed.host_str()?))
+        })
+        .unwrap_or_else(|| url.to_owned())
 }
 
 /// Why a token could not be read (the value is never shown).
@@ -128,15 +177,33 @@ pub async fn bridge(config: BridgeConfig) -> Result<(), BridgeError> {
             })?;
         return super::bridge_ws::bridge(http, endpoint)
             .await
-            .map_err(|reason| BridgeError::WebSocket { url, reason });
+            .map_err(|failure| match failure {
+                Failure::Refused => BridgeError::Refused {
+                    address: address(&url),
+                },
+                Failure::Other(reason) => BridgeError::WebSocket { url, reason },
+            });
     }
     let stdio = ByteStreams::new(
         tokio::io::stdout().compat_write(),
         tokio::io::stdin().compat(),
     );
-    ConnectTo::<Client>::connect_to(client, stdio)
-        .await
-        .map_err(|source| BridgeError::Connection { url, source })
+    let Err(source) = ConnectTo::<Client>::connect_to(client, stdio).await else {
+        return Ok(());
+    };
+    // The SDK's error carries its cause as text only, and "error sending request" is any failure
+    // to connect: only then is the address tried once more, to tell a refusal.
+    let text = format!("{source:?}");
+    let address = address(&url);
+    if text.contains("Connection refused")
+        || (text.contains("error sending request")
+            && tokio::net::TcpStream::connect(&address)
+                .await
+                .is_err_and(|err| err.kind() == std::io::ErrorKind::ConnectionRefused))
+    {
+        return Err(BridgeError::Refused { address });
+    }
+    Err(BridgeError::Connection { url, source })
 }
 
 /// The endpoint of a `ws://` or `wss://` URL (the transport's `/acp` for a bare one); `None`

@@ -29,14 +29,21 @@ use crate::run::DEFAULT_MAX_FRAME_BYTES;
 
 /// Connects to `endpoint` (`ws://` or `wss://`, its path final) with `http`, then relays stdin
 /// and stdout until either ends. The error says what failed (an HTTP status among it).
-pub(super) async fn bridge(http: reqwest::Client, endpoint: reqwest::Url) -> Result<(), String> {
+pub(super) async fn bridge(
+    http: reqwest::Client,
+    endpoint: reqwest::Url,
+) -> Result<(), super::bridge::Failure> {
     let socket = connect(&http, endpoint).await?;
-    relay(socket).await
+    relay(socket).await.map_err(super::bridge::Failure::Other)
 }
 
 type Socket = WebSocketStream<TokioAdapter<reqwest::Upgraded>>;
 
-async fn connect(http: &reqwest::Client, mut endpoint: reqwest::Url) -> Result<Socket, String> {
+async fn connect(
+    http: &reqwest::Client,
+    mut endpoint: reqwest::Url,
+) -> Result<Socket, super::bridge::Failure> {
+    use super::bridge::Failure;
     let scheme = if endpoint.scheme() == "wss" {
         "https"
     } else {
@@ -44,7 +51,7 @@ async fn connect(http: &reqwest::Client, mut endpoint: reqwest::Url) -> Result<S
     };
     endpoint
         .set_scheme(scheme)
-        .map_err(|()| "cannot convert the WebSocket URL".to_owned())?;
+        .map_err(|()| Failure::Other("cannot convert the WebSocket URL".to_owned()))?;
     let key = generate_key();
     let response = http
         .get(endpoint)
@@ -55,13 +62,19 @@ async fn connect(http: &reqwest::Client, mut endpoint: reqwest::Url) -> Result<S
         .header("Sec-WebSocket-Key", &key)
         .send()
         .await
-        .map_err(|err| format!("WebSocket connect failed: {err}"))?;
+        .map_err(|err| {
+            if super::bridge::refused(&err) {
+                Failure::Refused
+            } else {
+                Failure::Other(format!("WebSocket connect failed: {err}"))
+            }
+        })?;
     check_upgrade(&response, &derive_accept_key(key.as_bytes()))
-        .map_err(|reason| format!("WebSocket connect failed: {reason}"))?;
+        .map_err(|reason| Failure::Other(format!("WebSocket connect failed: {reason}")))?;
     let upgraded = response
         .upgrade()
         .await
-        .map_err(|err| format!("WebSocket connect failed: {err}"))?;
+        .map_err(|err| Failure::Other(format!("WebSocket connect failed: {err}")))?;
     let config = WebSocketConfig::default()
         .max_message_size(Some(DEFAULT_MAX_FRAME_BYTES))
         .max_frame_size(Some(DEFAULT_MAX_FRAME_BYTES));

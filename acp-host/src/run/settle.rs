@@ -84,7 +84,13 @@ fn settle(
             closed,
             message,
         }) => {
-            let error = if closed {
+            let error = if let Some(cause) = (closed && stage == Stage::Initialize)
+                .then(|| bridge_error(request, &result.stderr_tail))
+                .flatten()
+            {
+                // A remote agent's bridge that could not connect: its own words say why.
+                (ErrorKind::Handshake, cause.to_owned())
+            } else if closed {
                 (
                     ErrorKind::Crash,
                     protocol::report::clause(&message, &format!("it {exit}")),
@@ -129,6 +135,16 @@ fn settle(
     result.status = status;
     result.stop_reason = stop_reason;
     (result.error_kind, result.error) = error.unzip();
+}
+
+/// Why a remote agent's bridge (`acp-host bridge URL`) ended before its connection carried an
+/// answer: the error it printed last (a refused connection, the server's 401 or 503).
+fn bridge_error<'a>(request: &StartRequest, stderr_tail: &'a str) -> Option<&'a str> {
+    protocol::remote::remote_agent(&request.agent.display)?;
+    stderr_tail.lines().rev().find_map(|line| {
+        line.trim()
+            .strip_prefix(crate::remote::bridge::ERROR_PREFIX)
+    })
 }
 
 /// Why the session the request names cannot be started from: the agent does not advertise
@@ -609,6 +625,44 @@ mod tests {
                 )),
             ),
         ]
+    }
+
+    #[test]
+    fn a_remote_agents_bridge_error_is_the_runs_error_before_initialize() {
+        let mut remote = request();
+        remote.agent.display = "ws://127.0.0.1:9/acp".into();
+        let tail = "noise\nacp-host: error: connection refused to 127.0.0.1:9: is acp-host serve \
+                    running there?\n";
+        assert_eq!(
+            bridge_error(&remote, tail),
+            Some("connection refused to 127.0.0.1:9: is acp-host serve running there?")
+        );
+        assert_eq!(bridge_error(&remote, "just noise\n"), None);
+        // A local agent's stderr is its own.
+        assert_eq!(bridge_error(&request(), tail), None);
+        let mut result = RunResult::unsettled("r".into(), Vec::new());
+        result.stderr_tail = tail.into();
+        settle(
+            &mut result,
+            Some(failed(Stage::Initialize, true)),
+            false,
+            None,
+            &remote,
+        );
+        assert_eq!(result.error_kind, Some(ErrorKind::Handshake));
+        assert_eq!(
+            result.error.as_deref(),
+            Some("connection refused to 127.0.0.1:9: is acp-host serve running there?")
+        );
+        // After initialize, a closed connection is the crash it always was.
+        settle(
+            &mut result,
+            Some(failed(Stage::Prompt, true)),
+            false,
+            None,
+            &remote,
+        );
+        assert_eq!(result.error_kind, Some(ErrorKind::Crash));
     }
 
     #[test]

@@ -179,7 +179,8 @@ fn a_bad_line_is_refused_before_anything_is_spawned() {
         ),
         (
             r#"{"prompt":"x","agent":"no-such-agent-program"}"#.to_owned(),
-            "line 2, field `agent`: no-such-agent-program is not found (not on PATH, not a file)",
+            "line 2, field `agent`: agent no-such-agent-program not found: no-such-agent-program is \
+             neither a known agent nor a program on PATH",
         ),
         (
             r#"{"prompt":"x","cwd":"missing"}"#.to_owned(),

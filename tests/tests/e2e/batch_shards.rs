@@ -222,8 +222,8 @@ fn bad_shards_and_a_missing_results_file_are_refused_before_anything_runs() {
     refused(
         &["--skip-done", "nowhere.ndjson"],
         None,
-        "--skip-done nowhere.ndjson: cannot read it: No such file or directory (os error 2) (an \
-         empty file skips nothing)",
+        "--skip-done nowhere.ndjson: no such file; create it with `touch nowhere.ndjson` before \
+         the first run (an empty file skips nothing)",
     );
     assert!(!record.exists(), "no agent was started");
 }
@@ -275,5 +275,200 @@ fn skip_done_into_its_own_file_must_append() {
     assert_eq!(
         std::fs::read_to_string(&results).unwrap(),
         format!("{done}\n")
+    );
+}
+
+/// `m1`..`m8`: `m3` and `m6` crash until the file `ok` exists, `m8` always crashes, the rest run
+/// the batch's `--agent`.
+fn eight_lines_two_flaky(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    // Crashes until the file `ok` exists, then answers.
+    let flaky = dir.join("flaky.sh");
+    std::fs::write(
+        &flaky,
+        format!(
+            "#!/bin/sh\n[ -e {ok} ] && exec {echo}\nexec {crash}\n",
+            ok = dir.join("ok").display(),
+            echo = mock(&["echo-prompt"]),
+            crash = mock(&["crash-on-prompt"]),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&flaky, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let lines: Vec<String> = (1..=8)
+        .map(|n| {
+            let mut line = serde_json::json!({"id": format!("m{n}"), "prompt": format!("p{n}")});
+            match n {
+                3 | 6 => line["agent"] = Value::String(path_str(&flaky).to_owned()),
+                8 => line["agent"] = Value::String(mock(&["crash-on-prompt"])),
+                _ => {}
+            }
+            line.to_string()
+        })
+        .collect();
+    jobs_file(dir, &lines);
+}
+
+/// `batch` appending to `results`, as the docs' recipes do (`>> results`).
+fn append_to(cmd: &mut std::process::Command, results: &Path) -> std::process::Output {
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(results)
+        .unwrap();
+    let child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(file)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("acp-host starts");
+    acp_tests::wait_output(child)
+}
+
+/// Two shards, each resumed into its own results file after some lines failed: the files hold
+/// the failed records beside their completed successors, `--merge` keeps each id's last record,
+/// and the README's failure query on its output lists only the line that really failed.
+#[test]
+fn merge_keeps_each_ids_last_record_and_the_failure_query_lists_only_real_failures() {
+    let dir = temp();
+    eight_lines_two_flaky(dir.path());
+    let echo = mock(&["echo-prompt"]);
+    let run_shards = |expected: i32| {
+        for index in 0..2 {
+            let results = dir.path().join(format!("results-{index}.ndjson"));
+            let out = append_to(
+                batch(dir.path())
+                    .args(["--agent", &echo, "--shard", &format!("{index}/2")])
+                    .args(["--skip-done", path_str(&results), "jobs.ndjson"]),
+                &results,
+            );
+            assert_eq!(code(&out), expected, "{}", stderr(&out));
+        }
+    };
+    for index in 0..2 {
+        std::fs::write(dir.path().join(format!("results-{index}.ndjson")), "").unwrap();
+    }
+    run_shards(1);
+    std::fs::write(dir.path().join("ok"), "").unwrap();
+    // m8 still fails: both shards' batches exit 1, whichever has it.
+    for index in 0..2 {
+        let results = dir.path().join(format!("results-{index}.ndjson"));
+        let out = append_to(
+            batch(dir.path())
+                .args(["--agent", &echo, "--shard", &format!("{index}/2")])
+                .args(["--skip-done", path_str(&results), "jobs.ndjson"]),
+            &results,
+        );
+        let holds_m8 = std::fs::read_to_string(&results)
+            .unwrap()
+            .contains("\"m8\"");
+        assert_eq!(code(&out), i32::from(holds_m8), "{}", stderr(&out));
+    }
+    // Gathered without --merge, the redone lines still show as failures.
+    let cat: Vec<Value> = (0..2)
+        .flat_map(|index| {
+            std::fs::read_to_string(dir.path().join(format!("results-{index}.ndjson")))
+                .unwrap()
+                .lines()
+                .map(|line| serde_json::from_str::<Value>(line).unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(cat.len(), 11, "8 records, then 3 again: m3, m6 and m8");
+    let out =
+        run_to_end(batch(dir.path()).args(["--merge", "results-0.ndjson", "results-1.ndjson"]));
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        "acp-host: batch: merged 2 files: 11 records of 8 ids (3 replaced by a later record)\n"
+    );
+    let merged = records(&out);
+    checked(&merged);
+    let mut merged_ids = ids(&merged);
+    merged_ids.sort();
+    assert_eq!(merged_ids, ["m1", "m2", "m3", "m4", "m5", "m6", "m7", "m8"]);
+    for record in &merged {
+        let completed = record["id"] != "m8";
+        assert_eq!(record["status"] == "completed", completed, "{record}");
+    }
+    // The README's failure query, as written, on the merged file.
+    if let Some(failures) = readme_failure_query(dir.path(), &stdout(&out)) {
+        assert_eq!(failures.lines().count(), 1, "{failures}");
+        assert!(
+            failures.starts_with("m8: error agent closed its output"),
+            "{failures}"
+        );
+    }
+    assert_no_process_left(dir.path());
+}
+
+/// The README's failure query (`jq -r 'select(.status != "completed") | ...'`) on `records`,
+/// written to a file in `dir`; `None`, said on stderr, without jq.
+#[expect(clippy::print_stderr, reason = "a skipped check says why")]
+fn readme_failure_query(dir: &Path, records: &str) -> Option<String> {
+    if !which("jq") {
+        eprintln!("skipped: jq is not installed; the README's failure query is not run");
+        return None;
+    }
+    let merged = dir.join("results.ndjson");
+    std::fs::write(&merged, records).unwrap();
+    let query = std::process::Command::new("jq")
+        .args([
+            "-r",
+            r#"select(.status != "completed") | "\(.id): \(.status) \(.error // "")""#,
+        ])
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert!(query.status.success(), "{query:?}");
+    Some(String::from_utf8(query.stdout).unwrap())
+}
+
+/// Whether `program` is on PATH.
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+#[test]
+fn merge_refuses_a_missing_file_stdout_and_an_input_to_run() {
+    let dir = temp();
+    std::fs::write(
+        dir.path().join("r.ndjson"),
+        "{\"type\":\"summary\"}\nnot json\n",
+    )
+    .unwrap();
+    let out = run_to_end(batch(dir.path()).args(["--merge", "r.ndjson", "nosuch.ndjson"]));
+    assert_eq!(code(&out), 2);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: --merge nosuch.ndjson: no such file; give the results files of a \
+         batch (its stdout)\n"
+    );
+    assert_eq!(stdout(&out), "");
+    let out = run_to_end(batch(dir.path()).args(["jobs.ndjson", "--merge", "r.ndjson"]));
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).starts_with("acp-host: error: --merge takes results files only"),
+        "{}",
+        stderr(&out)
+    );
+    let out = append_to(
+        batch(dir.path()).args(["--merge", "r.ndjson"]),
+        &dir.path().join("r.ndjson"),
+    );
+    assert_eq!(code(&out), 2);
+    assert!(
+        stderr(&out).starts_with("acp-host: error: --merge r.ndjson: it is also stdout"),
+        "{}",
+        stderr(&out)
+    );
+    // Lines that are not records are left out, and said so.
+    let out = run_to_end(batch(dir.path()).args(["--merge", "r.ndjson"]));
+    assert_eq!(code(&out), 0);
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out),
+        "acp-host: batch: merged 1 file: 0 records of 0 ids (0 replaced by a later record); 2 \
+         lines that are not records left out\n"
     );
 }

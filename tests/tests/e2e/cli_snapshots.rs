@@ -127,16 +127,16 @@ fn agents_and_run_agree_on_programs_beside_acp_host() {
     assert_eq!(codex["acpCommandFound"], false);
     assert_eq!(json["agents"][0]["availability"]["state"], "beside-host");
 
+    // Refused before anything is spawned, as a usage error: no result record.
     let run = run_host(&["run", "--json", "--agent", "codex", "x"]);
-    assert_eq!(run.status.code(), Some(1));
-    let last = String::from_utf8(run.stdout).unwrap();
-    let result: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(run.stdout.is_empty());
+    let err = String::from_utf8(run.stderr).unwrap();
     assert!(
-        result["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("agent command not found: codex-acp"),
-        "{result}"
+        err.starts_with(
+            "acp-host: error: agent codex is not installed: codex-acp is not on PATH; install it"
+        ),
+        "{err}"
     );
 }
 
@@ -185,4 +185,128 @@ fn sync_logs_like_every_subcommand() {
     );
     // Logs to a pipe or a file are plain text: colour codes are for a terminal only.
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
+/// The repository's README.
+fn readme() -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+        .expect("the README")
+}
+
+/// An exit-code row as both places show it: code, name, when (backticks dropped).
+type Row = (u8, String, String);
+
+/// The rows of the `Exit codes:` section of a help text (a row clap wrapped is joined again).
+fn help_rows(help: &str) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    for line in help
+        .lines()
+        .skip_while(|line| *line != "Exit codes:")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+    {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or_default();
+        if let Ok(code) = first.parse::<u8>() {
+            rows.push((
+                code,
+                words.next().unwrap_or_default().to_owned(),
+                words.collect::<Vec<_>>().join(" "),
+            ));
+        } else {
+            let last = rows.last_mut().expect("a wrapped row follows its row");
+            last.2 = format!("{} {}", last.2, line.trim());
+        }
+    }
+    rows
+}
+
+/// The rows of the README's table after `<!-- exit codes: NAME -->`.
+fn readme_rows(readme: &str, name: &str) -> Vec<Row> {
+    let marker = format!("<!-- exit codes: {name} -->");
+    let after = &readme[readme
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {marker}"))..];
+    after
+        .lines()
+        .skip_while(|line| !line.starts_with('|'))
+        .take_while(|line| line.starts_with('|'))
+        .skip(2)
+        .map(|line| {
+            let cells: Vec<String> = line
+                .trim_matches('|')
+                .split(" | ")
+                .map(|cell| cell.trim().replace('`', ""))
+                .collect();
+            assert_eq!(cells.len(), 3, "{line}");
+            (
+                cells[0].parse().unwrap(),
+                cells[1].clone(),
+                cells[2].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The exit-code tables of run, batch, serve, agents and trust: the same in `--help` (through the
+/// real binary) and in the README, row for row, and both are `protocol::result`'s.
+#[test]
+fn exit_code_tables_agree_between_help_and_readme() {
+    let home = tempfile::tempdir().unwrap();
+    let readme = readme();
+    for command in protocol::result::Documented::ALL {
+        let help = help_rows(&run(&[command.name(), "--help"], home.path()));
+        let table: Vec<Row> = command
+            .exit_rows()
+            .iter()
+            .map(|row| (row.code, row.name.to_owned(), row.when.to_owned()))
+            .collect();
+        assert_eq!(help, table, "acp-host {} --help", command.name());
+        assert_eq!(
+            readme_rows(&readme, command.name()),
+            table,
+            "README, {}",
+            command.name()
+        );
+    }
+}
+
+/// Every field a batch line takes (`protocol::batch::FIELDS`, what the parser accepts) is named
+/// in `batch --help` and has its row in the README's table of fields, and no other row is there.
+#[test]
+fn batch_help_and_readme_name_every_field_a_line_takes() {
+    let home = tempfile::tempdir().unwrap();
+    let help = run(&["batch", "--help"], home.path());
+    let readme = readme();
+    let table = &readme[readme
+        .find("| field | meaning |")
+        .expect("the fields table")..];
+    let rows: Vec<&str> = table
+        .lines()
+        .take_while(|line| line.starts_with('|'))
+        .skip(2)
+        .filter_map(|line| line.split('`').nth(1))
+        .collect();
+    let mut documented = rows.clone();
+    documented.sort_unstable();
+    let mut fields = protocol::batch::FIELDS.to_vec();
+    fields.sort_unstable();
+    assert_eq!(documented, fields, "README's fields table");
+    for field in protocol::batch::FIELDS {
+        assert!(
+            help.contains(&format!("`{field}`")),
+            "batch --help lacks `{field}`"
+        );
+    }
+}
+
+/// `acp-host --help` starts a new user off with an example.
+#[test]
+fn the_top_help_has_a_first_example() {
+    let home = tempfile::tempdir().unwrap();
+    let help = run(&["--help"], home.path());
+    assert!(
+        help.contains("Examples:\n  acp-host run \"hello\""),
+        "{help}"
+    );
 }

@@ -609,15 +609,19 @@ fn a_missing_command_is_an_error_naming_it() {
     let dir = temp();
     let out =
         run_to_end(host(dir.path()).args(["--json", "--agent", "no-such-agent-xyz --acp", "x"]));
-    assert_eq!(code(&out), 1);
-    let result = result_record(&out);
-    assert_eq!(result["status"], "error");
-    let error = result["error"].as_str().unwrap();
+    // A usage error, as in a batch line: nothing spawned, no result record.
+    assert_eq!(code(&out), 2);
     assert!(
-        error.starts_with("agent command not found: no-such-agent-xyz"),
-        "{error}"
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
-    assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: agent no-such-agent-xyz --acp not found: no-such-agent-xyz is neither a \
+         known agent nor a program on PATH; `acp-host agents` lists the known agents (install \
+         one, or pass a command on PATH or its full path)\n"
+    );
 }
 
 #[test]
@@ -1015,12 +1019,12 @@ fn a_missing_registry_agent_says_how_to_install_it() {
             .env(env_vars::PATH, "/usr/bin:/bin")
             .args(["--json", "--agent", "claude", "x"]),
     );
-    assert_eq!(code(&out), 1);
+    assert_eq!(code(&out), 2);
     assert_eq!(
-        result_record(&out)["error"],
-        "agent command not found: claude-code-acp: No such file or directory (os error 2); \
-         install it (`npm install -g @zed-industries/claude-code-acp`), put it on PATH, or pass \
-         --agent with a full path"
+        stderr(&out),
+        "acp-host: error: agent claude is not installed: claude-code-acp is not on PATH; install \
+         it (`npm install -g @zed-industries/claude-code-acp`), or pass --agent with its full \
+         path\n"
     );
 }
 
@@ -1049,16 +1053,17 @@ fn a_non_executable_command_is_an_error_naming_it() {
     let script = dir.path().join("agent.sh");
     std::fs::write(&script, "#!/bin/sh\n").unwrap();
     let out = run_to_end(host(dir.path()).args(["--json", "--agent", path_str(&script), "x"]));
-    assert_eq!(code(&out), 1);
-    let result = result_record(&out);
+    // Refused before anything is spawned, as a batch line's is.
+    assert_eq!(code(&out), 2);
+    assert!(out.stdout.is_empty());
+    let script = script.display();
     assert_eq!(
-        result["error"],
+        stderr(&out),
         format!(
-            "agent command is not executable: {} (check its permissions): Permission denied (os error 13)",
-            script.display()
+            "acp-host: error: agent {script} cannot start: {script} is not an executable file; \
+             make it one (`chmod +x {script}`) or fix the path\n"
         )
     );
-    assert_eq!(result["agentExit"]["endedBy"], "not-spawned");
 }
 
 /// Every error path of a run sets a machine-readable `errorKind` beside the human `error`; a run
@@ -1066,8 +1071,13 @@ fn a_non_executable_command_is_an_error_naming_it() {
 #[test]
 fn every_error_has_a_kind() {
     let dir = temp();
+    // A program that is not there is refused before a run exists (exit 2); one that cannot be
+    // executed is the run's spawn error.
+    let script = dir.path().join("no-interpreter.sh");
+    std::fs::write(&script, "#!/no/such/interpreter\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let cases: &[(&[&str], &str)] = &[
-        (&["--agent", "no-such-agent-xyz"], "spawn"),
+        (&["--agent", path_str(&script)], "spawn"),
         (
             &["--handshake-timeout", "0.3", "--agent", &mock(&["silent"])],
             "handshake",
