@@ -107,6 +107,16 @@ impl AgentConfig {
     }
 }
 
+impl AgentConfig {
+    /// Waits until the backend knows what it needs before serving: with `--base-url` alone, the
+    /// model, learnt from the server's listing (at most `client::LIST_TIMEOUT`). `Err` names the
+    /// URL and `--model`; serve only after `Ok` (a turn of an undiscovered model would fail).
+    pub async fn ready(&self) -> Result<(), crate::DiscoveryError> {
+        self.backend.warm_up().await;
+        self.backend.ready()
+    }
+}
+
 impl std::fmt::Debug for AgentConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentConfig").finish_non_exhaustive()

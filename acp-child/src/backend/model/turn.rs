@@ -75,7 +75,7 @@ pub(super) async fn run(
     client: &ModelClient,
     tools: &Toolbox,
     subagents: Option<&Arc<Subagents>>,
-    listed: &[super::client::ListedModel],
+    (default_model, listed): (&str, &[super::client::ListedModel]),
     turn: &mut Turn,
 ) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
@@ -88,7 +88,7 @@ pub(super) async fn run(
         text: turn.prompt_text(),
     });
     let settings = memory.settings();
-    let model = settings.model.as_deref().unwrap_or(&config.model);
+    let model = settings.model.as_deref().unwrap_or(default_model);
     let window = context_window(config.context_window, listed, model);
     let system = system_prompt(config, &settings, model, turn.workspace().root());
     // What may be delegated to is read once per turn.
