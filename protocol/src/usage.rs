@@ -3,14 +3,17 @@
 //! `usage_update`, the pricing acp-child computes a cost from, and budgets.
 //!
 //! Invariants:
-//! - usage is only ever what an agent reported (or, for acp-child, what its model server
-//!   reported): nothing here estimates tokens, and a cost exists only when it was reported or
-//!   priced from figures the person gave ([`Pricing`]);
+//! - usage is what an agent reported (for acp-child, what its model server reported); where a
+//!   server reports none, acp-child counts what it streamed ([`estimate`]: a delta a token, at
+//!   least one token per [`BYTES_PER_TOKEN`] bytes) and the figure says so (`estimated`), down to
+//!   every sum it is part of; a cost exists only when it was reported or priced from figures the
+//!   person gave ([`Pricing`]);
 //! - a sum's cost is the sum of its parts' costs only when every part that spent something
 //!   reported one, in one currency; otherwise the sum has no cost (a partial figure would pass
 //!   for the whole);
-//! - a budget is passed when a reported figure goes over it (`>`), never on a guess; an agent
-//!   that reports nothing cannot be held to one ([`Budget::check`] then says nothing);
+//! - a budget is passed when a reported figure goes over it (`>`), an estimated one included (a
+//!   marked estimate is the best figure there is); an agent that reports nothing cannot be held to
+//!   one ([`Budget::check`] then says nothing);
 //! - budgets only go down the tree: a child's budget is at most what is left of its parent's
 //!   ([`child_budget`]).
 
@@ -43,9 +46,36 @@ pub struct Usage {
     /// Input tokens written to the server's cache, when reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_write_tokens: Option<u64>,
-    /// What it cost, when the agent reported a cost (never estimated).
+    /// What it cost, when the agent reported a cost (priced from estimated counts when
+    /// `estimated`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// The counts are (at least in part) an estimate: the model server reported none, so the agent
+    /// counted what it streamed ([`estimate`]). Absent when every count was reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+}
+
+/// The bytes of text counted as one token where nothing better is known: English text and code
+/// run at about four bytes a token on the tokenizers of today's models.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// What one model request spent, estimated (its server reported no usage): the input at
+/// [`BYTES_PER_TOKEN`] (`input_bytes`: the request's body), the output the larger of the deltas
+/// streamed (`deltas`: llama.cpp-style servers send a token a delta) and its text at
+/// [`BYTES_PER_TOKEN`] (`output_bytes`; a server sending several tokens a delta is not counted
+/// short). Marked `estimated`.
+#[must_use]
+pub fn estimate(input_bytes: u64, deltas: u64, output_bytes: u64) -> Usage {
+    let input_tokens = input_bytes.div_ceil(BYTES_PER_TOKEN);
+    let output_tokens = deltas.max(output_bytes.div_ceil(BYTES_PER_TOKEN));
+    Usage {
+        input_tokens,
+        output_tokens,
+        total_tokens: input_tokens.saturating_add(output_tokens),
+        estimated: true,
+        ..Usage::default()
+    }
 }
 
 /// An amount in a currency (an ISO 4217 code such as `USD`, or another unit the agent names).
@@ -80,6 +110,7 @@ impl Usage {
             (None, Some(theirs)) if self.is_empty() => Some(theirs.clone()),
             _ => None,
         };
+        self.estimated |= other.estimated;
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
@@ -111,6 +142,7 @@ impl Usage {
                 (Some(now), None) => Some(now.clone()),
                 _ => None,
             },
+            estimated: self.estimated,
         }
     }
 
@@ -137,6 +169,7 @@ impl Usage {
             cached_read_tokens: usage.cached_read_tokens,
             cached_write_tokens: usage.cached_write_tokens,
             cost: None,
+            estimated: false,
         }
     }
 
@@ -190,6 +223,9 @@ impl Usage {
         if let Some(cost) = &self.cost {
             line.push_str(", ");
             line.push_str(&cost.describe());
+        }
+        if self.estimated {
+            line.push_str(" (estimated)");
         }
         line
     }
@@ -261,18 +297,43 @@ impl Breakdown {
         }
     }
 
+    /// Whether any part is an estimate (the turn's `usage` then is too).
+    #[must_use]
+    pub fn estimated(&self) -> bool {
+        self.own.estimated || self.children.iter().any(|child| child.usage.estimated)
+    }
+
     /// As the `_meta` of a prompt response: `{"acp-host/usage": {"version": 1, "own": ...,
-    /// "children": [...]}}`.
+    /// "children": [...]}}`, with `"estimated": true` when the turn's `usage` is an estimate
+    /// (ACP's `usage` has no such field: [`answer_estimated`] reads it).
     #[must_use]
     pub fn to_meta(&self) -> acp::Meta {
         let mut value = serde_json::to_value(self).unwrap_or_default();
         if let Some(object) = value.as_object_mut() {
             object.insert("version".into(), META_VERSION.into());
+            if self.estimated() {
+                object.insert("estimated".into(), true.into());
+            }
         }
         let mut meta = acp::Meta::new();
         meta.insert(META_KEY.into(), value);
         meta
     }
+}
+
+/// Whether a prompt response (the raw answer) marks its `usage` as an estimate, in the
+/// extension of its `_meta` ([`Breakdown::to_meta`]).
+#[must_use]
+pub fn answer_estimated(response: &serde_json::Value) -> bool {
+    response
+        .get("_meta")
+        .and_then(|meta| meta.get(META_KEY))
+        .filter(|value| {
+            value.get("version").and_then(serde_json::Value::as_u64) == Some(META_VERSION)
+        })
+        .and_then(|value| value.get("estimated"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
 }
 
 /// What a person priced the model at (acp-child's `--price-input`, `--price-output`,
@@ -702,6 +763,43 @@ mod tests {
         assert!((cost.amount - 3.0).abs() < 1e-9);
         assert_eq!(cost.currency, "USD");
         assert_eq!(cost.describe(), "3.0000 USD");
+    }
+
+    #[test]
+    fn an_estimate_counts_deltas_or_bytes_whichever_is_more_and_marks_every_sum() {
+        let spent = estimate(401, 10, 12);
+        assert_eq!(
+            (spent.input_tokens, spent.output_tokens, spent.total_tokens),
+            (101, 10, 111)
+        );
+        assert!(spent.estimated);
+        assert_eq!(estimate(0, 2, 40).output_tokens, 10, "long deltas: bytes");
+        let mut total = usage(1, 1);
+        total.add(&spent);
+        assert!(total.estimated, "a sum with an estimate in it is one");
+        assert!(total.since(&usage(1, 1)).estimated);
+        assert!(!Usage::from_acp(&total.to_acp()).estimated);
+        assert_eq!(spent.describe(), "111 tokens (101 in, 10 out) (estimated)");
+        let serialized = serde_json::to_value(&spent).unwrap();
+        assert_eq!(serialized["estimated"], true);
+        assert!(
+            serde_json::to_value(usage(1, 1))
+                .unwrap()
+                .get("estimated")
+                .is_none()
+        );
+        let mut breakdown = Breakdown::default();
+        assert!(!breakdown.estimated());
+        breakdown.push_child("c", spent);
+        assert!(breakdown.estimated());
+        let answer = serde_json::json!({"stopReason": "end_turn", "_meta": breakdown.to_meta()});
+        assert!(answer_estimated(&answer));
+        assert!(!answer_estimated(
+            &serde_json::json!({"stopReason": "end_turn"})
+        ));
+        let mut other = answer;
+        other["_meta"][META_KEY]["version"] = 2.into();
+        assert!(!answer_estimated(&other), "another version is not read");
     }
 
     #[test]

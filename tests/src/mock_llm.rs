@@ -9,7 +9,8 @@
 //! whose `Authorization` is not `Bearer <key>` gets 401 and consumes nothing.
 //!
 //! A reply's usage chunk (sent when the request asks with `stream_options.include_usage`)
-//! reports the figures the script gives ([`MockLlmBuilder::reply_with_usage`]), zeros otherwise.
+//! reports the figures the script gives ([`MockLlmBuilder::reply_with_usage`]), zeros otherwise;
+//! [`MockLlmBuilder::no_usage`] never sends one, as llama.cpp's servers ignore the option.
 //!
 //! `GET /v1/models` lists the builder's [`MockLlmBuilder::models`] (none by default) as
 //! `{"data": [{"id": ...}]}` (each with `context_length` when [`MockLlmBuilder::context_window`]
@@ -76,9 +77,17 @@ pub struct MockLlmBuilder {
     models: Vec<String>,
     context_window: Option<u64>,
     models_fail: bool,
+    no_usage: bool,
 }
 
 impl MockLlmBuilder {
+    /// Never sends a usage chunk, asked or not (as llama.cpp's servers do).
+    #[must_use]
+    pub fn no_usage(mut self) -> Self {
+        self.no_usage = true;
+        self
+    }
+
     /// Appends one reply to the script.
     #[must_use]
     pub fn reply(mut self, reply: Reply) -> Self {
@@ -150,6 +159,7 @@ impl MockLlmBuilder {
             required_key: self.required_key,
             models: (!self.models_fail).then_some(self.models),
             context_window: self.context_window,
+            no_usage: self.no_usage,
             state: Mutex::new(Log {
                 script: self.script.into(),
                 ..Log::default()
@@ -271,6 +281,8 @@ struct Shared {
     models: Option<Vec<String>>,
     /// The `context_length` of each listed model, when set.
     context_window: Option<u64>,
+    /// No usage chunk is ever sent.
+    no_usage: bool,
     state: Mutex<Log>,
 }
 
@@ -343,7 +355,8 @@ impl Shared {
             .as_str()
             .unwrap_or("mock-model")
             .to_owned();
-        let include_usage = request.body["stream_options"]["include_usage"] == true;
+        let include_usage =
+            !self.no_usage && request.body["stream_options"]["include_usage"] == true;
         let not_json = request.body.is_null();
         let not_chat = format!(
             "mock llm serves only POST {CHAT_PATH}, not {} {}",

@@ -102,9 +102,15 @@ impl Children {
             if let StateUpdate::Idle(idle) = snapshot
                 && let Some(usage) = &idle.usage
             {
-                let cost = child.usage.take().and_then(|usage| usage.cost);
+                // What the counts before it were says whether they are an estimate: ACP's
+                // `usage` cannot say.
+                let (cost, estimated) = child
+                    .usage
+                    .take()
+                    .map_or((None, false), |usage| (usage.cost, usage.estimated));
                 child.usage = Some(Usage {
                     cost,
+                    estimated,
                     ..Usage::from_acp(usage)
                 });
             }

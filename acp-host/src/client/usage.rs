@@ -56,7 +56,10 @@ impl Tally {
         else {
             return;
         };
-        let usage = Usage::from_acp(&usage);
+        let usage = Usage {
+            estimated: protocol::usage::answer_estimated(response),
+            ..Usage::from_acp(&usage)
+        };
         match &mut self.answered {
             Some(sum) => sum.add(&usage),
             None => self.answered = Some(usage),

@@ -659,3 +659,49 @@ fn a_background_childs_spending_counts_once_in_the_turn_that_gets_its_result() {
     );
     assert_none_left(dir.path());
 }
+
+/// What acp-child estimates a request it streamed at, its server reporting no usage: the body at
+/// four bytes a token, the output the larger of its deltas and its bytes at four a token.
+fn estimated(request: &acp_tests::mock_llm::RecordedRequest, deltas: u64, bytes: u64) -> Value {
+    let input = (request.raw_body.len() as u64).div_ceil(4);
+    let output = deltas.max(bytes.div_ceil(4));
+    json!({"inputTokens": input, "outputTokens": output, "totalTokens": input + output,
+        "estimated": true})
+}
+
+#[test]
+fn a_server_that_reports_no_usage_gets_an_estimate_marked_as_one() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
+    let llm = MockLlm::builder()
+        .no_usage()
+        .reply(read_notes("call_1"))
+        .reply(Reply::text(["one", " two", " three"]))
+        .start();
+    let (records, result) = json_run(
+        acp_child_json_run(dir.path(), &llm, &["--context-window", "100000"]).arg("read the notes"),
+        0,
+    );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    // The tool call streamed its opening (the name) and one piece of arguments.
+    let arguments = json!({"path": "notes.txt"}).to_string();
+    let first = estimated(
+        &requests[0],
+        2,
+        ("read_file".len() + arguments.len()) as u64,
+    );
+    let second = estimated(&requests[1], 3, "one two three".len() as u64);
+    let total = |field: &str| first[field].as_u64().unwrap() + second[field].as_u64().unwrap();
+    assert_eq!(
+        result["usage"],
+        json!({"inputTokens": total("inputTokens"), "outputTokens": total("outputTokens"),
+            "totalTokens": total("totalTokens"), "estimated": true}),
+        "{result}"
+    );
+    let updates = usage_updates(&records);
+    assert_eq!(updates.len(), 2, "{records:#?}");
+    assert_eq!(updates[0]["used"], first["inputTokens"]);
+    assert_eq!(updates[0]["_meta"]["acp-host/usage"]["estimated"], true);
+    assert_none_left(dir.path());
+}

@@ -124,15 +124,24 @@ pub(super) async fn run(
             },
             tools: &offered,
         };
+        let input_bytes = body_bytes(&request);
         let streamed = stream_reply(client, &request, turn).await?;
         if let Some(prompt) = prompt.take() {
             memory.extend([prompt]);
         }
         let reply = match streamed {
             Streamed::Complete(reply) => {
-                if let Some(usage) = &reply.usage {
-                    record_usage(config, window, usage, turn)?;
-                }
+                let spent = reply.usage.as_ref().map_or_else(
+                    || {
+                        protocol::usage::estimate(
+                            input_bytes,
+                            reply.generated.deltas,
+                            reply.generated.bytes,
+                        )
+                    },
+                    wire::WireUsage::to_usage,
+                );
+                record_usage(config, window, spent, turn)?;
                 reply
             }
             Streamed::Cancelled { partial } => {
@@ -172,17 +181,36 @@ pub(super) async fn run(
     Ok(StopReason::MaxTurnRequests)
 }
 
-/// One request's usage, priced when the person gave prices, added to the turn's: its context
-/// (the request's prompt tokens) against the window, when the window is known.
+/// One request's usage (reported, else estimated), priced when the person gave prices, added to
+/// the turn's: its context (the request's input tokens) against the window, when the window is
+/// known.
 fn record_usage(
     config: &super::config::ModelConfig,
     window: Option<u64>,
-    usage: &wire::WireUsage,
+    mut spent: protocol::usage::Usage,
     turn: &Turn,
 ) -> Result<(), TurnError> {
-    let mut spent = usage.to_usage();
     spent.cost = config.pricing.as_ref().map(|pricing| pricing.cost(&spent));
-    turn.spent_own(&spent, window.map(|size| (usage.prompt_tokens, size)))
+    let context = window.map(|size| (spent.input_tokens, size));
+    turn.spent_own(&spent, context)
+}
+
+/// The size of a request's JSON body (what an estimate of its input counts), without keeping it.
+fn body_bytes(request: &ChatRequest<'_>) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serialising plain structs and a JSON value into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, request);
+    count.0
 }
 
 /// Runs one reply's tool calls and records their results, in the order the model made them.

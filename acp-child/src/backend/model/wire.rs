@@ -258,6 +258,7 @@ impl WireUsage {
                 .and_then(|details| details.cached_tokens)
                 .or(self.prompt_cache_hit_tokens),
             cached_write_tokens: None,
+            estimated: false,
             cost: None,
         }
     }
@@ -310,6 +311,16 @@ pub(crate) struct ToolCallDelta {
     pub(crate) function: Option<FunctionDelta>,
 }
 
+impl ToolCallDelta {
+    /// The bytes of the call's name and arguments this piece carries.
+    fn len(&self) -> usize {
+        self.function.as_ref().map_or(0, |function| {
+            function.name.as_ref().map_or(0, String::len)
+                + function.arguments.as_ref().map_or(0, String::len)
+        })
+    }
+}
+
 /// A piece of a tool call's function.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct FunctionDelta {
@@ -354,6 +365,16 @@ pub(crate) struct Reply {
     pub(crate) finish: Finish,
     /// The request's usage, when the server reported it.
     pub(crate) usage: Option<WireUsage>,
+    /// What was streamed, for an estimate when the server reports no usage.
+    pub(crate) generated: Generated,
+}
+
+/// What a reply streamed: the deltas that carried something (text, reasoning, a tool call's name
+/// or arguments) and their bytes, for `protocol::usage::estimate`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Generated {
+    pub(crate) deltas: u64,
+    pub(crate) bytes: u64,
 }
 
 /// What a chunk contributes that should be shown at once.
@@ -371,6 +392,7 @@ pub(crate) struct Accumulator {
     last_index: Option<usize>,
     finish_reason: Option<String>,
     usage: Option<WireUsage>,
+    generated: Generated,
 }
 
 #[derive(Debug, Default)]
@@ -398,6 +420,19 @@ impl Accumulator {
         let Some(delta) = choice.delta else {
             return shown;
         };
+        let bytes = delta.content.as_ref().map_or(0, String::len)
+            + delta.reasoning_content.as_ref().map_or(0, String::len)
+            + delta.reasoning.as_ref().map_or(0, String::len)
+            + delta
+                .tool_calls
+                .iter()
+                .flatten()
+                .map(ToolCallDelta::len)
+                .sum::<usize>();
+        if bytes > 0 {
+            self.generated.deltas += 1;
+            self.generated.bytes += bytes as u64;
+        }
         if let Some(text) = delta.content.filter(|text| !text.is_empty()) {
             self.text.push_str(&text);
             shown.text = Some(text);
@@ -460,6 +495,7 @@ impl Accumulator {
             text: self.text,
             tool_calls,
             usage: self.usage,
+            generated: self.generated,
         }
     }
 
