@@ -183,14 +183,12 @@ impl Usage {
     }
 
     /// The counts as a `_meta` carrying the extension: `{"acp-host/usage": {"version": 1,
-    /// "inputTokens": ..., ...}}` (the cost rides on the update itself).
+    /// "inputTokens": ..., ..., "cost": ...}}`. On a `usage_update` the cost rides on the update
+    /// too; on a `session_info_update` (an agent that knows no context window, so can send no
+    /// `usage_update`) the extension is all there is.
     #[must_use]
     pub fn to_meta(&self) -> acp::Meta {
-        let mut counts = serde_json::to_value(Usage {
-            cost: None,
-            ..self.clone()
-        })
-        .unwrap_or_default();
+        let mut counts = serde_json::to_value(self).unwrap_or_default();
         if let Some(object) = counts.as_object_mut() {
             object.insert("version".into(), META_VERSION.into());
         }
@@ -199,16 +197,15 @@ impl Usage {
         meta
     }
 
-    /// The counts of the extension in a `_meta`, when present, of this version and well formed.
+    /// The counts (and cost, when given) of the extension in a `_meta`, when present, of this
+    /// version and well formed.
     #[must_use]
     pub fn from_meta(meta: Option<&acp::Meta>) -> Option<Usage> {
         let counts = meta?.get(META_KEY)?;
         if counts.get("version").and_then(serde_json::Value::as_u64) != Some(META_VERSION) {
             return None;
         }
-        let mut usage: Usage = serde_json::from_value(counts.clone()).ok()?;
-        usage.cost = None;
-        Some(usage)
+        serde_json::from_value(counts.clone()).ok()
     }
 
     /// One line for people: `1,234 tokens (1,000 in, 234 out), 0.0123 USD`.
@@ -669,15 +666,10 @@ mod tests {
         assert_eq!(
             serde_json::Value::Object(meta.clone()),
             serde_json::json!({"acp-host/usage": {"version": 1, "inputTokens": 10,
-                "outputTokens": 5, "totalTokens": 15, "cachedReadTokens": 4}})
+                "outputTokens": 5, "totalTokens": 15, "cachedReadTokens": 4,
+                "cost": {"amount": 1.0, "currency": "USD"}}})
         );
-        assert_eq!(
-            Usage::from_meta(Some(&meta)),
-            Some(Usage {
-                cost: None,
-                ..spent
-            })
-        );
+        assert_eq!(Usage::from_meta(Some(&meta)), Some(spent));
         let mut other = meta.clone();
         other[META_KEY]["version"] = 2.into();
         assert_eq!(Usage::from_meta(Some(&other)), None);

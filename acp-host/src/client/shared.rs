@@ -438,7 +438,18 @@ impl Shared {
             }
             SessionUpdate::UsageUpdate(usage) => match &child {
                 None => lock(&self.usage).updated(usage),
-                Some(child) => lock(&self.children).usage(&child.session_id, usage),
+                Some(child) => lock(&self.children).usage(
+                    &child.session_id,
+                    usage.meta.as_ref(),
+                    usage.cost.as_ref(),
+                ),
+            },
+            // An agent that knows no context window carries its counts here.
+            SessionUpdate::SessionInfoUpdate(info) if info.meta.is_some() => match &child {
+                None => lock(&self.usage).counted(info.meta.as_ref(), None),
+                Some(child) => {
+                    lock(&self.children).usage(&child.session_id, info.meta.as_ref(), None);
+                }
             },
             _ => {}
         }

@@ -3,7 +3,8 @@
 //! Two reports are read (`protocol::usage`): each prompt response's `usage` (a turn's), summed
 //! over the run's prompts; and each `usage_update` of our session, whose `cost` is the session's
 //! cumulative cost and whose `_meta` may carry the `acp-host/usage` extension's cumulative token
-//! counts (acp-child sends both; opencode sends `cost` on the update and `usage` on the answer).
+//! counts (acp-child sends both; opencode sends `cost` on the update and `usage` on the answer),
+//! or a `session_info_update` carrying the extension alone (acp-child without a context window).
 //!
 //! Invariants:
 //! - what was spent so far is the larger of the two token reports (the cumulative counts run
@@ -69,16 +70,30 @@ impl Tally {
 
     /// A `usage_update` of our session.
     pub(crate) fn updated(&mut self, update: &agent_client_protocol::v1::schema::UsageUpdate) {
-        if let Some(counts) = Usage::from_meta(update.meta.as_ref()) {
-            self.cumulative = Some(counts);
-        }
-        if let Some(cost) = &update.cost
-            && cost.amount.is_finite()
-        {
-            self.cost = Some(Cost {
+        self.counted(update.meta.as_ref(), update.cost.as_ref());
+    }
+
+    /// The cumulative counts of an update's `_meta` (the extension: on a `usage_update`, or on a
+    /// `session_info_update` from an agent that knows no context window) and its cost: the
+    /// update's own, else the extension's.
+    pub(crate) fn counted(
+        &mut self,
+        meta: Option<&agent_client_protocol::v1::schema::Meta>,
+        cost: Option<&agent_client_protocol::v1::schema::Cost>,
+    ) {
+        let mut counts = Usage::from_meta(meta);
+        let cost = cost
+            .map(|cost| Cost {
                 amount: cost.amount,
                 currency: cost.currency.clone(),
-            });
+            })
+            .or_else(|| counts.as_mut().and_then(|counts| counts.cost.take()))
+            .filter(|cost| cost.amount.is_finite());
+        if let Some(counts) = counts {
+            self.cumulative = Some(counts);
+        }
+        if let Some(cost) = cost {
+            self.cost = Some(cost);
         }
         self.check();
     }

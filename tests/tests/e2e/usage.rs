@@ -705,3 +705,62 @@ fn a_server_that_reports_no_usage_gets_an_estimate_marked_as_one() {
     assert_eq!(updates[0]["_meta"]["acp-host/usage"]["estimated"], true);
     assert_none_left(dir.path());
 }
+
+/// The `session_info_update`s of our session carrying the usage extension, in order.
+fn info_usage(records: &[Value]) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| r["type"] == "update" && r.get("sessionId").is_none_or(Value::is_null))
+        .map(|r| &r["update"])
+        .filter(|u| u["sessionUpdate"] == "session_info_update")
+        .map(|u| &u["_meta"]["acp-host/usage"])
+        .collect()
+}
+
+#[test]
+fn without_a_context_window_the_counts_and_cost_still_arrive_mid_turn_and_a_budget_holds() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
+    let prices = ["--price-input", "2", "--price-output", "8"];
+    let llm = MockLlm::builder()
+        .reply_with_usage(read_notes("call_1"), Usage::new(100, 20))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(200, 10))
+        .start();
+    let (records, result) = json_run(
+        acp_child_json_run(dir.path(), &llm, &prices).arg("read the notes"),
+        0,
+    );
+    assert!(
+        usage_updates(&records).is_empty(),
+        "no window, no usage_update"
+    );
+    let infos = info_usage(&records);
+    assert_eq!(infos.len(), 2, "{records:#?}");
+    assert_eq!(infos[0]["totalTokens"], 120);
+    assert!((infos[0]["cost"]["amount"].as_f64().unwrap() - 0.000_36).abs() < 1e-12);
+    assert_eq!(infos[1]["totalTokens"], 330);
+    let cost = &result["usage"]["cost"];
+    assert_eq!(cost["currency"], "USD", "{result}");
+    assert!((cost["amount"].as_f64().unwrap() - 0.000_84).abs() < 1e-12);
+
+    // The first reply's counts reach acp-host before the turn ends: a token budget and a cost
+    // budget each cancel a turn whose second request never gets an answer.
+    for (budget, error) in [
+        (
+            ["--token-budget", "100"],
+            "used 120 tokens, over the token budget of 100",
+        ),
+        (
+            ["--cost-budget", "0.0003"],
+            "spent 0.0004 USD, over the cost budget of 0.0003 USD",
+        ),
+    ] {
+        let llm = hanging_after(Usage::new(100, 20));
+        let mut cmd = acp_child_json_run(dir.path(), &llm, &prices);
+        cmd.args(budget).arg("read the notes");
+        let (_, result) = json_run(&mut cmd, 7);
+        assert_eq!(result["status"], "over-budget", "{result}");
+        assert_eq!(result["error"], error);
+        assert_none_left(dir.path());
+    }
+}
