@@ -270,6 +270,10 @@ pub struct Breakdown {
     /// Children that reported usage but are not listed (counted in the turn's total).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children_dropped: Option<u64>,
+    /// The agent ended the turn (`max_tokens`) because of the session's budget
+    /// (docs/start-extension.md, the start extension's `budget`): what it would have passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_stop: Option<Overrun>,
 }
 
 /// One child's share of a turn.
@@ -331,6 +335,17 @@ pub fn answer_estimated(response: &serde_json::Value) -> bool {
         .and_then(|value| value.get("estimated"))
         .and_then(serde_json::Value::as_bool)
         .unwrap_or(false)
+}
+
+/// The budget stop a prompt response reports in the extension of its `_meta`
+/// ([`Breakdown::budget_stop`]), when there is one of this version and well formed.
+#[must_use]
+pub fn answer_budget_stop(response: &serde_json::Value) -> Option<Overrun> {
+    let value = response.get("_meta")?.get(META_KEY)?;
+    if value.get("version").and_then(serde_json::Value::as_u64) != Some(META_VERSION) {
+        return None;
+    }
+    serde_json::from_value(value.get("budgetStop")?.clone()).ok()
 }
 
 /// What a person priced the model at (acp-child's `--price-input`, `--price-output`,
@@ -402,14 +417,38 @@ impl CostLimit {
     }
 }
 
-/// A budget passed: which figure, how much was spent, and the limit.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// A budget passed: which figure, how much was spent, and the limit; or, where the agent holds
+/// its budget itself, the model request it did not send because it would have passed it.
+/// Serialized (tagged `passed`) as an agent's budget stop in a prompt response's
+/// [`Breakdown`].
+#[derive(
+    Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(
+    tag = "passed",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Overrun {
     #[error("used {} tokens, over the token budget of {}", thousands(*.used), thousands(*.limit))]
     Tokens { used: u64, limit: u64 },
     #[error("spent {used:.4} {currency}, over the cost budget of {limit:.4} {currency}")]
     Cost {
         used: f64,
+        limit: f64,
+        currency: String,
+    },
+    #[error(
+        "used {} tokens, and the next model request (about {} tokens) would pass the token budget of {}: the agent ended its turn before sending it",
+        thousands(*.used), thousands(*.next), thousands(*.limit)
+    )]
+    NextTokens { used: u64, next: u64, limit: u64 },
+    #[error(
+        "spent {used:.4} {currency}, and the next model request (about {next:.4} {currency}) would pass the cost budget of {limit:.4} {currency}: the agent ended its turn before sending it"
+    )]
+    NextCost {
+        used: f64,
+        next: f64,
         limit: f64,
         currency: String,
     },
@@ -437,6 +476,38 @@ impl Budget {
         {
             return Some(Overrun::Cost {
                 used: cost.amount,
+                limit,
+                currency: cost.currency.clone(),
+            });
+        }
+        None
+    }
+
+    /// Whether spending `next` (a model request about to be sent, estimated) on top of `spent`
+    /// would pass the budget: the agent holding its budget then ends its turn instead. A cost is
+    /// compared only when both have one, in one currency.
+    #[must_use]
+    pub fn would_pass(&self, spent: &Usage, next: &Usage) -> Option<Overrun> {
+        if let Some(limit) = self.tokens
+            && spent.total_tokens.saturating_add(next.total_tokens) > limit
+        {
+            return Some(Overrun::NextTokens {
+                used: spent.total_tokens,
+                next: next.total_tokens,
+                limit,
+            });
+        }
+        let used = spent.cost.as_ref().map_or(0.0, |cost| cost.amount);
+        if let (Some(limit), Some(cost)) = (self.cost, &next.cost)
+            && spent
+                .cost
+                .as_ref()
+                .is_none_or(|spent| spent.currency == cost.currency)
+            && used + cost.amount > limit
+        {
+            return Some(Overrun::NextCost {
+                used,
+                next: cost.amount,
                 limit,
                 currency: cost.currency.clone(),
             });
@@ -720,6 +791,55 @@ mod tests {
                 .as_deref(),
             Some("used 1,234 tokens, over the token budget of 1,000")
         );
+    }
+
+    #[test]
+    fn an_agent_holding_its_budget_stops_before_a_request_that_would_pass_it() {
+        let budget = Budget {
+            tokens: Some(100),
+            cost: Some(0.5),
+        };
+        assert_eq!(budget.would_pass(&usage(40, 10), &usage(50, 0)), None);
+        let stop = budget.would_pass(&usage(40, 10), &usage(51, 0)).unwrap();
+        assert_eq!(
+            stop.to_string(),
+            "used 50 tokens, and the next model request (about 51 tokens) would pass the token \
+             budget of 100: the agent ended its turn before sending it"
+        );
+        let cost = budget
+            .would_pass(&priced(1, 1, 0.25, "USD"), &priced(1, 0, 0.3, "USD"))
+            .unwrap();
+        assert_eq!(
+            cost.to_string(),
+            "spent 0.2500 USD, and the next model request (about 0.3000 USD) would pass the cost \
+             budget of 0.5000 USD: the agent ended its turn before sending it"
+        );
+        assert!(
+            budget
+                .would_pass(&usage(1, 1), &priced(1, 0, 0.6, "USD"))
+                .is_some(),
+            "nothing spent yet"
+        );
+        assert_eq!(
+            budget.would_pass(&priced(1, 1, 0.25, "EUR"), &priced(1, 0, 0.3, "USD")),
+            None,
+            "two currencies do not add up"
+        );
+        // Carried in a prompt response's breakdown, and read back.
+        let breakdown = Breakdown {
+            budget_stop: Some(stop.clone()),
+            ..Breakdown::default()
+        };
+        let answer = serde_json::json!({"stopReason": "max_tokens", "_meta": breakdown.to_meta()});
+        assert_eq!(
+            answer["_meta"][META_KEY]["budgetStop"],
+            serde_json::json!({"passed": "nextTokens", "used": 50, "next": 51, "limit": 100})
+        );
+        assert_eq!(answer_budget_stop(&answer), Some(stop));
+        assert_eq!(answer_budget_stop(&serde_json::json!({})), None);
+        let mut other = answer;
+        other["_meta"][META_KEY]["version"] = 2.into();
+        assert_eq!(answer_budget_stop(&other), None);
     }
 
     #[test]

@@ -93,6 +93,8 @@ pub(crate) struct Turn {
     flow: Mutex<TextFlow>,
     /// What the turn spent (its own model requests and its children's), once anything reported.
     spent: Mutex<Option<(Usage, Breakdown)>>,
+    /// Why the turn ended for the session's budget, when it did.
+    budget_stop: Mutex<Option<protocol::usage::Overrun>>,
 }
 
 impl Turn {
@@ -116,7 +118,26 @@ impl Turn {
             backlog,
             flow: Mutex::default(),
             spent: Mutex::default(),
+            budget_stop: Mutex::default(),
         }
+    }
+
+    /// The turn ends (`max_tokens`) for the session's budget: `overrun` is what it would pass
+    /// (or passed), reported in the prompt response's `_meta`.
+    pub(crate) fn stop_for_budget(&self, overrun: protocol::usage::Overrun) {
+        tracing::info!(%overrun, "ending the turn for the session's budget");
+        *self
+            .budget_stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(overrun);
+    }
+
+    /// Why the turn ended for the session's budget, if it did.
+    pub(crate) fn take_budget_stop(&self) -> Option<protocol::usage::Overrun> {
+        self.budget_stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// One model request's usage (`context`: the context it carried and the window, when the

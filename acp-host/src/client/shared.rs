@@ -232,6 +232,11 @@ impl Shared {
         lock(&self.usage).take_turn()
     }
 
+    /// The run's budget (what an agent that holds its own is handed at session start).
+    pub(crate) fn budget(&self) -> protocol::usage::Budget {
+        lock(&self.usage).budget()
+    }
+
     /// The budget overrun, once the reported usage passed the run's budget.
     pub(crate) fn overrun(&self) -> Option<protocol::usage::Overrun> {
         lock(&self.usage).overrun().cloned()

@@ -45,8 +45,23 @@ impl Tally {
         self.passed.clone()
     }
 
-    /// A prompt response's `usage` (the raw answer: a malformed or absent one is no report).
+    /// The budget the run holds the agent to (handed to an agent that holds it itself).
+    pub(crate) fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// A prompt response's `usage` (the raw answer: a malformed or absent one is no report), and
+    /// the budget stop of an agent that holds its budget itself (`protocol::usage::Breakdown`):
+    /// the turn it ended for the budget is over budget, as one acp-host cancelled.
     pub(crate) fn answered(&mut self, response: &serde_json::Value) {
+        if self.overrun.is_none()
+            && self.budget.is_set()
+            && let Some(stop) = protocol::usage::answer_budget_stop(response)
+        {
+            tracing::info!(overrun = %stop, "the agent ended its turn for the run's budget");
+            self.overrun = Some(stop);
+            self.passed.cancel();
+        }
         let Some(usage) = response
             .get("usage")
             .filter(|usage| !usage.is_null())
@@ -232,6 +247,34 @@ mod tests {
         assert_eq!(
             tally.overrun().map(ToString::to_string).as_deref(),
             Some("used 11 tokens, over the token budget of 10")
+        );
+    }
+
+    #[test]
+    fn an_agent_that_stopped_for_the_budget_is_over_it() {
+        let stop = json!({"stopReason": "max_tokens", "_meta": {"acp-host/usage": {"version": 1,
+            "own": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
+            "budgetStop": {"passed": "nextTokens", "used": 0, "next": 30, "limit": 20}}}});
+        let mut unbudgeted = Tally::new(Budget::default());
+        unbudgeted.answered(&stop);
+        assert!(
+            unbudgeted.overrun().is_none(),
+            "no budget of ours: not ours to judge"
+        );
+        let mut tally = Tally::new(Budget {
+            tokens: Some(20),
+            cost: None,
+        });
+        assert_eq!(tally.budget().tokens, Some(20));
+        tally.answered(&stop);
+        assert!(tally.passed().is_cancelled());
+        assert!(
+            tally
+                .overrun()
+                .map(ToString::to_string)
+                .is_some_and(|text| text.contains("the next model request (about 30 tokens)")),
+            "{:?}",
+            tally.overrun()
         );
     }
 

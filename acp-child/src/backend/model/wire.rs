@@ -377,6 +377,14 @@ pub(crate) struct Generated {
     pub(crate) bytes: u64,
 }
 
+impl Generated {
+    /// What a request of `input_bytes` that streamed this is estimated to have spent.
+    #[must_use]
+    pub(crate) fn estimate(self, input_bytes: u64) -> protocol::usage::Usage {
+        protocol::usage::estimate(input_bytes, self.deltas, self.bytes)
+    }
+}
+
 /// What a chunk contributes that should be shown at once.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Shown {
@@ -497,6 +505,12 @@ impl Accumulator {
             usage: self.usage,
             generated: self.generated,
         }
+    }
+
+    /// What was streamed so far (for the budget's hold while it streams).
+    #[must_use]
+    pub(crate) fn generated(&self) -> Generated {
+        self.generated
     }
 
     /// The text streamed so far (kept when a turn is cancelled mid-stream).
