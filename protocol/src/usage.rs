@@ -386,6 +386,37 @@ pub struct Budget {
     pub cost: Option<f64>,
 }
 
+/// The error of a budgeted run whose agent reported no usage by the end of its first reply.
+pub const UNREPORTED_USAGE: &str = "the agent reports no usage; the budget cannot be held";
+/// The error of a cost-budgeted run whose agent reported token counts but no cost by then.
+pub const UNREPORTED_COST: &str = "the agent reports no cost; the cost budget cannot be held";
+
+/// What a budgeted run does when its agent reported no usage (or no cost, for a cost budget) by
+/// the end of its first reply ([`Budget::unheld`]): `--on-unreported`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Unreported {
+    /// Cancel the run: status `error`, `errorKind: "budget"`. A cap that does not cap must not
+    /// pass silently.
+    #[default]
+    Error,
+    /// Let it run to its end and say so in the result's `warnings`.
+    Warn,
+}
+
+impl Unreported {
+    /// The names, as `--on-unreported` takes them.
+    pub const NAMES: &'static str = "error, warn";
+
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "error" => Some(Self::Error),
+            "warn" => Some(Self::Warn),
+            _ => None,
+        }
+    }
+}
+
 /// A cost limit (`run.costBudget`, `--cost-budget`): a finite amount of zero or more (in the
 /// agent's currency), so it compares totally and a settled run can be `Eq`.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
@@ -517,7 +548,7 @@ impl Budget {
 
     /// Why this budget cannot be held on `spent` (`None` when it can, or there is none): the
     /// agent reported no usage, or a cost budget without a reported cost. For the result's
-    /// warning.
+    /// warning (`--on-unreported warn`).
     #[must_use]
     pub fn unenforceable(&self, spent: Option<&Usage>) -> Option<&'static str> {
         match spent {
@@ -528,6 +559,23 @@ impl Budget {
                 Some("the agent reported no cost, so the cost budget could not be held")
             }
             _ => None,
+        }
+    }
+
+    /// Why this budget cannot be held, judged when the agent's first reply ended (its first
+    /// prompt response: the latest an agent reporting through ACP reports a turn's usage) on
+    /// what it reported by then (`counts`: token counts came; `cost`: a cost came): the error
+    /// of a run that `--on-unreported error` (the default) then cancels. `None` when it can be
+    /// held, or there is no budget.
+    #[must_use]
+    pub fn unheld(&self, counts: bool, cost: bool) -> Option<&'static str> {
+        let cost_unheld = self.cost.is_some() && !cost;
+        if !counts && (self.tokens.is_some() || cost_unheld) {
+            Some(UNREPORTED_USAGE)
+        } else if cost_unheld {
+            Some(UNREPORTED_COST)
+        } else {
+            None
         }
     }
 
@@ -840,6 +888,38 @@ mod tests {
         let mut other = answer;
         other["_meta"][META_KEY]["version"] = 2.into();
         assert_eq!(answer_budget_stop(&other), None);
+    }
+
+    #[test]
+    fn a_budget_is_unheld_when_nothing_or_no_cost_was_reported_by_the_first_reply() {
+        let tokens = Budget {
+            tokens: Some(10),
+            cost: None,
+        };
+        let cost = Budget {
+            tokens: None,
+            cost: Some(0.1),
+        };
+        assert_eq!(tokens.unheld(false, false), Some(UNREPORTED_USAGE));
+        assert_eq!(
+            tokens.unheld(false, true),
+            Some(UNREPORTED_USAGE),
+            "a cost alone"
+        );
+        assert_eq!(cost.unheld(false, false), Some(UNREPORTED_USAGE));
+        assert_eq!(
+            cost.unheld(false, true),
+            None,
+            "a cost alone holds a cost budget"
+        );
+        assert_eq!(tokens.unheld(true, false), None);
+        assert_eq!(cost.unheld(true, false), Some(UNREPORTED_COST));
+        assert_eq!(cost.unheld(true, true), None);
+        assert_eq!(Budget::default().unheld(false, false), None);
+        assert_eq!(Unreported::parse("warn"), Some(Unreported::Warn));
+        assert_eq!(Unreported::parse("error"), Some(Unreported::default()));
+        assert_eq!(Unreported::parse("ignore"), None);
+        assert_eq!(Unreported::NAMES, "error, warn");
     }
 
     #[test]

@@ -53,7 +53,9 @@ use protocol::shard::{self, Shard, ShardFromEnv};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use self::lines::{IDS_IN_MEMORY, IdKey, Ids, Pending, SPOOL_IN_MEMORY, id_key};
-use super::run::{BatchFlags, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for};
+use super::run::{
+    BatchFlags, PolicyArg, RunArgs, Seconds, Signals, UnreportedArg, parse_seconds, request_for,
+};
 use super::sandbox::SandboxArgs;
 use super::{CliError, Written, subagent};
 
@@ -145,6 +147,11 @@ pub(super) struct BatchArgs {
     /// The sandbox of every line (a line's `sandbox` and `network` only tighten it).
     #[command(flatten)]
     sandbox: SandboxArgs,
+
+    /// A line with a budget whose agent reported no usage by the end of its first reply: error
+    /// (its record is status error, errorKind budget) or warn (it runs on, its record warns).
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = UnreportedArg::Error)]
+    on_unreported: UnreportedArg,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -620,6 +627,7 @@ fn run_args(args: &BatchArgs, line: &BatchLine) -> RunArgs {
         token_file: args.token_file.clone(),
         token_env: args.token_env.clone(),
         sandbox: args.sandbox.clone(),
+        on_unreported: args.on_unreported,
     };
     RunArgs::for_batch(line, &flags)
 }

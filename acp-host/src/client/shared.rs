@@ -80,7 +80,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(max_output_bytes: usize, budget: protocol::usage::Budget) -> Self {
+    pub(crate) fn new(
+        max_output_bytes: usize,
+        budget: protocol::usage::Budget,
+        on_unreported: protocol::usage::Unreported,
+    ) -> Self {
         Shared {
             output: Mutex::new(OutputTail::new(max_output_bytes)),
             permissions: Mutex::new(Capped::new(MAX_PERMISSION_RECORDS)),
@@ -95,7 +99,7 @@ impl Shared {
             persona_delivery: Mutex::default(),
             turn_text: Mutex::default(),
             structured: Mutex::default(),
-            usage: Mutex::new(Tally::new(budget)),
+            usage: Mutex::new(Tally::new(budget).on_unreported(on_unreported)),
         }
     }
 }
@@ -240,6 +244,12 @@ impl Shared {
     /// The budget overrun, once the reported usage passed the run's budget.
     pub(crate) fn overrun(&self) -> Option<protocol::usage::Overrun> {
         lock(&self.usage).overrun().cloned()
+    }
+
+    /// Why the run was cancelled for its budget although nothing passed it: the agent reported
+    /// no usage (or no cost) by the end of its first reply (`--on-unreported error`).
+    pub(crate) fn budget_unheld(&self) -> Option<&'static str> {
+        lock(&self.usage).unheld()
     }
 
     /// Why the run's budget could not be held on what the agent reported, if it could not.

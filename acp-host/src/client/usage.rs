@@ -11,9 +11,14 @@
 //!   ahead of the answers mid-turn; an agent sending only one report is read from that one), with
 //!   the last reported cost; nothing when the agent reported no token counts;
 //! - the budget is checked on every report; the first overrun is kept and fires [`Tally::passed`]
-//!   once, which the run's supervision turns into a cancel (as a deadline does).
+//!   once, which the run's supervision turns into a cancel (as a deadline does);
+//! - when the agent's first reply ends (its first prompt response: an agent reporting through
+//!   ACP reports a turn's usage by then at the latest) a budget with nothing reported to hold it
+//!   against is judged unheld (`Budget::unheld`): under `Unreported::Error` (the default) that
+//!   fires [`Tally::passed`] too and the run ends as an error, under `Unreported::Warn` it only
+//!   warns at the end.
 
-use protocol::usage::{Budget, Cost, Overrun, Usage};
+use protocol::usage::{Budget, Cost, Overrun, Unreported, Usage};
 use tokio_util::sync::CancellationToken;
 
 /// The run's usage reports and budget.
@@ -30,6 +35,11 @@ pub(crate) struct Tally {
     passed: CancellationToken,
     /// What [`Tally::take_turn`] last handed out: a kept session's turns each report their own.
     taken: Option<Usage>,
+    on_unreported: Unreported,
+    /// The first answer came: the budget was judged then.
+    judged: bool,
+    /// Why the budget cannot be held, when it was judged so under `Unreported::Error`.
+    unheld: Option<&'static str>,
 }
 
 impl Tally {
@@ -38,6 +48,19 @@ impl Tally {
             budget,
             ..Tally::default()
         }
+    }
+
+    /// What to do when the agent reports nothing to hold the budget against.
+    pub(crate) fn on_unreported(self, on_unreported: Unreported) -> Self {
+        Tally {
+            on_unreported,
+            ..self
+        }
+    }
+
+    /// Why the run was cancelled although its budget was not passed (see the module docs).
+    pub(crate) fn unheld(&self) -> Option<&'static str> {
+        self.unheld
     }
 
     /// Fires once the budget is passed.
@@ -62,6 +85,28 @@ impl Tally {
             self.overrun = Some(stop);
             self.passed.cancel();
         }
+        self.add_answer(response);
+        if !self.judged {
+            self.judged = true;
+            self.judge();
+        }
+    }
+
+    /// The first reply ended: a budget nothing was reported against cannot be held.
+    fn judge(&mut self) {
+        let counts = self.answered.is_some() || self.cumulative.is_some();
+        let Some(why) = self.budget.unheld(counts, self.cost.is_some()) else {
+            return;
+        };
+        if self.on_unreported == Unreported::Error && self.overrun.is_none() {
+            tracing::info!(why, "cancelling the run");
+            self.unheld = Some(why);
+            self.passed.cancel();
+        }
+    }
+
+    /// Adds a prompt response's `usage` to the answers' sum.
+    fn add_answer(&mut self, response: &serde_json::Value) {
         let Some(usage) = response
             .get("usage")
             .filter(|usage| !usage.is_null())
@@ -149,8 +194,12 @@ impl Tally {
         self.overrun.as_ref()
     }
 
-    /// Why the budget could not be held, for the result's warnings.
+    /// Why the budget could not be held, for the result's warnings (none when the run already
+    /// ended as an error for it).
     pub(crate) fn unenforceable(&self) -> Option<&'static str> {
+        if self.unheld.is_some() {
+            return None;
+        }
         self.budget.unenforceable(self.spent().as_ref())
     }
 
@@ -197,14 +246,27 @@ mod tests {
 
     #[test]
     fn nothing_reported_is_no_usage_and_an_unheld_budget() {
-        let mut tally = Tally::new(Budget {
+        let budget = Budget {
             tokens: Some(10),
             cost: None,
-        });
+        };
+        let mut tally = Tally::new(budget).on_unreported(Unreported::Warn);
         tally.answered(&json!({"stopReason": "end_turn"}));
         tally.answered(&json!({"stopReason": "end_turn", "usage": "lots"}));
         assert_eq!(tally.spent(), None);
         assert!(tally.unenforceable().is_some());
+        assert!(!tally.passed().is_cancelled());
+        assert_eq!(tally.unheld(), None);
+        // By default the first reply's end cancels it.
+        let mut tally = Tally::new(budget);
+        tally.answered(&json!({"stopReason": "end_turn"}));
+        assert!(tally.passed().is_cancelled());
+        assert_eq!(tally.unheld(), Some(protocol::usage::UNREPORTED_USAGE));
+        assert_eq!(tally.unenforceable(), None, "an error, not also a warning");
+        // Reported by then: held.
+        let mut tally = Tally::new(budget);
+        tally.answered(&answer(5));
+        tally.answered(&json!({"stopReason": "end_turn"}));
         assert!(!tally.passed().is_cancelled());
     }
 

@@ -30,6 +30,7 @@ fn settle(
     end: Option<DriveEnd>,
     timed_out: bool,
     overrun: Option<&Overrun>,
+    unheld: Option<&str>,
     request: &StartRequest,
 ) {
     let timeouts = &request.timeouts;
@@ -55,6 +56,12 @@ fn settle(
             Status::OverBudget,
             answered(end),
             Some((ErrorKind::Budget, overrun.to_string())),
+        ),
+        // Nothing reported to hold the budget against by the end of the first reply.
+        Some(end) if let Some(why) = unheld => (
+            Status::Error,
+            answered(end),
+            Some((ErrorKind::Budget, why.to_owned())),
         ),
         Some(DriveEnd::Stopped { stop_reason }) => {
             let status = Status::from_stop_reason(&stop_reason);
@@ -231,7 +238,14 @@ pub(super) fn settle_turn(
     shared: &Shared,
     redactor: &Redactor,
 ) {
-    settle(result, end, timed_out, shared.overrun().as_ref(), request);
+    settle(
+        result,
+        end,
+        timed_out,
+        shared.overrun().as_ref(),
+        shared.budget_unheld(),
+        request,
+    );
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
@@ -333,6 +347,7 @@ mod tests {
             resume: Some("s-1".into()),
             fork: Some("s-2".into()),
             budget: protocol::usage::Budget::default(),
+            on_unreported: protocol::usage::Unreported::default(),
             sandbox: protocol::sandbox::Policy::default(),
         }
     }
@@ -619,7 +634,14 @@ mod tests {
                 case.withheld.iter().map(ToString::to_string).collect(),
             );
             (result.agent_exit.code, result.agent_exit.signal) = case.exit;
-            settle(&mut result, case.end, case.timed_out, None, &request());
+            settle(
+                &mut result,
+                case.end,
+                case.timed_out,
+                None,
+                None,
+                &request(),
+            );
             assert_eq!(result.status, case.status, "{}", case.name);
             assert_eq!(
                 result.stop_reason.as_deref(),
@@ -659,7 +681,14 @@ mod tests {
             (stopped("end_turn"), Some("end_turn")),
         ] {
             let mut result = RunResult::unsettled("run".into(), Vec::new());
-            settle(&mut result, Some(end), false, Some(&overrun), &request());
+            settle(
+                &mut result,
+                Some(end),
+                false,
+                Some(&overrun),
+                None,
+                &request(),
+            );
             assert_eq!(result.status, Status::OverBudget);
             assert_eq!(result.exit_code(), 7);
             assert_eq!(result.stop_reason.as_deref(), stop_reason);
@@ -676,9 +705,27 @@ mod tests {
             Some(stopped("end_turn")),
             true,
             Some(&overrun),
+            None,
             &request(),
         );
         assert_eq!(result.status, Status::Timeout);
+        // Nothing reported to hold it against: an error of kind budget, the answer's stop kept.
+        let mut result = RunResult::unsettled("run".into(), Vec::new());
+        settle(
+            &mut result,
+            Some(stopped("end_turn")),
+            false,
+            None,
+            Some(protocol::usage::UNREPORTED_USAGE),
+            &request(),
+        );
+        assert_eq!(result.status, Status::Error);
+        assert_eq!(result.error_kind, Some(ErrorKind::Budget));
+        assert_eq!(result.stop_reason.as_deref(), Some("end_turn"));
+        assert_eq!(
+            result.error.as_deref(),
+            Some("the agent reports no usage; the budget cannot be held")
+        );
     }
 
     #[test]
@@ -698,6 +745,7 @@ mod tests {
             Some(stopped("end_turn")),
             false,
             None,
+            None,
             &request(),
         );
         record_structured(&mut completed, mismatched());
@@ -715,6 +763,7 @@ mod tests {
             Some(stopped("refusal")),
             false,
             None,
+            None,
             &request(),
         );
         record_structured(&mut refused, mismatched());
@@ -727,6 +776,7 @@ mod tests {
             &mut matched,
             Some(stopped("end_turn")),
             false,
+            None,
             None,
             &request(),
         );

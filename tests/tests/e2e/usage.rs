@@ -127,7 +127,7 @@ fn the_window_comes_from_the_server_listing_and_verbose_shows_the_usage_line() {
 }
 
 #[test]
-fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_to_warns() {
+fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_to_is_an_error() {
     let dir = temp();
     let mut cmd = host_run(dir.path());
     cmd.args(["--json", "--agent", &mock(&["hello"]), "hello"]);
@@ -135,11 +135,46 @@ fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_t
     assert_eq!(result["usage"], Value::Null, "{result}");
     assert!(result.get("warnings").is_none(), "{result}");
 
+    // By default a budget nothing is reported against, by the end of the first reply, is not
+    // silently ignored: the run is an error of kind budget.
+    for budget in [["--token-budget", "10"], ["--cost-budget", "0.5"]] {
+        let mut cmd = host_run(dir.path());
+        cmd.arg("--json")
+            .args(budget)
+            .args(["--agent", &mock(&["hello"]), "hello"]);
+        let (_, result) = json_run(&mut cmd, 1);
+        assert_eq!(result["status"], "error", "{result}");
+        assert_eq!(result["errorKind"], "budget");
+        assert_eq!(
+            result["error"],
+            "the agent reports no usage; the budget cannot be held"
+        );
+        assert_eq!(result["usage"], Value::Null);
+        assert!(result.get("warnings").is_none(), "{result}");
+    }
+    let mut cmd = host_run(dir.path());
+    cmd.args([
+        "--token-budget",
+        "10",
+        "--agent",
+        &mock(&["hello"]),
+        "hello",
+    ]);
+    let out = run_to_end(&mut cmd);
+    assert_eq!(acp_tests::code(&out), 1);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: the agent reports no usage; the budget cannot be held\n"
+    );
+
+    // --on-unreported warn: today's behaviour, completed with a warning.
     let mut cmd = host_run(dir.path());
     cmd.args([
         "--json",
         "--token-budget",
         "10",
+        "--on-unreported",
+        "warn",
         "--agent",
         &mock(&["hello"]),
         "hello",
@@ -156,6 +191,8 @@ fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_t
     cmd.args([
         "--token-budget",
         "10",
+        "--on-unreported",
+        "warn",
         "--agent",
         &mock(&["hello"]),
         "hello",
@@ -566,8 +603,12 @@ fn a_child_gets_at_most_what_is_left_of_its_parents_budget() {
     cmd.args(["--token-budget", "20000", "delegate"]);
     let (_, result) = json_run(&mut cmd, 0);
     assert_eq!(result["usage"]["totalTokens"], 33, "{result}");
+    // The mock child reports no usage: under a budget that is an error its parent is told of,
+    // with what it said.
+    let unheld = "subagent budget ended error (stop reason end_turn): the agent reports no usage; \
+                  the budget cannot be held\n\nIts output so far:\n";
     let told = parent.requests()[1].tool_result("call_a").unwrap();
-    assert_eq!(told, "ACP_HOST_TOKEN_BUDGET=19989");
+    assert_eq!(told, format!("{unheld}ACP_HOST_TOKEN_BUDGET=19989"));
     // Its own --subagent-token-budget is lower: that holds.
     let mut cmd = tree_run(
         dir.path(),
@@ -578,7 +619,7 @@ fn a_child_gets_at_most_what_is_left_of_its_parents_budget() {
     cmd.args(["--token-budget", "20000", "delegate"]);
     json_run(&mut cmd, 0);
     let told = parent.requests()[3].tool_result("call_b").unwrap();
-    assert_eq!(told, "ACP_HOST_TOKEN_BUDGET=50");
+    assert_eq!(told, format!("{unheld}ACP_HOST_TOKEN_BUDGET=50"));
     assert_none_left(dir.path());
 }
 
