@@ -309,12 +309,11 @@ impl Breakdown {
     /// (ACP's `usage` has no such field: [`answer_estimated`] reads it).
     #[must_use]
     pub fn to_meta(&self) -> acp::Meta {
+        // A struct serializes to an object (and `Null`, were it to fail, indexes as an empty one).
         let mut value = serde_json::to_value(self).unwrap_or_default();
-        if let Some(object) = value.as_object_mut() {
-            object.insert("version".into(), META_VERSION.into());
-            if self.estimated() {
-                object.insert("estimated".into(), true.into());
-            }
+        value["version"] = META_VERSION.into();
+        if self.estimated() {
+            value["estimated"] = true.into();
         }
         let mut meta = acp::Meta::new();
         meta.insert(META_KEY.into(), value);

@@ -195,9 +195,10 @@ impl Tally {
     }
 
     /// Why the budget could not be held, for the result's warnings (none when the run already
-    /// ended as an error for it).
+    /// ended as an error for it, or was held to it: an agent holding its budget may stop before
+    /// it spent anything).
     pub(crate) fn unenforceable(&self) -> Option<&'static str> {
-        if self.unheld.is_some() {
+        if self.unheld.is_some() || self.overrun.is_some() {
             return None;
         }
         self.budget.unenforceable(self.spent().as_ref())
@@ -330,6 +331,11 @@ mod tests {
         assert_eq!(tally.budget().tokens, Some(20));
         tally.answered(&stop);
         assert!(tally.passed().is_cancelled());
+        assert_eq!(
+            tally.unenforceable(),
+            None,
+            "held, though nothing was spent"
+        );
         assert!(
             tally
                 .overrun()

@@ -831,6 +831,8 @@ fn acp_child_holds_the_runs_budget_and_sends_no_request_that_would_pass_it() {
         "{error}"
     );
     assert!(llm.requests().is_empty(), "nothing was sent");
+    assert_eq!(result["usage"], Value::Null, "nothing spent");
+    assert!(result.get("warnings").is_none(), "held: {result}");
 
     // No window (so no usage_update): a turn of tool calls stops before the request that would
     // pass the budget, not after it, and not at the turn's end.
