@@ -185,7 +185,7 @@ struct Cli {
     #[arg(
         long,
         value_name = "N",
-        help = "The model's context window in tokens, for usage updates (used/size) [default: what the server's model listing says; unknown: no usage updates]"
+        help = "The model's context window in tokens, for usage updates (used/size) [default: what the server's model listing says; unknown: the counts and cost go on a session_info_update instead]"
     )]
     context_window: Option<u64>,
     #[arg(
