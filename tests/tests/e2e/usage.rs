@@ -897,3 +897,34 @@ fn a_reply_streaming_past_the_budget_is_cut_off_where_it_passes() {
     assert!(end.sent < end.total, "the stream was left: {end:?}");
     assert_none_left(dir.path());
 }
+
+#[test]
+fn a_child_on_a_server_that_reports_no_usage_is_estimated_in_children_and_the_parents_total() {
+    let dir = temp();
+    let parent = MockLlm::builder()
+        .reply_with_usage(delegate("call_a", "acp-child", "task a"), Usage::new(10, 1))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(20, 2))
+        .start();
+    let children = MockLlm::builder()
+        .no_usage()
+        .reply(Reply::text(["a", " done"]))
+        .start();
+    let (_, result) = json_run(
+        tree_run(dir.path(), &parent, &children, &[]).arg("delegate"),
+        0,
+    );
+    assert_eq!(result["output"], "done");
+    let child = &result["children"][0];
+    assert_eq!(child["usage"]["estimated"], true, "{result}");
+    let requests = children.requests();
+    assert_eq!(requests.len(), 1);
+    let estimate = estimated(&requests[0], 2, "a done".len() as u64);
+    assert_eq!(child["usage"], estimate, "{result}");
+    // The parent's own figures were reported, its child's estimated: the sum is an estimate.
+    assert_eq!(result["usage"]["estimated"], true);
+    assert_eq!(
+        result["usage"]["totalTokens"],
+        33 + estimate["totalTokens"].as_u64().unwrap()
+    );
+    assert_none_left(dir.path());
+}
