@@ -14,7 +14,8 @@
 //!
 //! `GET /v1/models` lists the builder's [`MockLlmBuilder::models`] (none by default) as
 //! `{"data": [{"id": ...}]}` (each with `context_length` when [`MockLlmBuilder::context_window`]
-//! is set), or fails with 500 ([`MockLlmBuilder::models_fail`]); it consumes
+//! is set), or fails with 500 ([`MockLlmBuilder::models_fail`]) or another status
+//! ([`MockLlmBuilder::models_status`]: 404 as a server without the route); it consumes
 //! nothing and is counted apart ([`MockLlm::model_listings`]), not among [`MockLlm::requests`],
 //! since an agent lists models on its own at start.
 //!
@@ -76,7 +77,8 @@ pub struct MockLlmBuilder {
     required_key: Option<String>,
     models: Vec<String>,
     context_window: Option<u64>,
-    models_fail: bool,
+    /// `GET /v1/models` answers this error status instead of the list.
+    models_fail: Option<u16>,
     no_usage: bool,
 }
 
@@ -134,8 +136,15 @@ impl MockLlmBuilder {
 
     /// `GET /v1/models` answers 500, as a server that cannot list its models.
     #[must_use]
-    pub fn models_fail(mut self) -> Self {
-        self.models_fail = true;
+    pub fn models_fail(self) -> Self {
+        self.models_status(500)
+    }
+
+    /// `GET /v1/models` answers `status` (an error) instead of the list: 404 is a server without
+    /// the route.
+    #[must_use]
+    pub fn models_status(mut self, status: u16) -> Self {
+        self.models_fail = Some(status);
         self
     }
 
@@ -157,7 +166,10 @@ impl MockLlmBuilder {
         };
         let shared = Arc::new(Shared {
             required_key: self.required_key,
-            models: (!self.models_fail).then_some(self.models),
+            models: match self.models_fail {
+                None => Ok(self.models),
+                Some(status) => Err(status),
+            },
             context_window: self.context_window,
             no_usage: self.no_usage,
             state: Mutex::new(Log {
@@ -277,8 +289,8 @@ impl Drop for MockLlm {
 #[derive(Debug)]
 struct Shared {
     required_key: Option<String>,
-    /// What `GET /v1/models` lists; `None`: it fails.
-    models: Option<Vec<String>>,
+    /// What `GET /v1/models` lists; `Err`: the status it fails with.
+    models: Result<Vec<String>, u16>,
     /// The `context_length` of each listed model, when set.
     context_window: Option<u64>,
     /// No usage chunk is ever sent.
@@ -308,11 +320,14 @@ impl Shared {
         if !authorized {
             return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided.");
         }
-        let Some(models) = &self.models else {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "mock llm: listing models fails (models_fail)",
-            );
+        let models = match &self.models {
+            Ok(models) => models,
+            Err(status) => {
+                return error(
+                    StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    "mock llm: listing models fails (models_fail, models_status)",
+                );
+            }
         };
         let data: Vec<Value> = models
             .iter()

@@ -366,6 +366,12 @@ fn a_base_url_alone_whose_server_lists_no_model_or_fails_is_a_clear_error_exit_2
              (GET {base}/models: HTTP 500); check that the server at {base} is running, or name a \
              model with --model NAME (or ACP_CHILD_MODEL)\n",
         ),
+        (
+            MockLlm::builder().models_status(404).start(),
+            "acp-child: error: no --model given, and the model server's models cannot be listed \
+             (GET {base}/models: HTTP 404); check that the server at {base} is running, or name a \
+             model with --model NAME (or ACP_CHILD_MODEL)\n",
+        ),
     ] {
         let mut cmd = Command::new(acp_tests::bin("acp-child"));
         for name in AMBIENT {
@@ -379,6 +385,27 @@ fn a_base_url_alone_whose_server_lists_no_model_or_fails_is_a_clear_error_exit_2
         assert_eq!(stdout(&out), "", "nothing served");
         assert!(llm.requests().is_empty());
     }
+    // Nothing listening at all: the same, with the connection's failure.
+    let base = format!("http://127.0.0.1:{}/v1", closed_port());
+    let mut cmd = Command::new(acp_tests::bin("acp-child"));
+    for name in AMBIENT {
+        cmd.env_remove(name);
+    }
+    cmd.args(["--base-url", &base])
+        .env("ACP_CHILD_STATE_DIR", dir.path());
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let error = stderr(&out);
+    assert!(
+        error.starts_with(&format!(
+            "acp-child: error: no --model given, and the model server's models cannot be listed \
+             (GET {base}/models: "
+        )) && error.ends_with(&format!(
+            "); check that the server at {base} is running, or name a model with --model NAME \
+             (or ACP_CHILD_MODEL)\n"
+        )),
+        "{error}"
+    );
 }
 
 #[test]
