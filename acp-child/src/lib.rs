@@ -31,7 +31,9 @@ pub use backend::model::config::{
     ApiKey, DEEPSEEK_BASE_URL, DEFAULT_COMMAND_TIMEOUT_SECS, DEFAULT_MAX_RETRIES,
     DEFAULT_MAX_TURN_REQUESTS, DEFAULT_RETRY_BASE_MS, KEY_VARIABLES, OPENAI_BASE_URL, STATE_SUBDIR,
 };
-pub use backend::model::{ClientBuildError, ConfigError, ModelConfig, ModelOptions};
+pub use backend::model::{
+    ClientBuildError, ConfigError, DiscoveryError, ModelConfig, ModelOptions,
+};
 pub use backend::offline::NO_MODEL_REPLY;
 pub use backend::offline::commands::COMMANDS_HELP;
 pub use persona::PersonaError;

@@ -61,7 +61,7 @@ struct Cli {
     #[arg(
         long,
         value_name = "NAME",
-        help = format!("The model name; enables the model backend [env: {MODEL_VAR}]")
+        help = format!("The model name; enables the model backend [env: {MODEL_VAR}] [default: with --base-url, the first model the server lists at /models, the others offered per session; none listed is an error]")
     )]
     model: Option<String>,
     #[arg(
@@ -74,7 +74,7 @@ struct Cli {
     #[arg(
         long,
         value_name = "URL",
-        help = format!("The OpenAI-compatible base URL including /v1 [env: {BASE_URL_VAR}] [default: {DEEPSEEK_BASE_URL} with {}, else {OPENAI_BASE_URL}]", KEY_VARIABLES[1])
+        help = format!("The OpenAI-compatible base URL including /v1; alone (no --model) it enables the model backend with the server's model [env: {BASE_URL_VAR}] [default: {DEEPSEEK_BASE_URL} with {}, else {OPENAI_BASE_URL}]", KEY_VARIABLES[1])
     )]
     base_url: Option<String>,
     #[arg(
@@ -185,7 +185,7 @@ struct Cli {
     #[arg(
         long,
         value_name = "N",
-        help = "The model's context window in tokens, for usage updates (used/size) [default: what the server's model listing says; unknown: no usage updates]"
+        help = "The model's context window in tokens, for usage updates (used/size) [default: what the server's model listing says; unknown: the counts and cost go on a session_info_update instead]"
     )]
     context_window: Option<u64>,
     #[arg(
@@ -305,7 +305,8 @@ It is meant to be launched by an ACP client such as Zed or acp-host, which write
 stdin and reads responses and session updates from its stdout. Run by hand it just waits for \
 JSON-RPC frames; close stdin (Ctrl-D) to exit.
 
-With a model (--model or {MODEL_VAR}) it is a coding agent backed by any OpenAI-compatible \
+With a model (--model or {MODEL_VAR}, or a local server's --base-url alone, whose first listed \
+model is used) it is a coding agent backed by any OpenAI-compatible \
 Chat Completions API (DeepSeek, OpenAI, llama.cpp, vLLM, Ollama): it streams answers and uses \
 tools ({}), asking permission before every write and command. Without a model it runs its \
 offline backend: prompts get an explanatory reply, and the offline commands below work.",
@@ -395,7 +396,8 @@ fn after_help() -> String {
          Base URL default: {DEEPSEEK_BASE_URL} when the key is {}, else {OPENAI_BASE_URL}.\n\n\
          Examples:\n  \
          DEEPSEEK_API_KEY=... acp-child --model deepseek-chat\n  \
-         acp-child --model qwen2.5-coder --base-url http://localhost:11434/v1    # Ollama\n\n",
+         acp-child --model qwen2.5-coder --base-url http://localhost:11434/v1    # Ollama\n  \
+         acp-child --base-url http://127.0.0.1:8080/v1    # llama.cpp: the model it serves\n\n",
         KEY_VARIABLES[0], KEY_VARIABLES[1], KEY_VARIABLES[2], KEY_VARIABLES[0], KEY_VARIABLES[1],
     );
     help.push_str("Offline commands (send them as the prompt text):\n");
@@ -454,9 +456,9 @@ fn main() -> ExitCode {
     };
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
+        Err((code, error)) => {
             eprintln!("{AGENT_NAME}: error: {error}");
-            ExitCode::FAILURE
+            code
         }
     }
 }
@@ -476,8 +478,10 @@ fn start_spawner() {
 }
 
 /// Serves ACP on stdio on a thread of its own, never on the main thread (see [`orphans`]), then
-/// ends what is left below this process; the error is the text to print.
-fn serve(config: AgentConfig) -> Result<(), String> {
+/// ends what is left below this process; the error is the exit code and the text to print. A
+/// model that cannot be discovered (`--base-url` alone) is a configuration error (exit 2),
+/// reported before anything is served.
+fn serve(config: AgentConfig) -> Result<(), (ExitCode, String)> {
     let server = std::thread::Builder::new()
         .name("serve".to_owned())
         // The main thread's usual stack: the runtime and the connection's futures ran there.
@@ -488,18 +492,33 @@ fn serve(config: AgentConfig) -> Result<(), String> {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|error| format!("cannot start the async runtime: {error}"))?;
+                .map_err(|error| {
+                    (
+                        ExitCode::FAILURE,
+                        format!("cannot start the async runtime: {error}"),
+                    )
+                })?;
             let result = runtime.block_on(async {
+                if let Err(error) = config.ready().await {
+                    return Err((ExitCode::from(2), describe(&error)));
+                }
                 tokio::spawn(orphans::reap_while_serving());
-                serve_stdio(config).await
+                serve_stdio(config)
+                    .await
+                    .map_err(|error| (ExitCode::FAILURE, describe(&error)))
             });
             // tokio reads stdin on a blocking thread that cannot be interrupted; if the
             // connection ended while stdin is still open, a plain drop would wait for one more
             // line. Don't wait.
             runtime.shutdown_background();
-            result.map_err(|error| describe(&error))
+            result
         })
-        .map_err(|error| format!("cannot start the thread that serves: {error}"))?;
+        .map_err(|error| {
+            (
+                ExitCode::FAILURE,
+                format!("cannot start the thread that serves: {error}"),
+            )
+        })?;
     server
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))

@@ -107,6 +107,16 @@ impl AgentConfig {
     }
 }
 
+impl AgentConfig {
+    /// Waits until the backend knows what it needs before serving: with `--base-url` alone, the
+    /// model, learnt from the server's listing (at most `client::LIST_TIMEOUT`). `Err` names the
+    /// URL and `--model`; serve only after `Ok` (a turn of an undiscovered model would fail).
+    pub async fn ready(&self) -> Result<(), crate::DiscoveryError> {
+        self.backend.warm_up().await;
+        self.backend.ready()
+    }
+}
+
 impl std::fmt::Debug for AgentConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AgentConfig").finish_non_exhaustive()
@@ -384,9 +394,14 @@ fn initialize(
     capabilities = capabilities.session_capabilities(sessions);
     // Every backend honours a depth cap (the offline one delegates too); the tool filter and the
     // output schema need the model's tools.
+    // The budget too: only a model spends.
     let mut fields = vec![capabilities::FIELD_MAX_DEPTH];
     if !offers.tools.is_empty() {
-        fields.extend([capabilities::FIELD_TOOLS, capabilities::FIELD_OUTPUT_SCHEMA]);
+        fields.extend([
+            capabilities::FIELD_TOOLS,
+            capabilities::FIELD_OUTPUT_SCHEMA,
+            capabilities::FIELD_BUDGET,
+        ]);
     }
     capabilities = capabilities.meta(capabilities::Advertised::new(fields).to_meta());
     // Only v1 is spoken; answering with it lets a newer client downgrade or disconnect.
@@ -434,6 +449,7 @@ fn session_settings(
         settings.tools = extension.tools.or(settings.tools);
         settings.output = extension.output.or(settings.output);
         settings.max_depth = extension.max_depth.or(settings.max_depth);
+        settings.budget = extension.budget;
     }
     Ok(settings)
 }
@@ -475,6 +491,7 @@ struct Extension {
     tools: Option<ToolFilter>,
     output: Option<Arc<OutputSchema>>,
     max_depth: Option<u32>,
+    budget: Option<protocol::usage::Budget>,
 }
 
 /// The start extension's fields: a tool filter whose names must all exist, an output schema that
@@ -487,6 +504,7 @@ fn start_extension(extension: &Value, offers: &Offers) -> Result<Extension, Stri
     })?;
     let mut taken = Extension {
         max_depth: start.max_depth,
+        budget: start.budget,
         ..Extension::default()
     };
     if let Some(schema) = start.output_schema {
@@ -829,6 +847,7 @@ fn prompt(
         turn.memory().end_turn();
         let captured = turn.memory().take_captured();
         let usage = turn.take_spent();
+        let budget_stop = turn.take_budget_stop();
         // Free the session's slot before answering, so the next prompt is never refused as busy.
         drop(turn);
         let sent = match result {
@@ -839,9 +858,27 @@ fn prompt(
                     .unwrap_or_default();
                 // The turn's usage, tree-wide (its children's included), with its breakdown in
                 // the `acp-host/usage` extension (docs/start-extension.md).
-                if let Some((total, breakdown)) = usage {
-                    response = response.usage(total.to_acp());
-                    meta.extend(breakdown.to_meta());
+                // A turn ended for the session's budget says so there too (it may have spent
+                // nothing: the first request would have passed it).
+                match usage {
+                    Some((total, breakdown)) => {
+                        response = response.usage(total.to_acp());
+                        meta.extend(
+                            protocol::usage::Breakdown {
+                                budget_stop,
+                                ..breakdown
+                            }
+                            .to_meta(),
+                        );
+                    }
+                    None if budget_stop.is_some() => meta.extend(
+                        protocol::usage::Breakdown {
+                            budget_stop,
+                            ..protocol::usage::Breakdown::default()
+                        }
+                        .to_meta(),
+                    ),
+                    None => {}
                 }
                 if !meta.is_empty() {
                     response = response.meta(meta);

@@ -61,6 +61,10 @@ pub(crate) struct Settings {
     /// The session's own delegation cap (the start extension's `maxDepth`): it lowers this
     /// agent's inherited one for the session's delegation and commands, never raises it.
     pub(crate) max_depth: Option<u32>,
+    /// The budget the client holds the run to (the start extension's `budget`): the model
+    /// backend ends a turn before a request would pass it. Never saved: it is the client's run's,
+    /// not the session's (a loaded session gets the one its new run sends, if any).
+    pub(crate) budget: Option<protocol::usage::Budget>,
 }
 
 impl Settings {
@@ -112,6 +116,7 @@ impl Settings {
             tools: saved.tools,
             output,
             max_depth: saved.max_depth,
+            budget: None,
         }
     }
 
@@ -221,6 +226,11 @@ impl Memory {
             usage.context = context;
         }
         usage.clone()
+    }
+
+    /// What the session spent so far, tree-wide (its own requests and its children's).
+    pub(crate) fn spent(&self) -> protocol::usage::Usage {
+        lock(&self.usage).total.clone()
     }
 
     /// The session's children and background tasks.

@@ -47,7 +47,7 @@
 //! use protocol::permission::PermissionPolicy;
 //! use protocol::request::{StartRequest, Timeouts};
 //! use protocol::sandbox::{Mode, Network, Policy};
-//! use protocol::usage::Budget;
+//! use protocol::usage::{Budget, Unreported};
 //!
 //! /// Logs the agent's stderr lines; a real caller might relay updates to its own client.
 //! struct Log;
@@ -81,6 +81,8 @@
 //!             cost: None,
 //!         },
 //!         // Files and network the agent may touch, enforced by the kernel (Landlock, seccomp).
+//!         // An agent that reports no usage by its first answer cannot be held to it: an error.
+//!         on_unreported: Unreported::Error,
 //!         sandbox: Policy {
 //!             mode: Mode::WorkspaceWrite,
 //!             network: Network::Off,

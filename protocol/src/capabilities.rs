@@ -40,6 +40,11 @@ pub const FIELD_OUTPUT_SCHEMA: &str = "outputSchema";
 /// The extension field carrying a delegation depth cap the agent enforces on itself, as it would
 /// a lower `ACP_HOST_MAX_DEPTH` (`crate::depth`).
 pub const FIELD_MAX_DEPTH: &str = "maxDepth";
+/// The extension field carrying the run's budget (`{"tokens": N, "cost": X}`), which the agent
+/// holds where the spending happens: it ends its turn (`max_tokens`) before a model request would
+/// pass it. Never a refusal: the client's own check is the backstop for an agent that does not
+/// take it ([`plan_budget`]).
+pub const FIELD_BUDGET: &str = "budget";
 
 /// How a persona joins the agent's own instructions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -303,6 +308,21 @@ pub fn plan_session(
         plan.meta = Some(start.to_meta());
     }
     Ok(plan)
+}
+
+/// Adds the run's budget to what `session/new` sends, when the agent honours [`FIELD_BUDGET`]
+/// and there is one; otherwise nothing (the client holds the budget against what the agent
+/// reports, as for any agent).
+pub fn plan_budget(plan: &mut SessionPlan, budget: crate::usage::Budget, offers: &Offers) {
+    if !budget.is_set() || !offers.honours(FIELD_BUDGET) {
+        return;
+    }
+    let meta = plan
+        .meta
+        .get_or_insert_with(|| SessionStart::default().to_meta());
+    if let Some(Value::Object(extension)) = meta.get_mut(EXTENSION) {
+        extension.insert(FIELD_BUDGET.into(), extension::budget_value(budget));
+    }
 }
 
 /// The `session/set_config_option` selecting a model.
@@ -570,6 +590,32 @@ mod tests {
         assert_eq!(
             plan_session(&Wants::default(), None, &Offers::default(), "a"),
             Ok(SessionPlan::default())
+        );
+    }
+
+    #[test]
+    fn a_budget_goes_only_to_an_agent_that_holds_it_and_is_never_a_refusal() {
+        let budget = crate::usage::Budget {
+            tokens: Some(20),
+            cost: None,
+        };
+        let mut plan = SessionPlan::default();
+        plan_budget(&mut plan, budget, &Offers::default());
+        assert_eq!(plan, SessionPlan::default(), "not honoured: nothing sent");
+        let honoured = offers(&json!({"agentCapabilities": {
+            "_meta": {EXTENSION: {"version": 1, "fields": ["budget", "maxDepth"]}}}}));
+        plan_budget(&mut plan, crate::usage::Budget::default(), &honoured);
+        assert!(plan.meta.is_none(), "no budget: nothing sent");
+        plan_budget(&mut plan, budget, &honoured);
+        assert_eq!(
+            Value::Object(plan.meta.clone().unwrap()),
+            json!({EXTENSION: {"version": 1, "budget": {"tokens": 20}}})
+        );
+        let mut capped = plan_session(&Wants::default(), Some(1), &honoured, "a").unwrap();
+        plan_budget(&mut capped, budget, &honoured);
+        assert_eq!(
+            Value::Object(capped.meta.unwrap()),
+            json!({EXTENSION: {"version": 1, "maxDepth": 1, "budget": {"tokens": 20}}})
         );
     }
 

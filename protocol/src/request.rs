@@ -93,6 +93,9 @@ pub struct StartRequest {
     /// What the run may spend (`--token-budget`, `--cost-budget`): passing it cancels the turn
     /// (status `over-budget`). Held only against what the agent reports (`crate::usage`).
     pub budget: crate::usage::Budget,
+    /// What a budgeted run does when its agent reported no usage by the end of its first reply
+    /// (`--on-unreported`): cancelled as an error (the default), or let run with a warning.
+    pub on_unreported: crate::usage::Unreported,
     /// The sandbox the agent runs in (`crate::sandbox`): files, network. It can only tighten the
     /// one the caller itself runs in (`crate::env_vars::ACP_HOST_SANDBOX`).
     pub sandbox: crate::sandbox::Policy,

@@ -3,14 +3,17 @@
 //! `usage_update`, the pricing acp-child computes a cost from, and budgets.
 //!
 //! Invariants:
-//! - usage is only ever what an agent reported (or, for acp-child, what its model server
-//!   reported): nothing here estimates tokens, and a cost exists only when it was reported or
-//!   priced from figures the person gave ([`Pricing`]);
+//! - usage is what an agent reported (for acp-child, what its model server reported); where a
+//!   server reports none, acp-child counts what it streamed ([`estimate`]: a delta a token, at
+//!   least one token per [`BYTES_PER_TOKEN`] bytes) and the figure says so (`estimated`), down to
+//!   every sum it is part of; a cost exists only when it was reported or priced from figures the
+//!   person gave ([`Pricing`]);
 //! - a sum's cost is the sum of its parts' costs only when every part that spent something
 //!   reported one, in one currency; otherwise the sum has no cost (a partial figure would pass
 //!   for the whole);
-//! - a budget is passed when a reported figure goes over it (`>`), never on a guess; an agent
-//!   that reports nothing cannot be held to one ([`Budget::check`] then says nothing);
+//! - a budget is passed when a reported figure goes over it (`>`), an estimated one included (a
+//!   marked estimate is the best figure there is); an agent that reports nothing cannot be held to
+//!   one ([`Budget::check`] then says nothing);
 //! - budgets only go down the tree: a child's budget is at most what is left of its parent's
 //!   ([`child_budget`]).
 
@@ -43,9 +46,36 @@ pub struct Usage {
     /// Input tokens written to the server's cache, when reported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_write_tokens: Option<u64>,
-    /// What it cost, when the agent reported a cost (never estimated).
+    /// What it cost, when the agent reported a cost (priced from estimated counts when
+    /// `estimated`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<Cost>,
+    /// The counts are (at least in part) an estimate: the model server reported none, so the agent
+    /// counted what it streamed ([`estimate`]). Absent when every count was reported.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
+}
+
+/// The bytes of text counted as one token where nothing better is known: English text and code
+/// run at about four bytes a token on the tokenizers of today's models.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// What one model request spent, estimated (its server reported no usage): the input at
+/// [`BYTES_PER_TOKEN`] (`input_bytes`: the request's body), the output the larger of the deltas
+/// streamed (`deltas`: llama.cpp-style servers send a token a delta) and its text at
+/// [`BYTES_PER_TOKEN`] (`output_bytes`; a server sending several tokens a delta is not counted
+/// short). Marked `estimated`.
+#[must_use]
+pub fn estimate(input_bytes: u64, deltas: u64, output_bytes: u64) -> Usage {
+    let input_tokens = input_bytes.div_ceil(BYTES_PER_TOKEN);
+    let output_tokens = deltas.max(output_bytes.div_ceil(BYTES_PER_TOKEN));
+    Usage {
+        input_tokens,
+        output_tokens,
+        total_tokens: input_tokens.saturating_add(output_tokens),
+        estimated: true,
+        ..Usage::default()
+    }
 }
 
 /// An amount in a currency (an ISO 4217 code such as `USD`, or another unit the agent names).
@@ -80,6 +110,7 @@ impl Usage {
             (None, Some(theirs)) if self.is_empty() => Some(theirs.clone()),
             _ => None,
         };
+        self.estimated |= other.estimated;
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
         self.total_tokens = self.total_tokens.saturating_add(other.total_tokens);
@@ -111,6 +142,7 @@ impl Usage {
                 (Some(now), None) => Some(now.clone()),
                 _ => None,
             },
+            estimated: self.estimated,
         }
     }
 
@@ -137,6 +169,7 @@ impl Usage {
             cached_read_tokens: usage.cached_read_tokens,
             cached_write_tokens: usage.cached_write_tokens,
             cost: None,
+            estimated: false,
         }
     }
 
@@ -150,14 +183,12 @@ impl Usage {
     }
 
     /// The counts as a `_meta` carrying the extension: `{"acp-host/usage": {"version": 1,
-    /// "inputTokens": ..., ...}}` (the cost rides on the update itself).
+    /// "inputTokens": ..., ..., "cost": ...}}`. On a `usage_update` the cost rides on the update
+    /// too; on a `session_info_update` (an agent that knows no context window, so can send no
+    /// `usage_update`) the extension is all there is.
     #[must_use]
     pub fn to_meta(&self) -> acp::Meta {
-        let mut counts = serde_json::to_value(Usage {
-            cost: None,
-            ..self.clone()
-        })
-        .unwrap_or_default();
+        let mut counts = serde_json::to_value(self).unwrap_or_default();
         if let Some(object) = counts.as_object_mut() {
             object.insert("version".into(), META_VERSION.into());
         }
@@ -166,16 +197,15 @@ impl Usage {
         meta
     }
 
-    /// The counts of the extension in a `_meta`, when present, of this version and well formed.
+    /// The counts (and cost, when given) of the extension in a `_meta`, when present, of this
+    /// version and well formed.
     #[must_use]
     pub fn from_meta(meta: Option<&acp::Meta>) -> Option<Usage> {
         let counts = meta?.get(META_KEY)?;
         if counts.get("version").and_then(serde_json::Value::as_u64) != Some(META_VERSION) {
             return None;
         }
-        let mut usage: Usage = serde_json::from_value(counts.clone()).ok()?;
-        usage.cost = None;
-        Some(usage)
+        serde_json::from_value(counts.clone()).ok()
     }
 
     /// One line for people: `1,234 tokens (1,000 in, 234 out), 0.0123 USD`.
@@ -190,6 +220,9 @@ impl Usage {
         if let Some(cost) = &self.cost {
             line.push_str(", ");
             line.push_str(&cost.describe());
+        }
+        if self.estimated {
+            line.push_str(" (estimated)");
         }
         line
     }
@@ -237,6 +270,10 @@ pub struct Breakdown {
     /// Children that reported usage but are not listed (counted in the turn's total).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children_dropped: Option<u64>,
+    /// The agent ended the turn (`max_tokens`) because of the session's budget
+    /// (docs/start-extension.md, the start extension's `budget`): what it would have passed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_stop: Option<Overrun>,
 }
 
 /// One child's share of a turn.
@@ -261,18 +298,53 @@ impl Breakdown {
         }
     }
 
+    /// Whether any part is an estimate (the turn's `usage` then is too).
+    #[must_use]
+    pub fn estimated(&self) -> bool {
+        self.own.estimated || self.children.iter().any(|child| child.usage.estimated)
+    }
+
     /// As the `_meta` of a prompt response: `{"acp-host/usage": {"version": 1, "own": ...,
-    /// "children": [...]}}`.
+    /// "children": [...]}}`, with `"estimated": true` when the turn's `usage` is an estimate
+    /// (ACP's `usage` has no such field: [`answer_estimated`] reads it).
     #[must_use]
     pub fn to_meta(&self) -> acp::Meta {
+        // A struct serializes to an object (and `Null`, were it to fail, indexes as an empty one).
         let mut value = serde_json::to_value(self).unwrap_or_default();
-        if let Some(object) = value.as_object_mut() {
-            object.insert("version".into(), META_VERSION.into());
+        value["version"] = META_VERSION.into();
+        if self.estimated() {
+            value["estimated"] = true.into();
         }
         let mut meta = acp::Meta::new();
         meta.insert(META_KEY.into(), value);
         meta
     }
+}
+
+/// Whether a prompt response (the raw answer) marks its `usage` as an estimate, in the
+/// extension of its `_meta` ([`Breakdown::to_meta`]).
+#[must_use]
+pub fn answer_estimated(response: &serde_json::Value) -> bool {
+    response
+        .get("_meta")
+        .and_then(|meta| meta.get(META_KEY))
+        .filter(|value| {
+            value.get("version").and_then(serde_json::Value::as_u64) == Some(META_VERSION)
+        })
+        .and_then(|value| value.get("estimated"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// The budget stop a prompt response reports in the extension of its `_meta`
+/// ([`Breakdown::budget_stop`]), when there is one of this version and well formed.
+#[must_use]
+pub fn answer_budget_stop(response: &serde_json::Value) -> Option<Overrun> {
+    let value = response.get("_meta")?.get(META_KEY)?;
+    if value.get("version").and_then(serde_json::Value::as_u64) != Some(META_VERSION) {
+        return None;
+    }
+    serde_json::from_value(value.get("budgetStop")?.clone()).ok()
 }
 
 /// What a person priced the model at (acp-child's `--price-input`, `--price-output`,
@@ -313,6 +385,37 @@ pub struct Budget {
     pub cost: Option<f64>,
 }
 
+/// The error of a budgeted run whose agent reported no usage by the end of its first reply.
+pub const UNREPORTED_USAGE: &str = "the agent reports no usage; the budget cannot be held";
+/// The error of a cost-budgeted run whose agent reported token counts but no cost by then.
+pub const UNREPORTED_COST: &str = "the agent reports no cost; the cost budget cannot be held";
+
+/// What a budgeted run does when its agent reported no usage (or no cost, for a cost budget) by
+/// the end of its first reply ([`Budget::unheld`]): `--on-unreported`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Unreported {
+    /// Cancel the run: status `error`, `errorKind: "budget"`. A cap that does not cap must not
+    /// pass silently.
+    #[default]
+    Error,
+    /// Let it run to its end and say so in the result's `warnings`.
+    Warn,
+}
+
+impl Unreported {
+    /// The names, as `--on-unreported` takes them.
+    pub const NAMES: &'static str = "error, warn";
+
+    #[must_use]
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "error" => Some(Self::Error),
+            "warn" => Some(Self::Warn),
+            _ => None,
+        }
+    }
+}
+
 /// A cost limit (`run.costBudget`, `--cost-budget`): a finite amount of zero or more (in the
 /// agent's currency), so it compares totally and a settled run can be `Eq`.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
@@ -344,14 +447,38 @@ impl CostLimit {
     }
 }
 
-/// A budget passed: which figure, how much was spent, and the limit.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// A budget passed: which figure, how much was spent, and the limit; or, where the agent holds
+/// its budget itself, the model request it did not send because it would have passed it.
+/// Serialized (tagged `passed`) as an agent's budget stop in a prompt response's
+/// [`Breakdown`].
+#[derive(
+    Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(
+    tag = "passed",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Overrun {
     #[error("used {} tokens, over the token budget of {}", thousands(*.used), thousands(*.limit))]
     Tokens { used: u64, limit: u64 },
     #[error("spent {used:.4} {currency}, over the cost budget of {limit:.4} {currency}")]
     Cost {
         used: f64,
+        limit: f64,
+        currency: String,
+    },
+    #[error(
+        "used {} tokens, and the next model request (about {} tokens) would pass the token budget of {}: the agent ended its turn before sending it",
+        thousands(*.used), thousands(*.next), thousands(*.limit)
+    )]
+    NextTokens { used: u64, next: u64, limit: u64 },
+    #[error(
+        "spent {used:.4} {currency}, and the next model request (about {next:.4} {currency}) would pass the cost budget of {limit:.4} {currency}: the agent ended its turn before sending it"
+    )]
+    NextCost {
+        used: f64,
+        next: f64,
         limit: f64,
         currency: String,
     },
@@ -386,9 +513,41 @@ impl Budget {
         None
     }
 
+    /// Whether spending `next` (a model request about to be sent, estimated) on top of `spent`
+    /// would pass the budget: the agent holding its budget then ends its turn instead. A cost is
+    /// compared only when both have one, in one currency.
+    #[must_use]
+    pub fn would_pass(&self, spent: &Usage, next: &Usage) -> Option<Overrun> {
+        if let Some(limit) = self.tokens
+            && spent.total_tokens.saturating_add(next.total_tokens) > limit
+        {
+            return Some(Overrun::NextTokens {
+                used: spent.total_tokens,
+                next: next.total_tokens,
+                limit,
+            });
+        }
+        let used = spent.cost.as_ref().map_or(0.0, |cost| cost.amount);
+        if let (Some(limit), Some(cost)) = (self.cost, &next.cost)
+            && spent
+                .cost
+                .as_ref()
+                .is_none_or(|spent| spent.currency == cost.currency)
+            && used + cost.amount > limit
+        {
+            return Some(Overrun::NextCost {
+                used,
+                next: cost.amount,
+                limit,
+                currency: cost.currency.clone(),
+            });
+        }
+        None
+    }
+
     /// Why this budget cannot be held on `spent` (`None` when it can, or there is none): the
     /// agent reported no usage, or a cost budget without a reported cost. For the result's
-    /// warning.
+    /// warning (`--on-unreported warn`).
     #[must_use]
     pub fn unenforceable(&self, spent: Option<&Usage>) -> Option<&'static str> {
         match spent {
@@ -399,6 +558,23 @@ impl Budget {
                 Some("the agent reported no cost, so the cost budget could not be held")
             }
             _ => None,
+        }
+    }
+
+    /// Why this budget cannot be held, judged when the agent's first reply ended (its first
+    /// prompt response: the latest an agent reporting through ACP reports a turn's usage) on
+    /// what it reported by then (`counts`: token counts came; `cost`: a cost came): the error
+    /// of a run that `--on-unreported error` (the default) then cancels. `None` when it can be
+    /// held, or there is no budget.
+    #[must_use]
+    pub fn unheld(&self, counts: bool, cost: bool) -> Option<&'static str> {
+        let cost_unheld = self.cost.is_some() && !cost;
+        if !counts && (self.tokens.is_some() || cost_unheld) {
+            Some(UNREPORTED_USAGE)
+        } else if cost_unheld {
+            Some(UNREPORTED_COST)
+        } else {
+            None
         }
     }
 
@@ -608,15 +784,10 @@ mod tests {
         assert_eq!(
             serde_json::Value::Object(meta.clone()),
             serde_json::json!({"acp-host/usage": {"version": 1, "inputTokens": 10,
-                "outputTokens": 5, "totalTokens": 15, "cachedReadTokens": 4}})
+                "outputTokens": 5, "totalTokens": 15, "cachedReadTokens": 4,
+                "cost": {"amount": 1.0, "currency": "USD"}}})
         );
-        assert_eq!(
-            Usage::from_meta(Some(&meta)),
-            Some(Usage {
-                cost: None,
-                ..spent
-            })
-        );
+        assert_eq!(Usage::from_meta(Some(&meta)), Some(spent));
         let mut other = meta.clone();
         other[META_KEY]["version"] = 2.into();
         assert_eq!(Usage::from_meta(Some(&other)), None);
@@ -670,6 +841,87 @@ mod tests {
     }
 
     #[test]
+    fn an_agent_holding_its_budget_stops_before_a_request_that_would_pass_it() {
+        let budget = Budget {
+            tokens: Some(100),
+            cost: Some(0.5),
+        };
+        assert_eq!(budget.would_pass(&usage(40, 10), &usage(50, 0)), None);
+        let stop = budget.would_pass(&usage(40, 10), &usage(51, 0)).unwrap();
+        assert_eq!(
+            stop.to_string(),
+            "used 50 tokens, and the next model request (about 51 tokens) would pass the token \
+             budget of 100: the agent ended its turn before sending it"
+        );
+        let cost = budget
+            .would_pass(&priced(1, 1, 0.25, "USD"), &priced(1, 0, 0.3, "USD"))
+            .unwrap();
+        assert_eq!(
+            cost.to_string(),
+            "spent 0.2500 USD, and the next model request (about 0.3000 USD) would pass the cost \
+             budget of 0.5000 USD: the agent ended its turn before sending it"
+        );
+        assert!(
+            budget
+                .would_pass(&usage(1, 1), &priced(1, 0, 0.6, "USD"))
+                .is_some(),
+            "nothing spent yet"
+        );
+        assert_eq!(
+            budget.would_pass(&priced(1, 1, 0.25, "EUR"), &priced(1, 0, 0.3, "USD")),
+            None,
+            "two currencies do not add up"
+        );
+        // Carried in a prompt response's breakdown, and read back.
+        let breakdown = Breakdown {
+            budget_stop: Some(stop.clone()),
+            ..Breakdown::default()
+        };
+        let answer = serde_json::json!({"stopReason": "max_tokens", "_meta": breakdown.to_meta()});
+        assert_eq!(
+            answer["_meta"][META_KEY]["budgetStop"],
+            serde_json::json!({"passed": "nextTokens", "used": 50, "next": 51, "limit": 100})
+        );
+        assert_eq!(answer_budget_stop(&answer), Some(stop));
+        assert_eq!(answer_budget_stop(&serde_json::json!({})), None);
+        let mut other = answer;
+        other["_meta"][META_KEY]["version"] = 2.into();
+        assert_eq!(answer_budget_stop(&other), None);
+    }
+
+    #[test]
+    fn a_budget_is_unheld_when_nothing_or_no_cost_was_reported_by_the_first_reply() {
+        let tokens = Budget {
+            tokens: Some(10),
+            cost: None,
+        };
+        let cost = Budget {
+            tokens: None,
+            cost: Some(0.1),
+        };
+        assert_eq!(tokens.unheld(false, false), Some(UNREPORTED_USAGE));
+        assert_eq!(
+            tokens.unheld(false, true),
+            Some(UNREPORTED_USAGE),
+            "a cost alone"
+        );
+        assert_eq!(cost.unheld(false, false), Some(UNREPORTED_USAGE));
+        assert_eq!(
+            cost.unheld(false, true),
+            None,
+            "a cost alone holds a cost budget"
+        );
+        assert_eq!(tokens.unheld(true, false), None);
+        assert_eq!(cost.unheld(true, false), Some(UNREPORTED_COST));
+        assert_eq!(cost.unheld(true, true), None);
+        assert_eq!(Budget::default().unheld(false, false), None);
+        assert_eq!(Unreported::parse("warn"), Some(Unreported::Warn));
+        assert_eq!(Unreported::parse("error"), Some(Unreported::default()));
+        assert_eq!(Unreported::parse("ignore"), None);
+        assert_eq!(Unreported::NAMES, "error, warn");
+    }
+
+    #[test]
     fn budgets_only_go_down_the_tree() {
         assert_eq!(child_budget(None, None, None), None);
         assert_eq!(child_budget(Some(500), None, None), Some(500));
@@ -702,6 +954,43 @@ mod tests {
         assert!((cost.amount - 3.0).abs() < 1e-9);
         assert_eq!(cost.currency, "USD");
         assert_eq!(cost.describe(), "3.0000 USD");
+    }
+
+    #[test]
+    fn an_estimate_counts_deltas_or_bytes_whichever_is_more_and_marks_every_sum() {
+        let spent = estimate(401, 10, 12);
+        assert_eq!(
+            (spent.input_tokens, spent.output_tokens, spent.total_tokens),
+            (101, 10, 111)
+        );
+        assert!(spent.estimated);
+        assert_eq!(estimate(0, 2, 40).output_tokens, 10, "long deltas: bytes");
+        let mut total = usage(1, 1);
+        total.add(&spent);
+        assert!(total.estimated, "a sum with an estimate in it is one");
+        assert!(total.since(&usage(1, 1)).estimated);
+        assert!(!Usage::from_acp(&total.to_acp()).estimated);
+        assert_eq!(spent.describe(), "111 tokens (101 in, 10 out) (estimated)");
+        let serialized = serde_json::to_value(&spent).unwrap();
+        assert_eq!(serialized["estimated"], true);
+        assert!(
+            serde_json::to_value(usage(1, 1))
+                .unwrap()
+                .get("estimated")
+                .is_none()
+        );
+        let mut breakdown = Breakdown::default();
+        assert!(!breakdown.estimated());
+        breakdown.push_child("c", spent);
+        assert!(breakdown.estimated());
+        let answer = serde_json::json!({"stopReason": "end_turn", "_meta": breakdown.to_meta()});
+        assert!(answer_estimated(&answer));
+        assert!(!answer_estimated(
+            &serde_json::json!({"stopReason": "end_turn"})
+        ));
+        let mut other = answer;
+        other["_meta"][META_KEY]["version"] = 2.into();
+        assert!(!answer_estimated(&other), "another version is not read");
     }
 
     #[test]

@@ -9,11 +9,13 @@
 //! whose `Authorization` is not `Bearer <key>` gets 401 and consumes nothing.
 //!
 //! A reply's usage chunk (sent when the request asks with `stream_options.include_usage`)
-//! reports the figures the script gives ([`MockLlmBuilder::reply_with_usage`]), zeros otherwise.
+//! reports the figures the script gives ([`MockLlmBuilder::reply_with_usage`]), zeros otherwise;
+//! [`MockLlmBuilder::no_usage`] never sends one, as llama.cpp's servers ignore the option.
 //!
 //! `GET /v1/models` lists the builder's [`MockLlmBuilder::models`] (none by default) as
 //! `{"data": [{"id": ...}]}` (each with `context_length` when [`MockLlmBuilder::context_window`]
-//! is set), or fails with 500 ([`MockLlmBuilder::models_fail`]); it consumes
+//! is set), or fails with 500 ([`MockLlmBuilder::models_fail`]) or another status
+//! ([`MockLlmBuilder::models_status`]: 404 as a server without the route); it consumes
 //! nothing and is counted apart ([`MockLlm::model_listings`]), not among [`MockLlm::requests`],
 //! since an agent lists models on its own at start.
 //!
@@ -75,10 +77,19 @@ pub struct MockLlmBuilder {
     required_key: Option<String>,
     models: Vec<String>,
     context_window: Option<u64>,
-    models_fail: bool,
+    /// `GET /v1/models` answers this error status instead of the list.
+    models_fail: Option<u16>,
+    no_usage: bool,
 }
 
 impl MockLlmBuilder {
+    /// Never sends a usage chunk, asked or not (as llama.cpp's servers do).
+    #[must_use]
+    pub fn no_usage(mut self) -> Self {
+        self.no_usage = true;
+        self
+    }
+
     /// Appends one reply to the script.
     #[must_use]
     pub fn reply(mut self, reply: Reply) -> Self {
@@ -125,8 +136,15 @@ impl MockLlmBuilder {
 
     /// `GET /v1/models` answers 500, as a server that cannot list its models.
     #[must_use]
-    pub fn models_fail(mut self) -> Self {
-        self.models_fail = true;
+    pub fn models_fail(self) -> Self {
+        self.models_status(500)
+    }
+
+    /// `GET /v1/models` answers `status` (an error) instead of the list: 404 is a server without
+    /// the route.
+    #[must_use]
+    pub fn models_status(mut self, status: u16) -> Self {
+        self.models_fail = Some(status);
         self
     }
 
@@ -148,8 +166,12 @@ impl MockLlmBuilder {
         };
         let shared = Arc::new(Shared {
             required_key: self.required_key,
-            models: (!self.models_fail).then_some(self.models),
+            models: match self.models_fail {
+                None => Ok(self.models),
+                Some(status) => Err(status),
+            },
             context_window: self.context_window,
+            no_usage: self.no_usage,
             state: Mutex::new(Log {
                 script: self.script.into(),
                 ..Log::default()
@@ -267,10 +289,12 @@ impl Drop for MockLlm {
 #[derive(Debug)]
 struct Shared {
     required_key: Option<String>,
-    /// What `GET /v1/models` lists; `None`: it fails.
-    models: Option<Vec<String>>,
+    /// What `GET /v1/models` lists; `Err`: the status it fails with.
+    models: Result<Vec<String>, u16>,
     /// The `context_length` of each listed model, when set.
     context_window: Option<u64>,
+    /// No usage chunk is ever sent.
+    no_usage: bool,
     state: Mutex<Log>,
 }
 
@@ -296,11 +320,14 @@ impl Shared {
         if !authorized {
             return error(StatusCode::UNAUTHORIZED, "Incorrect API key provided.");
         }
-        let Some(models) = &self.models else {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "mock llm: listing models fails (models_fail)",
-            );
+        let models = match &self.models {
+            Ok(models) => models,
+            Err(status) => {
+                return error(
+                    StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                    "mock llm: listing models fails (models_fail, models_status)",
+                );
+            }
         };
         let data: Vec<Value> = models
             .iter()
@@ -343,7 +370,8 @@ impl Shared {
             .as_str()
             .unwrap_or("mock-model")
             .to_owned();
-        let include_usage = request.body["stream_options"]["include_usage"] == true;
+        let include_usage =
+            !self.no_usage && request.body["stream_options"]["include_usage"] == true;
         let not_json = request.body.is_null();
         let not_chat = format!(
             "mock llm serves only POST {CHAT_PATH}, not {} {}",

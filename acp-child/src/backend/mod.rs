@@ -66,6 +66,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Box::pin(async {})
     }
 
+    /// Whether the backend can answer, once [`Backend::warm_up`] was awaited: `Err` says why
+    /// not (the model backend given `--base-url` alone, whose server listed no model). Ready by
+    /// default.
+    fn ready(&self) -> Result<(), model::DiscoveryError> {
+        Ok(())
+    }
+
     /// What a session of this backend can be given at start (advertised at `initialize` and in
     /// `session/new`'s answer); nothing by default.
     fn offers(&self) -> Offers {

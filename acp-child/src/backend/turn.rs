@@ -18,8 +18,8 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     ContentBlock, ContentChunk, Cost, PermissionOption, ReadTextFileRequest,
     RequestPermissionOutcome, RequestPermissionRequest, RequestPermissionResponse, SessionId,
-    SessionNotification, SessionUpdate, TextContent, ToolCall, ToolCallId, ToolCallUpdate,
-    ToolCallUpdateFields, UsageUpdate, WriteTextFileRequest,
+    SessionInfoUpdate, SessionNotification, SessionUpdate, TextContent, ToolCall, ToolCallId,
+    ToolCallUpdate, ToolCallUpdateFields, UsageUpdate, WriteTextFileRequest,
 };
 use agent_client_protocol::{Client, Error as AcpError, JsonRpcRequest};
 use tokio_util::sync::CancellationToken;
@@ -93,6 +93,8 @@ pub(crate) struct Turn {
     flow: Mutex<TextFlow>,
     /// What the turn spent (its own model requests and its children's), once anything reported.
     spent: Mutex<Option<(Usage, Breakdown)>>,
+    /// Why the turn ended for the session's budget, when it did.
+    budget_stop: Mutex<Option<protocol::usage::Overrun>>,
 }
 
 impl Turn {
@@ -116,13 +118,32 @@ impl Turn {
             backlog,
             flow: Mutex::default(),
             spent: Mutex::default(),
+            budget_stop: Mutex::default(),
         }
+    }
+
+    /// The turn ends (`max_tokens`) for the session's budget: `overrun` is what it would pass
+    /// (or passed), reported in the prompt response's `_meta`.
+    pub(crate) fn stop_for_budget(&self, overrun: protocol::usage::Overrun) {
+        tracing::info!(%overrun, "ending the turn for the session's budget");
+        *self
+            .budget_stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(overrun);
+    }
+
+    /// Why the turn ended for the session's budget, if it did.
+    pub(crate) fn take_budget_stop(&self) -> Option<protocol::usage::Overrun> {
+        self.budget_stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// One model request's usage (`context`: the context it carried and the window, when the
     /// window is known): added to the turn and the session, then a `usage_update` when the
-    /// window is known (ACP's update requires one), carrying the session's cost and its
-    /// cumulative counts (the `acp-host/usage` extension).
+    /// window is known (ACP's update requires one), else a `session_info_update`, carrying the
+    /// session's cost and its cumulative counts (the `acp-host/usage` extension).
     pub(crate) fn spent_own(
         &self,
         usage: &Usage,
@@ -160,7 +181,19 @@ impl Turn {
     fn report_usage(&self, usage: &Usage, context: Option<(u64, u64)>) -> Result<(), TurnError> {
         let session = self.memory().spend(usage, context);
         let Some((used, size)) = session.context else {
-            return Ok(());
+            // ACP's `usage_update` needs the window: without one the counts and cost travel on
+            // a `session_info_update` that changes nothing else, so a client holds its budget
+            // and sees the cost mid-turn all the same (docs/start-extension.md). Nothing spent
+            // yet (a server reporting zeros): nothing to tell.
+            if session.total.is_empty() {
+                return Ok(());
+            }
+            return self.notify(
+                "report usage",
+                SessionUpdate::SessionInfoUpdate(
+                    SessionInfoUpdate::new().meta(session.total.to_meta()),
+                ),
+            );
         };
         let cost = session
             .total

@@ -55,7 +55,8 @@ use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use self::lines::{IDS_IN_MEMORY, IdKey, Ids, Pending, SPOOL_IN_MEMORY, id_key};
 use super::run::{
-    BatchFlags, Built, PolicyArg, RunArgs, Seconds, Signals, parse_seconds, request_for,
+    BatchFlags, Built, PolicyArg, RunArgs, Seconds, Signals, UnreportedArg, parse_seconds,
+    request_for,
 };
 use super::sandbox::SandboxArgs;
 use super::{CliError, Written, subagent};
@@ -169,6 +170,10 @@ pub(super) struct BatchArgs {
     /// the kept worktree (as `run --worktree-keep-dirty`).
     #[arg(long)]
     worktree_keep_dirty: bool,
+    /// A line with a budget whose agent reported no usage by the end of its first reply: error
+    /// (its record is status error, errorKind budget) or warn (it runs on, its record warns).
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = UnreportedArg::Error)]
+    on_unreported: UnreportedArg,
 }
 
 /// `--permission` of a batch: no `ask`, there is nobody to ask while many agents run.
@@ -666,6 +671,7 @@ fn run_args(args: &BatchArgs, line: &BatchLine) -> RunArgs {
         sandbox: args.sandbox.clone(),
         worktree_base: args.worktree_base.clone(),
         worktree_keep_dirty: args.worktree_keep_dirty,
+        on_unreported: args.on_unreported,
     };
     RunArgs::for_batch(line, &flags)
 }

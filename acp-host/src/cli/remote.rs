@@ -195,6 +195,7 @@ fn served_request(
         resume: None,
         fork: None,
         budget: protocol::usage::Budget::default(),
+        on_unreported: protocol::usage::Unreported::default(),
         sandbox: args
             .sandbox
             .policy(&run::resolve_cwd(None).map_err(usage)?)

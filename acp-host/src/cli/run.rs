@@ -176,16 +176,25 @@ pub(super) struct RunArgs {
     max_depth: Option<u32>,
 
     /// Cancel the run once the tokens the agent reports (its subagents' included, when it counts
-    /// them) pass N: status over-budget (exit 7). An agent that reports no usage cannot be held
-    /// to it (the result warns, `usage` is null). A --subagent definition's tokenBudget only ever
-    /// lowers it [default: none, or the definition's].
+    /// them) pass N: status over-budget (exit 7). An agent that holds its budget itself (the
+    /// start extension's budget: acp-child) is handed it and stops before a request would pass
+    /// it. An agent that reports no usage by the end of its first reply cannot be held to it:
+    /// see --on-unreported. A --subagent definition's tokenBudget only ever lowers it [default:
+    /// none, or the definition's].
     #[arg(long, value_name = "N")]
     token_budget: Option<u64>,
 
     /// Cancel the run once the cost the agent reports passes AMOUNT (in the agent's currency):
-    /// status over-budget (exit 7). An agent that reports no cost cannot be held to it.
+    /// status over-budget (exit 7). An agent that reports no cost cannot be held to it: see
+    /// --on-unreported.
     #[arg(long, value_name = "AMOUNT", value_parser = parse_amount)]
     cost_budget: Option<f64>,
+
+    /// With a budget, what to do when the agent has reported no usage (no cost, for
+    /// --cost-budget) by the end of its first reply (its first prompt answer): error cancels the
+    /// run (status error, errorKind budget, exit 1); warn lets it run and warns in the result.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = UnreportedArg::Error)]
+    pub(super) on_unreported: UnreportedArg,
 
     /// With --json, the result keeps at most this many bytes of the agent's text (the end;
     /// `outputTruncatedBytes` says how much was dropped). Stdout streams everything regardless.
@@ -345,6 +354,7 @@ impl RunArgs {
             max_depth: None,
             token_budget: line.token_budget,
             cost_budget: line.cost_budget,
+            on_unreported: batch.on_unreported,
             max_output: DEFAULT_MAX_OUTPUT_BYTES,
             json: true,
             verbose: false,
@@ -390,6 +400,24 @@ pub(super) struct BatchFlags {
     /// `--worktree-base`, `--worktree-keep-dirty`: for the lines that run in a worktree.
     pub(super) worktree_base: Option<String>,
     pub(super) worktree_keep_dirty: bool,
+    /// `--on-unreported`, for every line.
+    pub(super) on_unreported: UnreportedArg,
+}
+
+/// `--on-unreported`: `protocol::usage::Unreported` as the command line spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum UnreportedArg {
+    Error,
+    Warn,
+}
+
+impl UnreportedArg {
+    fn policy(self) -> protocol::usage::Unreported {
+        match self {
+            Self::Error => protocol::usage::Unreported::Error,
+            Self::Warn => protocol::usage::Unreported::Warn,
+        }
+    }
 }
 
 /// After a timeout or a kill, how long the result record may wait for a stdout that takes no
@@ -656,6 +684,7 @@ pub(super) fn request_for(args: &RunArgs, prompt: String) -> Result<Built, Strin
                 settled.cost_budget.map(CostLimit::amount)
             }),
         },
+        on_unreported: args.on_unreported.policy(),
         sandbox,
     };
     // The flag's worktree, or the one the definition asks for (`run.isolation`).

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use agent_client_protocol::v1::schema::{StateUpdate, SubagentUpdate, UsageUpdate};
+use agent_client_protocol::v1::schema::{Cost as AcpCost, Meta, StateUpdate, SubagentUpdate};
 use protocol::child_session::{ChildSession, ChildState, Failure};
 use protocol::usage::{Cost, Usage};
 
@@ -102,27 +102,32 @@ impl Children {
             if let StateUpdate::Idle(idle) = snapshot
                 && let Some(usage) = &idle.usage
             {
-                let cost = child.usage.take().and_then(|usage| usage.cost);
+                // What the counts before it were says whether they are an estimate: ACP's
+                // `usage` cannot say.
+                let (cost, estimated) = child
+                    .usage
+                    .take()
+                    .map_or((None, false), |usage| (usage.cost, usage.estimated));
                 child.usage = Some(Usage {
                     cost,
+                    estimated,
                     ..Usage::from_acp(usage)
                 });
             }
         }
     }
 
-    /// A `usage_update` on a child's session: its cumulative counts (the `acp-host/usage`
-    /// extension) and cost, until its final snapshot reports its usage.
-    pub(super) fn usage(&mut self, session_id: &str, update: &UsageUpdate) {
+    /// A `usage_update` (or a `session_info_update`) on a child's session: its cumulative counts
+    /// (the `acp-host/usage` extension of `meta`) and cost (the update's, else the extension's),
+    /// until its final snapshot reports its usage.
+    pub(super) fn usage(&mut self, session_id: &str, meta: Option<&Meta>, cost: Option<&AcpCost>) {
         let Some(&index) = self.index.get(session_id) else {
             return;
         };
         let tracked = &mut self.list[index];
         tracked.changed = true;
         let child = &mut tracked.child;
-        let cost = update
-            .cost
-            .as_ref()
+        let cost = cost
             .filter(|cost| cost.amount.is_finite())
             .map(|cost| Cost {
                 amount: cost.amount,
@@ -131,7 +136,7 @@ impl Children {
         let counts = if child.state.is_final() {
             child.usage.take()
         } else {
-            Usage::from_meta(update.meta.as_ref()).or_else(|| child.usage.take())
+            Usage::from_meta(meta).or_else(|| child.usage.take())
         };
         child.usage = match (counts, cost) {
             (Some(counts), cost) => Some(Usage {

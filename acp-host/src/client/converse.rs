@@ -286,6 +286,9 @@ async fn handshake(
         let mut plan =
             capabilities::plan_session(&config.wants, config.max_depth, &offers, &config.agent)
                 .map_err(DriveEnd::Refused)?;
+        // The budget goes to an agent that holds it where the spending happens; ours stays the
+        // backstop for every agent.
+        capabilities::plan_budget(&mut plan, shared.budget(), &offers);
         shared.set_persona_delivery(plan.persona_delivery);
         let system_prompt = plan.system_prompt.as_ref().map(|system| {
             SystemPrompt::new(vec![ContentBlock::Text(TextContent::new(

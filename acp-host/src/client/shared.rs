@@ -80,7 +80,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(max_output_bytes: usize, budget: protocol::usage::Budget) -> Self {
+    pub(crate) fn new(
+        max_output_bytes: usize,
+        budget: protocol::usage::Budget,
+        on_unreported: protocol::usage::Unreported,
+    ) -> Self {
         Shared {
             output: Mutex::new(OutputTail::new(max_output_bytes)),
             permissions: Mutex::new(Capped::new(MAX_PERMISSION_RECORDS)),
@@ -95,7 +99,7 @@ impl Shared {
             persona_delivery: Mutex::default(),
             turn_text: Mutex::default(),
             structured: Mutex::default(),
-            usage: Mutex::new(Tally::new(budget)),
+            usage: Mutex::new(Tally::new(budget).on_unreported(on_unreported)),
         }
     }
 }
@@ -232,9 +236,20 @@ impl Shared {
         lock(&self.usage).take_turn()
     }
 
+    /// The run's budget (what an agent that holds its own is handed at session start).
+    pub(crate) fn budget(&self) -> protocol::usage::Budget {
+        lock(&self.usage).budget()
+    }
+
     /// The budget overrun, once the reported usage passed the run's budget.
     pub(crate) fn overrun(&self) -> Option<protocol::usage::Overrun> {
         lock(&self.usage).overrun().cloned()
+    }
+
+    /// Why the run was cancelled for its budget although nothing passed it: the agent reported
+    /// no usage (or no cost) by the end of its first reply (`--on-unreported error`).
+    pub(crate) fn budget_unheld(&self) -> Option<&'static str> {
+        lock(&self.usage).unheld()
     }
 
     /// Why the run's budget could not be held on what the agent reported, if it could not.
@@ -438,7 +453,18 @@ impl Shared {
             }
             SessionUpdate::UsageUpdate(usage) => match &child {
                 None => lock(&self.usage).updated(usage),
-                Some(child) => lock(&self.children).usage(&child.session_id, usage),
+                Some(child) => lock(&self.children).usage(
+                    &child.session_id,
+                    usage.meta.as_ref(),
+                    usage.cost.as_ref(),
+                ),
+            },
+            // An agent that knows no context window carries its counts here.
+            SessionUpdate::SessionInfoUpdate(info) if info.meta.is_some() => match &child {
+                None => lock(&self.usage).counted(info.meta.as_ref(), None),
+                Some(child) => {
+                    lock(&self.children).usage(&child.session_id, info.meta.as_ref(), None);
+                }
             },
             _ => {}
         }

@@ -3,16 +3,22 @@
 //! Two reports are read (`protocol::usage`): each prompt response's `usage` (a turn's), summed
 //! over the run's prompts; and each `usage_update` of our session, whose `cost` is the session's
 //! cumulative cost and whose `_meta` may carry the `acp-host/usage` extension's cumulative token
-//! counts (acp-child sends both; opencode sends `cost` on the update and `usage` on the answer).
+//! counts (acp-child sends both; opencode sends `cost` on the update and `usage` on the answer),
+//! or a `session_info_update` carrying the extension alone (acp-child without a context window).
 //!
 //! Invariants:
 //! - what was spent so far is the larger of the two token reports (the cumulative counts run
 //!   ahead of the answers mid-turn; an agent sending only one report is read from that one), with
 //!   the last reported cost; nothing when the agent reported no token counts;
 //! - the budget is checked on every report; the first overrun is kept and fires [`Tally::passed`]
-//!   once, which the run's supervision turns into a cancel (as a deadline does).
+//!   once, which the run's supervision turns into a cancel (as a deadline does);
+//! - when the agent's first reply ends (its first prompt response: an agent reporting through
+//!   ACP reports a turn's usage by then at the latest) a budget with nothing reported to hold it
+//!   against is judged unheld (`Budget::unheld`): under `Unreported::Error` (the default) that
+//!   fires [`Tally::passed`] too and the run ends as an error, under `Unreported::Warn` it only
+//!   warns at the end.
 
-use protocol::usage::{Budget, Cost, Overrun, Usage};
+use protocol::usage::{Budget, Cost, Overrun, Unreported, Usage};
 use tokio_util::sync::CancellationToken;
 
 /// The run's usage reports and budget.
@@ -29,6 +35,11 @@ pub(crate) struct Tally {
     passed: CancellationToken,
     /// What [`Tally::take_turn`] last handed out: a kept session's turns each report their own.
     taken: Option<Usage>,
+    on_unreported: Unreported,
+    /// The first answer came: the budget was judged then.
+    judged: bool,
+    /// Why the budget cannot be held, when it was judged so under `Unreported::Error`.
+    unheld: Option<&'static str>,
 }
 
 impl Tally {
@@ -39,13 +50,63 @@ impl Tally {
         }
     }
 
+    /// What to do when the agent reports nothing to hold the budget against.
+    pub(crate) fn on_unreported(self, on_unreported: Unreported) -> Self {
+        Tally {
+            on_unreported,
+            ..self
+        }
+    }
+
+    /// Why the run was cancelled although its budget was not passed (see the module docs).
+    pub(crate) fn unheld(&self) -> Option<&'static str> {
+        self.unheld
+    }
+
     /// Fires once the budget is passed.
     pub(crate) fn passed(&self) -> CancellationToken {
         self.passed.clone()
     }
 
-    /// A prompt response's `usage` (the raw answer: a malformed or absent one is no report).
+    /// The budget the run holds the agent to (handed to an agent that holds it itself).
+    pub(crate) fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// A prompt response's `usage` (the raw answer: a malformed or absent one is no report), and
+    /// the budget stop of an agent that holds its budget itself (`protocol::usage::Breakdown`):
+    /// the turn it ended for the budget is over budget, as one acp-host cancelled.
     pub(crate) fn answered(&mut self, response: &serde_json::Value) {
+        if self.overrun.is_none()
+            && self.budget.is_set()
+            && let Some(stop) = protocol::usage::answer_budget_stop(response)
+        {
+            tracing::info!(overrun = %stop, "the agent ended its turn for the run's budget");
+            self.overrun = Some(stop);
+            self.passed.cancel();
+        }
+        self.add_answer(response);
+        if !self.judged {
+            self.judged = true;
+            self.judge();
+        }
+    }
+
+    /// The first reply ended: a budget nothing was reported against cannot be held.
+    fn judge(&mut self) {
+        let counts = self.answered.is_some() || self.cumulative.is_some();
+        let Some(why) = self.budget.unheld(counts, self.cost.is_some()) else {
+            return;
+        };
+        if self.on_unreported == Unreported::Error && self.overrun.is_none() {
+            tracing::info!(why, "cancelling the run");
+            self.unheld = Some(why);
+            self.passed.cancel();
+        }
+    }
+
+    /// Adds a prompt response's `usage` to the answers' sum.
+    fn add_answer(&mut self, response: &serde_json::Value) {
         let Some(usage) = response
             .get("usage")
             .filter(|usage| !usage.is_null())
@@ -56,7 +117,10 @@ impl Tally {
         else {
             return;
         };
-        let usage = Usage::from_acp(&usage);
+        let usage = Usage {
+            estimated: protocol::usage::answer_estimated(response),
+            ..Usage::from_acp(&usage)
+        };
         match &mut self.answered {
             Some(sum) => sum.add(&usage),
             None => self.answered = Some(usage),
@@ -66,16 +130,30 @@ impl Tally {
 
     /// A `usage_update` of our session.
     pub(crate) fn updated(&mut self, update: &agent_client_protocol::v1::schema::UsageUpdate) {
-        if let Some(counts) = Usage::from_meta(update.meta.as_ref()) {
-            self.cumulative = Some(counts);
-        }
-        if let Some(cost) = &update.cost
-            && cost.amount.is_finite()
-        {
-            self.cost = Some(Cost {
+        self.counted(update.meta.as_ref(), update.cost.as_ref());
+    }
+
+    /// The cumulative counts of an update's `_meta` (the extension: on a `usage_update`, or on a
+    /// `session_info_update` from an agent that knows no context window) and its cost: the
+    /// update's own, else the extension's.
+    pub(crate) fn counted(
+        &mut self,
+        meta: Option<&agent_client_protocol::v1::schema::Meta>,
+        cost: Option<&agent_client_protocol::v1::schema::Cost>,
+    ) {
+        let mut counts = Usage::from_meta(meta);
+        let cost = cost
+            .map(|cost| Cost {
                 amount: cost.amount,
                 currency: cost.currency.clone(),
-            });
+            })
+            .or_else(|| counts.as_mut().and_then(|counts| counts.cost.take()))
+            .filter(|cost| cost.amount.is_finite());
+        if let Some(counts) = counts {
+            self.cumulative = Some(counts);
+        }
+        if let Some(cost) = cost {
+            self.cost = Some(cost);
         }
         self.check();
     }
@@ -116,8 +194,13 @@ impl Tally {
         self.overrun.as_ref()
     }
 
-    /// Why the budget could not be held, for the result's warnings.
+    /// Why the budget could not be held, for the result's warnings (none when the run already
+    /// ended as an error for it, or was held to it: an agent holding its budget may stop before
+    /// it spent anything).
     pub(crate) fn unenforceable(&self) -> Option<&'static str> {
+        if self.unheld.is_some() || self.overrun.is_some() {
+            return None;
+        }
         self.budget.unenforceable(self.spent().as_ref())
     }
 
@@ -164,14 +247,27 @@ mod tests {
 
     #[test]
     fn nothing_reported_is_no_usage_and_an_unheld_budget() {
-        let mut tally = Tally::new(Budget {
+        let budget = Budget {
             tokens: Some(10),
             cost: None,
-        });
+        };
+        let mut tally = Tally::new(budget).on_unreported(Unreported::Warn);
         tally.answered(&json!({"stopReason": "end_turn"}));
         tally.answered(&json!({"stopReason": "end_turn", "usage": "lots"}));
         assert_eq!(tally.spent(), None);
         assert!(tally.unenforceable().is_some());
+        assert!(!tally.passed().is_cancelled());
+        assert_eq!(tally.unheld(), None);
+        // By default the first reply's end cancels it.
+        let mut tally = Tally::new(budget);
+        tally.answered(&json!({"stopReason": "end_turn"}));
+        assert!(tally.passed().is_cancelled());
+        assert_eq!(tally.unheld(), Some(protocol::usage::UNREPORTED_USAGE));
+        assert_eq!(tally.unenforceable(), None, "an error, not also a warning");
+        // Reported by then: held.
+        let mut tally = Tally::new(budget);
+        tally.answered(&answer(5));
+        tally.answered(&json!({"stopReason": "end_turn"}));
         assert!(!tally.passed().is_cancelled());
     }
 
@@ -214,6 +310,39 @@ mod tests {
         assert_eq!(
             tally.overrun().map(ToString::to_string).as_deref(),
             Some("used 11 tokens, over the token budget of 10")
+        );
+    }
+
+    #[test]
+    fn an_agent_that_stopped_for_the_budget_is_over_it() {
+        let stop = json!({"stopReason": "max_tokens", "_meta": {"acp-host/usage": {"version": 1,
+            "own": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
+            "budgetStop": {"passed": "nextTokens", "used": 0, "next": 30, "limit": 20}}}});
+        let mut unbudgeted = Tally::new(Budget::default());
+        unbudgeted.answered(&stop);
+        assert!(
+            unbudgeted.overrun().is_none(),
+            "no budget of ours: not ours to judge"
+        );
+        let mut tally = Tally::new(Budget {
+            tokens: Some(20),
+            cost: None,
+        });
+        assert_eq!(tally.budget().tokens, Some(20));
+        tally.answered(&stop);
+        assert!(tally.passed().is_cancelled());
+        assert_eq!(
+            tally.unenforceable(),
+            None,
+            "held, though nothing was spent"
+        );
+        assert!(
+            tally
+                .overrun()
+                .map(ToString::to_string)
+                .is_some_and(|text| text.contains("the next model request (about 30 tokens)")),
+            "{:?}",
+            tally.overrun()
         );
     }
 

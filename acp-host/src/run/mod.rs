@@ -379,6 +379,7 @@ async fn spawn_and_drive(
     let shared = Arc::new(Shared::new(
         options.max_output_bytes.unwrap_or(DEFAULT_MAX_OUTPUT_BYTES),
         request.budget,
+        request.on_unreported,
     ));
     let timeouts = request.timeouts;
     // The agent's stdout is drained until teardown is over (an agent flushing on EOF must not

@@ -24,12 +24,41 @@ use protocol::usage::Overrun;
 use crate::client::{DriveEnd, ResultOf, Shared, Stage, Structured};
 use crate::process::{AgentProcess, SpawnError, Teardown};
 
+/// What a drive that failed at `stage` is: the bridge's own words for a remote agent that could
+/// not connect, a crash when the agent closed its end, else a protocol or handshake error.
+fn failure(
+    request: &StartRequest,
+    result: &RunResult,
+    stage: Stage,
+    closed: bool,
+    message: String,
+    exit: &str,
+) -> (ErrorKind, String) {
+    if let Some(cause) = (closed && stage == Stage::Initialize)
+        .then(|| bridge_error(request, &result.stderr_tail))
+        .flatten()
+    {
+        // A remote agent's bridge that could not connect: its own words say why.
+        (ErrorKind::Handshake, cause.to_owned())
+    } else if closed {
+        (
+            ErrorKind::Crash,
+            protocol::report::clause(&message, &format!("it {exit}")),
+        )
+    } else if stage == Stage::Prompt {
+        (ErrorKind::Protocol, message)
+    } else {
+        (ErrorKind::Handshake, message)
+    }
+}
+
 /// Maps how the drive ended onto status, stop reason, error message and error kind.
 fn settle(
     result: &mut RunResult,
     end: Option<DriveEnd>,
     timed_out: bool,
     overrun: Option<&Overrun>,
+    unheld: Option<&str>,
     request: &StartRequest,
 ) {
     let timeouts = &request.timeouts;
@@ -55,6 +84,12 @@ fn settle(
             Status::OverBudget,
             answered(end),
             Some((ErrorKind::Budget, overrun.to_string())),
+        ),
+        // Nothing reported to hold the budget against by the end of the first reply.
+        Some(end) if let Some(why) = unheld => (
+            Status::Error,
+            answered(end),
+            Some((ErrorKind::Budget, why.to_owned())),
         ),
         Some(DriveEnd::Stopped { stop_reason }) => {
             let status = Status::from_stop_reason(&stop_reason);
@@ -83,25 +118,11 @@ fn settle(
             stage,
             closed,
             message,
-        }) => {
-            let error = if let Some(cause) = (closed && stage == Stage::Initialize)
-                .then(|| bridge_error(request, &result.stderr_tail))
-                .flatten()
-            {
-                // A remote agent's bridge that could not connect: its own words say why.
-                (ErrorKind::Handshake, cause.to_owned())
-            } else if closed {
-                (
-                    ErrorKind::Crash,
-                    protocol::report::clause(&message, &format!("it {exit}")),
-                )
-            } else if stage == Stage::Prompt {
-                (ErrorKind::Protocol, message)
-            } else {
-                (ErrorKind::Handshake, message)
-            };
-            (Status::Error, None, Some(error))
-        }
+        }) => (
+            Status::Error,
+            None,
+            Some(failure(request, result, stage, closed, message, &exit)),
+        ),
         Some(DriveEnd::Refused(refusal)) => (
             Status::Error,
             None,
@@ -247,7 +268,14 @@ pub(super) fn settle_turn(
     shared: &Shared,
     redactor: &Redactor,
 ) {
-    settle(result, end, timed_out, shared.overrun().as_ref(), request);
+    settle(
+        result,
+        end,
+        timed_out,
+        shared.overrun().as_ref(),
+        shared.budget_unheld(),
+        request,
+    );
     (result.output, result.output_truncated_bytes) = shared.take_output();
     (result.permissions, result.permissions_dropped) = shared.take_permissions();
     result.session_id = shared.session_id();
@@ -349,6 +377,7 @@ mod tests {
             resume: Some("s-1".into()),
             fork: Some("s-2".into()),
             budget: protocol::usage::Budget::default(),
+            on_unreported: protocol::usage::Unreported::default(),
             sandbox: protocol::sandbox::Policy::default(),
         }
     }
@@ -647,6 +676,7 @@ mod tests {
             Some(failed(Stage::Initialize, true)),
             false,
             None,
+            None,
             &remote,
         );
         assert_eq!(result.error_kind, Some(ErrorKind::Handshake));
@@ -659,6 +689,7 @@ mod tests {
             &mut result,
             Some(failed(Stage::Prompt, true)),
             false,
+            None,
             None,
             &remote,
         );
@@ -673,7 +704,14 @@ mod tests {
                 case.withheld.iter().map(ToString::to_string).collect(),
             );
             (result.agent_exit.code, result.agent_exit.signal) = case.exit;
-            settle(&mut result, case.end, case.timed_out, None, &request());
+            settle(
+                &mut result,
+                case.end,
+                case.timed_out,
+                None,
+                None,
+                &request(),
+            );
             assert_eq!(result.status, case.status, "{}", case.name);
             assert_eq!(
                 result.stop_reason.as_deref(),
@@ -713,7 +751,14 @@ mod tests {
             (stopped("end_turn"), Some("end_turn")),
         ] {
             let mut result = RunResult::unsettled("run".into(), Vec::new());
-            settle(&mut result, Some(end), false, Some(&overrun), &request());
+            settle(
+                &mut result,
+                Some(end),
+                false,
+                Some(&overrun),
+                None,
+                &request(),
+            );
             assert_eq!(result.status, Status::OverBudget);
             assert_eq!(result.exit_code(), 7);
             assert_eq!(result.stop_reason.as_deref(), stop_reason);
@@ -730,9 +775,27 @@ mod tests {
             Some(stopped("end_turn")),
             true,
             Some(&overrun),
+            None,
             &request(),
         );
         assert_eq!(result.status, Status::Timeout);
+        // Nothing reported to hold it against: an error of kind budget, the answer's stop kept.
+        let mut result = RunResult::unsettled("run".into(), Vec::new());
+        settle(
+            &mut result,
+            Some(stopped("end_turn")),
+            false,
+            None,
+            Some(protocol::usage::UNREPORTED_USAGE),
+            &request(),
+        );
+        assert_eq!(result.status, Status::Error);
+        assert_eq!(result.error_kind, Some(ErrorKind::Budget));
+        assert_eq!(result.stop_reason.as_deref(), Some("end_turn"));
+        assert_eq!(
+            result.error.as_deref(),
+            Some("the agent reports no usage; the budget cannot be held")
+        );
     }
 
     #[test]
@@ -752,6 +815,7 @@ mod tests {
             Some(stopped("end_turn")),
             false,
             None,
+            None,
             &request(),
         );
         record_structured(&mut completed, mismatched());
@@ -769,6 +833,7 @@ mod tests {
             Some(stopped("refusal")),
             false,
             None,
+            None,
             &request(),
         );
         record_structured(&mut refused, mismatched());
@@ -781,6 +846,7 @@ mod tests {
             &mut matched,
             Some(stopped("end_turn")),
             false,
+            None,
             None,
             &request(),
         );

@@ -11,7 +11,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::ToolFilter;
-use super::{EXTENSION, EXTENSION_VERSION, FIELD_MAX_DEPTH, FIELD_OUTPUT_SCHEMA, FIELD_TOOLS};
+use super::{
+    EXTENSION, EXTENSION_VERSION, FIELD_BUDGET, FIELD_MAX_DEPTH, FIELD_OUTPUT_SCHEMA, FIELD_TOOLS,
+};
+use crate::usage::Budget;
 
 /// `agentCapabilities._meta["acp-host/start"]`: the fields an agent honours.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -71,13 +74,67 @@ pub struct SessionStart {
     pub output_schema: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<u32>,
+    /// The run's budget, held by the agent ([`FIELD_BUDGET`]); sent through
+    /// [`super::plan_budget`].
+    #[serde(skip)]
+    pub budget: Option<Budget>,
+}
+
+/// A budget as the extension carries it: `{"tokens": N, "cost": X}`, each when set.
+pub(super) fn budget_value(budget: Budget) -> Value {
+    let mut value = Map::new();
+    if let Some(tokens) = budget.tokens {
+        value.insert("tokens".into(), tokens.into());
+    }
+    if let Some(cost) = budget.cost {
+        value.insert("cost".into(), cost.into());
+    }
+    Value::Object(value)
+}
+
+/// The extension's `budget`, strictly: an object of a whole number of `tokens` and a
+/// non-negative `cost`, each optional, nothing else.
+fn read_budget(value: &Value) -> Result<Budget, String> {
+    let field = format!("_meta.{EXTENSION}.{FIELD_BUDGET}");
+    let Some(fields) = value.as_object() else {
+        return Err(format!("{field}: must be an object, not {value}"));
+    };
+    let mut budget = Budget::default();
+    for (name, value) in fields {
+        match name.as_str() {
+            "tokens" => {
+                budget.tokens = Some(value.as_u64().ok_or_else(|| {
+                    format!("{field}.tokens: must be a whole number, not {value}")
+                })?);
+            }
+            "cost" => {
+                budget.cost = Some(
+                    value
+                        .as_f64()
+                        .filter(|cost| cost.is_finite() && *cost >= 0.0)
+                        .ok_or_else(|| {
+                            format!("{field}.cost: must be a non-negative number, not {value}")
+                        })?,
+                );
+            }
+            other => {
+                return Err(format!(
+                    "{field}: unknown field {other}; it takes tokens and cost"
+                ));
+            }
+        }
+    }
+    Ok(budget)
 }
 
 impl SessionStart {
     /// Whether it asks for nothing (then nothing is sent).
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.tools.is_none() && self.output_schema.is_none() && self.max_depth.is_none()
+        self.tools.is_none()
+            && self.output_schema.is_none()
+            && self.max_depth.is_none()
+            && self.budget.is_none()
     }
 
     /// The `_meta` object carrying it, with this side's version.
@@ -88,6 +145,9 @@ impl SessionStart {
             .and_then(serde_json::from_value::<Map<String, Value>>)
             .unwrap_or_default();
         fields.insert("version".into(), Value::from(EXTENSION_VERSION));
+        if let Some(budget) = self.budget {
+            fields.insert(FIELD_BUDGET.into(), budget_value(budget));
+        }
         meta(Value::Object(fields))
     }
 
@@ -127,6 +187,9 @@ impl SessionStart {
                             format!("_meta.{key}.maxDepth: must be a whole number, not {value}")
                         })?;
                     taken.max_depth = Some(cap);
+                }
+                FIELD_BUDGET if honours(FIELD_BUDGET) => {
+                    taken.budget = Some(read_budget(value)?);
                 }
                 other => {
                     return Err(format!(
@@ -192,11 +255,15 @@ mod tests {
             }),
             output_schema: Some(json!({"type": "object"})),
             max_depth: Some(0),
+            budget: Some(Budget {
+                tokens: Some(20),
+                cost: Some(0.5),
+            }),
         };
         let meta = start.to_meta();
         assert_eq!(
             Value::Object(meta.clone()),
-            json!({EXTENSION: {"version": 1, "tools": {"allow": ["read_file"]}, "outputSchema": {"type": "object"}, "maxDepth": 0}})
+            json!({EXTENSION: {"version": 1, "tools": {"allow": ["read_file"]}, "outputSchema": {"type": "object"}, "maxDepth": 0, "budget": {"tokens": 20, "cost": 0.5}}})
         );
         assert_eq!(SessionStart::read(&meta[EXTENSION], |_| true), Ok(start));
         let answer = Answer {
@@ -236,6 +303,45 @@ mod tests {
                     .into()
             )
         );
+    }
+
+    #[test]
+    fn a_budget_is_read_strictly() {
+        let read = |budget: Value| {
+            SessionStart::read(&json!({"version": 1, "budget": budget}), |_| true)
+                .map(|start| start.budget)
+        };
+        assert_eq!(
+            read(json!({"tokens": 5})),
+            Ok(Some(Budget {
+                tokens: Some(5),
+                cost: None
+            }))
+        );
+        assert_eq!(read(json!({})), Ok(Some(Budget::default())));
+        assert_eq!(
+            read(json!(3)),
+            Err("_meta.acp-host/start.budget: must be an object, not 3".into())
+        );
+        assert_eq!(
+            read(json!({"tokens": 1.5})),
+            Err("_meta.acp-host/start.budget.tokens: must be a whole number, not 1.5".into())
+        );
+        assert_eq!(
+            read(json!({"cost": -1})),
+            Err("_meta.acp-host/start.budget.cost: must be a non-negative number, not -1".into())
+        );
+        assert_eq!(
+            read(json!({"turns": 1})),
+            Err(
+                "_meta.acp-host/start.budget: unknown field turns; it takes tokens and cost".into()
+            )
+        );
+        let only_a_budget = SessionStart {
+            budget: Some(Budget::default()),
+            ..SessionStart::default()
+        };
+        assert!(!only_a_budget.is_empty(), "a budget alone is sent");
     }
 
     #[test]

@@ -49,6 +49,7 @@ fn request(program: &str, args: &[&str], cwd: &Path) -> StartRequest {
         resume: None,
         fork: None,
         budget: protocol::usage::Budget::default(),
+        on_unreported: protocol::usage::Unreported::default(),
         sandbox: protocol::sandbox::Policy::default(),
     }
 }

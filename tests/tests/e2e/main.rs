@@ -31,6 +31,7 @@ mod mock_llm;
 mod model;
 mod perf_behaviour;
 mod protocol_edges;
+mod real_model;
 mod run;
 mod sandbox;
 mod scrub;

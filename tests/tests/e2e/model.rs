@@ -288,21 +288,124 @@ fn model_and_base_url_come_from_the_environment_too() {
 }
 
 #[test]
-fn without_a_model_the_backend_stays_offline_and_calls_nothing() {
+fn without_a_model_or_a_base_url_the_backend_stays_offline_and_calls_nothing() {
     let dir = temp();
     let llm = llm(vec![Reply::text(["never"])]);
     let out = run_to_end(
         host(dir.path())
             .args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
-            .args([
-                "--agent",
-                &shell_words::join(["acp-child", "--base-url", &llm.base_url()]),
-            ])
+            .args(["--agent", "acp-child"])
             .arg("hello"),
     );
     assert_code(&out, 0, &llm);
     assert_eq!(stdout(&out), acp_child::NO_MODEL_REPLY.concat());
     assert!(llm.requests().is_empty(), "{:#?}", llm.requests());
+    assert_eq!(llm.model_listings(), 0);
+}
+
+/// `acp-host run` of `acp-child --base-url URL` (no `--model`) with `host_args`.
+fn discovering_host(dir: &Path, llm: &MockLlm, host_args: &[&str]) -> Command {
+    let mut cmd = host(dir);
+    cmd.args(["--env", &format!("ACP_CHILD_API_KEY={KEY}")])
+        .args([
+            "--agent",
+            &shell_words::join(["acp-child", "--base-url", &llm.base_url()]),
+        ])
+        .args(host_args);
+    cmd
+}
+
+#[test]
+fn a_base_url_alone_answers_with_the_one_model_the_server_lists() {
+    let dir = temp();
+    let llm = MockLlm::builder()
+        .models(["only-model"])
+        .reply(Reply::text(["found it"]))
+        .require_key(Some(KEY))
+        .start();
+    let out = run_to_end(discovering_host(dir.path(), &llm, &[]).arg("hi"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "found it");
+    assert_eq!(chat_requests(&llm, 1)[0].body["model"], "only-model");
+    assert_eq!(llm.model_listings(), 1, "listed once, at start");
+}
+
+#[test]
+fn of_several_listed_models_the_first_is_used_and_the_rest_are_the_sessions_model_option() {
+    let dir = temp();
+    let llm = MockLlm::builder()
+        .models(["first", "second", "third"])
+        .reply(Reply::text(["one"]))
+        .reply(Reply::text(["two"]))
+        .require_key(Some(KEY))
+        .start();
+    let out = run_to_end(discovering_host(dir.path(), &llm, &[]).arg("hi"));
+    assert_code(&out, 0, &llm);
+    // The others are offered: acp-host selects one through the session's model option.
+    let out = run_to_end(discovering_host(dir.path(), &llm, &["--model", "third"]).arg("hi"));
+    assert_code(&out, 0, &llm);
+    assert_eq!(stdout(&out), "two");
+    let requests = chat_requests(&llm, 2);
+    assert_eq!(requests[0].body["model"], "first");
+    assert_eq!(requests[1].body["model"], "third");
+}
+
+#[test]
+fn a_base_url_alone_whose_server_lists_no_model_or_fails_is_a_clear_error_exit_2() {
+    let dir = temp();
+    for (llm, expected) in [
+        (
+            MockLlm::builder().models(Vec::<String>::new()).start(),
+            "acp-child: error: no --model given, and the model server at {base}/models lists no \
+             models; load a model on the server, or name one with --model NAME (or \
+             ACP_CHILD_MODEL)\n",
+        ),
+        (
+            MockLlm::builder().models_fail().start(),
+            "acp-child: error: no --model given, and the model server's models cannot be listed \
+             (GET {base}/models: HTTP 500); check that the server at {base} is running, or name a \
+             model with --model NAME (or ACP_CHILD_MODEL)\n",
+        ),
+        (
+            MockLlm::builder().models_status(404).start(),
+            "acp-child: error: no --model given, and the model server's models cannot be listed \
+             (GET {base}/models: HTTP 404); check that the server at {base} is running, or name a \
+             model with --model NAME (or ACP_CHILD_MODEL)\n",
+        ),
+    ] {
+        let mut cmd = Command::new(acp_tests::bin("acp-child"));
+        for name in AMBIENT {
+            cmd.env_remove(name);
+        }
+        cmd.args(["--base-url", &llm.base_url()])
+            .env("ACP_CHILD_STATE_DIR", dir.path());
+        let out = run_to_end(&mut cmd);
+        assert_code(&out, 2, &llm);
+        assert_eq!(stderr(&out), expected.replace("{base}", &llm.base_url()));
+        assert_eq!(stdout(&out), "", "nothing served");
+        assert!(llm.requests().is_empty());
+    }
+    // Nothing listening at all: the same, with the connection's failure.
+    let base = format!("http://127.0.0.1:{}/v1", closed_port());
+    let mut cmd = Command::new(acp_tests::bin("acp-child"));
+    for name in AMBIENT {
+        cmd.env_remove(name);
+    }
+    cmd.args(["--base-url", &base])
+        .env("ACP_CHILD_STATE_DIR", dir.path());
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    let error = stderr(&out);
+    assert!(
+        error.starts_with(&format!(
+            "acp-child: error: no --model given, and the model server's models cannot be listed \
+             (GET {base}/models: "
+        )) && error.ends_with(&format!(
+            "); check that the server at {base} is running, or name a model with --model NAME \
+             (or ACP_CHILD_MODEL)\n"
+        )),
+        "{error}"
+    );
 }
 
 #[test]

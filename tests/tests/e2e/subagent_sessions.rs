@@ -508,6 +508,7 @@ fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
         resume: None,
         fork: None,
         budget: protocol::usage::Budget::default(),
+        on_unreported: protocol::usage::Unreported::default(),
         sandbox: protocol::sandbox::Policy::default(),
     };
     // The approval above is kept in the suite's state directory.

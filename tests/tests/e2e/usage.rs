@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use acp_tests::mock_llm::{MockLlm, Reply, Usage};
 use acp_tests::{host_run, run_to_end, stderr};
@@ -126,7 +127,7 @@ fn the_window_comes_from_the_server_listing_and_verbose_shows_the_usage_line() {
 }
 
 #[test]
-fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_to_warns() {
+fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_to_is_an_error() {
     let dir = temp();
     let mut cmd = host_run(dir.path());
     cmd.args(["--json", "--agent", &mock(&["hello"]), "hello"]);
@@ -134,11 +135,46 @@ fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_t
     assert_eq!(result["usage"], Value::Null, "{result}");
     assert!(result.get("warnings").is_none(), "{result}");
 
+    // By default a budget nothing is reported against, by the end of the first reply, is not
+    // silently ignored: the run is an error of kind budget.
+    for budget in [["--token-budget", "10"], ["--cost-budget", "0.5"]] {
+        let mut cmd = host_run(dir.path());
+        cmd.arg("--json")
+            .args(budget)
+            .args(["--agent", &mock(&["hello"]), "hello"]);
+        let (_, result) = json_run(&mut cmd, 1);
+        assert_eq!(result["status"], "error", "{result}");
+        assert_eq!(result["errorKind"], "budget");
+        assert_eq!(
+            result["error"],
+            "the agent reports no usage; the budget cannot be held"
+        );
+        assert_eq!(result["usage"], Value::Null);
+        assert!(result.get("warnings").is_none(), "{result}");
+    }
+    let mut cmd = host_run(dir.path());
+    cmd.args([
+        "--token-budget",
+        "10",
+        "--agent",
+        &mock(&["hello"]),
+        "hello",
+    ]);
+    let out = run_to_end(&mut cmd);
+    assert_eq!(acp_tests::code(&out), 1);
+    assert_eq!(
+        stderr(&out),
+        "acp-host: error: the agent reports no usage; the budget cannot be held\n"
+    );
+
+    // --on-unreported warn: today's behaviour, completed with a warning.
     let mut cmd = host_run(dir.path());
     cmd.args([
         "--json",
         "--token-budget",
         "10",
+        "--on-unreported",
+        "warn",
         "--agent",
         &mock(&["hello"]),
         "hello",
@@ -155,6 +191,8 @@ fn an_agent_that_reports_nothing_has_null_usage_and_a_budget_it_cannot_be_held_t
     cmd.args([
         "--token-budget",
         "10",
+        "--on-unreported",
+        "warn",
         "--agent",
         &mock(&["hello"]),
         "hello",
@@ -181,17 +219,19 @@ fn hanging_after(usage: Usage) -> MockLlm {
 fn a_token_budget_smaller_than_the_turn_ends_it_over_budget_exit_7() {
     let dir = temp();
     std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
-    let llm = hanging_after(Usage::new(100, 20));
-    let mut cmd = acp_child_json_run(dir.path(), &llm, &["--context-window", "1000"]);
-    cmd.args(["--token-budget", "100", "read the notes"]);
+    // Figures past what the first request is estimated at (its body at 4 bytes a token), so
+    // acp-child, holding the budget too, sends it.
+    let llm = hanging_after(Usage::new(10_000, 20));
+    let mut cmd = acp_child_json_run(dir.path(), &llm, &["--context-window", "100000"]);
+    cmd.args(["--token-budget", "10000", "read the notes"]);
     let (_, result) = json_run(&mut cmd, 7);
     assert_eq!(result["status"], "over-budget", "{result}");
     assert_eq!(result["errorKind"], "budget");
     assert_eq!(
         result["error"],
-        "used 120 tokens, over the token budget of 100"
+        "used 10,020 tokens, over the token budget of 10,000"
     );
-    assert_eq!(result["usage"]["totalTokens"], 120);
+    assert_eq!(result["usage"]["totalTokens"], 10_020);
     // Cancelled after the first reply: a second request, if it was sent, was never answered.
     assert!(llm.requests().len() <= 2);
     assert_none_left(dir.path());
@@ -234,15 +274,16 @@ fn a_priced_acp_child_reports_its_cost_and_a_cost_budget_holds() {
         updates[0]
     );
 
-    let llm = hanging_after(Usage::new(100, 20));
+    // 10,000 in and 20 out: 0.02016 EUR.
+    let llm = hanging_after(Usage::new(10_000, 20));
     let mut cmd = acp_child_json_run(dir.path(), &llm, &prices);
-    cmd.args(["--cost-budget", "0.0003", "read the notes"]);
+    cmd.args(["--cost-budget", "0.02", "read the notes"]);
     let (_, result) = json_run(&mut cmd, 7);
     assert_eq!(result["status"], "over-budget", "{result}");
     assert_eq!(result["errorKind"], "budget");
     assert_eq!(
         result["error"],
-        "spent 0.0004 EUR, over the cost budget of 0.0003 EUR"
+        "spent 0.0202 EUR, over the cost budget of 0.0200 EUR"
     );
     assert_none_left(dir.path());
 }
@@ -344,11 +385,11 @@ fn a_child_over_its_budget_is_a_tool_result_and_the_parent_goes_on() {
         .reply_with_usage(delegate("call_a", "acp-child", "read"), Usage::new(10, 1))
         .reply_with_usage(Reply::text(["went on"]), Usage::new(20, 2))
         .start();
-    // The child spends 160 on its first request, then would wait for ever.
+    // The child spends 10,060 on its first request, then would wait for ever.
     let children = MockLlm::builder()
         .models(["mock-model"])
         .context_window(100_000)
-        .reply_with_usage(read_notes("child_1"), Usage::new(150, 10))
+        .reply_with_usage(read_notes("child_1"), Usage::new(10_000, 60))
         .reply(Reply::Hang)
         .start();
     let (_, result) = json_run(
@@ -356,7 +397,7 @@ fn a_child_over_its_budget_is_a_tool_result_and_the_parent_goes_on() {
             dir.path(),
             &parent,
             &children,
-            &["--subagent-token-budget", "100"],
+            &["--subagent-token-budget", "10000"],
         )
         .arg("delegate"),
         0,
@@ -365,15 +406,15 @@ fn a_child_over_its_budget_is_a_tool_result_and_the_parent_goes_on() {
     assert_eq!(result["output"], "went on");
     let told = parent.requests()[1].tool_result("call_a").unwrap();
     assert!(
-        told.starts_with("subagent acp-child ended over-budget (160 tokens, budget 100)"),
+        told.starts_with("subagent acp-child ended over-budget (10060 tokens, budget 10000)"),
         "{told:?}"
     );
     assert!(
-        told.ends_with("[the subagent spent 160 tokens (150 in, 10 out)]"),
+        told.ends_with("[the subagent spent 10,060 tokens (10,000 in, 60 out)]"),
         "{told:?}"
     );
     // The child's spending is the parent's too.
-    assert_eq!(result["usage"]["totalTokens"], 193, "{result}");
+    assert_eq!(result["usage"]["totalTokens"], 10_093, "{result}");
     assert_eq!(result["children"][0]["state"], "failed");
     assert_none_left(dir.path());
 }
@@ -385,7 +426,7 @@ fn a_definitions_token_budget_only_lowers_the_parents() {
     write_approved(
         &dir.path().join("subagents"),
         "reader.md",
-        "---\ndescription: reads\nrun:\n  tokenBudget: 50\n---\nRead.\n",
+        "---\ndescription: reads\nrun:\n  tokenBudget: 5000\n---\nRead.\n",
     );
     let parent = MockLlm::builder()
         .reply_with_usage(delegate("call_a", "reader", "read"), Usage::new(10, 1))
@@ -394,23 +435,23 @@ fn a_definitions_token_budget_only_lowers_the_parents() {
     let children = MockLlm::builder()
         .models(["mock-model"])
         .context_window(100_000)
-        .reply_with_usage(read_notes("child_1"), Usage::new(60, 10))
+        .reply_with_usage(read_notes("child_1"), Usage::new(5_000, 10))
         .reply(Reply::Hang)
         .start();
-    // The parent's own limit (1,000) is higher: the definition's 50 holds.
+    // The parent's own limit (100,000) is higher: the definition's 5,000 holds.
     let (_, result) = json_run(
         tree_run(
             dir.path(),
             &parent,
             &children,
-            &["--subagent-token-budget", "1000"],
+            &["--subagent-token-budget", "100000"],
         )
         .arg("delegate"),
         0,
     );
     let told = parent.requests()[1].tool_result("call_a").unwrap();
     assert!(
-        told.starts_with("subagent reader ended over-budget (70 tokens, budget 50)"),
+        told.starts_with("subagent reader ended over-budget (5010 tokens, budget 5000)"),
         "{told:?} {result}"
     );
     assert_eq!(result["status"], "completed", "{result}");
@@ -422,10 +463,10 @@ fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summaries_total_it(
     let dir = temp();
     std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
     // One run at a time, so the lines take the script in order: 15 tokens, then a line whose
-    // first request spends 120 of its 100.
+    // first request spends 10,020 of its 10,000.
     let llm = MockLlm::builder()
         .reply_with_usage(Reply::text(["first"]), Usage::new(10, 5))
-        .reply_with_usage(read_notes("call_1"), Usage::new(100, 20))
+        .reply_with_usage(read_notes("call_1"), Usage::new(10_000, 20))
         .reply(Reply::Hang)
         .start();
     let state = dir.path().join(".state").display().to_string();
@@ -438,11 +479,11 @@ fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summaries_total_it(
         "--state-dir",
         &state,
         "--context-window",
-        "1000",
+        "100000",
     ]);
     std::fs::write(
         dir.path().join("jobs.ndjson"),
-        "{\"id\": \"a\", \"prompt\": \"one\"}\n{\"id\": \"b\", \"prompt\": \"two\", \"tokenBudget\": 100}\n",
+        "{\"id\": \"a\", \"prompt\": \"one\"}\n{\"id\": \"b\", \"prompt\": \"two\", \"tokenBudget\": 10000}\n",
     )
     .unwrap();
     let mut cmd = Command::new(acp_tests::bin("acp-host"));
@@ -476,7 +517,7 @@ fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summaries_total_it(
     assert_eq!(
         summary,
         json!({"type": "summary", "completed": 1, "failed": 1, "notStarted": 0,
-            "usage": {"inputTokens": 110, "outputTokens": 25, "totalTokens": 135}})
+            "usage": {"inputTokens": 10_010, "outputTokens": 25, "totalTokens": 10_035}})
     );
     assert_eq!(records.len(), 2, "one record per line");
     let schema = protocol::schema::output("batch-result.json").unwrap();
@@ -492,10 +533,10 @@ fn batch_records_carry_usage_a_line_holds_its_budget_and_the_summaries_total_it(
     assert_eq!(by_id("b")["status"], "over-budget");
     assert_eq!(
         by_id("b")["error"],
-        "used 120 tokens, over the token budget of 100"
+        "used 10,020 tokens, over the token budget of 10,000"
     );
     assert!(
-        stderr(&out).contains("; usage: 135 tokens (110 in, 25 out)\n"),
+        stderr(&out).contains("; usage: 10,035 tokens (10,010 in, 25 out)\n"),
         "{}",
         stderr(&out)
     );
@@ -550,7 +591,7 @@ fn a_child_gets_at_most_what_is_left_of_its_parents_budget() {
         "budget",
         &format!("echo-env {}", protocol::env_vars::ACP_HOST_TOKEN_BUDGET),
     );
-    // The parent spends 11 of its 200 before it delegates: 189 are left for the child.
+    // The parent spends 11 of its 20,000 before it delegates: 19,989 are left for the child.
     let parent = MockLlm::builder()
         .reply_with_usage(delegate("call_a", "budget", "show"), Usage::new(10, 1))
         .reply_with_usage(Reply::text(["done"]), Usage::new(20, 2))
@@ -559,11 +600,15 @@ fn a_child_gets_at_most_what_is_left_of_its_parents_budget() {
         .start();
     let children = MockLlm::start(Vec::new());
     let mut cmd = tree_run(dir.path(), &parent, &children, &[]);
-    cmd.args(["--token-budget", "200", "delegate"]);
+    cmd.args(["--token-budget", "20000", "delegate"]);
     let (_, result) = json_run(&mut cmd, 0);
     assert_eq!(result["usage"]["totalTokens"], 33, "{result}");
+    // The mock child reports no usage: under a budget that is an error its parent is told of,
+    // with what it said.
+    let unheld = "subagent budget ended error (stop reason end_turn): the agent reports no usage; \
+                  the budget cannot be held\n\nIts output so far:\n";
     let told = parent.requests()[1].tool_result("call_a").unwrap();
-    assert_eq!(told, "ACP_HOST_TOKEN_BUDGET=189");
+    assert_eq!(told, format!("{unheld}ACP_HOST_TOKEN_BUDGET=19989"));
     // Its own --subagent-token-budget is lower: that holds.
     let mut cmd = tree_run(
         dir.path(),
@@ -571,10 +616,10 @@ fn a_child_gets_at_most_what_is_left_of_its_parents_budget() {
         &children,
         &["--subagent-token-budget", "50"],
     );
-    cmd.args(["--token-budget", "200", "delegate"]);
+    cmd.args(["--token-budget", "20000", "delegate"]);
     json_run(&mut cmd, 0);
     let told = parent.requests()[3].tool_result("call_b").unwrap();
-    assert_eq!(told, "ACP_HOST_TOKEN_BUDGET=50");
+    assert_eq!(told, format!("{unheld}ACP_HOST_TOKEN_BUDGET=50"));
     assert_none_left(dir.path());
 }
 
@@ -586,7 +631,7 @@ fn a_definitions_cost_budget_holds_and_only_lowers_the_flags() {
     // The agent comes from --agent; the definition brings only its budget.
     std::fs::write(
         defs.path().join("priced.md"),
-        "---\ndescription: d\nrun:\n  costBudget: 0.0003\n---\nB\n",
+        "---\ndescription: d\nrun:\n  costBudget: 0.02\n---\nB\n",
     )
     .unwrap();
     let prices = [
@@ -606,26 +651,26 @@ fn a_definitions_cost_budget_holds_and_only_lowers_the_flags() {
             .arg("read the notes");
         cmd
     };
-    // 100 in and 20 out at 2 and 8 per million: 0.00036 USD, over the definition's 0.0003.
-    let llm = hanging_after(Usage::new(100, 20));
+    // 10,000 in and 20 out at 2 and 8 per million: 0.02016 USD, over the definition's 0.02.
+    let llm = hanging_after(Usage::new(10_000, 20));
     let (_, result) = json_run(&mut run_subagent(&llm, &[]), 7);
     assert_eq!(result["status"], "over-budget", "{result}");
     assert_eq!(
         result["error"],
-        "spent 0.0004 USD, over the cost budget of 0.0003 USD"
+        "spent 0.0202 USD, over the cost budget of 0.0200 USD"
     );
     // A larger flag does not raise it; a smaller one lowers it.
-    let llm = hanging_after(Usage::new(100, 20));
+    let llm = hanging_after(Usage::new(10_000, 20));
     let (_, result) = json_run(&mut run_subagent(&llm, &["--cost-budget", "5"]), 7);
     assert_eq!(
         result["error"],
-        "spent 0.0004 USD, over the cost budget of 0.0003 USD"
+        "spent 0.0202 USD, over the cost budget of 0.0200 USD"
     );
-    let llm = hanging_after(Usage::new(100, 20));
-    let (_, result) = json_run(&mut run_subagent(&llm, &["--cost-budget", "0.0001"]), 7);
+    let llm = hanging_after(Usage::new(10_000, 20));
+    let (_, result) = json_run(&mut run_subagent(&llm, &["--cost-budget", "0.01"]), 7);
     assert_eq!(
         result["error"],
-        "spent 0.0004 USD, over the cost budget of 0.0001 USD"
+        "spent 0.0202 USD, over the cost budget of 0.0100 USD"
     );
     assert_none_left(dir.path());
 }
@@ -656,6 +701,230 @@ fn a_background_childs_spending_counts_once_in_the_turn_that_gets_its_result() {
         result["usage"],
         json!({"inputTokens": 185, "outputTokens": 13, "totalTokens": 198}),
         "{result}"
+    );
+    assert_none_left(dir.path());
+}
+
+/// What acp-child estimates a request it streamed at, its server reporting no usage: the body at
+/// four bytes a token, the output the larger of its deltas and its bytes at four a token.
+fn estimated(request: &acp_tests::mock_llm::RecordedRequest, deltas: u64, bytes: u64) -> Value {
+    let input = (request.raw_body.len() as u64).div_ceil(4);
+    let output = deltas.max(bytes.div_ceil(4));
+    json!({"inputTokens": input, "outputTokens": output, "totalTokens": input + output,
+        "estimated": true})
+}
+
+#[test]
+fn a_server_that_reports_no_usage_gets_an_estimate_marked_as_one() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
+    let llm = MockLlm::builder()
+        .no_usage()
+        .reply(read_notes("call_1"))
+        .reply(Reply::text(["one", " two", " three"]))
+        .start();
+    let (records, result) = json_run(
+        acp_child_json_run(dir.path(), &llm, &["--context-window", "100000"]).arg("read the notes"),
+        0,
+    );
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    // The tool call streamed its opening (the name) and one piece of arguments.
+    let arguments = json!({"path": "notes.txt"}).to_string();
+    let first = estimated(
+        &requests[0],
+        2,
+        ("read_file".len() + arguments.len()) as u64,
+    );
+    let second = estimated(&requests[1], 3, "one two three".len() as u64);
+    let total = |field: &str| first[field].as_u64().unwrap() + second[field].as_u64().unwrap();
+    assert_eq!(
+        result["usage"],
+        json!({"inputTokens": total("inputTokens"), "outputTokens": total("outputTokens"),
+            "totalTokens": total("totalTokens"), "estimated": true}),
+        "{result}"
+    );
+    let updates = usage_updates(&records);
+    assert_eq!(updates.len(), 2, "{records:#?}");
+    assert_eq!(updates[0]["used"], first["inputTokens"]);
+    assert_eq!(updates[0]["_meta"]["acp-host/usage"]["estimated"], true);
+    assert_none_left(dir.path());
+}
+
+/// The `session_info_update`s of our session carrying the usage extension, in order.
+fn info_usage(records: &[Value]) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| r["type"] == "update" && r.get("sessionId").is_none_or(Value::is_null))
+        .map(|r| &r["update"])
+        .filter(|u| u["sessionUpdate"] == "session_info_update")
+        .map(|u| &u["_meta"]["acp-host/usage"])
+        .collect()
+}
+
+#[test]
+fn without_a_context_window_the_counts_and_cost_still_arrive_mid_turn_and_a_budget_holds() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
+    let prices = ["--price-input", "2", "--price-output", "8"];
+    let llm = MockLlm::builder()
+        .reply_with_usage(read_notes("call_1"), Usage::new(100, 20))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(200, 10))
+        .start();
+    let (records, result) = json_run(
+        acp_child_json_run(dir.path(), &llm, &prices).arg("read the notes"),
+        0,
+    );
+    assert!(
+        usage_updates(&records).is_empty(),
+        "no window, no usage_update"
+    );
+    let infos = info_usage(&records);
+    assert_eq!(infos.len(), 2, "{records:#?}");
+    assert_eq!(infos[0]["totalTokens"], 120);
+    assert!((infos[0]["cost"]["amount"].as_f64().unwrap() - 0.000_36).abs() < 1e-12);
+    assert_eq!(infos[1]["totalTokens"], 330);
+    let cost = &result["usage"]["cost"];
+    assert_eq!(cost["currency"], "USD", "{result}");
+    assert!((cost["amount"].as_f64().unwrap() - 0.000_84).abs() < 1e-12);
+
+    // The first reply's counts reach acp-host before the turn ends: a token budget and a cost
+    // budget each cancel a turn whose second request never gets an answer.
+    for (budget, error) in [
+        (
+            ["--token-budget", "10000"],
+            "used 10,020 tokens, over the token budget of 10,000",
+        ),
+        (
+            ["--cost-budget", "0.02"],
+            "spent 0.0202 USD, over the cost budget of 0.0200 USD",
+        ),
+    ] {
+        let llm = hanging_after(Usage::new(10_000, 20));
+        let mut cmd = acp_child_json_run(dir.path(), &llm, &prices);
+        cmd.args(budget).arg("read the notes");
+        let (_, result) = json_run(&mut cmd, 7);
+        assert_eq!(result["status"], "over-budget", "{result}");
+        assert_eq!(result["error"], error);
+        assert_none_left(dir.path());
+    }
+}
+
+#[test]
+fn acp_child_holds_the_runs_budget_and_sends_no_request_that_would_pass_it() {
+    let dir = temp();
+    std::fs::write(dir.path().join("notes.txt"), "some notes\n").unwrap();
+    // The first request alone (its system prompt, its tools) is far past 20 tokens.
+    let llm = MockLlm::start(vec![Reply::text(["never"])]);
+    let mut cmd = acp_child_json_run(dir.path(), &llm, &[]);
+    cmd.args(["--token-budget", "20", "hi"]);
+    let (_, result) = json_run(&mut cmd, 7);
+    assert_eq!(result["status"], "over-budget", "{result}");
+    assert_eq!(result["stopReason"], "max_tokens");
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("used 0 tokens, and the next model request (about ")
+            && error.ends_with(
+                " tokens) would pass the token budget of 20: the agent ended its turn before \
+                 sending it"
+            ),
+        "{error}"
+    );
+    assert!(llm.requests().is_empty(), "nothing was sent");
+    assert_eq!(result["usage"], Value::Null, "nothing spent");
+    assert!(result.get("warnings").is_none(), "held: {result}");
+
+    // No window (so no usage_update): a turn of tool calls stops before the request that would
+    // pass the budget, not after it, and not at the turn's end.
+    let llm = MockLlm::builder()
+        .reply_with_usage(read_notes("call_1"), Usage::new(2_000, 100))
+        .reply_with_usage(read_notes("call_2"), Usage::new(2_000, 100))
+        .reply_with_usage(read_notes("call_3"), Usage::new(2_000, 100))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(2_000, 100))
+        .start();
+    let mut cmd = acp_child_json_run(dir.path(), &llm, &[]);
+    cmd.args(["--token-budget", "5000", "read the notes"]);
+    let (_, result) = json_run(&mut cmd, 7);
+    assert_eq!(result["status"], "over-budget", "{result}");
+    assert_eq!(llm.requests().len(), 2, "the third would have passed 5,000");
+    assert_eq!(result["usage"]["totalTokens"], 4_200);
+    assert!(
+        result["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("used 4,200 tokens, and the next model request (about "),
+        "{result}"
+    );
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_reply_streaming_past_the_budget_is_cut_off_where_it_passes() {
+    let dir = temp();
+    // The same request once without a budget, to learn its size; then 200 words, slowly, so
+    // the cut is seen at the server.
+    let llm = MockLlm::builder()
+        .no_usage()
+        .reply(Reply::text(["ok"]))
+        .reply(Reply::Slow {
+            chunks: vec!["w ".to_owned(); 200],
+            interval: Duration::from_millis(10),
+        })
+        .start();
+    let (_, result) = json_run(acp_child_json_run(dir.path(), &llm, &[]).arg("count"), 0);
+    let input = (llm.requests()[0].raw_body.len() as u64).div_ceil(4);
+    assert_eq!(result["usage"]["inputTokens"], input);
+    // Room for ten tokens of answer: the eleventh delta passes it.
+    let budget = (input + 10).to_string();
+    let mut cmd = acp_child_json_run(dir.path(), &llm, &[]);
+    cmd.args(["--token-budget", &budget, "count"]);
+    let (_, result) = json_run(&mut cmd, 7);
+    assert_eq!(result["status"], "over-budget", "{result}");
+    assert_eq!(result["stopReason"], "max_tokens");
+    assert_eq!(result["output"], "w ".repeat(11));
+    assert_eq!(result["usage"]["totalTokens"], input + 11);
+    assert_eq!(result["usage"]["estimated"], true);
+    assert_eq!(
+        result["error"],
+        format!(
+            "used {} tokens, over the token budget of {}",
+            protocol::usage::thousands(input + 11),
+            protocol::usage::thousands(input + 10)
+        )
+    );
+    assert!(llm.wait_for_stream_ends(2, acp_tests::HANG_GUARD));
+    let end = llm.stream_ends()[1];
+    assert!(end.sent < end.total, "the stream was left: {end:?}");
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_child_on_a_server_that_reports_no_usage_is_estimated_in_children_and_the_parents_total() {
+    let dir = temp();
+    let parent = MockLlm::builder()
+        .reply_with_usage(delegate("call_a", "acp-child", "task a"), Usage::new(10, 1))
+        .reply_with_usage(Reply::text(["done"]), Usage::new(20, 2))
+        .start();
+    let children = MockLlm::builder()
+        .no_usage()
+        .reply(Reply::text(["a", " done"]))
+        .start();
+    let (_, result) = json_run(
+        tree_run(dir.path(), &parent, &children, &[]).arg("delegate"),
+        0,
+    );
+    assert_eq!(result["output"], "done");
+    let child = &result["children"][0];
+    assert_eq!(child["usage"]["estimated"], true, "{result}");
+    let requests = children.requests();
+    assert_eq!(requests.len(), 1);
+    let estimate = estimated(&requests[0], 2, "a done".len() as u64);
+    assert_eq!(child["usage"], estimate, "{result}");
+    // The parent's own figures were reported, its child's estimated: the sum is an estimate.
+    assert_eq!(result["usage"]["estimated"], true);
+    assert_eq!(
+        result["usage"]["totalTokens"],
+        33 + estimate["totalTokens"].as_u64().unwrap()
     );
     assert_none_left(dir.path());
 }

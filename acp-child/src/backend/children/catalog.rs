@@ -555,6 +555,7 @@ impl Subagents {
                 // A definition's `costBudget`, held against the cost the child reports.
                 cost: settled.cost_budget.map(protocol::usage::CostLimit::amount),
             },
+            on_unreported: protocol::usage::Unreported::default(),
             sandbox: launch.run.sandbox_within(&self.sandbox),
         };
         (request, permission, settled.isolation)

@@ -187,7 +187,9 @@ impl ModelClient {
                     }
                     retries += 1;
                 }
-                Outcome::Fail => return Err(self.failure(status, retries, message)),
+                Outcome::Fail => {
+                    return Err(self.failure(status, retries, message, request.model));
+                }
             }
         }
     }
@@ -271,7 +273,13 @@ impl ModelClient {
         headers
     }
 
-    fn failure(&self, status: StatusCode, retries: u32, message: String) -> ModelError {
+    fn failure(
+        &self,
+        status: StatusCode,
+        retries: u32,
+        message: String,
+        model: &str,
+    ) -> ModelError {
         match status.as_u16() {
             401 | 403 => ModelError::BadKey {
                 status: status.as_u16(),
@@ -286,7 +294,7 @@ impl ModelClient {
             code => ModelError::Refused {
                 status: code,
                 message,
-                model: self.config.model.clone(),
+                model: model.to_owned(),
                 base_url: self.config.base_url.clone(),
             },
         }

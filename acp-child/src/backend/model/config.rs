@@ -1,7 +1,9 @@
 //! The model backend's configuration, resolved from command-line values and the environment.
 //!
 //! The rules (the CLI contract, documented in `--help` and docs/acp-child.md) have one home here:
-//! - the model backend is on iff a model name is given (`--model` or `ACP_CHILD_MODEL`);
+//! - the model backend is on iff a model name is given (`--model` or `ACP_CHILD_MODEL`) or a base
+//!   URL is (`--base-url` or `ACP_CHILD_BASE_URL`); with a base URL alone the model is left empty,
+//!   to be discovered: the first the server lists (`super::Model::discovered`);
 //! - the API key comes from the first set variable of [`KEY_VARIABLES`]; none is fine (local
 //!   servers), then no `Authorization` header is sent;
 //! - the base URL (including `/v1`) comes from `--base-url`, else `ACP_CHILD_BASE_URL`, else the
@@ -89,7 +91,8 @@ impl std::fmt::Debug for ApiKey {
 /// The resolved model backend configuration.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
-    /// The model name sent in each request, unless a session selected another of `models`.
+    /// The model name sent in each request, unless a session selected another of `models`;
+    /// empty: none was given, the server's listing decides ([`ModelConfig::discovers`]).
     pub model: String,
     /// Further models a session may select (the `model` config option).
     pub models: Vec<String>,
@@ -160,12 +163,19 @@ impl ModelConfig {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Option<Self>, ConfigError> {
         let lookup = |name: &str| env(name).filter(|value| !value.trim().is_empty());
-        let Some(model) = options
+        let given_url = options
+            .base_url
+            .filter(|url| !url.trim().is_empty())
+            .or_else(|| lookup(BASE_URL_VAR));
+        let model = match options
             .model
             .filter(|model| !model.trim().is_empty())
             .or_else(|| lookup(MODEL_VAR))
-        else {
-            return Ok(None);
+        {
+            Some(model) => model,
+            // A local server named alone: its listing says which model it serves.
+            None if given_url.is_some() => String::new(),
+            None => return Ok(None),
         };
         let api_key = KEY_VARIABLES.iter().find_map(|&variable| {
             lookup(variable).map(|value| ApiKey {
@@ -173,7 +183,7 @@ impl ModelConfig {
                 value: value.trim().to_owned(),
             })
         });
-        let base_url = match options.base_url.or_else(|| lookup(BASE_URL_VAR)) {
+        let base_url = match given_url {
             Some(url) => check_base_url(&url)?,
             None if api_key
                 .as_ref()
@@ -226,6 +236,12 @@ impl ModelConfig {
             command_sandbox: command_sandbox(options.command_sandbox, options.command_network),
             background_commands: !options.no_background,
         }))
+    }
+
+    /// No model was given: the server's listing decides (`--base-url` alone).
+    #[must_use]
+    pub fn discovers(&self) -> bool {
+        self.model.is_empty()
     }
 
     #[must_use]
@@ -307,9 +323,48 @@ mod tests {
     }
 
     #[test]
+    fn a_base_url_alone_discovers_the_model() {
+        let flag = resolve(
+            ModelOptions {
+                base_url: Some("http://127.0.0.1:8080/v1".into()),
+                ..ModelOptions::default()
+            },
+            &[("HOME", "/h")],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(flag.discovers());
+        assert_eq!(flag.models_endpoint(), "http://127.0.0.1:8080/v1/models");
+        let env = resolve(
+            ModelOptions::default(),
+            &[(BASE_URL_VAR, "http://localhost:11434/v1"), ("HOME", "/h")],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(env.discovers());
+        assert!(
+            !resolve(with_model(), &[("HOME", "/h")])
+                .unwrap()
+                .unwrap()
+                .discovers()
+        );
+    }
+
+    #[test]
     fn no_model_means_offline() {
         assert_eq!(
             resolve(ModelOptions::default(), &[("DEEPSEEK_API_KEY", "k")]).unwrap(),
+            None
+        );
+        assert_eq!(
+            resolve(
+                ModelOptions {
+                    base_url: Some(" ".into()),
+                    ..ModelOptions::default()
+                },
+                &[("HOME", "/h")]
+            )
+            .unwrap(),
             None
         );
         assert_eq!(

@@ -7,7 +7,11 @@
 //!
 //! The models a session may select are `--model`, `--models`, then those the server lists
 //! (`GET /v1/models`, at most `client::MAX_LISTED_MODELS`), fetched once per process at start
-//! ([`Backend::warm_up`]); a server that cannot list them is logged at debug, never an error.
+//! ([`Backend::warm_up`]); a server that cannot list them is logged at debug, never an error,
+//! unless no model was given (`--base-url` alone): then the first model listed is the default
+//! (the others are offered as the session's model option), and a server that lists none, or
+//! cannot list them, stops acp-child before it serves (`Model::discovered`, a
+//! [`DiscoveryError`] naming the URL and `--model`).
 
 pub(crate) mod client;
 pub(crate) mod config;
@@ -21,6 +25,7 @@ use std::sync::{Arc, OnceLock};
 use agent_client_protocol::v1::schema::{SessionUpdate, StopReason};
 use futures::FutureExt as _;
 use futures::future::{BoxFuture, Shared};
+use thiserror::Error;
 
 pub use self::client::ClientBuildError;
 use self::client::{ListedModel, ModelClient};
@@ -39,8 +44,8 @@ pub(crate) struct Model {
     /// What its turns may delegate to; `None`: subagents are not enabled.
     subagents: Option<Arc<Subagents>>,
     store: Arc<Store>,
-    /// The models the server lists, once fetched (empty when it lists none or failed).
-    listed: Arc<OnceLock<Vec<ListedModel>>>,
+    /// The models the server lists, once fetched; `Err`: why they could not be listed.
+    listed: Arc<OnceLock<Result<Vec<ListedModel>, String>>>,
     /// Fetches them, once per process however often it is awaited ([`Backend::warm_up`]).
     listing: Shared<BoxFuture<'static, ()>>,
 }
@@ -75,11 +80,15 @@ impl Model {
             let client = client.clone();
             let listed = Arc::clone(&listed);
             async move {
-                let models = client.list_models().await.unwrap_or_else(|error| {
-                    tracing::debug!(%error, "the model server lists no models");
-                    Vec::new()
-                });
-                tracing::debug!(count = models.len(), "models listed by the server");
+                let models = client.list_models().await;
+                match &models {
+                    Ok(models) => {
+                        tracing::debug!(count = models.len(), "models listed by the server");
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "the model server lists no models");
+                    }
+                }
                 let _ = listed.set(models);
             }
             .boxed()
@@ -96,19 +105,80 @@ impl Model {
     }
 }
 
+/// No model was given and none could be learnt from the server (`--base-url` alone).
+#[derive(Debug, Error)]
+pub enum DiscoveryError {
+    #[error(
+        "no --model given, and the model server at {url} lists no models; load a model on the server, or name one with --model NAME (or {})",
+        config::MODEL_VAR
+    )]
+    NoneListed { url: String },
+    #[error(
+        "no --model given, and the model server's models cannot be listed ({reason}); check that the server at {base_url} is running, or name a model with --model NAME (or {})",
+        config::MODEL_VAR
+    )]
+    CannotList { base_url: String, reason: String },
+}
+
+impl Model {
+    /// The models the server listed (none while not listed yet, or when listing failed).
+    fn listed(&self) -> &[ListedModel] {
+        match self.listed.get() {
+            Some(Ok(models)) => models,
+            _ => &[],
+        }
+    }
+
+    /// The model a session uses unless it selected another: `--model`, else the first the
+    /// server lists (empty while it is not known).
+    fn default_model(&self) -> &str {
+        let config = self.client.config();
+        if config.model.is_empty() {
+            self.listed()
+                .first()
+                .map_or("", |listed| listed.id.as_str())
+        } else {
+            &config.model
+        }
+    }
+
+    /// Whether the model to use is known, once the listing was awaited: always with `--model`;
+    /// else the server must have listed one.
+    fn discovered(&self) -> Result<(), DiscoveryError> {
+        let config = self.client.config();
+        if !config.model.is_empty() {
+            return Ok(());
+        }
+        match self.listed.get() {
+            Some(Ok(models)) if !models.is_empty() => Ok(()),
+            Some(Err(reason)) => Err(DiscoveryError::CannotList {
+                base_url: config.base_url.clone(),
+                reason: reason.clone(),
+            }),
+            _ => Err(DiscoveryError::NoneListed {
+                url: config.models_endpoint(),
+            }),
+        }
+    }
+}
+
 impl Backend for Model {
     fn run_turn<'a>(&'a self, turn: &'a mut Turn) -> BoxFuture<'a, Result<StopReason, TurnError>> {
         Box::pin(turn::run(
             &self.client,
             &self.tools,
             self.subagents.as_ref(),
-            self.listed.get().map_or(&[], Vec::as_slice),
+            (self.default_model(), self.listed()),
             turn,
         ))
     }
 
     fn title(&self) -> String {
-        format!("acp-child ({})", self.client.config().model)
+        format!("acp-child ({})", self.default_model())
+    }
+
+    fn ready(&self) -> Result<(), DiscoveryError> {
+        self.discovered()
     }
 
     fn store(&self) -> Option<&Arc<Store>> {
@@ -125,11 +195,15 @@ impl Backend for Model {
 
     fn offers(&self) -> Offers {
         let config = self.client.config();
-        let mut models = vec![config.model.clone()];
-        let listed = self.listed.get().into_iter().flatten();
-        for model in config.models.iter().chain(listed.map(|listed| &listed.id)) {
-            if !models.contains(model) {
-                models.push(model.clone());
+        let mut models = Vec::new();
+        let default = self.default_model();
+        let listed = self.listed().iter().map(|listed| &listed.id);
+        for model in std::iter::once(default)
+            .chain(config.models.iter().map(String::as_str))
+            .chain(listed.map(String::as_str))
+        {
+            if !model.is_empty() && !models.iter().any(|known| known == model) {
+                models.push(model.to_owned());
             }
         }
         Offers {

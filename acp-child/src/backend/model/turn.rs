@@ -19,6 +19,11 @@
 //!   `task_output` exchange (`wire::messages`), never as a user message: it quotes a child's
 //!   output. The client is not shown it, live or replayed: it is no call the model made, and the
 //!   client saw (or chose not to see) the child's own activity;
+//! - with a session budget (the start extension's `budget`), no model request is sent that would
+//!   pass it on its estimated input ([`Hold::next_request`]), and a reply is cut off once what it
+//!   streamed passes it ([`Hold::streamed`]): the turn then ends with `max_tokens`, the reason in
+//!   the prompt response's `_meta` (`Turn::stop_for_budget`); a cut-off reply keeps its text and
+//!   drops its tool calls, as a cancelled one;
 //! - cancellation is raced at every wait (request, stream, permission, command) and the turn then
 //!   returns `cancelled`; model failures become [`TurnError::Model`] (a JSON-RPC error).
 
@@ -75,7 +80,7 @@ pub(super) async fn run(
     client: &ModelClient,
     tools: &Toolbox,
     subagents: Option<&Arc<Subagents>>,
-    listed: &[super::client::ListedModel],
+    (default_model, listed): (&str, &[super::client::ListedModel]),
     turn: &mut Turn,
 ) -> Result<StopReason, TurnError> {
     if turn.is_cancelled() {
@@ -88,7 +93,7 @@ pub(super) async fn run(
         text: turn.prompt_text(),
     });
     let settings = memory.settings();
-    let model = settings.model.as_deref().unwrap_or(&config.model);
+    let model = settings.model.as_deref().unwrap_or(default_model);
     let window = context_window(config.context_window, listed, model);
     let system = system_prompt(config, &settings, model, turn.workspace().root());
     // What may be delegated to is read once per turn.
@@ -124,25 +129,33 @@ pub(super) async fn run(
             },
             tools: &offered,
         };
-        let streamed = stream_reply(client, &request, turn).await?;
+        let input_bytes = body_bytes(&request);
+        let hold = Hold::of(settings.budget, &memory, input_bytes, config);
+        if let Some(overrun) = hold.as_ref().and_then(Hold::next_request) {
+            turn.stop_for_budget(overrun);
+            return Ok(StopReason::MaxTokens);
+        }
+        let streamed = stream_reply(client, &request, turn, hold.as_ref()).await?;
         if let Some(prompt) = prompt.take() {
             memory.extend([prompt]);
         }
         let reply = match streamed {
             Streamed::Complete(reply) => {
-                if let Some(usage) = &reply.usage {
-                    record_usage(config, window, usage, turn)?;
-                }
+                let spent = reply.usage.as_ref().map_or_else(
+                    || reply.generated.estimate(input_bytes),
+                    wire::WireUsage::to_usage,
+                );
+                record_usage(config, window, spent, turn)?;
                 reply
             }
+            Streamed::OverBudget { reply, overrun } => {
+                record_usage(config, window, reply.generated.estimate(input_bytes), turn)?;
+                keep_partial(&memory, reply.text);
+                turn.stop_for_budget(overrun);
+                return Ok(StopReason::MaxTokens);
+            }
             Streamed::Cancelled { partial } => {
-                // Keep what the user already saw; drop tool calls that never ran.
-                if !partial.is_empty() {
-                    memory.extend([Record::Assistant {
-                        text: partial,
-                        tool_calls: Vec::new(),
-                    }]);
-                }
+                keep_partial(&memory, partial);
                 return Ok(StopReason::Cancelled);
             }
         };
@@ -172,17 +185,47 @@ pub(super) async fn run(
     Ok(StopReason::MaxTurnRequests)
 }
 
-/// One request's usage, priced when the person gave prices, added to the turn's: its context
-/// (the request's prompt tokens) against the window, when the window is known.
+/// Keeps the text of a reply cut off (cancelled, or past the budget) that the user already saw;
+/// its tool calls never ran and are dropped.
+fn keep_partial(memory: &crate::session::Memory, text: String) {
+    if !text.is_empty() {
+        memory.extend([Record::Assistant {
+            text,
+            tool_calls: Vec::new(),
+        }]);
+    }
+}
+
+/// One request's usage (reported, else estimated), priced when the person gave prices, added to
+/// the turn's: its context (the request's input tokens) against the window, when the window is
+/// known.
 fn record_usage(
     config: &super::config::ModelConfig,
     window: Option<u64>,
-    usage: &wire::WireUsage,
+    mut spent: protocol::usage::Usage,
     turn: &Turn,
 ) -> Result<(), TurnError> {
-    let mut spent = usage.to_usage();
     spent.cost = config.pricing.as_ref().map(|pricing| pricing.cost(&spent));
-    turn.spent_own(&spent, window.map(|size| (usage.prompt_tokens, size)))
+    let context = window.map(|size| (spent.input_tokens, size));
+    turn.spent_own(&spent, context)
+}
+
+/// The size of a request's JSON body (what an estimate of its input counts), without keeping it.
+fn body_bytes(request: &ChatRequest<'_>) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serialising plain structs and a JSON value into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, request);
+    count.0
 }
 
 /// Runs one reply's tool calls and records their results, in the order the model made them.
@@ -249,9 +292,58 @@ async fn run_call(
     tools.run(turn, children, call).await
 }
 
+/// The session's budget, held around one model request: what the session spent before it and
+/// the request's size (its input, estimated at `protocol::usage::BYTES_PER_TOKEN`).
+struct Hold<'a> {
+    budget: protocol::usage::Budget,
+    spent: protocol::usage::Usage,
+    input_bytes: u64,
+    pricing: Option<&'a protocol::usage::Pricing>,
+}
+
+impl<'a> Hold<'a> {
+    /// The hold of a request of `input_bytes`, when the session has a budget.
+    fn of(
+        budget: Option<protocol::usage::Budget>,
+        memory: &crate::session::Memory,
+        input_bytes: u64,
+        config: &'a super::config::ModelConfig,
+    ) -> Option<Self> {
+        budget.map(|budget| Hold {
+            budget,
+            spent: memory.spent(),
+            input_bytes,
+            pricing: config.pricing.as_ref(),
+        })
+    }
+
+    fn priced(&self, mut usage: protocol::usage::Usage) -> protocol::usage::Usage {
+        usage.cost = self.pricing.map(|pricing| pricing.cost(&usage));
+        usage
+    }
+
+    /// Whether sending the request would pass the budget on its input alone.
+    fn next_request(&self) -> Option<protocol::usage::Overrun> {
+        let next = self.priced(protocol::usage::estimate(self.input_bytes, 0, 0));
+        self.budget.would_pass(&self.spent, &next)
+    }
+
+    /// Whether what the reply streamed so far (`generated`) passed the budget.
+    fn streamed(&self, generated: wire::Generated) -> Option<protocol::usage::Overrun> {
+        let mut total = self.spent.clone();
+        total.add(&self.priced(generated.estimate(self.input_bytes)));
+        self.budget.check(&total)
+    }
+}
+
 /// How streaming one reply ended, when it did not fail.
 enum Streamed {
     Complete(Reply),
+    /// What it streamed passed the session's budget: cut off there.
+    OverBudget {
+        reply: Reply,
+        overrun: protocol::usage::Overrun,
+    },
     /// The turn was cancelled; `partial` is the text the user already saw.
     Cancelled {
         partial: String,
@@ -264,6 +356,7 @@ async fn stream_reply(
     client: &ModelClient,
     request: &ChatRequest<'_>,
     turn: &Turn,
+    hold: Option<&Hold<'_>>,
 ) -> Result<Streamed, TurnError> {
     let Some(mut events) = client.stream(request, turn.cancellation()).await? else {
         return Ok(Streamed::Cancelled {
@@ -308,6 +401,12 @@ async fn stream_reply(
         }
         if let Some(text) = shown.text {
             turn.say(text)?;
+        }
+        if let Some(overrun) = hold.and_then(|hold| hold.streamed(accumulator.generated())) {
+            // Its tool calls may be cut short: never run them.
+            let mut reply = accumulator.finish(String::new);
+            reply.tool_calls.clear();
+            return Ok(Streamed::OverBudget { reply, overrun });
         }
     }
     Ok(Streamed::Complete(accumulator.finish(|| {

@@ -258,6 +258,7 @@ impl WireUsage {
                 .and_then(|details| details.cached_tokens)
                 .or(self.prompt_cache_hit_tokens),
             cached_write_tokens: None,
+            estimated: false,
             cost: None,
         }
     }
@@ -310,6 +311,16 @@ pub(crate) struct ToolCallDelta {
     pub(crate) function: Option<FunctionDelta>,
 }
 
+impl ToolCallDelta {
+    /// The bytes of the call's name and arguments this piece carries.
+    fn len(&self) -> usize {
+        self.function.as_ref().map_or(0, |function| {
+            function.name.as_ref().map_or(0, String::len)
+                + function.arguments.as_ref().map_or(0, String::len)
+        })
+    }
+}
+
 /// A piece of a tool call's function.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct FunctionDelta {
@@ -354,6 +365,24 @@ pub(crate) struct Reply {
     pub(crate) finish: Finish,
     /// The request's usage, when the server reported it.
     pub(crate) usage: Option<WireUsage>,
+    /// What was streamed, for an estimate when the server reports no usage.
+    pub(crate) generated: Generated,
+}
+
+/// What a reply streamed: the deltas that carried something (text, reasoning, a tool call's name
+/// or arguments) and their bytes, for `protocol::usage::estimate`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Generated {
+    pub(crate) deltas: u64,
+    pub(crate) bytes: u64,
+}
+
+impl Generated {
+    /// What a request of `input_bytes` that streamed this is estimated to have spent.
+    #[must_use]
+    pub(crate) fn estimate(self, input_bytes: u64) -> protocol::usage::Usage {
+        protocol::usage::estimate(input_bytes, self.deltas, self.bytes)
+    }
 }
 
 /// What a chunk contributes that should be shown at once.
@@ -371,6 +400,7 @@ pub(crate) struct Accumulator {
     last_index: Option<usize>,
     finish_reason: Option<String>,
     usage: Option<WireUsage>,
+    generated: Generated,
 }
 
 #[derive(Debug, Default)]
@@ -398,6 +428,19 @@ impl Accumulator {
         let Some(delta) = choice.delta else {
             return shown;
         };
+        let bytes = delta.content.as_ref().map_or(0, String::len)
+            + delta.reasoning_content.as_ref().map_or(0, String::len)
+            + delta.reasoning.as_ref().map_or(0, String::len)
+            + delta
+                .tool_calls
+                .iter()
+                .flatten()
+                .map(ToolCallDelta::len)
+                .sum::<usize>();
+        if bytes > 0 {
+            self.generated.deltas += 1;
+            self.generated.bytes += bytes as u64;
+        }
         if let Some(text) = delta.content.filter(|text| !text.is_empty()) {
             self.text.push_str(&text);
             shown.text = Some(text);
@@ -460,7 +503,14 @@ impl Accumulator {
             text: self.text,
             tool_calls,
             usage: self.usage,
+            generated: self.generated,
         }
+    }
+
+    /// What was streamed so far (for the budget's hold while it streams).
+    #[must_use]
+    pub(crate) fn generated(&self) -> Generated {
+        self.generated
     }
 
     /// The text streamed so far (kept when a turn is cancelled mid-stream).
