@@ -118,12 +118,30 @@ pub struct Confinement {
     /// paths out by itself, the walk).
     namespace: Option<mount::Plan>,
     filters: Vec<Vec<seccompiler::sock_filter>>,
-    /// The agent's own temporary folder; removed when the confinement is dropped.
-    temp: Option<tempfile::TempDir>,
+    /// The agent's own temporary folder.
+    temp: Option<Temp>,
     /// The run's own folder of acp-child's session store (with namespaces); settled when the
     /// confinement is dropped.
     _store: Option<store::RunStore>,
     report: Report,
+}
+
+/// The agent's own temporary folder (its `TMPDIR`).
+enum Temp {
+    /// A folder made for it on disk, removed when the confinement is dropped.
+    Disk(tempfile::TempDir),
+    /// A tmpfs of its own namespace, mounted inside acp-host's masked state (`<state>/tmp`):
+    /// nothing on disk, gone with the agent's last process.
+    Namespace(PathBuf),
+}
+
+impl Temp {
+    fn path(&self) -> &Path {
+        match self {
+            Temp::Disk(dir) => dir.path(),
+            Temp::Namespace(path) => path,
+        }
+    }
 }
 
 impl std::fmt::Debug for Confinement {
@@ -144,15 +162,16 @@ impl Confinement {
     /// The agent's temporary folder, to set as its `TMPDIR`.
     #[must_use]
     pub fn temp_dir(&self) -> Option<&Path> {
-        self.temp.as_ref().map(tempfile::TempDir::path)
+        self.temp.as_ref().map(Temp::path)
     }
 
     /// The form the forked child applies: raw descriptors and pointers into `self`, valid while
     /// `self` lives.
     pub(crate) fn raw(&self) -> Raw {
+        let ruleset = self.ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd);
         Raw {
-            ruleset: self.ruleset.as_ref().map_or(-1, AsRawFd::as_raw_fd),
-            namespace: self.namespace.as_ref().map(mount::Plan::raw),
+            ruleset,
+            namespace: self.namespace.as_ref().map(|plan| plan.raw(ruleset)),
             programs: self
                 .filters
                 .iter()
@@ -349,7 +368,14 @@ pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, Co
     // A mask follows links itself (the kernel resolves a mount point); the walk needs to know
     // where each denied path really is.
     let places = Places::of(place, standing, !masked);
-    let temp = own_temp(place, standing)?;
+    // With namespaces, the agent's temporary folder is a tmpfs there, inside acp-host's masked
+    // state (which must exist to be masked: acp-host's own folder, made once).
+    let temp = match places.host.as_deref() {
+        Some(state) if masked && std::fs::create_dir_all(state).is_ok() => {
+            Some(Temp::Namespace(state.join("tmp")))
+        }
+        _ => own_temp(place, standing)?.map(Temp::Disk),
+    };
     let readonly = if files {
         read_only_within(standing)
     } else {
@@ -367,12 +393,16 @@ pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, Co
         .and_then(|store| store::RunStore::open(store, &place.sessions).ok());
     let ruleset = match kernel.landlock_abi {
         Some(abi) => Rules {
-            abi: landlock::ABI::from(i32::try_from(abi.min(7)).unwrap_or(7)),
+            abi: landlock_abi_of(abi),
             standing,
             masked,
             denied: &places.denied,
             readonly: &readonly,
-            temp: temp.as_ref().map(tempfile::TempDir::path),
+            // A tmpfs of the namespace is granted there, by the child that mounts it.
+            temp: match &temp {
+                Some(Temp::Disk(dir)) => Some(dir.path()),
+                _ => None,
+            },
             host_state: places.host.as_deref(),
             store: match &run_store {
                 Some(run) => Some(run.dir()),
@@ -389,14 +419,20 @@ pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, Co
     } else {
         Vec::new()
     };
-    let namespace = masked.then(|| plan(&places, &readonly, run_store.as_ref()));
+    let namespace = masked.then(|| {
+        let temp = match &temp {
+            Some(Temp::Namespace(path)) => Some((path.as_path(), all_files(kernel).bits())),
+            _ => None,
+        };
+        plan(&places, &readonly, run_store.as_ref(), temp)
+    });
     let shown = |paths: &mut dyn Iterator<Item = &Path>| -> Vec<String> {
         paths.map(|path| path.display().to_string()).collect()
     };
     let mut writable = Vec::new();
     if files {
         writable = shown(&mut standing.writable.iter().map(PathBuf::as_path));
-        writable.extend(shown(&mut temp.iter().map(tempfile::TempDir::path)));
+        writable.extend(shown(&mut temp.iter().map(Temp::path)));
         if !masked || run_store.is_some() {
             writable.extend(
                 store_dir
@@ -429,14 +465,34 @@ pub fn confine(standing: &Standing, place: &Place<'_>) -> Result<Confinement, Co
     })
 }
 
+/// The Landlock ABI this build asks for on a kernel of `abi`: at most 7, what it is tested on.
+fn landlock_abi_of(abi: u32) -> landlock::ABI {
+    landlock::ABI::from(i32::try_from(abi.min(7)).unwrap_or(7))
+}
+
+/// Every file right of the Landlock ABI this build asks for on `kernel`.
+fn all_files(kernel: Kernel) -> landlock::BitFlags<landlock::AccessFs> {
+    <landlock::AccessFs as landlock::Access>::from_all(landlock_abi_of(
+        kernel.landlock_abi.unwrap_or(1),
+    ))
+}
+
 /// What the agent's namespaces are made of: each denied path masked (acp-host's state but its
 /// approvals; acp-child's store replaced by the run's own folder of it, or masked whole), each
 /// writable root's `.git` bound read-only.
-fn plan(places: &Places, readonly: &[PathBuf], run_store: Option<&store::RunStore>) -> mount::Plan {
+fn plan(
+    places: &Places,
+    readonly: &[PathBuf],
+    run_store: Option<&store::RunStore>,
+    temp: Option<(&Path, u64)>,
+) -> mount::Plan {
     let c = |path: &Path| CString::new(path.as_os_str().as_encoded_bytes()).ok();
+    let same = |one: Option<&PathBuf>, two: &PathBuf| {
+        one.is_some_and(|one| one.as_os_str() == two.as_os_str())
+    };
     let special = |path: &PathBuf| {
-        places.host.as_ref() == Some(path)
-            || (run_store.is_some() && places.store.as_ref() == Some(path))
+        same(places.host.as_ref(), path)
+            || (run_store.is_some() && same(places.store.as_ref(), path))
     };
     mount::Plan {
         readonly: readonly.iter().filter_map(|path| c(path)).collect(),
@@ -450,6 +506,7 @@ fn plan(places: &Places, readonly: &[PathBuf], run_store: Option<&store::RunStor
             .host
             .as_deref()
             .and_then(|state| Some((c(state)?, c(&state.join("trust"))?))),
+        temp: temp.and_then(|(path, access)| Some((c(path)?, access))),
         store: run_store
             .zip(places.store.as_deref())
             .and_then(|(run, store)| Some((c(run.dir())?, c(store)?))),
@@ -531,13 +588,11 @@ impl Places {
         let denied = if resolve {
             canonical_too(denied)
         } else {
-            let mut unique = Vec::with_capacity(denied.len());
-            for path in denied {
-                if !unique.contains(&path) {
-                    unique.push(path);
-                }
-            }
-            unique
+            // Compared as bytes (each is a home, a state folder or a flag's path joined with
+            // plain names), not component by component.
+            let mut seen = std::collections::HashSet::with_capacity(denied.len());
+            denied.retain(|path| seen.insert(path.as_os_str().to_owned()));
+            denied
         };
         Places {
             host: host_state,

@@ -42,6 +42,10 @@ pub(super) struct Plan {
     /// acp-host's state and its approvals inside it: the state masked, the approvals bound back
     /// read-only.
     pub(super) state: Option<(CString, CString)>,
+    /// The agent's temporary folder inside the masked state, a tmpfs of its own, and the
+    /// Landlock rights granted on it (added to the ruleset here: it exists only in the
+    /// namespace).
+    pub(super) temp: Option<(CString, u64)>,
     /// The run's own folder of acp-child's session store, and the store it is bound over.
     pub(super) store: Option<(CString, CString)>,
     /// `uid_map` and `gid_map` of the user namespace: the user as themself, nobody else.
@@ -49,8 +53,9 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    /// The form the forked child applies: pointers into `self`, valid while `self` lives.
-    pub(super) fn raw(&self) -> RawPlan {
+    /// The form the forked child applies: pointers into `self`, valid while `self` lives; rules
+    /// made in the namespace go into `ruleset`.
+    pub(super) fn raw(&self, ruleset: RawFd) -> RawPlan {
         let pair = |pair: &Option<(CString, CString)>| {
             pair.as_ref().map(|(one, two)| (one.as_ptr(), two.as_ptr()))
         };
@@ -58,6 +63,11 @@ impl Plan {
             readonly: self.readonly.iter().map(|path| path.as_ptr()).collect(),
             masks: self.masks.iter().map(|path| path.as_ptr()).collect(),
             state: pair(&self.state),
+            temp: self
+                .temp
+                .as_ref()
+                .map(|(path, access)| (path.as_ptr(), *access)),
+            ruleset,
             store: pair(&self.store),
             maps: [
                 (self.maps[0].as_ptr(), self.maps[0].len()),
@@ -72,6 +82,8 @@ pub(super) struct RawPlan {
     readonly: Vec<*const c_char>,
     masks: Vec<*const c_char>,
     state: Option<(*const c_char, *const c_char)>,
+    temp: Option<(*const c_char, u64)>,
+    ruleset: RawFd,
     store: Option<(*const c_char, *const c_char)>,
     maps: [(*const u8, usize); 2],
 }
@@ -84,7 +96,8 @@ impl RawPlan {
             mask(path)?;
         }
         if let Some((state, trust)) = self.state {
-            mask_but(state, trust)?;
+            let temp = self.temp.map(|(path, access)| (path, access, self.ruleset));
+            mask_but(state, trust, temp)?;
         }
         if let Some((run, store)) = self.store {
             bind(run, store, false)?;
@@ -180,14 +193,19 @@ fn mask(path: *const c_char) -> Result<(), i32> {
     }
 }
 
-/// Hides what `state` holds but `trust` inside it, which stays readable (bound back read-only).
+/// Hides what `state` holds but `trust` inside it, which stays readable (bound back read-only),
+/// and `temp` inside it, a writable tmpfs of its own whose rights are added to the ruleset.
 #[expect(
     unsafe_code,
     reason = "raw system calls in a forked child: open_tree, mount, mkdir, move_mount"
 )]
-fn mask_but(state: *const c_char, trust: *const c_char) -> Result<(), i32> {
-    // SAFETY: system calls on integers, static C strings and on `state` and `trust`, which the
-    // `Confinement` keeps alive; the one descriptor opened is closed on every path.
+fn mask_but(
+    state: *const c_char,
+    trust: *const c_char,
+    temp: Option<(*const c_char, u64, RawFd)>,
+) -> Result<(), i32> {
+    // SAFETY: system calls on integers, static C strings and on `state`, `trust` and `temp`,
+    // which the `Confinement` keeps alive; the one descriptor opened is closed on every path.
     unsafe {
         // A copy of the approvals' mount, taken before the mask hides them.
         let tree: RawFd = libc::c_int::try_from(libc::syscall(
@@ -202,7 +220,9 @@ fn mask_but(state: *const c_char, trust: *const c_char) -> Result<(), i32> {
             if !absent(errno) {
                 return Err(errno);
             }
-            return mask(state);
+            if temp.is_none() {
+                return mask(state);
+            }
         }
         let outcome = (|| {
             let flags = MASK_FLAGS & !libc::MS_RDONLY;
@@ -216,21 +236,26 @@ fn mask_but(state: *const c_char, trust: *const c_char) -> Result<(), i32> {
             {
                 return Err(super::errno());
             }
-            if libc::mkdir(trust, 0o700) != 0 {
-                return Err(super::errno());
+            if tree >= 0 {
+                if libc::mkdir(trust, 0o700) != 0 {
+                    return Err(super::errno());
+                }
+                if libc::syscall(
+                    libc::SYS_move_mount,
+                    tree,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    trust,
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                ) != 0
+                {
+                    return Err(super::errno());
+                }
+                read_only(trust)?;
             }
-            if libc::syscall(
-                libc::SYS_move_mount,
-                tree,
-                c"".as_ptr(),
-                libc::AT_FDCWD,
-                trust,
-                MOVE_MOUNT_F_EMPTY_PATH,
-            ) != 0
-            {
-                return Err(super::errno());
+            if let Some((temp, access, ruleset)) = temp {
+                own_temp(temp, access, ruleset)?;
             }
-            read_only(trust)?;
             let remount = libc::MS_REMOUNT | MASK_FLAGS;
             if libc::mount(
                 std::ptr::null(),
@@ -244,9 +269,65 @@ fn mask_but(state: *const c_char, trust: *const c_char) -> Result<(), i32> {
             }
             Ok(())
         })();
-        libc::close(tree);
+        if tree >= 0 {
+            libc::close(tree);
+        }
         outcome
     }
+}
+
+/// The agent's temporary folder at `path` (inside a writable mask): a tmpfs of its own, granted
+/// `access` in `ruleset` (its rule can only be made once it exists, here).
+#[expect(
+    unsafe_code,
+    reason = "raw system calls in a forked child: mkdir, mount, open, landlock_add_rule"
+)]
+fn own_temp(path: *const c_char, access: u64, ruleset: RawFd) -> Result<(), i32> {
+    /// `struct landlock_path_beneath_attr` (linux/landlock.h), packed as the kernel reads it.
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+    // SAFETY: system calls on integers, static C strings, `path` (kept alive by the
+    // `Confinement`) and a stack struct; the descriptor opened is closed on every path.
+    unsafe {
+        if libc::mkdir(path, 0o700) != 0 {
+            return Err(super::errno());
+        }
+        let flags = libc::MS_NOSUID | libc::MS_NODEV;
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            path,
+            c"tmpfs".as_ptr(),
+            flags,
+            c"mode=700".as_ptr().cast(),
+        ) != 0
+        {
+            return Err(super::errno());
+        }
+        let fd = libc::open(path, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(super::errno());
+        }
+        let rule = PathBeneath {
+            allowed_access: access,
+            parent_fd: fd,
+        };
+        let added = libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &raw const rule,
+            0,
+        );
+        libc::close(fd);
+        if added != 0 {
+            return Err(super::errno());
+        }
+    }
+    Ok(())
 }
 
 /// Binds `from` over `to` (read-only when asked).

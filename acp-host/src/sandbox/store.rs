@@ -7,9 +7,8 @@
 //! When the run ends ([`RunStore`] dropped, after the agent's tree is gone), the sessions it made
 //! are linked into the store (never over a file there) and the folder removed. A host that died
 //! first leaves its folder behind: the next sandboxed start adopts every folder whose lock
-//! (`flock`, held by the host and its watchdog for the run's life) nobody holds. A folder is
-//! made as `.new-<name>` and renamed once locked, so it is never adopted before its lock is
-//! taken.
+//! (`flock`, held by the host and its watchdog for the run's life) nobody holds, once it is
+//! older than a few seconds (so never between its making and its locking).
 
 use std::fs::File;
 use std::io;
@@ -18,6 +17,10 @@ use std::path::{Path, PathBuf};
 
 /// The folder of the store that holds the runs' own folders.
 const RUNS: &str = ".runs";
+
+/// How old a run's folder must be before a start may take it for left over: it is locked a few
+/// system calls after it is made.
+const SETTLED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A run's own folder of the store, locked while it lives, settled when dropped.
 #[derive(Debug)]
@@ -42,12 +45,10 @@ impl RunStore {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |since| since.as_nanos())
         );
-        let new = runs.join(format!(".new-{name}"));
-        std::fs::create_dir(&new)?;
-        let lock = File::open(&new)?;
-        lock.lock()?;
         let dir = runs.join(name);
-        std::fs::rename(&new, &dir)?;
+        std::fs::create_dir(&dir)?;
+        let lock = File::open(&dir)?;
+        lock.lock()?;
         for session in sessions {
             let file = format!("{session}.jsonl");
             if let Some(found) = find(store, &runs, &file) {
@@ -100,7 +101,12 @@ fn adopt(store: &Path, runs: &Path) {
         return;
     };
     for entry in entries.filter_map(Result::ok) {
-        if entry.file_name().as_encoded_bytes().starts_with(b".new-") {
+        // A folder just made may not be locked yet: only one older than that is left over.
+        let young = entry
+            .metadata()
+            .and_then(|meta| meta.modified())
+            .is_ok_and(|modified| modified.elapsed().is_ok_and(|age| age < SETTLED_AFTER));
+        if young {
             continue;
         }
         let path = entry.path();
