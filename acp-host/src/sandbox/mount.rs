@@ -157,26 +157,39 @@ fn absent(errno: i32) -> bool {
 const MASK_FLAGS: libc::c_ulong =
     libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
 
+/// Mounts an empty tmpfs (only its owner may enter) at `path`, with `flags`.
+#[expect(unsafe_code, reason = "raw system calls in a forked child: mount")]
+fn tmpfs(path: *const c_char, flags: libc::c_ulong) -> Result<(), i32> {
+    // SAFETY: `mount` on static C strings and on `path`, which the `Confinement` keeps alive.
+    let mounted = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            path,
+            c"tmpfs".as_ptr(),
+            flags,
+            c"mode=700".as_ptr().cast(),
+        )
+    };
+    if mounted == 0 {
+        Ok(())
+    } else {
+        Err(super::errno())
+    }
+}
+
 /// Hides what `path` holds: an empty read-only folder over a folder, `/dev/null` over anything
 /// else.
 #[expect(unsafe_code, reason = "raw system calls in a forked child: mount")]
 fn mask(path: *const c_char) -> Result<(), i32> {
-    // SAFETY: `mount` on static C strings and on `path`, which the `Confinement` keeps alive.
-    unsafe {
-        if libc::mount(
-            c"tmpfs".as_ptr(),
-            path,
-            c"tmpfs".as_ptr(),
-            MASK_FLAGS,
-            c"mode=700".as_ptr().cast(),
-        ) == 0
-        {
-            return Ok(());
-        }
-        let errno = super::errno();
-        if errno != libc::ENOTDIR {
+    match tmpfs(path, MASK_FLAGS) {
+        Ok(()) => return Ok(()),
+        Err(errno) if errno != libc::ENOTDIR => {
             return if absent(errno) { Ok(()) } else { Err(errno) };
         }
+        Err(_) => {}
+    }
+    // SAFETY: `mount` on a static C string and on `path`, which the `Confinement` keeps alive.
+    unsafe {
         // Not a folder (a tmpfs only covers one): the empty device.
         if libc::mount(
             c"/dev/null".as_ptr(),
@@ -225,17 +238,7 @@ fn mask_but(
             }
         }
         let outcome = (|| {
-            let flags = MASK_FLAGS & !libc::MS_RDONLY;
-            if libc::mount(
-                c"tmpfs".as_ptr(),
-                state,
-                c"tmpfs".as_ptr(),
-                flags,
-                c"mode=700".as_ptr().cast(),
-            ) != 0
-            {
-                return Err(super::errno());
-            }
+            tmpfs(state, MASK_FLAGS & !libc::MS_RDONLY)?;
             if tree >= 0 {
                 if libc::mkdir(trust, 0o700) != 0 {
                     return Err(super::errno());
@@ -296,17 +299,7 @@ fn own_temp(path: *const c_char, access: u64, ruleset: RawFd) -> Result<(), i32>
         if libc::mkdir(path, 0o700) != 0 {
             return Err(super::errno());
         }
-        let flags = libc::MS_NOSUID | libc::MS_NODEV;
-        if libc::mount(
-            c"tmpfs".as_ptr(),
-            path,
-            c"tmpfs".as_ptr(),
-            flags,
-            c"mode=700".as_ptr().cast(),
-        ) != 0
-        {
-            return Err(super::errno());
-        }
+        tmpfs(path, libc::MS_NOSUID | libc::MS_NODEV)?;
         let fd = libc::open(path, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC);
         if fd < 0 {
             return Err(super::errno());
