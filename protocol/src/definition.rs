@@ -849,6 +849,7 @@ fn parse_options(
     }
     if target.format == TargetFormat::DshShared {
         check_dsh_depth(spec.name, &options)?;
+        check_dsh_background(spec.name, &options)?;
     }
     Ok(options)
 }
@@ -874,6 +875,23 @@ fn check_dsh_depth(agent: &str, options: &AgentOptions) -> Result<(), Problem> {
         )),
         _ => Ok(()),
     }
+}
+
+/// An ACP provider runs a background subagent as a one-shot task (DSH's table: continuing an ACP
+/// child is not offered), so `backgroundMode: continuable` is refused for it rather than synced
+/// as a promise the provider does not keep.
+fn check_dsh_background(agent: &str, options: &AgentOptions) -> Result<(), Problem> {
+    let acp = options.get("provider") == Some(&OptionValue::String("acp".to_owned()));
+    let continuable =
+        options.get("backgroundMode") == Some(&OptionValue::String("continuable".to_owned()));
+    if acp && continuable {
+        return Err(field(
+            &format!("{agent}.backgroundMode"),
+            "provider acp runs a background subagent one-shot: write backgroundMode: one-shot \
+             or leave it out",
+        ));
+    }
+    Ok(())
 }
 
 fn describe_value(value: &Value) -> String {

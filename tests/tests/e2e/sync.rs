@@ -646,6 +646,10 @@ fn option_validation_names_the_field() {
             "dsh: {backgroundMode: invalid}",
             "field `dsh.backgroundMode`: must be one of: one-shot, continuable",
         ),
+        (
+            "dsh: {provider: acp, backgroundMode: continuable}",
+            "field `dsh.backgroundMode`: provider acp runs a background subagent one-shot",
+        ),
         ("platform: {x: 1}", "field `platform`: unknown field"),
     ];
     for (options, expected) in cases {
