@@ -1030,6 +1030,11 @@ fn run_subagent_refuses_bad_or_missing_definitions_before_spawning() {
     );
     write_definition(
         &subagents,
+        "three.md",
+        "---\ndescription: d\nrun: {modle: x, timeout: 0, permission: maybe}\n---\nB\n",
+    );
+    write_definition(
+        &subagents,
         "plain.md",
         "---\ndescription: d\nagents: [codex]\n---\nB\n",
     );
@@ -1040,6 +1045,17 @@ fn run_subagent_refuses_bad_or_missing_definitions_before_spawning() {
             format!(
                 "{shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, \
                  tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, isolation"
+            ),
+        ),
+        (
+            "three",
+            format!(
+                "{shown}/three.md: 3 problems: field `run.modle`: unknown run field; allowed: \
+                 agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, \
+                 context, tokenBudget, costBudget, sandbox, network, isolation; field \
+                 `run.timeout`: must be a whole number of seconds, at least 1, got the number 0; \
+                 field `run.permission`: must be one of relay, reject, allow, got the string \
+                 \"maybe\""
             ),
         ),
         (

@@ -581,7 +581,7 @@ fn a_broken_definition_aborts_before_any_prune() {
     assert_eq!(run.code, 1);
     assert!(
         run.stderr
-            .contains("subagents/review.md: field `descripton`: unknown field"),
+            .contains("subagents/review.md: 2 problems: field `descripton`: unknown field"),
         "{}",
         run.stderr
     );
