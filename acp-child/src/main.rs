@@ -35,13 +35,9 @@ use clap::Parser;
 use protocol::definition::RunPermission;
 use protocol::env_vars::{
     ACP_CHILD_BASE_URL as BASE_URL_VAR, ACP_CHILD_LOG as LOG_ENV, ACP_CHILD_MODEL as MODEL_VAR,
-    ACP_CHILD_STATE_DIR as STATE_DIR_VAR,
+    ACP_CHILD_STATE_DIR as STATE_DIR_VAR, DEFAULT_LOG_FILTER,
 };
 use tracing_subscriber::EnvFilter;
-
-/// The log filter without `ACP_CHILD_LOG`: our warnings, but only the SDK's errors (its warnings
-/// about a peer's frames would otherwise crowd a failed run's stderr tail).
-const DEFAULT_LOG_FILTER: &str = "warn,agent_client_protocol=error";
 
 /// `--version`: the version, the commit when known, the ACP protocol version.
 static VERSION: LazyLock<String> =

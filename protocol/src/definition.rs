@@ -402,6 +402,29 @@ pub enum Problem {
     Field { field: String, message: String },
     #[error("the body is empty: write the subagent's instructions after the closing `---` line")]
     EmptyBody,
+    /// Several problems of one file, each its own message, in the order they were found.
+    #[error("{} problems: {}", .0.len(), describe_all(.0))]
+    Several(Vec<Problem>),
+}
+
+impl Problem {
+    /// `problems` as one problem: none is `None`, one is itself, more are [`Problem::Several`].
+    fn all(mut problems: Vec<Problem>) -> Option<Problem> {
+        match problems.len() {
+            0 => None,
+            1 => problems.pop(),
+            _ => Some(Problem::Several(problems)),
+        }
+    }
+}
+
+/// The messages of `problems`, joined by "; " (a nested list is flattened by its own message).
+fn describe_all(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// One problem, with the file it is in.
@@ -503,47 +526,53 @@ pub fn parse(file_name: &str, contents: &[u8]) -> Result<Definition, Problem> {
     let mut agents = None;
     let mut run = None;
     let mut options = BTreeMap::new();
-    // Fields are checked in a fixed order (serde_json maps are sorted) so errors are deterministic.
+    // Every field is checked (in the file's order), so one message lists
+    // all of the file's problems, deterministically.
+    let mut problems = Vec::new();
     for (key, value) in &fields {
-        match key.as_str() {
-            "description" => description = Some(parse_description(value)?),
-            "agents" => agents = Some(parse_agents(value)?),
-            "run" => run = Some(parse_run(value)?),
-            other => {
-                let Some((spec, target)) = registry::find_sync(other) else {
-                    return Err(field(
-                        other,
-                        format!(
-                            "unknown field; allowed: description, agents, run, or an agent name with its options ({})",
-                            registry::sync_agent_names().join(", ")
-                        ),
-                    ));
-                };
-                options.insert(spec.name, parse_options(spec, target, value)?);
-            }
+        let checked = match key.as_str() {
+            "description" => parse_description(value).map(|d| description = Some(d)),
+            "agents" => parse_agents(value).map(|a| agents = Some(a)),
+            "run" => parse_run(value).map(|r| run = Some(r)),
+            other => match registry::find_sync(other) {
+                Some((spec, target)) => parse_options(spec, target, value)
+                    .map(|parsed| drop(options.insert(spec.name, parsed))),
+                None => Err(field(
+                    other,
+                    format!(
+                        "unknown field; allowed: description, agents, run, or an agent name with its options ({})",
+                        registry::sync_agent_names().join(", ")
+                    ),
+                )),
+            },
+        };
+        match checked {
+            Err(Problem::Several(several)) => problems.extend(several),
+            Err(problem) => problems.push(problem),
+            Ok(()) => {}
         }
     }
-    let description = description.ok_or_else(|| {
-        field(
+    if !fields.contains_key("description") {
+        problems.push(field(
             "description",
             "missing: add `description: \"what this subagent does\"`",
-        )
-    })?;
-    let agents = match (agents, &run) {
-        (Some(agents), _) => agents,
-        // Run-only: nothing to sync.
-        (None, Some(_)) => Vec::new(),
-        (None, None) => {
-            return Err(field(
-                "agents",
-                "missing: add `agents: [\"claude-code\", \"codex\"]` (the agents to sync to), or a `run:` table to run it out of process",
-            ));
-        }
-    };
+        ));
+    }
+    if !fields.contains_key("agents") && !fields.contains_key("run") {
+        problems.push(field(
+            "agents",
+            "missing: add `agents: [\"claude-code\", \"codex\"]` (the agents to sync to), or a `run:` table to run it out of process",
+        ));
+    }
+    if let Some(problem) = Problem::all(problems) {
+        return Err(problem);
+    }
+    // Both known by now: a missing description is a problem, and agents may be missing only
+    // beside a `run:` table (run-only: nothing to sync).
     Ok(Definition {
         name: name.to_owned(),
-        description,
-        agents,
+        description: description.unwrap_or_default(),
+        agents: agents.unwrap_or_default(),
         options,
         body,
         run,
@@ -721,7 +750,20 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
         ));
     };
     let mut run = RunSpec::default();
-    for (key, value) in map {
+    // Every field is checked, so one message lists all of the table's problems.
+    let problems: Vec<Problem> = map
+        .iter()
+        .filter_map(|(key, value)| run_field(&mut run, key, value).err())
+        .collect();
+    match Problem::all(problems) {
+        Some(problem) => Err(problem),
+        None => Ok(run),
+    }
+}
+
+/// Checks field `key` of a `run:` table and sets it on `run`.
+fn run_field(run: &mut RunSpec, key: &str, value: &Value) -> Result<(), Problem> {
+    {
         let path = format!("run.{key}");
         let wrong = |expected: &str| {
             field(
@@ -733,7 +775,7 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
             Value::String(s) if non_empty(s) => Ok(s.clone()),
             _ => Err(wrong("a non-empty string")),
         };
-        match key.as_str() {
+        match key {
             "agent" => run.agent = Some(text()?),
             "model" => run.model = Some(text()?),
             // An explicit empty list means "no tools"; omitting the field means no filter.
@@ -775,7 +817,7 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                 );
             }
             "context" | "isolation" => {
-                choice_field(&mut run, key, value).map_err(|expected| wrong(&expected))?;
+                choice_field(run, key, value).map_err(|expected| wrong(&expected))?;
             }
             "tokenBudget" => {
                 run.token_budget = Some(
@@ -794,7 +836,7 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
                         .ok_or_else(|| wrong("an amount above zero, in the agent's currency"))?,
                 );
             }
-            "sandbox" | "network" => sandbox_field(&mut run, key, value, &path)?,
+            "sandbox" | "network" => sandbox_field(run, key, value, &path)?,
             _ => {
                 return Err(field(
                     &path,
@@ -803,7 +845,7 @@ fn parse_run(value: &Value) -> Result<RunSpec, Problem> {
             }
         }
     }
-    Ok(run)
+    Ok(())
 }
 
 fn parse_options(
@@ -849,6 +891,7 @@ fn parse_options(
     }
     if target.format == TargetFormat::DshShared {
         check_dsh_depth(spec.name, &options)?;
+        check_dsh_background(spec.name, &options)?;
     }
     Ok(options)
 }
@@ -874,6 +917,23 @@ fn check_dsh_depth(agent: &str, options: &AgentOptions) -> Result<(), Problem> {
         )),
         _ => Ok(()),
     }
+}
+
+/// An ACP provider runs a background subagent as a one-shot task (DSH's table: continuing an ACP
+/// child is not offered), so `backgroundMode: continuable` is refused for it rather than synced
+/// as a promise the provider does not keep.
+fn check_dsh_background(agent: &str, options: &AgentOptions) -> Result<(), Problem> {
+    let acp = options.get("provider") == Some(&OptionValue::String("acp".to_owned()));
+    let continuable =
+        options.get("backgroundMode") == Some(&OptionValue::String("continuable".to_owned()));
+    if acp && continuable {
+        return Err(field(
+            &format!("{agent}.backgroundMode"),
+            "provider acp runs a background subagent one-shot: write backgroundMode: one-shot \
+             or leave it out",
+        ));
+    }
+    Ok(())
 }
 
 fn describe_value(value: &Value) -> String {
@@ -957,6 +1017,31 @@ mod tests {
             problem: parse("review.md", text.as_bytes()).unwrap_err(),
         }
         .to_string()
+    }
+
+    #[test]
+    fn every_problem_of_a_file_is_reported_at_once() {
+        let error = parse(
+            "x.md",
+            b"---\nrun: {modle: x, timeout: 0}\ncodex: {model: 3}\n---\nB\n",
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&error, Problem::Several(all) if all.len() == 4),
+            "{error:?}"
+        );
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "4 problems: field `run.modle`: unknown run field; allowed: {}; field \
+                 `run.timeout`: must be a whole number of seconds, at least 1, got the number 0; \
+                 field `codex.model`: must be a non-empty string, got the number 3; field \
+                 `description`: missing: add `description: \"what this subagent does\"`",
+                RUN_FIELDS.join(", ")
+            )
+        );
+        let one = parse("x.md", b"---\ndescription: d\nrun: {timeout: 0}\n---\nB\n").unwrap_err();
+        assert!(matches!(one, Problem::Field { .. }), "{one:?}");
     }
 
     #[test]

@@ -20,6 +20,12 @@ pub const XDG_CACHE_HOME: &str = "XDG_CACHE_HOME";
 pub const ACP_HOST_LOG: &str = "ACP_HOST_LOG";
 /// acp-child's log filter (`tracing` `EnvFilter` syntax).
 pub const ACP_CHILD_LOG: &str = "ACP_CHILD_LOG";
+
+/// The log filter of both binaries when neither `--verbose` nor their log variable says
+/// otherwise: our warnings, but only the ACP SDK's errors. Its warnings are about a peer's frames
+/// (a `Method not found` answered to an optional method the peer does not implement), which are
+/// no fault of the person running us and would crowd a failed run's stderr tail.
+pub const DEFAULT_LOG_FILTER: &str = "warn,agent_client_protocol=error";
 /// acp-child: the model name; setting it turns the model backend on.
 pub const ACP_CHILD_MODEL: &str = "ACP_CHILD_MODEL";
 /// acp-child: the model server's base URL.

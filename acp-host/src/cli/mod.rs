@@ -235,7 +235,12 @@ pub(crate) fn main() -> ExitCode {
 }
 
 fn init_logging(verbose: bool) {
-    let default = if verbose { "info" } else { "warn" };
+    // `--verbose` shows the SDK's warnings too (a peer's unanswered optional method).
+    let default = if verbose {
+        "info"
+    } else {
+        protocol::env_vars::DEFAULT_LOG_FILTER
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env(protocol::env_vars::ACP_HOST_LOG)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()

@@ -499,6 +499,22 @@ mod tests {
     }
 
     #[test]
+    fn an_acp_provider_is_synced_one_shot_and_refuses_continuable() {
+        assert_eq!(dsh("dsh: {provider: acp}\n")["backgroundMode"], "one-shot");
+        assert_eq!(
+            dsh("dsh: {backgroundMode: continuable}\n")["backgroundMode"],
+            "continuable"
+        );
+        let error = crate::definition::parse(
+            "review.md",
+            b"---\ndescription: d\nagents: [dsh]\ndsh: {provider: acp, backgroundMode: continuable}\n---\nB\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.ends_with("field `dsh.backgroundMode`: provider acp runs a background subagent one-shot: write backgroundMode: one-shot or leave it out"), "{error}");
+    }
+
+    #[test]
     fn the_dsh_max_depth_is_provider_managed_for_acp_and_a_number_only_when_honoured() {
         assert_eq!(
             dsh("dsh: {provider: acp}\n")["maxDepth"],

@@ -25,8 +25,8 @@ use serde_json::{Value, json};
 
 use super::children::{
     assert_listed, assert_none_left, await_task, call, child_pid, close_ends_idle_child, delegate,
-    delegate_in_background, died, keyed_llm, list_agents, mock_definition, model_requests, parent,
-    send_message,
+    delegate_in_background, died, kept, keyed_llm, list_agents, mock_definition, model_requests,
+    parent, send_message,
 };
 
 /// What a message to the mock agent's child says once its process is gone: the mock cannot load
@@ -461,7 +461,10 @@ async fn send_message_cold_resumes_a_child_with_its_history_even_from_a_loaded_p
     })
     .await;
     let requests = model_requests(&llm, 4);
-    assert_eq!(requests[1].tool_result("call_child").unwrap(), "noted");
+    assert_eq!(
+        requests[1].tool_result("call_child").unwrap(),
+        kept("noted", "agent-1")
+    );
     assert_eq!(requests[2].tool_result("call_msg").unwrap(), "it was 7");
     assert_listed(
         &requests[3].tool_result("call_agents").unwrap(),

@@ -300,3 +300,9 @@ pub(super) async fn close_ends_idle_child(
     );
     Ok(())
 }
+
+/// A foreground child's result as the parent's model is told it: `text`, then the child id that
+/// `send_message` continues it with (`children::Children::start`).
+pub(crate) fn kept(text: &str, child: &str) -> String {
+    format!("{text}\n\n[child {child}: send_message to {child} continues this conversation]")
+}

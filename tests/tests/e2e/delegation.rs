@@ -13,7 +13,7 @@ use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
 use super::children::{
-    KEY, MODEL, assert_none_left, keyed_llm, model_parent, model_requests, offline_parent,
+    KEY, MODEL, assert_none_left, kept, keyed_llm, model_parent, model_requests, offline_parent,
     parallel_calls, write_approved, write_definition,
 };
 use super::common::{json_run, mock_path};
@@ -588,8 +588,8 @@ fn a_model_delegates_to_a_child_on_the_model_whose_write_is_relayed_and_which_ca
     assert!(!requests[2].tool_names().contains(&"subagent"));
     // The child's final text is the parent's tool result.
     assert_eq!(
-        requests[3].tool_result("call_parent").as_deref(),
-        Some("child done")
+        requests[3].tool_result("call_parent"),
+        Some(kept("child done", "agent-1"))
     );
     // The card names the subagent and references the child's session, where its text went.
     let card_title = records
@@ -911,8 +911,8 @@ fn a_definition_running_acp_child_applies_its_model_and_persona_and_is_offered_b
         format!("You review {} as reviewer-model.", canonical.display())
     );
     assert_eq!(
-        requests[2].tool_result("call_review").as_deref(),
-        Some("looks good")
+        requests[2].tool_result("call_review"),
+        Some(kept("looks good", "agent-1"))
     );
     assert_none_left(dir.path());
 }
@@ -1030,6 +1030,11 @@ fn run_subagent_refuses_bad_or_missing_definitions_before_spawning() {
     );
     write_definition(
         &subagents,
+        "three.md",
+        "---\ndescription: d\nrun: {modle: x, timeout: 0, permission: maybe}\n---\nB\n",
+    );
+    write_definition(
+        &subagents,
         "plain.md",
         "---\ndescription: d\nagents: [codex]\n---\nB\n",
     );
@@ -1040,6 +1045,17 @@ fn run_subagent_refuses_bad_or_missing_definitions_before_spawning() {
             format!(
                 "{shown}/typo.md: field `run.modle`: unknown run field; allowed: agent, model, \
                  tools, denyTools, personaMode, permission, env, timeout, maxDepth, context, tokenBudget, costBudget, sandbox, network, isolation"
+            ),
+        ),
+        (
+            "three",
+            format!(
+                "{shown}/three.md: 3 problems: field `run.modle`: unknown run field; allowed: \
+                 agent, model, tools, denyTools, personaMode, permission, env, timeout, maxDepth, \
+                 context, tokenBudget, costBudget, sandbox, network, isolation; field \
+                 `run.timeout`: must be a whole number of seconds, at least 1, got the number 0; \
+                 field `run.permission`: must be one of relay, reject, allow, got the string \
+                 \"maybe\""
             ),
         ),
         (
@@ -1197,8 +1213,8 @@ fn a_subagent_call_with_an_output_schema_returns_the_childs_checked_json() {
         requests[1].tool_names()
     );
     assert_eq!(
-        requests[2].tool_result("call_parent").as_deref(),
-        Some("{\"n\":4}")
+        requests[2].tool_result("call_parent"),
+        Some(kept("{\"n\":4}", "agent-1"))
     );
     assert_none_left(dir.path());
 }

@@ -16,8 +16,8 @@ use acp_tests::{code, run_to_end, stderr, stdout};
 use serde_json::{Value, json};
 
 use super::children::{
-    assert_none_left, call, keyed_llm, list_agents, mock_definition, model_parent, model_requests,
-    send_message,
+    assert_none_left, call, kept, keyed_llm, list_agents, mock_definition, model_parent,
+    model_requests, send_message,
 };
 use super::common::{acp_child_json_run, json_run, mock, result_record, temp};
 
@@ -330,7 +330,10 @@ fn a_forked_child_knows_the_parents_completed_turns_and_a_foreign_agent_is_refus
         texts(&requests[3]),
         ["the code word is tulip", "noted", "what is the code word?"]
     );
-    assert_eq!(requests[4].tool_result("call_fork").unwrap(), "tulip");
+    assert_eq!(
+        requests[4].tool_result("call_fork").unwrap(),
+        kept("tulip", "agent-1")
+    );
     let listed = requests[6].tool_result("call_list").unwrap();
     assert!(
         listed.starts_with("agent-1: subagent acp-child (a fork of this conversation), ended,"),
@@ -405,10 +408,16 @@ fn a_fork_and_a_fresh_child_in_one_turn_each_start_from_their_own_context() {
         texts(&requests[2]),
         ["the code word is tulip", "noted", "what is the code word?"]
     );
-    assert_eq!(requests[3].tool_result("call_fork").unwrap(), "tulip");
+    assert_eq!(
+        requests[3].tool_result("call_fork").unwrap(),
+        kept("tulip", "agent-1")
+    );
     // The fresh child's: its prompt alone, nothing of the parent's nor of the fork's.
     assert_eq!(texts(&requests[4]), ["what is the code word?"]);
-    assert_eq!(requests[5].tool_result("call_fresh").unwrap(), "no idea");
+    assert_eq!(
+        requests[5].tool_result("call_fresh").unwrap(),
+        kept("no idea", "agent-2")
+    );
     let listed = requests[6].tool_result("call_list").unwrap();
     let heads: Vec<&str> = listed
         .lines()

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::children::{
     assert_listed, assert_none_left, await_task, call, cancel_turn, close_ends_idle_child,
-    delegate, delegate_in_background, keyed_llm, list_agents, mock_definition, model_parent,
+    delegate, delegate_in_background, kept, keyed_llm, list_agents, mock_definition, model_parent,
     model_requests, parent, send_message, until_tool_call,
 };
 use super::common::json_run;
@@ -68,7 +68,11 @@ async fn a_foreground_child_stays_alive_and_send_message_reaches_its_process() {
     })
     .await;
     let requests = model_requests(&llm, 4);
-    assert_eq!(requests[1].tool_result("call_fg").unwrap(), "one");
+    // The result names the child id that continues it.
+    assert_eq!(
+        requests[1].tool_result("call_fg").unwrap(),
+        "one\n\n[child agent-1: send_message to agent-1 continues this conversation]"
+    );
     assert_listed(
         &requests[2].tool_result("call_idle").unwrap(),
         "agent-1: subagent echo, idle",
@@ -125,7 +129,7 @@ fn a_follow_up_turns_permission_request_is_relayed_on_a_newly_announced_session(
     let requests = model_requests(&llm, 3);
     assert_eq!(
         requests[1].tool_result("call_fg").unwrap(),
-        "selected allow_once"
+        kept("selected allow_once", "agent-1")
     );
     assert_eq!(
         requests[2].tool_result("call_msg").unwrap(),
@@ -401,6 +405,7 @@ fn with_the_task_and_message_tools_filtered_out_nothing_promises_them_and_no_chi
     );
     let description = function["description"].as_str().unwrap();
     assert!(!description.contains("send_message"), "{description}");
+    // No child id to continue it with: nothing could message it.
     assert_eq!(requests[1].tool_result("call_fg").unwrap(), "one");
     let probed = requests[2].tool_result("call_probe").unwrap();
     assert!(

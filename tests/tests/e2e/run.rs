@@ -705,6 +705,20 @@ fn fs_and_terminal_requests_get_method_not_found() {
     let out = run_to_end(host(dir.path()).args(["--agent", &mock(&["fs-request"]), "x"]));
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "fs: -32601 terminal: -32601");
+    // The SDK's warning about the unanswered methods is for --verbose only.
+    assert!(
+        !stderr(&out).contains("Method not found"),
+        "{}",
+        stderr(&out)
+    );
+    let verbose =
+        run_to_end(host(dir.path()).args(["--verbose", "--agent", &mock(&["fs-request"]), "x"]));
+    assert_eq!(code(&verbose), 0, "{}", stderr(&verbose));
+    assert!(
+        stderr(&verbose).contains("Method not found"),
+        "{}",
+        stderr(&verbose)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ use protocol::child_session::ChildState;
 use protocol::env_vars::{ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use serde_json::{Value, json};
 
-use super::children::{assert_none_left, offline_parent, parallel_calls, write_approved};
+use super::children::{assert_none_left, kept, offline_parent, parallel_calls, write_approved};
 use super::common::json_run;
 
 /// The outcome a `subagent_update` reports, if it carries a final state.
@@ -287,8 +287,8 @@ async fn cancelling_one_childs_session_leaves_its_sibling_and_the_parent_running
         "{cancelled_result}"
     );
     assert_eq!(
-        requests[1].tool_result("call_1").as_deref(),
-        Some("slept 3 s")
+        requests[1].tool_result("call_1"),
+        Some(kept("slept 3 s", "agent-2"))
     );
     assert_none_left(cwd.path());
 }

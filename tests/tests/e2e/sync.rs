@@ -581,7 +581,7 @@ fn a_broken_definition_aborts_before_any_prune() {
     assert_eq!(run.code, 1);
     assert!(
         run.stderr
-            .contains("subagents/review.md: field `descripton`: unknown field"),
+            .contains("subagents/review.md: 2 problems: field `descripton`: unknown field"),
         "{}",
         run.stderr
     );
@@ -645,6 +645,10 @@ fn option_validation_names_the_field() {
         (
             "dsh: {backgroundMode: invalid}",
             "field `dsh.backgroundMode`: must be one of: one-shot, continuable",
+        ),
+        (
+            "dsh: {provider: acp, backgroundMode: continuable}",
+            "field `dsh.backgroundMode`: provider acp runs a background subagent one-shot",
         ),
         ("platform: {x: 1}", "field `platform`: unknown field"),
     ];

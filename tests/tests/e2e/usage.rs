@@ -13,7 +13,7 @@ use acp_tests::{host_run, run_to_end, stderr};
 use serde_json::{Value, json};
 
 use super::children::{
-    assert_none_left, await_task, delegate, delegate_in_background, write_approved,
+    assert_none_left, await_task, delegate, delegate_in_background, kept, write_approved,
 };
 use super::common::{MODEL_ENV, acp_child_json_run, json_run, mock, temp};
 
@@ -371,7 +371,10 @@ fn a_parent_that_delegates_to_two_children_reports_all_three_and_each_childs_sha
     assert_eq!(requests.len(), 3);
     let told = requests[1].tool_result("call_a").unwrap();
     assert!(
-        told.ends_with("a done\n\n[the subagent spent 105 tokens (100 in, 5 out)]"),
+        told.ends_with(&format!(
+            "{}\n\n[the subagent spent 105 tokens (100 in, 5 out)]",
+            kept("a done", "agent-1")
+        )),
         "{told:?}"
     );
     assert_none_left(dir.path());

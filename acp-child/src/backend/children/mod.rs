@@ -23,6 +23,7 @@ mod exposure;
 mod live;
 pub(crate) mod table;
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -278,11 +279,17 @@ impl<'a> Children<'a> {
             table.child_isolated(&child);
         }
         if mode == Mode::Foreground {
-            let (result, live) = self
+            let (mut result, live) = self
                 .subagents
                 .run(turn, call, start, task.prompt, task.description, keep)
                 .await;
             spent(turn, task.name, &result);
+            if keep && continuable(&result, live.is_some()) {
+                let _ = write!(
+                    result.text,
+                    "\n\n[child {child}: send_message to {child} continues this conversation]"
+                );
+            }
             record(&memory, &child, &result, live);
             drop(gate);
             return result;
@@ -537,6 +544,13 @@ fn spent(turn: &Turn, name: &str, result: &Delegated) {
     {
         tracing::debug!(error = %protocol::report::describe(&error), "could not report usage");
     }
+}
+
+/// Whether a child whose run ended with `result` can take a `send_message`: its process stays
+/// alive for it (`live`), or its session can be loaded in a fresh process (its agent reported a
+/// session id and did not say it cannot load one). `Children::message` refuses the rest.
+fn continuable(result: &Delegated, live: bool) -> bool {
+    live || (result.session.is_some() && result.resumable != Some(false))
 }
 
 /// Records how a run of `child` ended, in the session's table and its store, and keeps its
