@@ -93,6 +93,9 @@ pub(crate) struct Turn {
     flow: Mutex<TextFlow>,
     /// What the turn spent (its own model requests and its children's), once anything reported.
     spent: Mutex<Option<(Usage, Breakdown)>>,
+    /// The turn's own span (W3C trace context): under the one the prompt carried in `_meta`,
+    /// else the root of a new trace; every child started in the turn continues it.
+    trace: protocol::trace::TraceParent,
 }
 
 impl Turn {
@@ -116,7 +119,21 @@ impl Turn {
             backlog,
             flow: Mutex::default(),
             spent: Mutex::default(),
+            trace: acp_host::run::new_span(None),
         }
+    }
+
+    /// The turn's span is made under `parent` (the trace context the prompt carried), when any.
+    pub(crate) fn traced(mut self, parent: Option<&protocol::trace::TraceParent>) -> Self {
+        if let Some(parent) = parent {
+            self.trace = acp_host::run::new_span(Some(parent));
+        }
+        self
+    }
+
+    /// The turn's span: what a child started in it continues.
+    pub(crate) fn trace(&self) -> &protocol::trace::TraceParent {
+        &self.trace
     }
 
     /// One model request's usage (`context`: the context it carried and the window, when the

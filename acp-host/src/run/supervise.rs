@@ -89,6 +89,7 @@ pub(super) fn drive_config(
         fork: request.fork.clone(),
         child_cancels: Arc::clone(&cancel.sessions),
         turns,
+        trace: super::new_span(options.trace.as_ref()),
     }
 }
 

@@ -194,6 +194,16 @@ impl Agent {
         if self.scenario == Scenario::Silent {
             return;
         }
+        // The trace context a client propagates (W3C, root keys of `_meta`), for the tracing
+        // suite: `trace <method> <traceparent> [<tracestate>]`.
+        if let Some(parent) = params.pointer("/_meta/traceparent").and_then(Value::as_str) {
+            let state = params.pointer("/_meta/tracestate").and_then(Value::as_str);
+            let line = match state {
+                Some(state) => format!("trace {method} {parent} {state}"),
+                None => format!("trace {method} {parent}"),
+            };
+            self.log.line(&line);
+        }
         match method {
             "initialize" => {
                 self.initialize = params.clone();

@@ -196,7 +196,8 @@ pub enum EscapeeThen {
 /// Flags every scenario accepts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Common {
-    /// `--log FILE`: one line per received message, appended and flushed at once.
+    /// `--log FILE`: one line per received message, appended and flushed at once (a request
+    /// with a trace context in `_meta` is preceded by `trace <method> <traceparent> [<state>]`).
     pub log: Option<PathBuf>,
     /// `--record FILE`: `start <pid> <ns>` appended when the process starts and `end <pid> <ns>`
     /// when it exits on stdin EOF (`ns`: wall-clock nanoseconds since the Unix epoch, comparable
