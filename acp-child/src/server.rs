@@ -822,7 +822,6 @@ fn prompt(
     };
     let backend = Arc::clone(backend);
     let received = protocol::trace::TraceParent::from_meta(request.meta.as_ref());
-    tracing::debug!(traceparent = ?received.as_ref().map(|parent| parent.span.traceparent()), "prompt");
     let mut turn = Turn::new(active, cx.clone(), request.prompt, link).traced(received.as_ref());
     // A capture of an earlier turn is never this turn's answer.
     turn.memory().take_captured();

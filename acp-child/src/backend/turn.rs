@@ -128,6 +128,11 @@ impl Turn {
         if let Some(parent) = parent {
             self.trace = acp_host::run::new_span(Some(parent));
         }
+        tracing::debug!(
+            traceparent = %self.trace.span.traceparent(),
+            parent = %parent.map_or_else(String::new, |parent| parent.span.span_id_hex()),
+            "turn span"
+        );
         self
     }
 

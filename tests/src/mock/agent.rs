@@ -202,7 +202,7 @@ impl Agent {
                 Some(state) => format!("trace {method} {parent} {state}"),
                 None => format!("trace {method} {parent}"),
             };
-            self.log.line(&line);
+            Log::new(self.common.trace_log.clone()).line(&line);
         }
         match method {
             "initialize" => {
@@ -228,11 +228,20 @@ impl Agent {
 
     async fn new_session(&mut self, id: &Value, params: &Value) {
         self.session_cwd = params.get("cwd").and_then(Value::as_str).map(str::to_owned);
-        self.new_session = params.clone();
-        // What a client asked of the session at start, for tests of the start extension.
-        if let Some(meta) = params.get("_meta") {
+        // What a client asked of the session at start, for tests of the start extension; the
+        // trace context goes to `--trace-log` instead.
+        let mut asked = params.clone();
+        if let Some(meta) = asked.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove("traceparent");
+            meta.remove("tracestate");
+            if meta.is_empty() {
+                asked.as_object_mut().map(|params| params.remove("_meta"));
+            }
+        }
+        if let Some(meta) = asked.get("_meta") {
             self.log.line(&format!("session/new _meta {meta}"));
         }
+        self.new_session = asked;
         let result = match &self.scenario {
             Scenario::Configurable { models, .. } => {
                 self.model = models.first().cloned();

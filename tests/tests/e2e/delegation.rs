@@ -50,12 +50,7 @@ fn start_extension_received(dir: &Path) -> Option<Value> {
         .unwrap_or_default()
         .lines()
         .find_map(|line| line.strip_prefix("session/new _meta "))
-        .and_then(|meta| {
-            serde_json::from_str::<Value>(meta)
-                .unwrap()
-                .get("acp-host/start")
-                .cloned()
-        })
+        .map(|meta| serde_json::from_str::<Value>(meta).unwrap()["acp-host/start"].clone())
 }
 
 #[test]

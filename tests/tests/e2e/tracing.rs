@@ -2,7 +2,7 @@
 //! (`TRACEPARENT`/`TRACESTATE`, `--traceparent`) and sends its run's span as root keys of
 //! `params._meta` of every request; acp-child continues what its prompt carried for each child it
 //! starts, so acp-host -> acp-child -> acp-child -> mock agent is one trace. The mock agent logs
-//! each request's context (`trace <method> <traceparent> [<tracestate>]`).
+//! each request's context (`--trace-log`: `trace <method> <traceparent> [<tracestate>]`).
 
 use std::path::Path;
 
@@ -34,7 +34,7 @@ fn received(log: &Path) -> Vec<(String, SpanContext, Option<String>)> {
 fn hello(dir: &Path) -> std::process::Command {
     let mut cmd = host_run(dir);
     let agent = format!(
-        "{} hello --log {}",
+        "{} hello --trace-log {}",
         mock_path(),
         dir.join("mock.log").display()
     );
@@ -129,7 +129,7 @@ fn acp_host_to_acp_child_to_acp_child_to_the_mock_is_one_trace() {
     mock_definition(
         dir.path(),
         "leaf",
-        &format!("text --text leaf-answer --log {}", log.display()),
+        &format!("text --text leaf-answer --trace-log {}", log.display()),
     );
     let out = run_to_end(
         offline_parent(dir.path(), &[])
@@ -167,7 +167,7 @@ fn a_batch_is_one_trace_each_line_a_run_span_under_the_batch_span() {
         .collect();
     super::batch::jobs_file(dir.path(), &lines);
     let agent = format!(
-        "{} hello --log {}",
+        "{} hello --trace-log {}",
         mock_path(),
         dir.path().join("mock.log").display()
     );
@@ -191,4 +191,61 @@ fn a_batch_is_one_trace_each_line_a_run_span_under_the_batch_span() {
     assert!(seen[3..].iter().all(|(_, span, _)| *span == second));
     assert_ne!(first.span_id, second.span_id);
     assert!(first.span_id != given.span_id && second.span_id != given.span_id);
+}
+
+/// `(span, parent span id)` of each span logged at debug level (`run span`, `turn span`), in
+/// order.
+fn logged_spans(stderr: &str) -> Vec<(SpanContext, String)> {
+    stderr
+        .lines()
+        .filter(|line| line.contains("run span ") || line.contains("turn span "))
+        .map(|line| {
+            let field = |name: &str| {
+                let at = line.find(name).unwrap() + name.len();
+                line[at..].split(' ').next().unwrap().to_owned()
+            };
+            (
+                parse_traceparent(&field(" traceparent=")).unwrap(),
+                field(" parent="),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn each_level_parents_its_span_on_the_one_it_was_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("mock.log");
+    mock_definition(
+        dir.path(),
+        "leaf",
+        &format!("text --text leaf-answer --trace-log {}", log.display()),
+    );
+    let mut cmd = host_run(dir.path());
+    cmd.env(TRACEPARENT, GIVEN)
+        .env_remove(TRACESTATE)
+        .env("ACP_HOST_LOG", "acp_host=debug")
+        .env("ACP_CHILD_LOG", "acp_child=debug,acp_host=debug")
+        .env_remove("ACP_CHILD_MODEL")
+        .args(["-v", "--agent", "acp-child", "/delegate leaf hi"]);
+    let out = run_to_end(&mut cmd);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let spans = logged_spans(&stderr(&out));
+    // acp-host's run, acp-child's turn, the child's run (acp-host's library in acp-child).
+    assert_eq!(spans.len(), 3, "{}", stderr(&out));
+    let given = parse_traceparent(GIVEN).unwrap();
+    let mut parent = given.span_id_hex();
+    for (span, logged_parent) in &spans {
+        assert_eq!(span.trace_id, given.trace_id);
+        assert_eq!(
+            *logged_parent, parent,
+            "each span's parent is the span before it"
+        );
+        parent = span.span_id_hex();
+    }
+    // What the mock received is the last run's span, on every request.
+    let seen = received(&log);
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen.iter().all(|(_, span, _)| *span == spans[2].0));
+    assert_none_left(dir.path());
 }
