@@ -839,7 +839,8 @@ fn prompt(
         }
     };
     let backend = Arc::clone(backend);
-    let mut turn = Turn::new(active, cx.clone(), request.prompt, link);
+    let received = protocol::trace::TraceParent::from_meta(request.meta.as_ref());
+    let mut turn = Turn::new(active, cx.clone(), request.prompt, link).traced(received.as_ref());
     // A capture of an earlier turn is never this turn's answer.
     turn.memory().take_captured();
     cx.spawn(async move {

@@ -60,6 +60,12 @@ pub const ACP_HOST_SANDBOX: &str = "ACP_HOST_SANDBOX";
 /// are masked (`1`), or is confined by Landlock alone (`0`); unset, acp-host decides from what
 /// the machine allows. Read from acp-host's own environment (README "Sandbox").
 pub const ACP_HOST_SANDBOX_NAMESPACES: &str = "ACP_HOST_SANDBOX_NAMESPACES";
+/// The W3C trace parent a process continues (OpenTelemetry's environment carrier); acp-host's
+/// `--traceparent` takes precedence. Never passed on to an agent as given: an agent gets the
+/// context over ACP's `_meta` (`crate::trace`).
+pub const TRACEPARENT: &str = "TRACEPARENT";
+/// The W3C trace state beside [`TRACEPARENT`].
+pub const TRACESTATE: &str = "TRACESTATE";
 /// Kubernetes: an Indexed Job's pod index (0-based). Read only when `acp-host batch
 /// --shard-from-env` names it; the help's example.
 pub const JOB_COMPLETION_INDEX: &str = "JOB_COMPLETION_INDEX";

@@ -25,6 +25,7 @@ pub mod shard;
 pub mod structured;
 pub mod suggest;
 pub mod sync;
+pub mod trace;
 pub mod trust;
 pub mod usage;
 pub mod version;

@@ -95,6 +95,9 @@ pub(crate) struct Turn {
     spent: Mutex<Option<(Usage, Breakdown)>>,
     /// Why the turn ended for the session's budget, when it did.
     budget_stop: Mutex<Option<protocol::usage::Overrun>>,
+    /// The turn's own span (W3C trace context): under the one the prompt carried in `_meta`,
+    /// else the root of a new trace; every child started in the turn continues it.
+    trace: protocol::trace::TraceParent,
 }
 
 impl Turn {
@@ -119,6 +122,7 @@ impl Turn {
             flow: Mutex::default(),
             spent: Mutex::default(),
             budget_stop: Mutex::default(),
+            trace: acp_host::run::new_span(None),
         }
     }
 
@@ -138,6 +142,24 @@ impl Turn {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
+    }
+
+    /// The turn's span is made under `parent` (the trace context the prompt carried), when any.
+    pub(crate) fn traced(mut self, parent: Option<&protocol::trace::TraceParent>) -> Self {
+        if let Some(parent) = parent {
+            self.trace = acp_host::run::new_span(Some(parent));
+        }
+        tracing::debug!(
+            traceparent = %self.trace.span.traceparent(),
+            parent = %parent.map_or_else(String::new, |parent| parent.span.span_id_hex()),
+            "turn span"
+        );
+        self
+    }
+
+    /// The turn's span: what a child started in it continues.
+    pub(crate) fn trace(&self) -> &protocol::trace::TraceParent {
+        &self.trace
     }
 
     /// One model request's usage (`context`: the context it carried and the window, when the

@@ -161,6 +161,12 @@ pub(super) struct BatchArgs {
     #[command(flatten)]
     sandbox: SandboxArgs,
 
+    /// Continue this W3C trace (`00-<trace id>-<span id>-<flags>`): the batch's span is its
+    /// child, and each line's run a child of the batch's span. Default: $TRACEPARENT (with
+    /// $TRACESTATE), else a new trace.
+    #[arg(long, value_name = "TRACEPARENT", conflicts_with = "merge")]
+    traceparent: Option<String>,
+
     /// For the lines that run in a worktree (`"worktree"`, or a definition's `run.isolation`):
     /// start it from this commit, branch or tag instead of HEAD (as `run --worktree-base`).
     #[arg(long, value_name = "REF")]
@@ -224,6 +230,8 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     let jobs = batch::check_jobs(args.jobs, cpus, &job_limits()).map_err(CliError::Usage)?;
     check_token(args)?;
+    // The batch's own span: every line's run is made under it.
+    let trace = acp_host::run::new_span(super::trace::given(args.traceparent.as_deref())?.as_ref());
     let share = Share::from_args(args)?;
     let (lines, taken) = read_lines(args, &share)?;
     share.note(&taken, args);
@@ -247,7 +255,16 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
         if let Some(signals) = signals {
             tokio::spawn(signals.watch(cancel.clone(), seen_tx));
         }
-        let summary = drive(lines, args, jobs, &cancel, &mut output, &mut progress).await;
+        let summary = drive(
+            lines,
+            args,
+            jobs,
+            &cancel,
+            &mut output,
+            &mut progress,
+            &trace,
+        )
+        .await;
         if args.json_summary {
             output.write(&summary.record()).await;
         }
@@ -695,6 +712,7 @@ async fn drive(
     cancel: &Cancel,
     output: &mut Output,
     progress: &mut Progress,
+    trace: &protocol::trace::TraceParent,
 ) -> Summary {
     let mut summary = Summary::default();
     let mut pending = lines.lines();
@@ -704,6 +722,7 @@ async fn drive(
     let options = Arc::new(RunOptions {
         max_output_bytes: Some(args.max_output),
         max_answer_bytes: Some(args.max_output),
+        trace: Some(trace.clone()),
         ..RunOptions::default()
     });
     let mut templates = Templates::default();

@@ -33,6 +33,7 @@ mod run;
 mod sandbox;
 mod subagent;
 mod sync;
+mod trace;
 mod trust;
 mod worktrees;
 

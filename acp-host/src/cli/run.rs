@@ -213,6 +213,12 @@ pub(super) struct RunArgs {
     #[command(flatten)]
     sandbox: SandboxArgs,
 
+    /// Continue this W3C trace (`00-<trace id>-<span id>-<flags>`): the run's span is its child
+    /// and the agent gets the run's context in `_meta` of every request. Default: $TRACEPARENT
+    /// (with $TRACESTATE), else a new trace.
+    #[arg(long, value_name = "TRACEPARENT")]
+    traceparent: Option<String>,
+
     /// Run the agent in a git worktree of its own, made from HEAD under the repository's
     /// .acp-host/worktrees/NAME/ on a new branch acp/NAME (NAME: made from the prompt when not
     /// given; a taken one gets -2, -3, ...). Unchanged at the end: removed with its branch;
@@ -359,6 +365,8 @@ impl RunArgs {
             json: true,
             verbose: false,
             sandbox: batch.sandbox.with_line(line.sandbox, line.network.as_ref()),
+            // The batch's span is given in its `RunOptions`, not per line.
+            traceparent: None,
             // `"worktree": true` is `--worktree` (no name), a name `--worktree=NAME`.
             worktree: line
                 .worktree
@@ -462,6 +470,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     // signal falls between the spawn and the watcher. The persona file of a --subagent run lives
     // until the run has ended.
     let Built { request, worktree } = build_request(args).map_err(CliError::Usage)?;
+    let trace = super::trace::given(args.traceparent.as_deref())?;
     let signals = {
         let _runtime = runtime.enter();
         Signals::install()
@@ -505,6 +514,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         // A structured answer is read from up to --max-output bytes of text, in either mode.
         max_answer_bytes: Some(args.max_output),
         worktree,
+        trace,
         ..RunOptions::default()
     };
     let (seen_tx, mut seen) = tokio::sync::watch::channel(0_u32);

@@ -168,10 +168,11 @@ async fn prompt_turn(
     text: String,
     cancel: &CancellationToken,
 ) -> Result<serde_json::Value, DriveEnd> {
-    let prompt = PromptRequest::new(
+    let mut prompt = PromptRequest::new(
         session_id.to_owned(),
         vec![ContentBlock::Text(TextContent::new(text))],
     );
+    config.trace.put_in(&mut prompt.meta);
     let prompt = match UntypedMessage::new("session/prompt", prompt) {
         Ok(message) => message,
         Err(err) => return Err(failed(Stage::Prompt, &err)),
@@ -269,14 +270,12 @@ async fn handshake(
         *lock(&stage) = next;
     };
     let steps = async {
+        let mut initialize = InitializeRequest::new(protocol::version::ACP_PROTOCOL_VERSION)
+            .client_capabilities(ClientCapabilities::new().subagents(SubagentCapabilities::new()))
+            .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION")));
+        config.trace.put_in(&mut initialize.meta);
         let initialized = cx
-            .send_request(
-                InitializeRequest::new(protocol::version::ACP_PROTOCOL_VERSION)
-                    .client_capabilities(
-                        ClientCapabilities::new().subagents(SubagentCapabilities::new()),
-                    )
-                    .client_info(Implementation::new("acp-host", env!("CARGO_PKG_VERSION"))),
-            )
+            .send_request(initialize)
             .block_task()
             .await
             .map_err(|err| failed(Stage::Initialize, &err))?;
@@ -308,6 +307,7 @@ async fn handshake(
             let mut request = LoadSessionRequest::new(session_id.clone(), &config.cwd)
                 .system_prompt(system_prompt);
             request.meta.clone_from(&plan.meta);
+            config.trace.put_in(&mut request.meta);
             // An error answer (unknown session) fails here.
             let load = UntypedMessage::new("session/load", request)
                 .map_err(|err| failed(Stage::LoadSession, &err))?;
@@ -330,12 +330,14 @@ async fn handshake(
             let mut request =
                 ForkSessionRequest::new(source.clone(), &config.cwd).system_prompt(system_prompt);
             request.meta.clone_from(&plan.meta);
+            config.trace.put_in(&mut request.meta);
             // An error answer (unknown session) fails here; the answer names the new session.
             new_session_as(cx, "session/fork", Stage::ForkSession, request).await?
         } else {
             at(Stage::NewSession);
             let mut request = NewSessionRequest::new(&config.cwd).system_prompt(system_prompt);
             request.meta.clone_from(&plan.meta);
+            config.trace.put_in(&mut request.meta);
             new_session(cx, request).await?
         };
         shared.set_session_id(&session_id);

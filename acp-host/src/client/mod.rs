@@ -81,6 +81,8 @@ pub(crate) struct DriveConfig {
     /// Further prompts after the first turn (a session kept open, `run::run_session`); `None`
     /// ends the drive with the first turn.
     pub(crate) turns: Option<Arc<dyn Turns>>,
+    /// The run's span, sent as `traceparent` (and `tracestate`) in `_meta` of every request.
+    pub(crate) trace: protocol::trace::TraceParent,
 }
 
 /// The source of a kept session's further prompts.

@@ -138,6 +138,29 @@ pub struct RunOptions {
     /// as the result's `worktree` says. A worktree that cannot be made ends the run `error`
     /// with kind `worktree`, nothing spawned.
     pub worktree: Option<crate::worktree::Spec>,
+    /// The trace this run continues (W3C trace context): the run's own span is made under it and
+    /// its context goes to the agent in `_meta` of every request; `None` starts a new trace.
+    pub trace: Option<protocol::trace::TraceParent>,
+}
+
+/// A new span: under `parent` (the same trace, its state kept), else the root of a new trace.
+/// Ids are a v4 UUID's random bytes. Each run makes its own with this; a caller grouping runs
+/// (a batch's span, acp-child's turn) makes the parent it passes in [`RunOptions::trace`].
+#[must_use]
+pub fn new_span(parent: Option<&protocol::trace::TraceParent>) -> protocol::trace::TraceParent {
+    let first = *uuid::Uuid::new_v4().as_bytes();
+    let mut span_id = [0; 8];
+    span_id.copy_from_slice(&first[..8]);
+    if let Some(parent) = parent {
+        return parent.child(span_id);
+    }
+    let mut random = [0; 24];
+    random[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    random[16..].copy_from_slice(&span_id);
+    protocol::trace::TraceParent {
+        span: protocol::trace::SpanContext::root(random),
+        state: None,
+    }
 }
 
 /// Runs a prepared request to its result. Never panics on agent misbehaviour; always tears down.

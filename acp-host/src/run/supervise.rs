@@ -66,6 +66,12 @@ pub(super) fn drive_config(
     turns: Option<Arc<dyn client::Turns>>,
 ) -> DriveConfig {
     let timeouts = request.timeouts;
+    let trace = super::new_span(options.trace.as_ref());
+    tracing::debug!(
+        traceparent = %trace.span.traceparent(),
+        parent = %options.trace.as_ref().map_or_else(String::new, |parent| parent.span.span_id_hex()),
+        "run span"
+    );
     DriveConfig {
         cwd: request.cwd.clone(),
         prompt: request.prompt.clone(),
@@ -89,6 +95,7 @@ pub(super) fn drive_config(
         fork: request.fork.clone(),
         child_cancels: Arc::clone(&cancel.sessions),
         turns,
+        trace,
     }
 }
 

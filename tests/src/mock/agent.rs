@@ -194,6 +194,16 @@ impl Agent {
         if self.scenario == Scenario::Silent {
             return;
         }
+        // The trace context a client propagates (W3C, root keys of `_meta`), for the tracing
+        // suite: `trace <method> <traceparent> [<tracestate>]`.
+        if let Some(parent) = params.pointer("/_meta/traceparent").and_then(Value::as_str) {
+            let state = params.pointer("/_meta/tracestate").and_then(Value::as_str);
+            let line = match state {
+                Some(state) => format!("trace {method} {parent} {state}"),
+                None => format!("trace {method} {parent}"),
+            };
+            Log::new(self.common.trace_log.clone()).line(&line);
+        }
         match method {
             "initialize" => {
                 self.initialize = params.clone();
@@ -218,11 +228,20 @@ impl Agent {
 
     async fn new_session(&mut self, id: &Value, params: &Value) {
         self.session_cwd = params.get("cwd").and_then(Value::as_str).map(str::to_owned);
-        self.new_session = params.clone();
-        // What a client asked of the session at start, for tests of the start extension.
-        if let Some(meta) = params.get("_meta") {
+        // What a client asked of the session at start, for tests of the start extension; the
+        // trace context goes to `--trace-log` instead.
+        let mut asked = params.clone();
+        if let Some(meta) = asked.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove("traceparent");
+            meta.remove("tracestate");
+            if meta.is_empty() {
+                asked.as_object_mut().map(|params| params.remove("_meta"));
+            }
+        }
+        if let Some(meta) = asked.get("_meta") {
             self.log.line(&format!("session/new _meta {meta}"));
         }
+        self.new_session = asked;
         let result = match &self.scenario {
             Scenario::Configurable { models, .. } => {
                 self.model = models.first().cloned();

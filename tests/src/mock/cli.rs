@@ -193,11 +193,26 @@ pub enum EscapeeThen {
     Hang,
 }
 
+/// The common flags that take a value.
+const COMMON_VALUE_FLAGS: [&str; 8] = [
+    "log",
+    "trace-log",
+    "record",
+    "ready",
+    "pid-file",
+    "stderr",
+    "advertise",
+    "write-file",
+];
+
 /// Flags every scenario accepts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Common {
     /// `--log FILE`: one line per received message, appended and flushed at once.
     pub log: Option<PathBuf>,
+    /// `--trace-log FILE`: `trace <method> <traceparent> [<tracestate>]` appended for each
+    /// request whose `_meta` carries a W3C trace context.
+    pub trace_log: Option<PathBuf>,
     /// `--record FILE`: `start <pid> <ns>` appended when the process starts and `end <pid> <ns>`
     /// when it exits on stdin EOF (`ns`: wall-clock nanoseconds since the Unix epoch, comparable
     /// across processes), so a test can tell how many agents ran at once.
@@ -248,7 +263,7 @@ pub enum UsageError {
     #[error("unknown scenario {0:?}; known scenarios: {SCENARIOS}")]
     UnknownScenario(String),
     #[error(
-        "unknown flag --{0}; common flags are --log, --record, --ready, --pid-file, --stderr, \
+        "unknown flag --{0}; common flags are --log, --trace-log, --record, --ready, --pid-file, --stderr, \
          --ignore-eof, --ignore-cancel, --trap-term, --advertise"
     )]
     UnknownFlag(String),
@@ -308,10 +323,7 @@ where
             *switch = true;
             continue;
         }
-        let known = matches!(
-            flag,
-            "log" | "record" | "ready" | "pid-file" | "stderr" | "advertise" | "write-file"
-        ) || SPECIFIC_FLAGS.contains(&flag);
+        let known = COMMON_VALUE_FLAGS.contains(&flag) || SPECIFIC_FLAGS.contains(&flag);
         if !known {
             return Err(UsageError::UnknownFlag(flag.to_owned()));
         }
@@ -325,6 +337,7 @@ where
         };
         match flag {
             "log" => common.log = Some(value.into()),
+            "trace-log" => common.trace_log = Some(value.into()),
             "record" => common.record = Some(value.into()),
             "ready" => common.ready = Some(value.into()),
             "pid-file" => common.pid_file = Some(value.into()),

@@ -40,6 +40,7 @@ mod ssh;
 mod structured;
 mod subagent_sessions;
 mod sync;
+mod tracing;
 mod trust;
 mod usage;
 mod worktree;

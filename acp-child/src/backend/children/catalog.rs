@@ -258,6 +258,8 @@ pub(super) struct Start {
     /// It runs in a git worktree of its own (the call's `isolation`, its definition's
     /// `run.isolation`): made before it starts, settled once its process is gone.
     pub(super) worktree: Option<acp_host::worktree::Spec>,
+    /// The span of the turn that started it: the child's run continues its trace.
+    pub(super) trace: protocol::trace::TraceParent,
 }
 
 /// The parent's session a forked child starts from, and where it is saved.
@@ -643,6 +645,7 @@ impl Subagents {
             token_budget,
             // Named from the prompt and the run id; from the session's HEAD, committed when done.
             worktree: isolation.map(|_| acp_host::worktree::Spec::default()),
+            trace: turn.trace().clone(),
         })
     }
 }

@@ -96,6 +96,7 @@ impl Subagents {
             resume: _,
             token_budget,
             worktree,
+            trace,
         } = start;
         // A child in a worktree is never kept: its answer is its run's final result, which says
         // what became of its worktree (settled once its process is gone).
@@ -117,6 +118,7 @@ impl Subagents {
                 }) as Arc<dyn PermissionHandler>
             }),
             worktree,
+            trace: Some(trace),
             ..RunOptions::default()
         };
         let (first, first_rx) = oneshot::channel();
