@@ -672,6 +672,16 @@ fn list(dir: &Path) -> Vec<Entry> {
         .collect()
 }
 
+/// The name of session `id`'s file in acp-child's store, when `id` keeps acp-child's own rule
+/// for a session id (letters, digits, `-`, `_`: no separator can lead elsewhere).
+fn session_file(id: &str) -> Option<String> {
+    let plain = !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    plain.then(|| format!("{id}.jsonl"))
+}
+
 /// What the Landlock ruleset is built from.
 struct Rules<'a> {
     abi: landlock::ABI,
@@ -790,13 +800,9 @@ impl Rules<'_> {
         // acp-child's session store: new sessions may be written, only the run's own read.
         if let Some(store) = self.store {
             grant(store, AccessFs::MakeReg | AccessFs::WriteFile);
-            for session in self.sessions {
-                let file = store.join(format!("{session}.jsonl"));
-                // acp-child's own rule for a session id: no separator can lead elsewhere.
-                let plain = session
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-                if plain && file.is_file() {
+            for name in self.sessions.iter().filter_map(|id| session_file(id)) {
+                let file = store.join(name);
+                if file.is_file() {
                     grant(&file, read | AccessFs::WriteFile);
                 }
             }

@@ -49,8 +49,7 @@ impl RunStore {
         std::fs::create_dir(&dir)?;
         let lock = File::open(&dir)?;
         lock.lock()?;
-        for session in sessions {
-            let file = format!("{session}.jsonl");
+        for file in sessions.iter().filter_map(|id| super::session_file(id)) {
             if let Some(found) = find(store, &runs, &file) {
                 std::fs::hard_link(found, dir.join(&file))?;
             }
@@ -74,16 +73,9 @@ impl Drop for RunStore {
     }
 }
 
-/// Where session file `file` is: in the store, or in a run's folder (a run still going, or
+/// Where session file `file` (a [`super::session_file`] name) is: in the store, or in a run's folder (a run still going, or
 /// left over).
 fn find(store: &Path, runs: &Path, file: &str) -> Option<PathBuf> {
-    let plain = file.strip_suffix(".jsonl").is_some_and(|id| {
-        id.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-    });
-    if !plain {
-        return None;
-    }
     let direct = store.join(file);
     if direct.is_file() {
         return Some(direct);
