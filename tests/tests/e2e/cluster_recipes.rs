@@ -407,9 +407,12 @@ fn the_gnu_parallel_recipe_runs_as_written_and_resumes() {
     let ssh_path = ssh.display().to_string();
     // GNU parallel keeps its own state in PARALLEL_HOME (default ~/.parallel): here, not there.
     let home = dir.path().join("parallel-home").display().to_string();
+    // GNU parallel runs nothing on other machines, and exits 0, when `SHELL` is unset (as on some
+    // CI machines): docs/batch.md says to set it, and so does the test.
     let env = &[
         ("PARALLEL_SSH", ssh_path.as_str()),
         ("PARALLEL_HOME", home.as_str()),
+        ("SHELL", "/bin/sh"),
     ];
     // The first run: shard 1 fails its flaky line, so one of the four jobs fails.
     let first = sh(&local, &recipe("parallel-run"), env);
