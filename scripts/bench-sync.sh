@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The release build of the whole workspace: the acp-host that ships, laid out by
-# acp-host/startup-order.txt (whose names depend on which packages a build selects).
+# acp-host-cli/startup-order.txt (whose names depend on which packages a build selects).
 cargo build --release -q --workspace
 bins=("$PWD/target/release/acp-host")
 [[ -n ${ACP_HOST_BASE:-} ]] && bins+=("$ACP_HOST_BASE")

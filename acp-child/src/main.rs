@@ -241,7 +241,11 @@ enum PermissionArg {
     Allow,
 }
 
-/// `--completions SHELL` and `--man`: generated from the clap definition, printed to stdout
+/// The man page, rendered from the clap definition by the test below (`ACP_UPDATE_MAN=1` rewrites
+/// it) and checked in: acp-child does not link a roff renderer it would run only for `--man`.
+const MAN_PAGE: &str = include_str!("../acp-child.1");
+
+/// `--completions SHELL` (generated from the clap definition) and `--man`, printed to stdout
 /// (nothing is served then); `None` when neither was asked for.
 fn print_docs(cli: &Cli) -> Option<ExitCode> {
     use clap::CommandFactory as _;
@@ -250,10 +254,7 @@ fn print_docs(cli: &Cli) -> Option<ExitCode> {
     if let Some(shell) = cli.completions {
         clap_complete::generate(shell, &mut Cli::command(), AGENT_NAME, &mut text);
     } else if cli.man {
-        if let Err(error) = clap_mangen::Man::new(Cli::command()).render(&mut text) {
-            eprintln!("{AGENT_NAME}: error: cannot render the man page: {error}");
-            return Some(ExitCode::FAILURE);
-        }
+        text.extend_from_slice(MAN_PAGE.as_bytes());
     } else {
         return None;
     }
@@ -554,5 +555,34 @@ fn init_logging() {
         tracing::warn!(
             "ignoring {LOG_ENV}={directives:?} ({error}); logging at {DEFAULT_LOG_FILTER}. Use tracing directives such as `debug` or `acp_child=trace`"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::{Cli, MAN_PAGE};
+
+    /// The checked-in man page is the clap definition's, rendered with the version a build without
+    /// a commit shows (a release build's commit would make every commit a change of the page).
+    #[test]
+    fn the_man_page_is_the_command_lines() {
+        let version: &'static str =
+            protocol::version::describe(env!("CARGO_PKG_VERSION"), None).leak();
+        let mut page = Vec::new();
+        clap_mangen::Man::new(Cli::command().version(version))
+            .render(&mut page)
+            .expect("rendering into memory");
+        let page = String::from_utf8(page).expect("roff is text");
+        if std::env::var_os("ACP_UPDATE_MAN").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/acp-child.1");
+            std::fs::write(path, &page).expect("acp-child.1 is writable");
+        } else {
+            assert!(
+                page == MAN_PAGE,
+                "acp-child.1 is stale: rewrite it with ACP_UPDATE_MAN=1 cargo test -p acp-child --bin acp-child"
+            );
+        }
     }
 }

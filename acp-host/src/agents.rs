@@ -8,11 +8,9 @@
 
 use std::path::PathBuf;
 
-use protocol::acp_registry::{self, Choice};
 use protocol::registry::{self, AgentSpec, LaunchError, Location};
 use protocol::request::AgentCommand;
 
-use crate::acp_registry::{RegistryCache, RegistryCacheError};
 pub use crate::installed::HostFacts;
 
 /// An agent resolved to the command that runs it.
@@ -70,107 +68,6 @@ pub fn resolve(agent: &str, facts: &HostFacts) -> Result<ResolvedAgent, ResolveE
         location,
         spec: launch.spec,
         env: Vec::new(),
-    })
-}
-
-/// An agent that cannot be resolved, or whose ACP Registry install failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentError {
-    #[error(transparent)]
-    Resolve(#[from] ResolveError),
-    #[error(transparent)]
-    Registry(#[from] RegistryCacheError),
-    #[error(
-        "registry agent {agent} has no distribution for {platform} (binaries for: {binaries}) and no npx or uvx package"
-    )]
-    NoDistribution {
-        agent: String,
-        platform: String,
-        binaries: String,
-    },
-}
-
-/// [`resolve`], then the ACP Registry cached in `cache`: a name that is neither one of our
-/// table's agents nor a program found here, but an id of the cached registry, runs as the
-/// registry says; so does one of our agents whose ACP command is not installed here and whose
-/// registry id (`protocol::registry::REGISTRY_IDS`) the cached registry has (its binary for this platform, installed into the cache on first use, else
-/// `npx` / `uvx`). Without a cached registry, or for an id it does not know, the answer is
-/// [`resolve`]'s (the spawn then says "not found").
-pub fn resolve_with_registry(
-    agent: &str,
-    facts: &HostFacts,
-    cache: Option<&RegistryCache>,
-) -> Result<ResolvedAgent, AgentError> {
-    let resolved = resolve(agent, facts)?;
-    if resolved.location.is_found() {
-        return Ok(resolved);
-    }
-    // Our agent whose command is not installed falls back to its registry id, when it has one;
-    // any other name is looked up as an id itself.
-    let id = match resolved.spec {
-        Some(spec) => match registry::registry_id(spec.name) {
-            Some(id) => id,
-            None => return Ok(resolved),
-        },
-        None if acp_registry::valid_id(agent) => agent,
-        None => return Ok(resolved),
-    };
-    let Some(cache) = cache else {
-        return Ok(resolved);
-    };
-    let Some(cached) = cache.load()? else {
-        return Ok(resolved);
-    };
-    let Some(manifest) = cached.registry.find(id) else {
-        return Ok(resolved);
-    };
-    let platform = acp_registry::platform(std::env::consts::OS, std::env::consts::ARCH);
-    let choice = manifest
-        .choose(platform)
-        .ok_or_else(|| AgentError::NoDistribution {
-            agent: agent.to_owned(),
-            platform: platform.unwrap_or(std::env::consts::OS).to_owned(),
-            binaries: manifest.platforms().join(", "),
-        })?;
-    let env = choice
-        .env()
-        .iter()
-        .map(|(name, value)| (name.clone(), value.clone()))
-        .collect();
-    let (command, location) = match choice {
-        Choice::Binary { platform, target } => {
-            let program = cache.install(manifest, platform, target)?;
-            let command = AgentCommand {
-                program: program.clone(),
-                args: target.args.clone(),
-                display: agent.to_owned(),
-                install_hint: None,
-            };
-            (command, Location::Given(program))
-        }
-        Choice::Npx(_) | Choice::Uvx(_) => {
-            let mut words = choice.package_command().unwrap_or_default().into_iter();
-            let program = words.next().unwrap_or_default();
-            let hint = if program == "npx" {
-                "install Node.js, which provides npx"
-            } else {
-                "install uv, which provides uvx: https://docs.astral.sh/uv/"
-            };
-            let location = facts.locate(&program);
-            let command = AgentCommand {
-                program: PathBuf::from(&program),
-                args: words.collect(),
-                display: agent.to_owned(),
-                install_hint: Some(hint.to_owned()),
-            };
-            (command, location)
-        }
-    };
-    Ok(ResolvedAgent {
-        command,
-        location,
-        spec: resolved.spec,
-        env,
     })
 }
 

@@ -58,6 +58,7 @@ impl HostFacts {
 }
 
 /// Whether `path` is a file with an execute bit.
+#[cfg(feature = "registry")]
 pub(crate) fn is_executable(path: &Path) -> bool {
     executable(path)
 }

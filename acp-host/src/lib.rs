@@ -22,8 +22,20 @@
 //!   an idle timeout, a cancel, a failed turn); then teardown;
 //! - [`sync_exec::prepare`] / [`sync_exec::execute`]: plan and apply a sync of subagent
 //!   definitions;
-//! - [`remote`]: agents over ACP's HTTP/WebSocket transport, the bridge a run spawns for
-//!   `--agent ws://...` and `serve` for the other end.
+//! - `remote` (feature `remote`): agents over ACP's HTTP/WebSocket transport, the bridge a run
+//!   spawns for `--agent ws://...` and `serve` for the other end;
+//! - `acp_registry` (feature `registry`): the ACP Registry's cache, its downloads, and
+//!   `acp_registry::resolve` ([`agents::resolve`], then the registry).
+//!
+//! # Features
+//!
+//! Each is off unless asked for: a program that only runs agents (acp-child) compiles neither the
+//! HTTP server and WebSocket stacks nor the archive readers. The `acp-host` command (the
+//! `acp-host-cli` package) turns both on. Sync has no feature: it needs nothing beyond what a run
+//! needs, and acp-child reads definitions through it.
+//!
+//! - `remote`: `acp_host::remote` (axum, ACP's HTTP transport with its TLS stack, WebSocket).
+//! - `registry`: `acp_host::acp_registry` (an HTTP client, tar, gzip, zip, SHA-256).
 //!
 //! Lower level: [`process::AgentProcess`] is the one owner of a child process (group,
 //! parent-death signal, stderr lines and tail, the EOF -> TERM -> KILL ladder over the whole
@@ -105,6 +117,7 @@
 //! }
 //! ```
 
+#[cfg(feature = "registry")]
 pub mod acp_registry;
 pub mod agents;
 mod answer;
@@ -115,6 +128,7 @@ pub mod installed;
 pub mod permission;
 pub mod process;
 mod reaper;
+#[cfg(feature = "remote")]
 pub mod remote;
 pub mod run;
 pub mod sandbox;

@@ -24,6 +24,10 @@ pub const SCHEMES: [&str; 4] = ["ws", "wss", "http", "https"];
 /// The hidden subcommand of `acp-host` that carries one agent connection over the network.
 pub const BRIDGE_SUBCOMMAND: &str = "bridge";
 
+/// How acp-host's command line starts the one line of an error (the bridge's included), so a run
+/// can tell its bridge's error in the stderr tail.
+pub const ERROR_PREFIX: &str = "acp-host: error: ";
+
 /// The longest token accepted, in bytes: a bearer token, not a file's worth of text.
 pub const MAX_TOKEN_BYTES: usize = 4096;
 

@@ -15,10 +15,6 @@ use agent_client_protocol_http::HttpClient;
 use protocol::remote::{self, Token, TokenError};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
-/// How acp-host's command line starts the one line of an error (the bridge's included), so the
-/// run can tell its bridge's error in the stderr tail.
-pub const ERROR_PREFIX: &str = "acp-host: error: ";
-
 /// What the bridge connects to.
 #[derive(Debug, Clone)]
 pub struct BridgeConfig {

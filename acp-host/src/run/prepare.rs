@@ -92,6 +92,7 @@ impl Prepared {
 
     /// The agent's complete environment (scrubbed, with its delegation standing), for the crate's
     /// other owner of agent processes (`remote::serve`, which spawns one per connection).
+    #[cfg(feature = "remote")]
     pub(crate) fn agent_env(&self) -> &Scrubbed {
         &self.env
     }

@@ -162,10 +162,10 @@ fn settle(
 /// answer: the error it printed last (a refused connection, the server's 401 or 503).
 fn bridge_error<'a>(request: &StartRequest, stderr_tail: &'a str) -> Option<&'a str> {
     protocol::remote::remote_agent(&request.agent.display)?;
-    stderr_tail.lines().rev().find_map(|line| {
-        line.trim()
-            .strip_prefix(crate::remote::bridge::ERROR_PREFIX)
-    })
+    stderr_tail
+        .lines()
+        .rev()
+        .find_map(|line| line.trim().strip_prefix(protocol::remote::ERROR_PREFIX))
 }
 
 /// Why the session the request names cannot be started from: the agent does not advertise

@@ -188,7 +188,7 @@ impl CliError {
     }
 }
 
-pub(crate) fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let command = match parse() {
         Ok(command) => command,
         Err(err) => {
@@ -230,7 +230,7 @@ pub(crate) fn main() -> ExitCode {
     // left to whoever adopts it.
     acp_host::spawner::stop();
     outcome.unwrap_or_else(|err| {
-        note!("{}{err}", acp_host::remote::bridge::ERROR_PREFIX);
+        note!("{}{err}", protocol::remote::ERROR_PREFIX);
         err.exit_code()
     })
 }

@@ -44,7 +44,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use acp_host::agents::{self, HostFacts};
+use acp_host::agents::HostFacts;
 use acp_host::run::{self as library, Cancel, PrepareError, RunOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use protocol::batch::{self, BatchEnd, BatchLine, BatchRecord, JobLimits, NotStarted};
@@ -104,7 +104,7 @@ pub(super) struct BatchArgs {
 
     /// How to answer the agents' permission requests (nobody is asked during a batch)
     /// [default: reject, or the line's --subagents folder definition's; relay rejects]. A
-    /// <cwd>/subagents/ definition only lowers it, and runs only once approved (`acp-host trust`)
+    /// `<cwd>/subagents/` definition only lowers it, and runs only once approved (`acp-host trust`)
     /// or under `allow`.
     #[arg(long, value_enum)]
     permission: Option<BatchPolicy>,
@@ -114,7 +114,7 @@ pub(super) struct BatchArgs {
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     timeout: Option<Seconds>,
 
-    /// A folder of subagent definitions for lines with `subagent`, after <cwd>/subagents/
+    /// A folder of subagent definitions for lines with `subagent`, after `<cwd>/subagents/`
     /// (repeatable).
     #[arg(long = "subagents", value_name = "DIR")]
     subagent_dirs: Vec<PathBuf>,
@@ -629,7 +629,7 @@ impl<'a> Checker<'a> {
             .entry(agent.to_owned())
             .or_insert_with(|| {
                 let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
-                let resolved = agents::resolve_with_registry(agent, facts, cache.as_ref())
+                let resolved = acp_host::acp_registry::resolve(agent, facts, cache.as_ref())
                     .map_err(|err| err.to_string())?;
                 resolved.not_found().map_or(Ok(()), Err)
             })

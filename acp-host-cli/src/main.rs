@@ -25,8 +25,6 @@
     reason = "the binary is the edge that tells the person"
 )]
 
-mod cli;
-
 use std::ffi::c_int;
 use std::process::ExitCode;
 
@@ -62,7 +60,7 @@ fn run() -> ExitCode {
     if let Err(err) = acp_host::process::harden_host() {
         eprintln!("acp-host: warning: {}", protocol::report::describe(&err));
     }
-    cli::main()
+    acp_host_cli::main()
 }
 
 /// The number an [`ExitCode`] stands for (every code acp-host returns is made from a `u8`).

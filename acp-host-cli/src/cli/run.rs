@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use acp_host::agents::{self, HostFacts};
+use acp_host::agents::HostFacts;
 use acp_host::permission::PermissionHandler;
 use acp_host::remote::bridge;
 use acp_host::run::{self, Cancel, Observer, RunOptions};
@@ -770,7 +770,7 @@ fn local_agent(
         ));
     }
     let cache = acp_host::acp_registry::RegistryCache::from_env().ok();
-    let resolved = agents::resolve_with_registry(name, &HostFacts::from_env(), cache.as_ref())
+    let resolved = acp_host::acp_registry::resolve(name, &HostFacts::from_env(), cache.as_ref())
         .map_err(|err| err.to_string())?;
     // Refused before anything is spawned, as a batch line's and serve's agent are (exit 2).
     if let Some(problem) = resolved.not_found() {

@@ -62,7 +62,7 @@ running with --no-wait; 2 usage errors.
 #[derive(Debug, clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub(super) struct SyncArgs {
-    /// The canonical folder: one <name>.md per subagent.
+    /// The canonical folder: one `<name>.md` per subagent.
     #[arg(long, value_name = "DIR", default_value = "subagents")]
     source: PathBuf,
     /// Write under $HOME (user) or under the project root (project).
@@ -83,7 +83,7 @@ pub(super) struct SyncArgs {
     /// `aikito`: take over files Aikito generated with the same marker convention, for defined
     /// subagents (only its exact marker at our marker's place; rewritten with ours, each listed).
     /// An agent: read its own definitions (every one, or the NAMEs) into canonical
-    /// subagents/<name>.md files, listing what each loses; the originals stay the agent's unless
+    /// `subagents/<name>.md` files, listing what each loses; the originals stay the agent's unless
     /// --adopt-mark (all) or --force AGENT/NAME (each) says to take them over.
     #[arg(long, value_name = "aikito|AGENT", value_parser = parse_adopt)]
     adopt: Option<AdoptArg>,
