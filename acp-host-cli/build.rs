@@ -21,11 +21,30 @@ use std::env;
 use std::path::Path;
 use std::process::Command;
 
+/// Set (to anything) to build std's `main` where the C entry point would be used: how
+/// `scripts/install-check` builds and runs the other side of the gate on a glibc machine.
+const STD_ENTRY_VAR: &str = "ACP_HOST_STD_ENTRY";
+
 fn main() {
     let release = env::var("PROFILE").is_ok_and(|profile| profile == "release");
     let linker_chosen = linker_chosen();
     order_startup(release, linker_chosen);
     static_unwinder(linker_chosen);
+    entry_point();
+}
+
+/// `cfg(c_entry)`: the binary's entry point is the C `main` (`src/main.rs`), only on Linux with
+/// glibc. There glibc passes `argc`, `argv` and the environment to every ELF constructor, and std
+/// reads its arguments from one (`ARGV_INIT_ARRAY`), so they are there without std's start-up.
+/// Elsewhere (musl, the BSDs, macOS) std fills them in its own start-up, the very code the C
+/// entry skips: acp-host would see no arguments. There std's `main` is kept.
+fn entry_point() {
+    println!("cargo::rustc-check-cfg=cfg(c_entry)");
+    println!("cargo:rerun-if-env-changed={STD_ENTRY_VAR}");
+    let cfg = |name: &str| env::var(format!("CARGO_CFG_TARGET_{name}")).unwrap_or_default();
+    if cfg("OS") == "linux" && cfg("ENV") == "gnu" && env::var_os(STD_ENTRY_VAR).is_none() {
+        println!("cargo:rustc-cfg=c_entry");
+    }
 }
 
 fn order_startup(release: bool, linker_chosen: bool) {

@@ -8,18 +8,20 @@
 //! `/proc/<pid>/environ` from the block the process started with, which `unsetenv` leaves as it
 //! was, so removal would hide nothing; non-dumpable is what keeps that block out of reach.
 //!
-//! The entry point is the C `main` (`#![no_main]`), not the standard library's: before a Rust
+//! On Linux with glibc the entry point is the C `main` (`#![no_main]`), not the standard
+//! library's (elsewhere std's is kept: `build.rs` says why, `cfg(c_entry)`): before a Rust
 //! `main` the standard library finds the main thread's stack guard, which on Linux reads and
 //! parses all of `/proc/self/maps` (about a tenth of a millisecond of a one-shot run here,
 //! docs/benchmarks.md), for a "stack overflow" message in place of a plain SIGSEGV. Of the rest
 //! of that set-up, what acp-host relies on is done here: SIGPIPE is ignored (a closed pipe is an
 //! `EPIPE` error, never a silent death), standard streams that were closed at exec are opened on
 //! `/dev/null` (so no pipe of ours can become fd 0, 1 or 2), a panic ends the process with exit
-//! code 101 after its message. Arguments and the environment
-//! come from glibc as before.
+//! code 101 after its message. Arguments and the environment come from glibc, which hands them
+//! to std's constructor before any `main`.
 
-// The test harness brings its own `main`.
-#![cfg_attr(not(test), no_main)]
+// Only on Linux with glibc (`cfg(c_entry)`, set by `build.rs`, which says why); the test harness
+// brings its own `main`.
+#![cfg_attr(all(c_entry, not(test)), no_main)]
 #![expect(
     clippy::print_stderr,
     reason = "the binary is the edge that tells the person"
@@ -31,7 +33,7 @@ use std::process::ExitCode;
 /// What a Rust `main` that panicked exits with.
 const PANICKED: c_int = 101;
 
-#[cfg(not(test))]
+#[cfg(all(c_entry, not(test)))]
 #[expect(
     unsafe_code,
     reason = "the C entry point: the standard library's start-up is skipped (see the module doc)"
@@ -39,6 +41,13 @@ const PANICKED: c_int = 101;
 #[unsafe(no_mangle)]
 extern "C" fn main(_argc: c_int, _argv: *const *const std::ffi::c_char) -> c_int {
     start()
+}
+
+/// std's entry point, where the C one is not sound (see `build.rs`): std has done what [`start`]
+/// does, which is then done twice, harmlessly.
+#[cfg(all(not(c_entry), not(test)))]
+fn main() -> ExitCode {
+    ExitCode::from(u8::try_from(start()).unwrap_or(1))
 }
 
 /// Under the test harness, which brings its own `main`, this one is not called.

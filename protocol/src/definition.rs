@@ -189,6 +189,26 @@ impl RunContext {
     }
 }
 
+/// Where a definition was found, which decides whether it may start unasked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// A registry agent the person enabled (`--subagent-agents`).
+    Registry,
+    /// A folder the person named (`--subagents DIR`).
+    Folder,
+    /// The session's own `subagents/` folder: repository content, untrusted until approved.
+    Repository,
+}
+
+impl Source {
+    /// Whether a definition of this source starts without the person's approval.
+    #[must_use]
+    pub fn trusted(self) -> bool {
+        self != Self::Repository
+    }
+}
+
 /// `run.permission`: how the child's permission requests are answered. The default, `relay`,
 /// leaves them to the person (acp-child's `--subagent-permission` default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
@@ -209,6 +229,23 @@ impl RunPermission {
             Self::Reject => "reject",
             Self::Allow => "allow",
         }
+    }
+}
+
+/// A repository definition's permission policy under the parent's: the stricter wins
+/// (`reject` before `relay` before `allow`), so a definition can lower what its child may do,
+/// never raise it.
+#[must_use]
+pub fn cap(definition: RunPermission, ceiling: RunPermission) -> RunPermission {
+    let rank = |permission| match permission {
+        RunPermission::Reject => 0,
+        RunPermission::Relay => 1,
+        RunPermission::Allow => 2,
+    };
+    if rank(definition) <= rank(ceiling) {
+        definition
+    } else {
+        ceiling
     }
 }
 
@@ -239,14 +276,14 @@ impl RunSpec {
     /// call's parameters) win over the definition's, which win over the starter's `defaults`
     /// (acp-child's `--subagent-*`, or acp-host's default `reject`). Isolation is only ever added:
     /// whichever of the three asks for a worktree gets one (there is no setting that takes one
-    /// away, so neither a definition nor a call can put a child back in the parent's tree). A repository definition's (`source`, `crate::trust`)
+    /// away, so neither a definition nor a call can put a child back in the parent's tree). A repository definition's (`source`, decided in `crate::trust`)
     /// permission only ever lowers the explicit-or-default one. Variables: the definition's names
     /// the starter does not forward already. What `relay` means is the starter's: asked on
     /// acp-host's terminal, relayed to acp-child's client.
     #[must_use]
     pub fn settle(
         &self,
-        source: crate::trust::Source,
+        source: Source,
         explicit: &RunSettings,
         defaults: &RunSettings,
     ) -> Settled {
@@ -255,7 +292,7 @@ impl RunSpec {
             .or(defaults.permission)
             .unwrap_or(RunPermission::Reject);
         let permission = match (self.permission, source) {
-            (Some(asked), crate::trust::Source::Repository) => crate::trust::cap(asked, ceiling),
+            (Some(asked), Source::Repository) => cap(asked, ceiling),
             (asked, _) => explicit.permission.or(asked).unwrap_or(ceiling),
         };
         let forwarded = |name: &String| explicit.env.contains(name) || defaults.env.contains(name);
@@ -1020,6 +1057,26 @@ mod tests {
     }
 
     #[test]
+    fn a_definition_only_lowers_the_permission() {
+        use RunPermission::{Allow, Reject, Relay};
+        for (definition, ceiling, expected) in [
+            (Allow, Reject, Reject),
+            (Allow, Relay, Relay),
+            (Allow, Allow, Allow),
+            (Relay, Reject, Reject),
+            (Relay, Allow, Relay),
+            (Reject, Allow, Reject),
+            (Reject, Relay, Reject),
+        ] {
+            assert_eq!(
+                cap(definition, ceiling),
+                expected,
+                "{definition:?} under {ceiling:?}"
+            );
+        }
+    }
+
+    #[test]
     fn every_problem_of_a_file_is_reported_at_once() {
         let error = parse(
             "x.md",
@@ -1156,7 +1213,7 @@ mod tests {
 
     #[test]
     fn a_run_settles_explicit_over_definition_over_defaults_and_a_repository_only_lowers() {
-        use crate::trust::Source::{Folder, Repository};
+        use super::Source::{Folder, Repository};
         use std::time::Duration;
         let run = |text: &str| ok(text).run.unwrap();
         let spec = run(

@@ -53,26 +53,10 @@ pub fn output(file: &str) -> Option<Schema> {
 /// does not depend on whether a build enables `serde_json`'s `preserve_order`) and a final newline.
 #[must_use]
 pub fn render(schema: &Schema) -> String {
-    let mut text = serde_json::to_string_pretty(&sorted(schema.as_value())).unwrap_or_default();
+    let mut text =
+        serde_json::to_string_pretty(&crate::json::sorted(schema.as_value())).unwrap_or_default();
     text.push('\n');
     text
-}
-
-/// `value` with every object's keys in sorted order, whatever `serde_json`'s `preserve_order`.
-pub(crate) fn sorted(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<_> = map.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), sorted(&map[k])))
-                    .collect(),
-            )
-        }
-        Value::Array(items) => Value::Array(items.iter().map(sorted).collect()),
-        other => other.clone(),
-    }
 }
 
 /// Checks the top-level keys of an output record against its schema: every key is a declared

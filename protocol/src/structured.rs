@@ -139,7 +139,7 @@ impl OutputSchema {
             // Keys sorted, as they always came out: `serde_json`'s `preserve_order` (turned on in
             // the workspace by the HTTP transport) would otherwise keep the agent's order, and
             // the output would depend on which crates a build includes.
-            Ok(crate::schema::sorted(value))
+            Ok(crate::json::sorted(value))
         } else {
             Err(violations)
         }

@@ -21,27 +21,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+// `Source` is the definition's (where it was found); named here too, where trust is decided.
+pub use crate::definition::Source;
 use crate::definition::{RunContext, RunPermission};
-
-/// Where a definition was found, which decides whether it may start unasked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum Source {
-    /// A registry agent the person enabled (`--subagent-agents`).
-    Registry,
-    /// A folder the person named (`--subagents DIR`).
-    Folder,
-    /// The session's own `subagents/` folder: repository content, untrusted until approved.
-    Repository,
-}
-
-impl Source {
-    /// Whether a definition of this source starts without the person's approval.
-    #[must_use]
-    pub fn trusted(self) -> bool {
-        self != Self::Repository
-    }
-}
 
 /// The SHA-256 of a definition file's bytes, lowercase hex.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -124,23 +106,6 @@ impl Approval {
     #[must_use]
     pub fn approves(&self, path: &Path, digest: &Digest) -> bool {
         self.path == path && self.sha256 == digest.0
-    }
-}
-
-/// A repository definition's permission policy under the parent's: the stricter wins
-/// (`reject` before `relay` before `allow`), so a definition can lower what its child may do,
-/// never raise it.
-#[must_use]
-pub fn cap(definition: RunPermission, ceiling: RunPermission) -> RunPermission {
-    let rank = |permission| match permission {
-        RunPermission::Reject => 0,
-        RunPermission::Relay => 1,
-        RunPermission::Allow => 2,
-    };
-    if rank(definition) <= rank(ceiling) {
-        definition
-    } else {
-        ceiling
     }
 }
 
@@ -274,26 +239,6 @@ mod tests {
             Approval::parse(br#"{"version":1,"path":"/p","sha256":"x","all":true}"#),
             None
         );
-    }
-
-    #[test]
-    fn a_definition_only_lowers_the_permission() {
-        use RunPermission::{Allow, Reject, Relay};
-        for (definition, ceiling, expected) in [
-            (Allow, Reject, Reject),
-            (Allow, Relay, Relay),
-            (Allow, Allow, Allow),
-            (Relay, Reject, Reject),
-            (Relay, Allow, Relay),
-            (Reject, Allow, Reject),
-            (Reject, Relay, Reject),
-        ] {
-            assert_eq!(
-                cap(definition, ceiling),
-                expected,
-                "{definition:?} under {ceiling:?}"
-            );
-        }
     }
 
     #[test]

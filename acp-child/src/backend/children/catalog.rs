@@ -15,7 +15,7 @@
 //!   rule in acp-host (execution face); [`Subagents::offered`] is the prompt face;
 //! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
 //!   definition's `env` forward; a repository definition's permission is capped at the parent's
-//!   (`protocol::trust::cap`);
+//!   (`protocol::definition::cap`);
 //! - a child asked to start from the parent's conversation (`context: fork`, a call's or its
 //!   definition's `run.context`) starts with `session/fork` of the parent's saved session, only
 //!   when it is acp-child (which reads the parent's state directory, handed to it as
