@@ -132,6 +132,7 @@ mod reaper;
 pub mod remote;
 pub mod run;
 pub mod sandbox;
+mod spawn_spec;
 pub mod spawner;
 pub mod sync_exec;
 pub mod trust;

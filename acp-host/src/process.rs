@@ -20,7 +20,7 @@
 //! group); a second `shutdown` returns the first outcome; only pids found below the agent are
 //! reaped, never `waitpid(-1)`.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
@@ -41,6 +41,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::lock;
+pub use crate::spawn_spec::{SpawnSpec, StderrSink};
 
 /// How long the watchdog may take to start the agent and say so.
 const WATCHDOG_HANDSHAKE: Duration = Duration::from_secs(10);
@@ -56,40 +57,6 @@ const GROUP_POLL: Duration = Duration::from_millis(10);
 pub const STDERR_LINE_MAX: usize = 4096;
 /// Appended to a stderr line cut at [`STDERR_LINE_MAX`] bytes.
 pub const STDERR_CUT_MARKER: &str = " [line cut at 4096 bytes]";
-
-/// Receives the agent's stderr one line at a time (without the line ending, lossily decoded).
-pub type StderrSink = Arc<dyn Fn(&str) + Send + Sync>;
-
-/// What to spawn, fully resolved.
-#[derive(Clone)]
-pub struct SpawnSpec {
-    pub program: PathBuf,
-    pub args: Vec<String>,
-    /// Absolute, already validated.
-    pub cwd: PathBuf,
-    /// The complete environment of the child; nothing else is inherited. OS strings: a variable
-    /// need not be UTF-8.
-    pub env: BTreeMap<OsString, OsString>,
-    /// How many trailing bytes of stderr to keep for the result.
-    pub stderr_tail_bytes: usize,
-    /// Where each stderr line goes as it arrives, if anywhere.
-    pub stderr_lines: Option<StderrSink>,
-    /// The sandbox the agent starts in (applied before its exec, on every path), if any.
-    pub sandbox: Option<Arc<crate::sandbox::Confinement>>,
-}
-
-impl std::fmt::Debug for SpawnSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpawnSpec")
-            .field("program", &self.program)
-            .field("args", &self.args)
-            .field("cwd", &self.cwd)
-            .field("stderr_tail_bytes", &self.stderr_tail_bytes)
-            .field("stderr_lines", &self.stderr_lines.is_some())
-            .field("sandbox", &self.sandbox)
-            .finish_non_exhaustive()
-    }
-}
 
 /// The graces of the teardown ladder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,7 +46,7 @@ use nix::libc;
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 use crate::lock;
-use crate::process::SpawnSpec;
+use crate::spawn_spec::SpawnSpec;
 use crate::watchdog::{NOT_STARTED, NulError, Watchdog};
 
 /// The spawner's name in `/proc/<pid>/comm` (and `ps`): its command line is the host's.

@@ -15,6 +15,8 @@ use agent_client_protocol_http::HttpClient;
 use protocol::remote::{self, Token, TokenError};
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
+use super::failure::Failure;
+
 /// What the bridge connects to.
 #[derive(Debug, Clone)]
 pub struct BridgeConfig {
@@ -46,29 +48,6 @@ pub enum BridgeError {
          `acp-host serve --listen {address}`, or fix --agent's URL)"
     )]
     Refused { address: String },
-}
-
-/// Why a connection attempt failed, before [`BridgeError`] names the URL.
-#[derive(Debug)]
-pub(super) enum Failure {
-    /// Nothing listens at the address (`ECONNREFUSED`).
-    Refused,
-    Other(String),
-}
-
-/// Whether `err` (or what caused it) is a refused TCP connection.
-pub(super) fn refused(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(err);
-    while let Some(err) = cause {
-        if err
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
-        {
-            return true;
-        }
-        cause = err.source();
-    }
-    false
 }
 
 /// `HOST:PORT` of a URL (the scheme's port when it names none), for messages; the URL itself

@@ -32,9 +32,9 @@ use crate::run::DEFAULT_MAX_FRAME_BYTES;
 pub(super) async fn bridge(
     http: reqwest::Client,
     endpoint: reqwest::Url,
-) -> Result<(), super::bridge::Failure> {
+) -> Result<(), super::failure::Failure> {
     let socket = connect(&http, endpoint).await?;
-    relay(socket).await.map_err(super::bridge::Failure::Other)
+    relay(socket).await.map_err(super::failure::Failure::Other)
 }
 
 type Socket = WebSocketStream<TokioAdapter<reqwest::Upgraded>>;
@@ -42,8 +42,8 @@ type Socket = WebSocketStream<TokioAdapter<reqwest::Upgraded>>;
 async fn connect(
     http: &reqwest::Client,
     mut endpoint: reqwest::Url,
-) -> Result<Socket, super::bridge::Failure> {
-    use super::bridge::Failure;
+) -> Result<Socket, super::failure::Failure> {
+    use super::failure::Failure;
     let scheme = if endpoint.scheme() == "wss" {
         "https"
     } else {
@@ -63,7 +63,7 @@ async fn connect(
         .send()
         .await
         .map_err(|err| {
-            if super::bridge::refused(&err) {
+            if super::failure::refused(&err) {
                 Failure::Refused
             } else {
                 Failure::Other(format!("WebSocket connect failed: {err}"))

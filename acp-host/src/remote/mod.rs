@@ -17,9 +17,11 @@
 //! The decisions (which `--agent` is a URL, token rules, who may listen without a token) are
 //! `protocol::remote`'s.
 
+mod agent;
 pub mod backlog;
 pub mod bridge;
 mod bridge_ws;
+mod failure;
 mod gate;
 pub mod serve;
 mod websocket;

@@ -40,7 +40,6 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Weak};
@@ -54,49 +53,17 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt as _, StreamExt as _, TryStreamExt as _};
 use protocol::remote::Token;
-use protocol::request::AgentCommand;
 use tokio::net::TcpListener;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tokio_util::task::task_tracker::TaskTrackerToken;
 
+pub use super::agent::ServeConfig;
+use super::agent::{Agents, agent_frames, at_capacity, start_agent};
 use super::backlog::Backlog;
 use super::gate::Admission;
-use crate::process::{AgentPipes, AgentProcess, Graces, SpawnSpec, StderrSink};
-use crate::run::{DEFAULT_MAX_FRAME_BYTES, DEFAULT_STDERR_TAIL_BYTES, Prepared};
 
 /// The endpoint path: the transport's default, which a client given a bare `ws://HOST:PORT`
 /// targets.
 pub const ENDPOINT: &str = "/acp";
-
-/// What `acp-host serve` serves, validated by the caller (`protocol::remote::check_listen`).
-#[derive(Debug, Clone)]
-pub struct ServeConfig {
-    /// The agent each connection gets, resolved.
-    pub agent: AgentCommand,
-    /// The agents' working directory (absolute).
-    pub cwd: PathBuf,
-    /// The agents' environment and delegation standing, computed once (`run::prepare`).
-    pub prepared: Prepared,
-    /// `None` only with `--insecure-no-auth` on loopback.
-    pub token: Option<Token>,
-    /// Agents alive at once, at most.
-    pub max_connections: usize,
-    /// The teardown ladder of each agent.
-    pub graces: Graces,
-    /// Over HTTP, how long a connection may have no event stream open before its agent is torn
-    /// down: an HTTP client that vanishes sends no `DELETE`, and the transport keeps such a
-    /// connection for a reconnect that never comes.
-    pub stream_grace: Duration,
-    /// How long the agent's output may wait for a client that takes none of it before the
-    /// client is taken for dead and its connection and agent end.
-    pub stall_timeout: Duration,
-    /// How long a connection may go without an authenticated request before it is closed (a
-    /// client that sends its headers slowly, or never; see `gate`).
-    pub header_timeout: Duration,
-}
 
 /// The server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -144,11 +111,7 @@ impl Server {
     /// which follows the spawning thread, not the process.
     pub async fn run(self, stop: CancellationToken) -> Result<(), ServeError> {
         let shared = Arc::new(Shared {
-            config: Arc::clone(&self.config),
-            slots: Arc::new(Semaphore::new(self.config.max_connections)),
-            teardowns: TaskTracker::new(),
-            stop: stop.clone(),
-            next_id: AtomicU64::new(1),
+            agents: Arc::new(Agents::new(Arc::clone(&self.config), stop.clone())),
             links: Mutex::new(HashMap::new()),
         });
         let factory = {
@@ -183,8 +146,8 @@ impl Server {
             ));
         let listener = super::gate::Gated::new(
             self.listener,
-            shared.config.header_timeout,
-            keepalive(shared.config.stall_timeout),
+            shared.agents.config.header_timeout,
+            keepalive(shared.agents.config.stall_timeout),
         );
         let app = app.into_make_service_with_connect_info::<Admission>();
         let served = axum::serve(listener, app)
@@ -192,8 +155,8 @@ impl Server {
             .await;
         // Connections upgraded to WebSocket outlive axum's graceful shutdown; each of their
         // components has seen `stop` and is tearing its agent down.
-        shared.teardowns.close();
-        shared.teardowns.wait().await;
+        shared.agents.teardowns.close();
+        shared.agents.teardowns.wait().await;
         served.map_err(ServeError::Serve)
     }
 }
@@ -216,14 +179,8 @@ async fn health() -> &'static str {
 }
 
 pub(super) struct Shared {
-    pub(super) config: Arc<ServeConfig>,
-    /// One permit per live agent, held until its teardown has ended.
-    slots: Arc<Semaphore>,
-    /// Teardowns of agents whose connection went away; awaited when the server stops.
-    teardowns: TaskTracker,
-    pub(super) stop: CancellationToken,
-    /// Connection numbers for the log.
-    next_id: AtomicU64,
+    /// The agents of every connection, HTTP or WebSocket.
+    pub(super) agents: Arc<Agents>,
     /// HTTP connections by the transport's `Acp-Connection-Id`: their event streams are counted.
     links: Mutex<HashMap<String, Weak<Link>>>,
 }
@@ -252,7 +209,7 @@ impl Shared {
     /// Ends `link`'s connection unless an event stream is open again within the grace.
     fn arm_grace(self: &Arc<Self>, link: &Arc<Link>) {
         let generation = link.generation.load(Ordering::SeqCst);
-        let (link, grace) = (Arc::downgrade(link), self.config.stream_grace);
+        let (link, grace) = (Arc::downgrade(link), self.agents.config.stream_grace);
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
             let Some(link) = link.upgrade() else { return };
@@ -310,10 +267,10 @@ async fn refuse_browsers(
         .map(axum::http::HeaderValue::as_bytes)
         .or_else(|| request.uri().authority().map(|a| a.as_str().as_bytes()));
     let has_origin = request.headers().contains_key(header::ORIGIN);
-    match protocol::remote::check_browser(host, has_origin, shared.config.token.is_none()) {
+    match protocol::remote::check_browser(host, has_origin, shared.agents.config.token.is_none()) {
         Ok(()) => {
             // Without a token, a request that passed is as authenticated as any.
-            if shared.config.token.is_none() {
+            if shared.agents.config.token.is_none() {
                 admitted(&request);
             }
             next.run(request).await
@@ -332,7 +289,7 @@ async fn refuse_browsers(
 /// Every request needs `Authorization: Bearer TOKEN` (unless there is no token at all: loopback
 /// with `--insecure-no-auth`).
 async fn authenticate(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    let Some(token) = &shared.config.token else {
+    let Some(token) = &shared.agents.config.token else {
         return next.run(request).await;
     };
     if bearer_matches(request.headers(), token) {
@@ -375,15 +332,15 @@ async fn admit_connection(
     next: Next,
 ) -> Response {
     let starts = starts_connection(&request);
-    if starts && shared.slots.available_permits() == 0 {
+    if starts && shared.agents.free_slots() == 0 {
         tracing::warn!(
-            max = shared.config.max_connections,
+            max = shared.agents.config.max_connections,
             "refused a connection: every slot is taken"
         );
-        return (StatusCode::SERVICE_UNAVAILABLE, at_capacity(&shared)).into_response();
+        return (StatusCode::SERVICE_UNAVAILABLE, at_capacity(&shared.agents)).into_response();
     }
     if starts && is_upgrade(&request) {
-        return super::websocket::upgrade(shared, request).await;
+        return super::websocket::upgrade(Arc::clone(&shared.agents), request).await;
     }
     if starts && request.method() == axum::http::Method::POST {
         let link = Arc::new(Link::default());
@@ -447,7 +404,7 @@ async fn admit_post(shared: &Shared, link: &Link, request: Request, next: Next) 
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok()?.parse::<usize>().ok())
         .unwrap_or(0);
-    let stall = shared.config.stall_timeout;
+    let stall = shared.agents.config.stall_timeout;
     if link.inbound.admit(bytes, stall).await.is_err() {
         tracing::warn!(
             "refused a POST: the agent took none of its client's messages for {}s",
@@ -476,13 +433,6 @@ fn connection_id(headers: &HeaderMap) -> Option<&str> {
     headers
         .get("acp-connection-id")
         .and_then(|value| value.to_str().ok())
-}
-
-fn at_capacity(shared: &Shared) -> String {
-    format!(
-        "acp-host serve: {} agents are running already (--max-connections {}); try again later\n",
-        shared.config.max_connections, shared.config.max_connections
-    )
 }
 
 /// A WebSocket upgrade (whatever its headers: every upgrade is a new connection, and none may
@@ -516,7 +466,7 @@ impl ConnectTo<Client> for ServedAgent {
         // started by a POST) nothing can be counted, and the frames are not held back.
         let backlog = self.link.as_ref().map(|link| Arc::clone(&link.backlog));
         let (shared, link) = (self.shared, self.link.unwrap_or_default());
-        let (mut guard, pipes) = match start_agent(&shared) {
+        let (mut guard, pipes) = match start_agent(&shared.agents) {
             Ok(Some(started)) => started,
             Ok(None) => return Ok(()),
             Err(message) => {
@@ -524,7 +474,7 @@ impl ConnectTo<Client> for ServedAgent {
             }
         };
         let id = guard.id;
-        let stall = shared.config.stall_timeout;
+        let stall = shared.agents.config.stall_timeout;
         // Each frame waits for room in the connection's backlog before the transport (whose
         // queues are unbounded) takes it: the agent then blocks on its own full pipe.
         let stdout = agent_frames(pipes.stdout, id)
@@ -552,7 +502,7 @@ impl ConnectTo<Client> for ServedAgent {
         let relay = ConnectTo::<Client>::connect_to(Lines::new(stdin, stdout), client);
         let result = tokio::select! {
             result = relay => result,
-            () = shared.stop.cancelled() => Ok(()),
+            () = shared.agents.stop.cancelled() => Ok(()),
             () = link.end.cancelled() => Ok(()),
         };
         if let Err(err) = &result {
@@ -560,172 +510,6 @@ impl ConnectTo<Client> for ServedAgent {
         }
         guard.tear_down().await;
         result
-    }
-}
-
-/// The agent's stdout ended a connection: a line past the frame limit, or a read error.
-#[derive(Debug, thiserror::Error)]
-#[error("the agent's stdout: {0} (frames are at most {DEFAULT_MAX_FRAME_BYTES} bytes)")]
-pub(super) struct BadOutput(AnyDelimiterCodecError);
-
-/// The agent's stdout as frames (lines without their line break). A frame that is not UTF-8 is
-/// decoded with replacement characters, as `acp-host run` decodes it, rather than ending the
-/// connection.
-pub(super) fn agent_frames(
-    stdout: tokio::net::unix::pipe::Receiver,
-    id: u64,
-) -> impl futures::Stream<Item = Result<String, BadOutput>> + Send + Unpin + 'static {
-    FramedRead::new(
-        stdout,
-        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), DEFAULT_MAX_FRAME_BYTES),
-    )
-    .map_err(BadOutput)
-    .map_ok(move |line| {
-        let line = line.strip_suffix(b"\r").unwrap_or(&line);
-        if let Ok(text) = std::str::from_utf8(line) {
-            text.to_owned()
-        } else {
-            tracing::warn!(
-                connection = id,
-                "the agent sent a frame that is not valid UTF-8; relayed it with replacement characters"
-            );
-            String::from_utf8_lossy(line).into_owned()
-        }
-    })
-}
-
-/// Takes a slot and spawns a connection's agent: `Ok(None)` when the server is stopping, `Err`
-/// (the client's message, already logged) when every slot is taken or the spawn failed.
-///
-/// On the thread polling the connection, waiting (briefly: the watchdog's word that the agent
-/// started) as `acp-host run` does; see [`Server::run`] for which thread that is.
-pub(super) fn start_agent(shared: &Arc<Shared>) -> Result<Option<(Owned, AgentPipes)>, String> {
-    // Counted before anything else, so a stopping server waits for this connection too.
-    let tracked = shared.teardowns.token();
-    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let Ok(slot) = Arc::clone(&shared.slots).try_acquire_owned() else {
-        tracing::warn!(connection = id, "refused a connection: every slot is taken");
-        return Err(at_capacity(shared));
-    };
-    if shared.stop.is_cancelled() {
-        return Ok(None);
-    }
-    let config = &shared.config;
-    let mut env = config.prepared.agent_env().env.clone();
-    let sandbox = confine(id, &config.prepared, &mut env)?;
-    let spec = SpawnSpec {
-        program: config.agent.program.clone(),
-        args: config.agent.args.clone(),
-        cwd: config.cwd.clone(),
-        env,
-        stderr_tail_bytes: DEFAULT_STDERR_TAIL_BYTES,
-        stderr_lines: Some(stderr_log(id, &config.prepared)),
-        sandbox: sandbox.clone(),
-    };
-    let (process, pipes) = match AgentProcess::spawn(&spec) {
-        Ok(spawned) => spawned,
-        Err(err) => {
-            tracing::error!(connection = id, "{}", protocol::report::describe(&err));
-            return Err(format!("acp-host serve: {err}"));
-        }
-    };
-    tracing::info!(connection = id, pid = process.pid(), "agent started");
-    let owned = Owned {
-        process: Some(process),
-        slot: Some(slot),
-        shared: Arc::clone(shared),
-        id,
-        tracked: Some(tracked),
-        _sandbox: sandbox,
-    };
-    Ok(Some((owned, pipes)))
-}
-
-/// Connection `id`'s sandbox (`None` when the server was asked for none), its temporary folder
-/// made the agent's `TMPDIR`; `Err` is the client's message (already logged).
-fn confine(
-    id: u64,
-    prepared: &Prepared,
-    env: &mut std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString>,
-) -> Result<Option<Arc<crate::sandbox::Confinement>>, String> {
-    if !prepared.sandbox().is_active() {
-        return Ok(None);
-    }
-    let place = crate::sandbox::Place {
-        env,
-        sessions: Vec::new(),
-    };
-    let confinement = crate::sandbox::confine(prepared.sandbox(), &place).map_err(|err| {
-        tracing::error!(connection = id, "{}", protocol::report::describe(&err));
-        format!("acp-host serve: {err}")
-    })?;
-    if let Some(temp) = confinement.temp_dir() {
-        env.insert("TMPDIR".into(), temp.into());
-    }
-    tracing::info!(connection = id, "{}", confinement.report().describe());
-    Ok(Some(Arc::new(confinement)))
-}
-
-/// The agent's stderr goes to the server's log (debug), credential values redacted; it does not
-/// cross the connection.
-fn stderr_log(id: u64, prepared: &Prepared) -> StderrSink {
-    let redactor = prepared.redactor().clone();
-    Arc::new(move |line: &str| {
-        tracing::debug!(connection = id, "agent stderr: {}", redactor.redact(line));
-    })
-}
-
-/// A connection's agent and its slot: torn down in place when the relay ends, or on a tracked
-/// task when the SDK drops the connection (a client gone, a `DELETE`).
-pub(super) struct Owned {
-    process: Option<AgentProcess>,
-    slot: Option<OwnedSemaphorePermit>,
-    shared: Arc<Shared>,
-    pub(super) id: u64,
-    /// Keeps [`Server::run`] waiting until the teardown has ended.
-    tracked: Option<TaskTrackerToken>,
-    /// The agent's sandbox, kept while the agent runs: its temporary folder goes with the
-    /// connection, after the agent's teardown.
-    _sandbox: Option<Arc<crate::sandbox::Confinement>>,
-}
-
-impl Owned {
-    pub(super) async fn tear_down(&mut self) {
-        if let Some(process) = self.process.take() {
-            finish(process, self.shared.config.graces, self.id).await;
-        }
-        self.slot.take();
-        self.tracked.take();
-    }
-}
-
-async fn finish(mut process: AgentProcess, graces: Graces, id: u64) {
-    let teardown = process.shutdown(graces).await;
-    tracing::info!(
-        connection = id,
-        pid = process.pid(),
-        ended_by = teardown.rung.as_str(),
-        "agent ended"
-    );
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        let Some(process) = self.process.take() else {
-            return;
-        };
-        let (graces, id) = (self.shared.config.graces, self.id);
-        let (slot, tracked) = (self.slot.take(), self.tracked.take());
-        // Outside a runtime (it is shutting down) the process's own drop kills its tree.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            self.shared.teardowns.spawn_on(
-                async move {
-                    finish(process, graces, id).await;
-                    drop((slot, tracked));
-                },
-                &runtime,
-            );
-        }
     }
 }
 

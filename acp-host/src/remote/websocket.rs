@@ -27,7 +27,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt as _, StreamExt as _};
 
-use super::serve::{Owned, Shared, agent_frames, start_agent};
+use super::agent::{Agents, Owned, agent_frames, start_agent};
 use crate::process::AgentPipes;
 use crate::run::DEFAULT_MAX_FRAME_BYTES;
 
@@ -39,7 +39,7 @@ const BATCH_REJECTION: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-326
 
 /// Answers a WebSocket upgrade of the endpoint: the agent is spawned before the `101`, so a
 /// failed spawn is an HTTP error the client sees.
-pub(super) async fn upgrade(shared: Arc<Shared>, request: Request) -> Response {
+pub(super) async fn upgrade(shared: Arc<Agents>, request: Request) -> Response {
     let (mut parts, _body) = request.into_parts();
     let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(ws) => ws,
@@ -90,7 +90,7 @@ enum Ending {
     Stopped,
 }
 
-async fn relay(socket: WebSocket, shared: Arc<Shared>, mut owned: Owned, pipes: AgentPipes) {
+async fn relay(socket: WebSocket, shared: Arc<Agents>, mut owned: Owned, pipes: AgentPipes) {
     let (id, stall) = (owned.id, shared.config.stall_timeout);
     let (mut to_client, mut from_client) = socket.split();
     let AgentPipes { mut stdin, stdout } = pipes;
