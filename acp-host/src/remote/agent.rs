@@ -119,7 +119,7 @@ pub(super) fn agent_frames(
 /// (the client's message, already logged) when every slot is taken or the spawn failed.
 ///
 /// On the thread polling the connection, waiting (briefly: the watchdog's word that the agent
-/// started) as `acp-host run` does; see [`Server::run`] for which thread that is.
+/// started) as `acp-host run` does; see [`super::serve::Server::run`] for which thread that is.
 pub(super) fn start_agent(shared: &Arc<Agents>) -> Result<Option<(Owned, AgentPipes)>, String> {
     // Counted before anything else, so a stopping server waits for this connection too.
     let tracked = shared.teardowns.token();
@@ -203,7 +203,7 @@ pub(super) struct Owned {
     slot: Option<OwnedSemaphorePermit>,
     shared: Arc<Agents>,
     pub(super) id: u64,
-    /// Keeps [`Server::run`] waiting until the teardown has ended.
+    /// Keeps [`super::serve::Server::run`] waiting until the teardown has ended.
     tracked: Option<TaskTrackerToken>,
     /// The agent's sandbox, kept while the agent runs: its temporary folder goes with the
     /// connection, after the agent's teardown.

@@ -14,7 +14,7 @@
 //! made no authenticated request yet.
 //!
 //! Invariants:
-//! - each connection's agent is an [`AgentProcess`] spawned with the environment `acp-host run`
+//! - each connection's agent is an [`crate::process::AgentProcess`] spawned with the environment `acp-host run`
 //!   would give it (scrubbed, with the server's delegation standing), in its own process group
 //!   under the watchdog; at most `max_connections` are alive at once (a semaphore's permit is
 //!   held from before the spawn until the agent's teardown has ended, so the bound holds even
