@@ -6,6 +6,7 @@
 //! intervals up to a deadline; they never sleep a fixed time and never wait unbounded.
 
 pub mod acp_client;
+pub mod doc_links;
 pub mod file_server;
 pub mod mock;
 pub mod mock_llm;
