@@ -16,7 +16,7 @@
 //! `EPIPE` error, never a silent death), standard streams that were closed at exec are opened on
 //! `/dev/null` (so no pipe of ours can become fd 0, 1 or 2), a panic ends the process with exit
 //! code 101 after its message. Arguments and the environment
-//! come from glibc as before.
+//! come from glibc, which hands them to the standard library whichever `main` runs.
 
 // The test harness brings its own `main`.
 #![cfg_attr(not(test), no_main)]
