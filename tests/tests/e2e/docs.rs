@@ -33,7 +33,10 @@ fn every_relative_link_and_anchor_in_the_documents_resolves() {
 
 /// The repository's root.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the repository's root")
 }
 
 /// Every page under `docs/` is a chapter of the book: SUMMARY.md names it (the book would leave
