@@ -22,8 +22,8 @@
 //! any unreadable one). Loading a file whose last line is torn ends it with a newline first, so the
 //! next record starts a line of its own.
 //!
-//! Versions: the header and each child record carry a `version` (absent: 1, what acp-child wrote
-//! before versions, still read as it was). A session file whose header is newer than
+//! Versions: the header and each child record carry a `version` (absent: 1, read as version 1:
+//! files from before the field). A session file whose header is newer than
 //! [`SESSION_VERSION`] is refused, naming both; a child record newer than [`CHILD_VERSION`], or
 //! one that does not read as a child record (a missing `id`), is kept as an unusable child with
 //! why ([`Saved::unusable_children`]), never dropped silently.

@@ -33,7 +33,7 @@
 //!   file goes there) a folder whose device and inode are not those the run saw when it
 //!   checked the pre-images (a folder that did not exist then must have a canonical path free of
 //!   symlinks once created); right before each rename it refuses the file when the path of the
-//!   target's folder no longer leads to the folder held (a `stat`, following symlinks as a
+//!   target's folder leads anywhere but to the folder held (a `stat`, following symlinks as a
 //!   write would); and it renames through the held descriptor (`renameat`), so the rename lands
 //!   in the folder that was checked even if a path changed after the check: the check and the
 //!   rename cannot disagree about which folder they mean, where a per-file `realpath` followed

@@ -30,7 +30,7 @@
 //!   scoped to the domain, and new user namespaces and the parts of the new mount API Landlock
 //!   does not refuse itself are refused (seccomp).
 //!
-//! What it does not hold, said plainly (README "Sandbox"): a denied file reached by another
+//! What it does not hold, said plainly (docs/sandbox.md): a denied file reached by another
 //! path (a hard link, a bind mount elsewhere) stays readable there; by the walk, the names
 //! inside a denied folder can be listed; masks cover only what exists when the agent starts;
 //! UDP is refused as a whole under `off` and `tcp:` (the kernel cannot

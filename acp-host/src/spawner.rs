@@ -3,7 +3,7 @@
 //! A watchdog ([`crate::watchdog`]) forked from the host copies the host's page tables, and every
 //! page either side writes while the watchdog lives is copied then (copy-on-write). For a batch,
 //! a server or a delegating agent, big processes that keep working while their agents run, that
-//! was most of what a run cost beyond the agent itself (docs/benchmarks.md). [`start`], called
+//! is most of what a run costs beyond the agent itself (docs/benchmarks.md). [`start`], called
 //! once at the top of `main` while the process has one thread and little memory, forks the
 //! spawner: a process that waits for requests on a socket and forks a watchdog for each. The host
 //! then never forks while it runs.
@@ -16,11 +16,11 @@
 //! it, writes its wait status on its report pipe (`exit <status>`) and closes its own copy of
 //! that pipe, so the host's EOF there means the watchdog is gone and reaped (see `process`). The
 //! spawner is not a subreaper, so what a watchdog leaves behind still re-parents to the host
-//! (which is one), as before.
+//! (which is one), as from a watchdog the host forked itself.
 //!
 //! The spawner ends with the host: only the host holds the other end of its socket, and EOF
 //! (the host's exit, or its death by SIGKILL) ends it; each watchdog kills its own tree once its
-//! life pipe closes, as before. It holds none of the host's stdio (a reader of the host's stdout
+//! life pipe closes, wherever it was forked from. It holds none of the host's stdio (a reader of the host's stdout
 //! sees EOF when the host exits, not later), works in `/`, blocks every signal (a Ctrl-C to the
 //! terminal's group is the host's to handle), reaps only its own children (the watchdogs), and is
 //! not dumpable (its memory is a copy of the host's at start, environment included).
@@ -33,7 +33,7 @@
 //! run ordinary code; the socket carries one request and its answer at a time (a lock); the
 //! spawner holds one descriptor per live watchdog (its report pipe, until it reaps it); when
 //! there is no spawner (never started, not Linux, or gone), `process` forks the watchdog from the
-//! host as before.
+//! host itself.
 
 use std::ffi::{OsStr, c_int};
 use std::io::{self, IoSlice, IoSliceMut, Read as _, Write as _};

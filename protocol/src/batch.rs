@@ -408,7 +408,7 @@ pub fn exit_code(end: BatchEnd) -> u8 {
     }
 }
 
-/// The exit codes of `acp-host batch`, for its `--help` and the README (one source with
+/// The exit codes of `acp-host batch`, for its `--help` and docs/batch.md (one source with
 /// [`exit_code`]).
 #[must_use]
 pub fn exit_rows() -> Vec<ExitRow> {

@@ -58,7 +58,7 @@ pub const ACP_HOST_TOKEN_BUDGET: &str = "ACP_HOST_TOKEN_BUDGET";
 pub const ACP_HOST_SANDBOX: &str = "ACP_HOST_SANDBOX";
 /// Whether a sandboxed agent gets user and mount namespaces of its own, where its denied paths
 /// are masked (`1`), or is confined by Landlock alone (`0`); unset, acp-host decides from what
-/// the machine allows. Read from acp-host's own environment (README "Sandbox").
+/// the machine allows. Read from acp-host's own environment (docs/sandbox.md).
 pub const ACP_HOST_SANDBOX_NAMESPACES: &str = "ACP_HOST_SANDBOX_NAMESPACES";
 /// The W3C trace parent a process continues (OpenTelemetry's environment carrier); acp-host's
 /// `--traceparent` takes precedence. Never passed on to an agent as given: an agent gets the

@@ -2,7 +2,7 @@
 //! record that the library returns and the CLI prints.
 //!
 //! Invariant: this file is the only place that maps a stop reason to a status or a status to an exit
-//! code. The CLI's exit codes, its `--help` table and the README are all derived from [`Status`].
+//! code. The CLI's exit codes, its `--help` table and the manual's (`docs/`) are all derived from [`Status`].
 
 use std::fmt::Write as _;
 
@@ -150,7 +150,7 @@ impl Status {
     }
 }
 
-/// A subcommand whose exit codes are documented as a table, in its `--help` and in the README
+/// A subcommand whose exit codes are documented as a table, in its `--help` and in the manual (`docs/`)
 /// (a test holds the two together).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Documented {
@@ -182,7 +182,7 @@ const fn usage(when: &'static str) -> ExitRow {
 const EXIT_FAILED: u8 = 1;
 
 impl Documented {
-    /// Every documented subcommand, in the README's order.
+    /// Every documented subcommand.
     pub const ALL: [Documented; 5] = [
         Documented::Run,
         Documented::Batch,

@@ -393,7 +393,7 @@ pub fn credential_paths(home: &Path) -> Vec<PathBuf> {
     CREDENTIALS.iter().map(|path| home.join(path)).collect()
 }
 
-/// Relative to the home folder; README's "Sandbox" section lists the same.
+/// Relative to the home folder; docs/sandbox.md lists the same.
 const CREDENTIALS: [&str; 15] = [
     ".ssh",
     ".aws",

@@ -6,6 +6,7 @@
 //! intervals up to a deadline; they never sleep a fixed time and never wait unbounded.
 
 pub mod acp_client;
+pub mod doc_links;
 pub mod file_server;
 pub mod mock;
 pub mod mock_llm;
@@ -383,9 +384,46 @@ pub fn logical_parent(pid: u32) -> Option<u32> {
     Some(parent)
 }
 
+/// `text` with every duration in seconds as acp-host prints them (`0.0 s`, `12.5 s`,
+/// `1,234.5 s`) shown as `[T] s`, for a snapshot of output that reports times.
+#[must_use]
+pub fn redact_seconds(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(" s") {
+        let head = &rest[..at];
+        let start = head
+            .rfind(|c: char| !(c.is_ascii_digit() || c == '.' || c == ','))
+            .map_or(0, |index| index + 1);
+        let number = &head[start..];
+        let decimal = number.split_once('.').is_some_and(|(whole, fraction)| {
+            whole.starts_with(|c: char| c.is_ascii_digit())
+                && !fraction.is_empty()
+                && fraction.chars().all(|c| c.is_ascii_digit())
+        });
+        out.push_str(if decimal { &head[..start] } else { head });
+        if decimal {
+            out.push_str("[T]");
+        }
+        out.push_str(" s");
+        rest = &rest[at + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_in_seconds_are_redacted_and_nothing_else() {
+        assert_eq!(
+            redact_seconds("a (0 running, 1 failed, 0.0 s) of 2 in 1,234.5 s; 3 s"),
+            "a (0 running, 1 failed, [T] s) of 2 in [T] s; 3 s"
+        );
+        assert_eq!(redact_seconds("no time"), "no time");
+    }
 
     #[test]
     fn a_live_process_is_alive_until_it_exits_and_is_reaped() {

@@ -119,8 +119,8 @@ Examples:
   acp-host serve --insecure-no-auth --listen 127.0.0.1:0 --agent codex
 
 The token file holds one line; clients send it as `Authorization: Bearer TOKEN`. Connections are
-logged at info (ACP_HOST_LOG=info). The README's \"A remote agent over HTTP/WebSocket\" shows a
-reverse proxy for TLS and what does not cross the connection.
+logged at info (ACP_HOST_LOG=info). docs/remote.md shows a reverse proxy for TLS and what does
+not cross the connection.
 ";
 
 fn serve_after_help() -> String {

@@ -279,7 +279,7 @@ Sandbox:\n  Off unless asked: the agent can then do what you can. Turn it on wit
 --sandbox workspace-write --network off (or tcp:443 for a model API): the kernel (Landlock,\n  \
 seccomp) keeps the agent and all it starts to writing its working directory, out of\n  \
 ~/.ssh, ~/.aws and the other credential folders, and off the network. It bounds files and\n  \
-TCP; it is not a VM (README, \"Sandbox\").\n\n\
+TCP; it is not a VM (docs/sandbox.md).\n\n\
 Examples:\n  acp-host run \"hello\"\n  \
 acp-host run --sandbox workspace-write --network off --permission allow \"fix the tests\"\n  \
 acp-host run --worktree=fix-login --permission allow \"fix the login bug\"\n  \

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use protocol::sandbox::{Mode, Network, Policy};
 
-/// How the agent is contained (Landlock and seccomp, enforced by the kernel; README "Sandbox").
+/// How the agent is contained (Landlock and seccomp, enforced by the kernel; docs/sandbox.md).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub(super) struct SandboxArgs {
     /// What the agent may do with files: `off`, `read-only` (read anywhere but the credential

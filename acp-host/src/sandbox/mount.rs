@@ -13,7 +13,7 @@
 //! (Landlock refuses every change of the mount topology to a process whose files it restricts),
 //! and the seccomp filter refuses the new mount API (`open_tree` would clone a mount without the
 //! masks above it) and new user namespaces. A mount point cannot be renamed or removed. What
-//! masking does not cover, said in the README: a denied path that does not exist when the agent
+//! masking does not cover, said in docs/sandbox.md: a denied path that does not exist when the agent
 //! starts is not masked (one made while it runs is readable to it), and a file descriptor opened
 //! before the masks (none is passed to the agent but its three pipes) would see beneath them.
 //!

@@ -42,7 +42,7 @@ pub use names::name_is_credential;
 pub use redact::{MIN_REDACTED_LEN, Redactor};
 pub use values::value_is_credential;
 
-/// The rule in a few lines, for `acp-host run --help` (the README and the module doc say more).
+/// The rule in a few lines, for `acp-host run --help` (docs/run.md and the module doc say more).
 #[must_use]
 pub fn help_section() -> String {
     "Environment:\n  \

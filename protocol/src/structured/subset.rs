@@ -250,7 +250,7 @@ fn unknown(keyword: &str) -> String {
         }
         _ => format!(
             "unknown keyword \"{keyword}\"; output schemas use the enforced subset of JSON Schema \
-             2020-12 (README, \"Structured output\")"
+             2020-12 (docs/run.md, \"Structured output\")"
         ),
     }
 }
@@ -340,7 +340,7 @@ mod tests {
                  references into the schema itself (\"#/$defs/...\") are resolved, nothing is \
                  fetched",
                 "/x-vendor: unknown keyword \"x-vendor\"; output schemas use the enforced subset \
-                 of JSON Schema 2020-12 (README, \"Structured output\")",
+                 of JSON Schema 2020-12 (docs/run.md, \"Structured output\")",
                 "/properties/m/maximum: \"five\" is not of type \"number\"",
             ]
         );

@@ -326,7 +326,7 @@ fn append_to(cmd: &mut std::process::Command, results: &Path) -> std::process::O
 
 /// Two shards, each resumed into its own results file after some lines failed: the files hold
 /// the failed records beside their completed successors, `--merge` keeps each id's last record,
-/// and the README's failure query on its output lists only the line that really failed.
+/// and docs/batch.md's failure query on its output lists only the line that really failed.
 #[test]
 fn merge_keeps_each_ids_last_record_and_the_failure_query_lists_only_real_failures() {
     let dir = temp();
@@ -390,8 +390,8 @@ fn merge_keeps_each_ids_last_record_and_the_failure_query_lists_only_real_failur
         let completed = record["id"] != "m8";
         assert_eq!(record["status"] == "completed", completed, "{record}");
     }
-    // The README's failure query, as written, on the merged file.
-    if let Some(failures) = readme_failure_query(dir.path(), &stdout(&out)) {
+    // docs/batch.md's failure query, as written, on the merged file.
+    if let Some(failures) = failure_query(dir.path(), &stdout(&out)) {
         assert_eq!(failures.lines().count(), 1, "{failures}");
         assert!(
             failures.starts_with("m8: error agent closed its output"),
@@ -401,21 +401,27 @@ fn merge_keeps_each_ids_last_record_and_the_failure_query_lists_only_real_failur
     assert_no_process_left(dir.path());
 }
 
-/// The README's failure query (`jq -r 'select(.status != "completed") | ...'`) on `records`,
-/// written to a file in `dir`; `None`, said on stderr, without jq.
+/// docs/batch.md's failure query (its first `jq -r 'select(.status != "completed") | ...'`
+/// line, as written there) on `records`, written to a file in `dir`; `None`, said on stderr,
+/// without jq.
 #[expect(clippy::print_stderr, reason = "a skipped check says why")]
-fn readme_failure_query(dir: &Path, records: &str) -> Option<String> {
+fn failure_query(dir: &Path, records: &str) -> Option<String> {
     if !which("jq") {
-        eprintln!("skipped: jq is not installed; the README's failure query is not run");
+        eprintln!("skipped: jq is not installed; docs/batch.md's failure query is not run");
         return None;
     }
     let merged = dir.join("results.ndjson");
     std::fs::write(&merged, records).unwrap();
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/batch.md"))
+            .expect("docs/batch.md");
+    let line = page
+        .lines()
+        .find(|line| line.starts_with("jq -r 'select(.status != \"completed\")"))
+        .expect("docs/batch.md's failure query");
+    let filter = &line[line.find('\'').unwrap() + 1..line.rfind('\'').unwrap()];
     let query = std::process::Command::new("jq")
-        .args([
-            "-r",
-            r#"select(.status != "completed") | "\(.id): \(.status) \(.error // "")""#,
-        ])
+        .args(["-r", filter])
         .arg(&merged)
         .output()
         .unwrap();

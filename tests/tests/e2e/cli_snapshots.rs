@@ -187,10 +187,29 @@ fn sync_logs_like_every_subcommand() {
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
 
-/// The repository's README.
-fn readme() -> String {
-    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-        .expect("the README")
+/// A page of the manual (`docs/NAME`).
+fn doc_page(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// The one page of the manual that holds `marker`, with its name.
+fn page_holding(marker: &str) -> (String, String) {
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let mut holding: Vec<(String, String)> = std::fs::read_dir(&docs)
+        .expect("docs/")
+        .map(|entry| entry.expect("a docs/ entry").path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "md"))
+        .filter_map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a page of docs/");
+            let name = path.file_name()?.to_string_lossy().into_owned();
+            text.contains(marker).then_some((name, text))
+        })
+        .collect();
+    assert_eq!(holding.len(), 1, "{marker} on exactly one page of docs/");
+    holding.remove(0)
 }
 
 /// An exit-code row as both places show it: code, name, when (backticks dropped).
@@ -221,13 +240,13 @@ fn help_rows(help: &str) -> Vec<Row> {
     rows
 }
 
-/// The rows of the README's table after `<!-- exit codes: NAME -->`.
-fn readme_rows(readme: &str, name: &str) -> Vec<Row> {
+/// The rows of the manual's table after `<!-- exit codes: NAME -->` (on whichever page of
+/// `docs/` holds it), with the page's name.
+fn manual_rows(name: &str) -> (String, Vec<Row>) {
     let marker = format!("<!-- exit codes: {name} -->");
-    let after = &readme[readme
-        .find(&marker)
-        .unwrap_or_else(|| panic!("no {marker}"))..];
-    after
+    let (page, text) = page_holding(&marker);
+    let after = &text[text.find(&marker).expect("the marker")..];
+    let rows = after
         .lines()
         .skip_while(|line| !line.starts_with('|'))
         .take_while(|line| line.starts_with('|'))
@@ -245,15 +264,15 @@ fn readme_rows(readme: &str, name: &str) -> Vec<Row> {
                 cells[2].clone(),
             )
         })
-        .collect()
+        .collect();
+    (page, rows)
 }
 
 /// The exit-code tables of run, batch, serve, agents and trust: the same in `--help` (through the
-/// real binary) and in the README, row for row, and both are `protocol::result`'s.
+/// real binary) and in the manual (`docs/`), row for row, and both are `protocol::result`'s.
 #[test]
-fn exit_code_tables_agree_between_help_and_readme() {
+fn exit_code_tables_agree_between_help_and_the_manual() {
     let home = tempfile::tempdir().unwrap();
-    let readme = readme();
     for command in protocol::result::Documented::ALL {
         let help = help_rows(&run(&[command.name(), "--help"], home.path()));
         let table: Vec<Row> = command
@@ -262,25 +281,19 @@ fn exit_code_tables_agree_between_help_and_readme() {
             .map(|row| (row.code, row.name.to_owned(), row.when.to_owned()))
             .collect();
         assert_eq!(help, table, "acp-host {} --help", command.name());
-        assert_eq!(
-            readme_rows(&readme, command.name()),
-            table,
-            "README, {}",
-            command.name()
-        );
+        let (page, rows) = manual_rows(command.name());
+        assert_eq!(rows, table, "docs/{page}, {}", command.name());
     }
 }
 
 /// Every field a batch line takes (`protocol::batch::FIELDS`, what the parser accepts) is named
-/// in `batch --help` and has its row in the README's table of fields, and no other row is there.
+/// in `batch --help` and has its row in docs/batch.md's table of fields, and no other row is there.
 #[test]
-fn batch_help_and_readme_name_every_field_a_line_takes() {
+fn batch_help_and_its_page_name_every_field_a_line_takes() {
     let home = tempfile::tempdir().unwrap();
     let help = run(&["batch", "--help"], home.path());
-    let readme = readme();
-    let table = &readme[readme
-        .find("| field | meaning |")
-        .expect("the fields table")..];
+    let page = doc_page("batch.md");
+    let table = &page[page.find("| field | meaning |").expect("the fields table")..];
     let rows: Vec<&str> = table
         .lines()
         .take_while(|line| line.starts_with('|'))
@@ -291,7 +304,7 @@ fn batch_help_and_readme_name_every_field_a_line_takes() {
     documented.sort_unstable();
     let mut fields = protocol::batch::FIELDS.to_vec();
     fields.sort_unstable();
-    assert_eq!(documented, fields, "README's fields table");
+    assert_eq!(documented, fields, "docs/batch.md's fields table");
     for field in protocol::batch::FIELDS {
         assert!(
             help.contains(&format!("`{field}`")),

@@ -377,7 +377,7 @@ fn the_whole_tree_dies_when_the_host_is_sigkilled_even_under_a_wrapper() {
     let pids = dir.path().join("pids");
     let ready = dir.path().join("ready");
     // The agent ignores stdin EOF, so it is alive when the host dies and only the watchdog can
-    // end it (an agent exiting at that very moment is the best-effort case the README names).
+    // end it (an agent exiting at that very moment is the best-effort case docs/run.md names).
     let agent = mock(&[
         "escapee",
         "--then",

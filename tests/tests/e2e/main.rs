@@ -19,6 +19,7 @@ mod cli_snapshots;
 mod cluster_recipes;
 mod common;
 mod delegation;
+mod docs;
 mod errors;
 mod fork;
 mod hardening;

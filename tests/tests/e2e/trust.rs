@@ -451,41 +451,25 @@ fn acp_host_trust_lists_approves_notices_changes_and_revokes() {
         "---\ndescription: d\nagents: [codex]\n---\nB\n",
     );
     write_definition(&dir.path().join("subagents"), "bad.md", "no frontmatter\n");
-    let trust = |args: &[&str]| trust_in(dir.path(), state.path(), args);
-    let shown = |state: &str| {
-        format!(
-            "x: {state}: runs {PWN_COMMAND}; forwards ACP_TEST_KEY; permission allow\n  {}\n",
-            file.display()
-        )
-    };
-    let bad = format!(
-        "not a usable definition: {}/subagents/bad.md: ",
-        dir.path().display()
-    );
-    let listed = trust(&[]);
-    assert!(listed.starts_with(&shown("not approved")), "{listed}");
-    assert!(listed.contains(&bad), "{listed}");
-    assert!(
-        listed.ends_with(
-            "Definitions not approved ask before they start; approve them with acp-host trust --approve.\n"
-        ),
-        "{listed}"
-    );
-    assert!(trust(&["--approve"]).starts_with(&shown("approved now")));
-    assert!(trust(&[]).starts_with(&shown("approved")));
+    // Whole listings, the temporary folder shown as [DIR].
+    let folder = dir.path().display().to_string();
+    let trust = |args: &[&str]| trust_in(dir.path(), state.path(), args).replace(&folder, "[DIR]");
+    insta::assert_snapshot!("listing_not_approved", trust(&[]));
+    insta::assert_snapshot!("approve", trust(&["--approve"]));
+    insta::assert_snapshot!("listing_approved", trust(&[]));
     let listing: Value = serde_json::from_str(&trust(&["--json"])).unwrap();
     let schema = protocol::schema::output("trust.json").unwrap();
     protocol::schema::check_keys(&schema, &listing).unwrap();
     assert_eq!(listing["definitions"][0]["state"], "approved");
     assert_eq!(listing["definitions"][0]["source"], "repository");
     assert_eq!(listing["definitions"].as_array().unwrap().len(), 1);
-    // A changed file is no longer approved.
+    // A changed file is not approved: its approval was of other content.
     std::fs::write(&file, PWN.replace("Help.", "Help more.")).unwrap();
-    assert!(trust(&[]).starts_with(&shown("changed since approved")));
+    insta::assert_snapshot!("listing_changed", trust(&[]));
     let one = file.display().to_string();
-    assert!(trust(&[&one, "--approve"]).starts_with(&shown("approved now")));
-    assert!(trust(&[&one, "--revoke"]).starts_with(&shown("revoked")));
-    assert!(trust(&[]).starts_with(&shown("not approved")));
+    insta::assert_snapshot!("approve_one_file", trust(&[&one, "--approve"]));
+    insta::assert_snapshot!("revoke_one_file", trust(&[&one, "--revoke"]));
+    insta::assert_snapshot!("listing_revoked", trust(&[]));
 }
 
 #[test]
