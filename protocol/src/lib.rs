@@ -13,6 +13,7 @@ pub mod depth;
 pub mod env_scrub;
 pub mod env_vars;
 pub mod events;
+pub mod live;
 pub mod permission;
 pub mod registry;
 pub mod remote;
