@@ -39,6 +39,31 @@ pub const NAME_CHARS: usize = 40;
 /// The title acp-child gives a subagent's tool call before its session exists.
 const QUEUED_PREFIX: &str = "Subagent ";
 
+/// `--progress`: how a run's children are shown on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// The tree on a terminal, plain lines otherwise.
+    Auto,
+    /// The tree, redrawn in place (on a terminal only: plain lines otherwise).
+    Tree,
+    /// One line per change of a child's state.
+    Plain,
+    Off,
+}
+
+impl Progress {
+    /// What is shown (`Tree`, `Plain` or `Off`): a tree only on a terminal, so no escape code
+    /// reaches a pipe or a file, and never beside `--verbose`'s lines (which it would overwrite).
+    #[must_use]
+    pub fn shown(self, stderr_terminal: bool, verbose: bool) -> Progress {
+        match self {
+            Progress::Auto | Progress::Tree if stderr_terminal && !verbose => Progress::Tree,
+            Progress::Off => Progress::Off,
+            _ => Progress::Plain,
+        }
+    }
+}
+
 /// A child's state as the live view shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LiveState {
@@ -109,6 +134,8 @@ struct Child {
     partial: String,
     /// Replaced by its session's row (a queued tool call that got its session).
     hidden: bool,
+    /// The row of the session that took this queued row's place (shown where this one was).
+    moved_to: Option<usize>,
 }
 
 /// The children of one run, in the order they were announced.
@@ -217,10 +244,23 @@ impl Tree {
             SessionUpdate::ToolCallUpdate(call) => {
                 let key = queued_key(on, &call.tool_call_id.0);
                 if let Some(&row) = self.index.get(&key) {
-                    let linked = (call.fields.content.iter().flatten())
-                        .any(|content| matches!(content, ToolCallContent::Session(_)));
+                    if self.children[row].hidden {
+                        return;
+                    }
+                    let linked =
+                        (call.fields.content.iter().flatten()).find_map(|content| match content {
+                            ToolCallContent::Session(session) => {
+                                Some(session.session_id.0.as_ref())
+                            }
+                            _ => None,
+                        });
                     match call.fields.status {
-                        _ if linked => self.children[row].hidden = true,
+                        _ if linked.is_some() => {
+                            let to = linked.and_then(|id| self.index.get(id).copied());
+                            let queued = &mut self.children[row];
+                            queued.hidden = true;
+                            queued.moved_to = to.filter(|&to| to > row);
+                        }
                         Some(ToolCallStatus::Completed) => {
                             self.set(row, LiveState::Completed, now_ms, lines);
                         }
@@ -337,6 +377,7 @@ impl Tree {
             last: String::new(),
             partial: String::new(),
             hidden: false,
+            moved_to: None,
         });
         let row = self.children.len() - 1;
         self.index.insert(key, row);
@@ -439,13 +480,21 @@ impl Tree {
     fn order(&self) -> Vec<usize> {
         let mut under: Vec<Vec<usize>> = vec![Vec::new(); self.children.len()];
         let mut top = Vec::new();
+        let moved: std::collections::HashSet<usize> = self
+            .children
+            .iter()
+            .filter_map(|child| child.moved_to)
+            .collect();
         for (row, child) in self.children.iter().enumerate() {
-            if child.hidden {
-                continue;
-            }
-            match child.parent {
-                Some(parent) => under[parent].push(row),
-                None => top.push(row),
+            // A session that took a queued row's place is shown there.
+            let shown = match child.moved_to {
+                Some(to) => to,
+                None if child.hidden || moved.contains(&row) => continue,
+                None => row,
+            };
+            match self.children[shown].parent {
+                Some(parent) => under[parent].push(shown),
+                None => top.push(shown),
             }
         }
         let mut order = Vec::with_capacity(self.children.len());
@@ -734,6 +783,12 @@ mod tests {
                 "content": [{"type": "session", "sessionId": "sub-1"}]}),
         );
         assert!(tree.apply(&linked, 20).is_empty());
+        // The call's own end, once its session took its place, says nothing more.
+        let completed = update(
+            None,
+            json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1", "status": "completed"}),
+        );
+        assert!(tree.apply(&completed, 25).is_empty());
         let status = |id: &str, status: &str| {
             update(
                 None,
@@ -752,10 +807,11 @@ mod tests {
         );
         assert_eq!(
             tree.lines(50, 80, 10),
+            // Each where its call was made.
             [
+                "alpha running 30ms",
                 "beta failed 30ms",
-                "gamma completed 40ms",
-                "alpha running 30ms"
+                "gamma completed 40ms"
             ]
         );
         // The run ended with a child still running: disconnected.
@@ -894,6 +950,19 @@ mod tests {
     }
 
     #[test]
+    fn a_tree_is_drawn_only_on_a_terminal_and_never_beside_verbose_lines() {
+        use Progress::{Auto, Off, Plain, Tree};
+        let shown = |progress: Progress| {
+            [(true, false), (false, false), (true, true)]
+                .map(|(terminal, verbose)| progress.shown(terminal, verbose))
+        };
+        assert_eq!(shown(Auto), [Tree, Plain, Plain]);
+        assert_eq!(shown(Tree), [Tree, Plain, Plain]);
+        assert_eq!(shown(Plain), [Plain, Plain, Plain]);
+        assert_eq!(shown(Off), [Off, Off, Off]);
+    }
+
+    #[test]
     fn states_and_durations_have_their_names() {
         let names: Vec<&str> = [
             LiveState::Queued,
@@ -920,6 +989,7 @@ mod tests {
             ]
         );
         assert_eq!(LiveState::of(ChildState::Cancelled), LiveState::Cancelled);
+        assert_eq!(LiveState::of(ChildState::Running), LiveState::Running);
         assert_eq!(
             [850, 12_345, 245_000, 3_720_000].map(elapsed),
             ["850ms", "12.3s", "4m05s", "1h02m"]

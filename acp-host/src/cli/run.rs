@@ -17,9 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use acp_host::agents::{self, HostFacts};
-use acp_host::permission::PermissionHandler;
 use acp_host::remote::bridge;
-use acp_host::run::{self, Cancel, Observer, RunOptions};
+use acp_host::run::{self, Cancel, RunOptions};
 use protocol::batch::BatchLine;
 use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
 use protocol::definition::{Isolation, RunPermission, RunSettings};
@@ -36,9 +35,9 @@ use super::sandbox::SandboxArgs;
 use super::{CliError, subagent};
 
 mod ask;
+mod live;
 mod render;
 
-use ask::{NoTerminal, TerminalAsker};
 use render::Renderer;
 
 /// Drive one ACP agent on one prompt, as an out-of-process subagent.
@@ -210,6 +209,12 @@ pub(super) struct RunArgs {
     #[arg(short, long)]
     verbose: bool,
 
+    /// How the children the agent runs are shown on stderr: tree (redrawn in place under the
+    /// answer, on a terminal), plain (one line per change of a child's state), off; auto: tree
+    /// when stderr is a terminal, plain otherwise (and under --verbose).
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ProgressArg::Auto)]
+    progress: ProgressArg,
+
     #[command(flatten)]
     sandbox: SandboxArgs,
 
@@ -249,6 +254,25 @@ impl From<PersonaModeArg> for PersonaMode {
             PersonaModeArg::Append => PersonaMode::Append,
             PersonaModeArg::Strict => PersonaMode::Strict,
             PersonaModeArg::Override => PersonaMode::Override,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProgressArg {
+    Auto,
+    Tree,
+    Plain,
+    Off,
+}
+
+impl From<ProgressArg> for protocol::live::Progress {
+    fn from(arg: ProgressArg) -> Self {
+        match arg {
+            ProgressArg::Auto => Self::Auto,
+            ProgressArg::Tree => Self::Tree,
+            ProgressArg::Plain => Self::Plain,
+            ProgressArg::Off => Self::Off,
         }
     }
 }
@@ -364,6 +388,7 @@ impl RunArgs {
             max_output: DEFAULT_MAX_OUTPUT_BYTES,
             json: true,
             verbose: false,
+            progress: ProgressArg::Off,
             sandbox: batch.sandbox.with_line(line.sandbox, line.network.as_ref()),
             // The batch's span is given in its `RunOptions`, not per line.
             traceparent: None,
@@ -501,14 +526,10 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         args.verbose,
         args.output_schema.is_some(),
     ));
+    let live = live::Live::start(args.progress.into(), args.verbose, &renderer);
     let options = RunOptions {
-        observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
-        permissions: ask.then(|| {
-            TerminalAsker::open().map_or_else(
-                || Arc::new(NoTerminal::default()) as Arc<dyn PermissionHandler>,
-                |asker| Arc::new(asker) as Arc<dyn PermissionHandler>,
-            )
-        }),
+        observers: live::observers(&renderer, live.as_ref()),
+        permissions: ask.then(|| live::watched(ask::handler(), live.as_ref())),
         // Human mode printed the text as it came and shows no result: it keeps none of it.
         max_output_bytes: Some(if args.json { args.max_output } else { 0 }),
         // A structured answer is read from up to --max-output bytes of text, in either mode.
@@ -526,6 +547,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         run::run(prepared, &options, &cancel).await
     });
     let code = ExitCode::from(result.exit_code());
+    live::stop(live.as_deref());
     // The last stdout write may block on a stalled reader: it must not hold the exit hostage.
     let killed = *seen.borrow_and_update() >= 2;
     let (done_tx, done) = tokio::sync::oneshot::channel();
@@ -567,6 +589,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
             () = limit => {}
         }
     });
+    live::summary(live.as_deref());
     if let Some(result) = report {
         renderer.report(&result);
     }
