@@ -53,13 +53,15 @@ pub enum Progress {
 
 impl Progress {
     /// What is shown (`Tree`, `Plain` or `Off`): a tree only on a terminal, so no escape code
-    /// reaches a pipe or a file, and never beside `--verbose`'s lines (which it would overwrite).
+    /// reaches a pipe or a file, and never beside `--verbose`'s lines (which it would overwrite);
+    /// under `--verbose`, `auto` adds nothing to its own lines of each child's start and end.
     #[must_use]
     pub fn shown(self, stderr_terminal: bool, verbose: bool) -> Progress {
         match self {
             Progress::Auto | Progress::Tree if stderr_terminal && !verbose => Progress::Tree,
+            Progress::Auto if verbose => Progress::Off,
             Progress::Off => Progress::Off,
-            _ => Progress::Plain,
+            Progress::Auto | Progress::Tree | Progress::Plain => Progress::Plain,
         }
     }
 }
@@ -956,7 +958,7 @@ mod tests {
             [(true, false), (false, false), (true, true)]
                 .map(|(terminal, verbose)| progress.shown(terminal, verbose))
         };
-        assert_eq!(shown(Auto), [Tree, Plain, Plain]);
+        assert_eq!(shown(Auto), [Tree, Plain, Off]);
         assert_eq!(shown(Tree), [Tree, Plain, Plain]);
         assert_eq!(shown(Plain), [Plain, Plain, Plain]);
         assert_eq!(shown(Off), [Off, Off, Off]);

@@ -209,9 +209,11 @@ pub(super) struct RunArgs {
     #[arg(short, long)]
     verbose: bool,
 
-    /// How the children the agent runs are shown on stderr: tree (redrawn in place under the
-    /// answer, on a terminal), plain (one line per change of a child's state), off; auto: tree
-    /// when stderr is a terminal, plain otherwise (and under --verbose).
+    /// How the children the agent runs are shown on stderr: tree (each child's state, time,
+    /// tokens, cost and last line, redrawn in place under the answer; drawn on a terminal only,
+    /// plain lines elsewhere or with --verbose), plain (one line per change of a child's state),
+    /// off. auto: tree on a terminal, plain otherwise, off with --verbose (whose own lines say
+    /// when each child starts and ends).
     #[arg(long, value_enum, value_name = "WHEN", default_value_t = ProgressArg::Auto)]
     progress: ProgressArg,
 

@@ -71,6 +71,36 @@ struct Tmux {
 }
 
 impl Tmux {
+    /// A tmux server in `dir` running `cmd` in `dir` in a 120x40 pane (its exit status then
+    /// written to `<dir>/exit-code`); `None` (the test skipped) without tmux.
+    #[expect(clippy::print_stderr, reason = "a skipped test says why")]
+    fn start(dir: &Path, cmd: &Command) -> Option<Tmux> {
+        if Command::new("tmux").arg("-V").output().is_err() {
+            eprintln!("skipped: tmux is not installed");
+            return None;
+        }
+        let script = format!(
+            "cd {} && {}; echo $? > {}; sleep 600",
+            shell_words::quote(&dir.to_string_lossy()),
+            shell_line(cmd),
+            shell_words::quote(&dir.join("exit-code").to_string_lossy())
+        );
+        let tmux = Tmux {
+            socket: dir.join("tmux.sock"),
+        };
+        let size = ["-x", "120", "-y", "40"];
+        let started = tmux
+            .command()
+            .args(["-f", "/dev/null", "new-session", "-d", "-s", "live"])
+            .args(size)
+            .arg(script)
+            .env("TERM", "xterm-256color")
+            .status()
+            .unwrap();
+        assert!(started.success());
+        Some(tmux)
+    }
+
     fn command(&self) -> Command {
         let mut cmd = Command::new("tmux");
         cmd.arg("-S").arg(&self.socket);
@@ -106,41 +136,12 @@ impl Drop for Tmux {
 
 #[test]
 fn on_a_terminal_the_tree_shows_three_children_running_then_completed_on_one_line_each() {
-    if Command::new("tmux").arg("-V").output().is_err() {
-        eprintln!("skipped: tmux is not installed");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let (cmd, llm) = three_children(dir.path(), &[]);
     let done = dir.path().join("exit-code");
-    let script = format!(
-        "cd {} && {}; echo $? > {}; sleep 600",
-        shell_words::quote(&dir.path().to_string_lossy()),
-        shell_line(&cmd),
-        shell_words::quote(&done.to_string_lossy())
-    );
-    let tmux = Tmux {
-        socket: dir.path().join("tmux.sock"),
+    let Some(tmux) = Tmux::start(dir.path(), &cmd) else {
+        return;
     };
-    let started = tmux
-        .command()
-        .args([
-            "-f",
-            "/dev/null",
-            "new-session",
-            "-d",
-            "-s",
-            "live",
-            "-x",
-            "120",
-            "-y",
-            "40",
-        ])
-        .arg(script)
-        .env("TERM", "xterm-256color")
-        .status()
-        .unwrap();
-    assert!(started.success());
     let running = |pane: &str| {
         CHILDREN.iter().all(|name| {
             pane.lines()
@@ -173,6 +174,50 @@ fn on_a_terminal_the_tree_shows_three_children_running_then_completed_on_one_lin
         "{pane}"
     );
     assert_eq!(llm.requests().len(), 2);
+    drop(tmux);
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_child_whose_question_waits_for_the_person_is_awaiting_approval_until_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = offline_parent(dir.path(), &[]);
+    cmd.args([
+        "--permission",
+        "ask",
+        "/delegate acp-child /write notes.txt from the child",
+    ]);
+    let done = dir.path().join("exit-code");
+    let Some(tmux) = Tmux::start(dir.path(), &cmd) else {
+        return;
+    };
+    let pane = tmux.until("the question", |pane| pane.contains("? [y/N]"));
+    assert!(
+        pane.contains("acp-host: child acp-child (sub-1): awaiting approval"),
+        "{pane}"
+    );
+    let typed = tmux
+        .command()
+        .args(["send-keys", "-t", "live", "y", "Enter"])
+        .status()
+        .unwrap();
+    assert!(typed.success());
+    let pane = tmux.until("the child completed", |pane| {
+        done.exists()
+            && pane
+                .lines()
+                .any(|line| line.starts_with("acp-child completed "))
+    });
+    assert_eq!(
+        std::fs::read_to_string(&done).unwrap().trim(),
+        "0",
+        "{pane}"
+    );
+    assert!(!pane.contains("  > "), "{pane}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt")).unwrap(),
+        "from the child"
+    );
     drop(tmux);
     assert_none_left(dir.path());
 }

@@ -8,8 +8,9 @@
 //! [`TICKS_PER_SECOND`] times a second, never per event; while it is drawn, the agent's text for
 //! stdout is written by that thread too, whole lines only, with the tree hidden meanwhile (a line
 //! not yet ended would be overwritten by the redraw), so the answer streams above the tree; a
-//! question to the person hides the tree until it is answered; at the end the tree is cleared and
-//! its final, collapsed lines printed once.
+//! question to the person hides the tree until it is answered (the child's plain line, awaiting
+//! approval, stays above the question); at the end the tree is cleared and its final, collapsed
+//! lines printed once.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -171,7 +172,6 @@ impl Live {
         }
         if let Some(draw) = &self.draw {
             draw.show(&[]);
-            let _ = draw.multi.clear();
         }
     }
 
@@ -197,10 +197,16 @@ impl Live {
             let now = self.now_ms();
             state.tree.asking(session, now)
         };
-        if let Some(draw) = &self.draw {
-            draw.show(&[]);
+        match &self.draw {
+            // The tree is hidden until the answer; the line stays above the question.
+            Some(draw) => {
+                draw.show(&[]);
+                for line in lines {
+                    note!("{line}");
+                }
+            }
+            None => self.changed(lines),
         }
-        self.changed(lines);
     }
 
     fn answered(&self) {
@@ -214,9 +220,13 @@ impl Draw {
     /// Shows `lines`, one bar each (bars added or removed to match), drawn once.
     fn show(&self, lines: &[String]) {
         let mut bars = self.bars.lock().unwrap_or_else(PoisonError::into_inner);
+        if lines.is_empty() && !bars.is_empty() {
+            // Wiped while the bars still hold what was drawn; a removal draws nothing.
+            let _ = self.multi.clear();
+        }
+        // Fewer lines: the next draw clears what the bars removed had shown.
         while bars.len() > lines.len() {
             if let Some(bar) = bars.pop() {
-                bar.finish_and_clear();
                 self.multi.remove(&bar);
             }
         }
