@@ -5,9 +5,10 @@
 //!
 //! Invariants: escape codes go only to a terminal (the mode is settled by
 //! `protocol::live::Progress::shown`); the tree is redrawn by one thread of its own at most
-//! [`TICKS_PER_SECOND`] times a second, never per event; while it is drawn, the agent's text for
-//! stdout is written by that thread too, whole lines only, with the tree hidden meanwhile (a line
-//! not yet ended would be overwritten by the redraw), so the answer streams above the tree; a
+//! [`TICKS_PER_SECOND`] times a second, never per event; while it is drawn and stdout is the
+//! terminal too, the agent's text for stdout is written by that thread, whole lines only, with the
+//! tree hidden meanwhile (a line not yet ended would be overwritten by the redraw), so the answer
+//! streams above the tree (a line not ended shows once the run ends); a
 //! question to the person hides the tree until it is answered (the child's plain line, awaiting
 //! approval, stays above the question); at the end the tree is cleared and its final, collapsed
 //! lines printed once.
@@ -53,6 +54,8 @@ struct Draw {
     multi: MultiProgress,
     bars: Mutex<Vec<ProgressBar>>,
     renderer: Arc<Renderer>,
+    /// Stdout is the terminal too: its text is written by the view's thread (whole lines).
+    holds: bool,
 }
 
 impl Live {
@@ -65,6 +68,7 @@ impl Live {
     ) -> Option<Arc<Live>> {
         use std::io::IsTerminal as _;
         let shown = progress.shown(std::io::stderr().is_terminal(), verbose);
+        let holds = std::io::stdout().is_terminal();
         let draw = match shown {
             Progress::Off => return None,
             Progress::Tree => Some(Draw {
@@ -73,6 +77,7 @@ impl Live {
                 )),
                 bars: Mutex::default(),
                 renderer: Arc::clone(renderer),
+                holds,
             }),
             Progress::Auto | Progress::Plain => None,
         };
@@ -107,9 +112,15 @@ impl Live {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the tree is up (the renderer's stdout text then waits for the view's thread).
+    /// Whether the tree is up (what else is written on stderr hides it meanwhile).
     pub(super) fn drawing(&self) -> bool {
         self.draw.is_some() && !self.state().stopped
+    }
+
+    /// Whether the tree is up on the terminal stdout writes to (the renderer's stdout text then
+    /// waits for the view's thread).
+    pub(super) fn holds(&self) -> bool {
+        self.draw.as_ref().is_some_and(|draw| draw.holds) && self.drawing()
     }
 
     /// Runs `write` with the tree hidden (text written to the terminal the tree is drawn on).
@@ -149,7 +160,9 @@ impl Live {
                     .then(|| state.tree.lines(self.now_ms(), MAX_WIDTH, MAX_SHOWN))
             };
             let Some(draw) = &self.draw else { return };
-            draw.renderer.write_held(self);
+            if draw.holds {
+                draw.renderer.write_held(self);
+            }
             let lines = lines.unwrap_or_default();
             if lines != shown {
                 draw.show(&lines);

@@ -101,13 +101,22 @@ impl Renderer {
         }
     }
 
-    /// From now on, while `live`'s tree is drawn, stdout text waits for its thread.
+    /// From now on, while `live`'s tree is drawn, stdout text on the same terminal waits for its
+    /// thread, and a line for stderr hides the tree meanwhile.
     pub(super) fn hold_for(&self, live: Arc<Live>) {
         let _ = self.live.set(live);
     }
 
-    /// The live view, while its tree is drawn.
+    /// The live view, while its tree is drawn on the terminal stdout writes to.
     fn held(&self) -> Option<&Live> {
+        self.live
+            .get()
+            .map(AsRef::as_ref)
+            .filter(|live| live.holds())
+    }
+
+    /// The live view, while its tree is drawn.
+    fn drawn(&self) -> Option<&Live> {
         self.live
             .get()
             .map(AsRef::as_ref)
@@ -476,7 +485,7 @@ impl Observer for Renderer {
                     printable(decision.tool_kind.as_deref().unwrap_or("unknown kind")),
                     decision.decided_by.as_str()
                 );
-                if let Some(live) = self.held() {
+                if let Some(live) = self.drawn() {
                     live.around(|| note!("{said}"));
                 } else {
                     note!("{said}");
