@@ -230,7 +230,7 @@ impl Live {
 }
 
 impl Draw {
-    /// Shows `lines`, one bar each (bars added or removed to match), drawn once.
+    /// Shows `lines`, one bar each (bars added or removed to match).
     fn show(&self, lines: &[String]) {
         let mut bars = self.bars.lock().unwrap_or_else(PoisonError::into_inner);
         if lines.is_empty() && !bars.is_empty() {
@@ -251,11 +251,16 @@ impl Draw {
                     .add(ProgressBar::new_spinner().with_style(style.clone())),
             );
         }
+        // Each change is a draw attempt, and one more for what an attempt refused before: the
+        // draw target lets through TICKS_PER_SECOND a second (after a first burst), whatever the
+        // number of rows.
         for (bar, line) in bars.iter().zip(lines) {
-            bar.set_message(line.clone());
+            if bar.message() != *line {
+                bar.set_message(line.clone());
+            }
         }
         if let Some(bar) = bars.last() {
-            bar.force_draw();
+            bar.tick();
         }
     }
 }
