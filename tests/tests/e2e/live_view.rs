@@ -1,12 +1,13 @@
 //! End-to-end: `acp-host run --progress`, the live view of the children acp-child runs. On a
 //! terminal (a tmux pane) the tree shows three children running with their last line, then
 //! completed, one line each; with stderr a pipe (auto) it is one plain line per change of state
-//! and no escape code; `--progress off` shows none of it.
+//! and no escape code, a child's final line with what it spent; a question to the person shows the
+//! child awaiting approval; `--progress off` shows none of it.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use acp_tests::mock_llm::{MockLlm, Reply};
+use acp_tests::mock_llm::{MockLlm, Reply, Usage};
 use acp_tests::{code, stderr, stdout};
 use serde_json::json;
 
@@ -289,5 +290,31 @@ fn progress_off_shows_no_child() {
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     assert_eq!(stdout(&out), "slept 0 s");
     assert_eq!(stderr(&out), "");
+    assert_none_left(dir.path());
+}
+
+#[test]
+fn a_childs_final_line_says_what_it_spent() {
+    let dir = tempfile::tempdir().unwrap();
+    let llm = MockLlm::builder()
+        .require_key(Some(super::children::KEY))
+        .reply(super::children::parallel_calls(&["hello"]))
+        .reply_with_usage(Reply::text(["child done"]), Usage::new(1_200, 34))
+        .reply(Reply::text(["all done"]))
+        .start();
+    let out = model_parent(dir.path(), &llm, true, &["--child-idle-timeout", "0"])
+        .args(["--progress", "plain", "go"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "all done");
+    let err = stderr(&out);
+    let last = err
+        .lines()
+        .rfind(|line| line.starts_with("acp-host: child acp-child (sub-1): "))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(last.contains(": completed after "), "{err}");
+    assert!(last.ends_with(", 1,234 tokens"), "{err}");
     assert_none_left(dir.path());
 }
