@@ -405,11 +405,13 @@ impl Tree {
         let under = child
             .parent
             .and_then(|parent| self.children[parent].session_id.as_deref())
-            .map_or_else(String::new, |parent| format!(" in {parent}"));
-        let id = child
-            .session_id
-            .as_deref()
-            .map_or_else(String::new, |id| format!(" ({id}{under})"));
+            .map(|parent| format!("in {parent}"));
+        let id = match (child.session_id.as_deref(), under) {
+            (Some(id), Some(under)) => format!(" ({id} {under})"),
+            (Some(id), None) => format!(" ({id})"),
+            (None, Some(under)) => format!(" ({under})"),
+            (None, None) => String::new(),
+        };
         let mut line = format!(
             "acp-host: child {}{id}: {}",
             child.name,
@@ -772,6 +774,17 @@ mod tests {
         );
         tree.apply(&call("c2", "Subagent beta: do it"), 0);
         tree.apply(&call("c3", "Subagent gamma: do it"), 0);
+        // One a child asked for is said to be in it.
+        let mut other = Tree::new();
+        other.apply(&announce(None, "sub-9", "parent"), 0);
+        let nested = update(
+            Some("sub-9"),
+            json!({"sessionUpdate": "tool_call", "toolCallId": "c9", "title": "Subagent leaf: x", "kind": "think"}),
+        );
+        assert_eq!(
+            other.apply(&nested, 0),
+            ["acp-host: child leaf (in sub-9): queued"]
+        );
         // Another tool call of the run's own session is no child.
         assert!(tree.apply(&call("c4", "Think hard"), 0).is_empty());
         assert_eq!(
