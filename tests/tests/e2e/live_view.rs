@@ -180,6 +180,56 @@ fn on_a_terminal_the_tree_shows_three_children_running_then_completed_on_one_lin
 }
 
 #[test]
+fn on_a_terminal_a_grandchild_and_its_child_are_shown_under_their_parents() {
+    let dir = tempfile::tempdir().unwrap();
+    // acp-child, a definition the children find in the session's folder too.
+    super::children::write_approved(
+        &dir.path().join("subagents"),
+        "leaf.md",
+        "---\ndescription: an acp-child\nrun: {}\n---\nDo as told.\n",
+    );
+    let gate = format!("gated-prompt --go {}", dir.path().join("go").display());
+    mock_definition(dir.path(), "gate", &gate);
+    let mut cmd = offline_parent(dir.path(), &[]);
+    cmd.args([
+        "--max-depth",
+        "3",
+        "/delegate leaf /delegate leaf /delegate gate go",
+    ]);
+    let done = dir.path().join("exit-code");
+    let Some(tmux) = Tmux::start(dir.path(), &cmd) else {
+        return;
+    };
+    let starts = |pane: &str, line: &str| pane.lines().any(|seen| seen.starts_with(line));
+    let pane = tmux.until("three levels running", |pane| {
+        starts(pane, "leaf running ")
+            && starts(pane, "  leaf running ")
+            && starts(pane, "    gate running ")
+            && starts(pane, "      > waiting for go")
+    });
+    assert!(!pane.contains("completed"), "{pane}");
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    let pane = tmux.until("three levels completed", |pane| {
+        done.exists()
+            && starts(pane, "leaf completed ")
+            && starts(pane, "  leaf completed ")
+            && starts(pane, "    gate completed ")
+    });
+    assert_eq!(
+        std::fs::read_to_string(&done).unwrap().trim(),
+        "0",
+        "{pane}"
+    );
+    assert!(pane.contains("released"), "{pane}");
+    assert!(
+        !pane.contains("  > ") && !pane.contains("running"),
+        "{pane}"
+    );
+    drop(tmux);
+    assert_none_left(dir.path());
+}
+
+#[test]
 fn a_child_whose_question_waits_for_the_person_is_awaiting_approval_until_answered() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = offline_parent(dir.path(), &[]);
