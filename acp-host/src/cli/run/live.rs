@@ -131,14 +131,12 @@ impl Live {
         }
     }
 
-    /// Plain mode: the lines of the changes; tree mode: a redraw is due.
+    /// Plain mode: the lines of the changes (tree mode shows them at its next tick).
     fn changed(&self, lines: Vec<String>) {
         if self.draw.is_none() {
             for line in lines {
                 note!("{line}");
             }
-        } else if !lines.is_empty() {
-            self.wake.notify_one();
         }
     }
 
@@ -148,9 +146,10 @@ impl Live {
         loop {
             let lines = {
                 let state = self.state();
+                // A tick per period, whatever happens meanwhile; only the end wakes it early.
                 let (state, _) = self
                     .wake
-                    .wait_timeout(state, period)
+                    .wait_timeout_while(state, period, |state| !state.stopped)
                     .unwrap_or_else(PoisonError::into_inner);
                 if state.stopped {
                     return;
@@ -225,7 +224,6 @@ impl Live {
     fn answered(&self) {
         let mut state = self.state();
         state.asking = state.asking.saturating_sub(1);
-        self.wake.notify_one();
     }
 }
 
