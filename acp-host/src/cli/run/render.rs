@@ -6,7 +6,9 @@
 //! stalled reader slows the agent down and never a signal or the timeout; text goes out in pieces
 //! of at least [`OUT_BUFFER_BYTES`] (or when a burst of events ends), and a record is serialized
 //! straight into those pieces, never copied whole; once stdout is closed nothing more is written
-//! and the run goes on; what it remembers (children's names, tool call titles) is bounded.
+//! and the run goes on; what it remembers (children's names, tool call titles) is bounded; while
+//! the live view's tree is drawn on the terminal stdout writes to, the text is written by the
+//! view's thread instead, whole lines with the tree hidden meanwhile (`live`).
 
 use protocol::report::printable;
 use std::io::{IsTerminal, Write};
@@ -166,7 +168,7 @@ impl Renderer {
     }
 
     /// Writes `bytes` to stdout unless it is gone.
-    pub(super) fn emit(&self, bytes: &[u8]) {
+    fn emit(&self, bytes: &[u8]) {
         if bytes.is_empty() || self.stdout_closed.load(Ordering::Relaxed) {
             return;
         }
