@@ -544,7 +544,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let result = runtime.block_on(async {
         let cancel = Cancel::new();
         if let Some(signals) = signals {
-            tokio::spawn(signals.watch(cancel.clone(), seen_tx));
+            tokio::spawn(signals.beside(live.as_ref()).watch(cancel.clone(), seen_tx));
         }
         run::run(prepared, &options, &cancel).await
     });
@@ -922,6 +922,8 @@ fn wants(args: &RunArgs, found: Option<&subagent::Found>) -> Result<Wants, Strin
 pub(super) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
+    /// The live view whose tree a line for stderr hides meanwhile.
+    live: Option<Arc<live::Live>>,
 }
 
 impl Signals {
@@ -932,11 +934,21 @@ impl Signals {
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
         ) {
-            Some(Signals { int, term })
+            Some(Signals {
+                int,
+                term,
+                live: None,
+            })
         } else {
             tracing::warn!("cannot install signal handlers; Ctrl-C will not cancel gracefully");
             None
         }
+    }
+
+    /// Its line for stderr hides `live`'s tree meanwhile.
+    fn beside(mut self, live: Option<&Arc<live::Live>>) -> Signals {
+        self.live = live.cloned();
+        self
     }
 
     /// The first signal cancels, the second kills; `seen` counts them for the exit path.
@@ -948,7 +960,10 @@ impl Signals {
             }
             seen.send_modify(|n| *n += 1);
             if *seen.borrow() == 1 {
-                note!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
+                live::note(
+                    self.live.as_deref(),
+                    "acp-host: cancelling (press Ctrl-C again to kill the agent now)",
+                );
                 cancel.cancel();
             } else {
                 cancel.kill();

@@ -192,11 +192,14 @@ impl Live {
         if self.draw.is_none() {
             return;
         }
-        let state = self.state();
-        if state.tree.is_empty() {
-            return;
-        }
-        for line in state.tree.lines(self.now_ms(), MAX_WIDTH, MAX_SHOWN) {
+        let lines = {
+            let state = self.state();
+            if state.tree.is_empty() {
+                return;
+            }
+            state.tree.lines(self.now_ms(), MAX_WIDTH, MAX_SHOWN)
+        };
+        for line in lines {
             note!("{line}");
         }
     }
@@ -296,6 +299,15 @@ pub(super) fn watched(
             live: Arc::clone(live),
         }),
         None => asker,
+    }
+}
+
+/// A line for stderr, with `live`'s tree hidden meanwhile while it is drawn.
+pub(super) fn note(live: Option<&Live>, text: &str) {
+    if let Some(live) = live.filter(|live| live.drawing()) {
+        live.around(|| note!("{text}"));
+    } else {
+        note!("{text}");
     }
 }
 

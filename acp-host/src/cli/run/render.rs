@@ -117,14 +117,6 @@ impl Renderer {
             .filter(|live| live.holds())
     }
 
-    /// The live view, while its tree is drawn.
-    fn drawn(&self) -> Option<&Live> {
-        self.live
-            .get()
-            .map(AsRef::as_ref)
-            .filter(|live| live.drawing())
-    }
-
     /// `live`'s tick: the whole lines of the pending text, written with the tree hidden.
     pub(super) fn write_held(&self, live: &Live) {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -487,11 +479,7 @@ impl Observer for Renderer {
                     printable(decision.tool_kind.as_deref().unwrap_or("unknown kind")),
                     decision.decided_by.as_str()
                 );
-                if let Some(live) = self.drawn() {
-                    live.around(|| note!("{said}"));
-                } else {
-                    note!("{said}");
-                }
+                super::live::note(self.live.get().map(AsRef::as_ref), &said);
             }
             Event::Start(start) if self.verbose => note!(
                 "acp-host: agent {} ready (pid {}, session {})",
