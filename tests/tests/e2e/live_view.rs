@@ -66,6 +66,11 @@ fn shell_line(cmd: &Command) -> String {
     shell_words::join(words)
 }
 
+/// Whether the pane's command wrote its exit status (the whole line) to `file`.
+fn exited(file: &Path) -> bool {
+    std::fs::read_to_string(file).is_ok_and(|code| code.ends_with('\n'))
+}
+
 /// A tmux server of the test's own (its socket in `dir`), killed when dropped.
 struct Tmux {
     socket: std::path::PathBuf,
@@ -99,6 +104,15 @@ impl Tmux {
             .status()
             .unwrap();
         assert!(started.success());
+        let raw = dir.join("raw.txt");
+        let _ = tmux
+            .command()
+            .args(["pipe-pane", "-t", "live", "-o"])
+            .arg(format!(
+                "cat >> {}",
+                shell_words::quote(&raw.to_string_lossy())
+            ))
+            .status();
         Some(tmux)
     }
 
@@ -124,7 +138,12 @@ impl Tmux {
             pane = self.pane();
             condition(&pane)
         });
-        assert!(seen, "the pane never showed {what}:\n{pane}");
+        let raw = std::fs::read(self.socket.with_file_name("raw.txt")).unwrap_or_default();
+        assert!(
+            seen,
+            "the pane never showed {what}:\n{pane}\nraw: {:?}",
+            String::from_utf8_lossy(&raw)
+        );
         pane
     }
 }
@@ -155,7 +174,7 @@ fn on_a_terminal_the_tree_shows_three_children_running_then_completed_on_one_lin
     assert!(!pane.contains("completed"), "{pane}");
     std::fs::write(dir.path().join("go"), "").unwrap();
     let pane = tmux.until("three children completed", |pane| {
-        done.exists() && pane.contains("all done")
+        exited(&done) && pane.contains("all done")
     });
     assert_eq!(
         std::fs::read_to_string(&done).unwrap().trim(),
@@ -210,7 +229,7 @@ fn on_a_terminal_a_grandchild_and_its_child_are_shown_under_their_parents() {
     assert!(!pane.contains("completed"), "{pane}");
     std::fs::write(dir.path().join("go"), "").unwrap();
     let pane = tmux.until("three levels completed", |pane| {
-        done.exists()
+        exited(&done)
             && starts(pane, "leaf completed ")
             && starts(pane, "  leaf completed ")
             && starts(pane, "    gate completed ")
@@ -254,7 +273,7 @@ fn a_child_whose_question_waits_for_the_person_is_awaiting_approval_until_answer
         .unwrap();
     assert!(typed.success());
     let pane = tmux.until("the child completed", |pane| {
-        done.exists()
+        exited(&done)
             && pane
                 .lines()
                 .any(|line| line.starts_with("acp-child completed "))

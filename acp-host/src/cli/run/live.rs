@@ -30,8 +30,9 @@ use super::render::Renderer;
 const TICKS_PER_SECOND: u8 = 10;
 /// The most children the tree shows (the rest as `+N more`).
 const MAX_SHOWN: usize = 12;
-/// What a line may hold before indicatif cuts it to the terminal's width.
-const MAX_WIDTH: usize = 400;
+/// The most characters of a line (a longer one than the terminal is wide wraps; indicatif counts
+/// the rows it takes).
+const MAX_WIDTH: usize = 200;
 
 /// The live view of one run.
 pub(super) struct Live {
@@ -47,12 +48,18 @@ struct State {
     tree: Tree,
     /// Permission questions put to the person and not yet answered (the tree is hidden).
     asking: usize,
+    /// The view's thread is to end.
+    ending: bool,
+    /// The tree is gone for good (the renderer writes stdout itself again).
     stopped: bool,
 }
 
 struct Draw {
     multi: MultiProgress,
-    bars: Mutex<Vec<ProgressBar>>,
+    /// The tree, all its lines in its message.
+    bar: ProgressBar,
+    /// Whether the bar is in `multi` (drawn).
+    shown: Mutex<bool>,
     renderer: Arc<Renderer>,
     /// Stdout is the terminal too: its text is written by the view's thread (whole lines).
     holds: bool,
@@ -75,7 +82,11 @@ impl Live {
                 multi: MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(
                     TICKS_PER_SECOND,
                 )),
-                bars: Mutex::default(),
+                bar: ProgressBar::hidden().with_style(
+                    ProgressStyle::with_template("{msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+                ),
+                shown: Mutex::new(false),
                 renderer: Arc::clone(renderer),
                 holds,
             }),
@@ -86,6 +97,7 @@ impl Live {
             state: Mutex::new(State {
                 tree: Tree::new(),
                 asking: 0,
+                ending: false,
                 stopped: false,
             }),
             wake: Condvar::new(),
@@ -143,36 +155,45 @@ impl Live {
     fn tick_until_stopped(&self) {
         let period = Duration::from_millis(1000 / u64::from(TICKS_PER_SECOND));
         let mut shown: Vec<String> = Vec::new();
+        let Some(draw) = &self.draw else { return };
         loop {
-            let lines = {
-                let state = self.state();
+            {
                 // A tick per period, whatever happens meanwhile; only the end wakes it early.
                 let (state, _) = self
                     .wake
-                    .wait_timeout_while(state, period, |state| !state.stopped)
+                    .wait_timeout_while(self.state(), period, |state| !state.ending)
                     .unwrap_or_else(PoisonError::into_inner);
-                if state.stopped {
+                if state.ending {
                     return;
                 }
-                // Hidden while a question waits for the person, and until there is a child.
-                (state.asking == 0 && !state.tree.is_empty())
-                    .then(|| state.tree.lines(self.now_ms(), MAX_WIDTH, MAX_SHOWN))
-            };
-            let Some(draw) = &self.draw else { return };
+            }
+            // Not under the state's lock: the renderer holds its text's lock, then that one.
             if draw.holds {
                 draw.renderer.write_held(self);
             }
-            let lines = lines.unwrap_or_default();
-            if lines != shown {
-                draw.show(&lines);
-                shown = lines;
+            // Drawn under the state's lock, so a question hiding the tree is never drawn over.
+            let state = self.state();
+            if state.ending {
+                return;
             }
+            // Hidden while a question waits for the person, and until there is a child.
+            let lines = if state.asking == 0 && !state.tree.is_empty() {
+                state.tree.lines(self.now_ms(), MAX_WIDTH, MAX_SHOWN)
+            } else {
+                Vec::new()
+            };
+            // Every tick, so an attempt the draw target refused is made again at the next.
+            if !(lines.is_empty() && shown.is_empty()) {
+                draw.show(&lines);
+            }
+            shown = lines;
         }
     }
 
-    /// The run is over: the tree is cleared (the renderer writes stdout itself again).
+    /// The run is over: the tree is cleared, then the renderer writes stdout itself again (in
+    /// that order: text written before the tree is wiped would be wiped with it).
     pub(super) fn stop(&self) {
-        self.state().stopped = true;
+        self.state().ending = true;
         self.wake.notify_all();
         let ticker = self
             .ticker
@@ -185,6 +206,7 @@ impl Live {
         if let Some(draw) = &self.draw {
             draw.show(&[]);
         }
+        self.state().stopped = true;
     }
 
     /// Tree mode, after the run's last stdout write: the children as they ended, one line each.
@@ -206,21 +228,20 @@ impl Live {
 
     /// A question for the person about to be asked: the child awaits approval, the tree hides.
     fn asking(&self, session: Option<&str>) {
-        let lines = {
-            let mut state = self.state();
-            state.asking += 1;
-            let now = self.now_ms();
-            state.tree.asking(session, now)
-        };
-        match &self.draw {
-            // The tree is hidden until the answer; the line stays above the question.
-            Some(draw) => {
-                draw.show(&[]);
-                for line in lines {
-                    note!("{line}");
-                }
+        let mut state = self.state();
+        state.asking += 1;
+        let now = self.now_ms();
+        let lines = state.tree.asking(session, now);
+        // The tree is hidden until the answer (under the state's lock, so the view's thread
+        // draws nothing meanwhile); the line stays above the question.
+        if let Some(draw) = &self.draw {
+            draw.show(&[]);
+            for line in lines {
+                note!("{line}");
             }
-            None => self.changed(lines),
+        } else {
+            drop(state);
+            self.changed(lines);
         }
     }
 
@@ -231,38 +252,25 @@ impl Live {
 }
 
 impl Draw {
-    /// Shows `lines`, one bar each (bars added or removed to match).
+    /// Shows `lines` (none: hides the tree). The tree is one bar of as many lines, so a tick is
+    /// one draw attempt whatever the number of rows, and the draw target lets
+    /// [`TICKS_PER_SECOND`] through a second.
     fn show(&self, lines: &[String]) {
-        let mut bars = self.bars.lock().unwrap_or_else(PoisonError::into_inner);
-        if lines.is_empty() && !bars.is_empty() {
-            // Wiped while the bars still hold what was drawn; a removal draws nothing.
-            let _ = self.multi.clear();
-        }
-        // Fewer lines: the next draw clears what the bars removed had shown.
-        while bars.len() > lines.len() {
-            if let Some(bar) = bars.pop() {
-                self.multi.remove(&bar);
+        let mut shown = self.shown.lock().unwrap_or_else(PoisonError::into_inner);
+        if lines.is_empty() {
+            if *shown {
+                // Wiped while the bar still holds what was drawn; its removal draws nothing.
+                let _ = self.multi.clear();
+                self.multi.remove(&self.bar);
+                *shown = false;
             }
+            return;
         }
-        let style = ProgressStyle::with_template("{wide_msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_spinner());
-        while bars.len() < lines.len() {
-            bars.push(
-                self.multi
-                    .add(ProgressBar::new_spinner().with_style(style.clone())),
-            );
+        if !*shown {
+            self.multi.add(self.bar.clone());
+            *shown = true;
         }
-        // Each change is a draw attempt, and one more for what an attempt refused before: the
-        // draw target lets through TICKS_PER_SECOND a second (after a first burst), whatever the
-        // number of rows.
-        for (bar, line) in bars.iter().zip(lines) {
-            if bar.message() != *line {
-                bar.set_message(line.clone());
-            }
-        }
-        if let Some(bar) = bars.last() {
-            bar.tick();
-        }
+        self.bar.set_message(lines.join("\n"));
     }
 }
 
