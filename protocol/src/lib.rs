@@ -14,6 +14,7 @@ pub mod env_scrub;
 pub mod env_vars;
 pub mod events;
 mod json;
+pub mod live;
 pub mod permission;
 pub mod registry;
 pub mod remote;

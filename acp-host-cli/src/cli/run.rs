@@ -17,9 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use acp_host::agents::HostFacts;
-use acp_host::permission::PermissionHandler;
 use acp_host::remote::bridge;
-use acp_host::run::{self, Cancel, Observer, RunOptions};
+use acp_host::run::{self, Cancel, RunOptions};
 use protocol::batch::BatchLine;
 use protocol::capabilities::{Persona, PersonaMode, ToolFilter, Wants};
 use protocol::definition::{Isolation, RunPermission, RunSettings};
@@ -36,9 +35,9 @@ use super::sandbox::SandboxArgs;
 use super::{CliError, subagent};
 
 mod ask;
+mod live;
 mod render;
 
-use ask::{NoTerminal, TerminalAsker};
 use render::Renderer;
 
 /// Drive one ACP agent on one prompt, as an out-of-process subagent.
@@ -210,6 +209,14 @@ pub(super) struct RunArgs {
     #[arg(short, long)]
     verbose: bool,
 
+    /// How the children the agent runs are shown on stderr: tree (each child's state, time,
+    /// tokens, cost and last line, redrawn in place under the answer; drawn on a terminal only,
+    /// plain lines elsewhere or with --verbose), plain (one line per change of a child's state),
+    /// off. auto: tree on a terminal, plain otherwise, off with --verbose (whose own lines say
+    /// when each child starts and ends).
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ProgressArg::Auto)]
+    progress: ProgressArg,
+
     #[command(flatten)]
     sandbox: SandboxArgs,
 
@@ -249,6 +256,25 @@ impl From<PersonaModeArg> for PersonaMode {
             PersonaModeArg::Append => PersonaMode::Append,
             PersonaModeArg::Strict => PersonaMode::Strict,
             PersonaModeArg::Override => PersonaMode::Override,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ProgressArg {
+    Auto,
+    Tree,
+    Plain,
+    Off,
+}
+
+impl From<ProgressArg> for protocol::live::Progress {
+    fn from(arg: ProgressArg) -> Self {
+        match arg {
+            ProgressArg::Auto => Self::Auto,
+            ProgressArg::Tree => Self::Tree,
+            ProgressArg::Plain => Self::Plain,
+            ProgressArg::Off => Self::Off,
         }
     }
 }
@@ -364,6 +390,7 @@ impl RunArgs {
             max_output: DEFAULT_MAX_OUTPUT_BYTES,
             json: true,
             verbose: false,
+            progress: ProgressArg::Off,
             sandbox: batch.sandbox.with_line(line.sandbox, line.network.as_ref()),
             // The batch's span is given in its `RunOptions`, not per line.
             traceparent: None,
@@ -501,14 +528,10 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
         args.verbose,
         args.output_schema.is_some(),
     ));
+    let live = live::Live::start(args.progress.into(), args.verbose, &renderer);
     let options = RunOptions {
-        observers: vec![Arc::clone(&renderer) as Arc<dyn Observer>],
-        permissions: ask.then(|| {
-            TerminalAsker::open().map_or_else(
-                || Arc::new(NoTerminal::default()) as Arc<dyn PermissionHandler>,
-                |asker| Arc::new(asker) as Arc<dyn PermissionHandler>,
-            )
-        }),
+        observers: live::observers(&renderer, live.as_ref()),
+        permissions: ask.then(|| live::watched(ask::handler(), live.as_ref())),
         // Human mode printed the text as it came and shows no result: it keeps none of it.
         max_output_bytes: Some(if args.json { args.max_output } else { 0 }),
         // A structured answer is read from up to --max-output bytes of text, in either mode.
@@ -521,11 +544,12 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     let result = runtime.block_on(async {
         let cancel = Cancel::new();
         if let Some(signals) = signals {
-            tokio::spawn(signals.watch(cancel.clone(), seen_tx));
+            tokio::spawn(signals.beside(live.as_ref()).watch(cancel.clone(), seen_tx));
         }
         run::run(prepared, &options, &cancel).await
     });
     let code = ExitCode::from(result.exit_code());
+    live::stop(live.as_deref());
     // The last stdout write may block on a stalled reader: it must not hold the exit hostage.
     let killed = *seen.borrow_and_update() >= 2;
     let (done_tx, done) = tokio::sync::oneshot::channel();
@@ -567,6 +591,7 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
             () = limit => {}
         }
     });
+    live::summary(live.as_deref());
     if let Some(result) = report {
         renderer.report(&result);
     }
@@ -897,6 +922,8 @@ fn wants(args: &RunArgs, found: Option<&subagent::Found>) -> Result<Wants, Strin
 pub(super) struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
+    /// The live view whose tree a line for stderr hides meanwhile.
+    live: Option<Arc<live::Live>>,
 }
 
 impl Signals {
@@ -907,11 +934,21 @@ impl Signals {
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
         ) {
-            Some(Signals { int, term })
+            Some(Signals {
+                int,
+                term,
+                live: None,
+            })
         } else {
             tracing::warn!("cannot install signal handlers; Ctrl-C will not cancel gracefully");
             None
         }
+    }
+
+    /// Its line for stderr hides `live`'s tree meanwhile.
+    fn beside(mut self, live: Option<&Arc<live::Live>>) -> Signals {
+        self.live = live.cloned();
+        self
     }
 
     /// The first signal cancels, the second kills; `seen` counts them for the exit path.
@@ -923,7 +960,10 @@ impl Signals {
             }
             seen.send_modify(|n| *n += 1);
             if *seen.borrow() == 1 {
-                note!("acp-host: cancelling (press Ctrl-C again to kill the agent now)");
+                live::note(
+                    self.live.as_deref(),
+                    "acp-host: cancelling (press Ctrl-C again to kill the agent now)",
+                );
                 cancel.cancel();
             } else {
                 cancel.kill();

@@ -283,7 +283,7 @@ impl Agent {
     }
 
     /// Waits until `go` exists, still handling stdin (EOF ends the wait per the EOF policy).
-    async fn gate(&mut self, go: &Path) {
+    pub(super) async fn gate(&mut self, go: &Path) {
         while !go.exists() {
             tokio::select! {
                 () = self.absorb() => {}

@@ -14,7 +14,7 @@ pub const USAGE_EXIT: i32 = 64;
 
 /// Scenario names, in the order the usage message lists them.
 pub const SCENARIOS: &str = "hello, text, thought, hang, ignore-cancel, crash-on-cancel, \
-    crash-on-prompt, permission, permission-after-cancel, gated-session, no-session-id, auth-required, garbage, \
+    crash-on-prompt, permission, permission-after-cancel, gated-session, gated-prompt, no-session-id, auth-required, garbage, \
     huge, grandchild, stubborn, flush-on-eof, term-marker, exit-before-init, silent, echo-cwd, \
     echo-env, fs-request, session-echo, echo-prompt, slow-stream, probe-fd, ancestor-environ, \
     escapee, permission-raw, foreign-session, echo-initialize, flood, bad-utf8, batch, configurable, answers";
@@ -85,6 +85,9 @@ pub enum Scenario {
     PermissionAfterCancel,
     /// On `session/new`: touches `--ready`, answers only once `go` exists (or exits on EOF).
     GatedSession { go: PathBuf },
+    /// On the prompt: text "waiting for go", `--ready`, then answers "released" (`end_turn`) only
+    /// once `go` exists (or exits on EOF).
+    GatedPrompt { go: PathBuf },
     /// Answers `session/new` with `{}` (no session id).
     NoSessionId,
     /// Answers `session/new` with ACP's `auth_required` error (-32000) and `message` (default
@@ -438,6 +441,9 @@ fn scenario(
                 go: s.take("go").ok_or_else(|| s.missing("go"))?.into(),
             }
         }
+        "gated-prompt" => Scenario::GatedPrompt {
+            go: s.take("go").ok_or_else(|| s.missing("go"))?.into(),
+        },
         "no-session-id" => Scenario::NoSessionId,
         "auth-required" => Scenario::AuthRequired {
             message: s

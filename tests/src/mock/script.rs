@@ -119,6 +119,11 @@ impl Agent {
                 let text = format!("session {session}");
                 self.reply(id, session, [text], "end_turn").await;
             }
+            Scenario::GatedPrompt { go } => {
+                self.say(session, "waiting for go\n").await;
+                self.gate(&go).await;
+                self.reply(id, session, ["released"], "end_turn").await;
+            }
             Scenario::SlowStream { chunks, interval } => {
                 self.slow_stream(id, session, chunks, interval).await;
             }

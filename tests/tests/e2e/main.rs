@@ -27,6 +27,7 @@ mod host_child;
 mod install;
 mod library;
 mod live_children;
+mod live_view;
 mod mock_agent;
 mod mock_llm;
 mod model;

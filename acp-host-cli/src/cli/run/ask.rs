@@ -9,6 +9,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use acp_host::permission::{Decision, DecisionFuture, PermissionHandler};
 use protocol::permission::{Answer, DecidedBy, PermissionPolicy, PermissionRequest};
 
+/// `--permission ask`'s handler: the terminal, or without one the policy.
+pub(super) fn handler() -> Arc<dyn PermissionHandler> {
+    TerminalAsker::open().map_or_else(
+        || Arc::new(NoTerminal::default()) as Arc<dyn PermissionHandler>,
+        |asker| Arc::new(asker) as Arc<dyn PermissionHandler>,
+    )
+}
+
 /// `--permission ask` with no terminal to ask on: rejects like the policy, and says so on stderr
 /// at the first request (once, not per request; a run that asks nothing says nothing).
 #[derive(Default)]

@@ -6,12 +6,14 @@
 //! stalled reader slows the agent down and never a signal or the timeout; text goes out in pieces
 //! of at least [`OUT_BUFFER_BYTES`] (or when a burst of events ends), and a record is serialized
 //! straight into those pieces, never copied whole; once stdout is closed nothing more is written
-//! and the run goes on; what it remembers (children's names, tool call titles) is bounded.
+//! and the run goes on; what it remembers (children's names, tool call titles) is bounded; while
+//! the live view's tree is drawn on the terminal stdout writes to, the text is written by the
+//! view's thread instead, whole lines with the tree hidden meanwhile (`live`).
 
 use protocol::report::printable;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use acp_host::run::{Observer, ObserverError};
 use agent_client_protocol::v1::schema::{
@@ -21,6 +23,7 @@ use protocol::events::{Event, ResultRecord};
 use protocol::permission::Outcome;
 use protocol::result::{RunResult, Status};
 
+use super::live::Live;
 use crate::cli::{Written, write_stdout};
 
 /// Stdout text is written in pieces of at least this size while the agent streams.
@@ -44,7 +47,7 @@ impl Write for Chunked<'_> {
         self.flushed = true;
         self.renderer.write_out(self.pending);
         if buf.len() >= OUT_BUFFER_BYTES {
-            self.renderer.emit(buf);
+            self.renderer.emit_out(buf);
         } else {
             self.pending.extend_from_slice(buf);
         }
@@ -77,6 +80,9 @@ pub(super) struct Renderer {
     /// The titles of the tool calls announced so far, by session and call id (`--verbose` names
     /// the call in a status-only update), at most [`MAX_TITLES`].
     titles: Mutex<std::collections::HashMap<(Option<String>, String), String>>,
+    /// The live view drawn on the terminal, if any: while it is up, its thread writes the text
+    /// (whole lines, with the tree hidden meanwhile).
+    live: std::sync::OnceLock<Arc<Live>>,
 }
 
 /// The most tool call titles `--verbose` remembers: later calls' updates show their id.
@@ -93,6 +99,43 @@ impl Renderer {
             ended_with_newline: Mutex::new(true),
             child_names: Mutex::default(),
             titles: Mutex::default(),
+            live: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// From now on, while `live`'s tree is drawn, stdout text on the same terminal waits for its
+    /// thread, and a line for stderr hides the tree meanwhile.
+    pub(super) fn hold_for(&self, live: Arc<Live>) {
+        let _ = self.live.set(live);
+    }
+
+    /// The live view, while its tree is drawn on the terminal stdout writes to.
+    fn held(&self) -> Option<&Live> {
+        self.live
+            .get()
+            .map(AsRef::as_ref)
+            .filter(|live| live.holds())
+    }
+
+    /// `live`'s tick: the whole lines of the pending text, written with the tree hidden.
+    pub(super) fn write_held(&self, live: &Live) {
+        let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let whole = pending
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |at| at + 1);
+        if whole > 0 {
+            let rest = pending.split_off(whole);
+            live.around(|| self.emit(&pending));
+            *pending = rest;
+        }
+    }
+
+    /// [`Renderer::emit`], with the live view's tree hidden meanwhile.
+    fn emit_out(&self, bytes: &[u8]) {
+        match self.held() {
+            Some(live) => live.around(|| self.emit(bytes)),
+            None => self.emit(bytes),
         }
     }
 
@@ -109,7 +152,7 @@ impl Renderer {
 
     /// Writes what is pending (blocking while the reader is slow: this is the backpressure).
     fn write_out(&self, pending: &mut Vec<u8>) {
-        self.emit(pending);
+        self.emit_out(pending);
         pending.clear();
         if pending.capacity() > OUT_BUFFER_BYTES * 2 {
             *pending = Vec::new();
@@ -389,6 +432,10 @@ impl Renderer {
 
 impl Observer for Renderer {
     fn flush(&self) {
+        // While the live tree is drawn, its thread writes the text.
+        if self.held().is_some() {
+            return;
+        }
         self.write_out(&mut self.pending.lock().unwrap_or_else(PoisonError::into_inner));
     }
 
@@ -425,13 +472,14 @@ impl Observer for Renderer {
                     .session_id
                     .as_deref()
                     .map_or_else(String::new, |id| format!("[{}] ", self.child_name(id)));
-                note!(
+                let said = format!(
                     "acp-host: {prefix}permission {} for {} ({}): {answer} [by {}]",
                     decision.verdict.as_str(),
                     printable(decision.title.as_deref().unwrap_or("a tool call")),
                     printable(decision.tool_kind.as_deref().unwrap_or("unknown kind")),
                     decision.decided_by.as_str()
                 );
+                super::live::note(self.live.get().map(AsRef::as_ref), &said);
             }
             Event::Start(start) if self.verbose => note!(
                 "acp-host: agent {} ready (pid {}, session {})",
