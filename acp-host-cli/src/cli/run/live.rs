@@ -24,7 +24,7 @@ use protocol::events::Event;
 use protocol::live::{Progress, Tree};
 use protocol::permission::PermissionRequest;
 
-use super::render::Renderer;
+use super::render::{Drawn, Renderer};
 
 /// How often the tree is redrawn at most.
 const TICKS_PER_SECOND: u8 = 10;
@@ -105,7 +105,7 @@ impl Live {
             ticker: Mutex::default(),
         });
         if live.draw.is_some() {
-            renderer.hold_for(Arc::clone(&live));
+            renderer.hold_for(Arc::clone(&live) as Arc<dyn Drawn>);
             let ticking = Arc::clone(&live);
             let handle = std::thread::Builder::new()
                 .name("acp-host-progress".into())
@@ -359,5 +359,19 @@ struct Answered(Arc<Live>);
 impl Drop for Answered {
     fn drop(&mut self) {
         self.0.answered();
+    }
+}
+
+impl Drawn for Live {
+    fn drawing(&self) -> bool {
+        Live::drawing(self)
+    }
+
+    fn holds(&self) -> bool {
+        Live::holds(self)
+    }
+
+    fn around(&self, write: &mut dyn FnMut()) {
+        Live::around(self, write);
     }
 }

@@ -23,7 +23,6 @@ use protocol::events::{Event, ResultRecord};
 use protocol::permission::Outcome;
 use protocol::result::{RunResult, Status};
 
-use super::live::Live;
 use crate::cli::{Written, write_stdout};
 
 /// Stdout text is written in pieces of at least this size while the agent streams.
@@ -82,7 +81,18 @@ pub(super) struct Renderer {
     titles: Mutex<std::collections::HashMap<(Option<String>, String), String>>,
     /// The live view drawn on the terminal, if any: while it is up, its thread writes the text
     /// (whole lines, with the tree hidden meanwhile).
-    live: std::sync::OnceLock<Arc<Live>>,
+    live: std::sync::OnceLock<Arc<dyn Drawn>>,
+}
+
+/// What the renderer needs of a view drawn on the terminal (the live tree, `super::live`): a trait,
+/// so the renderer names no view and the view points down at the renderer alone.
+pub(super) trait Drawn: Send + Sync {
+    /// Whether it is drawn at all (not stopped).
+    fn drawing(&self) -> bool;
+    /// Whether it is drawn on the terminal stdout writes to: stdout's text then waits for it.
+    fn holds(&self) -> bool;
+    /// Runs `write` with the view hidden.
+    fn around(&self, write: &mut dyn FnMut());
 }
 
 /// The most tool call titles `--verbose` remembers: later calls' updates show their id.
@@ -105,12 +115,12 @@ impl Renderer {
 
     /// From now on, while `live`'s tree is drawn, stdout text on the same terminal waits for its
     /// thread, and a line for stderr hides the tree meanwhile.
-    pub(super) fn hold_for(&self, live: Arc<Live>) {
+    pub(super) fn hold_for(&self, live: Arc<dyn Drawn>) {
         let _ = self.live.set(live);
     }
 
     /// The live view, while its tree is drawn on the terminal stdout writes to.
-    fn held(&self) -> Option<&Live> {
+    fn held(&self) -> Option<&dyn Drawn> {
         self.live
             .get()
             .map(AsRef::as_ref)
@@ -118,7 +128,7 @@ impl Renderer {
     }
 
     /// `live`'s tick: the whole lines of the pending text, written with the tree hidden.
-    pub(super) fn write_held(&self, live: &Live) {
+    pub(super) fn write_held(&self, live: &dyn Drawn) {
         let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let whole = pending
             .iter()
@@ -126,7 +136,7 @@ impl Renderer {
             .map_or(0, |at| at + 1);
         if whole > 0 {
             let rest = pending.split_off(whole);
-            live.around(|| self.emit(&pending));
+            live.around(&mut || self.emit(&pending));
             *pending = rest;
         }
     }
@@ -134,7 +144,7 @@ impl Renderer {
     /// [`Renderer::emit`], with the live view's tree hidden meanwhile.
     fn emit_out(&self, bytes: &[u8]) {
         match self.held() {
-            Some(live) => live.around(|| self.emit(bytes)),
+            Some(live) => live.around(&mut || self.emit(bytes)),
             None => self.emit(bytes),
         }
     }
@@ -479,7 +489,10 @@ impl Observer for Renderer {
                     printable(decision.tool_kind.as_deref().unwrap_or("unknown kind")),
                     decision.decided_by.as_str()
                 );
-                super::live::note(self.live.get().map(AsRef::as_ref), &said);
+                match self.live.get().filter(|live| live.drawing()) {
+                    Some(live) => live.around(&mut || note!("{said}")),
+                    None => note!("{said}"),
+                }
             }
             Event::Start(start) if self.verbose => note!(
                 "acp-host: agent {} ready (pid {}, session {})",
