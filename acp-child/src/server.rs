@@ -50,12 +50,13 @@ use agent_client_protocol::{
     on_receive_request,
 };
 use protocol::capabilities::{self, ToolFilter};
+use protocol::depth::DepthBudget;
 use protocol::structured::OutputSchema;
 use serde_json::Value;
 use thiserror::Error;
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
-use crate::backend::children::{ChildSessions, Subagents};
+use crate::backend::children::{self, ChildSessions, Subagents};
 use crate::backend::model::{ClientBuildError, Model, ModelConfig};
 use crate::backend::offline::Offline;
 use crate::backend::{Backend, ClientFs, ClientLink, Offers, Turn};
@@ -68,10 +69,14 @@ use crate::workspace::Workspace;
 use crate::{AGENT_NAME, AGENT_VERSION};
 use protocol::report::describe;
 
-/// What the server runs with: the backend answering prompt turns.
+/// What the server runs with: the backend answering prompt turns, and this agent's own
+/// delegation standing, which every session it opens is handed.
 #[derive(Clone)]
 pub struct AgentConfig {
     backend: Arc<dyn Backend>,
+    /// Read once: the subagents' (as the binary read it), else this process's environment;
+    /// `None` when the inherited values are malformed.
+    depth: Option<DepthBudget>,
 }
 
 impl AgentConfig {
@@ -85,6 +90,7 @@ impl AgentConfig {
     #[must_use]
     pub fn offline_with(subagents: Option<Subagents>) -> Self {
         Self {
+            depth: depth_of(subagents.as_ref()),
             backend: Arc::new(Offline {
                 subagents: subagents.map(Arc::new),
             }),
@@ -102,9 +108,15 @@ impl AgentConfig {
         subagents: Option<Subagents>,
     ) -> Result<Self, ClientBuildError> {
         Ok(Self {
+            depth: depth_of(subagents.as_ref()),
             backend: Arc::new(Model::new(config, subagents.map(Arc::new))?),
         })
     }
+}
+
+/// This agent's own standing: the one `subagents` hold, else read from the environment.
+fn depth_of(subagents: Option<&Subagents>) -> Option<DepthBudget> {
+    subagents.map_or_else(children::inherited_budget, Subagents::depth)
 }
 
 impl AgentConfig {
@@ -196,6 +208,7 @@ pub(crate) async fn serve(
 ) -> Result<(), ServeError> {
     let sessions = Arc::new(Sessions::default());
     let backend = config.backend;
+    let depth = config.depth;
     // Set by `initialize`; read when a turn starts.
     let client = Arc::new(Mutex::new(ClientOffers::default()));
     let children = Arc::new(ChildSessions::default());
@@ -232,7 +245,14 @@ pub(crate) async fn serve(
                 async move |request: NewSessionRequest,
                             responder: Responder<NewSessionResponse>,
                             cx: ConnectionTo<Client>| {
-                    new_session(&sessions, &*backend, &request, responder, (&cx, &backlog))
+                    new_session(
+                        &sessions,
+                        &*backend,
+                        depth,
+                        &request,
+                        responder,
+                        (&cx, &backlog),
+                    )
                 }
             },
             on_receive_request!(),
@@ -245,7 +265,14 @@ pub(crate) async fn serve(
                 async move |request: LoadSessionRequest,
                             responder: Responder<LoadSessionResponse>,
                             cx: ConnectionTo<Client>| {
-                    load_session(&sessions, &*backend, &request, responder, (&cx, &backlog))
+                    load_session(
+                        &sessions,
+                        &*backend,
+                        depth,
+                        &request,
+                        responder,
+                        (&cx, &backlog),
+                    )
                 }
             },
             on_receive_request!(),
@@ -257,7 +284,7 @@ pub(crate) async fn serve(
                 async move |request: ForkSessionRequest,
                             responder: Responder<ForkSessionResponse>,
                             _cx: ConnectionTo<Client>| {
-                    fork_session(&sessions, &*backend, &request, responder)
+                    fork_session(&sessions, &*backend, depth, &request, responder)
                 }
             },
             on_receive_request!(),
@@ -432,15 +459,17 @@ const MODEL_OPTION: &str = "model";
 
 /// What `session/new` (or `session/load`) asks of the session (`system_prompt`, the start
 /// extension in `meta`), checked against what the backend offers, over `base` (a loaded
-/// session's saved settings: what the request does not mention is kept); `Err` is the message of
-/// an invalid-params error.
+/// session's saved settings: what the request does not mention is kept), standing at this
+/// agent's `depth`; `Err` is the message of an invalid-params error.
 fn session_settings(
     system_prompt: Option<&SystemPrompt>,
     meta: Option<&serde_json::Map<String, Value>>,
     offers: &Offers,
     base: Settings,
+    depth: Option<DepthBudget>,
 ) -> Result<Settings, String> {
     let mut settings = base;
+    settings.agent_depth = depth;
     if let Some(system) = system_prompt {
         settings.persona = Some(session_persona(system, offers)?);
     }
@@ -568,6 +597,7 @@ fn set_config_option(
 fn new_session(
     sessions: &Sessions,
     backend: &dyn Backend,
+    depth: Option<DepthBudget>,
     request: &NewSessionRequest,
     responder: Responder<NewSessionResponse>,
     (cx, backlog): (&ConnectionTo<Client>, &Backlog),
@@ -587,6 +617,7 @@ fn new_session(
         request.meta.as_ref(),
         &offers,
         Settings::default(),
+        depth,
     ) {
         Ok(settings) => settings,
         Err(message) => {
@@ -651,6 +682,7 @@ fn new_session(
 fn load_session(
     sessions: &Sessions,
     backend: &dyn Backend,
+    depth: Option<DepthBudget>,
     request: &LoadSessionRequest,
     responder: Responder<LoadSessionResponse>,
     (cx, backlog): (&ConnectionTo<Client>, &Backlog),
@@ -690,6 +722,7 @@ fn load_session(
         request.meta.as_ref(),
         &offers,
         restored.clone(),
+        depth,
     ) {
         Ok(settings) => settings,
         Err(message) => {
@@ -753,6 +786,7 @@ fn restore(saved: Option<SavedSettings>, offers: &Offers, id: &str) -> Settings 
 fn fork_session(
     sessions: &Sessions,
     backend: &dyn Backend,
+    depth: Option<DepthBudget>,
     request: &ForkSessionRequest,
     responder: Responder<ForkSessionResponse>,
 ) -> Result<(), AcpError> {
@@ -784,6 +818,7 @@ fn fork_session(
         request.meta.as_ref(),
         &offers,
         restore(saved.settings.clone(), &offers, source),
+        depth,
     ) {
         Ok(settings) => settings,
         Err(message) => {

@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use protocol::capabilities::ToolFilter;
-use protocol::depth::Budget;
+use protocol::depth::DepthBudget;
 use protocol::structured::OutputSchema;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
@@ -65,13 +65,18 @@ pub(crate) struct Settings {
     /// backend ends a turn before a request would pass it. Never saved: it is the client's run's,
     /// not the session's (a loaded session gets the one its new run sends, if any).
     pub(crate) budget: Option<protocol::usage::Budget>,
+    /// This agent's own delegation standing, handed to the session when it is opened (the one
+    /// reading of it, at start: `AgentConfig`'s); `None` when the values it inherited are
+    /// malformed. Never saved: it is this process's, not the session's.
+    pub(crate) agent_depth: Option<DepthBudget>,
 }
 
 impl Settings {
-    /// Where this session stands for delegation: this agent's own standing (inherited), the cap
-    /// lowered by the session's; `None` when the inherited values are malformed.
-    pub(crate) fn budget(&self) -> Option<Budget> {
-        crate::backend::children::inherited_budget().map(|budget| budget.lowered(self.max_depth))
+    /// Where this session stands for delegation (its children, the commands it runs): this
+    /// agent's own standing with the cap lowered by the session's (`max_depth`); `None` when
+    /// this agent's inherited values are malformed.
+    pub(crate) fn depth(&self) -> Option<DepthBudget> {
+        self.agent_depth.map(|depth| depth.lowered(self.max_depth))
     }
 
     /// What is saved of these settings with a persistent session.
@@ -117,19 +122,8 @@ impl Settings {
             output,
             max_depth: saved.max_depth,
             budget: None,
+            agent_depth: None,
         }
-    }
-
-    /// The session's tool filter, with `subagent` denied when its own cap leaves no room to
-    /// delegate (so the model is not offered it, and a call made anyway is refused).
-    pub(crate) fn tool_filter(&self) -> Option<ToolFilter> {
-        let capped = self.max_depth.is_some() && !self.budget().is_some_and(Budget::may_delegate);
-        if !capped {
-            return self.tools.clone();
-        }
-        let mut filter = self.tools.clone().unwrap_or_default();
-        filter.deny.push(crate::backend::children::TOOL.to_owned());
-        Some(filter)
     }
 }
 

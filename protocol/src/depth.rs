@@ -30,14 +30,15 @@ pub const DEFAULT_MAX_DEPTH: u32 = 1;
 /// agent, its subagents and theirs: a handful of levels) and far from overflowing `depth + 1`.
 pub const MAX_CHAIN_DEPTH: u32 = 64;
 
-/// Where an agent stands: its depth and the deepest an agent of its chain may be.
+/// Where an agent stands in its chain: its depth and the deepest an agent of the chain may be
+/// (not [`crate::usage::Budget`], the tokens and cost a run may spend).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
+pub struct DepthBudget {
     pub depth: u32,
     pub max_depth: u32,
 }
 
-impl Budget {
+impl DepthBudget {
     /// Whether an agent standing here may start another one (prompt and execution face alike).
     #[must_use]
     pub fn may_delegate(self) -> bool {
@@ -47,7 +48,7 @@ impl Budget {
     /// This standing with the cap lowered to `cap` (a session's own limit); never raised.
     #[must_use]
     pub fn lowered(self, cap: Option<u32>) -> Self {
-        Budget {
+        DepthBudget {
             depth: self.depth,
             max_depth: cap.map_or(self.max_depth, |cap| cap.min(self.max_depth)),
         }
@@ -98,7 +99,7 @@ pub struct PastBound {
 /// did (for the caller to log).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Standing {
-    pub budget: Budget,
+    pub budget: DepthBudget,
     pub past_bound: Option<PastBound>,
 }
 
@@ -106,7 +107,7 @@ impl Standing {
     /// Standing at `depth` with the cap there: may run, may not start another agent.
     fn at_cap(depth: u32, past_bound: PastBound) -> Self {
         Standing {
-            budget: Budget {
+            budget: DepthBudget {
                 depth,
                 max_depth: depth,
             },
@@ -132,7 +133,7 @@ pub fn own(inherited: Inherited<'_>) -> Result<Standing, DepthError> {
         (Value::Past(past), _) => Standing::at_cap(MAX_CHAIN_DEPTH, past),
         (depth, Value::Past(past)) => Standing::at_cap(depth.or(0), past),
         (depth, max_depth) => Standing {
-            budget: Budget {
+            budget: DepthBudget {
                 depth: depth.or(0),
                 max_depth: max_depth.or(DEFAULT_MAX_DEPTH),
             },
@@ -186,7 +187,7 @@ pub fn child(inherited: Inherited<'_>, requested: &[Option<u32>]) -> Result<Stan
         return Err(DepthError::Exceeded { depth, max_depth });
     }
     Ok(Standing {
-        budget: Budget { depth, max_depth },
+        budget: DepthBudget { depth, max_depth },
         past_bound,
     })
 }
@@ -242,21 +243,21 @@ mod tests {
     }
 
     /// A child's budget, asserting no value was past the bound.
-    fn child_budget(inherited: Inherited<'_>, requested: &[Option<u32>]) -> Budget {
+    fn child_budget(inherited: Inherited<'_>, requested: &[Option<u32>]) -> DepthBudget {
         let standing = child(inherited, requested).unwrap();
         assert_eq!(standing.past_bound, None);
         standing.budget
     }
 
     /// An agent's own budget, asserting no value was past the bound.
-    fn own_budget(inherited: Inherited<'_>) -> Budget {
+    fn own_budget(inherited: Inherited<'_>) -> DepthBudget {
         let standing = own(inherited).unwrap();
         assert_eq!(standing.past_bound, None);
         standing.budget
     }
 
-    fn budget(depth: u32, max_depth: u32) -> Budget {
-        Budget { depth, max_depth }
+    fn budget(depth: u32, max_depth: u32) -> DepthBudget {
+        DepthBudget { depth, max_depth }
     }
 
     fn past(name: &'static str, value: &str) -> PastBound {
@@ -271,7 +272,7 @@ mod tests {
         let top = child_budget(Inherited::default(), &[]);
         assert_eq!(
             top,
-            Budget {
+            DepthBudget {
                 depth: 0,
                 max_depth: 1
             }
@@ -281,7 +282,7 @@ mod tests {
         let second = child_budget(inherited(Some(&depth), Some(&max)), &[]);
         assert_eq!(
             second,
-            Budget {
+            DepthBudget {
                 depth: 1,
                 max_depth: 1
             }
@@ -306,14 +307,14 @@ mod tests {
         );
         assert_eq!(
             child_budget(inherited(Some("0"), Some("4")), &[Some(3), Some(2)]),
-            Budget {
+            DepthBudget {
                 depth: 1,
                 max_depth: 2
             }
         );
         assert_eq!(
             child_budget(Inherited::default(), &[Some(0)]),
-            Budget {
+            DepthBudget {
                 depth: 0,
                 max_depth: 0
             }
@@ -323,7 +324,7 @@ mod tests {
 
     #[test]
     fn a_session_cap_only_lowers() {
-        let budget = Budget {
+        let budget = DepthBudget {
             depth: 0,
             max_depth: 2,
         };
@@ -338,14 +339,14 @@ mod tests {
     fn an_agent_reads_its_own_standing() {
         assert_eq!(
             own_budget(Inherited::default()),
-            Budget {
+            DepthBudget {
                 depth: 0,
                 max_depth: 1
             }
         );
         assert_eq!(
             own_budget(inherited(Some("1"), Some(""))),
-            Budget {
+            DepthBudget {
                 depth: 1,
                 max_depth: 1
             }

@@ -220,7 +220,7 @@ pub(crate) async fn run(
     cwd: &Path,
     timeout: Duration,
     cancel: &CancellationToken,
-    budget: Option<protocol::depth::Budget>,
+    budget: Option<protocol::depth::DepthBudget>,
     sandbox: &protocol::sandbox::Policy,
 ) -> Result<CommandOutput, ToolError> {
     run_into(
@@ -242,7 +242,7 @@ pub(crate) async fn run_into(
     cwd: &Path,
     timeout: Option<Duration>,
     cancel: &CancellationToken,
-    budget: Option<protocol::depth::Budget>,
+    budget: Option<protocol::depth::DepthBudget>,
     sandbox: &protocol::sandbox::Policy,
     streams: &Arc<Streams>,
 ) -> Result<CommandOutput, ToolError> {

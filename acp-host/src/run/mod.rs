@@ -304,7 +304,7 @@ async fn run_with(
 struct Start {
     request: protocol::request::StartRequest,
     env: protocol::env_scrub::Scrubbed,
-    budget: protocol::depth::Budget,
+    budget: protocol::depth::DepthBudget,
     schema: Option<Arc<protocol::structured::OutputSchema>>,
     sandbox: protocol::sandbox::Standing,
 }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use protocol::capabilities::template::{Template, TemplateError};
-use protocol::depth::{self, Budget, DepthError};
+use protocol::depth::{self, DepthBudget, DepthError};
 use protocol::env_scrub::{self, EnvForwardError, Redactor, Scrubbed};
 use protocol::env_vars;
 use protocol::request::StartRequest;
@@ -69,7 +69,7 @@ pub struct Prepared {
     pub(super) env: Scrubbed,
     /// The agent's standing, or why it may not start (refused by [`run`](super::run), as a
     /// result).
-    pub(super) budget: Result<Budget, DepthError>,
+    pub(super) budget: Result<DepthBudget, DepthError>,
     /// `request.wants.output`'s schema, compiled.
     pub(super) schema: Option<Arc<OutputSchema>>,
     /// The request's sandbox at its working directory, held to the caller's own.
@@ -98,7 +98,7 @@ impl Prepared {
     }
 
     /// The agent's delegation depth and cap, or why it may not start.
-    pub fn budget(&self) -> Result<Budget, &DepthError> {
+    pub fn budget(&self) -> Result<DepthBudget, &DepthError> {
         self.budget.as_ref().copied()
     }
 

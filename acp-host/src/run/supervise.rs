@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use protocol::depth::Budget;
+use protocol::depth::DepthBudget;
 use protocol::request::StartRequest;
 use protocol::structured::OutputSchema;
 use tokio_util::sync::CancellationToken;
@@ -60,7 +60,7 @@ pub(super) struct Drive<'a> {
 pub(super) fn drive_config(
     request: &StartRequest,
     options: &RunOptions,
-    budget: Budget,
+    budget: DepthBudget,
     schema: Option<Arc<OutputSchema>>,
     cancel: &Cancel,
     turns: Option<Arc<dyn client::Turns>>,

@@ -160,7 +160,7 @@ fn acp_child_enforces_the_cap_asked_at_start_even_when_its_environment_allows_mo
     assert_none_left(dir.path());
 
     // On the model: the session is not offered the `subagent` tool, and a call made anyway is
-    // refused.
+    // refused by the same depth rule, as at an inherited cap: nothing is started.
     let llm = MockLlm::builder()
         .replies([
             Reply::tool_call(
@@ -196,10 +196,13 @@ fn acp_child_enforces_the_cap_asked_at_start_even_when_its_environment_allows_mo
     assert_eq!(stdout(&out), "done");
     let requests = model_requests(&llm, 2);
     assert!(!requests[0].tool_names().contains(&"subagent"));
-    let refused = requests[1].tool_result("call_forced").unwrap();
-    assert!(
-        refused.starts_with("unknown tool \"subagent\""),
-        "{refused}"
+    assert_eq!(
+        requests[1].tool_result("call_forced").as_deref(),
+        Some(
+            "subagent acp-child ended error: depth limit: the agent would run at depth 1, deeper \
+             than the limit of 0 (raise it with --max-depth or the definition's maxDepth where \
+             the limit allows; ACP_HOST_MAX_DEPTH set by a parent can only shrink)"
+        )
     );
     assert_none_left(dir.path());
 }

@@ -12,7 +12,7 @@
 //!   honours them or refuses the run before the prompt, never ignores them;
 //! - a child runs at this agent's depth + 1 (`protocol::depth`): the ambient environment handed to
 //!   the library carries this agent's own standing, so a child past the cap is refused by the one
-//!   rule in acp-host (execution face); [`Subagents::offered`] is the prompt face;
+//!   rule in acp-host (execution face); [`Catalog::offered`] is the prompt face;
 //! - a child gets the scrubbed environment plus only the names `--subagent-env` and its
 //!   definition's `env` forward; a repository definition's permission is capped at the parent's
 //!   (`protocol::definition::cap`);
@@ -43,7 +43,7 @@ use protocol::capabilities::Wants;
 use protocol::definition::{
     Definition, Isolation, RunContext, RunPermission, RunSettings, RunSpec,
 };
-use protocol::depth::{Budget, DepthError, Inherited, Standing};
+use protocol::depth::{DepthBudget, DepthError, Inherited, Standing};
 use protocol::env_scrub::{EnvForward, EnvForwardError};
 use protocol::env_vars::{ACP_CHILD_STATE_DIR, ACP_HOST_DEPTH, ACP_HOST_MAX_DEPTH};
 use protocol::permission::PermissionPolicy;
@@ -76,9 +76,10 @@ pub fn inherited_standing() -> Result<Standing, DepthError> {
     })
 }
 
-/// [`inherited_standing`]'s budget; `None` when the inherited values are malformed (they are
-/// then passed on as they are, and acp-host refuses to start an agent from them).
-pub(crate) fn inherited_budget() -> Option<Budget> {
+/// [`inherited_standing`]'s budget, for an agent run without subagents (read once, when its
+/// `AgentConfig` is made); `None` when the inherited values are malformed (they are then passed
+/// on as they are, and acp-host refuses to start an agent from them).
+pub(crate) fn inherited_budget() -> Option<DepthBudget> {
     inherited_standing().ok().map(|standing| standing.budget)
 }
 
@@ -105,7 +106,7 @@ pub struct SubagentOptions {
     pub inherited_token_budget: Option<u64>,
     /// This agent's own standing; `None` when its inherited values are malformed (then it may
     /// not delegate: the library refuses every start the same way).
-    pub budget: Option<Budget>,
+    pub budget: Option<DepthBudget>,
     /// Folders of definitions (`--subagents`), looked at after `<session cwd>/subagents/`.
     pub dirs: Vec<PathBuf>,
     /// `--no-background`: no `run_in_background` (left out of the schema, refused if sent).
@@ -212,6 +213,13 @@ pub(crate) struct Catalog {
 }
 
 impl Catalog {
+    /// Whether delegation is offered (the prompt face): some subagent is available and the
+    /// session (`depth`: this agent's standing, lowered by the start extension's `maxDepth`) is
+    /// below the depth cap.
+    pub(super) fn offered(&self, depth: Option<DepthBudget>) -> bool {
+        !self.targets.is_empty() && depth.is_some_and(DepthBudget::may_delegate)
+    }
+
     /// Whether a fresh start of `task` starts from the parent's conversation.
     pub(super) fn forks(&self, task: &Task<'_>) -> bool {
         self.targets
@@ -228,7 +236,7 @@ pub struct Subagents {
     targets: Vec<Target>,
     dirs: Vec<PathBuf>,
     facts: HostFacts,
-    budget: Option<Budget>,
+    budget: Option<DepthBudget>,
     /// The `--max-parallel-subagents` slots; shared, so a child's teardown can hold its slot
     /// after the call that ran it returned.
     pub(super) slots: Arc<Semaphore>,
@@ -371,14 +379,10 @@ impl Subagents {
         self.background
     }
 
-    /// Whether delegation is offered (the prompt face): some subagent is available and this
-    /// agent is below the depth cap, its own lowered by the session's (`session_cap`, the start
-    /// extension's `maxDepth`).
-    pub(super) fn offered(&self, catalog: &Catalog, session_cap: Option<u32>) -> bool {
-        !catalog.targets.is_empty()
-            && self
-                .budget
-                .is_some_and(|budget| budget.lowered(session_cap).may_delegate())
+    /// This agent's own standing, as the binary read it at start; `None` when its inherited
+    /// values are malformed. Each session is handed it when it opens (`Settings::depth`).
+    pub(crate) fn depth(&self) -> Option<DepthBudget> {
+        self.budget
     }
 
     /// The enabled registry agents, then the definitions with a `run:` table found in
@@ -464,12 +468,13 @@ impl Subagents {
         })
     }
 
-    /// The environment the library reads this agent's standing from: its own, even when it was
-    /// started by a person (no `ACP_HOST_DEPTH`), so its children run one deeper; the cap lowered
-    /// to the session's own (`cap`, the start extension's `maxDepth`).
-    fn ambient(&self, cap: Option<u32>) -> Vec<(OsString, OsString)> {
+    /// The environment the library reads this agent's standing from: the session's (`depth`:
+    /// this agent's own, even when it was started by a person, with no `ACP_HOST_DEPTH`, so its
+    /// children run one deeper; the cap lowered to the session's own); `None` passes on what
+    /// this agent inherited as it is.
+    fn ambient(depth: Option<DepthBudget>) -> Vec<(OsString, OsString)> {
         let mut ambient: Vec<(OsString, OsString)> = std::env::vars_os().collect();
-        if let Some(budget) = self.budget.map(|budget| budget.lowered(cap)) {
+        if let Some(budget) = depth {
             ambient.retain(|(name, _)| name != ACP_HOST_DEPTH && name != ACP_HOST_MAX_DEPTH);
             ambient.extend(
                 budget
@@ -624,8 +629,8 @@ impl Subagents {
                 "none".to_owned()
             },
         };
-        let cap = turn.memory().settings().max_depth;
-        let prepared = run::prepare(request, self.ambient(cap)).map_err(|error| {
+        let depth = turn.memory().settings().depth();
+        let prepared = run::prepare(request, Self::ambient(depth)).map_err(|error| {
             let why = match &error {
                 run::PrepareError::Env(EnvForwardError::NotSet(variable)) => {
                     self.not_set(target, variable)
@@ -736,7 +741,7 @@ mod tests {
         );
         let subagents = Subagents::resolve(SubagentOptions {
             agents: vec!["acp-child".into(), "acp-child".into()],
-            budget: Some(Budget {
+            budget: Some(DepthBudget {
                 depth: 1,
                 max_depth: 1,
             }),
@@ -745,9 +750,21 @@ mod tests {
         .unwrap();
         let catalog = subagents.catalog(Path::new("/nonexistent"));
         assert_eq!(catalog.targets.len(), 1);
+        let at = |depth, max_depth| Some(DepthBudget { depth, max_depth });
         assert!(
-            !subagents.offered(&catalog, None),
+            !catalog.offered(subagents.depth()),
             "at the cap, delegation is not offered"
         );
+        assert!(catalog.offered(at(0, 1)));
+        assert!(!catalog.offered(at(0, 0)));
+        assert!(
+            !catalog.offered(None),
+            "malformed inherited values: not offered"
+        );
+        let empty = Catalog {
+            targets: Vec::new(),
+            problems: Vec::new(),
+        };
+        assert!(!empty.offered(at(0, 1)), "nothing to start: not offered");
     }
 }

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use acp_host::run::Cancel;
 use agent_client_protocol::v1::schema::{ToolCallId, ToolKind};
 use protocol::capabilities::ToolFilter;
+use protocol::depth::DepthBudget;
 
 use crate::backend::CANCELLED;
 use crate::backend::Turn;
@@ -42,10 +43,6 @@ pub use self::catalog::{
 };
 pub(crate) use self::exposure::ChildSessions;
 pub(crate) use self::live::LiveChild;
-
-/// The name of the model's delegation tool (`backend::model::tools::subagent`), which a
-/// session's depth cap filters out.
-pub(crate) const TOOL: &str = "subagent";
 
 /// How a subagent's tool call is shown: the kind ACP agents give delegated work.
 pub(crate) const KIND: ToolKind = ToolKind::Think;
@@ -172,8 +169,9 @@ pub(crate) const BACKGROUND_DISABLED: &str = "background subagents are disabled 
 pub(crate) struct Children<'a> {
     subagents: &'a Arc<Subagents>,
     catalog: Catalog,
-    /// The session's own depth cap, which lowers this agent's.
-    session_cap: Option<u32>,
+    /// Where the session stands for delegation (this agent's standing, lowered by the session's
+    /// cap): whether delegation is offered at all.
+    depth: Option<DepthBudget>,
     /// The session's tool filter, which decides what of the children's tools is offered.
     filter: Option<ToolFilter>,
     /// The session's folder is inside a git repository: a child may get a worktree.
@@ -183,18 +181,19 @@ pub(crate) struct Children<'a> {
 impl<'a> Children<'a> {
     /// The wing for a turn of `turn`'s session: reads the definitions in its directory once.
     pub(crate) fn new(subagents: &'a Arc<Subagents>, turn: &Turn) -> Self {
+        let settings = turn.memory().settings();
         Self {
             subagents,
             catalog: subagents.catalog(turn.workspace().root()),
-            session_cap: turn.memory().settings().max_depth,
-            filter: turn.memory().settings().tool_filter(),
+            depth: settings.depth(),
+            filter: settings.tools,
             repository: acp_host::worktree::in_repository(turn.workspace().root()),
         }
     }
 
     /// Which children's tools are offered.
     pub(crate) fn offered(&self) -> Offered {
-        let delegation = self.subagents.offered(&self.catalog, self.session_cap);
+        let delegation = self.catalog.offered(self.depth);
         Offered {
             delegation,
             background: delegation

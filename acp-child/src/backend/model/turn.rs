@@ -66,7 +66,7 @@ fn system_prompt(
     let mut system = config
         .persona
         .with_session(settings.persona.as_ref())
-        .render(model, root, settings.tool_filter().as_ref());
+        .render(model, root, settings.tools.as_ref());
     if settings.output.is_some() {
         if !system.trim().is_empty() {
             system.push_str("\n\n");
@@ -100,7 +100,7 @@ pub(super) async fn run(
     let children = subagents.map(|subagents| Children::new(subagents, turn));
     let offered = tools.definitions(
         children.as_ref(),
-        settings.tool_filter().as_ref(),
+        settings.tools.as_ref(),
         settings.output.as_deref(),
     );
     for request_number in 1..=config.max_turn_requests {

@@ -401,13 +401,8 @@ impl Toolbox {
             return capture::run(turn, recorded, schema);
         }
         let announced = self.announcement(recorded, turn.workspace());
-        let filter = settings.tool_filter();
-        let parsed = match self.parse(
-            &recorded.name,
-            &recorded.arguments,
-            children,
-            filter.as_ref(),
-        ) {
+        let filter = settings.tools.as_ref();
+        let parsed = match self.parse(&recorded.name, &recorded.arguments, children, filter) {
             Ok(parsed) => parsed,
             Err(reason) => return refuse(turn, announced, recorded, reason),
         };
@@ -423,7 +418,7 @@ impl Toolbox {
             id: &id,
             permission,
             children,
-            background_commands: self.offering(children, filter.as_ref()).background_commands,
+            background_commands: self.offering(children, filter).background_commands,
         };
         let Outcome { result, shown } = parsed.call.run(&cx).await?;
         turn.update_tool_call(

@@ -160,7 +160,7 @@ impl Call for RunCall {
                 ToolCallUpdateFields::new().status(ToolCallStatus::InProgress),
             )?;
             let root = cx.turn.workspace().root();
-            let budget = cx.turn.memory().settings().budget();
+            let budget = cx.turn.memory().settings().depth();
             let sandbox = if self.outside {
                 &protocol::sandbox::UNRESTRICTED
             } else {
@@ -192,7 +192,7 @@ impl RunCall {
     fn start(
         &self,
         cx: &Context<'_>,
-        budget: Option<protocol::depth::Budget>,
+        budget: Option<protocol::depth::DepthBudget>,
         sandbox: protocol::sandbox::Policy,
     ) -> Outcome {
         let table = Arc::clone(cx.turn.memory().tasks());

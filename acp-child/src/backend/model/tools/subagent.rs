@@ -28,7 +28,7 @@ use crate::backend::TurnError;
 use crate::backend::children::{self, Delegated, Mode, Task};
 
 /// The tool's name, which the model turn also uses to run consecutive calls together.
-pub(crate) const NAME: &str = children::TOOL;
+pub(crate) const NAME: &str = "subagent";
 
 pub(super) struct Subagent;
 
