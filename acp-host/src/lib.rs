@@ -120,6 +120,7 @@ pub mod run;
 pub mod sandbox;
 pub mod spawner;
 pub mod sync_exec;
+pub mod telemetry;
 pub mod trust;
 pub mod watchdog;
 pub mod worktree;

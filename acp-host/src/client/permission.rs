@@ -46,6 +46,7 @@ pub(super) async fn answer_permission(
     events: Arc<dyn DriveEvents>,
     cancel: CancellationToken,
 ) -> serde_json::Value {
+    let asked = std::time::Instant::now();
     tokio::select! {
         () = events.delivered() => {}
         () = cancel.cancelled() => {}
@@ -74,6 +75,7 @@ pub(super) async fn answer_permission(
                 decided_by: decision.decided_by,
                 outcome,
             },
+            asked.elapsed(),
             events.as_ref(),
         )
         .await;
