@@ -518,8 +518,9 @@ async fn finish(
         stop_reason: result.stop_reason.clone(),
         last_assistant_message: output.clone(),
     }));
-    notifier.caught_up(cancel).await;
+    // Before the observers catch up: after a cancel, the process may end while they do.
     notifier.trace().end(&result);
+    notifier.caught_up(cancel).await;
     if let Some(output) = output {
         result.output = Arc::try_unwrap(output).unwrap_or_else(|shared| (*shared).clone());
     }
