@@ -408,6 +408,7 @@ impl Turn {
             options,
         );
         let asked = std::time::Instant::now();
+        self.spans.asked((None, &id.0));
         let answer = answer_of(self.client_request(request).await);
         self.spans.answered(
             (None, &id.0),

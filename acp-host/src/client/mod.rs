@@ -142,6 +142,9 @@ pub(crate) trait DriveEvents: Send + Sync {
     fn flush(&self);
     /// Like [`DriveEvents::update`], but never waits (for the few updates held before ready).
     fn update_now(&self, update: SessionUpdate, child: Option<ChildRef>);
+    /// A permission request about `tool_call_id` (of child session `session`, `None`: ours)
+    /// arrived; only the exported trace records it.
+    fn permission_asked(&self, _session: Option<&str>, _tool_call_id: &str) {}
     /// One permission request was answered, `waited` after it was asked. Waits like
     /// [`DriveEvents::update`].
     fn permission(&self, decision: &PermissionDecision, waited: Duration) -> Queued<'_>;

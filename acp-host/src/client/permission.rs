@@ -47,6 +47,7 @@ pub(super) async fn answer_permission(
     cancel: CancellationToken,
 ) -> serde_json::Value {
     let asked = std::time::Instant::now();
+    events.permission_asked(request.session_id.as_deref(), &request.tool_call_id);
     tokio::select! {
         () = events.delivered() => {}
         () = cancel.cancelled() => {}

@@ -200,6 +200,19 @@ impl RunTrace {
     }
 
     /// A permission request about tool call `call` (of `session`, `None`: the run's own) was
+    /// asked: an event on its tool call's span when that is open, else on the run's.
+    pub fn asked(&self, (session, call): (Option<&str>, &str)) {
+        self.with(|live| {
+            let key = (session.unwrap_or_default().to_owned(), call.to_owned());
+            let attributes = || vec![attribute(gen_ai::TOOL_CALL_ID, call.to_owned())];
+            match live.tools.get_mut(&key) {
+                Some(span) => span.event("permission_asked", attributes),
+                None => live.run.event("permission_asked", attributes),
+            }
+        });
+    }
+
+    /// A permission request about tool call `call` (of `session`, `None`: the run's own) was
     /// answered `verdict` (`decided_by` whom, when known) after `waited`.
     pub fn answered(
         &self,

@@ -374,6 +374,12 @@ fn model_requests_and_tool_calls_are_spans_with_usage_and_a_permission_event() {
         .find(|(name, _)| name == "permission")
         .unwrap_or_else(|| panic!("{tool:#?}"));
     assert!(
+        tool.events
+            .iter()
+            .any(|(name, _)| name == "permission_asked"),
+        "{tool:#?}"
+    );
+    assert!(
         permission.contains_key("acp.permission.wait_ms"),
         "{permission:?}"
     );
