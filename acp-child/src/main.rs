@@ -479,6 +479,9 @@ fn start_spawner() {
 /// model that cannot be discovered (`--base-url` alone) is a configuration error (exit 2),
 /// reported before anything is served.
 fn serve(config: AgentConfig) -> Result<(), (ExitCode, String)> {
+    // After the spawner (the batch processor's thread must not exist when it forks); flushed
+    // when dropped, once serving ended.
+    let _exporting = start_export();
     let server = std::thread::Builder::new()
         .name("serve".to_owned())
         // The main thread's usual stack: the runtime and the connection's futures ran there.
@@ -519,6 +522,39 @@ fn serve(config: AgentConfig) -> Result<(), (ExitCode, String)> {
     server
         .join()
         .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Starts trace export when a collector is named (`OTEL_EXPORTER_OTLP_ENDPOINT`, ...) or
+/// `ACP_TRACE_OUT` names a file (docs/observability.md); a failure is a warning, never the end
+/// of the session.
+fn start_export() -> Exporting {
+    let trace_out = std::env::var_os(protocol::env_vars::ACP_TRACE_OUT)
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from);
+    let content = std::env::var(protocol::env_vars::ACP_TRACE_CONTENT).is_ok_and(|v| v == "1");
+    match acp_host::telemetry::init(acp_host::telemetry::Settings {
+        service: AGENT_NAME,
+        trace_out,
+        content,
+        warn: std::sync::Arc::new(|what: &str| tracing::warn!("{what}")),
+    }) {
+        Ok(started) => Exporting(started),
+        Err(error) => {
+            tracing::warn!("{}; spans are not exported", describe(&error));
+            Exporting(false)
+        }
+    }
+}
+
+/// Flushes the exported spans when dropped (within `telemetry::FLUSH_TIMEOUT`).
+struct Exporting(bool);
+
+impl Drop for Exporting {
+    fn drop(&mut self) {
+        if self.0 {
+            acp_host::telemetry::shutdown();
+        }
+    }
 }
 
 /// Once dropped (the runtime gone, nothing waiting for any child), kills and reaps every

@@ -852,6 +852,30 @@ fn fork_session(
     responder.respond(response)
 }
 
+/// Ends the turn's exported span with how it ended and what it spent (a no-op when export is off).
+fn end_spans<E: std::fmt::Display>(
+    turn: &Turn,
+    result: &Result<agent_client_protocol::v1::schema::StopReason, E>,
+    usage: Option<&(protocol::usage::Usage, protocol::usage::Breakdown)>,
+    budget_stop: Option<&protocol::usage::Overrun>,
+) {
+    if !acp_host::telemetry::enabled() {
+        return;
+    }
+    let ended = match result {
+        Ok(stop) => Ok(serde_json::to_value(stop)
+            .ok()
+            .and_then(|value| value.as_str().map(str::to_owned))
+            .unwrap_or_default()),
+        Err(error) => Err(error.to_string()),
+    };
+    turn.spans().end_turn(
+        ended.as_deref().map_err(String::as_str),
+        usage.map(|(total, _)| total),
+        budget_stop.map(ToString::to_string).as_deref(),
+    );
+}
+
 fn prompt(
     sessions: &Arc<Sessions>,
     backend: &Arc<dyn Backend>,
@@ -884,6 +908,7 @@ fn prompt(
         let captured = turn.memory().take_captured();
         let usage = turn.take_spent();
         let budget_stop = turn.take_budget_stop();
+        end_spans(&turn, &result, usage.as_ref(), budget_stop.as_ref());
         // Free the session's slot before answering, so the next prompt is never refused as busy.
         drop(turn);
         let sent = match result {

@@ -931,6 +931,22 @@ pub fn create_new_file(path: &Path, mode: u32) -> Result<File, FsError> {
         })
 }
 
+/// Opens the log file `path` the person named for appending (created with mode 0600 when
+/// absent): an append-only log, never replaced; each record is one `write` of a whole line, so
+/// several processes appending to one file (a tree's levels, `--trace-out`) never interleave
+/// within a line.
+pub fn open_append_log(path: &Path) -> Result<File, FsError> {
+    OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| FsError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 /// Creates the one new folder `path` (its parent must exist): `Ok(false)` when something is
 /// already there. Two processes claiming the same path get one `true` between them, which is
 /// what makes a name taken by a racing run go to the next one (`worktree`).

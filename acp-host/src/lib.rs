@@ -135,6 +135,7 @@ pub mod sandbox;
 mod spawn_spec;
 pub mod spawner;
 pub mod sync_exec;
+pub mod telemetry;
 pub mod trust;
 pub mod watchdog;
 pub mod worktree;

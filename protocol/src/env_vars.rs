@@ -66,6 +66,39 @@ pub const ACP_HOST_SANDBOX_NAMESPACES: &str = "ACP_HOST_SANDBOX_NAMESPACES";
 pub const TRACEPARENT: &str = "TRACEPARENT";
 /// The W3C trace state beside [`TRACEPARENT`].
 pub const TRACESTATE: &str = "TRACESTATE";
+/// OpenTelemetry: the collector's base URL (OTLP/HTTP, `/v1/traces` appended); set (non-empty),
+/// it or [`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`] turns trace export on (docs/observability.md).
+pub const OTEL_EXPORTER_OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// OpenTelemetry: the traces endpoint, used as given (it wins over the base URL).
+pub const OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT";
+/// OpenTelemetry: headers sent to the collector (`key=value,...`), often credentials: withheld
+/// from every agent (`crate::env_scrub`) and never printed.
+pub const OTEL_EXPORTER_OTLP_HEADERS: &str = "OTEL_EXPORTER_OTLP_HEADERS";
+/// OpenTelemetry: the traces' own headers (beside [`OTEL_EXPORTER_OTLP_HEADERS`]); withheld too.
+pub const OTEL_EXPORTER_OTLP_TRACES_HEADERS: &str = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
+/// OpenTelemetry: the exported `service.name` (default: the binary's name).
+pub const OTEL_SERVICE_NAME: &str = "OTEL_SERVICE_NAME";
+/// OpenTelemetry: the sampler (`always_on`, `parentbased_traceidratio`, ...; the SDK reads it,
+/// with `OTEL_TRACES_SAMPLER_ARG`).
+pub const OTEL_TRACES_SAMPLER: &str = "OTEL_TRACES_SAMPLER";
+/// The OTLP/JSON lines file acp-child appends its spans to (what `acp-host run --trace-out`
+/// sets for its agent, so every level of a tree writes to one file).
+pub const ACP_TRACE_OUT: &str = "ACP_TRACE_OUT";
+/// `1`: acp-child puts tool arguments and results into its spans (what `acp-host run
+/// --trace-content` sets for its agent).
+pub const ACP_TRACE_CONTENT: &str = "ACP_TRACE_CONTENT";
+
+/// Whether trace export to a collector is wanted: an OTLP endpoint variable is set and
+/// non-empty (`lookup` reads the environment).
+pub fn otlp_export_wanted(lookup: impl Fn(&str) -> Option<String>) -> bool {
+    [
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+        OTEL_EXPORTER_OTLP_ENDPOINT,
+    ]
+    .iter()
+    .any(|name| lookup(name).is_some_and(|value| !value.trim().is_empty()))
+}
+
 /// Kubernetes: an Indexed Job's pod index (0-based). Read only when `acp-host batch
 /// --shard-from-env` names it; the help's example.
 pub const JOB_COMPLETION_INDEX: &str = "JOB_COMPLETION_INDEX";
@@ -133,6 +166,28 @@ mod tests {
     fn no_home_and_no_xdg_state_home_is_no_state_directory() {
         assert_eq!(state(None, None), None);
         assert_eq!(state(Some(""), Some("relative")), None);
+    }
+
+    #[test]
+    fn an_otlp_endpoint_turns_export_on() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            otlp_export_wanted(move |name| {
+                pairs
+                    .iter()
+                    .find_map(|(key, value)| (*key == name).then(|| (*value).to_owned()))
+            })
+        };
+        assert!(!with(&[]));
+        assert!(!with(&[(OTEL_EXPORTER_OTLP_ENDPOINT, " ")]));
+        assert!(!with(&[(OTEL_SERVICE_NAME, "x")]));
+        assert!(with(&[(
+            OTEL_EXPORTER_OTLP_ENDPOINT,
+            "http://localhost:4318"
+        )]));
+        assert!(with(&[(
+            OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+            "http://c/v1/traces"
+        )]));
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub(crate) struct Turn {
     /// The turn's own span (W3C trace context): under the one the prompt carried in `_meta`,
     /// else the root of a new trace; every child started in the turn continues it.
     trace: protocol::trace::TraceParent,
+    /// The turn's exported spans (off unless export is on): `invoke_agent`, its tool calls and
+    /// permission answers.
+    spans: acp_host::telemetry::RunTrace,
 }
 
 impl Turn {
@@ -123,6 +126,7 @@ impl Turn {
             spent: Mutex::default(),
             budget_stop: Mutex::default(),
             trace: acp_host::run::new_span(None),
+            spans: acp_host::telemetry::RunTrace::default(),
         }
     }
 
@@ -149,12 +153,23 @@ impl Turn {
         if let Some(parent) = parent {
             self.trace = acp_host::run::new_span(Some(parent));
         }
+        self.spans = acp_host::telemetry::RunTrace::serve(
+            &self.trace,
+            parent,
+            crate::AGENT_NAME,
+            self.active.session_id(),
+        );
         tracing::debug!(
             traceparent = %self.trace.span.traceparent(),
             parent = %parent.map_or_else(String::new, |parent| parent.span.span_id_hex()),
             "turn span"
         );
         self
+    }
+
+    /// The turn's exported spans.
+    pub(crate) fn spans(&self) -> &acp_host::telemetry::RunTrace {
+        &self.spans
     }
 
     /// The turn's span: what a child started in it continues.
@@ -392,7 +407,21 @@ impl Turn {
             ToolCallUpdate::new(id.clone(), fields),
             options,
         );
-        Ok(answer_of(self.client_request(request).await))
+        let asked = std::time::Instant::now();
+        self.spans.asked((None, &id.0));
+        let answer = answer_of(self.client_request(request).await);
+        self.spans.answered(
+            (None, &id.0),
+            match &answer {
+                Answer::Selected(option) => option,
+                Answer::TurnCancelled => "cancelled",
+                Answer::Dismissed => "dismissed",
+                Answer::ClientError(_) => "client-error",
+            },
+            None,
+            asked.elapsed(),
+        );
+        Ok(answer)
     }
 
     /// Asks the client about tool call `id` of another session (a child's, exposed as a session
@@ -454,6 +483,7 @@ impl Turn {
     }
 
     fn notify(&self, action: &'static str, update: SessionUpdate) -> Result<(), TurnError> {
+        self.spans.update(&update, None);
         outbox::send(
             &self.client,
             &self.backlog,

@@ -167,6 +167,15 @@ pub(super) struct BatchArgs {
     #[arg(long, value_name = "TRACEPARENT", conflicts_with = "merge")]
     traceparent: Option<String>,
 
+    /// Append the batch's spans (and every acp-child's below its runs) to FILE as OTLP/JSON
+    /// lines, one `ExportTraceServiceRequest` a line (docs/observability.md).
+    #[arg(long, value_name = "FILE", conflicts_with = "merge")]
+    trace_out: Option<PathBuf>,
+
+    /// Put tool call titles, arguments and results into exported spans.
+    #[arg(long, conflicts_with = "merge")]
+    trace_content: bool,
+
     /// For the lines that run in a worktree (`"worktree"`, or a definition's `run.isolation`):
     /// start it from this commit, branch or tag instead of HEAD (as `run --worktree-base`).
     #[arg(long, value_name = "REF")]
@@ -231,7 +240,10 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
     let jobs = batch::check_jobs(args.jobs, cpus, &job_limits()).map_err(CliError::Usage)?;
     check_token(args)?;
     // The batch's own span: every line's run is made under it.
-    let trace = acp_host::run::new_span(super::trace::given(args.traceparent.as_deref())?.as_ref());
+    let given = super::trace::given(args.traceparent.as_deref())?;
+    let trace = acp_host::run::new_span(given.as_ref());
+    let exporting = super::trace::export(args.trace_out.as_deref(), args.trace_content)?;
+    let batch_span = super::trace::batch_span(&trace, given.as_ref());
     let share = Share::from_args(args)?;
     let (lines, taken) = read_lines(args, &share)?;
     share.note(&taken, args);
@@ -284,6 +296,8 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
         );
         note!("acp-host: batch: {lost} of {lines} records were not written: {why}");
     }
+    batch_span.end();
+    drop(exporting);
     // The writer may be blocked on a stalled stdout: it ends with the process.
     runtime.shutdown_background();
     Ok(ExitCode::from(batch::exit_code(BatchEnd {
@@ -663,7 +677,7 @@ impl<'a> Checker<'a> {
         let request = line_request(&run_args(self.args, line), line)
             .map_err(|err| ("subagent", err))?
             .request;
-        library::prepare(request, std::env::vars_os()).map_err(|err| match err {
+        library::prepare(request, super::trace::agent_env()).map_err(|err| match err {
             PrepareError::Env(err) => ("env", err.to_string()),
             PrepareError::Schema(err) => ("outputSchema", err.to_string()),
             PrepareError::Persona(err) => ("subagent", err.to_string()),
@@ -897,7 +911,7 @@ impl Templates {
         }
         let Built { request, worktree } = line_request(&run_args(args, &line), &line)?;
         let prepared =
-            library::prepare(request, std::env::vars_os()).map_err(|err| err.to_string())?;
+            library::prepare(request, super::trace::agent_env()).map_err(|err| err.to_string())?;
         self.last = match line.subagent {
             Some(_) => None,
             None => prepared.for_prompt(String::new()).ok().map(|template| {

@@ -11,7 +11,7 @@
 //! CLI edge.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,6 +226,17 @@ pub(super) struct RunArgs {
     #[arg(long, value_name = "TRACEPARENT")]
     traceparent: Option<String>,
 
+    /// Append this run's spans (and every acp-child's below it) to FILE as OTLP/JSON lines, one
+    /// `ExportTraceServiceRequest` a line (the OTLP file format), beside any collector named by
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` (docs/observability.md).
+    #[arg(long, value_name = "FILE")]
+    trace_out: Option<PathBuf>,
+
+    /// Put tool call titles, arguments and results into exported spans (off: only tool names
+    /// and statuses, never file contents or command lines).
+    #[arg(long)]
+    trace_content: bool,
+
     /// Run the agent in a git worktree of its own, made from HEAD under the repository's
     /// .acp-host/worktrees/NAME/ on a new branch acp/NAME (NAME: made from the prompt when not
     /// given; a taken one gets -2, -3, ...). Unchanged at the end: removed with its branch;
@@ -394,6 +405,9 @@ impl RunArgs {
             sandbox: batch.sandbox.with_line(line.sandbox, line.network.as_ref()),
             // The batch's span is given in its `RunOptions`, not per line.
             traceparent: None,
+            // Export is the batch's, started once.
+            trace_out: None,
+            trace_content: false,
             // `"worktree": true` is `--worktree` (no name), a name `--worktree=NAME`.
             worktree: line
                 .worktree
@@ -485,6 +499,16 @@ fn stdout_takes_bytes() -> bool {
             .is_some_and(|events| events.contains(PollFlags::POLLOUT))
 }
 
+impl super::trace::Traced for RunArgs {
+    fn traced(&self) -> (Option<&str>, Option<&Path>, bool) {
+        (
+            self.traceparent.as_deref(),
+            self.trace_out.as_deref(),
+            self.trace_content,
+        )
+    }
+}
+
 pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     // One thread is enough: nothing on the runtime blocks (stdout is written on the observers'
     // thread, a terminal question on its own), and it starts faster than a pool.
@@ -497,13 +521,13 @@ pub(super) fn execute(args: &RunArgs) -> Result<ExitCode, CliError> {
     // signal falls between the spawn and the watcher. The persona file of a --subagent run lives
     // until the run has ended.
     let Built { request, worktree } = build_request(args).map_err(CliError::Usage)?;
-    let trace = super::trace::given(args.traceparent.as_deref())?;
+    let (trace, _exporting) = super::trace::given_and_export(args)?;
     let signals = {
         let _runtime = runtime.enter();
         Signals::install()
     };
     let ask = request.permission == PermissionPolicy::Ask;
-    let prepared = run::prepare(request, std::env::vars_os()).map_err(|err| match err {
+    let prepared = run::prepare(request, super::trace::agent_env()).map_err(|err| match err {
         run::PrepareError::Schema(err) => CliError::Usage(format!(
             "--output-schema {}: {err}",
             args.output_schema

@@ -142,8 +142,12 @@ pub(crate) trait DriveEvents: Send + Sync {
     fn flush(&self);
     /// Like [`DriveEvents::update`], but never waits (for the few updates held before ready).
     fn update_now(&self, update: SessionUpdate, child: Option<ChildRef>);
-    /// One permission request was answered. Waits like [`DriveEvents::update`].
-    fn permission(&self, decision: &PermissionDecision) -> Queued<'_>;
+    /// A permission request about `tool_call_id` (of child session `session`, `None`: ours)
+    /// arrived; only the exported trace records it.
+    fn permission_asked(&self, _session: Option<&str>, _tool_call_id: &str) {}
+    /// One permission request was answered, `waited` after it was asked. Waits like
+    /// [`DriveEvents::update`].
+    fn permission(&self, decision: &PermissionDecision, waited: Duration) -> Queued<'_>;
     /// Waits until the observers have seen every event handed over so far (held updates
     /// included): a permission request is decided only after the updates the agent sent before
     /// it, so whoever is asked (a relay, a person reading `--verbose`) sees the tool call first.

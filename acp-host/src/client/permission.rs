@@ -46,6 +46,8 @@ pub(super) async fn answer_permission(
     events: Arc<dyn DriveEvents>,
     cancel: CancellationToken,
 ) -> serde_json::Value {
+    let asked = std::time::Instant::now();
+    events.permission_asked(request.session_id.as_deref(), &request.tool_call_id);
     tokio::select! {
         () = events.delivered() => {}
         () = cancel.cancelled() => {}
@@ -74,6 +76,7 @@ pub(super) async fn answer_permission(
                 decided_by: decision.decided_by,
                 outcome,
             },
+            asked.elapsed(),
             events.as_ref(),
         )
         .await;

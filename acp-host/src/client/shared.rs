@@ -471,8 +471,13 @@ impl Shared {
         Some((update, child))
     }
 
-    pub(super) async fn record(&self, decision: PermissionDecision, events: &dyn DriveEvents) {
-        events.permission(&decision).await;
+    pub(super) async fn record(
+        &self,
+        decision: PermissionDecision,
+        waited: std::time::Duration,
+        events: &dyn DriveEvents,
+    ) {
+        events.permission(&decision, waited).await;
         lock(&self.permissions).push(decision);
     }
 }

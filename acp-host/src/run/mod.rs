@@ -251,13 +251,22 @@ async fn run_with(
         }
         _ => None,
     };
-    let notifier = Arc::new(Notifier::new(
-        run_id.clone(),
-        (options.observers.clone(), options.events.clone()),
-        request.agent.display.clone(),
-        request.cwd.display().to_string(),
-        env.scrubbed.clone(),
-    ));
+    // The run's span: what the agent receives in `_meta`, and what is exported (when on).
+    let trace = new_span(options.trace.as_ref());
+    let notifier = Arc::new(
+        Notifier::new(
+            run_id.clone(),
+            (options.observers.clone(), options.events.clone()),
+            request.agent.display.clone(),
+            request.cwd.display().to_string(),
+            env.scrubbed.clone(),
+        )
+        .traced(crate::telemetry::RunTrace::start(
+            &trace,
+            options.trace.as_ref(),
+            || env.redactor.redact(&request.agent.display),
+        )),
+    );
     let mut result = RunResult::unsettled(run_id, env.scrubbed.clone());
     let budget = match budget {
         Ok(budget) => budget,
@@ -287,6 +296,7 @@ async fn run_with(
             budget,
             schema,
             sandbox,
+            trace,
         },
         options,
         cancel,
@@ -307,6 +317,8 @@ struct Start {
     budget: protocol::depth::DepthBudget,
     schema: Option<Arc<protocol::structured::OutputSchema>>,
     sandbox: protocol::sandbox::Standing,
+    /// The run's span.
+    trace: protocol::trace::TraceParent,
 }
 
 /// Makes a run's worktree, off the runtime's threads (git is a blocking call).
@@ -368,6 +380,7 @@ async fn spawn_and_drive(
         budget,
         schema,
         sandbox,
+        trace,
     } = start;
     let Ok(confinement) = confine(&sandbox, &request, &mut env.env, result) else {
         return false;
@@ -411,7 +424,7 @@ async fn spawn_and_drive(
     let _stop_draining = drain_until.clone().drop_guard();
     let (turns, busy) = session_turns(kept, result, &request, &env.redactor, &shared);
     let drive = Drive {
-        config: drive_config(&request, options, budget, schema, cancel, turns),
+        config: drive_config(&request, options, (budget, trace), schema, cancel, turns),
         pipes,
         shared: &shared,
         notifier,
@@ -505,6 +518,8 @@ async fn finish(
         stop_reason: result.stop_reason.clone(),
         last_assistant_message: output.clone(),
     }));
+    // Before the observers catch up: after a cancel, the process may end while they do.
+    notifier.trace().end(&result);
     notifier.caught_up(cancel).await;
     if let Some(output) = output {
         result.output = Arc::try_unwrap(output).unwrap_or_else(|shared| (*shared).clone());

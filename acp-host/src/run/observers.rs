@@ -231,6 +231,8 @@ pub(super) struct Notifier {
     /// waited for.
     shed: CancellationToken,
     dropped: std::sync::atomic::AtomicU64,
+    /// The run's exported spans (off unless export is on).
+    trace: crate::telemetry::RunTrace,
 }
 
 impl Notifier {
@@ -255,7 +257,19 @@ impl Notifier {
             pending: std::sync::Mutex::default(),
             shed: CancellationToken::new(),
             dropped: std::sync::atomic::AtomicU64::new(0),
+            trace: crate::telemetry::RunTrace::default(),
         }
+    }
+
+    /// The run's exported spans.
+    pub(super) fn traced(mut self, trace: crate::telemetry::RunTrace) -> Self {
+        self.trace = trace;
+        self
+    }
+
+    /// The run's exported spans.
+    pub(super) fn trace(&self) -> &crate::telemetry::RunTrace {
+        &self.trace
     }
 
     /// Starts the observers' thread once `token` fires (the first request is on its way to the
@@ -466,6 +480,7 @@ fn notify(observers: &[Arc<dyn Observer>], event: &Event, run_id: &str) {
 
 impl DriveEvents for Notifier {
     fn ready(&self, session_id: &str) {
+        self.trace.ready(session_id);
         let pid = self.pid.load(Ordering::Relaxed);
         self.deliver_now(Event::Start(StartEvent {
             run_id: self.run_id.clone(),
@@ -484,6 +499,8 @@ impl DriveEvents for Notifier {
         size: usize,
         child: Option<client::ChildRef>,
     ) -> client::Queued<'_> {
+        self.trace
+            .update(&update, child.as_ref().map(|c| c.session_id.as_str()));
         let (session_id, subagent) = child.map(|c| (c.session_id, c.name)).unzip();
         let event = Event::Update {
             run_id: self.run_id.clone(),
@@ -499,6 +516,8 @@ impl DriveEvents for Notifier {
     }
 
     fn update_now(&self, update: SessionUpdate, child: Option<client::ChildRef>) {
+        self.trace
+            .update(&update, child.as_ref().map(|c| c.session_id.as_str()));
         let (session_id, subagent) = child.map(|c| (c.session_id, c.name)).unzip();
         self.deliver_now(Event::Update {
             run_id: self.run_id.clone(),
@@ -521,7 +540,8 @@ impl DriveEvents for Notifier {
         })
     }
 
-    fn permission(&self, decision: &PermissionDecision) -> client::Queued<'_> {
+    fn permission(&self, decision: &PermissionDecision, waited: Duration) -> client::Queued<'_> {
+        self.trace.permission(decision, waited);
         let event = Event::Permission {
             run_id: self.run_id.clone(),
             decision: decision.clone(),

@@ -60,13 +60,12 @@ pub(super) struct Drive<'a> {
 pub(super) fn drive_config(
     request: &StartRequest,
     options: &RunOptions,
-    budget: DepthBudget,
+    (budget, trace): (DepthBudget, protocol::trace::TraceParent),
     schema: Option<Arc<OutputSchema>>,
     cancel: &Cancel,
     turns: Option<Arc<dyn client::Turns>>,
 ) -> DriveConfig {
     let timeouts = request.timeouts;
-    let trace = super::new_span(options.trace.as_ref());
     tracing::debug!(
         traceparent = %trace.span.traceparent(),
         parent = %options.trace.as_ref().map_or_else(String::new, |parent| parent.span.span_id_hex()),

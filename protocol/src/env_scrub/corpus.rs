@@ -11,56 +11,58 @@ use super::*;
 
 /// Names withheld whatever their value.
 const CREDENTIAL_NAMES: &[(&str, &str)] = &[
-    ("OPENAI_API_KEY", "x"),                 // vendor API key, `KEY` segment
-    ("ANTHROPIC_API_KEY", "x"),              // vendor API key
-    ("DEEPSEEK_API_KEY", "x"),               // vendor API key
-    ("GEMINI_API_KEY", "x"),                 // vendor API key
-    ("openai_api_key", "x"),                 // lower case is the same name
-    ("MY_APIKEY", "x"),                      // `APIKEY` compound segment
-    ("SERVICEAPIKEY", "x"),                  // `APIKEY` as the end of a compound
-    ("apiKey", "x"),                         // camel case: `api`, `Key`
-    ("STRIPE_API_KEYS", "x"),                // plural `KEYS`
-    ("AWS_ACCESS_KEY_ID", "x"),              // half of an AWS key pair
-    ("AWS_SECRET_ACCESS_KEY", "x"),          // the other half
-    ("AWS_SESSION_TOKEN", "x"),              // temporary AWS credentials
-    ("AZURE_CLIENT_SECRET", "x"),            // service principal secret
-    ("GITHUB_TOKEN", "x"),                   // `TOKEN` segment
-    ("GH_TOKEN", "x"),                       // gh CLI
-    ("GITHUBTOKEN", "x"),                    // `TOKEN` as the end of a compound
-    ("CI_JOB_TOKEN", "x"),                   // GitLab CI
-    ("npm_config__authToken", "x"),          // npm config through the environment
-    ("NPM_CONFIG__AUTH", "x"),               // npm basic auth
-    ("CARGO_REGISTRY_TOKEN", "x"),           // crates.io publishing
-    ("HF_TOKEN", "x"),                       // Hugging Face
-    ("OAUTH2_REFRESH_TOKEN", "x"),           // digits split off: `OAUTH`, `2`
-    ("SECRET", "x"),                         // the bare word
-    ("DJANGO_SECRET_KEY", "x"),              // framework signing key
-    ("JWT_SECRETS", "x"),                    // plural `SECRETS`
-    ("APPSECRET", "x"),                      // `SECRET` as the end of a compound
-    ("DB_PASSWORD", "x"),                    // `PASSWORD` segment
-    ("PGPASSWORD", "x"),                     // libpq, compound
-    ("MYSQL_PWD", "x"),                      // MySQL client, `PWD` segment
-    ("DB_PWD", "x"),                         // `_PWD` suffix
-    ("SMTP_PASS", "x"),                      // `_PASS` suffix
-    ("MYSQLPASS", "x"),                      // `PASS` as the end of a compound
-    ("REDIS_PASSWD", "x"),                   // `PASSWD`
-    ("ADMIN_PASSWORDS", "x"),                // plural
-    ("GPG_PASSPHRASE", "x"),                 // key passphrase
-    ("SSH_KEY_PASSPHRASE", "x"),             // key passphrase
-    ("GOOGLE_APPLICATION_CREDENTIALS", "x"), // path of a key file
-    ("DOCKER_CREDS", "x"),                   // `CREDS`
-    ("PRIVATE_KEY_PATH", "x"),               // `PRIVATE`, `KEY`
-    ("SIGNING_PRIVATEKEY", "x"),             // `PRIVATEKEY` compound
-    ("SSH_AUTH_SOCK", "/run/user/1000/ssh"), // the ssh agent signs for whoever asks
-    ("HTTP_AUTHORIZATION", "x"),             // a header kept in the environment
-    ("SESSION_COOKIE", "x"),                 // browser session
-    ("BROWSER_COOKIES", "x"),                // plural `COOKIES`
-    ("GITHUB_PAT", "x"),                     // personal access token
-    ("API_BEARER", "x"),                     // bearer credential
-    ("X_OAUTH_CLIENT", "x"),                 // `OAUTH` segment
-    ("vault.token", "x"),                    // dotted names are segmented too
-    ("my-service-password", "x"),            // dashed names are segmented too
-    ("PASSWORD_STORE", "x"),                 // only `PASSWORD_STORE_*` settings are allowed
+    ("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=abc"), // collector credentials, by name
+    ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x"),             // the traces' own headers
+    ("OPENAI_API_KEY", "x"),                                // vendor API key, `KEY` segment
+    ("ANTHROPIC_API_KEY", "x"),                             // vendor API key
+    ("DEEPSEEK_API_KEY", "x"),                              // vendor API key
+    ("GEMINI_API_KEY", "x"),                                // vendor API key
+    ("openai_api_key", "x"),                                // lower case is the same name
+    ("MY_APIKEY", "x"),                                     // `APIKEY` compound segment
+    ("SERVICEAPIKEY", "x"),                                 // `APIKEY` as the end of a compound
+    ("apiKey", "x"),                                        // camel case: `api`, `Key`
+    ("STRIPE_API_KEYS", "x"),                               // plural `KEYS`
+    ("AWS_ACCESS_KEY_ID", "x"),                             // half of an AWS key pair
+    ("AWS_SECRET_ACCESS_KEY", "x"),                         // the other half
+    ("AWS_SESSION_TOKEN", "x"),                             // temporary AWS credentials
+    ("AZURE_CLIENT_SECRET", "x"),                           // service principal secret
+    ("GITHUB_TOKEN", "x"),                                  // `TOKEN` segment
+    ("GH_TOKEN", "x"),                                      // gh CLI
+    ("GITHUBTOKEN", "x"),                                   // `TOKEN` as the end of a compound
+    ("CI_JOB_TOKEN", "x"),                                  // GitLab CI
+    ("npm_config__authToken", "x"),                         // npm config through the environment
+    ("NPM_CONFIG__AUTH", "x"),                              // npm basic auth
+    ("CARGO_REGISTRY_TOKEN", "x"),                          // crates.io publishing
+    ("HF_TOKEN", "x"),                                      // Hugging Face
+    ("OAUTH2_REFRESH_TOKEN", "x"),                          // digits split off: `OAUTH`, `2`
+    ("SECRET", "x"),                                        // the bare word
+    ("DJANGO_SECRET_KEY", "x"),                             // framework signing key
+    ("JWT_SECRETS", "x"),                                   // plural `SECRETS`
+    ("APPSECRET", "x"),                                     // `SECRET` as the end of a compound
+    ("DB_PASSWORD", "x"),                                   // `PASSWORD` segment
+    ("PGPASSWORD", "x"),                                    // libpq, compound
+    ("MYSQL_PWD", "x"),                                     // MySQL client, `PWD` segment
+    ("DB_PWD", "x"),                                        // `_PWD` suffix
+    ("SMTP_PASS", "x"),                                     // `_PASS` suffix
+    ("MYSQLPASS", "x"),                                     // `PASS` as the end of a compound
+    ("REDIS_PASSWD", "x"),                                  // `PASSWD`
+    ("ADMIN_PASSWORDS", "x"),                               // plural
+    ("GPG_PASSPHRASE", "x"),                                // key passphrase
+    ("SSH_KEY_PASSPHRASE", "x"),                            // key passphrase
+    ("GOOGLE_APPLICATION_CREDENTIALS", "x"),                // path of a key file
+    ("DOCKER_CREDS", "x"),                                  // `CREDS`
+    ("PRIVATE_KEY_PATH", "x"),                              // `PRIVATE`, `KEY`
+    ("SIGNING_PRIVATEKEY", "x"),                            // `PRIVATEKEY` compound
+    ("SSH_AUTH_SOCK", "/run/user/1000/ssh"),                // the ssh agent signs for whoever asks
+    ("HTTP_AUTHORIZATION", "x"),                            // a header kept in the environment
+    ("SESSION_COOKIE", "x"),                                // browser session
+    ("BROWSER_COOKIES", "x"),                               // plural `COOKIES`
+    ("GITHUB_PAT", "x"),                                    // personal access token
+    ("API_BEARER", "x"),                                    // bearer credential
+    ("X_OAUTH_CLIENT", "x"),                                // `OAUTH` segment
+    ("vault.token", "x"),                                   // dotted names are segmented too
+    ("my-service-password", "x"),                           // dashed names are segmented too
+    ("PASSWORD_STORE", "x"), // only `PASSWORD_STORE_*` settings are allowed
 ];
 
 /// Values withheld whatever the name; every name here passes the name rule on its own.

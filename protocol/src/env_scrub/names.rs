@@ -80,8 +80,18 @@ pub(super) const HARMLESS_NAMES: &[&str] = &[
 /// The name half of the rule (see the module doc).
 #[must_use]
 pub fn name_is_credential(name: &str) -> bool {
-    !is_harmless_name(name) && has_secret_segment(name)
+    CREDENTIAL_VARIABLES.contains(&name) || (!is_harmless_name(name) && has_secret_segment(name))
 }
+
+/// Variables that hold credentials whatever their segments say: OpenTelemetry's collector
+/// headers (`Authorization=Bearer ...`, `x-honeycomb-team=...`), which a trace exporter reads and
+/// no agent needs.
+pub(super) const CREDENTIAL_VARIABLES: &[&str] = &[
+    crate::env_vars::OTEL_EXPORTER_OTLP_HEADERS,
+    crate::env_vars::OTEL_EXPORTER_OTLP_TRACES_HEADERS,
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    "OTEL_EXPORTER_OTLP_LOGS_HEADERS",
+];
 
 /// Whether any segment of `name` marks a credential, ignoring [`HARMLESS_NAMES`]; used for names
 /// found inside values, where the allow-list of variable names does not apply.

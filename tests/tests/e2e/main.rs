@@ -31,6 +31,7 @@ mod live_view;
 mod mock_agent;
 mod mock_llm;
 mod model;
+mod otel;
 mod perf_behaviour;
 mod protocol_edges;
 mod real_model;

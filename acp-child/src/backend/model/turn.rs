@@ -105,18 +105,7 @@ pub(super) async fn run(
     );
     for request_number in 1..=config.max_turn_requests {
         tracing::debug!(request_number, "model request");
-        // Background tasks that finished since the last request: told once, between requests
-        // (never between a reply's tool calls and their results).
-        let notices = memory.tasks().take_notices();
-        for notice in &notices {
-            crate::backend::children::count_spending(turn, memory.tasks(), &notice.task);
-        }
-        if !notices.is_empty() {
-            memory.extend(notices.into_iter().map(|notice| Record::Notice {
-                text: notice.text,
-                task: Some(notice.task),
-            }));
-        }
+        tell_notices(turn, &memory);
         let mut history = memory.history();
         history.extend(prompt.clone());
         let messages = wire::messages(system.clone(), &history);
@@ -135,6 +124,7 @@ pub(super) async fn run(
             turn.stop_for_budget(overrun);
             return Ok(StopReason::MaxTokens);
         }
+        let mut chat = chat_span(turn, model);
         let streamed = stream_reply(client, &request, turn, hold.as_ref()).await?;
         if let Some(prompt) = prompt.take() {
             memory.extend([prompt]);
@@ -145,11 +135,19 @@ pub(super) async fn run(
                     || reply.generated.estimate(input_bytes),
                     wire::WireUsage::to_usage,
                 );
-                record_usage(config, window, spent, turn)?;
+                chat.set(|| finish_attribute(&reply.finish));
+                record_usage(config, window, spent, turn, &mut chat)?;
                 reply
             }
             Streamed::OverBudget { reply, overrun } => {
-                record_usage(config, window, reply.generated.estimate(input_bytes), turn)?;
+                let spent = reply.generated.estimate(input_bytes);
+                record_usage(config, window, spent, turn, &mut chat)?;
+                chat.event("budget_overrun", || {
+                    vec![acp_host::telemetry::attribute(
+                        "acp.error",
+                        overrun.to_string(),
+                    )]
+                });
                 keep_partial(&memory, reply.text);
                 turn.stop_for_budget(overrun);
                 return Ok(StopReason::MaxTokens);
@@ -185,6 +183,21 @@ pub(super) async fn run(
     Ok(StopReason::MaxTurnRequests)
 }
 
+/// Background tasks that finished since the last request: told once, between requests (never
+/// between a reply's tool calls and their results).
+fn tell_notices(turn: &Turn, memory: &crate::session::Memory) {
+    let notices = memory.tasks().take_notices();
+    for notice in &notices {
+        crate::backend::children::count_spending(turn, memory.tasks(), &notice.task);
+    }
+    if !notices.is_empty() {
+        memory.extend(notices.into_iter().map(|notice| Record::Notice {
+            text: notice.text,
+            task: Some(notice.task),
+        }));
+    }
+}
+
 /// Keeps the text of a reply cut off (cancelled, or past the budget) that the user already saw;
 /// its tool calls never ran and are dropped.
 fn keep_partial(memory: &crate::session::Memory, text: String) {
@@ -204,10 +217,45 @@ fn record_usage(
     window: Option<u64>,
     mut spent: protocol::usage::Usage,
     turn: &Turn,
+    chat: &mut acp_host::telemetry::Span,
 ) -> Result<(), TurnError> {
     spent.cost = config.pricing.as_ref().map(|pricing| pricing.cost(&spent));
+    chat.set(|| acp_host::telemetry::usage_attributes(&spent));
     let context = window.map(|size| (spent.input_tokens, size));
     turn.spent_own(&spent, context)
+}
+
+/// One model request's span (`chat {model}`, the `GenAI` conventions' client span) under the
+/// turn's; a no-op when export is off.
+fn chat_span(turn: &Turn, model: &str) -> acp_host::telemetry::Span {
+    use acp_host::telemetry::{Span, SpanKind, attribute, gen_ai};
+    if !acp_host::telemetry::enabled() {
+        return Span::default();
+    }
+    let context = acp_host::run::new_span(Some(turn.trace()));
+    Span::start(
+        || format!("chat {model}"),
+        SpanKind::Client,
+        &context,
+        Some(turn.trace()),
+        || {
+            vec![
+                attribute(gen_ai::OPERATION_NAME, "chat"),
+                attribute(gen_ai::REQUEST_MODEL, model.to_owned()),
+            ]
+        },
+    )
+}
+
+/// A reply's finish reason, as the conventions name it.
+fn finish_attribute(finish: &Finish) -> Vec<acp_host::telemetry::Attribute> {
+    let reason = match finish {
+        Finish::Stop => "stop",
+        Finish::Length => "length",
+        Finish::ContentFilter => "content_filter",
+        Finish::ToolCalls => "tool_calls",
+    };
+    vec![acp_host::telemetry::finish_reasons(reason)]
 }
 
 /// The size of a request's JSON body (what an estimate of its input counts), without keeping it.
