@@ -489,9 +489,10 @@ impl Observer for Renderer {
                     printable(decision.tool_kind.as_deref().unwrap_or("unknown kind")),
                     decision.decided_by.as_str()
                 );
-                match self.live.get().filter(|live| live.drawing()) {
-                    Some(live) => live.around(&mut || note!("{said}")),
-                    None => note!("{said}"),
+                if let Some(live) = self.live.get().filter(|live| live.drawing()) {
+                    live.around(&mut || note!("{said}"));
+                } else {
+                    note!("{said}");
                 }
             }
             Event::Start(start) if self.verbose => note!(
