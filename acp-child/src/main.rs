@@ -420,6 +420,14 @@ fn main() -> ExitCode {
     if let Err(error) = hardened {
         tracing::warn!("{}", describe(&error));
     }
+    // A tree of children holds a few descriptors each: 1,024 would cap it near 200.
+    if let Some((before, after)) = acp_host::process::raise_open_files() {
+        tracing::debug!(
+            before,
+            after,
+            "raised the open-files limit (RLIMIT_NOFILE) to its hard limit"
+        );
+    }
     let subagents = match cli.subagents() {
         Ok(subagents) => Some(subagents),
         Err(error) => {

@@ -305,6 +305,34 @@ pub fn harden_host() -> Result<(), HardenError> {
     Ok(())
 }
 
+/// The most open files [`raise_open_files`] asks for when the hard limit is unlimited.
+const OPEN_FILES_CEILING: u64 = 1 << 20;
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (at most 2^20 when the hard limit
+/// is unlimited), for a process that holds a few descriptors per child (pipes, a
+/// watchdog's report, a pidfd): a thousand children need about five thousand, and many systems
+/// start a process with a soft limit of 1,024. Raising the soft limit up to the hard one needs no
+/// privilege. Children inherit the raised limit (a program of theirs that uses `select(2)` only
+/// breaks past 1,024 descriptors, where it would have failed with the old limit anyway).
+///
+/// Returns `(before, after)` when the limit was raised, `None` when it already was as high or
+/// could not be read or set (the process then runs with what it has).
+#[must_use]
+pub fn raise_open_files() -> Option<(u64, u64)> {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    let target = if hard == RLIM_INFINITY {
+        OPEN_FILES_CEILING
+    } else {
+        hard.min(OPEN_FILES_CEILING)
+    };
+    if soft != RLIM_INFINITY && soft < target {
+        setrlimit(Resource::RLIMIT_NOFILE, target, hard).ok()?;
+        return Some((soft, target));
+    }
+    None
+}
+
 /// [`harden_host`] failed; the process runs unhardened.
 #[derive(Debug, thiserror::Error)]
 pub enum HardenError {
@@ -1226,6 +1254,23 @@ fn group_members(pgid: u32) -> Vec<i32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_soft_open_files_limit_is_raised_to_the_hard_one() {
+        use nix::sys::resource::{Resource, getrlimit, setrlimit};
+        let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        // One below the target: lowering it further could starve the tests running beside.
+        let low = hard.min(OPEN_FILES_CEILING) - 1;
+        setrlimit(Resource::RLIMIT_NOFILE, low, hard).unwrap();
+        let raised = raise_open_files();
+        let (now, _) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+        let target = hard.min(OPEN_FILES_CEILING);
+        assert_eq!(now, target);
+        assert_eq!(raised, Some((low, target)));
+        // Already as high: nothing to do.
+        assert_eq!(raise_open_files(), None);
+        setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+    }
+
     use super::*;
 
     /// A `Watch` whose report pipe already holds `report` and is closed (the watchdog gone).

@@ -35,7 +35,6 @@
 //!   the same bad input and the same repeated id); only the batch's lines are checked against the
 //!   machine and kept.
 
-use std::collections::HashSet;
 use std::io::{BufRead, IsTerminal};
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
@@ -53,7 +52,7 @@ use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
 use protocol::shard::{self, Shard, ShardFromEnv};
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
-use self::lines::{IDS_IN_MEMORY, IdKey, Ids, Pending, SPOOL_IN_MEMORY, id_key};
+use self::lines::{Done, IDS_IN_MEMORY, Ids, Pending, SPOOL_IN_MEMORY, id_key};
 use super::run::{
     BatchFlags, Built, PolicyArg, RunArgs, Seconds, Signals, UnreportedArg, parse_seconds,
     request_for,
@@ -327,7 +326,7 @@ fn job_limits() -> JobLimits {
 struct Share {
     shard: Option<Shard>,
     /// The keys of the ids with a `completed` record in `--skip-done`'s file.
-    done: HashSet<IdKey>,
+    done: Done,
 }
 
 /// How the input's lines were shared out, for the note on stderr.
@@ -357,7 +356,7 @@ impl Share {
                 refuse_overwrite(path)?;
                 read_done(path)?
             }
-            None => HashSet::new(),
+            None => Done::default(),
         };
         Ok(Share { shard, done })
     }
@@ -437,7 +436,7 @@ fn stdout_is(path: &Path) -> Option<Open> {
 /// The ids with a `completed` record in `path`. Any other line (another status, a record cut
 /// short by a batch killed while writing it, text that is not a record) marks nothing: at worst
 /// a line runs again, never is one skipped that did not complete.
-fn read_done(path: &Path) -> Result<HashSet<IdKey>, CliError> {
+fn read_done(path: &Path) -> Result<Done, CliError> {
     let file = std::fs::File::open(path).map_err(|err| {
         let shown = protocol::report::printable_path(path);
         CliError::Usage(if err.kind() == std::io::ErrorKind::NotFound {
@@ -450,7 +449,7 @@ fn read_done(path: &Path) -> Result<HashSet<IdKey>, CliError> {
         })
     })?;
     let mut reader = std::io::BufReader::new(file);
-    let mut done = HashSet::new();
+    let mut done = Vec::new();
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -461,13 +460,13 @@ fn read_done(path: &Path) -> Result<HashSet<IdKey>, CliError> {
             ))
         })?;
         if read == 0 {
-            return Ok(done);
+            return Ok(Done::new(done));
         }
         if let Some(id) = std::str::from_utf8(&line)
             .ok()
             .and_then(shard::completed_id)
         {
-            done.insert(id_key(&id));
+            done.push(id_key(&id));
         }
     }
 }

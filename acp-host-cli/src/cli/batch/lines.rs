@@ -4,7 +4,14 @@
 //!   to [`SPOOL_IN_MEMORY`] bytes, then in an unnamed temporary file;
 //! - [`Ids`]: a 12-byte key of each line's id, to refuse a repeated one before anything starts,
 //!   in a table of up to [`IDS_IN_MEMORY`] keys, then as sorted runs in another unnamed temporary
-//!   file, merged once the whole input is read.
+//!   file, merged once the whole input is read;
+//! - [`Done`]: the keys of the ids `--skip-done`'s results file has completed, sorted in one
+//!   array (12 bytes a record: a hash set of them took two to three times as much, and more while
+//!   it grew) with a directory of where each 16-bit prefix starts, so a look-up is one or two
+//!   cache misses (the keys are SHA-256 prefixes, spread evenly), not a binary search's twenty.
+//!
+//! Both tables hash their keys with [`KeyHasher`]: a key is already a digest, so its first 8
+//! bytes are the hash (the default `SipHash` was a tenth of a large batch's reading).
 //!
 //! What grows with the input is disk: about its bytes for the lines, 20 bytes a line for the keys
 //! beyond the first [`IDS_IN_MEMORY`]. The temporary files are made in `TMPDIR` (by `tempfile`:
@@ -12,6 +19,7 @@
 
 use std::collections::{BinaryHeap, HashMap};
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, BufRead, BufReader, BufWriter, Seek, Write};
 use std::os::unix::fs::FileExt;
 
@@ -38,6 +46,76 @@ pub(super) fn id_key(id: &str) -> IdKey {
     let mut key = [0; 12];
     key.copy_from_slice(&digest[..12]);
     key
+}
+
+/// The hasher of tables keyed by an [`IdKey`]: the key's first 8 bytes (a digest's, so evenly
+/// spread already).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // An array hashes its length first (`write_usize`), then its bytes: only those count.
+        for &byte in bytes.iter().take(8) {
+            self.0 = (self.0 << 8) | u64::from(byte);
+        }
+    }
+
+    fn write_usize(&mut self, _length: usize) {}
+}
+
+/// A table keyed by [`IdKey`]s.
+type KeyMap<V> = HashMap<IdKey, V, BuildHasherDefault<KeyHasher>>;
+
+/// Bits of a key's prefix [`Done`]'s directory is indexed by, at most.
+const DIRECTORY_BITS: u32 = 16;
+
+/// The keys of the completed ids of a results file, sorted: a line is done when its key is
+/// among them. `starts[p]` is the index of the first key whose top `bits` bits are `p` or more
+/// (one entry more than prefixes: the end), so a look-up searches only its prefix's few keys.
+#[derive(Debug, Default)]
+pub(super) struct Done {
+    keys: Vec<IdKey>,
+    starts: Vec<usize>,
+    bits: u32,
+}
+
+impl Done {
+    /// The set of `keys` (in any order, repeats allowed: a resumed batch's file may complete an
+    /// id twice).
+    pub(super) fn new(mut keys: Vec<IdKey>) -> Self {
+        keys.sort_unstable();
+        keys.dedup();
+        keys.shrink_to_fit();
+        // About 8 keys a prefix: the directory stays well below the keys' own size.
+        let bits = (usize::BITS - (keys.len() / 8).leading_zeros()).min(DIRECTORY_BITS);
+        let mut starts = Vec::with_capacity((1 << bits) + 1);
+        let mut at = 0;
+        for prefix in 0..=(1_usize << bits) {
+            while at < keys.len() && Self::prefix(&keys[at], bits) < prefix {
+                at += 1;
+            }
+            starts.push(at);
+        }
+        Done { keys, starts, bits }
+    }
+
+    fn prefix(key: &IdKey, bits: u32) -> usize {
+        usize::from(u16::from_be_bytes([key[0], key[1]])) >> (DIRECTORY_BITS - bits)
+    }
+
+    pub(super) fn contains(&self, key: &IdKey) -> bool {
+        let prefix = Self::prefix(key, self.bits);
+        let (Some(&from), Some(&to)) = (self.starts.get(prefix), self.starts.get(prefix + 1))
+        else {
+            return false;
+        };
+        self.keys[from..to].binary_search(key).is_ok()
+    }
 }
 
 /// The input's lines, as their text. Each kept line is one spool line: `r<number>\t<text>` for a
@@ -178,7 +256,7 @@ pub(super) struct Repeat {
 /// Every line's id key, to refuse a repeated id.
 pub(super) struct Ids {
     /// The keys of the lines read since the last run was written, each with its line's number.
-    recent: HashMap<IdKey, u64>,
+    recent: KeyMap<u64>,
     /// How many keys `recent` holds at most.
     in_memory: usize,
     /// The sorted runs, one after another, each `(offset, keys)`, once `recent` filled once.
@@ -195,7 +273,7 @@ const MERGE_BUFFER: usize = 128;
 impl Ids {
     pub(super) fn new(in_memory: usize) -> Self {
         Ids {
-            recent: HashMap::new(),
+            recent: KeyMap::default(),
             in_memory: in_memory.max(1),
             runs: Vec::new(),
             file: None,
@@ -376,6 +454,49 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn done_holds_exactly_the_keys_it_was_given_in_any_order_with_repeats() {
+        let keys: Vec<IdKey> = ["c", "a", "b", "a"].iter().map(|id| id_key(id)).collect();
+        let done = Done::new(keys);
+        for id in ["a", "b", "c"] {
+            assert!(done.contains(&id_key(id)), "{id}");
+        }
+        assert!(!done.contains(&id_key("d")));
+        assert!(!Done::default().contains(&id_key("a")));
+        assert!(!Done::new(Vec::new()).contains(&id_key("a")));
+    }
+
+    proptest! {
+        #[test]
+        fn done_finds_every_key_it_holds_and_no_other_at_any_size(
+            held in proptest::collection::vec(any::<u32>(), 0..3000),
+            other in proptest::collection::vec(any::<u32>(), 0..200),
+        ) {
+            let key = |n: &u32| id_key(&n.to_string());
+            let done = Done::new(held.iter().map(key).collect());
+            for n in &held {
+                prop_assert!(done.contains(&key(n)));
+            }
+            for n in other.iter().filter(|n| !held.contains(n)) {
+                prop_assert!(!done.contains(&key(n)));
+            }
+        }
+    }
+
+    #[test]
+    fn the_key_hasher_takes_a_keys_first_eight_bytes() {
+        use std::hash::{BuildHasher as _, Hash as _};
+        let key = id_key("a");
+        let mut hasher = KeyHasher::default();
+        key.hash(&mut hasher);
+        let expected = u64::from_be_bytes(key[..8].try_into().unwrap());
+        assert_eq!(hasher.finish(), expected);
+        assert_eq!(
+            BuildHasherDefault::<KeyHasher>::default().hash_one(key),
+            expected
+        );
     }
 
     #[test]
