@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::batch::{BatchRecord, BatchSummary};
 use crate::events::{Event, ResultRecord};
-use crate::registry::AgentListing;
+use crate::listing::AgentListing;
 use crate::sync::report::SyncOutput;
 use crate::trust::TrustListing;
 use crate::worktree::WorktreeListing;

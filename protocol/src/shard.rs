@@ -16,7 +16,7 @@
 
 use sha2::{Digest as _, Sha256};
 
-use crate::result::Status;
+use crate::status::Status;
 
 /// The most workers a batch may be split over: far above any scheduler's array, low enough that
 /// a typo (`--shard 3/40000000`) is caught.

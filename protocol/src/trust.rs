@@ -10,7 +10,7 @@
 //! - an untrusted definition starts only once the person said yes, for this start or for this
 //!   content; a changed file is other content and asks again;
 //! - a repository definition only ever lowers privileges: its permission policy is capped at the
-//!   parent's ([`cap`]), approved or not (an approval lets its command run; it never lets it answer
+//!   parent's ([`crate::definition::cap`]), approved or not (an approval lets its command run; it never lets it answer
 //!   its own permission requests).
 //!
 //! Pure: digests and keys are computed from values; the store of approvals (files in the user's

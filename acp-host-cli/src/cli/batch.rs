@@ -49,8 +49,9 @@ use acp_host::run::{self as library, Cancel, PrepareError, RunOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use protocol::batch::{self, BatchEnd, BatchLine, BatchRecord, JobLimits, NotStarted};
 use protocol::env_scrub::EnvForward;
-use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
+use protocol::result::DEFAULT_MAX_OUTPUT_BYTES;
 use protocol::shard::{self, Shard, ShardFromEnv};
+use protocol::status::Status;
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use self::lines::{IDS_IN_MEMORY, IdKey, Ids, Pending, SPOOL_IN_MEMORY, id_key};
@@ -198,7 +199,7 @@ acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n  
 acp-host batch --shard 0/4 jobs.ndjson > results-0.ndjson\n  \
 acp-host batch --skip-done results.ndjson jobs.ndjson >> results.ndjson\n  \
 acp-host batch --merge results-*.ndjson | jq 'select(.status != \"completed\")'\n",
-        batch::exit_code_table()
+        protocol::exit_table::Documented::Batch.exit_table()
     )
 }
 

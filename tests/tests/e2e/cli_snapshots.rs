@@ -249,12 +249,12 @@ fn readme_rows(readme: &str, name: &str) -> Vec<Row> {
 }
 
 /// The exit-code tables of run, batch, serve, agents and trust: the same in `--help` (through the
-/// real binary) and in the README, row for row, and both are `protocol::result`'s.
+/// real binary) and in the README, row for row, and both are `protocol::exit_table`'s.
 #[test]
 fn exit_code_tables_agree_between_help_and_readme() {
     let home = tempfile::tempdir().unwrap();
     let readme = readme();
-    for command in protocol::result::Documented::ALL {
+    for command in protocol::exit_table::Documented::ALL {
         let help = help_rows(&run(&[command.name(), "--help"], home.path()));
         let table: Vec<Row> = command
             .exit_rows()
