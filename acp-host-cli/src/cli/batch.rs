@@ -229,7 +229,8 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
         return merge::execute(&args.merge);
     }
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let jobs = batch::check_jobs(args.jobs, cpus, &job_limits()).map_err(CliError::Usage)?;
+    let jobs = batch::check_jobs(args.jobs, cpus, &job_limits())
+        .map_err(|err| CliError::Usage(err.to_string()))?;
     check_token(args)?;
     // The batch's own span: every line's run is made under it.
     let trace = acp_host::run::new_span(super::trace::given(args.traceparent.as_deref())?.as_ref());
@@ -331,11 +332,13 @@ struct Taken {
 impl Share {
     fn from_args(args: &BatchArgs) -> Result<Share, CliError> {
         let shard = match (&args.shard, &args.shard_from_env) {
-            (Some(text), _) => Some(Shard::parse(text).map_err(CliError::Usage)?),
+            (Some(text), _) => {
+                Some(Shard::parse(text).map_err(|err| CliError::Usage(err.to_string()))?)
+            }
             (None, Some(text)) => Some(
                 ShardFromEnv::parse(text)
                     .and_then(|spec| spec.resolve(|name| std::env::var(name).ok()))
-                    .map_err(CliError::Usage)?,
+                    .map_err(|err| CliError::Usage(err.to_string()))?,
             ),
             (None, None) => None,
         };
