@@ -26,7 +26,7 @@ use crate::structured::{self, OutputSpec, StructuredVia};
 mod extension;
 pub mod template;
 
-pub use self::extension::{Advertised, Answer, SessionStart};
+pub use self::extension::{Advertised, Answer, SessionStart, StartError};
 
 /// The `_meta` key of the extension, in `agentCapabilities._meta` and on `session/new`.
 pub const EXTENSION: &str = "acp-host/start";
