@@ -530,7 +530,8 @@ fn start_extension(extension: &Value, offers: &Offers) -> Result<Extension, Stri
     // Every backend honours a depth cap; the tool filter and the output schema need tools.
     let start = capabilities::SessionStart::read(extension, |field| {
         field == capabilities::FIELD_MAX_DEPTH || !offers.tools.is_empty()
-    })?;
+    })
+    .map_err(|error| error.to_string())?;
     let mut taken = Extension {
         max_depth: start.max_depth,
         budget: start.budget,

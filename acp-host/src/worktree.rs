@@ -27,7 +27,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use protocol::result::Status;
+use protocol::status::Status;
 use protocol::worktree::{
     self as rules, DiffStat, ListedWorktree, NameError, Outcome, Owner, Prune, State,
     WorktreeListing, WorktreeRecord,

@@ -446,65 +446,6 @@ pub fn install_dir(manifest: &Manifest, platform: &str) -> PathBuf {
         .join(format!("{}-{platform}", manifest.version))
 }
 
-/// `acp-host agents --json`: the cached ACP Registry beside our own table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RegistryListing {
-    /// The path or URL the registry was read from.
-    pub source: String,
-    /// When it was read (RFC 3339).
-    pub fetched_at: String,
-    pub agents: Vec<RegistryRow>,
-}
-
-/// One agent of the registry, as `run --agent ID` would start it here.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RegistryRow {
-    pub id: String,
-    pub name: String,
-    pub version: String,
-    pub description: String,
-    /// `binary`, `npx` or `uvx`: what runs the agent on this platform; `None` when nothing does.
-    pub distribution: Option<String>,
-    /// The command line: the program inside the archive (relative to its folder) for a binary,
-    /// the `npx` / `uvx` line for a package; empty when nothing runs the agent here.
-    pub command: Vec<String>,
-    /// Whether the binary is installed in the cache already (a run then needs no network).
-    pub cached: bool,
-    /// Our table's agent that `--agent ID` names first, when the id is also one of its names.
-    pub shadowed_by: Option<String>,
-    /// Our table's agent whose ACP command falls back to this entry when it is not installed
-    /// (`protocol::registry::REGISTRY_IDS`).
-    pub linked_from: Option<String>,
-}
-
-impl RegistryRow {
-    /// The row of `manifest` on `platform`; `cached`: whether its binary is in the cache.
-    #[must_use]
-    pub fn new(manifest: &Manifest, platform: Option<&str>, cached: bool) -> Self {
-        let choice = manifest.choose(platform);
-        let command = match choice {
-            Some(Choice::Binary { target, .. }) => std::iter::once(target.cmd.clone())
-                .chain(target.args.iter().cloned())
-                .collect(),
-            Some(choice) => choice.package_command().unwrap_or_default(),
-            None => Vec::new(),
-        };
-        RegistryRow {
-            id: manifest.id.clone(),
-            name: manifest.name.clone(),
-            version: manifest.version.clone(),
-            description: manifest.description.clone(),
-            distribution: choice.map(|choice| choice.kind().to_owned()),
-            command,
-            cached: cached && matches!(choice, Some(Choice::Binary { .. })),
-            shadowed_by: crate::registry::find(&manifest.id).map(|spec| spec.name.to_owned()),
-            linked_from: crate::registry::linked_to_registry(&manifest.id).map(str::to_owned),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,51 +495,6 @@ mod tests {
         };
         assert_eq!(Choice::Uvx(&package).kind(), "uvx");
         assert!(Choice::Npx(&package).env().is_empty());
-    }
-
-    #[test]
-    fn a_registry_row_shows_what_runs_here_and_how_it_relates_to_our_table() {
-        let registry = registry(CODEX).unwrap();
-        let codex = registry.find("codex-acp").unwrap();
-        let row = RegistryRow::new(codex, Some("linux-x86_64"), true);
-        assert_eq!(row.id, "codex-acp");
-        assert_eq!(
-            (row.name.as_str(), row.version.as_str()),
-            ("Codex CLI", "0.9.2")
-        );
-        assert_eq!(row.distribution.as_deref(), Some("binary"));
-        assert_eq!(row.command, ["./codex-acp"]);
-        assert!(row.cached);
-        assert_eq!(row.shadowed_by, None);
-        assert_eq!(row.linked_from.as_deref(), Some("codex"));
-        let mac = RegistryRow::new(codex, Some("darwin-aarch64"), false);
-        assert_eq!(mac.command, ["./codex-acp", "acp"]);
-        assert!(!mac.cached);
-        let npx = RegistryRow::new(codex, Some("linux-aarch64"), true);
-        assert_eq!(npx.distribution.as_deref(), Some("npx"));
-        assert_eq!(
-            npx.command,
-            ["npx", "--yes", "@zed-industries/codex-acp@0.9.2"]
-        );
-        assert!(!npx.cached, "only a binary is cached");
-
-        let gemini = registry_of(
-            r#"{"id": "gemini", "name": "Gemini", "version": "1.0.0", "description": "d",
-            "distribution": {"binary": {"windows-x86_64": {"archive": "https://x/g.zip", "cmd": "g.exe"}}}}"#,
-        );
-        let row = RegistryRow::new(gemini.find("gemini").unwrap(), Some("linux-x86_64"), false);
-        assert_eq!(row.distribution, None, "nothing runs it on this platform");
-        assert!(row.command.is_empty());
-        assert_eq!(
-            row.shadowed_by.as_deref(),
-            Some("gemini"),
-            "our table names it first"
-        );
-        assert_eq!(row.linked_from.as_deref(), Some("gemini"));
-    }
-
-    fn registry_of(agent: &str) -> Registry {
-        registry(agent).unwrap()
     }
 
     fn registry(agents: &str) -> Result<Registry, RegistryError> {

@@ -19,7 +19,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::result::{EXIT_USAGE, ExitRow, RunResult, Status};
+use crate::result::RunResult;
+use crate::status::{EXIT_USAGE, ExitRow, Status};
 use crate::structured::OutputSchema;
 
 /// The fields a line may have, in documentation order.
@@ -448,12 +449,6 @@ pub fn exit_rows() -> Vec<ExitRow> {
     ]
 }
 
-/// The exit codes of `acp-host batch` as text, for its `--help`.
-#[must_use]
-pub fn exit_code_table() -> String {
-    crate::result::Documented::Batch.exit_table()
-}
-
 /// The most agents a batch runs at once, whatever the machine allows (`--jobs` above it is
 /// refused): each holds its pipes, a watchdog and up to `--max-output` of output.
 pub const MAX_JOBS: usize = 256;
@@ -514,6 +509,26 @@ impl JobLimits {
     }
 }
 
+/// Why a `--jobs` was refused, or why no agent can run here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobsError {
+    #[error(
+        "--jobs 0: no agent could ever run; pass --jobs 1 or more, or leave it out (the number of \
+         CPUs)"
+    )]
+    Zero,
+    /// More than the limits allow (`why` says which limit, and how to raise it).
+    #[error("--jobs {jobs}: at most {most} ({why}); lower --jobs")]
+    AboveLimit {
+        jobs: usize,
+        most: usize,
+        why: String,
+    },
+    /// Not given, and the limits leave room for none.
+    #[error("no agent can run: {why}")]
+    NoRoom { why: String },
+}
+
 /// `--jobs`: how many agents run at once. Given, it is refused above what `limits` allow (the
 /// error says why and how to raise it); not given, it is `default` (the number of CPUs) lowered
 /// to fit.
@@ -521,19 +536,13 @@ pub fn check_jobs(
     jobs: Option<usize>,
     default: usize,
     limits: &JobLimits,
-) -> Result<usize, String> {
+) -> Result<usize, JobsError> {
     let (most, why) = limits.max_jobs();
     match jobs {
-        Some(0) => Err(
-            "--jobs 0: no agent could ever run; pass --jobs 1 or more, or leave it out (the \
-             number of CPUs)"
-                .to_owned(),
-        ),
-        Some(jobs) if jobs > most => Err(format!(
-            "--jobs {jobs}: at most {most} ({why}); lower --jobs"
-        )),
+        Some(0) => Err(JobsError::Zero),
+        Some(jobs) if jobs > most => Err(JobsError::AboveLimit { jobs, most, why }),
         Some(jobs) => Ok(jobs),
-        None if most == 0 => Err(format!("no agent can run: {why}")),
+        None if most == 0 => Err(JobsError::NoRoom { why }),
         None => Ok(default.clamp(1, most)),
     }
 }
@@ -794,10 +803,6 @@ mod tests {
         assert_eq!(end(true, 3, 3, 0), 130);
         assert_eq!(end(true, 3, 0, 1), 141);
         assert_eq!(end(false, 3, 3, 2), 141);
-        assert!(exit_code_table().contains("  130  aborted            Ctrl-C"));
-        assert!(
-            exit_code_table().contains("  141  output-lost        records were not all written (")
-        );
     }
 
     #[test]
@@ -839,7 +844,7 @@ mod tests {
         let unlimited = JobLimits::default();
         assert_eq!(check_jobs(Some(256), 2, &unlimited), Ok(256));
         assert_eq!(
-            check_jobs(Some(0), 2, &unlimited),
+            check_jobs(Some(0), 2, &unlimited).map_err(|err| err.to_string()),
             Err(
                 "--jobs 0: no agent could ever run; pass --jobs 1 or more, or leave it out (the \
                  number of CPUs)"
@@ -847,7 +852,7 @@ mod tests {
             )
         );
         assert_eq!(
-            check_jobs(Some(100_000), 2, &unlimited),
+            check_jobs(Some(100_000), 2, &unlimited).map_err(|err| err.to_string()),
             Err("--jobs 100000: at most 256 (at most 256 agents run at once); lower --jobs".into())
         );
         let files = JobLimits {
@@ -856,7 +861,7 @@ mod tests {
         };
         assert_eq!(files.max_jobs().0, 124);
         assert_eq!(
-            check_jobs(Some(200), 2, &files),
+            check_jobs(Some(200), 2, &files).map_err(|err| err.to_string()),
             Err(
                 "--jobs 200: at most 124 (this process may open 1024 files and each running \
                  agent takes 8; raise the limit (`ulimit -n`)); lower --jobs"
@@ -871,6 +876,7 @@ mod tests {
         assert!(
             check_jobs(Some(11), 2, &processes)
                 .unwrap_err()
+                .to_string()
                 .contains("`ulimit -u`")
         );
         // The default (the CPUs) is lowered to fit, never refused while one agent fits.
@@ -883,6 +889,7 @@ mod tests {
         assert!(
             check_jobs(None, 2, &none)
                 .unwrap_err()
+                .to_string()
                 .starts_with("no agent can run: ")
         );
     }

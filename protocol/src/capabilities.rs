@@ -26,7 +26,7 @@ use crate::structured::{self, OutputSpec, StructuredVia};
 mod extension;
 pub mod template;
 
-pub use self::extension::{Advertised, Answer, SessionStart};
+pub use self::extension::{Advertised, Answer, SessionStart, StartError};
 
 /// The `_meta` key of the extension, in `agentCapabilities._meta` and on `session/new`.
 pub const EXTENSION: &str = "acp-host/start";
@@ -105,7 +105,7 @@ impl ToolFilter {
     }
 
     /// Checks every name against the tools that exist (`known`); `Err` names the unknown ones.
-    pub fn check(&self, known: &[&str]) -> Result<(), String> {
+    pub fn check(&self, known: &[&str]) -> Result<(), UnknownTools> {
         let mut unknown: Vec<&str> = Vec::new();
         for name in self.allow.iter().flatten().chain(&self.deny) {
             if !known.contains(&name.as_str()) && !unknown.contains(&name.as_str()) {
@@ -115,13 +115,24 @@ impl ToolFilter {
         if unknown.is_empty() {
             return Ok(());
         }
-        Err(format!(
-            "unknown tool name{} {}; the tools are {}",
-            if unknown.len() == 1 { "" } else { "s" },
-            unknown.join(", "),
-            known.join(", ")
-        ))
+        Err(UnknownTools {
+            unknown: unknown.into_iter().map(str::to_owned).collect(),
+            known: known.iter().map(|name| (*name).to_owned()).collect(),
+        })
     }
+}
+
+/// A tool filter's names that are none of the tools ([`ToolFilter::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown tool name{} {}; the tools are {}",
+    if .unknown.len() == 1 { "" } else { "s" },
+    .unknown.join(", "),
+    .known.join(", ")
+)]
+pub struct UnknownTools {
+    pub unknown: Vec<String>,
+    pub known: Vec<String>,
 }
 
 /// What a run asks of its agent at start. The default asks nothing.
@@ -698,8 +709,12 @@ mod tests {
         assert!(!none.allows("a"));
         assert_eq!(filter.check(&["a", "b"]), Ok(()));
         assert_eq!(
-            filter.check(&["a"]),
+            filter.check(&["a"]).map_err(|err| err.to_string()),
             Err("unknown tool name b; the tools are a".into())
+        );
+        assert_eq!(
+            filter.check(&["c"]).unwrap_err().to_string(),
+            "unknown tool names a, b; the tools are c"
         );
     }
 

@@ -28,7 +28,7 @@ use agent_client_protocol_schema::v1::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::result::Status;
+use crate::status::Status;
 
 /// Where a child stands, as the result lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]

@@ -12,7 +12,8 @@ use agent_client_protocol_schema::v1::SessionUpdate;
 use serde::{Deserialize, Serialize};
 
 use crate::permission::PermissionDecision;
-use crate::result::{RunResult, Status};
+use crate::result::RunResult;
+use crate::status::Status;
 
 /// `subagent/start`: the child is ready (session/new answered).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

@@ -604,7 +604,7 @@ mod tests {
     use super::*;
     use crate::events::EndEvent;
     use crate::permission::{DecidedBy, Outcome, PermissionDecision, Verdict};
-    use crate::result::Status;
+    use crate::status::Status;
 
     /// An update on `on` (`None`: the run's own session).
     fn update(on: Option<&str>, update: Value) -> Event {

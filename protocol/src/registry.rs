@@ -750,54 +750,6 @@ impl AgentAvailability {
     }
 }
 
-/// `acp-host agents --json`: every known agent as this host sees it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentListing {
-    pub agents: Vec<AgentRow>,
-    /// The cached ACP Registry's agents (`acp-host agents --refresh`); `None` when none is
-    /// cached.
-    pub registry: Option<crate::acp_registry::RegistryListing>,
-}
-
-/// One agent of the listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct AgentRow {
-    pub name: &'static str,
-    pub aliases: &'static [&'static str],
-    pub summary: &'static str,
-    /// Whether `sync` counts the agent as installed (see `availability`).
-    pub installed: bool,
-    pub availability: AgentAvailability,
-    /// Where `sync` writes, when the agent takes subagent definitions.
-    pub sync: Option<SyncTarget>,
-    /// The ACP launch command line, when the agent speaks ACP.
-    pub acp_command: Option<&'static [&'static str]>,
-    /// Whether `run --agent NAME` finds the ACP command's program; `None` without one.
-    pub acp_command_found: Option<bool>,
-    /// How to install the ACP command.
-    pub install: Option<&'static str>,
-}
-
-impl AgentRow {
-    /// The row of `spec`, from its availability and whether its ACP program was found.
-    #[must_use]
-    pub fn new(spec: &'static AgentSpec, availability: AgentAvailability, found: bool) -> Self {
-        AgentRow {
-            name: spec.name,
-            aliases: spec.aliases,
-            summary: spec.summary,
-            installed: availability.is_installed(),
-            availability,
-            sync: spec.sync,
-            acp_command: spec.acp_command,
-            acp_command_found: spec.acp_command.is_some().then_some(found),
-            install: spec.install,
-        }
-    }
-}
-
 /// Decides availability from facts gathered by the caller: `locate(binary)` (see [`locate`]) and
 /// `home_dir_exists(relative folder)`.
 pub fn availability(
@@ -1043,27 +995,6 @@ mod tests {
         for name in &names {
             assert_eq!(find_canonical(name).map(|spec| spec.name), Some(*name));
         }
-    }
-
-    #[test]
-    fn a_listing_row_says_found_only_for_an_agent_with_an_acp_command() {
-        let codex = find("codex").unwrap();
-        let row = AgentRow::new(codex, AgentAvailability::OnPath("codex".into()), true);
-        assert_eq!(row.name, "codex");
-        assert!(row.installed);
-        assert_eq!(row.acp_command, Some(&["codex-acp"][..]));
-        assert_eq!(row.acp_command_found, Some(true));
-        assert_eq!(
-            AgentRow::new(codex, AgentAvailability::NotInstalled, false).acp_command_found,
-            Some(false)
-        );
-        let without = AGENTS
-            .iter()
-            .find(|spec| spec.acp_command.is_none())
-            .unwrap();
-        let row = AgentRow::new(without, AgentAvailability::NotInstalled, true);
-        assert!(!row.installed);
-        assert_eq!(row.acp_command_found, None, "{}: no ACP command", row.name);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::batch::{BatchRecord, BatchSummary};
 use crate::events::{Event, ResultRecord};
-use crate::registry::AgentListing;
+use crate::listing::AgentListing;
 use crate::sync::report::SyncOutput;
 use crate::trust::TrustListing;
 use crate::worktree::WorktreeListing;
@@ -59,35 +59,55 @@ pub fn render(schema: &Schema) -> String {
     text
 }
 
+/// Why a record does not match its output schema ([`check_keys`]); each message shows the record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeysError {
+    #[error("not a JSON object: {0}")]
+    NotAnObject(Value),
+    /// A tagged union without a variant of the record's `type`.
+    #[error("no schema variant for type {0:?}")]
+    NoVariant(Option<Value>),
+    #[error(
+        "record does not match its schema: undeclared keys {undeclared:?}, missing keys \
+         {missing:?}: {record}"
+    )]
+    Mismatch {
+        undeclared: Vec<String>,
+        missing: Vec<String>,
+        record: Value,
+    },
+}
+
 /// Checks the top-level keys of an output record against its schema: every key is a declared
 /// property and every required property is present. For a tagged union (`oneOf`), the variant is
 /// the one whose `type` constant matches the record's `type`. Not a full validator: nested
 /// values are checked by the types' own tests and by serde.
-pub fn check_keys(schema: &Schema, record: &Value) -> Result<(), String> {
+pub fn check_keys(schema: &Schema, record: &Value) -> Result<(), KeysError> {
     let object = record
         .as_object()
-        .ok_or_else(|| format!("not a JSON object: {record}"))?;
+        .ok_or_else(|| KeysError::NotAnObject(record.clone()))?;
     let root = schema.as_value();
     let variant = match root.get("oneOf").and_then(Value::as_array) {
         Some(variants) => variants
             .iter()
             .find(|v| v.pointer("/properties/type/const") == record.get("type"))
-            .ok_or_else(|| format!("no schema variant for type {:?}", record.get("type")))?,
+            .ok_or_else(|| KeysError::NoVariant(record.get("type").cloned()))?,
         None => root,
     };
     let mut declared = BTreeSet::new();
     let mut required = BTreeSet::new();
     collect_keys(root, variant, &mut declared, &mut required);
     let present: BTreeSet<String> = object.keys().cloned().collect();
-    let undeclared: Vec<_> = present.difference(&declared).collect();
-    let missing: Vec<_> = required.difference(&present).collect();
+    let undeclared: Vec<String> = present.difference(&declared).cloned().collect();
+    let missing: Vec<String> = required.difference(&present).cloned().collect();
     if undeclared.is_empty() && missing.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "record does not match its schema: undeclared keys {undeclared:?}, missing keys \
-             {missing:?}: {record}"
-        ))
+        Err(KeysError::Mismatch {
+            undeclared,
+            missing,
+            record: record.clone(),
+        })
     }
 }
 
@@ -175,11 +195,15 @@ mod tests {
         check_keys(&schema, &serde_json::json!({"a": 1, "b": 2, "c": 3})).unwrap();
         check_keys(&schema, &serde_json::json!({"a": 1, "b": 2})).unwrap();
         assert_eq!(
-            check_keys(&schema, &serde_json::json!({"a": 1, "d": 4})).unwrap_err(),
+            check_keys(&schema, &serde_json::json!({"a": 1, "d": 4}))
+                .unwrap_err()
+                .to_string(),
             r#"record does not match its schema: undeclared keys ["d"], missing keys ["b"]: {"a":1,"d":4}"#
         );
         assert_eq!(
-            check_keys(&schema, &serde_json::json!([1])).unwrap_err(),
+            check_keys(&schema, &serde_json::json!([1]))
+                .unwrap_err()
+                .to_string(),
             "not a JSON object: [1]"
         );
     }
@@ -195,17 +219,19 @@ mod tests {
         assert!(
             check_keys(&schema, &extra)
                 .unwrap_err()
+                .to_string()
                 .contains("surprise")
         );
         let unknown = serde_json::json!({"type": "later", "runId": "r"});
         assert_eq!(
-            check_keys(&schema, &unknown).unwrap_err(),
+            check_keys(&schema, &unknown).unwrap_err().to_string(),
             r#"no schema variant for type Some(String("later"))"#
         );
         let missing = serde_json::json!({"type": "end", "runId": "r"});
         assert!(
             check_keys(&schema, &missing)
                 .unwrap_err()
+                .to_string()
                 .contains("status")
         );
     }

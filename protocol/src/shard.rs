@@ -16,11 +16,76 @@
 
 use sha2::{Digest as _, Sha256};
 
-use crate::result::Status;
+use crate::status::Status;
 
 /// The most workers a batch may be split over: far above any scheduler's array, low enough that
 /// a typo (`--shard 3/40000000`) is caught.
 pub const MAX_SHARDS: u64 = 1_000_000;
+
+/// Why `--shard` or `--shard-from-env` was refused; each message names the flag as given and how
+/// to fix it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("{flag}: the count is {count}; it is from 1 to {MAX_SHARDS} workers")]
+    Count { flag: String, count: u64 },
+    #[error(
+        "{flag}: index {index} is not below the count {count}; indexes are 0-based, from 0 to {}",
+        .count - 1
+    )]
+    Index {
+        flag: String,
+        index: u64,
+        count: u64,
+    },
+    #[error("{flag}: expected INDEX/COUNT, as in `--shard 0/4`")]
+    Form { flag: String },
+    #[error(
+        "{flag}: the {what} {value:?} is not a whole number; expected INDEX/COUNT, as in `--shard 0/4`"
+    )]
+    NotANumber {
+        flag: String,
+        what: &'static str,
+        value: String,
+    },
+    #[error(
+        "{flag}: expected VARIABLE/COUNT or VARIABLE/VARIABLE, as in \
+         `--shard-from-env JOB_COMPLETION_INDEX/4`"
+    )]
+    FromEnvForm { flag: String },
+    #[error(
+        "{flag}: the {what} {value:?} is neither a whole number nor a variable name (letters, \
+         digits and `_`)"
+    )]
+    NotANumberOrName {
+        flag: String,
+        what: &'static str,
+        value: String,
+    },
+    #[error(
+        "{flag}: the variable {name} is not set; the scheduler sets it for each worker (or use \
+         --shard INDEX/COUNT)"
+    )]
+    Unset { flag: String, name: String },
+    #[error("{flag}: the variable {name} is {text:?}, not a whole number")]
+    VariableNotANumber {
+        flag: String,
+        name: String,
+        text: String,
+    },
+    /// An index variable past a count variable: the count is most likely the scheduler's count
+    /// of this submission's tasks.
+    #[error(
+        "{index}; {count_name}={count} counts this submission's tasks, not the batch's shards (a \
+         task resubmitted alone has a count of 1): give the count as a number, as in \
+         `--shard-from-env {index_name}/4`"
+    )]
+    Submission {
+        index: Box<ShardError>,
+        count_name: String,
+        count: u64,
+        index_name: String,
+    },
+}
 
 /// One worker's share of a batch: the lines whose id hashes to `index` modulo `count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,32 +97,32 @@ pub struct Shard {
 impl Shard {
     /// The shard `index` of `count`; the error says what is wrong (`flag` names where the values
     /// came from).
-    pub fn new(index: u64, count: u64, flag: &str) -> Result<Self, String> {
+    pub fn new(index: u64, count: u64, flag: &str) -> Result<Self, ShardError> {
+        let flag = flag.to_owned();
         if count == 0 || count > MAX_SHARDS {
-            return Err(format!(
-                "{flag}: the count is {count}; it is from 1 to {MAX_SHARDS} workers"
-            ));
+            return Err(ShardError::Count { flag, count });
         }
         if index >= count {
-            return Err(format!(
-                "{flag}: index {index} is not below the count {count}; indexes are 0-based, from \
-                 0 to {}",
-                count - 1
-            ));
+            return Err(ShardError::Index { flag, index, count });
         }
         Ok(Shard { index, count })
     }
 
     /// Reads `--shard INDEX/COUNT`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ShardError> {
         let flag = format!("--shard {text}");
         let (index, count) = text
             .split_once('/')
-            .ok_or_else(|| format!("{flag}: expected INDEX/COUNT, as in `--shard 0/4`"))?;
-        let number = |what: &str, value: &str| {
-            value.trim().parse::<u64>().map_err(|_| {
-                format!("{flag}: the {what} {value:?} is not a whole number; expected INDEX/COUNT, as in `--shard 0/4`")
-            })
+            .ok_or_else(|| ShardError::Form { flag: flag.clone() })?;
+        let number = |what: &'static str, value: &str| {
+            value
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| ShardError::NotANumber {
+                    flag: flag.clone(),
+                    what,
+                    value: value.to_owned(),
+                })
         };
         Shard::new(number("index", index)?, number("count", count)?, &flag)
     }
@@ -111,15 +176,12 @@ enum Source {
 
 impl ShardFromEnv {
     /// Reads the flag's value (nothing is looked up yet).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, ShardError> {
         let flag = format!("--shard-from-env {text}");
-        let (index, count) = text.split_once('/').ok_or_else(|| {
-            format!(
-                "{flag}: expected VARIABLE/COUNT or VARIABLE/VARIABLE, as in \
-                 `--shard-from-env JOB_COMPLETION_INDEX/4`"
-            )
-        })?;
-        let source = |what: &str, value: &str| {
+        let (index, count) = text
+            .split_once('/')
+            .ok_or_else(|| ShardError::FromEnvForm { flag: flag.clone() })?;
+        let source = |what: &'static str, value: &str| {
             let value = value.trim();
             if let Ok(number) = value.parse::<u64>() {
                 return Ok(Source::Number(number));
@@ -132,10 +194,11 @@ impl ShardFromEnv {
             if name_like {
                 Ok(Source::Variable(value.to_owned()))
             } else {
-                Err(format!(
-                    "{flag}: the {what} {value:?} is neither a whole number nor a variable name \
-                     (letters, digits and `_`)"
-                ))
+                Err(ShardError::NotANumberOrName {
+                    flag: flag.clone(),
+                    what,
+                    value: value.to_owned(),
+                })
             }
         };
         Ok(ShardFromEnv {
@@ -159,20 +222,24 @@ impl ShardFromEnv {
 
     /// The shard, with the variables' values from `lookup`; the error names the variable that is
     /// unset or not a number.
-    pub fn resolve(&self, lookup: impl Fn(&str) -> Option<String>) -> Result<Shard, String> {
+    pub fn resolve(&self, lookup: impl Fn(&str) -> Option<String>) -> Result<Shard, ShardError> {
         let flag = format!("--shard-from-env {}", self.text);
         let value = |source: &Source| match source {
             Source::Number(number) => Ok(*number),
             Source::Variable(name) => {
-                let text = lookup(name).filter(|value| !value.trim().is_empty()).ok_or_else(|| {
-                    format!(
-                        "{flag}: the variable {name} is not set; the scheduler sets it for each \
-                         worker (or use --shard INDEX/COUNT)"
-                    )
-                })?;
-                text.trim().parse::<u64>().map_err(|_| {
-                    format!("{flag}: the variable {name} is {text:?}, not a whole number")
-                })
+                let text = lookup(name)
+                    .filter(|value| !value.trim().is_empty())
+                    .ok_or_else(|| ShardError::Unset {
+                        flag: flag.clone(),
+                        name: name.clone(),
+                    })?;
+                text.trim()
+                    .parse::<u64>()
+                    .map_err(|_| ShardError::VariableNotANumber {
+                        flag: flag.clone(),
+                        name: name.clone(),
+                        text: text.clone(),
+                    })
             }
         };
         let (index, count) = (value(&self.index)?, value(&self.count)?);
@@ -180,11 +247,12 @@ impl ShardFromEnv {
             (Source::Variable(index_name), Source::Variable(count_name))
                 if count > 0 && index >= count =>
             {
-                format!(
-                    "{err}; {count_name}={count} counts this submission's tasks, not the batch's \
-                     shards (a task resubmitted alone has a count of 1): give the count as a \
-                     number, as in `--shard-from-env {index_name}/4`"
-                )
+                ShardError::Submission {
+                    index: Box::new(err),
+                    count_name: count_name.clone(),
+                    count,
+                    index_name: index_name.clone(),
+                }
             }
             _ => err,
         })
@@ -281,19 +349,19 @@ mod tests {
             (1, 4, "1/4".into())
         );
         assert_eq!(
-            Shard::parse("4/4").unwrap_err(),
+            Shard::parse("4/4").unwrap_err().to_string(),
             "--shard 4/4: index 4 is not below the count 4; indexes are 0-based, from 0 to 3"
         );
         assert_eq!(
-            Shard::parse("0/0").unwrap_err(),
+            Shard::parse("0/0").unwrap_err().to_string(),
             "--shard 0/0: the count is 0; it is from 1 to 1000000 workers"
         );
         assert_eq!(
-            Shard::parse("2").unwrap_err(),
+            Shard::parse("2").unwrap_err().to_string(),
             "--shard 2: expected INDEX/COUNT, as in `--shard 0/4`"
         );
         assert_eq!(
-            Shard::parse("-1/4").unwrap_err(),
+            Shard::parse("-1/4").unwrap_err().to_string(),
             "--shard -1/4: the index \"-1\" is not a whole number; expected INDEX/COUNT, as in \
              `--shard 0/4`"
         );
@@ -316,19 +384,21 @@ mod tests {
             Ok(Shard::new(3, 4, "t").unwrap())
         );
         assert_eq!(
-            spec.resolve(env(&[])).unwrap_err(),
+            spec.resolve(env(&[])).unwrap_err().to_string(),
             "--shard-from-env JOB_COMPLETION_INDEX/4: the variable JOB_COMPLETION_INDEX is not \
              set; the scheduler sets it for each worker (or use --shard INDEX/COUNT)"
         );
         assert_eq!(
             spec.resolve(env(&[("JOB_COMPLETION_INDEX", "x")]))
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "--shard-from-env JOB_COMPLETION_INDEX/4: the variable JOB_COMPLETION_INDEX is \"x\", \
              not a whole number"
         );
         assert_eq!(
             spec.resolve(env(&[("JOB_COMPLETION_INDEX", "4")]))
-                .unwrap_err(),
+                .unwrap_err()
+                .to_string(),
             "--shard-from-env JOB_COMPLETION_INDEX/4: index 4 is not below the count 4; indexes \
              are 0-based, from 0 to 3"
         );
@@ -350,7 +420,8 @@ mod tests {
                 ("SLURM_ARRAY_TASK_ID", "2"),
                 ("SLURM_ARRAY_TASK_COUNT", "1")
             ]))
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
             "--shard-from-env SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT: index 2 is not below the \
              count 1; indexes are 0-based, from 0 to 0; SLURM_ARRAY_TASK_COUNT=1 counts this \
              submission's tasks, not the batch's shards (a task resubmitted alone has a count of \
@@ -361,12 +432,23 @@ mod tests {
                 ("SLURM_ARRAY_TASK_ID", "0"),
                 ("SLURM_ARRAY_TASK_COUNT", "0")
             ]))
-            .unwrap_err(),
+            .unwrap_err()
+            .to_string(),
             "--shard-from-env SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT: the count is 0; it is \
              from 1 to 1000000 workers"
         );
-        assert!(ShardFromEnv::parse("JOB_COMPLETION_INDEX").is_err());
-        assert!(ShardFromEnv::parse("$X/4").is_err());
+        assert_eq!(
+            ShardFromEnv::parse("JOB_COMPLETION_INDEX")
+                .unwrap_err()
+                .to_string(),
+            "--shard-from-env JOB_COMPLETION_INDEX: expected VARIABLE/COUNT or VARIABLE/VARIABLE, \
+             as in `--shard-from-env JOB_COMPLETION_INDEX/4`"
+        );
+        assert_eq!(
+            ShardFromEnv::parse("$X/4").unwrap_err().to_string(),
+            "--shard-from-env $X/4: the index \"$X\" is neither a whole number nor a variable name \
+             (letters, digits and `_`)"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::result::Status;
+use crate::status::Status;
 
 /// Where worktrees go, relative to the main worktree's top folder.
 pub const WORKTREES_DIR: &str = ".acp-host/worktrees";

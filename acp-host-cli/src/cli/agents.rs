@@ -10,9 +10,10 @@ use std::process::ExitCode;
 use acp_host::acp_registry::{CachedRegistry, RegistryCache};
 use acp_host::agents::{self, HostFacts};
 use acp_host::installed;
-use protocol::acp_registry::{self, Choice, RegistryListing, RegistryRow};
+use protocol::acp_registry::{self, Choice};
 use protocol::env_vars;
-use protocol::registry::{AGENTS, AgentAvailability, AgentListing, AgentRow, SyncTarget};
+use protocol::listing::{AgentListing, AgentRow, RegistryListing, RegistryRow};
+use protocol::registry::{AGENTS, AgentAvailability, SyncTarget};
 
 use super::{CliError, write_listing};
 
@@ -37,7 +38,7 @@ Later runs start from the cache, offline.";
 fn after_help() -> String {
     format!(
         "{AFTER_HELP}\n\n{}",
-        protocol::result::Documented::Agents.exit_table()
+        protocol::exit_table::Documented::Agents.exit_table()
     )
 }
 

@@ -48,8 +48,9 @@ use acp_host::run::{self as library, Cancel, PrepareError, RunOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use protocol::batch::{self, BatchEnd, BatchLine, BatchRecord, JobLimits, NotStarted};
 use protocol::env_scrub::EnvForward;
-use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
+use protocol::result::DEFAULT_MAX_OUTPUT_BYTES;
 use protocol::shard::{self, Shard, ShardFromEnv};
+use protocol::status::Status;
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 
 use self::lines::{Done, IDS_IN_MEMORY, Ids, Pending, SPOOL_IN_MEMORY, id_key};
@@ -206,7 +207,7 @@ acp-host batch --permission allow --timeout 600 jobs.ndjson > results.ndjson\n  
 acp-host batch --shard 0/4 jobs.ndjson > results-0.ndjson\n  \
 acp-host batch --skip-done results.ndjson jobs.ndjson >> results.ndjson\n  \
 acp-host batch --merge results-*.ndjson | jq 'select(.status != \"completed\")'\n",
-        batch::exit_code_table()
+        protocol::exit_table::Documented::Batch.exit_table()
     )
 }
 
@@ -236,7 +237,8 @@ pub(super) fn execute(args: &BatchArgs) -> Result<ExitCode, CliError> {
         return merge::execute(&args.merge);
     }
     let cpus = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    let jobs = batch::check_jobs(args.jobs, cpus, &job_limits()).map_err(CliError::Usage)?;
+    let jobs = batch::check_jobs(args.jobs, cpus, &job_limits())
+        .map_err(|err| CliError::Usage(err.to_string()))?;
     check_token(args)?;
     // The batch's own span: every line's run is made under it.
     let given = super::trace::given(args.traceparent.as_deref())?;
@@ -343,11 +345,13 @@ struct Taken {
 impl Share {
     fn from_args(args: &BatchArgs) -> Result<Share, CliError> {
         let shard = match (&args.shard, &args.shard_from_env) {
-            (Some(text), _) => Some(Shard::parse(text).map_err(CliError::Usage)?),
+            (Some(text), _) => {
+                Some(Shard::parse(text).map_err(|err| CliError::Usage(err.to_string()))?)
+            }
             (None, Some(text)) => Some(
                 ShardFromEnv::parse(text)
                     .and_then(|spec| spec.resolve(|name| std::env::var(name).ok()))
-                    .map_err(CliError::Usage)?,
+                    .map_err(|err| CliError::Usage(err.to_string()))?,
             ),
             (None, None) => None,
         };

@@ -42,7 +42,7 @@ use std::process::ExitCode;
 use std::sync::LazyLock;
 
 use clap::{Parser, Subcommand};
-use protocol::result::{EXIT_USAGE, Status};
+use protocol::status::{EXIT_USAGE, Status};
 
 /// `--version`: the version, the commit when known, the ACP protocol version.
 static VERSION: LazyLock<String> =

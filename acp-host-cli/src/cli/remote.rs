@@ -126,7 +126,7 @@ not cross the connection.
 fn serve_after_help() -> String {
     format!(
         "{SERVE_AFTER_HELP}\n{}",
-        protocol::result::Documented::Serve.exit_table()
+        protocol::exit_table::Documented::Serve.exit_table()
     )
 }
 

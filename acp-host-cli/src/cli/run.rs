@@ -27,7 +27,8 @@ use protocol::permission::PermissionPolicy;
 use protocol::registry;
 use protocol::remote::{self, TokenSource};
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
-use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, Status};
+use protocol::result::DEFAULT_MAX_OUTPUT_BYTES;
+use protocol::status::Status;
 use protocol::structured::{DEFAULT_SCHEMA_RETRIES, OutputSpec};
 use protocol::usage::{Budget, CostLimit};
 
@@ -323,7 +324,7 @@ acp-host run --worktree=fix-login --permission allow \"fix the login bug\"\n  \
 echo 'summarise README.md' | acp-host run --agent codex -\n  \
 acp-host run --agent 'npx @zed-industries/claude-code-acp' --permission allow \"fix the tests\"\n  \
 acp-host run --env DEEPSEEK_API_KEY --json --timeout 600 \"review this diff\"\n",
-        Status::exit_code_table(),
+        protocol::exit_table::Documented::Run.exit_table(),
         env_scrub::help_section()
     )
 }

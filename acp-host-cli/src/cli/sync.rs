@@ -16,7 +16,7 @@ use acp_host::fs_atomic;
 use acp_host::sync_exec::{self, ExecConfig, ExecutionResult, Outcome, PausePoint, SyncConfig};
 use protocol::env_vars;
 use protocol::registry::{self, Scope};
-use protocol::result::Status;
+use protocol::status::Status;
 use protocol::sync::report::{AdoptReport, FileDiff, SyncAborted, SyncOutput, SyncReport};
 use protocol::sync::{Action, Adopt, Authorization, Change, Dropped, ForceTarget, Plan};
 

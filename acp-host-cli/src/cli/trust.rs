@@ -36,7 +36,7 @@ Approvals live in $XDG_STATE_HOME/acp-host/trust (default ~/.local/state/acp-hos
 fn after_help() -> String {
     format!(
         "{AFTER_HELP}\n\n{}",
-        protocol::result::Documented::Trust.exit_table()
+        protocol::exit_table::Documented::Trust.exit_table()
     )
 }
 

@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use protocol::events::{EndEvent, Event};
-use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, ErrorKind, RunResult, Status};
+use protocol::result::{DEFAULT_MAX_OUTPUT_BYTES, ErrorKind, RunResult};
+use protocol::status::Status;
 use tokio_util::sync::CancellationToken;
 
 use self::observers::Notifier;

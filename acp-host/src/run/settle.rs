@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use protocol::env_scrub::Redactor;
 use protocol::request::StartRequest;
-use protocol::result::{AgentExit, ErrorKind, RunResult, Status};
+use protocol::result::{AgentExit, ErrorKind, RunResult};
+use protocol::status::Status;
 use protocol::structured;
 use protocol::usage::Overrun;
 

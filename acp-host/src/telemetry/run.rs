@@ -303,11 +303,11 @@ impl RunTrace {
                 }
                 out
             });
-            if result.status == protocol::result::Status::Aborted {
+            if result.status == protocol::status::Status::Aborted {
                 run.event("cancel", Vec::new);
             }
             if result.error_kind == Some(ErrorKind::Budget)
-                || result.status == protocol::result::Status::OverBudget
+                || result.status == protocol::status::Status::OverBudget
             {
                 run.event("budget_overrun", || {
                     vec![attribute(

@@ -92,35 +92,72 @@ pub(super) fn budget_value(budget: Budget) -> Value {
     Value::Object(value)
 }
 
+/// Why an agent refused a session's `acp-host/start` request: an invalid-params message naming
+/// the field ([`SessionStart::read`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StartError {
+    #[error("_meta.{key}: must be an object", key = EXTENSION)]
+    NotAnObject,
+    #[error("_meta.{key}: version must be {version}", key = EXTENSION, version = EXTENSION_VERSION)]
+    Version,
+    /// `tools` is not a tool filter (serde's words).
+    #[error("_meta.{key}.tools: {0}", key = EXTENSION)]
+    Tools(String),
+    #[error("_meta.{key}.maxDepth: must be a whole number, not {0}", key = EXTENSION)]
+    MaxDepth(Value),
+    #[error(
+        "_meta.{key}: field {0} is not honoured by this agent (see its initialize answer)",
+        key = EXTENSION
+    )]
+    NotHonoured(String),
+    #[error(
+        "_meta.{key}.{budget}: must be an object, not {0}",
+        key = EXTENSION, budget = FIELD_BUDGET
+    )]
+    BudgetNotAnObject(Value),
+    #[error(
+        "_meta.{key}.{budget}.tokens: must be a whole number, not {0}",
+        key = EXTENSION, budget = FIELD_BUDGET
+    )]
+    BudgetTokens(Value),
+    #[error(
+        "_meta.{key}.{budget}.cost: must be a non-negative number, not {0}",
+        key = EXTENSION, budget = FIELD_BUDGET
+    )]
+    BudgetCost(Value),
+    #[error(
+        "_meta.{key}.{budget}: unknown field {0}; it takes tokens and cost",
+        key = EXTENSION, budget = FIELD_BUDGET
+    )]
+    BudgetField(String),
+}
+
 /// The extension's `budget`, strictly: an object of a whole number of `tokens` and a
 /// non-negative `cost`, each optional, nothing else.
-fn read_budget(value: &Value) -> Result<Budget, String> {
-    let field = format!("_meta.{EXTENSION}.{FIELD_BUDGET}");
+fn read_budget(value: &Value) -> Result<Budget, StartError> {
     let Some(fields) = value.as_object() else {
-        return Err(format!("{field}: must be an object, not {value}"));
+        return Err(StartError::BudgetNotAnObject(value.clone()));
     };
     let mut budget = Budget::default();
     for (name, value) in fields {
         match name.as_str() {
             "tokens" => {
-                budget.tokens = Some(value.as_u64().ok_or_else(|| {
-                    format!("{field}.tokens: must be a whole number, not {value}")
-                })?);
+                budget.tokens = Some(
+                    value
+                        .as_u64()
+                        .ok_or_else(|| StartError::BudgetTokens(value.clone()))?,
+                );
             }
             "cost" => {
                 budget.cost = Some(
                     value
                         .as_f64()
                         .filter(|cost| cost.is_finite() && *cost >= 0.0)
-                        .ok_or_else(|| {
-                            format!("{field}.cost: must be a non-negative number, not {value}")
-                        })?,
+                        .ok_or_else(|| StartError::BudgetCost(value.clone()))?,
                 );
             }
             other => {
-                return Err(format!(
-                    "{field}: unknown field {other}; it takes tokens and cost"
-                ));
+                return Err(StartError::BudgetField(other.to_owned()));
             }
         }
     }
@@ -153,18 +190,17 @@ impl SessionStart {
 
     /// Reads a session's request (`extension`, the value under the key) strictly, taking only the
     /// fields `honours` names; `Err` is an invalid-params message naming the field.
-    pub fn read(extension: &Value, honours: impl Fn(&str) -> bool) -> Result<Self, String> {
+    pub fn read(extension: &Value, honours: impl Fn(&str) -> bool) -> Result<Self, StartError> {
         Self::read_with(extension, &honours)
     }
 
     /// [`SessionStart::read`], compiled once (not once per caller's closure).
-    fn read_with(extension: &Value, honours: &dyn Fn(&str) -> bool) -> Result<Self, String> {
-        let key = EXTENSION;
+    fn read_with(extension: &Value, honours: &dyn Fn(&str) -> bool) -> Result<Self, StartError> {
         let Some(fields) = extension.as_object() else {
-            return Err(format!("_meta.{key}: must be an object"));
+            return Err(StartError::NotAnObject);
         };
         if fields.get("version").and_then(Value::as_u64) != Some(EXTENSION_VERSION) {
-            return Err(format!("_meta.{key}: version must be {EXTENSION_VERSION}"));
+            return Err(StartError::Version);
         }
         let mut taken = Self::default();
         for (name, value) in fields {
@@ -173,7 +209,7 @@ impl SessionStart {
                 FIELD_TOOLS if honours(FIELD_TOOLS) => {
                     taken.tools = Some(
                         serde_json::from_value(value.clone())
-                            .map_err(|error| format!("_meta.{key}.tools: {error}"))?,
+                            .map_err(|error| StartError::Tools(error.to_string()))?,
                     );
                 }
                 FIELD_OUTPUT_SCHEMA if honours(FIELD_OUTPUT_SCHEMA) => {
@@ -183,19 +219,14 @@ impl SessionStart {
                     let cap = value
                         .as_u64()
                         .and_then(|cap| u32::try_from(cap).ok())
-                        .ok_or_else(|| {
-                            format!("_meta.{key}.maxDepth: must be a whole number, not {value}")
-                        })?;
+                        .ok_or_else(|| StartError::MaxDepth(value.clone()))?;
                     taken.max_depth = Some(cap);
                 }
                 FIELD_BUDGET if honours(FIELD_BUDGET) => {
                     taken.budget = Some(read_budget(value)?);
                 }
                 other => {
-                    return Err(format!(
-                        "_meta.{key}: field {other} is not honoured by this agent (see its \
-                         initialize answer)"
-                    ));
+                    return Err(StartError::NotHonoured(other.to_owned()));
                 }
             }
         }
@@ -277,7 +308,9 @@ mod tests {
 
     #[test]
     fn a_session_request_is_read_strictly() {
-        let read = |value: Value| SessionStart::read(&value, |field| field != "tools");
+        let read = |value: Value| {
+            SessionStart::read(&value, |field| field != "tools").map_err(|err| err.to_string())
+        };
         assert_eq!(
             read(json!(1)),
             Err("_meta.acp-host/start: must be an object".into())
@@ -290,7 +323,9 @@ mod tests {
             read(json!({"version": 1, "maxDepth": -1})),
             Err("_meta.acp-host/start.maxDepth: must be a whole number, not -1".into())
         );
-        let tools = SessionStart::read(&json!({"version": 1, "tools": 7}), |_| true).unwrap_err();
+        let tools = SessionStart::read(&json!({"version": 1, "tools": 7}), |_| true)
+            .unwrap_err()
+            .to_string();
         assert!(
             tools.starts_with("_meta.acp-host/start.tools: invalid type: integer `7`"),
             "{tools}"
@@ -310,6 +345,7 @@ mod tests {
         let read = |budget: Value| {
             SessionStart::read(&json!({"version": 1, "budget": budget}), |_| true)
                 .map(|start| start.budget)
+                .map_err(|err| err.to_string())
         };
         assert_eq!(
             read(json!({"tokens": 5})),

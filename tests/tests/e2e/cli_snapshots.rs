@@ -269,11 +269,11 @@ fn manual_rows(name: &str) -> (String, Vec<Row>) {
 }
 
 /// The exit-code tables of run, batch, serve, agents and trust: the same in `--help` (through the
-/// real binary) and in the manual (`docs/`), row for row, and both are `protocol::result`'s.
+/// real binary) and in the manual (`docs/`), row for row, and both are `protocol::exit_table`'s.
 #[test]
 fn exit_code_tables_agree_between_help_and_the_manual() {
     let home = tempfile::tempdir().unwrap();
-    for command in protocol::result::Documented::ALL {
+    for command in protocol::exit_table::Documented::ALL {
         let help = help_rows(&run(&[command.name(), "--help"], home.path()));
         let table: Vec<Row> = command
             .exit_rows()

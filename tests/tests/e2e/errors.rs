@@ -135,7 +135,7 @@ fn a_bad_json_line_names_its_line_once() {
 /// The failure rows of the serve, agents and trust tables are what the binary exits with.
 #[test]
 fn serve_agents_and_trust_exit_as_their_tables_say() {
-    use protocol::result::Documented;
+    use protocol::exit_table::Documented;
     let dir = temp();
     let code_of = |command: Documented, name: &str| {
         command

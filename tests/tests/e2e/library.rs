@@ -15,7 +15,8 @@ use protocol::permission::{
     Answer, DecidedBy, OptionKind, Outcome, PermissionPolicy, PermissionRequest, Verdict,
 };
 use protocol::request::{AgentCommand, StartRequest, Timeouts};
-use protocol::result::{ErrorKind, Status};
+use protocol::result::ErrorKind;
+use protocol::status::Status;
 
 use super::common::mock_path;
 

@@ -482,7 +482,7 @@ impl acp_host::run::Observer for CancelOnSight {
 #[test]
 fn cancelling_a_grandchilds_own_session_ends_only_the_grandchild() {
     use protocol::request::{AgentCommand, StartRequest, Timeouts};
-    use protocol::result::Status;
+    use protocol::status::Status;
 
     let cwd = tempfile::tempdir().unwrap();
     write_approved(

@@ -45,7 +45,8 @@ use protocol::child_session::{MAX_STDERR_TAIL_BYTES, stderr_end};
 use protocol::env_scrub::Redactor;
 use protocol::events::Event;
 use protocol::permission::{Answer, DecidedBy, PermissionRequest};
-use protocol::result::{ErrorKind, RunResult, Status};
+use protocol::result::{ErrorKind, RunResult};
+use protocol::status::Status;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 

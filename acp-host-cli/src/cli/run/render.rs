@@ -21,7 +21,8 @@ use agent_client_protocol::v1::schema::{
 };
 use protocol::events::{Event, ResultRecord};
 use protocol::permission::Outcome;
-use protocol::result::{RunResult, Status};
+use protocol::result::RunResult;
+use protocol::status::Status;
 
 use crate::cli::{Written, write_stdout};
 
