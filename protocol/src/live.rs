@@ -921,6 +921,38 @@ mod tests {
     }
 
     #[test]
+    fn a_queued_calls_other_content_links_nothing_and_usage_not_a_childs_is_ignored() {
+        let mut tree = Tree::new();
+        tree.apply(
+            &update(
+                None,
+                json!({"sessionUpdate": "tool_call", "toolCallId": "c1", "title": "Subagent leaf: x", "kind": "think"}),
+            ),
+            0,
+        );
+        let queued = tree.lines(0, 80, 10);
+        // Text content on the call is no session: the call stays queued.
+        tree.apply(
+            &update(
+                None,
+                json!({"sessionUpdate": "tool_call_update", "toolCallId": "c1",
+                    "content": [{"type": "content", "content": {"type": "text", "text": "hi"}}]}),
+            ),
+            0,
+        );
+        assert_eq!(tree.lines(0, 80, 10), queued);
+        // The run's own usage is no child's; a session the tree does not know, nobody's.
+        for on in [None, Some("sub-9")] {
+            let usage = update(
+                on,
+                json!({"sessionUpdate": "usage_update", "used": 5, "size": 10}),
+            );
+            assert!(tree.apply(&usage, 0).is_empty());
+        }
+        assert_eq!(tree.lines(0, 80, 10), queued);
+    }
+
+    #[test]
     fn what_is_kept_and_shown_is_bounded() {
         let mut tree = Tree::new();
         for n in 0..=MAX_TRACKED {
