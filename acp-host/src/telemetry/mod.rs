@@ -93,7 +93,9 @@ pub fn init(settings: Settings) -> Result<bool, TelemetryError> {
         return Ok(false);
     }
     let exporter = export::Fanout::new(collector, settings.trace_out.as_deref(), settings.warn)?;
-    let resource = if std::env::var_os("OTEL_SERVICE_NAME").is_some_and(|name| !name.is_empty()) {
+    let resource = if std::env::var_os(protocol::env_vars::OTEL_SERVICE_NAME)
+        .is_some_and(|name| !name.is_empty())
+    {
         opentelemetry_sdk::Resource::builder().build()
     } else {
         opentelemetry_sdk::Resource::builder()

@@ -27,9 +27,14 @@ pub struct RunTrace(Option<Mutex<Live>>);
 struct Live {
     run: Span,
     context: TraceParent,
-    /// Open tool calls, by session and tool call id.
+    /// Open tool calls, by session and tool call id: at most [`MAX_OPEN_TOOLS`], so an agent that
+    /// announces calls and never ends them cannot grow it.
     tools: HashMap<(String, String), Span>,
 }
+
+/// The most tool calls of a run with a span open at once; a call past it gets none (its
+/// permission events go on the run's span).
+const MAX_OPEN_TOOLS: usize = 1024;
 
 fn kind_name(kind: ToolKind) -> &'static str {
     match kind {
@@ -131,7 +136,9 @@ impl RunTrace {
         };
         self.with(|live| {
             let key = (session.unwrap_or_default().to_owned(), id.to_string());
-            if let SessionUpdate::ToolCall(call) = update {
+            if let SessionUpdate::ToolCall(call) = update
+                && live.tools.len() < MAX_OPEN_TOOLS
+            {
                 let context = crate::run::new_span(Some(&live.context));
                 let name = kind_name(call.kind);
                 let with_content = super::content();
@@ -325,5 +332,42 @@ impl RunTrace {
             }
             std::mem::take(run).end();
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_tool_spans_are_bounded_and_an_ended_call_frees_its_place() {
+        let trace = RunTrace(Some(Mutex::new(Live {
+            run: Span(None),
+            context: crate::run::new_span(None),
+            tools: HashMap::new(),
+        })));
+        let call = |id: usize| -> SessionUpdate {
+            serde_json::from_value(serde_json::json!(
+                {"sessionUpdate": "tool_call", "toolCallId": format!("t{id}"), "title": "x"}
+            ))
+            .unwrap()
+        };
+        let open = |trace: &RunTrace| {
+            let mut n = 0;
+            trace.with(|live| n = live.tools.len());
+            n
+        };
+        for id in 0..MAX_OPEN_TOOLS + 10 {
+            trace.update(&call(id), None);
+        }
+        assert_eq!(open(&trace), MAX_OPEN_TOOLS);
+        let done: SessionUpdate = serde_json::from_value(serde_json::json!(
+            {"sessionUpdate": "tool_call_update", "toolCallId": "t0", "status": "completed"}
+        ))
+        .unwrap();
+        trace.update(&done, None);
+        assert_eq!(open(&trace), MAX_OPEN_TOOLS - 1);
+        trace.update(&call(MAX_OPEN_TOOLS + 20), None);
+        assert_eq!(open(&trace), MAX_OPEN_TOOLS);
     }
 }
